@@ -1,0 +1,39 @@
+# The two set-up commands of the README. Each creates its own virtual environment from nothing.
+#   make demo   install xlakit with the demo extras and run `xlakit demo` (cold vs warm start on real workloads)
+#   make test   install xlakit with the test extras and run the whole suite on the default Python,
+#               then the cache tests on Python 3.12 with the newest jax pip gives there (when a 3.12 exists)
+PYTHON ?= python3
+VENV ?= .venv
+PY312 ?= $(shell command -v python3.12 2>/dev/null || ls $$HOME/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -n 1)
+VENV312 ?= .venv-312
+CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_transparent.py tests/test_environment.py
+
+.PHONY: demo test test-default test-py312 venv benchmark clean
+
+$(VENV)/.installed-%: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet --upgrade -e '.[$*]'
+	touch $@
+
+demo: $(VENV)/.installed-demo
+	$(VENV)/bin/xlakit demo
+
+test: test-default test-py312
+
+test-default: $(VENV)/.installed-test
+	$(VENV)/bin/python -m pytest -q
+
+test-py312:
+	@if [ -z "$(PY312)" ]; then echo "test-py312: no Python 3.12 on this machine; skipped"; exit 0; fi; \
+	set -e; $(PY312) -m venv $(VENV312); \
+	$(VENV312)/bin/python -m pip install --quiet --upgrade pip; \
+	$(VENV312)/bin/python -m pip install --quiet --upgrade -e '.[test]'; \
+	$(VENV312)/bin/python -c 'import jax; print("cache tests on Python 3.12, jax", jax.__version__)'; \
+	$(VENV312)/bin/python -m pytest -q $(CACHE_TESTS)
+
+benchmark: $(VENV)/.installed-test
+	$(VENV)/bin/python benchmarks/warm_start.py
+
+clean:
+	rm -rf $(VENV) $(VENV312) build dist *.egg-info

@@ -1,0 +1,69 @@
+"""Shared fixtures: isolated config/cache folders and a runner for JAX worker subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "jaxworker.py"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_home(tmp_path_factory):
+    """Keep the HMAC secret and the jaxlib fingerprint memo out of the real home folder."""
+    base = tmp_path_factory.mktemp("xlakit-home")
+    old = {k: os.environ.get(k) for k in ("XLAKIT_CONFIG_DIR", "XLAKIT_CACHE_DIR", "XLAKIT_CACHE_SECRET")}
+    os.environ["XLAKIT_CONFIG_DIR"] = str(base / "config")
+    os.environ["XLAKIT_CACHE_DIR"] = str(base / "default-cache")
+    os.environ.pop("XLAKIT_CACHE_SECRET", None)
+    yield base
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+    env.update(extra or {})
+    return env
+
+
+def run_worker(cache: Path | str, *programs: str, max_bytes: int | None = None, min_compile: float | None = None,
+               env: dict[str, str] | None = None, preexec_fn=None, prefix: list[str] | None = None,
+               timeout: float = 300) -> dict:
+    """Run tests/jaxworker.py in a fresh process; return its JSON report (fails the test on a non-zero exit).
+
+    ``prefix`` is a command the worker runs under (e.g. ``unshare -m sh -c '...; exec "$@"' sh``)."""
+    cmd = [sys.executable, str(WORKER), "--cache", str(cache)]
+    if max_bytes is not None:
+        cmd += ["--max-bytes", str(max_bytes)]
+    if min_compile is not None:
+        cmd += ["--min-compile", str(min_compile)]
+    proc = subprocess.run((prefix or []) + cmd + list(programs), capture_output=True, text=True, env=worker_env(env),
+                          preexec_fn=preexec_fn, timeout=timeout)
+    assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["stdout"] = proc.stdout
+    report["stderr"] = proc.stderr
+    return report
+
+
+def kinds(report: dict, name_part: str | None = None) -> list[str]:
+    """Event kinds in order, optionally only for events whose name contains ``name_part``."""
+    return [e["kind"] for e in report["events"] if name_part is None or name_part in (e["name"] or "")]
+
+
+@pytest.fixture
+def worker():
+    return run_worker

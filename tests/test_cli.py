@@ -1,0 +1,293 @@
+"""The ``xlakit`` command line against a real store folder (no JAX needed)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xlakit.cli import main, parse_size
+from xlakit.store import LocalStore
+
+REPO = Path(__file__).resolve().parent.parent
+PA, PB = "cpu-jaxlib0.0.0-x86_64-avx2-aaaaaaaa", "gpu-sm90-jaxlib0.0.0-x86_64-avx512-bbbbbbbb"
+ENV_A = {"jax_version": "0.0.0", "jaxlib_version": "0.0.0", "platform": "cpu",
+         "device_kinds": ["cpu"], "device_count": 1}
+ENTRIES = [  # (partition, key, name, compile_s, payload size)
+    (PA, "key-a1", "jit_alpha", 1.5, 3000),
+    (PA, "key-a2", "jit_beta", 2.0, 6000),
+    (PB, "key-b1", "jit_gamma", 4.25, 9000),
+]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLAKIT_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.delenv("XLAKIT_CACHE_SECRET", raising=False)
+    root = tmp_path / "cache"
+    store = LocalStore(root)
+    for i, (part, key, name, compile_s, size) in enumerate(ENTRIES):
+        header = {"name": name, "compile_s": compile_s, "created": 1_700_000_000.0 + i,
+                  "environment": dict(ENV_A), "key_parts": {"module": name},
+                  "memory": {"argument_size_in_bytes": 64, "output_size_in_bytes": 32, "temp_size_in_bytes": 0}}
+        assert store.put(part, key, header, os.urandom(size)).stored
+        t = 1_700_000_100.0 + i  # distinct last-used times: key-a1 is the least recently used
+        os.utime(store.entry_path(part, key).with_suffix(".used"), (t, t))
+    store.write_partition_info(PA, ENV_A)
+    return store
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv: str) -> tuple[int, dict]:
+    code, out, err = run(capsys, *argv, "--json")
+    return code, json.loads(out)
+
+
+def test_ls_json_lists_every_entry_with_sizes(cache, capsys):
+    code, data = run_json(capsys, "cache", "ls", "--path", str(cache.root))
+    assert code == 0
+    expected = {(i.partition, i.key): i for i in cache.entries()}
+    got = {(e["partition"], e["key"]): e for e in data["entries"]}
+    size_of = {k: size for _, k, _, _, size in ENTRIES}  # random payloads barely compress
+    assert set(got) == {(p, k) for p, k, *_ in ENTRIES} == set(expected)
+    for pk, e in got.items():
+        assert e["size_bytes"] == expected[pk].size_bytes >= os.stat(e["path"]).st_size > size_of[pk[1]]
+        assert e["name"] == expected[pk].name
+        assert e["memory"]["argument_size_in_bytes"] == 64
+    assert {e["name"]: e["compile_s"] for e in data["entries"]} == {n: c for _, _, n, c, _ in ENTRIES}
+    assert data["count"] == 3
+    assert data["total_bytes"] == sum(i.size_bytes for i in expected.values())
+    # default order: most recently used first
+    assert [e["key"] for e in data["entries"]] == ["key-b1", "key-a2", "key-a1"]
+
+
+def test_ls_partition_filter_and_sort(cache, capsys):
+    code, data = run_json(capsys, "cache", "ls", "--path", str(cache.root), "--partition", PA, "--sort", "name")
+    assert code == 0
+    assert [e["name"] for e in data["entries"]] == ["jit_alpha", "jit_beta"]
+    assert {e["partition"] for e in data["entries"]} == {PA}
+    code, data = run_json(capsys, "cache", "ls", "--path", str(cache.root), "--sort", "size")
+    sizes = [e["size_bytes"] for e in data["entries"]]
+    assert sizes == sorted(sizes, reverse=True) and data["entries"][0]["key"] == "key-b1"
+
+
+def test_ls_table(cache, capsys):
+    code, out, _ = run(capsys, "cache", "ls", "--path", str(cache.root))
+    assert code == 0
+    for _, _, name, _, _ in ENTRIES:
+        assert name in out
+    assert "3 entries" in out
+    assert f"({sum(i.size_bytes for i in cache.entries())} bytes)" in out
+
+
+def test_ls_and_stats_on_missing_folder(tmp_path, capsys):
+    missing = tmp_path / "nothing-here"
+    code, data = run_json(capsys, "cache", "ls", "--path", str(missing))
+    assert code == 0 and data["entries"] == [] and data["count"] == 0
+    code, data = run_json(capsys, "cache", "stats", "--path", str(missing))
+    assert code == 0 and data["exists"] is False and data["total_bytes"] == 0 and data["partitions"] == []
+    code, out, err = run(capsys, "cache", "stats", "--path", str(missing))
+    assert code == 0 and "does not exist" in out
+    assert not missing.exists()
+
+
+def test_unknown_partition_is_a_usage_error(cache, capsys):
+    for cmd in (["ls"], ["verify"], ["clear", "--yes"]):
+        code, out, err = run(capsys, "cache", *cmd, "--path", str(cache.root), "--partition", "nope")
+        assert code == 2, cmd
+        assert "unknown partition 'nope'" in err and PA in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert len(cache.entries()) == 3
+
+
+def test_stats_json(cache, capsys):
+    Path(cache.root, "quarantine", PA).mkdir(parents=True)
+    Path(cache.root, "quarantine", PA, "old.123.xlk").write_bytes(b"x" * 10)
+    code, data = run_json(capsys, "cache", "stats", "--path", str(cache.root))
+    assert code == 0
+    assert data["folder"] == str(cache.root)
+    assert data["total_bytes"] == cache.total_bytes()
+    assert data["entries"] == 3
+    assert data["compile_s"] == pytest.approx(1.5 + 2.0 + 4.25)
+    assert data["quarantined"] == 1
+    parts = {p["name"]: p for p in data["partitions"]}
+    assert set(parts) == {PA, PB}
+    assert parts[PA]["entries"] == 2 and parts[PB]["entries"] == 1
+    assert parts[PA]["bytes"] == sum(i.size_bytes for i in cache.entries(PA))
+    assert parts[PA]["environment"]["jaxlib_version"] == "0.0.0"
+    assert parts[PA]["environment"]["device_kinds"] == ["cpu"]
+    assert parts[PB]["environment"] is None
+    code, out, _ = run(capsys, "cache", "stats", "--path", str(cache.root))
+    assert code == 0 and PA in out and "jaxlib 0.0.0" in out
+
+
+def test_verify_clean_then_corrupt(cache, capsys):
+    code, out, _ = run(capsys, "cache", "verify", "--path", str(cache.root))
+    assert code == 0 and "3 entries verified" in out
+
+    victim = cache.entry_path(PA, "key-a2")
+    blob = bytearray(victim.read_bytes())
+    blob[-5] ^= 0xFF  # inside the compressed payload
+    victim.write_bytes(bytes(blob))
+
+    code, out, _ = run(capsys, "cache", "verify", "--path", str(cache.root))
+    assert code == 1
+    assert "jit_beta" in out and "quarantine" in out and "SHA-256" in out
+    assert not victim.exists()
+    moved = list(Path(cache.root, "quarantine", PA).glob("*.xlk"))
+    assert len(moved) == 1 and moved[0].name.startswith("key-a2.")
+    assert {i.key for i in cache.entries()} == {"key-a1", "key-b1"}
+
+    code, data = run_json(capsys, "cache", "verify", "--path", str(cache.root))
+    assert code == 0 and data["verified"] == 2 and data["bad"] == []
+
+
+def test_verify_json_reports_bad_entry(cache, capsys):
+    victim = cache.entry_path(PB, "key-b1")
+    blob = bytearray(victim.read_bytes())
+    blob[-1] ^= 0x01
+    victim.write_bytes(bytes(blob))
+    code, data = run_json(capsys, "cache", "verify", "--path", str(cache.root), "--partition", PB)
+    assert code == 1
+    assert data["verified"] == 1 and data["ok"] == 0
+    assert [b["key"] for b in data["bad"]] == ["key-b1"] and data["bad"][0]["quarantined"] is True
+    assert data["bad"][0]["reason"].startswith("corrupt:")
+
+
+def test_prune(cache, capsys):
+    before = cache.total_bytes()
+    sizes = {i.key: i.size_bytes for i in cache.entries()}
+    limit = before - sizes["key-a1"] // 2  # must evict at least the least recently used entry
+    code, data = run_json(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", str(limit))
+    assert code == 0
+    assert cache.total_bytes() <= limit
+    assert data["bytes_after"] == cache.total_bytes() and data["max_bytes"] == limit
+    evicted = [e["key"] for e in data["evicted"]]
+    assert evicted and evicted[0] == "key-a1"
+    assert {i.key for i in cache.entries()} == {k for k in sizes if k not in evicted}
+
+    # partition.json is not evictable, so 0 bytes cannot be reached: everything else goes, with a warning
+    code, out, err = run(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", "0")
+    assert code == 0 and cache.entries() == []
+    assert out.count("evicted ") == 3 - len(evicted) and "Evicted" in out
+    assert "still over the limit" in err
+
+
+@pytest.mark.parametrize("text,expected", [("123", 123), ("10k", 10_000), ("500MB", 500_000_000),
+                                           ("2GiB", 2 * 2**30), ("1.5 kib", 1536), ("0", 0)])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["abc", "-5", "10 parsecs", ""])
+def test_prune_bad_max_bytes(cache, capsys, bad):
+    code, out, err = run(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", bad)
+    assert code == 2
+    assert out == ""
+    assert "--max-bytes" in err and "e.g. 500MB" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert len(cache.entries()) == 3
+
+
+def test_clear_one_partition(cache, capsys):
+    code, data = run_json(capsys, "cache", "clear", "--path", str(cache.root), "--partition", PA, "--yes")
+    assert code == 0 and data["removed"] == 2
+    assert [i.key for i in cache.entries()] == ["key-b1"]
+    code, out, _ = run(capsys, "cache", "clear", "--path", str(cache.root))  # stdin is not a TTY: no prompt
+    assert code == 0 and "Removed 1 entries" in out
+    assert cache.entries() == []
+
+
+class _FakeTTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_clear_asks_on_a_tty(cache, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", _FakeTTY("n\n"))
+    code, out, err = run(capsys, "cache", "clear", "--path", str(cache.root), "--partition", PB)
+    assert code == 1 and "Remove 1 entries" in err and "nothing removed" in err
+    assert len(cache.entries()) == 3
+    monkeypatch.setattr(sys, "stdin", _FakeTTY("y\n"))
+    code, out, err = run(capsys, "cache", "clear", "--path", str(cache.root), "--partition", PB)
+    assert code == 0 and "Removed 1 entries" in out
+    assert {i.partition for i in cache.entries()} == {PA}
+
+
+def test_ls_shows_unreadable_entries(cache, capsys):
+    Path(cache.root, PA, "junk.xlk").write_bytes(b"not an envelope")
+    code, data = run_json(capsys, "cache", "ls", "--path", str(cache.root), "--partition", PA)
+    assert code == 0 and data["count"] == 3
+    [junk] = [e for e in data["entries"] if e["name"] is None]
+    assert junk["key"] == "junk" and "magic" in junk["error"]
+
+
+def test_where(cache, capsys, tmp_path):
+    code, data = run_json(capsys, "cache", "where", "--path", str(cache.root))
+    assert code == 0
+    assert data == {"folder": str(cache.root), "exists": True, "secret": str(tmp_path / "config" / "secret")}
+    code, out, _ = run(capsys, "cache", "where", "--path", str(tmp_path / "x"))
+    assert code == 0 and str(tmp_path / "x") in out and "does not exist" in out
+
+
+def test_path_defaults_to_env(cache, capsys, monkeypatch):
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", str(cache.root))
+    code, data = run_json(capsys, "cache", "ls")
+    assert code == 0 and data["folder"] == str(cache.root) and data["count"] == 3
+
+
+def test_path_that_is_a_file(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, out, err = run(capsys, "cache", "ls", "--path", str(f))
+    assert code == 2 and "not a folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_version_and_usage(capsys):
+    from xlakit import __version__
+
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and __version__ in out
+    code, _, err = run(capsys, "cache", "frobnicate")
+    assert code == 2 and "invalid choice" in err and "Traceback" not in err
+    code, _, err = run(capsys, "cache", "prune")
+    assert code == 2 and "--max-bytes" in err
+
+
+def _subprocess_env(tmp_path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env["XLAKIT_CONFIG_DIR"] = str(tmp_path / "config")
+    return env
+
+
+def test_module_entry_point_and_no_jax(cache, tmp_path):
+    env = _subprocess_env(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "ls", "--path", str(cache.root), "--json"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert {e["key"] for e in json.loads(proc.stdout)["entries"]} == {k for _, k, *_ in ENTRIES}
+
+    proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "ls", "--path", str(cache.root)],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "jit_gamma" in proc.stdout and "3 entries" in proc.stdout
+
+    proc = subprocess.run([sys.executable, "-c", "import xlakit.cli, sys; print('jax' in sys.modules)"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+
+    proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "prune", "--max-bytes", "abc",
+                           "--path", str(cache.root)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1

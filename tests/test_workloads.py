@@ -1,0 +1,74 @@
+"""The demo workloads are real, deterministic JAX programs."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from xlakit.demo import workloads as W
+
+WORKLOADS = {w.name: w for w in W.workloads()}
+TRAIN_STEPS = ["cnn_train_step", "transformer_train_step"]
+
+
+def test_names():
+    assert list(WORKLOADS) == ["cnn_train_step", "transformer_train_step", "mlp_infer_b1", "mlp_infer_b8",
+                               "mlp_infer_b64"]
+    assert all(w.description for w in WORKLOADS.values())
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_runs_finite_and_deterministic(name):
+    seconds, out = W.run_first_call(WORKLOADS[name])
+    assert seconds > 0
+    leaves = jax.tree.leaves(out)
+    assert leaves and all(isinstance(leaf, jax.Array) for leaf in leaves)
+    assert all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves)
+    fn, args = WORKLOADS[name].build()  # a second build: new jit function, same seeds
+    again = jax.tree.leaves(fn(*args))
+    assert len(again) == len(leaves)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(leaves, again))
+
+
+def test_mlp_batch_sizes():
+    for batch in (1, 8, 64):
+        fn, (params, x) = WORKLOADS[f"mlp_infer_b{batch}"].build()
+        assert x.shape == (batch, 784)
+        assert fn(params, x).shape == (batch, 10)
+
+
+@pytest.mark.parametrize("name", TRAIN_STEPS)
+def test_train_step_learns(name):
+    step, (params, opt_state, x, y) = WORKLOADS[name].build()
+    losses = []
+    for _ in range(3):
+        params, opt_state, loss = step(params, opt_state, x, y)
+        losses.append(float(loss))
+    assert losses[0] > losses[1] > losses[2], losses
+
+
+def test_build_compiles_nothing():
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        for workload in WORKLOADS.values():
+            workload.build()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+
+
+@pytest.mark.parametrize("tx", [optax.adam(1e-3), optax.adamw(1e-3)], ids=["adam", "adamw"])
+def test_zero_opt_state_equals_optax_init(tx):
+    _, params = W._init(W._MLP, seed=0)
+    ours, theirs = W._zeros_opt_state(tx, params), tx.init(params)
+    assert jax.tree.structure(ours) == jax.tree.structure(theirs)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

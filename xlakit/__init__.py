@@ -1,0 +1,75 @@
+"""xlakit: reusable compiled XLA programs and visible memory for JAX users.
+
+Two lines in a notebook::
+
+    import xlakit
+    xlakit.enable_cache()          # every jax.jit in this process is now served from xlakit's store
+
+Importing xlakit imports neither JAX nor any widget or plotting library and changes no JAX setting;
+everything heavy loads on first use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xlakit import events
+from xlakit.events import CacheStats, Event, EventLog, cache_stats
+
+if TYPE_CHECKING:
+    from xlakit._jax.persistent import TransparentCache
+
+__all__ = ["__version__", "enable_cache", "disable_cache", "cache_stats", "CacheStats", "Event", "EventLog",
+           "events"]
+
+__version__ = "0.1.0"
+
+
+def enable_cache(path: str | Path | None = None, max_bytes: int | None = None,
+                 min_compile_time_s: float = 0.0) -> TransparentCache:
+    """Serve every ``jax.jit`` compile in this process from xlakit's persistent executable store.
+
+    The store becomes the backend of JAX's own persistent compilation cache: before each XLA compile JAX
+    looks the program up by its cache key (module, jaxlib version, backend, XLA flags, compile options,
+    devices); a hit loads the executable in milliseconds, a miss compiles and stores it. Unlike JAX's own
+    directory cache, entries are integrity-checked (SHA-256) and authenticated (HMAC-SHA256) before
+    loading, partitioned by environment (jaxlib build, platform, devices, CPU features, XLA flags), capped
+    by size with least-recently-used eviction, published atomically, and every hit, miss, store, skip,
+    eviction and failure is recorded in :func:`xlakit.events.log`.
+
+    Args:
+      path: cache folder. Default: ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder
+        (``platformdirs.user_cache_dir("xlakit")``). The folder's path never enters a key, so a copied or
+        remounted cache still hits.
+      max_bytes: byte cap for everything under ``path`` (measured on disk); None for no cap.
+      min_compile_time_s: programs that compiled in fewer seconds are not stored; each is recorded as a
+        ``skip`` event naming this threshold. Default 0.0 stores everything (JAX's default drops programs
+        under 1 s without a word).
+
+    Returns:
+      The installed :class:`~xlakit._jax.persistent.TransparentCache` (``.path``, ``.store``).
+
+    Raises:
+      xlakit._jax.versions.UnsupportedJaxVersion: this JAX lacks the private hooks used here; the message
+        names the supported versions.
+      ValueError: ``max_bytes`` <= 0 or ``min_compile_time_s`` < 0.
+
+    Calling it again replaces the previous configuration. :func:`disable_cache` restores JAX's settings.
+    Programs already compiled in this process stay in JAX's in-memory cache and are not re-read.
+    """
+    from xlakit._jax import persistent
+
+    return persistent.enable(path, max_bytes=max_bytes, min_compile_time_s=min_compile_time_s)
+
+
+def disable_cache() -> bool:
+    """Unhook xlakit from JAX and restore the JAX settings :func:`enable_cache` changed.
+
+    Returns:
+      True if a cache was enabled, False if there was nothing to disable.
+    """
+    import sys
+
+    persistent = sys.modules.get("xlakit._jax.persistent")
+    return bool(persistent and persistent.disable())

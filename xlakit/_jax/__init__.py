@@ -1,0 +1,1 @@
+"""Code that talks to JAX and jaxlib: environment partition, version checks, hooks."""

@@ -1,0 +1,315 @@
+"""The environment partition: everything outside a program that decides whether its executable can be reused.
+
+A compiled XLA executable is only valid for the jaxlib build, backend, devices, host CPU features and
+code-generating ``XLA_FLAGS`` it was compiled under. :class:`Environment` records those values and
+:meth:`Environment.partition_name` turns them into a readable folder name, so executables from different
+environments never meet.
+
+Importing this module is cheap: JAX is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import platform as _platform
+import re
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["Environment", "current_environment", "jaxlib_build_fingerprint"]
+
+CACHE_DIR_ENV = "XLAKIT_CACHE_DIR"
+MEMO_FILENAME = "jaxlib_fingerprints.json"
+_MEMO_VERSION = 1
+
+# Shared libraries: foo.so, libfoo.so.12, plus the macOS/Windows spellings.
+_LIBRARY_RE = re.compile(r"\.(so(\.\d+)*|dylib|pyd|dll)$")
+# Top-level packages that carry PJRT plugins (their compilers generate the code, so they belong to the build).
+_PLUGIN_PACKAGE_RE = re.compile(r"^(jax_plugins|jax_(cuda|rocm)\d*_(plugin|pjrt)|libtpu)$")
+# XLA flags that only decide what gets dumped or logged; they never change the generated code.
+_OUTPUT_ONLY_FLAG_PREFIXES = ("--xla_dump", "--xla_log", "--xla_gpu_dump", "--xla_enable_dumping")
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The values an executable's validity depends on, beyond the program itself.
+
+    Attributes:
+      jax_version: ``jax.__version__``.
+      jaxlib_version: ``jaxlib.version.__version__``.
+      jaxlib_build: 16 hex digits identifying the jaxlib build itself (see :func:`jaxlib_build_fingerprint`);
+        two builds with the same version string (nightlies, local builds) still differ here.
+      platform: ``backend.platform``, e.g. ``"cpu"``, ``"gpu"``, ``"tpu"``.
+      platform_version: ``backend.platform_version`` (on GPU it names the CUDA/ROCm versions).
+      runtime_type: ``backend.runtime_type``, or ``""`` where the backend has none.
+      device_kinds: sorted distinct ``device.device_kind`` of ``jax.devices(backend)``.
+      device_count: ``len(jax.devices(backend))``.
+      process_count: ``jax.process_count(backend)``.
+      compute_capability: ``str(device.compute_capability)`` of device 0 (e.g. ``"9.0"``), ``None`` where
+        the device has none (CPU, TPU).
+      machine: ``platform.machine()``, e.g. ``"x86_64"``.
+      cpu_flags_hash: 8 hex digits of SHA-256 over the sorted ``flags`` (x86) or ``Features`` (ARM) of the
+        first CPU in ``/proc/cpuinfo``; ``""`` where that file is unreadable (non-Linux).
+      cpu_level: readable CPU tier: ``"avx512"``, ``"avx2"``, ``"avx"``, ``"sse4"`` on x86, ``"sve"`` or
+        ``"neon"`` on ARM, else ``machine``.
+      xla_flags: the code-generating tokens of ``os.environ["XLA_FLAGS"]``: sorted, the last value kept per
+        flag name, without dump/log flags (``--xla_dump*``, ``--xla_log*``, ``--xla_gpu_dump*``,
+        ``--xla_enable_dumping``).
+    """
+
+    jax_version: str
+    jaxlib_version: str
+    jaxlib_build: str
+    platform: str
+    platform_version: str
+    runtime_type: str
+    device_kinds: tuple[str, ...]
+    device_count: int
+    process_count: int
+    compute_capability: str | None
+    machine: str
+    cpu_flags_hash: str
+    cpu_level: str
+    xla_flags: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field, tuples as lists."""
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Environment:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+          ValueError: if ``data`` lacks a field or has one this version does not know.
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = sorted(set(names) - data.keys())
+        unknown = sorted(data.keys() - set(names))
+        if missing or unknown:
+            raise ValueError(f"not an Environment dict: missing fields {missing}, unknown fields {unknown}")
+        return cls(**{name: tuple(data[name]) if isinstance(data[name], list) else data[name] for name in names})
+
+    def digest(self) -> str:
+        """Full hex SHA-256 over the canonical JSON (sorted keys, no whitespace) of :meth:`to_dict`."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return _sha256(canonical)
+
+    def partition_name(self) -> str:
+        """Readable folder name, unique per environment.
+
+        ``{platform}[-sm{cc}]-jaxlib{jaxlib_version}-{machine}-{cpu_level}-{digest[:8]}``, e.g.
+        ``cpu-jaxlib0.10.2-x86_64-avx2-1a2b3c4d`` or ``gpu-sm90-jaxlib0.10.2-x86_64-avx512-...``. The readable
+        parts are for people; the digest makes it unique. Only ``[A-Za-z0-9_.-]`` occur.
+        """
+        parts = [self.platform]
+        if self.compute_capability:
+            parts.append("sm" + self.compute_capability.replace(".", ""))
+        parts += ["jaxlib" + self.jaxlib_version, self.machine, self.cpu_level, self.digest()[:8]]
+        return "-".join(_UNSAFE_NAME_CHARS.sub("_", part) or "unknown" for part in parts)
+
+    def differences(self, other: Environment) -> list[tuple[str, Any, Any]]:
+        """``(field, value here, value in other)`` for each field that differs, in declaration order."""
+        return [(f.name, getattr(self, f.name), getattr(other, f.name))
+                for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+
+
+@functools.cache
+def current_environment(backend: str | None = None) -> Environment:
+    """The :class:`Environment` of this process for ``backend`` (``None``: JAX's default backend).
+
+    Memoized per ``backend`` for the life of the process (``current_environment.cache_clear()`` resets it), so
+    ``XLA_FLAGS`` is read when first computed; that matches JAX, which reads the flags once when the backend
+    starts, and later changes affect neither.
+
+    Raises:
+      RuntimeError: from JAX if ``backend`` is unknown or absent (e.g. ``"gpu"`` on a CPU-only install).
+    """
+    import jax
+    from jax.extend.backend import get_backend
+    from jaxlib import version as jaxlib_version
+
+    client = get_backend(backend)
+    devices = jax.devices(backend)
+    capability = getattr(devices[0], "compute_capability", None)
+    machine = _platform.machine()
+    cpu_flags = _cpu_flags()
+    return Environment(
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib_version.__version__,
+        jaxlib_build=jaxlib_build_fingerprint(),
+        platform=client.platform,
+        platform_version=client.platform_version,
+        runtime_type=getattr(client, "runtime_type", ""),
+        device_kinds=tuple(sorted({d.device_kind for d in devices})),
+        device_count=len(devices),
+        process_count=jax.process_count(backend),
+        compute_capability=None if capability is None else str(capability),
+        machine=machine,
+        cpu_flags_hash="" if cpu_flags is None else _sha256(" ".join(sorted(cpu_flags)))[:8],
+        cpu_level=_cpu_level(machine, cpu_flags or frozenset()),
+        xla_flags=codegen_xla_flags(os.environ.get("XLA_FLAGS", "")),
+    )
+
+
+def codegen_xla_flags(xla_flags: str) -> tuple[str, ...]:
+    """The tokens of an ``XLA_FLAGS`` string that can change generated code: sorted, last value per flag name,
+    dump/log flags dropped. Quoted values are kept whole (``shlex``); unbalanced quotes fall back to splitting
+    on whitespace."""
+    try:
+        tokens = shlex.split(xla_flags)
+    except ValueError:
+        tokens = xla_flags.split()
+    by_name = {}
+    for token in tokens:
+        if not token.startswith(_OUTPUT_ONLY_FLAG_PREFIXES):
+            by_name[token.split("=", 1)[0]] = token  # XLA applies flags in order, so the last one wins.
+    return tuple(sorted(by_name.values()))
+
+
+def jaxlib_build_fingerprint() -> str:
+    """16 hex digits of SHA-256 over the name and contents of every shared library of jaxlib and of the
+    installed PJRT plugin packages (``jax_plugins``, ``jax_cuda*_plugin``, ``jax_cuda*_pjrt``, ``libtpu``).
+
+    Hashing the ~350 MB of libraries costs about 0.5 s per process start (measured with jaxlib 0.10.2 on a 2-core
+    AMD EPYC, warm page cache: 0.49 s cold, 3-4 ms memoized), so per-file digests are memoized in
+    ``jaxlib_fingerprints.json`` under ``$XLAKIT_CACHE_DIR`` (default ``platformdirs.user_cache_dir("xlakit")``),
+    keyed by path, size, mtime and inode; only files whose stat changed are read again.
+
+    Raises:
+      ImportError: if jaxlib is not installed.
+      OSError: if a library cannot be read. Failing to read or write the memo is not an error.
+    """
+    return _fingerprint_dirs(_library_roots(), _cache_dir() / MEMO_FILENAME)
+
+
+def _cache_dir() -> Path:
+    configured = os.environ.get(CACHE_DIR_ENV)
+    if configured:
+        return Path(configured)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("xlakit"))
+
+
+def _library_roots() -> list[Path]:
+    """The jaxlib package directory and every PJRT plugin package directory on ``sys.path``."""
+    spec = importlib.util.find_spec("jaxlib")  # finds the package without importing (and loading) it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("jaxlib is not installed")
+    roots = [Path(p) for p in spec.submodule_search_locations]
+    for entry in sys.path:
+        # Scanning sys.path ourselves also finds namespace packages such as jax_plugins, which pkgutil skips.
+        directory = Path(entry or ".")
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:  # zip files, missing directories
+            continue
+        roots += [directory / n for n in names if _PLUGIN_PACKAGE_RE.match(n) and (directory / n).is_dir()]
+    unique: dict[str, Path] = {}
+    for root in roots:
+        unique.setdefault(os.path.realpath(root), root)
+    return list(unique.values())
+
+
+def _fingerprint_dirs(roots: Iterable[str | os.PathLike], memo_path: str | os.PathLike | None) -> str:
+    """16 hex digits of SHA-256 over ``relative path, file digest`` of every shared library under ``roots``,
+    sorted by the path relative to the root's parent (so it starts with the package name, e.g.
+    ``jaxlib/_jax.so``). Per-file digests are read from and written to ``memo_path`` (``None``: no memo)."""
+    files = []
+    for root in roots:
+        root = Path(root).absolute()
+        for dirpath, _, filenames in os.walk(root):
+            files += [(os.path.relpath(os.path.join(dirpath, n), root.parent), os.path.join(dirpath, n))
+                      for n in filenames if _LIBRARY_RE.search(n)]
+    files.sort()
+    memo = _load_memo(memo_path) if memo_path is not None else {}
+    changed = False
+    total = hashlib.sha256()
+    for relative, path in files:
+        stat = os.stat(path)
+        # A reinstall creates new files (new inode and mtime), so this stat identifies the contents.
+        key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ino": stat.st_ino}
+        entry = memo.get(path)
+        if not isinstance(entry, dict) or any(entry.get(k) != v for k, v in key.items()) or "sha256" not in entry:
+            with open(path, "rb") as f:
+                entry = memo[path] = {**key, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+            changed = True
+        total.update(f"{relative}\0{entry['sha256']}\n".encode())
+    if changed and memo_path is not None:
+        _save_memo(Path(memo_path), memo)
+    return total.hexdigest()[:16]
+
+
+def _load_memo(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):  # absent, unreadable or corrupt: recompute
+        return {}
+    if not isinstance(data, dict) or data.get("version") != _MEMO_VERSION or not isinstance(data.get("files"), dict):
+        return {}
+    return data["files"]
+
+
+def _save_memo(path: Path, files: dict[str, Any]) -> None:
+    """Atomically replace the memo; every OSError is ignored so a read-only disk only costs speed."""
+    # Other virtualenvs share the memo; drop only entries whose library is gone.
+    files = {p: e for p, e in files.items() if os.path.exists(p)}
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"version": _MEMO_VERSION, "files": files}, f, sort_keys=True, indent=1)
+        os.replace(tmp, path)  # readers see the old memo or the new one, never half of one
+        tmp = None
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str] | None:
+    """The ``flags`` (x86) or ``Features`` (ARM) of the first CPU in ``cpuinfo``; ``None`` if unreadable."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        return None
+    return None
+
+
+def _cpu_level(machine: str, flags: frozenset[str]) -> str:
+    if machine.lower() in ("aarch64", "arm64"):
+        return "sve" if "sve" in flags else "neon"  # every aarch64 CPU has NEON
+    for flag, level in (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse4_2", "sse4"),
+                        ("sse4_1", "sse4")):
+        if flag in flags:
+            return level
+    return machine or "unknown"
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
