@@ -54,7 +54,7 @@ def workloads() -> list[Workload]:
         Workload("cnn_train_step", "flax.nnx CNN (2 conv + 2 dense), 28x28x1 batch 32, 10 classes, optax adam step",
                  _build_cnn_train_step),
         Workload("transformer_train_step",
-                 "flax.nnx decoder-only transformer (2 layers, d_model 128, 4 heads, seq 64, vocab 512), batch 8, "
+                 "flax.nnx decoder-only transformer (4 layers, d_model 128, 4 heads, seq 64, vocab 512), batch 8, "
                  "optax adamw step", _build_transformer_train_step),
         *[Workload(f"mlp_infer_b{b}", f"flax.nnx MLP 784-512-512-10 inference, batch {b}",
                    lambda b=b: _build_mlp_infer(b)) for b in (1, 8, 64)],
@@ -106,7 +106,7 @@ class _Block(nnx.Module):
 class _Transformer(nnx.Module):
     # Sized so compiling dominates: on a 2-core AMD EPYC (jaxlib 0.10.2, CPU) the train step traces and lowers in
     # ~0.8 s and compiles in ~2.7 s; 4 layers compiled in ~3.5 s. Most compile time is fixed, not per layer.
-    def __init__(self, rngs: nnx.Rngs, vocab=512, d_model=128, layers=2, heads=4, seq=64):
+    def __init__(self, rngs: nnx.Rngs, vocab=512, d_model=128, layers=4, heads=4, seq=64):
         self.embed = nnx.Embed(vocab, d_model, rngs=rngs)
         self.pos = nnx.Param(jnp.zeros((seq, d_model)))
         self.blocks = nnx.List([_Block(d_model, heads, rngs) for _ in range(layers)])

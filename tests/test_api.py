@@ -1,0 +1,123 @@
+"""The public surface: a light import, enable/disable restoring JAX exactly, the version guard, stats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import worker_env
+
+
+def run_python(code: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env(env),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_import_is_light_and_changes_nothing():
+    out = run_python(
+        "import sys, xlakit\n"
+        "heavy = [m for m in ('jax', 'jaxlib', 'ipywidgets', 'plotly', 'pandas', 'rich', 'anywidget') if m in sys.modules]\n"
+        "print(repr(heavy))")
+    assert out == "[]"
+
+
+def test_enable_then_disable_restores_jax_settings_and_hooks(tmp_path):
+    code = f"""
+import json, logging, jax
+from jax._src import compiler
+jax.config.update('jax_compilation_cache_dir', '/somewhere/jax-cache')
+jax.config.update('jax_persistent_cache_min_compile_time_secs', 2.5)
+names = ['jax_enable_compilation_cache', 'jax_compilation_cache_dir',
+         'jax_persistent_cache_min_compile_time_secs', 'jax_persistent_cache_min_entry_size_bytes']
+before = {{n: getattr(jax.config, n) for n in names}}
+hooks = (compiler._cache_read, compiler._cache_write)
+level = logging.getLogger('jax._src.cache_key').level
+import xlakit
+cache = xlakit.enable_cache({str(tmp_path / 'c')!r})
+during = {{n: getattr(jax.config, n) for n in names}}
+hooked = compiler._cache_read == cache.read and compiler._cache_write == cache.write
+print(xlakit.disable_cache(), xlakit.disable_cache(), file=__import__('sys').stderr)
+after = {{n: getattr(jax.config, n) for n in names}}
+print(json.dumps({{'before': before, 'during': during, 'after': after, 'hooked': hooked,
+                  'restored': (compiler._cache_read, compiler._cache_write) == hooks,
+                  'level_restored': logging.getLogger('jax._src.cache_key').level == level}}))
+"""
+    r = json.loads(run_python(code))
+    assert r["hooked"] and r["restored"] and r["level_restored"]
+    assert r["before"] == r["after"]
+    assert r["before"]["jax_compilation_cache_dir"] == "/somewhere/jax-cache"
+    assert r["during"]["jax_compilation_cache_dir"] is None  # no path can reach the compile options
+    assert r["during"]["jax_persistent_cache_min_compile_time_secs"] == 0.0
+
+
+def test_unsupported_jax_is_refused_with_the_supported_versions():
+    code = """
+import jax, xlakit
+jax.__version__ = '0.4.1'
+try:
+    xlakit.enable_cache('/tmp/never-created-xlakit')
+except Exception as e:
+    print(type(e).__name__ + ': ' + str(e))
+"""
+    out = run_python(code)
+    assert out.startswith("UnsupportedJaxVersion: ")
+    assert "0.4.1 is outside the supported range" in out and ">=0.9.0,<0.13" in out
+
+
+def test_changed_hook_signature_is_refused():
+    code = """
+from jax._src import compiler
+compiler._cache_read = lambda key, backend: None
+import xlakit
+try:
+    xlakit.enable_cache('/tmp/never-created-xlakit')
+except Exception as e:
+    print(type(e).__name__ + ': ' + str(e))
+"""
+    out = run_python(code)
+    assert out.startswith("UnsupportedJaxVersion: ") and "_cache_read('key', 'backend') has changed" in out
+
+
+def test_cache_stats_from_real_compiles_and_hits(tmp_path):
+    code = f"""
+import jax, numpy as np, xlakit
+xlakit.enable_cache({str(tmp_path / 'c')!r})
+f = lambda x: jax.numpy.sin(x) @ x.T
+jax.jit(f)(np.ones((64, 64), np.float32))
+s = xlakit.cache_stats()
+print(s.counts['miss'], s.counts['compile'], s.counts['store'], s.counts['hit'], s.compile_s > 0, s.stored_bytes > 0)
+"""
+    assert run_python(code) == "1 1 1 0 True True"
+    warm = run_python(code.replace("print(s.counts['miss']", "print(s.saved_s >= 0, s.load_s > 0, s.counts['miss']"))
+    assert warm == "True True 0 0 0 1 False False"
+
+
+def test_stats_saved_seconds_never_negative():
+    from xlakit.events import EventLog
+
+    log = EventLog()
+    log.emit("hit", name="f", duration_s=0.5, saved_s=-0.4)  # a load slower than the compile it replaced
+    log.emit("hit", name="g", duration_s=0.1, saved_s=2.0)
+    log.emit("compile", name="h", duration_s=1.5)
+    stats = log.stats()
+    assert stats.saved_s == 2.0 and stats.load_s == 0.6 and stats.compile_s == 1.5 and stats.hits == 2
+
+
+def test_event_log_is_bounded_and_observable():
+    from xlakit.events import EventLog
+
+    log = EventLog(maxlen=3)
+    seen = []
+    unsubscribe = log.subscribe(seen.append)
+    for i in range(5):
+        log.emit("miss", name=f"f{i}")
+    unsubscribe()
+    log.emit("miss", name="after")
+    assert [e.name for e in log.events()] == ["f3", "f4", "after"]
+    assert [e.name for e in seen] == ["f0", "f1", "f2", "f3", "f4"]
+    assert log.stats().counts["miss"] == 6  # totals are never dropped with old events
+    frame = log.to_frame()
+    assert list(frame["name"]) == ["f3", "f4", "after"] and "reason" in frame.columns
