@@ -33,16 +33,17 @@ jax.config.update('jax_persistent_cache_min_compile_time_secs', 2.5)
 names = ['jax_enable_compilation_cache', 'jax_compilation_cache_dir',
          'jax_persistent_cache_min_compile_time_secs', 'jax_persistent_cache_min_entry_size_bytes']
 before = {{n: getattr(jax.config, n) for n in names}}
-hooks = (compiler._cache_read, compiler._cache_write)
+originals = (compiler._cache_read, compiler._cache_write, __import__("jax._src.pjit")._src.pjit._run_python_pjit)
 level = logging.getLogger('jax._src.cache_key').level
 import xlakit
 cache = xlakit.enable_cache({str(tmp_path / 'c')!r})
 during = {{n: getattr(jax.config, n) for n in names}}
-hooked = compiler._cache_read == cache.read and compiler._cache_write == cache.write
+from xlakit._jax import hooks
+hooked = compiler._cache_read is hooks._cache_read and compiler._cache_write is hooks._cache_write and hooks._default is cache
 print(xlakit.disable_cache(), xlakit.disable_cache(), file=__import__('sys').stderr)
 after = {{n: getattr(jax.config, n) for n in names}}
 print(json.dumps({{'before': before, 'during': during, 'after': after, 'hooked': hooked,
-                  'restored': (compiler._cache_read, compiler._cache_write) == hooks,
+                  'restored': (compiler._cache_read, compiler._cache_write, __import__("jax._src.pjit")._src.pjit._run_python_pjit) == originals,
                   'level_restored': logging.getLogger('jax._src.cache_key').level == level}}))
 """
     r = json.loads(run_python(code))

@@ -1,0 +1,224 @@
+"""xlakit's single attachment point inside JAX's compile path, shared by transparent mode and ExecutableCache.
+
+JAX (0.9–0.12) compiles every program through ``jax._src.compiler.compile_or_get_cached``, which — once the
+persistent-cache machinery has computed a key — calls two module-level functions we replace:
+
+* ``_cache_read(module_name, cache_key, compile_options, backend, executable_devices[, host_callbacks])``
+* ``_cache_write(cache_key, compile_time_secs, module_name, backend, executable[, host_callbacks])``
+
+Two more wrappers gather context for those calls, on the compiling thread:
+
+* ``jax._src.cache_key.get`` — records the ``ir.Module`` being keyed (for module text in entries and
+  explanations) and, through a logger filter on ``jax._src.cache_key``, JAX's own per-part key hashes.
+* ``jax._src.pjit._run_python_pjit`` — runs only when a ``jax.jit`` object misses its C++ dispatch cache;
+  if the jitted function is one of :func:`mark`'s, the compile is routed to that function's handler. The
+  C++ fast path is untouched, so a routed ``jax.jit`` dispatches at ``jax.jit`` speed.
+
+A *handler* (``read(ctx, ...)``, ``write(ctx, ...)``) answers a compile: the innermost :func:`route`, else
+the default handler (transparent mode), else JAX's original functions. Hooks are reference-counted:
+:func:`release` by the last user restores every JAX function exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from xlakit._jax import versions
+
+__all__ = ["CompileContext", "Handler", "acquire", "release", "route", "set_default", "mark", "handler_of"]
+
+_KEY_LOGGER = "jax._src.cache_key"
+
+
+@dataclasses.dataclass
+class CompileContext:
+    """What xlakit knows about the program being compiled on this thread.
+
+    Attributes:
+      module_name: HLO module name, e.g. ``jit_train_step``.
+      key: JAX's persistent-cache key (``<module_name>-<sha256 hex>``).
+      key_parts: JAX's per-part hashes (``computation``, ``jax_lib version``, ``backend version``,
+        ``XLA flags``, ``compile_options``, ``accelerator_config``, ``compression``, ``custom_hook``).
+      module: the ``ir.Module`` JAX keyed, or None.
+      devices: the device array JAX keyed (``numpy.ndarray`` of devices), or None.
+    """
+
+    module_name: str
+    key: str
+    key_parts: dict[str, str]
+    module: Any = None
+    devices: Any = None
+
+
+class Handler(Protocol):
+    def read(self, ctx: CompileContext, compile_options: Any, backend: Any, executable_devices: Any,
+             host_callbacks: Any) -> tuple[Any, int | None]: ...
+
+    def write(self, ctx: CompileContext, compile_time_secs: float, backend: Any, executable: Any,
+              host_callbacks: Any) -> None: ...
+
+
+class _KeyCapture(logging.Filter):
+    """Collects JAX's per-part cache-key hashes for this thread and hides those DEBUG records."""
+
+    def __init__(self, passthrough_level: int) -> None:
+        super().__init__()
+        self.passthrough_level = passthrough_level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "get_cache_key hash of serialized %s: %s" and len(record.args or ()) == 2:
+            part, digest = record.args  # type: ignore[misc]
+            if part == "computation":  # every key starts with the computation
+                _local.parts = {}
+            getattr(_local, "parts", {})[str(part)] = str(digest)
+        # Records below the level the user had configured were never meant to be shown.
+        return record.levelno >= self.passthrough_level
+
+
+_local = threading.local()
+_lock = threading.RLock()
+_users = 0
+_saved: dict[str, Any] = {}
+_default: Handler | None = None
+_MARK = "__xlakit_handler__"
+
+
+def _routes() -> list[Handler]:
+    routes = getattr(_local, "routes", None)
+    if routes is None:
+        routes = _local.routes = []
+    return routes
+
+
+def _current() -> Handler | None:
+    routes = _routes()
+    return routes[-1] if routes else _default
+
+
+@contextlib.contextmanager
+def route(handler: Handler) -> Iterator[None]:
+    """Send every compile on this thread to ``handler`` while the block runs (innermost wins)."""
+    routes = _routes()
+    routes.append(handler)
+    try:
+        yield
+    finally:
+        routes.pop()
+
+
+def set_default(handler: Handler | None) -> None:
+    """The handler for compiles no :func:`route` claims (transparent mode), or None for JAX's own cache."""
+    global _default
+    _default = handler
+
+
+def mark(fn: Callable, handler: Handler) -> Callable:
+    """A wrapper of ``fn`` (same name, signature and behaviour) whose jit compiles go to ``handler``."""
+
+    @functools.wraps(fn)
+    def marked(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    setattr(marked, _MARK, handler)
+    return marked
+
+
+def handler_of(fn: Callable) -> Handler | None:
+    return getattr(fn, _MARK, None)
+
+
+# -- the wrappers installed into JAX -----------------------------------------------------------------
+def _key_get(module, devices, *args, **kwargs):
+    _local.module, _local.devices = module, devices
+    return _saved["key_get"](module, devices, *args, **kwargs)
+
+
+def _run_python_pjit(p, args_flat, fun, args, kwargs):
+    handler = getattr(fun, _MARK, None)
+    if handler is None:
+        return _saved["run_python_pjit"](p, args_flat, fun, args, kwargs)
+    with route(handler):
+        return _saved["run_python_pjit"](p, args_flat, fun, args, kwargs)
+
+
+def _context(module_name: str, cache_key: str) -> CompileContext:
+    ctx = getattr(_local, "ctx", None)
+    if ctx is not None and ctx.key == cache_key:
+        return ctx
+    module = getattr(_local, "module", None)
+    return CompileContext(module_name, cache_key, dict(getattr(_local, "parts", {}) or {}), module,
+                          getattr(_local, "devices", None))
+
+
+def _cache_read(module_name, cache_key, compile_options, backend, executable_devices, *rest):
+    handler = _current()
+    if handler is None:
+        return _saved["read"](module_name, cache_key, compile_options, backend, executable_devices, *rest)
+    ctx = _local.ctx = _context(module_name, cache_key)
+    host_callbacks = rest[0] if rest else ()
+    return handler.read(ctx, compile_options, backend, executable_devices, host_callbacks)
+
+
+def _cache_write(cache_key, compile_time_secs, module_name, backend, executable, *rest):
+    handler = _current()
+    if handler is None:
+        return _saved["write"](cache_key, compile_time_secs, module_name, backend, executable, *rest)
+    ctx = _context(module_name, cache_key)
+    _local.ctx = _local.module = _local.devices = None  # do not keep a compiled module alive
+    host_callbacks = rest[0] if rest else ()
+    return handler.write(ctx, compile_time_secs, backend, executable, host_callbacks)
+
+
+def acquire() -> None:
+    """Install the hooks (first user) or count one more user.
+
+    Raises:
+      UnsupportedJaxVersion: this JAX lacks the hooks; the message names the supported versions.
+    """
+    global _users
+    with _lock:
+        if _users == 0:
+            versions.check_transparent_hooks()
+            from jax._src import cache_key, compiler, pjit
+
+            key_logger = logging.getLogger(_KEY_LOGGER)
+            capture = _KeyCapture(passthrough_level=key_logger.getEffectiveLevel())
+            _saved.update(read=compiler._cache_read, write=compiler._cache_write, key_get=cache_key.get,
+                          run_python_pjit=pjit._run_python_pjit, logger_level=key_logger.level, capture=capture)
+            key_logger.addFilter(capture)
+            key_logger.setLevel(logging.DEBUG)
+            compiler._cache_read = _cache_read
+            compiler._cache_write = _cache_write
+            cache_key.get = _key_get
+            pjit._run_python_pjit = _run_python_pjit
+        _users += 1
+
+
+def release() -> None:
+    """One user fewer; the last one restores JAX's functions and logger exactly as :func:`acquire` found them."""
+    global _users
+    with _lock:
+        if _users == 0:
+            return
+        _users -= 1
+        if _users == 0:
+            from jax._src import cache_key, compiler, pjit
+
+            compiler._cache_read = _saved["read"]
+            compiler._cache_write = _saved["write"]
+            cache_key.get = _saved["key_get"]
+            pjit._run_python_pjit = _saved["run_python_pjit"]
+            key_logger = logging.getLogger(_KEY_LOGGER)
+            key_logger.removeFilter(_saved["capture"])
+            key_logger.setLevel(_saved["logger_level"])
+            _saved.clear()
+
+
+def installed() -> bool:
+    return _users > 0

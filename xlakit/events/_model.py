@@ -1,0 +1,129 @@
+"""The :class:`Event` record and the closed sets of its ``kind`` and ``source`` values."""
+
+from __future__ import annotations
+
+import dataclasses
+import time as _time
+from html import escape
+from typing import Any
+
+__all__ = ["KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event"]
+
+#: Every ``Event.kind``, in the order tables and frames list them. See the table in :mod:`xlakit.events`.
+KINDS = ("hit", "miss", "compile", "store", "skip", "corrupt", "evict", "load_error", "store_error", "trace",
+         "lower")
+
+#: Every ``Event.source`` (a closed set): which layer or hook an event came from.
+#:
+#: ``xlakit``         xlakit's own executable store (transparent mode, ExecutableCache, bundles, memory)
+#: ``jax-persistent`` JAX's own persistent compilation cache (``jax_compilation_cache_dir``)
+#: ``jit``            JAX's in-process tracing/jit cache (misses only, with ``jax_explain_cache_misses``)
+#: ``jax``            JAX's compile pipeline as measured by ``jax.monitoring``: trace, lower, compile
+SOURCES = ("xlakit", "jax-persistent", "jit", "jax")
+
+#: The three cache layers (the sources whose hits and misses are cache lookups).
+CACHE_SOURCES = ("xlakit", "jax-persistent", "jit")
+
+#: Kinds that mean a cache could not do its job (counted as failures by the metrics).
+FAILURE_KINDS = ("corrupt", "load_error", "store_error")
+
+_KIND_SET = frozenset(KINDS)
+_SOURCE_SET = frozenset(SOURCES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One cache or compile action.
+
+    Attributes:
+      kind: one of :data:`KINDS`.
+      name: function / HLO module name (e.g. ``"jit_train_step"``), or None when unknown. JAX's own signals
+        are given the module name JAX compiles under (``jit(f)`` becomes ``jit_f``), so one function has
+        one name on every layer.
+      key: cache key, or None.
+      duration_s: seconds the action took (see the kind table in :mod:`xlakit.events`), or None.
+      bytes: bytes involved (entry size on disk), or None when the producer does not know.
+      reason: human-readable explanation (why a miss, why skipped, what was corrupt), or None.
+      partition: xlakit environment partition name, or None.
+      source: one of :data:`SOURCES` — the layer the event belongs to.
+      saved_s: for a hit, the entry's recorded compile seconds minus the measured load seconds, floored
+        at 0 (never JAX's ``compile_time_saved_sec``, which is negative on CPU); None otherwise.
+      time: wall-clock seconds since the epoch (``time.time()``) when the event was recorded — for an
+        action with a duration, its end.
+      monotonic: ``time.monotonic()`` seconds at the same moment, for ordering and intervals within one
+        process (meaningless across processes; compare ``time`` there).
+
+    Raises:
+      ValueError: on construction, for a ``kind`` or ``source`` outside the closed sets.
+    """
+
+    kind: str
+    name: str | None = None
+    key: str | None = None
+    duration_s: float | None = None
+    bytes: int | None = None
+    reason: str | None = None
+    partition: str | None = None
+    source: str = "xlakit"
+    saved_s: float | None = None
+    time: float = dataclasses.field(default_factory=_time.time)
+    monotonic: float = dataclasses.field(default_factory=_time.monotonic)
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KIND_SET:
+            raise ValueError(f"unknown event kind {self.kind!r}; expected one of {', '.join(KINDS)}")
+        if self.source not in _SOURCE_SET:
+            raise ValueError(f"unknown event source {self.source!r}; expected one of {', '.join(SOURCES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as a plain dict (JSON-serialisable)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Event:
+        """The inverse of :meth:`to_dict`.
+
+        Raises:
+          ValueError: a field this version does not know, a missing ``kind``, or an unknown kind/source.
+        """
+        unknown = set(data) - _FIELD_NAMES
+        if unknown:
+            raise ValueError(f"unknown event field(s) {', '.join(sorted(unknown))}")
+        if "kind" not in data:
+            raise ValueError("an event needs a 'kind'")
+        return cls(**data)
+
+    def __repr__(self) -> str:
+        parts = [f"{self.kind} {self.name or '?'} [{self.source}]"]
+        if self.duration_s is not None:
+            parts.append(f"{self.duration_s:.4f} s")
+        if self.saved_s is not None:
+            parts.append(f"saved {self.saved_s:.4f} s")
+        if self.bytes is not None:
+            parts.append(f"{self.bytes} bytes")
+        if self.key:
+            parts.append(f"key {_short(self.key)}")
+        if self.reason:
+            parts.append(f"reason: {self.reason if len(self.reason) <= 80 else self.reason[:77] + '...'}")
+        return f"Event({', '.join(parts)})"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(_cell(v))}</td></tr>"
+                       for k, v in self.to_dict().items())
+        return f"<table>{rows}</table>"
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Event))
+
+
+def _short(key: str) -> str:
+    """``jit_f-3361bd79...`` keys are long; the module name plus 8 hex digits identify one in a listing."""
+    return key if len(key) <= 24 else key[:24] + "…"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
