@@ -19,9 +19,11 @@ from xlakit.events import CacheStats, Event, EventLog, cache_stats
 
 if TYPE_CHECKING:
     from xlakit._jax.persistent import TransparentCache
+    from xlakit.cache import ExecutableCache
+    from xlakit.explain import Explanation
 
 __all__ = ["__version__", "enable_cache", "disable_cache", "cache_stats", "CacheStats", "Event", "EventLog",
-           "events"]
+           "events", "ExecutableCache", "Explanation"]
 
 __version__ = "0.1.0"
 
@@ -73,3 +75,16 @@ def disable_cache() -> bool:
 
     persistent = sys.modules.get("xlakit._jax.persistent")
     return bool(persistent and persistent.disable())
+
+
+def __getattr__(name: str):
+    # Loaded on first use so that `import xlakit` stays light.
+    if name == "ExecutableCache":
+        from xlakit.cache import ExecutableCache
+
+        return ExecutableCache
+    if name == "Explanation":
+        from xlakit.explain import Explanation
+
+        return Explanation
+    raise AttributeError(f"module 'xlakit' has no attribute {name!r}")

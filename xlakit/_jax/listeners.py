@@ -1,0 +1,500 @@
+"""JAX's own signals as xlakit events: ``jax.monitoring``, JAX's compiler/cache loggers, tracing-cache misses.
+
+What is listened to (checked on jax 0.10.2; every hook is optional and missing ones only mean fewer events):
+
+* ``jax.monitoring`` durations ``/jax/core/compile/{jaxpr_trace_duration, jaxpr_to_mlir_module_duration,
+  backend_compile_duration}`` (they carry ``fun_name``) become ``trace``, ``lower`` and ``compile`` events
+  with ``source="jax"``. Names are given the form JAX compiles the module under — ``jit(f)`` and the traced
+  ``f`` both become ``jit_f`` — so one function has one name on every layer.
+* ``/jax/compilation_cache/cache_hits`` and ``cache_retrieval_time_sec`` become a ``hit`` with
+  ``source="jax-persistent"``. The hit event carries no function name; the name and key come from the
+  ``jax._src.compiler`` record "Persistent compilation cache hit for '%s' with key %r", which JAX logs just
+  before (at DEBUG unless ``jax_log_compiles``).
+* The records "PERSISTENT COMPILATION CACHE MISS ...", "'%s' took at least ... (%.2fs)", "Not writing
+  persistent cache entry ...", "Writing %s to persistent compilation cache ..." (``jax._src.compiler`` and
+  ``jax._src.compilation_cache``) and "Evicting cache entry ..." (``jax._src.lru_cache``) become the
+  ``miss``, ``compile``, ``skip``, ``store`` and ``evict`` of JAX's persistent cache — including the
+  programs JAX silently declines to store (under ``jax_persistent_cache_min_compile_time_secs``).
+* With ``jax_explain_cache_misses`` on, the WARNING "TRACING CACHE MISS at ..." of
+  ``jax._src.interpreters.partial_eval`` becomes a ``miss`` with ``source="jit"`` and JAX's explanation as
+  the reason. In-process cache *hits* emit nothing in JAX, so there are none to record.
+
+DEBUG records are captured by a :class:`logging.Filter` on each logger, with the logger's level lowered
+only as far as needed. Records below the level the user had effectively configured are suppressed after
+being read, so nothing new is printed; :meth:`JaxListeners.uninstall` restores each level.
+
+One event per action, never two (the rules that keep the three layers apart):
+
+* While xlakit's store answers JAX's cache hooks (transparent mode or an ExecutableCache route), JAX still
+  logs "cache hit"/"CACHE MISS" and fires ``cache_hits`` for xlakit's lookups. Those belong to the xlakit
+  layer, which recorded them itself, so they are ignored. A compile is attributed to xlakit when an
+  xlakit event was appended on the compiling thread, or when ``xlakit._jax.persistent.active()`` (or the
+  hooks' current handler) says xlakit answers compiles.
+* ``backend_compile_duration`` spans JAX's whole compile step (cache lookup + compile or load + cache
+  write). It becomes a ``compile`` event only when no layer served the program (a hit is a load, not a
+  compile) and no layer recorded the compile already (xlakit records JAX's measured compile seconds; for
+  JAX's own cache the exact seconds come from its "took at least" record). So summing ``compile``
+  durations over all sources counts each XLA compile once.
+* JAX's ``compile_time_saved_sec`` is never used as seconds saved (it is negative on CPU). For a JAX
+  persistent hit, ``saved_s`` = the entry's recorded compile seconds (JAX stores whole seconds, truncated,
+  recovered as ``compile_time_saved_sec + cache_retrieval_time_sec``) minus the measured load seconds,
+  floored at 0 — so a program that compiled in under 1 s reports 0 saved.
+
+Listeners never raise into JAX: a signal that cannot be read is recorded in :attr:`JaxListeners.errors`
+and warned about once.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from xlakit import events as _events
+
+__all__ = ["JaxListeners", "install", "uninstall", "installed", "acquire"]
+
+# jax.monitoring names (jax._src.dispatch / compiler / compilation_cache).
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+_USE_CACHE = "/jax/compilation_cache/compile_requests_use_cache"
+_CACHE_HITS = "/jax/compilation_cache/cache_hits"
+_CACHE_WRITES = "/jax/compilation_cache/cache_misses"  # JAX fires it only when an entry is written
+_SAVED = "/jax/compilation_cache/compile_time_saved_sec"
+_RETRIEVAL = "/jax/compilation_cache/cache_retrieval_time_sec"
+
+# Logger -> the level a record must reach to be created there (what we need to see).
+_LOGGERS = {
+    "jax._src.compiler": logging.DEBUG,
+    "jax._src.compilation_cache": logging.DEBUG,
+    "jax._src.lru_cache": logging.DEBUG,
+    "jax._src.interpreters.partial_eval": logging.WARNING,  # TRACING CACHE MISS (jax 0.10)
+    "jax._src.pjit": logging.WARNING,  # where other JAX versions explain tracing-cache misses
+}
+
+# JAX's log message templates (``record.msg``), matched exactly.
+_MSG_HIT = "Persistent compilation cache hit for '%s' with key %r"
+_MSG_MISS = "PERSISTENT COMPILATION CACHE MISS for '%s' with key %r"
+_MSG_TOOK = "'%s' took at least %.2f seconds to compile (%.2fs)"
+_MSG_TOO_FAST = ("Not writing persistent cache entry for '%s' because it took < %.2f seconds to compile "
+                 "(%.2fs)")
+_MSG_CALLBACKS = ("Not writing persistent cache entry for '%s' because it uses host callbacks (e.g. from "
+                  "jax.debug.print or breakpoint)")
+_MSG_NOT_PROCESS_0 = "Not writing persistent cache entry since process_id != 0"
+_MSG_WRITING = "Writing %s to persistent compilation cache with key %r"
+_MSG_TOO_SMALL = ("Not writing persistent cache entry with key %r since its size (%d bytes) is less than "
+                  "threshold (%d bytes)")
+_MSG_NO_CACHE = "get_executable_and_time: cache is disabled/not initialized"
+_MSG_EVICT = "Evicting cache entry %r: file size %d bytes, target cache size %d bytes"
+_TRACING_MISS = "TRACING CACHE MISS "
+
+_MAX_ERRORS = 100
+
+
+def module_name(fun_name: str | None, wrap: str | None = None) -> str | None:
+    """The name JAX gives the module it compiles for ``fun_name`` (``jit(f)`` -> ``jit_f``).
+
+    Mirrors ``jax._src.interpreters.mlir.sanitize_name(...).rstrip("_")``; ``wrap`` adds the transform
+    (``"jit"``) for names JAX reports before it wraps them (the traced function's own name).
+    """
+    if not fun_name:
+        return None
+    if wrap and not re.fullmatch(r"\w+\(.*\)", fun_name):
+        fun_name = f"{wrap}({fun_name})"
+    return re.sub(r"[^\w.-]", "_", fun_name).rstrip("_") or None
+
+
+def _name_from_key(key: Any) -> str | None:
+    """JAX's keys are ``<module name>-<sha256 hex>``."""
+    if isinstance(key, str) and "-" in key:
+        return key.rsplit("-", 1)[0] or None
+    return None
+
+
+class _Step:
+    """What one thread has seen of one JAX compile step (cache lookup ... backend compile duration)."""
+
+    __slots__ = ("layer", "served", "compile_recorded", "hit_name", "hit_key", "jax_saved_s", "hit_pending",
+                 "write_name", "write_key", "pending")
+
+    def __init__(self, layer: str | None) -> None:
+        self.layer = layer  # "xlakit", "jax-persistent", or None (no persistent cache in use)
+        self.served = False  # a cache hit: the step loaded a program instead of compiling it
+        self.compile_recorded = False
+        self.hit_name: str | None = None
+        self.hit_key: str | None = None
+        self.jax_saved_s: float | None = None
+        self.hit_pending: dict[str, Any] | None = None  # a hit waiting for a name
+        self.write_name: str | None = None
+        self.write_key: str | None = None
+        self.pending: list[dict[str, Any]] = []  # events to emit after this step's compile
+
+
+class _Capture(logging.Filter):
+    """Reads JAX's log records for the listeners; lets through only what the user would have seen."""
+
+    def __init__(self, owner: JaxListeners, passthrough_level: int) -> None:
+        super().__init__()
+        self.owner = owner
+        self.passthrough_level = passthrough_level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.owner._guard(self.owner._on_record, record)
+        return record.levelno >= self.passthrough_level
+
+
+class JaxListeners:
+    """The installed listeners: JAX monitoring callbacks plus logger filters, writing to one :class:`EventLog`.
+
+    Use :func:`install` (or :func:`xlakit.events.install_listeners`); one instance is installed at a time.
+
+    Attributes:
+      log: the :class:`~xlakit.events.EventLog` events go to.
+      errors: ``"signal: ExcType: message"`` for signals that could not be turned into events (newest 100).
+    """
+
+    def __init__(self, log: _events.EventLog) -> None:
+        self.log = log
+        self.errors: collections.deque[str] = collections.deque(maxlen=_MAX_ERRORS)
+        self._local = threading.local()
+        self._filters: dict[str, tuple[_Capture, int, int | None]] = {}  # logger -> (filter, old, set level)
+        self._unsubscribe: Callable[[], None] | None = None
+        self._warned = False
+        self.installed = False
+
+    # -- install / uninstall ---------------------------------------------------------------------------
+    def install(self) -> None:
+        """Register the callbacks, filters and the log observer that are not registered yet (idempotent)."""
+        from jax._src import monitoring
+
+        if self._on_event not in monitoring.get_event_listeners():
+            monitoring.register_event_listener(self._on_event)
+        if self._on_duration not in monitoring.get_event_duration_listeners():
+            monitoring.register_event_duration_secs_listener(self._on_duration)
+        for name, needed in _LOGGERS.items():
+            logger = logging.getLogger(name)
+            if name in self._filters and self._filters[name][0] in logger.filters:
+                continue
+            effective = logger.getEffectiveLevel()
+            capture = _Capture(self, passthrough_level=effective)
+            logger.addFilter(capture)
+            set_level = None
+            if effective > needed:
+                set_level = needed
+                old = logger.level
+                logger.setLevel(needed)
+            else:
+                old = logger.level
+            self._filters[name] = (capture, old, set_level)
+        if self._unsubscribe is None:
+            self._unsubscribe = self.log.subscribe(self._observe)
+        self.installed = True
+
+    def uninstall(self) -> None:
+        """Remove every callback, filter and observer this instance added and restore each logger's level.
+
+        Safe after ``jax.monitoring.clear_event_listeners()`` (which removes some listener kinds and not
+        others): a callback already gone is skipped. A logger level the user changed meanwhile is kept.
+        """
+        from jax._src import monitoring
+
+        for callback, getter, remover in (
+                (self._on_event, "get_event_listeners",
+                 ("unregister_event_listener", "_unregister_event_listener_by_callback")),
+                (self._on_duration, "get_event_duration_listeners",
+                 ("unregister_event_duration_listener", "_unregister_event_duration_listener_by_callback"))):
+            get = getattr(monitoring, getter, None)
+            while get is None or callback in get():
+                remove = next((getattr(monitoring, r) for r in remover if hasattr(monitoring, r)), None)
+                if remove is None:
+                    break
+                try:
+                    remove(callback)
+                except (AssertionError, ValueError):  # already gone
+                    break
+                if get is None:
+                    break
+        for name, (capture, old, set_level) in self._filters.items():
+            logger = logging.getLogger(name)
+            logger.removeFilter(capture)
+            if set_level is not None and logger.level == set_level:
+                logger.setLevel(old)
+        self._filters.clear()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self.installed = False
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _guard(self, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - a listener must never break a compile
+            what = args[0] if args and isinstance(args[0], str) else getattr(args[0], "msg", "?") if args else "?"
+            self.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"xlakit could not read a JAX signal ({what}): {type(exc).__name__}: {exc}. "
+                              "Programs are unaffected; see xlakit._jax.listeners.installed().errors.",
+                              RuntimeWarning, stacklevel=2)
+
+    def _emit(self, kind: str, source: str, **fields: Any) -> None:
+        self.log.emit(kind, source=source, **fields)
+
+    def _step(self) -> _Step:
+        step = getattr(self._local, "step", None)
+        if step is None:
+            step = self._local.step = _Step(_current_layer())
+        return step
+
+    def _layer(self, step: _Step) -> str | None:
+        return step.layer
+
+    def _flush(self, step: _Step, name: str | None = None) -> None:
+        if step.hit_pending is not None:
+            fields, step.hit_pending = step.hit_pending, None
+            self._emit("hit", "jax-persistent", name=fields.pop("name") or name, **fields)
+        for fields in step.pending:
+            self._emit(fields.pop("kind"), "jax-persistent", **{"name": name, **fields})
+        step.pending = []
+
+    def _observe(self, event: _events.Event) -> None:
+        """Log observer: an xlakit event on this thread means xlakit answers the compile in progress."""
+        if event.source == "xlakit" and event.kind in ("hit", "miss", "corrupt", "load_error"):
+            self._step().layer = "xlakit"
+
+    # -- jax.monitoring callbacks ----------------------------------------------------------------------
+    def _on_event(self, event: str, **kwargs: Any) -> None:
+        self._guard(self._handle_event, event, **kwargs)
+
+    def _on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        self._guard(self._handle_duration, event, duration, **kwargs)
+
+    def _handle_event(self, event: str, **kwargs: Any) -> None:
+        if event == _USE_CACHE:  # a compile step with a cache key begins
+            old = getattr(self._local, "step", None)
+            if old is not None:
+                self._flush(old)  # the previous step never reached backend_compile_duration
+            self._local.step = _Step(_current_layer())
+        elif event == _CACHE_HITS:
+            self._step().served = True
+        elif event == _CACHE_WRITES:
+            step = self._step()
+            if step.layer == "jax-persistent":
+                self._emit("store", "jax-persistent", name=step.write_name or _name_from_key(step.write_key),
+                           key=step.write_key)
+
+    def _handle_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        fun_name = kwargs.get("fun_name")
+        if event == _TRACE:
+            self._emit("trace", "jax", name=module_name(fun_name, wrap="jit"), duration_s=float(duration))
+        elif event == _LOWER:
+            self._emit("lower", "jax", name=module_name(fun_name), duration_s=float(duration))
+        elif event == _SAVED:
+            self._step().jax_saved_s = float(duration)
+        elif event == _RETRIEVAL:
+            step = self._step()
+            if step.layer == "jax-persistent" and step.served:
+                load_s = float(duration)
+                fields: dict[str, Any] = {"name": step.hit_name, "key": step.hit_key, "duration_s": load_s}
+                if step.jax_saved_s is not None:
+                    # JAX computed saved = recorded - retrieval with this same retrieval time; the recorded
+                    # compile time is a whole number of seconds.
+                    recorded = round(step.jax_saved_s + load_s)
+                    fields["saved_s"] = max(0.0, recorded - load_s)
+                    fields["reason"] = f"JAX recorded {recorded} s of compile time (whole seconds, truncated)"
+                if step.hit_name is None:
+                    step.hit_pending = fields  # named at the end of the step, from fun_name
+                else:
+                    self._emit("hit", "jax-persistent", **fields)
+        elif event == _BACKEND_COMPILE:
+            step = getattr(self._local, "step", None) or _Step(_current_layer())
+            self._local.step = None
+            name = module_name(fun_name)
+            if not (step.served or step.compile_recorded or step.layer == "xlakit"):
+                self._emit("compile", "jax", name=name, duration_s=float(duration))
+            self._flush(step, name)
+
+    # -- logger records --------------------------------------------------------------------------------
+    def _on_record(self, record: logging.LogRecord) -> None:
+        msg = record.msg
+        if not isinstance(msg, str):
+            return
+        args = record.args if isinstance(record.args, tuple) else ()
+        if msg.startswith(_TRACING_MISS):
+            self._tracing_miss(record.getMessage())
+            return
+        if msg not in _PERSISTENT_MESSAGES:
+            return
+        step = self._step()
+        if msg == _MSG_NO_CACHE:
+            step.layer = None  # JAX's cache is configured but could not be initialised: no lookup happened
+            return
+        if step.layer != "jax-persistent":
+            return  # xlakit's lookups (recorded by xlakit), or no persistent cache in use
+        if msg == _MSG_HIT:
+            step.hit_name, step.hit_key = str(args[0]), str(args[1])
+        elif msg == _MSG_MISS:
+            self._emit("miss", "jax-persistent", name=str(args[0]), key=str(args[1]), reason=_miss_reason())
+        elif msg == _MSG_TOOK:
+            self._emit("compile", "jax", name=str(args[0]), duration_s=float(args[2]))
+            step.compile_recorded = True
+        elif msg == _MSG_TOO_FAST:
+            name, threshold, took = str(args[0]), float(args[1]), float(args[2])
+            self._emit("compile", "jax", name=name, duration_s=took)
+            step.compile_recorded = True
+            self._emit("skip", "jax-persistent", name=name,
+                       reason=f"compiled in {took:.3f} s, under jax_persistent_cache_min_compile_time_secs="
+                              f"{threshold:g} s")
+        elif msg == _MSG_CALLBACKS:
+            # No compile seconds here: emit the skip after the step's compile event.
+            step.pending.append({"kind": "skip", "name": str(args[0]),
+                                 "reason": "the program uses host callbacks (jax.debug.print, io_callback, "
+                                           "pure_callback); JAX does not store those"})
+        elif msg == _MSG_NOT_PROCESS_0:
+            step.pending.append({"kind": "skip", "reason": "only process 0 writes JAX's persistent cache"})
+        elif msg == _MSG_WRITING:
+            step.write_name, step.write_key = str(args[0]), str(args[1])
+        elif msg == _MSG_TOO_SMALL:
+            key, size, threshold = str(args[0]), int(args[1]), int(args[2])
+            self._emit("skip", "jax-persistent", name=_name_from_key(key), key=key, bytes=size,
+                       reason=f"entry of {size} bytes, under jax_persistent_cache_min_entry_size_bytes="
+                              f"{threshold}")
+        elif msg == _MSG_EVICT:
+            key, size, target = str(args[0]), int(args[1]), int(args[2])
+            self._emit("evict", "jax-persistent", name=_name_from_key(key), key=key, bytes=size,
+                       reason=f"least recently used; JAX's cache trimmed to {target} bytes "
+                              "(jax_compilation_cache_max_size)")
+
+    def _tracing_miss(self, text: str) -> None:
+        lines = text.split("\n")
+        name = None
+        for i, line in enumerate(lines):
+            m = re.match(r"\s+for (.+?)(?: defined at .*)?$", line)
+            if m:
+                name = m.group(1)
+                break
+            if line.strip() == "never seen function:" and i + 1 < len(lines):
+                m = re.match(r"\s+(.+?) id=\d+", lines[i + 1])
+                name = m.group(1) if m else None
+                break
+        self._emit("miss", "jit", name=module_name(name, wrap="jit"), reason=text[len(_TRACING_MISS):].strip())
+
+
+_PERSISTENT_MESSAGES = frozenset({_MSG_HIT, _MSG_MISS, _MSG_TOOK, _MSG_TOO_FAST, _MSG_CALLBACKS, _MSG_NOT_PROCESS_0,
+                                  _MSG_WRITING, _MSG_TOO_SMALL, _MSG_NO_CACHE, _MSG_EVICT})
+
+
+def _current_layer() -> str | None:
+    """Which persistent layer answers a compile starting now on this thread: xlakit, JAX's, or none."""
+    hooks = sys.modules.get("xlakit._jax.hooks")
+    if hooks is not None:
+        current = getattr(hooks, "_current", None)
+        is_installed = getattr(hooks, "installed", None)
+        try:
+            if callable(current) and callable(is_installed) and is_installed() and current() is not None:
+                return "xlakit"
+        except Exception:  # noqa: BLE001 - a sibling module's internals; fall through to the other checks
+            pass
+    persistent = sys.modules.get("xlakit._jax.persistent")
+    active = getattr(persistent, "active", None)
+    if callable(active) and active() is not None:
+        return "xlakit"
+    from jax._src import compilation_cache
+
+    if compilation_cache.is_persistent_cache_enabled():
+        return "jax-persistent"
+    return None
+
+
+def _miss_reason() -> str:
+    import jax
+
+    return (f"no entry for this key in JAX's persistent cache at {jax.config.jax_compilation_cache_dir} "
+            "(JAX does not say whether it was absent or unreadable)")
+
+
+_lock = threading.RLock()
+_installed: JaxListeners | None = None
+_explicit = False
+_record_users = 0
+
+
+def installed() -> JaxListeners | None:
+    """The installed :class:`JaxListeners`, or None."""
+    return _installed
+
+
+def _ensure(log: _events.EventLog) -> JaxListeners:
+    global _installed
+    if _installed is not None and _installed.log is not log:
+        _installed.uninstall()
+        _installed = None
+    if _installed is None:
+        _installed = JaxListeners(log)
+    _installed.install()  # idempotent; re-adds anything someone removed
+    return _installed
+
+
+def install(log: _events.EventLog | None = None) -> JaxListeners:
+    """Install the listeners, writing to ``log`` (default: :func:`xlakit.events.log`); see the module docstring.
+
+    Idempotent: a second call adds nothing (and re-adds a callback that ``clear_event_listeners`` removed).
+    With another ``log``, the listeners move to it.
+    """
+    global _explicit
+    with _lock:
+        listeners = _ensure(log if log is not None else _events.log())
+        _explicit = True
+        return listeners
+
+
+def uninstall() -> bool:
+    """Remove everything the listeners added (also ends the JAX capture of open ``record`` blocks).
+
+    Returns:
+      True if listeners were installed.
+    """
+    global _installed, _explicit, _record_users
+    with _lock:
+        if _installed is None:
+            return False
+        _installed.uninstall()
+        _installed = None
+        _explicit = False
+        _record_users = 0
+        return True
+
+
+def acquire(log: _events.EventLog | None = None) -> Callable[[], None]:
+    """Install the listeners for a :func:`xlakit.events.record` block; returns the matching release.
+
+    The listeners stay installed while any block holds them or :func:`install` was called explicitly.
+    """
+    global _record_users
+    with _lock:
+        _ensure(log if log is not None else _events.log())
+        _record_users += 1
+        generation = _installed
+
+    released = False
+
+    def release() -> None:
+        global _record_users, _installed
+        nonlocal released
+        with _lock:
+            if released or _installed is not generation:  # already released, or uninstalled meanwhile
+                return
+            released = True
+            _record_users -= 1
+            if _record_users == 0 and not _explicit and _installed is not None:
+                _installed.uninstall()
+                _installed = None
+
+    return release

@@ -1,0 +1,152 @@
+"""Events: one record per cache or compile action, kept in a bounded, thread-safe log.
+
+Every lookup, store, skip, eviction and failure that xlakit performs becomes an :class:`Event`, appended to
+the process-wide :func:`log`. :func:`install_listeners` adds JAX's own signals to the same log: its
+``jax.monitoring`` durations (trace, lower, compile), its persistent-cache hits, misses, writes and
+evictions (with function names, which JAX's monitoring events lack), and in-process tracing-cache misses
+when ``jax_explain_cache_misses`` is on. Observers (widgets, metrics) are called on append — push, not poll.
+
+Kinds (``Event.kind``):
+
+=========== ===========================================================================================
+hit         an executable was loaded from a cache; ``duration_s`` = lookup + load seconds; ``saved_s`` =
+            the entry's recorded compile seconds minus those, floored at 0
+miss        no usable entry; ``reason`` says why (absent, other environment, nearest entry, jit explanation)
+compile     XLA compiled a program; ``duration_s`` = compile seconds as measured by JAX (one event per
+            compile, see :mod:`xlakit.events._stats`)
+store       an entry was published; ``bytes`` = its size on disk (None for JAX's cache, which does not say)
+skip        a program was compiled but deliberately not stored; ``reason`` names the rule
+corrupt     an entry failed its integrity/authenticity check and was quarantined
+evict       an entry was removed to stay under the byte cap; ``bytes`` = its size
+load_error  an entry passed its checks but XLA refused to load it, or the store could not be read
+store_error the store could not be written (read-only folder, full disk, ...)
+trace       JAX traced a Python function to a jaxpr; ``duration_s`` from ``jax.monitoring``
+lower       JAX lowered a jaxpr to a StableHLO module; ``duration_s`` from ``jax.monitoring``
+=========== ===========================================================================================
+
+Sources (``Event.source``, a closed set — the three cache layers stay distinguishable):
+
+============== ========================================================================================
+xlakit         xlakit's own executable store
+jax-persistent JAX's own persistent compilation cache (``jax_compilation_cache_dir``)
+jit            JAX's in-process tracing cache (misses, only with ``jax_explain_cache_misses``; its hits
+               emit nothing anywhere)
+jax            JAX's compile pipeline as measured by ``jax.monitoring``: trace, lower, compile
+============== ========================================================================================
+
+Importing this package imports neither JAX nor pandas nor prometheus_client; each loads on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from xlakit.events._log import EventLog, Observer
+from xlakit.events._model import CACHE_SOURCES, FAILURE_KINDS, KINDS, SOURCES, Event
+from xlakit.events._stats import CacheStats, Summary, SummaryRow
+
+if TYPE_CHECKING:
+    from xlakit._jax.listeners import JaxListeners
+
+__all__ = ["KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event", "EventLog", "Observer", "CacheStats",
+           "Summary", "SummaryRow", "log", "cache_stats", "record", "load", "install_listeners",
+           "uninstall_listeners", "prometheus_collector"]
+
+_LOG = EventLog()
+
+
+def log() -> EventLog:
+    """The process-wide event log that xlakit's cache, bundle and memory code and the JAX listeners write to."""
+    return _LOG
+
+
+def cache_stats(source: str | None = None) -> CacheStats:
+    """Counts, compile/load seconds and seconds saved for this process; see :class:`CacheStats`.
+
+    Args:
+      source: one layer (:data:`SOURCES`), or None for all sources together.
+    """
+    return _LOG.stats(source)
+
+
+def load(path: str | os.PathLike, maxlen: int | None = None) -> EventLog:
+    """:meth:`EventLog.load`: a new log from a JSON-lines file written by :meth:`EventLog.save`."""
+    return EventLog.load(path, maxlen=maxlen)
+
+
+@contextlib.contextmanager
+def record(*, jax_signals: bool = True, maxlen: int = 100_000) -> Iterator[EventLog]:
+    """Collect what happens inside a ``with`` block into a fresh :class:`EventLog`::
+
+        with xlakit.events.record() as rec:
+            train_step(state, batch)
+        rec.summary()
+
+    The returned log receives every event appended to the process-wide :func:`log` while the block runs
+    (from any thread), and nothing from before or after; its totals cover only those events.
+
+    Args:
+      jax_signals: also capture JAX's own signals, by installing the JAX listeners for the block if they are
+        not installed already (this imports JAX). They are removed at the end unless they were installed
+        before or another ``record`` block still uses them.
+      maxlen: bound of the returned log.
+    """
+    captured = EventLog(maxlen=maxlen)
+    release = None
+    if jax_signals:
+        from xlakit._jax import listeners
+
+        release = listeners.acquire(_LOG)
+    unsubscribe = _LOG.subscribe(captured.append)
+    try:
+        yield captured
+    finally:
+        unsubscribe()
+        if release is not None:
+            release()
+
+
+def install_listeners(target: EventLog | None = None) -> JaxListeners:
+    """Turn JAX's own signals into events in ``target`` (default: the process-wide :func:`log`).
+
+    Idempotent: installing again changes nothing (it re-adds a listener that someone removed with
+    ``jax.monitoring.clear_event_listeners``); installing with another log moves the listeners there.
+    Imports JAX. See :mod:`xlakit._jax.listeners` for what is captured and how duplicates are avoided.
+
+    Returns:
+      The installed :class:`~xlakit._jax.listeners.JaxListeners` (``.errors`` lists signals it could not read).
+    """
+    from xlakit._jax import listeners
+
+    return listeners.install(target if target is not None else _LOG)
+
+
+def uninstall_listeners() -> bool:
+    """Remove every JAX listener, logger filter and logger level :func:`install_listeners` added.
+
+    Returns:
+      True if listeners were installed.
+    """
+    import sys
+
+    listeners = sys.modules.get("xlakit._jax.listeners")
+    return bool(listeners and listeners.uninstall())
+
+
+def prometheus_collector(target: EventLog | None = None):
+    """A Prometheus collector with counters over ``target``'s totals (default: the process-wide :func:`log`).
+
+    Register it once: ``prometheus_client.REGISTRY.register(xlakit.events.prometheus_collector())``.
+    Series: ``xlakit_executable_cache_{hits,misses,stores,skips,evictions,failures}_total``,
+    ``xlakit_executable_cache_{load,saved}_seconds_total``, ``xlakit_executable_cache_stored_bytes_total``,
+    ``xlakit_compiles_total`` and ``xlakit_compile_seconds_total``, each labelled ``source``.
+
+    Raises:
+      ImportError: ``prometheus_client`` is missing; install the extra: ``pip install 'xlakit[metrics]'``.
+    """
+    from xlakit.events import _prometheus
+
+    return _prometheus.collector(target if target is not None else _LOG)

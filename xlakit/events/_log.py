@@ -1,0 +1,227 @@
+""":class:`EventLog`: a bounded, thread-safe, observable list of events with running totals."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from html import escape
+from typing import Any
+
+from xlakit.events import _jsonl
+from xlakit.events._model import SOURCES, Event, _cell
+from xlakit.events._stats import CacheStats, Summary, Totals
+
+__all__ = ["EventLog", "Observer"]
+
+Observer = Callable[[Event], None]
+
+_MAX_OBSERVER_ERRORS = 100
+
+
+class EventLog:
+    """A bounded, thread-safe, observable list of :class:`~xlakit.events.Event`.
+
+    Appending is safe from any number of threads; each append updates the running totals and then calls
+    every observer once, on the appending thread, outside the log's lock (an observer may read the log).
+
+    Args:
+      maxlen: the newest ``maxlen`` events are kept; older ones are dropped. The totals behind
+        :meth:`stats` (and the Prometheus counters) are kept separately and never dropped.
+
+    Attributes:
+      observer_errors: ``"observer: ExcType: message"`` for the latest observer failures (at most 100).
+        An observer that raises is neither removed nor allowed to break the program that appended.
+
+    Raises:
+      ValueError: ``maxlen`` < 1.
+    """
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        if maxlen < 1:
+            raise ValueError(f"maxlen must be at least 1 event, got {maxlen}")
+        self._events: collections.deque[Event] = collections.deque(maxlen=maxlen)
+        self._lock = threading.Lock()
+        self._observers: list[Observer] = []
+        self._totals = Totals()
+        self.observer_errors: list[str] = []
+
+    @property
+    def maxlen(self) -> int:
+        """How many events the log keeps (the newest)."""
+        return self._events.maxlen  # type: ignore[return-value]
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def append(self, event: Event) -> Event:
+        """Add ``event``, update the running totals and notify every observer once; returns ``event``."""
+        with self._lock:
+            self._events.append(event)
+            self._totals.add(event)
+            observers = self._observers  # replaced, never mutated, so this snapshot is stable
+        for observer in observers:
+            try:
+                observer(event)
+            except Exception as exc:  # noqa: BLE001 - a view must never break the program it watches
+                with self._lock:
+                    self.observer_errors.append(f"{observer!r}: {type(exc).__name__}: {exc}")
+                    del self.observer_errors[:-_MAX_OBSERVER_ERRORS]
+        return event
+
+    def emit(self, kind: str, **fields: Any) -> Event:
+        """Create an :class:`~xlakit.events.Event` from keyword fields and append it.
+
+        Raises:
+          TypeError: a field :class:`~xlakit.events.Event` does not have.
+          ValueError: an unknown ``kind`` or ``source``.
+        """
+        return self.append(Event(kind=kind, **fields))
+
+    def extend(self, events: Iterable[Event]) -> None:
+        """Append each event in order (observers are notified for each)."""
+        for e in events:
+            self.append(e)
+
+    def subscribe(self, observer: Observer) -> Callable[[], None]:
+        """Call ``observer(event)`` on every future append; returns a function that unsubscribes."""
+        with self._lock:
+            self._observers = [*self._observers, observer]
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if observer in self._observers:
+                    remaining = list(self._observers)
+                    remaining.remove(observer)
+                    self._observers = remaining
+
+        return unsubscribe
+
+    def clear(self) -> None:
+        """Forget all events and totals (for tests and notebooks). Observers stay subscribed."""
+        with self._lock:
+            self._events.clear()
+            self._totals = Totals()
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def events(self, kind: str | None = None, since: float | None = None, *,
+               source: str | None = None) -> list[Event]:
+        """A snapshot of the kept events, oldest first.
+
+        Args:
+          kind: only events of this kind.
+          since: only events with ``monotonic >= since`` (seconds of ``time.monotonic()``).
+          source: only events from this layer (see :data:`~xlakit.events.SOURCES`).
+        """
+        with self._lock:
+            snapshot = list(self._events)
+        return [e for e in snapshot
+                if (kind is None or e.kind == kind) and (since is None or e.monotonic >= since)
+                and (source is None or e.source == source)]
+
+    def since(self, t: float, *, clock: str = "monotonic") -> EventLog:
+        """A new log holding the kept events recorded at or after ``t``.
+
+        Args:
+          t: seconds on ``clock``.
+          clock: ``"monotonic"`` (default; ``time.monotonic()``, this process only) or ``"wall"``
+            (``time.time()``; use it for logs loaded from another process).
+
+        Raises:
+          ValueError: an unknown ``clock``.
+        """
+        if clock == "monotonic":
+            picked = [e for e in self.events() if e.monotonic >= t]
+        elif clock == "wall":
+            picked = [e for e in self.events() if e.time >= t]
+        else:
+            raise ValueError(f"clock must be 'monotonic' or 'wall', got {clock!r}")
+        out = EventLog(maxlen=self.maxlen)
+        out.extend(picked)
+        return out
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._events)
+
+    def __bool__(self) -> bool:
+        # Always true, even when empty: callers write ``log or events.log()`` and must get *their* log.
+        return True
+
+    def stats(self, source: str | None = None) -> CacheStats:
+        """Totals since the log was created or cleared; see :class:`~xlakit.events.CacheStats`.
+
+        Args:
+          source: one layer (:data:`~xlakit.events.SOURCES`), or None for all sources together. Misses at
+            different layers are different events (a jit-cache miss followed by an xlakit miss counts two),
+            so pass a source to look at one cache.
+
+        Raises:
+          ValueError: an unknown source.
+        """
+        with self._lock:
+            return self._totals.snapshot(source)
+
+    def stats_by_source(self) -> dict[str, CacheStats]:
+        """:meth:`stats` for every source, taken under one lock (a consistent snapshot)."""
+        with self._lock:
+            return {s: self._totals.snapshot(s) for s in SOURCES}
+
+    def summary(self) -> Summary:
+        """Per function and layer: counts per kind, compile/load/saved seconds; see :class:`~xlakit.events.Summary`."""
+        return Summary.of(self.events())
+
+    def to_frame(self):
+        """The kept events as a ``pandas.DataFrame``, one row per event, columns = :class:`~xlakit.events.Event` fields."""
+        import pandas as pd
+
+        rows = [e.to_dict() for e in self.events()]
+        columns = [f.name for f in dataclasses.fields(Event)]
+        return pd.DataFrame(rows, columns=columns)
+
+    # -- persistence -----------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike, *, append: bool = False) -> int:
+        """Write the kept events to ``path`` as JSON lines; returns how many were written.
+
+        Without ``append`` the file is replaced atomically; with it the events are added to its end.
+
+        Raises:
+          OSError: the folder is missing or not writable.
+        """
+        return _jsonl.write(path, self.events(), append=append)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, maxlen: int | None = None) -> EventLog:
+        """A new log with the events of a JSON-lines file written by :meth:`save`.
+
+        A truncated last line (a crashed writer) is skipped with a :class:`RuntimeWarning`.
+
+        Args:
+          maxlen: the new log's bound; default: large enough for every event in the file (at least 100,000).
+
+        Raises:
+          OSError: the file cannot be read.
+          ValueError: a line other than the last is not an event (the message names ``path:line``).
+        """
+        events = _jsonl.read(path)
+        log = cls(maxlen=maxlen or max(100_000, len(events)))
+        log.extend(events)
+        return log
+
+    # -- display ---------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        stats = self.stats()
+        counts = ", ".join(f"{k}={v}" for k, v in stats.counts.items() if v)
+        return f"EventLog({len(self)} of at most {self.maxlen} events kept; totals: {counts or 'none'})"
+
+    def _repr_html_(self, limit: int = 20) -> str:
+        events = self.events()[-limit:]
+        columns = ["kind", "name", "source", "duration_s", "saved_s", "bytes", "reason"]
+        head = "".join(f"<th>{c}</th>" for c in columns)
+        body = "".join("<tr>" + "".join(f"<td>{escape(_cell(getattr(e, c)))}</td>" for c in columns) + "</tr>"
+                       for e in events)
+        return (f"<p>{escape(repr(self))}; newest {len(events)} shown</p>"
+                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")

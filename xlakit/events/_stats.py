@@ -1,0 +1,231 @@
+"""Running totals of an event log (:class:`CacheStats`) and the per-function :class:`Summary`.
+
+Where each number comes from (all seconds, all bytes):
+
+* ``compile_s`` sums ``compile`` events. Each XLA compile is recorded once: by xlakit when the compile went
+  through xlakit's store (``source="xlakit"``, JAX's measured compile seconds), otherwise by the JAX
+  listeners (``source="jax"``); the listeners drop JAX's own backend-compile duration whenever a cache
+  layer already recorded the compile or served the program (see :mod:`xlakit._jax.listeners`). So the
+  sum over all sources counts every compile once.
+* ``load_s`` sums the durations of ``hit`` events: lookup + load seconds measured by the layer that hit.
+* ``saved_s`` sums each hit's ``saved_s`` floored at 0, so it is never negative.
+* ``stored_bytes`` sums the ``bytes`` of ``store`` events (JAX's persistent cache does not report sizes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from html import escape
+from typing import Any
+
+from xlakit.events._model import KINDS, SOURCES, Event
+
+__all__ = ["CacheStats", "Summary", "SummaryRow"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheStats:
+    """Counts and seconds of cache and compile activity.
+
+    Attributes:
+      counts: events per kind (every kind in :data:`~xlakit.events.KINDS` present, 0 when none).
+      compile_s: seconds XLA spent compiling (sum of ``compile`` durations; each compile counted once).
+      load_s: seconds spent looking up and loading executables on hits (sum of ``hit`` durations).
+      saved_s: seconds saved: over hits, the entry's recorded compile seconds minus the measured load
+        seconds, each floored at 0 — so never negative by construction.
+      stored_bytes: bytes written by ``store`` events.
+      trace_s: seconds JAX spent tracing Python to jaxprs (sum of ``trace`` durations).
+      lower_s: seconds JAX spent lowering jaxprs to StableHLO (sum of ``lower`` durations).
+      source: the one source (layer) these numbers describe, or None for all sources together.
+    """
+
+    counts: dict[str, int]
+    compile_s: float
+    load_s: float
+    saved_s: float
+    stored_bytes: int
+    trace_s: float = 0.0
+    lower_s: float = 0.0
+    source: str | None = None
+
+    @property
+    def hits(self) -> int:
+        return self.counts["hit"]
+
+    @property
+    def misses(self) -> int:
+        return self.counts["miss"]
+
+    @property
+    def failures(self) -> int:
+        """``corrupt`` + ``load_error`` + ``store_error`` events."""
+        return self.counts["corrupt"] + self.counts["load_error"] + self.counts["store_error"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.counts, "compile_s": self.compile_s, "load_s": self.load_s, "saved_s": self.saved_s,
+                "stored_bytes": self.stored_bytes, "trace_s": self.trace_s, "lower_s": self.lower_s,
+                "source": self.source}
+
+    def to_frame(self):
+        """One-row ``pandas.DataFrame`` of :meth:`to_dict`."""
+        import pandas as pd
+
+        return pd.DataFrame([self.to_dict()])
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}={v}" for k, v in self.counts.items() if v)
+        scope = f"[{self.source}] " if self.source else ""
+        return (f"CacheStats({scope}{counts or 'no events'}; compile {self.compile_s:.3f} s, "
+                f"load {self.load_s:.3f} s, saved {self.saved_s:.3f} s, stored {self.stored_bytes} bytes)")
+
+    def _repr_html_(self) -> str:
+        cells = "".join(f"<tr><th style='text-align:left'>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>"
+                        for k, v in self.to_dict().items())
+        return f"<table>{cells}</table>"
+
+
+class _Tally:
+    """Mutable running totals for one source (or for a merge of several)."""
+
+    __slots__ = ("counts", "compile_s", "load_s", "saved_s", "stored_bytes", "trace_s", "lower_s")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(KINDS, 0)
+        self.compile_s = self.load_s = self.saved_s = self.trace_s = self.lower_s = 0.0
+        self.stored_bytes = 0
+
+    def add(self, e: Event) -> None:
+        self.counts[e.kind] += 1
+        if e.kind == "compile":
+            self.compile_s += e.duration_s or 0.0
+        elif e.kind == "hit":
+            self.load_s += e.duration_s or 0.0
+            self.saved_s += max(0.0, e.saved_s or 0.0)
+        elif e.kind == "store":
+            self.stored_bytes += e.bytes or 0
+        elif e.kind == "trace":
+            self.trace_s += e.duration_s or 0.0
+        elif e.kind == "lower":
+            self.lower_s += e.duration_s or 0.0
+
+    def merge(self, other: _Tally) -> None:
+        for k, v in other.counts.items():
+            self.counts[k] += v
+        for f in ("compile_s", "load_s", "saved_s", "stored_bytes", "trace_s", "lower_s"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+    def snapshot(self, source: str | None) -> CacheStats:
+        return CacheStats(dict(self.counts), self.compile_s, self.load_s, self.saved_s, self.stored_bytes,
+                          self.trace_s, self.lower_s, source)
+
+
+class Totals:
+    """Per-source running totals; not thread-safe on its own (the log holds its lock around calls)."""
+
+    def __init__(self) -> None:
+        self.by_source = {s: _Tally() for s in SOURCES}
+
+    def add(self, e: Event) -> None:
+        self.by_source[e.source].add(e)
+
+    def snapshot(self, source: str | None = None) -> CacheStats:
+        if source is not None:
+            if source not in self.by_source:
+                raise ValueError(f"unknown event source {source!r}; expected one of {', '.join(SOURCES)}")
+            return self.by_source[source].snapshot(source)
+        merged = _Tally()
+        for tally in self.by_source.values():
+            merged.merge(tally)
+        return merged.snapshot(None)
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryRow:
+    """What happened to one function on one layer.
+
+    Attributes:
+      name: function / module name (None collects events without one).
+      source: the layer (:data:`~xlakit.events.SOURCES`).
+      counts: events per kind (every kind present).
+      compile_s, load_s, saved_s, trace_s, lower_s: seconds, as in :class:`CacheStats`.
+      stored_bytes: bytes written by ``store`` events.
+    """
+
+    name: str | None
+    source: str
+    counts: dict[str, int]
+    compile_s: float
+    load_s: float
+    saved_s: float
+    trace_s: float
+    lower_s: float
+    stored_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, **self.counts, "compile_s": self.compile_s,
+                "load_s": self.load_s, "saved_s": self.saved_s, "trace_s": self.trace_s,
+                "lower_s": self.lower_s, "stored_bytes": self.stored_bytes}
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """Per function and layer: counts of each kind, compile/load/saved/trace/lower seconds, stored bytes.
+
+    Built from the events a log still keeps (a bounded log may have dropped older ones; its
+    :meth:`~xlakit.events.EventLog.stats` totals never drop anything).
+
+    Attributes:
+      rows: one :class:`SummaryRow` per (name, source), sorted by name then by the order of
+        :data:`~xlakit.events.SOURCES`.
+    """
+
+    rows: tuple[SummaryRow, ...]
+
+    @classmethod
+    def of(cls, events: Iterable[Event]) -> Summary:
+        tallies: dict[tuple[str | None, str], _Tally] = {}
+        for e in events:
+            tallies.setdefault((e.name, e.source), _Tally()).add(e)
+        order = {s: i for i, s in enumerate(SOURCES)}
+        keys = sorted(tallies, key=lambda k: (k[0] is None, k[0] or "", order[k[1]]))
+        rows = []
+        for name, source in keys:
+            t = tallies[(name, source)]
+            rows.append(SummaryRow(name, source, dict(t.counts), t.compile_s, t.load_s, t.saved_s, t.trace_s,
+                                   t.lower_s, t.stored_bytes))
+        return cls(tuple(rows))
+
+    def row(self, name: str | None, source: str) -> SummaryRow | None:
+        """The row for ``name`` on ``source``, or None."""
+        return next((r for r in self.rows if r.name == name and r.source == source), None)
+
+    def to_frame(self):
+        """A ``pandas.DataFrame``: one row per (name, source); a column per kind plus the seconds."""
+        import pandas as pd
+
+        columns = ["name", "source", *KINDS, "compile_s", "load_s", "saved_s", "trace_s", "lower_s",
+                   "stored_bytes"]
+        return pd.DataFrame([r.to_dict() for r in self.rows], columns=columns)
+
+    def _table(self) -> tuple[list[str], list[list[str]]]:
+        used = [k for k in KINDS if any(r.counts[k] for r in self.rows)]
+        header = ["name", "source", *used, "compile s", "load s", "saved s"]
+        body = [[r.name or "?", r.source, *(str(r.counts[k]) for k in used), f"{r.compile_s:.3f}",
+                 f"{r.load_s:.3f}", f"{r.saved_s:.3f}"] for r in self.rows]
+        return header, body
+
+    def __repr__(self) -> str:
+        if not self.rows:
+            return "Summary(no events)"
+        header, body = self._table()
+        widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        header, body = self._table()
+        head = "".join(f"<th>{escape(h)}</th>" for h in header)
+        rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in body)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"

@@ -1,0 +1,274 @@
+"""Compiled memory: how many bytes one compiled XLA program needs, by category.
+
+Source: ``jax.stages.Compiled.memory_analysis()`` (XLA's ``CompiledMemoryStats``), or for a cache entry the
+same numbers recorded at compile time (``LoadedExecutable.get_compiled_memory_stats()``, stored in the entry
+header), so a cached program's breakdown needs no load.
+
+Which numbers are *not reported* (``None``) rather than a real 0, as checked on jaxlib 0.10.2:
+
+* ``generated_code_bytes`` = 0: every compiled program has code; XLA:CPU does not count its JIT code
+  (``memory_analysis()`` and ``LoadedExecutable.size_of_generated_code_in_bytes()`` both return 0), so 0
+  means "not counted" on any backend.
+* ``host_*`` on CPU: XLA:CPU has one memory space. A ``pinned_host`` argument or output is counted in the
+  device fields and the host fields stay 0 (checked with ``in_shardings``/``out_shardings`` on
+  ``pinned_host``), so on CPU they are not reported. On GPU/TPU host zeros are real (color-5 buffers).
+* Everything 0 and no buffer assignment: the backend implements no analysis at all.
+
+``peak_bytes`` is XLA's ``peak_memory_in_bytes`` as given. On XLA:CPU it counts arguments + outputs -
+aliased + constants but **not temporaries** (a program with a 400 MB temporary reports a peak of 40 KB); a
+note says so. :attr:`CompiledMemory.footprint_bytes` is the bytes XLA reserves for one run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from xlakit.memory._display import fmt_bytes, html_table
+
+__all__ = ["CompiledMemory", "compiled_memory", "XLA_FIELDS"]
+
+# (our field, XLA's CompiledMemoryStats attribute)
+XLA_FIELDS: tuple[tuple[str, str], ...] = (
+    ("argument_bytes", "argument_size_in_bytes"),
+    ("output_bytes", "output_size_in_bytes"),
+    ("alias_bytes", "alias_size_in_bytes"),
+    ("temp_bytes", "temp_size_in_bytes"),
+    ("generated_code_bytes", "generated_code_size_in_bytes"),
+    ("host_argument_bytes", "host_argument_size_in_bytes"),
+    ("host_output_bytes", "host_output_size_in_bytes"),
+    ("host_alias_bytes", "host_alias_size_in_bytes"),
+    ("host_temp_bytes", "host_temp_size_in_bytes"),
+    ("host_generated_code_bytes", "host_generated_code_size_in_bytes"),
+    ("peak_bytes", "peak_memory_in_bytes"),
+)
+_HOST = tuple(ours for ours, _ in XLA_FIELDS if ours.startswith("host_"))
+_CATEGORIES = ("argument", "output", "alias", "temp", "generated_code")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledMemory:
+    """Bytes one compiled program needs, by category; ``None`` where the backend does not report a field.
+
+    Attributes (all bytes, ``int`` or ``None``; XLA field in brackets):
+      argument_bytes: parameters in device memory [argument_size_in_bytes].
+      output_bytes: results, including the output tuple's index table [output_size_in_bytes].
+      alias_bytes: parameters whose buffers are reused as outputs (donation) [alias_size_in_bytes]; counted
+        in both ``argument_bytes`` and ``output_bytes``.
+      temp_bytes: scratch XLA preallocates for one run [temp_size_in_bytes].
+      generated_code_bytes: compiled code [generated_code_size_in_bytes]; None on CPU.
+      host_*: the same five in host memory space (``pinned_host``); None on CPU.
+      peak_bytes: XLA's own peak [peak_memory_in_bytes]; see the module docstring for CPU.
+      name: HLO module name (``"jit_f"``), or None.
+      platform: ``"cpu"``, ``"gpu"``, ``"tpu"``..., or None when unknown (a bare dict).
+      source: where the numbers come from (which call, or the cache entry).
+      notes: why a field is None or needs care.
+      serialized_buffer_assignment: XLA's ``BufferAssignmentProto`` bytes (not shown; for
+        :func:`xlakit.memory.buffer_assignment`), or None (cache entries do not store it).
+    """
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    generated_code_bytes: int | None = None
+    host_argument_bytes: int | None = None
+    host_output_bytes: int | None = None
+    host_alias_bytes: int | None = None
+    host_temp_bytes: int | None = None
+    host_generated_code_bytes: int | None = None
+    peak_bytes: int | None = None
+    name: str | None = None
+    platform: str | None = None
+    source: str = ""
+    notes: tuple[str, ...] = ()
+    serialized_buffer_assignment: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def footprint_bytes(self) -> int | None:
+        """Device bytes reserved for one run: argument + output - alias + temp (None if any is None).
+
+        XLA allocates all of these before the program starts, so this bounds what one run holds on the
+        device (code and constants excluded)."""
+        parts = (self.argument_bytes, self.output_bytes, self.alias_bytes, self.temp_bytes)
+        if any(p is None for p in parts):
+            return None
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes  # type: ignore[operator]
+
+    @property
+    def reported(self) -> bool:
+        """True when at least one byte count is reported."""
+        return any(getattr(self, ours) is not None for ours, _ in XLA_FIELDS)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat dict: name, platform, every byte field, footprint_bytes, source, notes (joined)."""
+        out: dict[str, Any] = {"name": self.name, "platform": self.platform}
+        out.update({ours: getattr(self, ours) for ours, _ in XLA_FIELDS})
+        out["footprint_bytes"] = self.footprint_bytes
+        out["source"] = self.source
+        out["notes"] = "; ".join(self.notes)
+        return out
+
+    def to_frame(self):
+        """``pandas.DataFrame`` indexed by category (argument, output, alias, temp, generated_code, peak)
+        with columns ``device_bytes`` and ``host_bytes`` (nullable Int64; <NA> = not reported)."""
+        import pandas as pd
+
+        rows = [(c, getattr(self, f"{c}_bytes"), getattr(self, f"host_{c}_bytes")) for c in _CATEGORIES]
+        rows.append(("peak", self.peak_bytes, None))
+        frame = pd.DataFrame(rows, columns=["category", "device_bytes", "host_bytes"]).set_index("category")
+        return frame.astype("Int64")
+
+    def _rows(self) -> list[tuple[str, str]]:
+        rows = [(c, fmt_bytes(getattr(self, f"{c}_bytes"))) for c in _CATEGORIES]
+        rows += [(f"host {c}", fmt_bytes(getattr(self, f"host_{c}_bytes"))) for c in _CATEGORIES]
+        rows += [("peak (XLA)", fmt_bytes(self.peak_bytes)), ("footprint", fmt_bytes(self.footprint_bytes)),
+                 ("source", self.source)]
+        rows += [("note", n) for n in self.notes]
+        return rows
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{c}={fmt_bytes(getattr(self, f'{c}_bytes'))}" for c in ("argument", "output", "alias", "temp"))
+        return (f"CompiledMemory({self.name or '?'} on {self.platform or '?'}: {shown}, "
+                f"peak={fmt_bytes(self.peak_bytes)}; from {self.source})")
+
+    def _repr_html_(self) -> str:
+        return html_table(self._rows(), title=f"Compiled memory: {self.name or '?'} ({self.platform or '?'})")
+
+
+def _from_values(values: Mapping[str, Any], *, name: str | None, platform: str | None, source: str,
+                 proto: bytes | None = None) -> CompiledMemory:
+    """Build from XLA-named values (missing key = not reported), applying the not-reported rules."""
+    fields: dict[str, int | None] = {}
+    for ours, xla in XLA_FIELDS:
+        v = values.get(xla)
+        fields[ours] = int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+    notes: list[str] = []
+    if all(v in (None, 0) for v in fields.values()) and not proto:
+        return CompiledMemory(name=name, platform=platform, source=source,
+                              notes=("the backend reported no memory analysis (all zeros or absent)",))
+    if fields["generated_code_bytes"] == 0:
+        fields["generated_code_bytes"] = None
+        notes.append("generated code: XLA reported 0, i.e. it does not count its code here (not a real 0)")
+    if platform == "cpu":
+        for ours in _HOST:
+            fields[ours] = None
+        notes.append("host fields: XLA:CPU has one memory space; pinned_host bytes are counted in the device "
+                     "fields, so host fields are not reported")
+        if fields["peak_bytes"] is not None:
+            notes.append("peak: XLA:CPU's peak_memory_in_bytes counts arguments, outputs and constants but not "
+                         "temporaries; footprint_bytes includes them")
+    elif platform is None:
+        notes.append("platform unknown: host zeros are shown as reported")
+    missing = [xla for ours, xla in XLA_FIELDS if xla not in values]
+    if missing:
+        notes.append("absent from the source: " + ", ".join(missing))
+    return CompiledMemory(**fields, name=name, platform=platform, source=source, notes=tuple(notes),
+                          serialized_buffer_assignment=proto or None)
+
+
+def _from_header(header: Mapping[str, Any], *, name: str | None = None, source: str) -> CompiledMemory:
+    if "error" in header and "memory" not in header:
+        raise ValueError(f"this cache entry is unreadable ({header['error']}); run `xlakit verify` or recompile")
+    env = header.get("environment")
+    platform = env.get("platform") if isinstance(env, Mapping) else None
+    name = header.get("name") if isinstance(header.get("name"), str) else name
+    memory = header.get("memory")
+    if memory is None:
+        return CompiledMemory(name=name, platform=platform, source=source,
+                              notes=("no memory stats were recorded for this entry at compile time",))
+    if not isinstance(memory, Mapping):
+        raise ValueError(f"header['memory'] must be a dict of byte counts, got {type(memory).__name__}")
+    return _from_values(memory, name=name, platform=platform, source=source)
+
+
+def _is_memory_dict(d: Mapping[str, Any]) -> bool:
+    return any(xla in d for _, xla in XLA_FIELDS)
+
+
+def from_stats(stats: Any, *, name: str | None, platform: str | None, source: str) -> CompiledMemory:
+    """Build from an XLA ``CompiledMemoryStats`` object (attributes named as in :data:`XLA_FIELDS`)."""
+    if stats is None:
+        return CompiledMemory(name=name, platform=platform, source=source,
+                              notes=("memory_analysis() returned None on this backend",))
+    values = {xla: getattr(stats, xla) for _, xla in XLA_FIELDS if isinstance(getattr(stats, xla, None), int)}
+    proto = getattr(stats, "serialized_buffer_assignment_proto", None)
+    return _from_values(values, name=name, platform=platform, source=source,
+                        proto=proto if isinstance(proto, bytes) else None)
+
+
+def _runtime_info(compiled: Any) -> tuple[str | None, str | None]:
+    """(module name, platform) of a ``jax.stages.Compiled``, best effort."""
+    name = platform = None
+    try:
+        rt = compiled.runtime_executable()
+        platform = rt.client.platform
+        name = rt.hlo_modules()[0].name
+    except Exception:  # noqa: BLE001 - names are decoration; the byte counts do not depend on them
+        pass
+    return name, platform
+
+
+def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
+    """A ``jax.stages.Compiled`` from a Compiled, Lowered, jitted function or plain function + arguments."""
+    import jax
+
+    if isinstance(x, jax.stages.Compiled):
+        if args or kwargs:
+            raise TypeError("pass example arguments only with a function; a Compiled program already has them")
+        return x
+    if isinstance(x, jax.stages.Lowered):
+        return x.compile()
+    if callable(x):
+        fn = x if hasattr(x, "lower") else jax.jit(x)
+        return fn.lower(*args, **kwargs).compile()
+    raise TypeError(f"expected a jax.stages.Compiled, a Lowered, a function with example arguments, a cache "
+                    f"entry (EntryInfo) or its header dict; got {type(x).__name__}")
+
+
+def compiled_memory(x: Any, *args: Any, **kwargs: Any) -> CompiledMemory:
+    """The memory breakdown of one compiled program.
+
+    Args:
+      x: one of
+        * a ``jax.stages.Compiled`` (``jax.jit(f).lower(...).compile()``) or a ``Lowered`` (compiled here);
+        * a jitted (or plain) function, followed by example arguments (arrays or ``jax.ShapeDtypeStruct``):
+          it is lowered and compiled here (or taken from JAX's in-memory cache);
+        * a cache entry (``xlakit.store.LocalStore.entries()`` item) or its header dict: the stats stored at
+          compile time, no load; or a dict of XLA-named fields (``argument_size_in_bytes``...);
+        * a ``CompiledMemory`` (returned as is).
+      *args, **kwargs: example arguments, only with a function.
+
+    Returns:
+      :class:`CompiledMemory`. Source: ``Compiled.memory_analysis()`` or the entry header.
+
+    Raises:
+      TypeError: ``x`` is none of the above, or arguments were given with a compiled program.
+      ValueError: the cache entry is unreadable or its ``memory`` field is malformed.
+    """
+    if isinstance(x, CompiledMemory):
+        return x
+    if isinstance(x, Mapping):
+        if "memory" in x or "environment" in x or "error" in x:
+            return _from_header(x, source="cache entry header (recorded at compile time)")
+        if _is_memory_dict(x):
+            return _from_values(x, name=None, platform=None, source="dict of XLA CompiledMemoryStats fields")
+        raise ValueError("the dict is neither a cache entry header (with 'memory') nor a dict of XLA fields "
+                         f"such as 'argument_size_in_bytes'; keys: {sorted(x)[:8]}")
+    header = getattr(x, "header", None)
+    if isinstance(header, Mapping) and hasattr(x, "key"):  # xlakit.store EntryInfo
+        return _from_header(header, name=getattr(x, "name", None),
+                            source=f"cache entry {str(x.key)[:16]}… header (recorded at compile time)")
+    if hasattr(x, "get_compiled_memory_stats") and not hasattr(x, "memory_analysis"):  # a LoadedExecutable
+        platform = getattr(getattr(x, "client", None), "platform", None)
+        return from_stats(x.get_compiled_memory_stats(), name=None, platform=platform,
+                          source="LoadedExecutable.get_compiled_memory_stats()")
+    compiled = _compile(x, args, kwargs)
+    name, platform = _runtime_info(compiled)
+    analysis = compiled.memory_analysis()
+    if isinstance(analysis, (list, tuple)):  # older JAX: one per module
+        if len(analysis) != 1:
+            raise ValueError(f"this program has {len(analysis)} modules; pass one compiled module")
+        analysis = analysis[0]
+    return from_stats(analysis, name=name, platform=platform, source="jax.stages.Compiled.memory_analysis()")
