@@ -59,6 +59,14 @@ def run_worker(cache: Path | str, *programs: str, max_bytes: int | None = None, 
     return report
 
 
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+    """Run ``python -c code`` in a fresh process (JAX flags are per process); return its last stdout line."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env(env),
+                          timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout.strip().splitlines()[-1]
+
+
 def kinds(report: dict, name_part: str | None = None) -> list[str]:
     """Event kinds in order, optionally only for events whose name contains ``name_part``."""
     return [e["kind"] for e in report["events"] if name_part is None or name_part in (e["name"] or "")]

@@ -3,17 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from conftest import worker_env
-
-
-def run_python(code: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env(env),
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-1]
+from conftest import run_python
 
 
 def test_import_is_light_and_changes_nothing():

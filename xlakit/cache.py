@@ -196,14 +196,16 @@ class ExecutableCache(StoreHandler):
         text = module_text(ctx.module)
         now = {"key_parts": ctx.key_parts, "environment": env.to_dict(), "signature": main_signature(text),
                "module_text": text}
-        found = self.store.get(partition, ctx.key)  # a check: a bad entry is quarantined here, as on a load
-        if found.status == "hit":
-            return Explanation(ctx.module_name, ctx.key, partition, "hit")
+        expected = _expectations(env)
         best: tuple[int, float, EntryInfo, list, str | None] | None = None
-        for info in self.store.entries():
+        for info in self.store.entries():  # headers only: explaining never loads or quarantines anything
             if info.name != ctx.module_name or info.key.endswith(_AOT_SUFFIX):
                 continue
             header = dict(info.header)
+            recorded = header.get("environment") or {}
+            if (info.key == ctx.key and info.partition == partition
+                    and all(recorded.get(k) == v for k, v in expected.items())):
+                return Explanation(ctx.module_name, ctx.key, partition, "hit")
             header["module_text"] = _decode_text(header.get("module_text_zstd"))
             diffs, module_diff = compare(now, header)
             rank = (len(diffs), -(info.created or 0.0))

@@ -145,7 +145,7 @@ class _Capture(logging.Filter):
         self.passthrough_level = passthrough_level
 
     def filter(self, record: logging.LogRecord) -> bool:
-        self.owner._guard(self.owner._on_record, record)
+        self.owner._guard(str(record.msg)[:60], self.owner._on_record, record)
         return record.levelno >= self.passthrough_level
 
 
@@ -204,21 +204,19 @@ class JaxListeners:
         """
         from jax._src import monitoring
 
-        for callback, getter, remover in (
+        for callback, getter, removers in (
                 (self._on_event, "get_event_listeners",
                  ("unregister_event_listener", "_unregister_event_listener_by_callback")),
                 (self._on_duration, "get_event_duration_listeners",
                  ("unregister_event_duration_listener", "_unregister_event_duration_listener_by_callback"))):
-            get = getattr(monitoring, getter, None)
-            while get is None or callback in get():
-                remove = next((getattr(monitoring, r) for r in remover if hasattr(monitoring, r)), None)
-                if remove is None:
+            remove = next((getattr(monitoring, r) for r in removers if hasattr(monitoring, r)), None)
+            registered = getattr(monitoring, getter, None)
+            for _ in range(8):  # registered at most once by install(); the bound guards a broken remover
+                if remove is None or (registered is not None and callback not in registered()):
                     break
                 try:
                     remove(callback)
-                except (AssertionError, ValueError):  # already gone
-                    break
-                if get is None:
+                except (AssertionError, ValueError):  # already gone (e.g. clear_event_listeners)
                     break
         for name, (capture, old, set_level) in self._filters.items():
             logger = logging.getLogger(name)
@@ -232,11 +230,10 @@ class JaxListeners:
         self.installed = False
 
     # -- helpers ---------------------------------------------------------------------------------------
-    def _guard(self, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    def _guard(self, what: str, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         try:
             fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a listener must never break a compile
-            what = args[0] if args and isinstance(args[0], str) else getattr(args[0], "msg", "?") if args else "?"
             self.errors.append(f"{what}: {type(exc).__name__}: {exc}")
             if not self._warned:
                 self._warned = True
@@ -253,9 +250,6 @@ class JaxListeners:
             step = self._local.step = _Step(_current_layer())
         return step
 
-    def _layer(self, step: _Step) -> str | None:
-        return step.layer
-
     def _flush(self, step: _Step, name: str | None = None) -> None:
         if step.hit_pending is not None:
             fields, step.hit_pending = step.hit_pending, None
@@ -266,15 +260,16 @@ class JaxListeners:
 
     def _observe(self, event: _events.Event) -> None:
         """Log observer: an xlakit event on this thread means xlakit answers the compile in progress."""
-        if event.source == "xlakit" and event.kind in ("hit", "miss", "corrupt", "load_error"):
-            self._step().layer = "xlakit"
+        step = getattr(self._local, "step", None)  # only inside a compile step JAX has begun
+        if step is not None and event.source == "xlakit" and event.kind in ("hit", "miss", "corrupt", "load_error"):
+            step.layer = "xlakit"
 
     # -- jax.monitoring callbacks ----------------------------------------------------------------------
     def _on_event(self, event: str, **kwargs: Any) -> None:
-        self._guard(self._handle_event, event, **kwargs)
+        self._guard(event, self._handle_event, event, **kwargs)
 
     def _on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
-        self._guard(self._handle_duration, event, duration, **kwargs)
+        self._guard(event, self._handle_duration, event, duration, **kwargs)
 
     def _handle_event(self, event: str, **kwargs: Any) -> None:
         if event == _USE_CACHE:  # a compile step with a cache key begins
@@ -314,7 +309,8 @@ class JaxListeners:
                 else:
                     self._emit("hit", "jax-persistent", **fields)
         elif event == _BACKEND_COMPILE:
-            step = getattr(self._local, "step", None) or _Step(_current_layer())
+            # No step: the compile had no cache key, so no cache layer saw it.
+            step = getattr(self._local, "step", None) or _Step(None)
             self._local.step = None
             name = module_name(fun_name)
             if not (step.served or step.compile_recorded or step.layer == "xlakit"):
@@ -479,7 +475,8 @@ def acquire(log: _events.EventLog | None = None) -> Callable[[], None]:
     """
     global _record_users
     with _lock:
-        _ensure(log if log is not None else _events.log())
+        # Listeners installed explicitly on another log stay there: a record block never moves them.
+        _ensure(_installed.log if _installed is not None else log if log is not None else _events.log())
         _record_users += 1
         generation = _installed
 

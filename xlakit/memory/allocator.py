@@ -1,0 +1,408 @@
+"""Allocator statistics per device, and resetting the peak so one run can be measured on its own.
+
+Where the numbers come from (each :class:`AllocatorStats` names its source per field in ``sources``):
+
+* GPU/TPU: ``Device.memory_stats()`` — a dict from the PJRT allocator. ``-1`` or a missing key means the
+  allocator does not track that field: ``None`` here, never 0.
+* CPU: ``Device.memory_stats()`` is ``None``. ``bytes_in_use`` is then the exact sum of live JAX array
+  shards in the device's default memory (:func:`xlakit.memory.live.live_bytes`), and the process resident
+  set and its high-water mark come from ``/proc/self/status`` (``VmRSS``, ``VmHWM``; Linux only). These are
+  process-wide, so every CPU device shows the same two numbers.
+
+Resetting the peak (:func:`reset_peak`), best method first:
+
+1. ``native``: a reset bound by the installed jaxlib (feature-detected by name on the device or its client;
+   none is bound up to jaxlib 0.12, XLA's C++ ``ClearMemoryStats`` is not exposed).
+2. ``clear_refs`` (Linux, CPU): writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM`` to the current
+   resident set — a real reset of the process high-water mark.
+3. ``baseline``: remember the peak at reset time. Later, a higher peak is exact (it happened after the
+   reset); an unchanged peak only bounds the peak since reset from above, and
+   ``peak_since_reset_exact`` says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from xlakit.memory._display import fmt_bytes, html_table
+
+__all__ = ["AllocatorStats", "AllocatorStatsList", "ResetResult", "ProcessMemory", "allocator_stats",
+           "parse_memory_stats", "process_memory", "reset_peak", "STATS_KEYS", "NATIVE_RESET_NAMES"]
+
+# Device.memory_stats() keys, in display order.
+STATS_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reservable_limit", "bytes_reserved",
+              "peak_bytes_reserved", "largest_alloc_size", "largest_free_block_bytes", "num_allocs", "pool_bytes",
+              "peak_pool_bytes")
+# Method names a jaxlib could bind for XLA's ClearMemoryStats / a peak reset (checked on device, then client).
+NATIVE_RESET_NAMES = ("clear_memory_stats", "reset_memory_stats", "reset_peak_memory_stats",
+                      "reset_peak_bytes_in_use")
+_STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessMemory:
+    """Resident memory of this process (bytes) from ``/proc/self/status``; None where not available."""
+
+    rss_bytes: int | None
+    hwm_bytes: int | None
+    source: str
+
+
+def process_memory() -> ProcessMemory:
+    """``VmRSS`` (resident now) and ``VmHWM`` (resident high-water mark) of this process, in bytes.
+
+    Source: ``/proc/self/status`` (kB x 1024). On systems without it both are None."""
+    values: dict[str, int] = {}
+    try:
+        with open(_STATUS, encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    values[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return ProcessMemory(None, None, f"{_STATUS} not readable on {sys.platform}")
+    return ProcessMemory(values.get("VmRSS"), values.get("VmHWM"), f"{_STATUS} (VmRSS, VmHWM)")
+
+
+@dataclasses.dataclass(frozen=True)
+class AllocatorStats:
+    """Memory numbers of one device at one moment (bytes unless named ``num_``).
+
+    Attributes:
+      device, device_id, platform: which device (``str(device)``, ``device.id``, ``"cpu"``/``"gpu"``/...).
+      bytes_in_use ... peak_pool_bytes: the ``Device.memory_stats()`` fields (see :data:`STATS_KEYS`); on CPU
+        ``bytes_in_use`` is the live-array sum and the rest are None.
+      process_rss_bytes, process_hwm_bytes: ``VmRSS``/``VmHWM`` of the process (CPU only; process-wide).
+      peak_since_reset_bytes: the peak since the last :func:`reset_peak` for this device, or None before any.
+      peak_since_reset_exact: True when that peak is exact; False when it is only an upper bound (baseline
+        reset and the peak did not rise since); None without a reset.
+      reset_method: the method of the last reset (``native``, ``clear_refs``, ``baseline``) or None.
+      sources: field name -> where its value came from (or why it is None).
+      extra: memory_stats() keys not in :data:`STATS_KEYS`, as given.
+      time: ``time.time()`` of the reading.
+    """
+
+    device: str
+    device_id: int
+    platform: str
+    bytes_in_use: int | None = None
+    peak_bytes_in_use: int | None = None
+    bytes_limit: int | None = None
+    bytes_reservable_limit: int | None = None
+    bytes_reserved: int | None = None
+    peak_bytes_reserved: int | None = None
+    largest_alloc_size: int | None = None
+    largest_free_block_bytes: int | None = None
+    num_allocs: int | None = None
+    pool_bytes: int | None = None
+    peak_pool_bytes: int | None = None
+    process_rss_bytes: int | None = None
+    process_hwm_bytes: int | None = None
+    peak_since_reset_bytes: int | None = None
+    peak_since_reset_exact: bool | None = None
+    reset_method: str | None = None
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    time: float = dataclasses.field(default_factory=time.time)
+
+    _NUMBERS = (*STATS_KEYS, "process_rss_bytes", "process_hwm_bytes", "peak_since_reset_bytes")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "device_id": self.device_id, "platform": self.platform,
+                **{k: getattr(self, k) for k in self._NUMBERS},
+                "peak_since_reset_exact": self.peak_since_reset_exact, "reset_method": self.reset_method}
+
+    def to_frame(self):
+        """``pandas.DataFrame``: one row per number — field, bytes (nullable Int64), source."""
+        import pandas as pd
+
+        rows = [(k, getattr(self, k), self.sources.get(k, "")) for k in self._NUMBERS]
+        frame = pd.DataFrame(rows, columns=["field", "bytes", "source"]).set_index("field")
+        frame["bytes"] = frame["bytes"].astype("Int64")
+        return frame
+
+    def __repr__(self) -> str:
+        shown = [f"in use {fmt_bytes(self.bytes_in_use)}"]
+        if self.peak_bytes_in_use is not None:
+            shown.append(f"peak {fmt_bytes(self.peak_bytes_in_use)}")
+        if self.bytes_limit is not None:
+            shown.append(f"limit {fmt_bytes(self.bytes_limit)}")
+        if self.process_rss_bytes is not None:
+            shown.append(f"process RSS {fmt_bytes(self.process_rss_bytes)}, HWM {fmt_bytes(self.process_hwm_bytes)}")
+        if self.peak_since_reset_bytes is not None:
+            exact = "exact" if self.peak_since_reset_exact else "upper bound"
+            shown.append(f"peak since reset {fmt_bytes(self.peak_since_reset_bytes)} ({exact}, {self.reset_method})")
+        return f"AllocatorStats({self.device}: {', '.join(shown)})"
+
+    def _repr_html_(self) -> str:
+        rows = [(k, f"{fmt_bytes(getattr(self, k))}  [{self.sources.get(k, '')}]") for k in self._NUMBERS
+                if getattr(self, k) is not None or k in ("bytes_in_use", "peak_bytes_in_use")]
+        return html_table(rows, title=f"Allocator stats: {self.device}")
+
+
+class AllocatorStatsList(tuple):
+    """A tuple of :class:`AllocatorStats`, one per device, with ``to_frame()`` (one row per device)."""
+
+    __slots__ = ()
+
+    def to_frame(self):
+        import pandas as pd
+
+        frame = pd.DataFrame([s.to_dict() for s in self])
+        for col in AllocatorStats._NUMBERS:
+            if col in frame:
+                frame[col] = frame[col].astype("Int64")
+        return frame
+
+    def __repr__(self) -> str:
+        return "AllocatorStatsList(\n  " + ",\n  ".join(repr(s) for s in self) + "\n)"
+
+    def _repr_html_(self) -> str:
+        return self.to_frame().to_html(index=False)
+
+
+def parse_memory_stats(stats: Mapping[str, Any] | None, *, device: str = "?", device_id: int = 0,
+                       platform: str = "gpu") -> AllocatorStats:
+    """:class:`AllocatorStats` from one ``Device.memory_stats()`` dict (e.g. a recorded one).
+
+    ``-1`` and missing keys become None, each with its reason in ``sources``; unknown keys go to ``extra``.
+
+    Raises:
+      TypeError: ``stats`` is not a dict (None means the backend has no allocator stats: use
+        :func:`allocator_stats`, which falls back to CPU sources).
+    """
+    if not isinstance(stats, Mapping):
+        raise TypeError(f"memory_stats must be a dict, got {type(stats).__name__}; None means the backend "
+                        "reports no allocator stats (CPU): call allocator_stats(device) instead")
+    values: dict[str, int | None] = {}
+    sources: dict[str, str] = {}
+    for key in STATS_KEYS:
+        raw = stats.get(key)
+        if key not in stats:
+            values[key], sources[key] = None, f"Device.memory_stats(): key {key!r} absent (not tracked)"
+        elif not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
+            values[key], sources[key] = None, f"Device.memory_stats()[{key!r}] = {raw!r} (unavailable)"
+        else:
+            values[key], sources[key] = int(raw), f"Device.memory_stats()[{key!r}]"
+    extra = {k: v for k, v in stats.items() if k not in STATS_KEYS}
+    return AllocatorStats(device=device, device_id=device_id, platform=platform, sources=sources, extra=extra,
+                          **values)
+
+
+# -- resets ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _Reset:
+    method: str
+    peak_at_reset: int | None  # baseline: the peak then; clear_refs: VmHWM right after the reset
+    time: float
+
+
+_resets: dict[tuple[str, int], _Reset] = {}
+_lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class ResetResult:
+    """What :func:`reset_peak` did.
+
+    method: ``"native"``, ``"clear_refs"`` or ``"baseline"`` (``"none"`` when the device reports no peak
+    at all). devices: the devices it applied to. detail: the call made, or why a better method was not
+    available. peak_at_reset: device -> the peak right after the reset (bytes; None when not reported).
+    """
+
+    method: str
+    devices: tuple[str, ...]
+    detail: str
+    peak_at_reset: Mapping[str, int | None]
+    time: float = dataclasses.field(default_factory=time.time)
+
+    @property
+    def exact(self) -> bool:
+        """True when later peaks are exact for any run (native or clear_refs reset)."""
+        return self.method in ("native", "clear_refs")
+
+    def __repr__(self) -> str:
+        return f"ResetResult({self.method} on {', '.join(self.devices)}: {self.detail})"
+
+    def _repr_html_(self) -> str:
+        return html_table([("method", self.method), ("devices", ", ".join(self.devices)), ("detail", self.detail)],
+                          title="Peak reset")
+
+
+def _native_reset(device: Any) -> str | None:
+    """Call a bound reset if this jaxlib has one; return the call's description, or None."""
+    for owner_name, owner in (("Device", device), ("Client", getattr(device, "client", None))):
+        for name in NATIVE_RESET_NAMES:
+            fn = getattr(owner, name, None) if owner is not None else None
+            if callable(fn):
+                if owner_name == "Client":
+                    fn(device)
+                else:
+                    fn()
+                return f"{owner_name}.{name}()"
+    return None
+
+
+def _clear_refs() -> str | None:
+    """Reset the process VmHWM; return None on success, or why it failed."""
+    if not sys.platform.startswith("linux"):
+        return f"{_CLEAR_REFS} exists only on Linux"
+    try:
+        with open(_CLEAR_REFS, "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError as exc:
+        return f"writing 5 to {_CLEAR_REFS} failed: {exc.strerror or exc}"
+    return None
+
+
+def _key(device: Any) -> tuple[str, int]:
+    return (str(getattr(device, "platform", "?")), int(getattr(device, "id", 0)))
+
+
+def _device_stats(device: Any) -> dict | None:
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - an unimplemented stats call is "no stats", not a failure
+        return None
+    return stats if isinstance(stats, Mapping) else None
+
+
+def reset_peak(device: Any = None) -> ResetResult:
+    """Reset the memory peak of ``device`` (default: every addressable device) with the best method available.
+
+    See the module docstring for the methods. On CPU the reset is process-wide (``VmHWM``), so it applies to
+    every CPU device at once. After a ``baseline`` reset, :func:`allocator_stats` reports
+    ``peak_since_reset_bytes`` as exact when the peak rose and as an upper bound when it did not.
+
+    Args:
+      device: a ``jax.Device``, a device id, or None for all addressable devices.
+
+    Returns:
+      :class:`ResetResult` naming the method that ran.
+
+    Raises:
+      ValueError: no device with that id.
+    """
+    devices = _resolve(device)
+    detail_parts, method_used, peaks = [], set(), {}
+    cpu_cleared: str | None | bool = False  # False = not tried yet
+    for dev in devices:
+        stats = _device_stats(dev)
+        native = _native_reset(dev)
+        now = time.time()
+        if native:
+            after = _device_stats(dev) or {}
+            peak = after.get("peak_bytes_in_use")
+            entry = _Reset("native", peak if isinstance(peak, int) and peak >= 0 else None, now)
+            detail = native
+        elif stats is None:  # CPU: the process high-water mark
+            if cpu_cleared is False:
+                cpu_cleared = _clear_refs()
+            hwm = process_memory().hwm_bytes
+            if cpu_cleared is None:
+                entry, detail = _Reset("clear_refs", hwm, now), f"wrote 5 to {_CLEAR_REFS} (VmHWM reset)"
+            elif hwm is not None:
+                entry, detail = _Reset("baseline", hwm, now), f"baseline on VmHWM ({cpu_cleared})"
+            else:
+                entry, detail = _Reset("none", None, now), f"no peak to reset ({cpu_cleared}; no {_STATUS})"
+        else:
+            peak = stats.get("peak_bytes_in_use")
+            if isinstance(peak, int) and peak >= 0:
+                entry = _Reset("baseline", peak, now)
+                detail = "baseline on peak_bytes_in_use (this jaxlib binds no native reset)"
+            else:
+                entry, detail = _Reset("none", None, now), "memory_stats() reports no peak_bytes_in_use"
+        with _lock:
+            _resets[_key(dev)] = entry
+        method_used.add(entry.method)
+        peaks[str(dev)] = entry.peak_at_reset
+        if detail not in detail_parts:
+            detail_parts.append(detail)
+    method = method_used.pop() if len(method_used) == 1 else "mixed:" + ",".join(sorted(method_used))
+    return ResetResult(method, tuple(str(d) for d in devices), "; ".join(detail_parts), peaks)
+
+
+def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, bool | None, str | None, str]:
+    with _lock:
+        entry = _resets.get(_key(dev))
+    if entry is None:
+        return None, None, None, "no reset_peak() yet"
+    if current_peak is None:
+        return None, None, entry.method, "the current peak is not reported"
+    if entry.method in ("native", "clear_refs"):
+        return current_peak, True, entry.method, f"peak after a {entry.method} reset"
+    if entry.method == "baseline" and entry.peak_at_reset is not None:
+        if current_peak > entry.peak_at_reset:
+            return current_peak, True, "baseline", "peak rose after the baseline reset: exact"
+        return current_peak, False, "baseline", ("peak unchanged since the baseline reset: the peak since reset "
+                                                 "is at most this (lifetime peak)")
+    return None, None, entry.method, "no peak was reported at reset time"
+
+
+# -- reading ---------------------------------------------------------------------------------------------
+def _resolve(device: Any) -> list[Any]:
+    import jax
+
+    if device is None:
+        return list(jax.local_devices())
+    if isinstance(device, int) and not isinstance(device, bool):
+        for d in jax.devices():
+            if d.id == device:
+                return [d]
+        raise ValueError(f"no device with id {device}; devices: {[d.id for d in jax.devices()]}")
+    if not hasattr(device, "memory_stats"):
+        raise TypeError(f"expected a jax.Device, a device id or None, got {type(device).__name__}")
+    return [device]
+
+
+def _one(dev: Any) -> AllocatorStats:
+    stats = _device_stats(dev)
+    name, dev_id, platform = str(dev), int(getattr(dev, "id", 0)), str(getattr(dev, "platform", "?"))
+    if stats is not None:
+        parsed = parse_memory_stats(stats, device=name, device_id=dev_id, platform=platform)
+        peak, exact, method, why = _peak_since_reset(dev, parsed.peak_bytes_in_use)
+        sources = {**parsed.sources, "peak_since_reset_bytes": f"peak_bytes_in_use vs. reset: {why}"}
+        return dataclasses.replace(parsed, peak_since_reset_bytes=peak, peak_since_reset_exact=exact,
+                                   reset_method=method, sources=sources)
+    from xlakit.memory.live import live_bytes
+
+    proc = process_memory()
+    sources = {k: f"not reported on {platform} (Device.memory_stats() is None)" for k in STATS_KEYS}
+    sources["bytes_in_use"] = ("sum of live jax.Array shard bytes in this device's default memory "
+                               "(jax.live_arrays(); exact array bytes, XLA temporaries not included)")
+    sources["process_rss_bytes"] = f"VmRSS from {_STATUS} (whole process)" if proc.rss_bytes is not None \
+        else proc.source
+    sources["process_hwm_bytes"] = f"VmHWM from {_STATUS} (whole process)" if proc.hwm_bytes is not None \
+        else proc.source
+    peak, exact, method, why = _peak_since_reset(dev, proc.hwm_bytes)
+    sources["peak_since_reset_bytes"] = f"VmHWM vs. reset: {why}"
+    return AllocatorStats(device=name, device_id=dev_id, platform=platform,
+                          bytes_in_use=live_bytes(dev_id, backend=platform if platform != "?" else None),
+                          process_rss_bytes=proc.rss_bytes, process_hwm_bytes=proc.hwm_bytes,
+                          peak_since_reset_bytes=peak, peak_since_reset_exact=exact, reset_method=method,
+                          sources=sources)
+
+
+def allocator_stats(device: Any = None) -> AllocatorStats | AllocatorStatsList:
+    """Memory numbers of a device, or of every addressable device.
+
+    Args:
+      device: a ``jax.Device`` (or any object with ``memory_stats()``, ``id`` and ``platform``), a device
+        id, or None.
+
+    Returns:
+      :class:`AllocatorStats` for one device; for ``device=None`` an :class:`AllocatorStatsList` with one
+      entry per addressable device (``jax.local_devices()``).
+
+    Raises:
+      ValueError: no device with that id. TypeError: ``device`` is not a device.
+    """
+    if device is None:
+        return AllocatorStatsList(_one(d) for d in _resolve(None))
+    return _one(_resolve(device)[0])
