@@ -7,6 +7,7 @@ installs xlakit's JAX listeners first.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +77,9 @@ def test_scripted_sequence_on_xlakit_cache(tmp_path):
                                   ("compile", "xlakit", ADD), ("store", "xlakit", ADD)]
     assert "truncated" in only(repaired, "corrupt")[0]["reason"]
 
-    # a cap that holds one entry but not two: storing matmul evicts add_one
+    # a cap that holds one entry but not two: storing matmul evicts add_one (the quarantined copy would be
+    # deleted first, so it goes now)
+    shutil.rmtree(cache / "quarantine")
     cap = LocalStore(cache).total_bytes() + 4096
     evicting = run(cache, "matmul", max_bytes=cap)
     mm = "jit_matmul"
@@ -98,7 +101,7 @@ def test_jax_persistent_cache_layer_with_names(tmp_path):
     """JAX's own cache: misses, writes, hits (named, though JAX's hit event has no name), the programs JAX
     silently declines to store, and its LRU evictions."""
     cache = tmp_path / "jaxcache"
-    cold = run(cache, "add_one", "matmul", layer="jax")
+    cold = run(cache, "add_one", "matmul", layer="jax", max_bytes=10**9)  # a cap: JAX then keeps access times
     mm = "jit_matmul"
     assert timeline(cold) == [*TRACED, ("miss", "jax-persistent", ADD), ("compile", "jax", ADD),
                               ("store", "jax-persistent", ADD),
@@ -120,13 +123,18 @@ def test_jax_persistent_cache_layer_with_names(tmp_path):
     assert timeline(fresh) == [*TRACED, ("miss", "jax-persistent", ADD), ("compile", "jax", ADD),
                                ("skip", "jax-persistent", ADD)]
     assert "under jax_persistent_cache_min_compile_time_secs=1 s" in only(fresh, "skip")[0]["reason"]
+    assert not list((tmp_path / "other").glob("*-cache"))
 
-    sizes = sorted(p.stat().st_size for p in cache.glob("*-cache"))
-    assert len(sizes) == 2
-    capped = run(cache, "mlp", layer="jax", max_bytes=sizes[-1] + 1)  # room for one entry only
-    evicted = only(capped, "evict", "jax-persistent")
-    assert {e["name"] for e in evicted} == {ADD, mm} and all(e["bytes"] > 0 for e in evicted)
-    assert [k for k, _, _ in timeline(capped)][-2:] == ["evict", "evict"]  # JAX evicts inside the write
+    sizes = {p.name.removesuffix("-cache"): p.stat().st_size for p in cache.glob("*-cache")}
+    assert set(sizes) == set(stored_keys)
+    capped = run(cache, "sin1", layer="jax", max_bytes=sum(sizes.values()) + 1)  # no room for a third entry
+    sin = "jit_sin"
+    evicted = only(capped, "evict")
+    assert timeline(capped) == [("trace", "jax", sin), ("lower", "jax", sin), ("miss", "jax-persistent", sin),
+                                ("compile", "jax", sin), ("store", "jax-persistent", sin),
+                                *[("evict", "jax-persistent", e["name"]) for e in evicted]]
+    assert evicted and [e["key"] for e in evicted] == stored_keys[:len(evicted)]  # least recently used first
+    assert [e["bytes"] for e in evicted] == [sizes[e["key"]] for e in evicted]
 
 
 def run_python(code: str, env: dict[str, str] | None = None) -> tuple[str, str]:
@@ -144,6 +152,7 @@ from xlakit._jax import listeners
 names = list(listeners._LOGGERS)
 def state():
     return {'event': len(monitoring.get_event_listeners()), 'duration': len(monitoring.get_event_duration_listeners()),
+            'other': len(monitoring.get_scalar_listeners()) + len(monitoring.get_event_time_span_listeners()),
             'levels': [logging.getLogger(n).level for n in names],
             'filters': [len(logging.getLogger(n).filters) for n in names]}
 logging.getLogger('jax._src.compiler').setLevel(logging.INFO)  # a level the user chose
@@ -155,6 +164,9 @@ healed = listeners.install(); again = state()
 jax.monitoring.register_event_listener(lambda *a, **k: None)  # someone else's listener stays
 out = {'same': first is second is healed, 'before': before, 'once': once, 'again': again,
        'uninstalled': listeners.uninstall(), 'twice': listeners.uninstall(), 'after': state()}
+listeners.install(); monitoring.clear_event_listeners()
+out['after_clear'] = listeners.uninstall()  # nothing of ours left in JAX's lists: still a clean uninstall
+out['final'] = state()
 print(json.dumps(out))
 """
     r = json.loads(run_python(code)[0])
@@ -162,26 +174,32 @@ print(json.dumps(out))
     assert r["once"]["event"] == r["before"]["event"] + 1
     assert r["once"]["duration"] == r["before"]["duration"] + 1
     assert r["once"]["filters"] == [n + 1 for n in r["before"]["filters"]]
-    assert r["once"]["levels"][:3] == [logging_debug := 10, 10, 10]  # lowered only where DEBUG is needed
-    assert r["once"]["levels"][0] == logging_debug and r["before"]["levels"][0] == 20
+    assert r["before"]["levels"] == [20, 0, 0, 0, 0]
+    assert r["once"]["levels"] == [10, 10, 10, 0, 0]  # lowered to DEBUG only where DEBUG records are read
     assert r["again"]["event"] == 1 and r["again"]["duration"] == 1  # re-added once after the clear
     assert r["after"]["levels"] == r["before"]["levels"] and r["after"]["filters"] == r["before"]["filters"]
     assert r["after"]["event"] == 1 and r["after"]["duration"] == 0  # only the other listener is left
+    assert r["after"]["other"] == r["before"]["other"]  # no scalar or time-span listener was ever added
+    assert r["after_clear"] is True and r["final"]["levels"] == r["before"]["levels"]
+    assert r["final"]["filters"] == r["before"]["filters"]
 
 
 def test_listeners_print_nothing_new_and_keep_what_the_user_asked_for(tmp_path):
     code = f"""
 import logging, sys, jax, numpy as np
-if sys.argv[-1] == 'debug':
-    logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
-jax.config.update('jax_compilation_cache_dir', {str(tmp_path / 'jc')!r})
+jax.config.update('jax_compilation_cache_dir', {str(tmp_path)!r} + '/' + sys.argv[-1])
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
 import xlakit.events as ev
 ev.install_listeners()
+if sys.argv[-1] == 'debug':  # the user turns on DEBUG logging after the listeners were installed
+    logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
 jax.jit(lambda x: x * 2)(np.ones(3, np.float32))
 print([e.kind for e in ev.log().events()])
 """
-    quiet_out, quiet_err = run_python(code + "#")
+    proc = subprocess.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, env=worker_env(),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    quiet_out, quiet_err = proc.stdout.strip(), proc.stderr
     assert quiet_out == "['trace', 'lower', 'miss', 'compile', 'store']"
     assert "PERSISTENT COMPILATION CACHE MISS" not in quiet_err and "Writing" not in quiet_err
     proc = subprocess.run([sys.executable, "-c", code, "debug"], capture_output=True, text=True, env=worker_env(),

@@ -110,6 +110,16 @@ def module_name(fun_name: str | None, wrap: str | None = None) -> str | None:
     return re.sub(r"[^\w.-]", "_", fun_name).rstrip("_") or None
 
 
+def _registered(monitoring: Any, getter: str, callback: Callable[..., None]) -> bool:
+    """Whether ``callback`` is in JAX's listener list (read through ``getter``, or the private list)."""
+    get = getattr(monitoring, getter, None)
+    if get is not None:
+        return callback in get()
+    private = {"get_event_listeners": "_event_listeners",
+               "get_event_duration_listeners": "_event_duration_secs_listeners"}[getter]
+    return callback in getattr(monitoring, private, ())
+
+
 def _name_from_key(key: Any) -> str | None:
     """JAX's keys are ``<module name>-<sha256 hex>``."""
     if isinstance(key, str) and "-" in key:
@@ -137,16 +147,26 @@ class _Step:
 
 
 class _Capture(logging.Filter):
-    """Reads JAX's log records for the listeners; lets through only what the user would have seen."""
+    """Reads JAX's log records for the listeners; lets through only what the user would have seen.
 
-    def __init__(self, owner: JaxListeners, passthrough_level: int) -> None:
+    ``user_level`` is the logger's own level before the listeners lowered it (None if they did not): a
+    record below the level the logger would have without the listeners is suppressed after being read.
+    The parent's level is read at each record, so a ``logging.basicConfig(level=DEBUG)`` made later is
+    still honoured.
+    """
+
+    def __init__(self, owner: JaxListeners, user_level: int | None) -> None:
         super().__init__()
         self.owner = owner
-        self.passthrough_level = passthrough_level
+        self.user_level = user_level
 
     def filter(self, record: logging.LogRecord) -> bool:
         self.owner._guard(str(record.msg)[:60], self.owner._on_record, record)
-        return record.levelno >= self.passthrough_level
+        if self.user_level is None:
+            return True  # the level is the user's own: the logger created only what they asked for
+        logger = logging.getLogger(record.name)
+        wanted = self.user_level or (logger.parent.getEffectiveLevel() if logger.parent else logging.WARNING)
+        return record.levelno >= wanted
 
 
 class JaxListeners:
@@ -173,25 +193,26 @@ class JaxListeners:
         """Register the callbacks, filters and the log observer that are not registered yet (idempotent)."""
         from jax._src import monitoring
 
-        if self._on_event not in monitoring.get_event_listeners():
+        if not _registered(monitoring, "get_event_listeners", self._on_event):
             monitoring.register_event_listener(self._on_event)
-        if self._on_duration not in monitoring.get_event_duration_listeners():
+        if not _registered(monitoring, "get_event_duration_listeners", self._on_duration):
             monitoring.register_event_duration_secs_listener(self._on_duration)
         for name, needed in _LOGGERS.items():
             logger = logging.getLogger(name)
-            if name in self._filters and self._filters[name][0] in logger.filters:
+            if name in self._filters:  # installed before: put back only what someone removed
+                capture, _, set_level = self._filters[name]
+                if capture not in logger.filters:
+                    logger.addFilter(capture)
+                if set_level is not None and logger.getEffectiveLevel() > set_level:
+                    logger.setLevel(set_level)
                 continue
-            effective = logger.getEffectiveLevel()
-            capture = _Capture(self, passthrough_level=effective)
+            old = logger.level
+            lower = logger.getEffectiveLevel() > needed
+            capture = _Capture(self, user_level=old if lower else None)
             logger.addFilter(capture)
-            set_level = None
-            if effective > needed:
-                set_level = needed
-                old = logger.level
+            if lower:
                 logger.setLevel(needed)
-            else:
-                old = logger.level
-            self._filters[name] = (capture, old, set_level)
+            self._filters[name] = (capture, old, needed if lower else None)
         if self._unsubscribe is None:
             self._unsubscribe = self.log.subscribe(self._observe)
         self.installed = True
@@ -210,9 +231,8 @@ class JaxListeners:
                 (self._on_duration, "get_event_duration_listeners",
                  ("unregister_event_duration_listener", "_unregister_event_duration_listener_by_callback"))):
             remove = next((getattr(monitoring, r) for r in removers if hasattr(monitoring, r)), None)
-            registered = getattr(monitoring, getter, None)
             for _ in range(8):  # registered at most once by install(); the bound guards a broken remover
-                if remove is None or (registered is not None and callback not in registered()):
+                if remove is None or not _registered(monitoring, getter, callback):
                     break
                 try:
                     remove(callback)
@@ -402,11 +422,15 @@ def _current_layer() -> str | None:
     active = getattr(persistent, "active", None)
     if callable(active) and active() is not None:
         return "xlakit"
+    import jax
     from jax._src import compilation_cache
 
-    if compilation_cache.is_persistent_cache_enabled():
-        return "jax-persistent"
-    return None
+    enabled = getattr(compilation_cache, "is_persistent_cache_enabled", None)
+    if enabled is not None:
+        on = enabled()
+    else:  # what that function checks in jax 0.10
+        on = jax.config.jax_compilation_cache_dir is not None and jax.config.jax_enable_compilation_cache
+    return "jax-persistent" if on else None
 
 
 def _miss_reason() -> str:

@@ -175,7 +175,7 @@ class EventLog:
         return Summary.of(self.events())
 
     def to_frame(self):
-        """The kept events as a ``pandas.DataFrame``, one row per event, columns = :class:`~xlakit.events.Event` fields."""
+        """The kept events as a ``pandas.DataFrame``: one row per event, one column per Event field."""
         import pandas as pd
 
         rows = [e.to_dict() for e in self.events()]

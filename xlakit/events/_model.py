@@ -104,7 +104,8 @@ class Event:
         if self.key:
             parts.append(f"key {_short(self.key)}")
         if self.reason:
-            parts.append(f"reason: {self.reason if len(self.reason) <= 80 else self.reason[:77] + '...'}")
+            reason = " ".join(self.reason.split())  # JAX's explanations span lines; a repr is one line
+            parts.append(f"reason: {reason if len(reason) <= 80 else reason[:77] + '...'}")
         return f"Event({', '.join(parts)})"
 
     def _repr_html_(self) -> str:

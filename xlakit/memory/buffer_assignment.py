@@ -266,7 +266,11 @@ class BufferAssignment:
                          "memory_space": a.memory_space, "parameter_number": a.parameter_number,
                          "aliased_with_output": a.aliased_with_output, "buffers": len(a.slices),
                          "largest_buffer": biggest.buffer.instruction if biggest else None})
-        return pd.DataFrame(rows).set_index("index") if rows else pd.DataFrame()
+        if not rows:
+            return pd.DataFrame()
+        frame = pd.DataFrame(rows).set_index("index")
+        frame["parameter_number"] = frame["parameter_number"].astype("Int64")
+        return frame
 
     def buffers_frame(self):
         """One row per logical buffer: id, instruction, opcode, computation, shape_index, shape, dtype, bytes,
@@ -293,7 +297,8 @@ class BufferAssignment:
         bytes within the traced (temporary) allocation, counting a shared buffer once, as XLA does.
 
         Without a trace (jaxlib 0.10.2 CPU): reconstructed from the module schedule — one row per
-        instruction of the entry computation: step, instruction, opcode, then bytes occupied at that step
+        instruction in program order (the bodies of while/call/conditional flattened in before their
+        instruction, as XLA's live-range analysis does): step, instruction, opcode, then bytes occupied at that step
         by kind (parameter, output, temporary, constant) and live_bytes (their sum). Thread-local buffers
         are left out. Needs the HLO module (pass a Compiled to :func:`buffer_assignment`).
 
@@ -342,11 +347,12 @@ class BufferAssignment:
         """(rows, buffer id -> (first step, last step)) from the entry schedule; see live_bytes_by_step."""
         mod = self._module
         assert mod is not None
-        entry_name, entry_ids, root_id = mod.computations[mod.entry_id]
-        order = list(mod.schedule.get(mod.entry_id, entry_ids))
+        _entry_name, entry_ids, root_id = mod.computations[mod.entry_id]
+        order = _flatten(mod, mod.entry_id, entry_ids, set())
         step_of = {iid: s for s, iid in enumerate(order)}
         last = len(order) - 1
-        # A nested computation's instructions run during the entry step that (transitively) calls it.
+        # Instructions of computations not in the flat order (fusion bodies, reduce/sort regions) run during
+        # the step of the instruction that calls them.
         comp_step: dict[int, int] = {}
         stack = [(iid, step_of[iid]) for iid in order]
         while stack:
@@ -355,7 +361,7 @@ class BufferAssignment:
             for cid in ins.called if ins else ():
                 if cid not in comp_step and cid in mod.computations:
                     comp_step[cid] = s
-                    stack.extend((child, s) for child in mod.computations[cid][1])
+                    stack.extend((child, s) for child in mod.computations[cid][1] if child not in step_of)
 
         def pos(iid: int | None) -> int | None:
             if iid is None:
@@ -480,6 +486,25 @@ class BufferAssignment:
         rows += [(f"allocation {a.index} ({a.kind})", f"{fmt_bytes(a.size)} in {len(a.slices)} buffer(s)")
                  for a in sorted(self.allocations, key=lambda a: -a.size)[:10]]
         return html_table(rows, title=f"Buffer assignment: {self.name or '?'}")
+
+
+_SEQUENTIAL_CALLERS = ("while", "call", "conditional")
+
+
+def _flatten(mod: _Module, comp_id: int, default: Sequence[int], seen: set[int]) -> list[int]:
+    """Instruction ids in program order, as XLA's HloLiveRange flattens a schedule: the computations a
+    while/call/conditional runs come right before the instruction itself (a while: condition, then body)."""
+    out: list[int] = []
+    seen.add(comp_id)
+    for iid in mod.schedule.get(comp_id, default):
+        ins = mod.instructions.get(iid)
+        if ins is not None and ins.opcode in _SEQUENTIAL_CALLERS:
+            called = list(reversed(ins.called)) if ins.opcode == "while" else list(ins.called)
+            for cid in called:
+                if cid in mod.schedule and cid not in seen and cid in mod.computations:
+                    out.extend(_flatten(mod, cid, mod.computations[cid][1], seen))
+        out.append(iid)
+    return out
 
 
 def _union_bytes(slices: Sequence[Slice]) -> int:

@@ -1,0 +1,58 @@
+"""Steady-state call overhead: ``cache.jit(f)`` against ``jax.jit(f)``, side by side in one run.
+
+A tiny function, 10,000 calls per round; rounds alternate between the two so machine noise hits both
+alike; the best round of each is compared (the usual way to time dispatch). ``cache.jit`` returns a real
+``jax.jit`` object, so the ratio should be ~1.00; the acceptance bound is 1.05.
+
+Usage: python benchmarks/dispatch.py [--calls 10000] [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args()
+
+    import jax
+    import jax.numpy as jnp
+
+    import xlakit
+
+    def f(x):
+        return x * 2.0 + 1.0
+
+    x = jnp.ones((8,), jnp.float32)
+    with tempfile.TemporaryDirectory(prefix="xlakit-dispatch-") as tmp:
+        cache = xlakit.ExecutableCache(tmp)
+        candidates = {"jax.jit(f)": jax.jit(f), "cache.jit(f)": cache.jit(f)}
+        for fn in candidates.values():  # compile (and store) outside the timing
+            jax.block_until_ready(fn(x))
+        best = {name: float("inf") for name in candidates}
+        for _ in range(args.rounds):
+            for name, fn in candidates.items():
+                start = time.perf_counter()
+                for _ in range(args.calls):
+                    fn(x)
+                jax.block_until_ready(fn(x))
+                best[name] = min(best[name], (time.perf_counter() - start) / args.calls)
+        cache.close()
+
+    base = best["jax.jit(f)"]
+    print(f"{args.calls} calls x {args.rounds} rounds, best round per call:")
+    for name, per_call in best.items():
+        print(f"  {name:<14} {per_call * 1e6:8.2f} us/call   ratio {per_call / base:.3f}")
+    ratio = best["cache.jit(f)"] / base
+    print(("PASS" if ratio <= 1.05 else "FAIL") + f" cache.jit / jax.jit = {ratio:.3f} (bound 1.05)")
+    return 0 if ratio <= 1.05 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

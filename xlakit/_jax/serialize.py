@@ -1,0 +1,736 @@
+"""Compiled JAX programs to bytes and back: safely, and onto other devices of the same kind.
+
+Built on ``jax.experimental.serialize_executable``. Its payload is a pickle of
+``(unloaded_executable, args_info_flat, no_kwargs)`` whose persistent ids stand for the XLA executable
+(``('exec', bytes)``), devices (``('device', id)``) and the client (``('client',)``). Three things in it are
+unsafe for a cache, and this module fixes each:
+
+* **Loading runs code.** JAX unpickles with a plain ``pickle.Unpickler``; any payload can run anything.
+  :func:`load_compiled` unpickles with :class:`_RestrictedUnpickler`, which resolves only the globals JAX's
+  format contains (see ``_ALLOWED_*`` below and :func:`_resolve_global`). :func:`serialize_compiled` checks
+  every payload against the same policy, so what it writes is always loadable.
+* **Other device orders fail late.** JAX maps device ids to the *same* ids, and
+  ``Client.deserialize_executable`` keeps the device assignment compiled into the executable. A permuted
+  device list therefore loads, then fails at the first call with a sharding mismatch whose two shardings
+  print identically (and a naive remap of the Python shardings alone makes the call fail in XLA, or crash).
+  Here device ``placement.device_ids[i]`` becomes ``devices[i]`` everywhere: in the shardings and meshes
+  inside the pickle, and in the executable's device assignment, which is rewritten in the compile options
+  passed to ``deserialize_executable``.
+* **Wrong device counts kill the process.** Loading onto fewer devices fails a C++ CHECK (SIGABRT).
+  :func:`check_devices` validates count, platform, kinds and addressability before any XLA call, and the
+  payload's own device ids are cross-checked against the :class:`Placement` before the executable loads.
+
+The HMAC on a store entry is what makes a payload trustworthy; the restricted unpickler is defence in depth
+(the executable inside is native code, and running it is running code).
+
+Importing this module is cheap: JAX is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import inspect
+import io
+import pickle
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+__all__ = [
+    "NotSerializable",
+    "DevicePlacementError",
+    "Placement",
+    "placement_of",
+    "serialize_compiled",
+    "check_devices",
+    "load_compiled",
+]
+
+
+class NotSerializable(Exception):
+    """JAX cannot turn this compiled program into bytes; ``reason`` says why (callers fall back to compiling)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class DevicePlacementError(ValueError):
+    """The requested devices cannot run the executable; raised before any XLA call."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a compiled program runs: its devices in device-assignment order (logical device ``i`` first
+    ran on ``device_ids[i]``). JSON-ready through :meth:`to_dict` / :meth:`from_dict`."""
+
+    platform: str
+    device_ids: tuple[int, ...]
+    device_kinds: tuple[str, ...]
+    process_indices: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        # Accept lists (e.g. from JSON) but store tuples, so placements compare and hash by value.
+        for name in ("device_ids", "device_kinds", "process_indices"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not isinstance(self.platform, str) or not self.platform:
+            raise ValueError(f"Placement.platform must be a non-empty string, got {self.platform!r}")
+        if not self.device_ids:
+            raise ValueError("Placement needs at least one device")
+        if not (len(self.device_ids) == len(self.device_kinds) == len(self.process_indices)):
+            raise ValueError("Placement.device_ids, device_kinds and process_indices must have the same length")
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in self.device_ids + self.process_indices):
+            raise ValueError("Placement.device_ids and process_indices must be integers")
+        if not all(isinstance(k, str) for k in self.device_kinds):
+            raise ValueError("Placement.device_kinds must be strings")
+
+    def to_dict(self) -> dict:
+        return {"platform": self.platform, "device_ids": list(self.device_ids),
+                "device_kinds": list(self.device_kinds), "process_indices": list(self.process_indices)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Placement":
+        """Inverse of :meth:`to_dict`. Raises ``ValueError`` on a missing or malformed field."""
+        try:
+            return cls(platform=d["platform"], device_ids=d["device_ids"], device_kinds=d["device_kinds"],
+                       process_indices=d["process_indices"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"not a Placement dict: {e!r}") from None
+
+    @classmethod
+    def of_devices(cls, devices: Sequence[Any]) -> "Placement":
+        devices = list(devices)
+        return cls(platform=devices[0].platform, device_ids=tuple(d.id for d in devices),
+                   device_kinds=tuple(d.device_kind for d in devices),
+                   process_indices=tuple(d.process_index for d in devices))
+
+    def describe(self) -> str:
+        return (f"platform={self.platform} ids={list(self.device_ids)} kinds={list(self.device_kinds)} "
+                f"process_indices={list(self.process_indices)}")
+
+
+def placement_of(compiled) -> Placement:
+    """The devices ``compiled`` runs on, in device-assignment order.
+
+    Data: ``compiled._executable._unloaded_executable.device_list`` — the ``DeviceList`` JAX passed to XLA
+    as the device assignment (it is ordered; ``device_list[i]`` runs logical device ``i``). Executables
+    without it fall back to ``compiled._executable.xla_extension_executable().local_devices()``, which
+    XLA returns in the same order but lists only this process's devices.
+    """
+    executable = compiled._executable
+    unloaded = getattr(executable, "_unloaded_executable", None)
+    devices = getattr(unloaded, "device_list", None)
+    if devices is None:
+        devices = executable.xla_extension_executable().local_devices()
+    return Placement.of_devices(devices)
+
+
+# --------------------------------------------------------------------------------------------- serialize
+
+def serialize_compiled(compiled) -> tuple[bytes, Placement]:
+    """Pickle ``compiled`` (a ``jax.stages.Compiled``) into bytes that :func:`load_compiled` accepts.
+
+    The payload is ``(unloaded_executable, args_info_flat, no_kwargs, in_tree, out_tree)`` pickled with
+    JAX's ``_JaxPjrtPickler`` (as ``jax.experimental.serialize_executable.serialize`` does, plus the two
+    treedefs so the caller needs nothing else), then checked against the restricted unpickler's policy.
+
+    Raises:
+      NotSerializable: with ``reason`` — programs with host callbacks (``jax.debug.print``, ``pure_callback``:
+        "Can't pickle local object ..."), closed-over mutable refs, hoisted ``const_args``, executables
+        without an unloaded form ("Compilation does not support serialization"), pytrees whose node classes
+        cannot be pickled or would not be accepted when loading. Never a raw pickling error.
+    """
+    import jax
+    from jax.experimental.serialize_executable import _JaxPjrtPickler
+
+    unloaded = getattr(getattr(compiled, "_executable", None), "_unloaded_executable", None)
+    if unloaded is None:
+        raise NotSerializable("Compilation does not support serialization")
+    mut = getattr(unloaded, "mut", None)
+    if mut is not None and getattr(mut, "in_mut", None):
+        raise NotSerializable("can't serialize with a closed-over mutable array ref")
+    params = getattr(compiled, "_params", None)
+    if getattr(params, "const_args", None):
+        # JAX cannot store hoisted constants (jax_use_simplified_jaxpr_constants) with an executable.
+        raise NotSerializable(f"program has {len(params.const_args)} hoisted const_args, which JAX cannot serialize")
+    try:
+        args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
+        with io.BytesIO() as f:
+            _JaxPjrtPickler(f).dump((unloaded, args_info_flat, compiled._no_kwargs, in_tree, compiled.out_tree))
+            payload = f.getvalue()
+    except Exception as e:  # pickling raises AttributeError, TypeError, PicklingError, ... depending on the object
+        reason = f"{type(e).__name__}: {e}"
+        callbacks = getattr(unloaded, "host_callbacks", None)
+        if callbacks:
+            reason = f"program has {len(callbacks)} host callback(s) (jax.debug.print / callbacks): {reason}"
+        raise NotSerializable(reason) from e
+    try:
+        scan = _scan_payload(payload)
+    except pickle.UnpicklingError as e:
+        raise NotSerializable(f"the payload would be refused when loading: {e}") from e
+    if scan.exec_count != 1:
+        raise NotSerializable(f"expected one XLA executable in the payload, found {scan.exec_count}")
+    return payload, placement_of(compiled)
+
+
+# --------------------------------------------------------------------------------------------- devices
+
+def check_devices(placement: Placement, devices=None, backend=None) -> list:
+    """Validate that ``devices`` can run an executable compiled for ``placement``; touches no XLA executable.
+
+    ``devices`` are ``jax.Device`` objects or integer ids (looked up in ``backend``); ``None`` means the
+    devices with ``placement``'s ids. ``backend`` is a client, a platform name or ``None`` (the client of the
+    given devices, else ``jax.devices(placement.platform)``). Device ``i`` will run logical device ``i``,
+    i.e. what ran on ``placement.device_ids[i]``.
+
+    Checks: same count; same platform; same device kind position by position; every device exists in the
+    backend, belongs to it and is addressable by this process; no duplicates.
+
+    Returns the device objects in order. Raises :class:`DevicePlacementError` naming both device lists,
+    what differs and what to do.
+    """
+    import jax
+
+    problems: list[str] = []
+    if devices is not None:
+        devices = list(getattr(devices, "flat", devices))  # a list, tuple or ndarray (e.g. Mesh.devices)
+    client = _client_for(placement, devices, backend)
+    known = {d.id: d for d in client.devices()}
+    if devices is None:
+        missing = [i for i in placement.device_ids if i not in known]
+        if missing:
+            _refuse(placement, None, [f"devices {missing} do not exist on this {client.platform} backend "
+                                      f"(it has ids {sorted(known)})"],
+                    "pass devices= explicitly (same count and kind) to run the program elsewhere")
+        devices = [known[i] for i in placement.device_ids]
+    else:
+        resolved = []
+        for d in devices:
+            if isinstance(d, int) and not isinstance(d, bool):
+                if d not in known:
+                    _refuse(placement, None, [f"device id {d} does not exist on this {client.platform} backend "
+                                              f"(it has ids {sorted(known)})"], "pass ids of existing devices")
+                d = known[d]
+            elif not isinstance(d, jax.Device):
+                raise TypeError(f"devices must be jax.Device objects or integer ids, got {type(d).__name__}")
+            resolved.append(d)
+        devices = resolved
+
+    if not devices:
+        _refuse(placement, devices, ["no devices given"], f"pass {len(placement.device_ids)} device(s)")
+    n, m = len(placement.device_ids), len(devices)
+    if n != m:
+        problems.append(f"the executable was compiled for {n} device(s), {m} given "
+                        "(loading it anyway aborts the process)")
+    platforms = sorted({d.platform for d in devices})
+    if platforms != [placement.platform]:
+        problems.append(f"platform differs: compiled for {placement.platform!r}, given {platforms}")
+    for i, (want, d) in enumerate(zip(placement.device_kinds, devices)):
+        if d.device_kind != want:
+            problems.append(f"device kind differs at position {i}: compiled for {want!r}, given {d.device_kind!r} "
+                            f"(device {d.id})")
+    ids = [d.id for d in devices]
+    dups = sorted({i for i in ids if ids.count(i) > 1})
+    if dups:
+        problems.append(f"duplicate devices {dups}")
+    for d in devices:
+        if d.client != client or known.get(d.id) is not d:
+            problems.append(f"device {d.id} ({d.platform}) does not belong to the backend "
+                            f"{client.platform!r} used for loading")
+        elif d.process_index != client.process_index():
+            problems.append(f"device {d.id} belongs to process {d.process_index}, not to this process "
+                            f"({client.process_index()}); xlakit loads only onto addressable devices")
+    if problems:
+        kinds = sorted(set(placement.device_kinds))
+        _refuse(placement, devices, problems,
+                f"pass exactly {n} {placement.platform} device(s) of kind {kinds[0] if len(kinds) == 1 else kinds} "
+                "in the order the program's shards should run, or recompile for these devices")
+    return devices
+
+
+def _client_for(placement: Placement, devices, backend):
+    import jax
+
+    if backend is not None and not isinstance(backend, str):
+        return backend
+    if backend is None and devices and isinstance(devices[0], jax.Device):
+        return devices[0].client
+    platform = backend or placement.platform
+    try:
+        return jax.devices(platform)[0].client
+    except RuntimeError as e:  # jax raises RuntimeError for a platform this process has no backend for
+        _refuse(placement, devices, [f"no {platform!r} backend in this process ({e})"],
+                "load it on a machine with that platform, or recompile for the devices here")
+
+
+def _refuse(placement: Placement, devices, problems: list[str], advice: str):
+    given = "(none resolved)"
+    if devices:
+        given = (f"platform={'/'.join(sorted({d.platform for d in devices}))} ids={[d.id for d in devices]} "
+                 f"kinds={[d.device_kind for d in devices]} "
+                 f"process_indices={[d.process_index for d in devices]}")
+    raise DevicePlacementError(
+        "cannot load the executable onto these devices: " + "; ".join(problems) + ".\n"
+        f"  compiled for: {placement.describe()}\n"
+        f"  requested:    {given}\n"
+        f"  What to do: {advice}.")
+
+
+# --------------------------------------------------------------------------------------------- load
+
+def load_compiled(payload: bytes, placement: Placement, devices=None, backend=None):
+    """Rebuild a ``jax.stages.Compiled`` from :func:`serialize_compiled`'s output, on ``devices``.
+
+    ``devices`` (see :func:`check_devices`; ``None`` = the devices with the placement's ids) may be any
+    devices of the same count and kinds, in any order: device ``i`` runs what ``placement.device_ids[i]`` ran.
+    Steps, each before the next touches more: check the devices; scan the payload with the unpickling
+    policy without building anything (and check its device ids match ``placement``); rewrite the
+    executable's device assignment when the devices differ; unpickle with :class:`_RestrictedUnpickler`;
+    build ``jax.stages.Compiled`` as ``jax.experimental.serialize_executable.deserialize_and_load`` does.
+
+    Raises:
+      DevicePlacementError: the devices cannot run it, or the payload disagrees with ``placement``.
+      pickle.UnpicklingError: the payload names a global outside the allow-list (which is never called)
+        or is not a valid payload.
+      Errors from XLA's ``deserialize_executable`` (e.g. ``jax.errors.JaxRuntimeError``) pass through.
+    """
+    devices = check_devices(placement, devices, backend)
+    client = devices[0].client
+    scan = _scan_payload(payload)
+    if scan.exec_count != 1:
+        raise pickle.UnpicklingError(f"expected one XLA executable in the payload, found {scan.exec_count}")
+    if scan.device_ids != set(placement.device_ids):
+        # The payload's DeviceList is the executable's device assignment: a placement that disagrees with it
+        # would send XLA a wrong device count (which aborts the process).
+        _refuse(placement, devices, [f"the payload was compiled for devices {sorted(scan.device_ids)}, "
+                                     f"not for the placement's {sorted(placement.device_ids)}"],
+                "store the placement that serialize_compiled returned together with its payload")
+
+    id_map = dict(zip(placement.device_ids, devices))
+    options = None
+    if [d.id for d in devices] != list(placement.device_ids):
+        options = _retargeted_options(scan.exec_bytes, placement, devices)
+
+    unpickler = _RestrictedUnpickler(io.BytesIO(payload), client, id_map, devices, options)
+    try:
+        unloaded, args_info_flat, no_kwargs, in_tree, out_tree = unpickler.load()
+        args_info = in_tree.unflatten(args_info_flat)
+    except (pickle.UnpicklingError, DevicePlacementError):
+        raise
+    except Exception as e:
+        if e is unpickler.xla_error:  # XLA's own error: pass it through unchanged
+            raise
+        raise pickle.UnpicklingError(f"not a valid xlakit executable payload: {type(e).__name__}: {e}") from e
+    return _make_compiled(unloaded.load(), args_info, out_tree, no_kwargs)
+
+
+def _load_executable(client, exec_bytes: bytes, devices: list, options):
+    """The one place this module asks XLA to load an executable (tests patch it to prove checks come first)."""
+    from jax._src.lib import xla_client as xc
+
+    return client.deserialize_executable(exec_bytes, xc.DeviceList(tuple(devices)), options)
+
+
+def _make_compiled(loaded, args_info, out_tree, no_kwargs):
+    """``jax.stages.Compiled(...)`` as ``deserialize_and_load`` builds it. Up to at least 0.12 the signature
+    is ``(executable, const_args, args_info, out_tree, no_kwargs=...)``; older JAX had no ``const_args``."""
+    import jax
+
+    params = inspect.signature(jax.stages.Compiled.__init__).parameters
+    if "const_args" in params:
+        return jax.stages.Compiled(loaded, [], args_info, out_tree, no_kwargs=no_kwargs)
+    return jax.stages.Compiled(loaded, args_info, out_tree, no_kwargs=no_kwargs)
+
+
+# --------------------------------------------------------------------------------------------- device assignment
+# deserialize_executable keeps the device assignment stored in the executable's compile options, whatever
+# executable_devices says. To run on other devices, the stored options are read back from the serialized
+# executable, their assignment is mapped old id -> new id, and they are passed as compile_options — the same
+# argument JAX's own persistent cache passes (jax._src.compilation_cache) to place a cached executable.
+# Serialized layout (PjRt CPU, jaxlib 0.10-0.12): an optional IFRT header (a varint length, then that many
+# bytes), then an ExecutableAndOptionsProto {1: executable bytes, 2: CompileOptionsProto}. Where no stored
+# assignment matching the placement is found (another backend's format), moving is refused, never guessed.
+
+def _retargeted_options(exec_bytes: bytes, placement: Placement, devices: list):
+    import numpy as np
+    from jax._src.lib import xla_client as xc
+
+    for options in _stored_compile_options(exec_bytes):
+        grid = _assignment_grid(options)
+        if grid is not None and sorted(int(i) for i in grid.ravel()) == sorted(placement.device_ids):
+            break
+    else:
+        _refuse(placement, devices, ["this executable's format does not expose a device assignment matching the "
+                                     "placement, so it can only be loaded onto the devices it was compiled for"],
+                "load it onto the devices with the ids it was compiled for, or recompile")
+    new_ids = {old: d.id for old, d in zip(placement.device_ids, devices)}
+    new_grid = np.vectorize(lambda i: new_ids[int(i)])(grid)
+    # executable_build_options is a read-only property returning a reference into the options.
+    options.executable_build_options.device_assignment = xc.DeviceAssignment.create(new_grid)
+    if not np.array_equal(_assignment_grid(options), new_grid):  # should a binding return a copy: fail, don't guess
+        _refuse(placement, devices, ["could not rewrite the executable's device assignment"], "recompile")
+    return options
+
+
+def _stored_compile_options(exec_bytes: bytes):
+    """Yield each ``CompileOptions`` that the serialized executable bytes may hold (unknown format: none)."""
+    from jax._src.lib import xla_client as xc
+
+    candidates = [exec_bytes]
+    try:
+        header_len, pos = _varint(exec_bytes, 0)
+        candidates.append(exec_bytes[pos + header_len:])
+    except IndexError:
+        pass
+    for buf in candidates:
+        fields = _proto_fields(buf)
+        if not fields or not any(num == 1 and wire == 2 for num, wire, _ in fields):
+            continue
+        for num, wire, value in fields:
+            if num == 2 and wire == 2:
+                try:
+                    yield xc.CompileOptions.ParseFromString(value)
+                except Exception:  # not a CompileOptionsProto
+                    continue
+
+
+def _assignment_grid(options):
+    """The device assignment as an int array [replica, computation], parsed from ``DeviceAssignmentProto``
+    ``{1: replica_count, 2: computation_count, 3: repeated {1: repeated int64 replica_device_ids}}``."""
+    import numpy as np
+
+    assignment = options.executable_build_options.device_assignment
+    if assignment is None:
+        return None
+    fields = _proto_fields(assignment.serialize())
+    if fields is None:
+        return None
+    columns = []
+    for num, wire, value in fields:
+        if num == 3 and wire == 2:
+            ids: list[int] = []
+            for n2, w2, v2 in _proto_fields(value) or []:
+                if n2 == 1 and w2 == 0:
+                    ids.append(v2)
+                elif n2 == 1 and w2 == 2:  # packed repeated
+                    pos = 0
+                    while pos < len(v2):
+                        x, pos = _varint(v2, pos)
+                        ids.append(x)
+            columns.append(ids)
+    if not columns or len({len(c) for c in columns}) != 1:
+        return None
+    grid = np.array(columns, dtype=np.int64).T  # rows: replicas, columns: computations
+    if grid.shape != (assignment.replica_count(), assignment.computation_count()):
+        return None
+    return grid
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return result, pos
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def _proto_fields(buf: bytes):
+    """Top-level protobuf wire fields ``[(number, wire_type, value)]``, or ``None`` if ``buf`` does not parse."""
+    fields = []
+    pos = 0
+    try:
+        while pos < len(buf):
+            key, pos = _varint(buf, pos)
+            num, wire = key >> 3, key & 7
+            if num == 0:
+                return None
+            if wire == 0:
+                value, pos = _varint(buf, pos)
+            elif wire == 2:
+                n, pos = _varint(buf, pos)
+                if pos + n > len(buf):
+                    return None
+                value, pos = buf[pos:pos + n], pos + n
+            elif wire in (1, 5):
+                n = 8 if wire == 1 else 4
+                if pos + n > len(buf):
+                    return None
+                value, pos = buf[pos:pos + n], pos + n
+            else:
+                return None
+            fields.append((num, wire, value))
+    except IndexError:
+        return None
+    return fields
+
+
+# --------------------------------------------------------------------------------------------- unpickling policy
+# Globals found in real payloads (jax 0.10.2 and 0.12.0.1, CPU): single-device, NamedSharding over 1-D and 2-D
+# meshes, GSPMDSharding, donation, dict/tuple/list/namedtuple/None/OrderedDict/defaultdict pytrees, static
+# args, kwargs, bf16/int8/float8/complex dtypes, layouts, pinned_host memory kinds, shard_map, scan, grad,
+# threefry/rbg/unsafe_rbg typed keys. Resolving a global only looks a name up; a function is only called by
+# the pickle if it is one of the few below.
+
+# Functions (and other non-class objects) — never allowed by a rule, only by name.
+_ALLOWED_FUNCTIONS = frozenset({
+    ("numpy._core.multiarray", "_reconstruct"),        # ndarray (e.g. a Mesh's device array), numpy >= 2
+    ("numpy.core.multiarray", "_reconstruct"),         # the same, numpy 1.x
+    ("numpy._core.multiarray", "scalar"),              # numpy scalars
+    ("numpy.core.multiarray", "scalar"),
+    ("jax._src.named_sharding", "_unpickle_named_sharding"),
+    ("jax._src.sharding_impls", "_unpickle_single_device_sharding"),
+    ("jax._src.sharding_impls", "_unpickle_gspmd_sharding"),
+    ("jax._src.partition_spec", "_get_default_unconstrained"),  # P.UNCONSTRAINED
+    ("jax._src.tree_util", "default_registry"),        # PyTreeDef state names its registry
+    ("jax._src.tree_util", "tracing_registry"),
+    ("jax._src.tree_util", "none_leaf_registry"),
+    ("jax._src.tree_util", "dispatch_registry"),
+})
+# Plus the seed/split/fold_in/random_bits functions of JAX's registered PRNG implementations (a typed key's
+# dtype pickles its PRNGImpl): see _prng_functions().
+
+# Classes seen in payloads. Calling one of these (REDUCE/NEWOBJ) only builds a value.
+_ALLOWED_CLASSES = frozenset({
+    ("jax._src.interpreters.pxla", "UnloadedMeshExecutable"),
+    ("jax._src.interpreters.pxla", "AllArgsInfo"),
+    ("jax._src.stages", "ArgInfo"),
+    ("jax._src.core", "ShapedArray"),
+    ("jax._src.core", "ManualAxisType"),
+    ("jax._src.core", "MemorySpace"),
+    ("jax._src.layout", "Layout"),
+    ("jax._src.layout", "AutoLayoutSingleton"),        # 0.12
+    ("jax._src.linear_util", "DebugInfo"),
+    ("jax._src.mesh", "Mesh"),
+    ("jax._src.mesh", "AbstractMesh"),
+    ("jax._src.mesh", "AbstractDevice"),
+    ("jax._src.mesh", "AxisType"),
+    ("jax", "P"),                                      # PartitionSpec pickles under its public name
+    ("jax._src.partition_spec", "P"),
+    ("jax._src.random.prng", "KeyTy"),
+    ("jax._src.random.prng", "PRNGImpl"),
+    ("jaxlib._jax", "DeviceList"),
+    ("jaxlib._jax.pytree", "PyTreeDef"),
+    ("jaxlib._hlo", "OpSharding"),
+    ("numpy", "dtype"),
+    ("numpy", "ndarray"),
+    ("collections", "OrderedDict"),
+    ("collections", "defaultdict"),
+})
+
+_SAFE_BUILTINS = frozenset({"tuple", "list", "dict", "set", "frozenset", "slice", "complex", "bytearray",
+                            "bytes", "str", "int", "float", "bool", "range"})
+_JAX_PACKAGES = ("jax", "jaxlib")
+_DTYPE_PACKAGES = ("numpy", "ml_dtypes")
+
+
+def _prng_functions() -> frozenset:
+    try:
+        from jax._src.random import prng
+    except ImportError:  # older layout
+        from jax._src import prng  # type: ignore[no-redef]
+    names = set()
+    for impl in getattr(prng, "prngs", {}).values():
+        for attr in ("seed", "split", "random_bits", "fold_in"):
+            fn = getattr(impl, attr, None)
+            if fn is not None and getattr(fn, "__module__", None):
+                names.add((fn.__module__, fn.__qualname__))
+    return frozenset(names)
+
+
+def _top(module: str) -> str:
+    return module.partition(".")[0]
+
+
+def _resolve_global(module: str, name: str):
+    """Return the object ``module.name`` if the policy allows it, else raise ``pickle.UnpicklingError``.
+
+    Allowed: the named functions and classes above; builtins only from ``_SAFE_BUILTINS``; and, so newer
+    JAX versions keep working, classes (never functions) of these kinds: Enum, Sharding, AbstractValue and
+    ExtendedDType subclasses in ``jax``/``jaxlib``; NumPy scalar and dtype classes in ``numpy``/``ml_dtypes``;
+    for any other module that is *already imported* (never imported on a payload's behalf — imports run
+    code): namedtuple classes and classes registered as pytree nodes (treedefs name them).
+    """
+    def refuse(why: str):
+        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}: {why}")
+
+    parts = name.split(".")
+    if any(not p or p.startswith("__") for p in parts):
+        refuse("dunder or empty attribute names are never resolved")
+    pair = (module, name)
+    explicit = pair in _ALLOWED_FUNCTIONS or pair in _ALLOWED_CLASSES
+    if module == "builtins":
+        if name not in _SAFE_BUILTINS:
+            refuse("only plain container and number types are allowed from builtins")
+        explicit = True
+    if not explicit and pair in _prng_functions():
+        explicit = True
+    trusted_package = _top(module) in _JAX_PACKAGES + _DTYPE_PACKAGES
+    if module in sys.modules:
+        mod = sys.modules[module]
+    elif explicit or trusted_package:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            refuse("module not found")
+    else:
+        refuse("module is not imported in this process (a payload never triggers an import)")
+    obj = mod
+    for p in parts:
+        try:
+            obj = getattr(obj, p)
+        except AttributeError:
+            refuse("no such attribute")
+    if explicit:
+        if pair in _ALLOWED_CLASSES and not isinstance(obj, type):
+            refuse("expected a class")
+        return obj
+    if not isinstance(obj, type):
+        refuse("not on the allow-list (functions and objects are allowed only by name)")
+    if _top(module) in _JAX_PACKAGES and _is_jax_value_class(obj):
+        return obj
+    if _top(module) in _DTYPE_PACKAGES and _is_dtype_class(obj):
+        return obj
+    if _is_plain_namedtuple(obj):
+        return obj
+    # JAX registers internal node classes too (tree_util.Partial wraps a callable): only user classes here.
+    if not trusted_package and _is_registered_pytree_node(obj):
+        return obj
+    refuse("class is not on the allow-list")
+
+
+def _is_jax_value_class(cls: type) -> bool:
+    from jax._src import core, dtypes
+    from jax.sharding import Sharding
+
+    return issubclass(cls, (enum.Enum, Sharding, core.AbstractValue, dtypes.ExtendedDType))
+
+
+def _is_dtype_class(cls: type) -> bool:
+    import numpy as np
+
+    return issubclass(cls, (np.generic, np.dtype))
+
+
+def _is_plain_namedtuple(cls: type) -> bool:
+    # What collections.namedtuple / typing.NamedTuple produce: a direct tuple subclass carrying the generated
+    # _fields and _make (subclasses that could override __new__ have other bases). Calling it builds a tuple.
+    return (cls.__bases__ == (tuple,) and isinstance(cls.__dict__.get("_fields"), tuple)
+            and "_make" in cls.__dict__)
+
+
+def _is_registered_pytree_node(cls: type) -> bool:
+    from jax._src import tree_util
+
+    return cls in getattr(tree_util, "_registry", {})
+
+
+class _Stub:
+    """Stands for every object during :func:`_scan_payload`: accepts any construction, state or items."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        pass
+
+    def append(self, item):
+        pass
+
+    def extend(self, items):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+
+@dataclass
+class _Scan:
+    globals: set
+    device_ids: set
+    exec_count: int = 0
+    exec_bytes: bytes = b""
+
+
+class _ScanUnpickler(pickle.Unpickler):
+    """Walks a payload applying the global policy, but builds nothing real: every global and persistent
+    object becomes a :class:`_Stub`. No JAX object, device or executable is created."""
+
+    def __init__(self, file):
+        super().__init__(file)
+        self.result = _Scan(set(), set())
+
+    def find_class(self, module, name):
+        _resolve_global(module, name)
+        self.result.globals.add((module, name))
+        return _Stub
+
+    def persistent_load(self, pid):
+        kind = pid[0] if isinstance(pid, tuple) and pid else None
+        if kind == "device" and len(pid) == 2 and isinstance(pid[1], int):
+            self.result.device_ids.add(pid[1])
+        elif kind == "exec" and len(pid) == 2 and isinstance(pid[1], bytes):
+            self.result.exec_count += 1
+            self.result.exec_bytes = pid[1]
+        elif pid != ("client",):
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.80}")
+        return _Stub()
+
+
+def _scan_payload(payload: bytes) -> _Scan:
+    """Apply the unpickling policy to ``payload`` without building objects. Raises ``pickle.UnpicklingError``."""
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+    scanner = _ScanUnpickler(io.BytesIO(payload))
+    try:
+        scanner.load()
+    except pickle.UnpicklingError:
+        raise
+    except Exception as e:
+        raise pickle.UnpicklingError(f"not a valid xlakit executable payload: {type(e).__name__}: {e}") from e
+    return scanner.result
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Unpickles a payload with the global policy of :func:`_resolve_global` and places it on new devices.
+
+    Persistent ids: ``('device', old_id)`` -> the new device at the position of ``old_id`` in the
+    placement; ``('client',)`` -> the backend; ``('exec', bytes)`` -> ``deserialize_executable`` on the
+    new devices in order, with the retargeted compile options when the devices changed.
+    """
+
+    def __init__(self, file, client, id_map: dict, devices: list, options):
+        super().__init__(file)
+        self._client = client
+        self._id_map = id_map
+        self._devices = devices
+        self._options = options
+        self.xla_error: BaseException | None = None
+
+    def find_class(self, module, name):
+        return _resolve_global(module, name)
+
+    def persistent_load(self, pid):
+        kind = pid[0] if isinstance(pid, tuple) and pid else None
+        if kind == "device":
+            try:
+                return self._id_map[pid[1]]
+            except (KeyError, IndexError, TypeError):
+                raise pickle.UnpicklingError(f"payload refers to device {pid!r:.80} outside the placement") from None
+        if kind == "client":
+            return self._client
+        if kind == "exec":
+            try:
+                return _load_executable(self._client, pid[1], self._devices, self._options)
+            except Exception as e:
+                self.xla_error = e
+                raise
+        raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.80}")

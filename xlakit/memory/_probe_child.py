@@ -1,0 +1,40 @@
+"""Child process of an isolated probe: load a serialized executable, run it once, print the numbers.
+
+Usage: ``python -m xlakit.memory._probe_child JOB.pkl`` where the job is a pickle written by
+:func:`xlakit.memory.probe.probe` (this process trusts it: its parent wrote it to a private 0600 file). The
+last stdout line is one JSON object: peak, baseline (bytes), method, exact, run_s, device, platform.
+
+Nothing is compiled here: the executable is deserialized and loaded, so no compile-time scratch reaches the
+peak. The arguments are created here (zeros of the recorded shapes and dtypes) before the peak is reset.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+
+
+def main(path: str) -> int:
+    with open(path, "rb") as fh:
+        job = pickle.load(fh)  # noqa: S301 - written by our parent process, see module docstring
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import serialize_executable
+
+    from xlakit.memory.probe import measure
+
+    device = next(d for d in jax.devices(job["platform"]) if d.id == job["device_id"])
+    loaded = serialize_executable.deserialize_and_load(job["payload"], job["in_tree"], job["out_tree"],
+                                                       backend=job["platform"], execution_devices=[device])
+    flat = [jax.device_put(jnp.zeros(shape, dtype), device) for shape, dtype in job["specs"]]
+    args, kwargs = jax.tree.unflatten(job["in_tree"], flat)
+    jax.block_until_ready(flat)
+    result = measure(lambda: loaded(*args, **kwargs), [device])
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
