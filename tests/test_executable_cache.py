@@ -52,8 +52,8 @@ def test_jit_is_bit_identical_to_jax_jit_on_pytrees_static_donated_and_kwargs(ca
     for mode in ("bias", "neg"):
         assert same_tree(ours(params, batch, scale=2.0, mode=mode), theirs(params, batch, scale=2.0, mode=mode))
     assert events_for("jit_model") == ["miss", "compile", "store"] * 2  # one program per static value
-    ours(params, batch, scale=3.0, mode="bias")  # same signature: jax.jit's own dispatch, no new events
-    assert len(events_for("jit_model")) == 6
+    ours(params, batch, scale=3.0, mode="bias")  # same signature: no new compile (0.12 may re-look it up: a hit)
+    assert events_for("jit_model").count("compile") == 2 and set(events_for("jit_model")[6:]) <= {"hit"}
 
     def update(state, delta):
         return {"w": state["w"] + delta, "n": state["n"] + 1}

@@ -58,6 +58,16 @@ class _ProbeHandler:
         return None
 
 
+class _PassThrough:
+    """A handler that finds nothing and stores nothing: the compile goes to XLA."""
+
+    def read(self, ctx, compile_options, backend, executable_devices, host_callbacks):
+        return None, None
+
+    def write(self, ctx, compile_time_secs, backend, executable, host_callbacks):
+        return None
+
+
 class ExecutableCache(StoreHandler):
     """A persistent cache of compiled XLA executables that you call explicitly.
 
@@ -134,16 +144,17 @@ class ExecutableCache(StoreHandler):
             unsubscribe()
         decisive = [e for e in seen if e.kind in ("hit", "store", "skip", "store_error", "load_error")]
         if not decisive:  # JAX answered from its in-process compile memo: nothing reached the store
-            decisive = [self.log.emit("hit", name=_name_of(lowered), reason="in-process compile cache",
-                                      source="jit")]
+            ctx = self._probe(lowered).ctx
+            decisive = [self.log.emit("hit", name=ctx.module_name, key=ctx.key, partition=self._partition(),
+                                      reason="JAX's in-process compile cache", source="jit", duration_s=0.0)]
         event = decisive[-1]
-        if event.kind != "hit" or not self._has_aot(event.key):
-            self._store_aot(compiled, event.key, event.name)
+        if event.key and not self._has_aot(event.key):
+            # Re-serializing an executable that was itself loaded from a cache is unreliable (jax 0.12 CPU
+            # loses fused functions), so the loadable copy always comes from a fresh compile.
+            fresh = compiled if event.kind != "hit" else self._compile_fresh(lowered)
+            self._store_aot(fresh, event.key, event.name)
         if devices is not None:
-            from xlakit._jax import serialize
-
-            payload, placement = serialize.serialize_compiled(compiled)
-            compiled = serialize.load_compiled(payload, placement, devices)
+            compiled = self.load(event.key, devices)
         assert isinstance(compiled, jax.stages.Compiled)
         return compiled, event
 
@@ -310,6 +321,14 @@ class ExecutableCache(StoreHandler):
             pxla._cached_compilation.cache_clear()
         raise RuntimeError("could not compute the cache key of this program (JAX did not reach its cache)")
 
+    def _compile_fresh(self, lowered: Any):
+        """Compile with XLA, bypassing every cache (JAX's in-process memo included)."""
+        from jax._src.interpreters import pxla
+
+        pxla._cached_compilation.cache_clear()  # it may hold the executable just loaded from the store
+        with hooks.route(_PassThrough()):
+            return lowered.compile(compiler_options={})  # {}: same key, skips the lowering's own memo
+
     def _partition(self) -> str:
         return current_environment().partition_name()
 
@@ -335,13 +354,6 @@ class ExecutableCache(StoreHandler):
         result = self.store.put(partition, key + _AOT_SUFFIX, header, payload)
         if not result.stored:
             self._emit("store_error", name, key + _AOT_SUFFIX, partition, reason=result.reason)
-
-
-def _name_of(lowered: Any) -> str | None:
-    try:
-        return lowered._lowering.stablehlo().operation.attributes["sym_name"].value
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def _decode_text(packed: str | None) -> str | None:

@@ -193,6 +193,9 @@ def acquire() -> None:
                           run_python_pjit=pjit._run_python_pjit, logger_level=key_logger.level, capture=capture)
             key_logger.addFilter(capture)
             key_logger.setLevel(logging.DEBUG)
+            # inspect.signature follows __wrapped__: version checks keep seeing JAX's own signatures.
+            _cache_read.__wrapped__ = _saved["read"]  # type: ignore[attr-defined]
+            _cache_write.__wrapped__ = _saved["write"]  # type: ignore[attr-defined]
             compiler._cache_read = _cache_read
             compiler._cache_write = _cache_write
             cache_key.get = _key_get

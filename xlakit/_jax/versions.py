@@ -38,7 +38,7 @@ def read_hook_takes_host_callbacks() -> bool:
     """True when ``jax._src.compiler._cache_read`` receives host callbacks (JAX >= 0.11)."""
     from jax._src import compiler
 
-    return "host_callbacks" in inspect.signature(compiler._cache_read).parameters
+    return "host_callbacks" in inspect.signature(compiler._cache_read).parameters  # follows __wrapped__
 
 
 def check_transparent_hooks() -> None:

@@ -199,8 +199,9 @@ def move(arrays: Any, memory_kind: str = "pinned_host", *, donate: bool = False)
       arrays: a pytree (array, list, dict, flax params...). Non-JAX leaves pass through unchanged.
       memory_kind: ``"pinned_host"`` to offload, ``"device"`` to bring back, or any kind listed by
         ``device.addressable_memories()``.
-      donate: free each source array after its copy (``jax.device_put(..., donate=True)``); the old arrays
-        are then unusable.
+      donate: delete each source array once its copy is ready (``Array.delete()``), so its memory is freed
+        even while other references exist; those references are then unusable. (XLA does not implement
+        ``device_put(..., donate=True)`` across memory kinds.)
 
     Returns:
       :class:`MoveResult` with the new pytree and the bytes moved.
@@ -225,9 +226,13 @@ def move(arrays: Any, memory_kind: str = "pinned_host", *, donate: bool = False)
             out.append(leaf)
             unchanged += 1
             continue
-        nbytes += sum(r["bytes"] for r in _rows([leaf], with_origin=False))  # before a donation deletes it
-        out.append(jax.device_put(leaf, leaf.sharding.with_memory_kind(memory_kind), donate=donate))
+        nbytes += sum(r["bytes"] for r in _rows([leaf], with_origin=False))
+        out.append(jax.device_put(leaf, leaf.sharding.with_memory_kind(memory_kind)))
         moved += 1
     jax.block_until_ready([x for x in out if isinstance(x, jax.Array)])
+    if donate:
+        for leaf, new in zip(leaves, out, strict=True):
+            if new is not leaf:
+                leaf.delete()
     return MoveResult(jax.tree_util.tree_unflatten(treedef, out), memory_kind, nbytes, moved, unchanged,
                       time.perf_counter() - start)

@@ -1,0 +1,82 @@
+"""probe: a program with a known 400 MB temporary shows >= 400 MB of scratch, a tiny one does not — in this
+process (VmHWM after a clear_refs reset) and in a fresh process that loads the serialized executable."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from xlakit.memory import ProbeResult, compiled_memory, probe
+
+N = 10_000
+MB = 1_000_000
+
+
+@jax.jit
+def outer_dot(a, b):
+    return (jnp.outer(a, a) @ b).sum()  # materializes f32[10000,10000]: a 400 MB temporary
+
+
+@jax.jit
+def tiny(a):
+    return a + 1
+
+
+@pytest.fixture(scope="module")
+def vectors():
+    return jnp.ones(N, jnp.float32), jnp.ones(N, jnp.float32)
+
+
+def test_the_known_temporary_is_400_mb(vectors):
+    assert compiled_memory(outer_dot, *vectors).temp_bytes == 400_040_000
+
+
+def test_in_process_probe_sees_the_400_mb_temporary(vectors):
+    r = probe(outer_dot, *vectors)
+    assert isinstance(r, ProbeResult)
+    assert r.method == "in-process clear_refs" and r.exact and r.platform == "cpu"
+    assert r.scratch_bytes >= 400 * MB, r
+    assert r.scratch_bytes == r.peak_bytes - r.baseline_bytes
+    assert r.scratch_bytes < 600 * MB  # nothing else of that size happened
+
+
+def test_in_process_probe_of_a_tiny_program_shows_no_such_scratch():
+    r = probe(tiny, jnp.ones(16))
+    assert 0 <= r.scratch_bytes < 64 * 2**20, r
+
+
+def test_isolated_probe_loads_the_executable_in_a_fresh_process(vectors):
+    compiled = outer_dot.lower(*vectors).compile()
+    big = probe(compiled, isolate=True)  # no arguments: the child creates zeros of the recorded shapes
+    assert big.method == "subprocess clear_refs" and big.exact
+    assert big.scratch_bytes >= 400 * MB, big
+    assert any("not compiled" in n for n in big.notes)
+    small = probe(tiny, jnp.ones(16), isolate=True)
+    assert 0 <= small.scratch_bytes < 64 * 2**20, small
+
+
+def test_donated_arguments_survive_the_probe():
+    f = jax.jit(lambda a: a * 2, donate_argnums=0)
+    x = jnp.arange(8.0)
+    probe(f, x)
+    assert not x.is_deleted()
+    np.testing.assert_array_equal(np.asarray(x), np.arange(8.0))
+
+
+def test_programs_that_cannot_be_isolated_raise_clearly():
+    def noisy(x):
+        jax.debug.print("x={}", x)
+        return x * 2
+
+    with pytest.raises(ValueError, match="cannot be serialized|isolate=False"):
+        probe(jax.jit(noisy), jnp.ones(3), isolate=True)
+    with pytest.raises(TypeError, match="probe"):
+        probe(42)
+
+
+def test_display_forms():
+    r = probe(tiny, jnp.ones(4))
+    assert "scratch" in repr(r) and "Probe" in r._repr_html_()
+    assert r.to_frame().loc[0, "method"] == r.method
