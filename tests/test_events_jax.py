@@ -137,6 +137,34 @@ def test_jax_persistent_cache_layer_with_names(tmp_path):
     assert [e["bytes"] for e in evicted] == [sizes[e["key"]] for e in evicted]
 
 
+def test_explicit_cache_compiles_loads_and_probes_are_each_recorded_once(tmp_path):
+    """ExecutableCache routes compiles to xlakit's handler: its events are not repeated as JAX's; a fresh
+    compile through its pass-through handler (nobody else records it) is; an explain probe compiles nothing."""
+    code = f"""
+import json, sys, jax, numpy as np
+import xlakit, xlakit.events as ev
+ev.install_listeners()
+def f(x):
+    return jax.numpy.tanh(x) * 2
+cache = xlakit.ExecutableCache({str(tmp_path / 'c')!r})
+if sys.argv[-1] == 'jit':
+    cache.jit(f)(np.ones(3, np.float32))  # stores the XLA executable only
+else:
+    cache.compile(jax.jit(f), np.ones(3, np.float32))  # hits, then compiles a loadable copy afresh
+    cache.explain(f, np.ones(4, np.float32))  # computes the key, compiles nothing
+print(json.dumps([(e.kind, e.source, e.name) for e in ev.log().events()]))
+"""
+    f = "jit_f"
+    for mode, expected in (("jit", [("miss", "xlakit", f), ("compile", "xlakit", f), ("store", "xlakit", f)]),
+                           ("compile", [("hit", "xlakit", f), ("compile", "jax", f), ("trace", "jax", f),
+                                        ("lower", "jax", f)])):
+        proc = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=worker_env(),
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        events = [tuple(e) for e in json.loads(proc.stdout.strip().splitlines()[-1])]
+        assert events == [("trace", "jax", f), ("lower", "jax", f), *expected]
+
+
 def run_python(code: str, env: dict[str, str] | None = None) -> tuple[str, str]:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env(env),
                           timeout=300)

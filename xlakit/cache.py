@@ -151,8 +151,10 @@ class ExecutableCache(StoreHandler):
         if event.key and not self._has_aot(event.key):
             # Re-serializing an executable that was itself loaded from a cache is unreliable (jax 0.12 CPU
             # loses fused functions), so the loadable copy always comes from a fresh compile.
+            start = time.perf_counter()
             fresh = compiled if event.kind != "hit" else self._compile_fresh(lowered)
-            self._store_aot(fresh, event.key, event.name)
+            compile_s = next((e.duration_s for e in seen if e.kind == "compile"), time.perf_counter() - start)
+            self._store_aot(fresh, event.key, event.name, compile_s)
         if devices is not None:
             compiled = self.load(event.key, devices)
         assert isinstance(compiled, jax.stages.Compiled)
@@ -186,9 +188,10 @@ class ExecutableCache(StoreHandler):
         placement = serialize.Placement.from_dict(found.header["placement"])
         start = time.perf_counter()
         compiled = serialize.load_compiled(found.payload, placement, devices)
-        self._emit("hit", found.header.get("name"), key, partition, duration_s=time.perf_counter() - start,
-                   bytes=found.header.get("payload_bytes"), saved_s=max(0.0, float(found.header.get("compile_s")
-                                                                                   or 0.0)))
+        load_s = time.perf_counter() - start
+        compile_s = float(found.header.get("compile_s") or 0.0)
+        self._emit("hit", found.header.get("name"), key, partition, duration_s=load_s,
+                   bytes=found.header.get("payload_bytes"), saved_s=max(0.0, compile_s - load_s))
         return compiled
 
     # -- explanations -----------------------------------------------------------------------------------
@@ -335,7 +338,7 @@ class ExecutableCache(StoreHandler):
     def _has_aot(self, key: str | None) -> bool:
         return bool(key) and self.store.entry_path(self._partition(), key + _AOT_SUFFIX).exists()
 
-    def _store_aot(self, compiled: Any, key: str | None, name: str | None) -> None:
+    def _store_aot(self, compiled: Any, key: str | None, name: str | None, compile_s: float | None) -> None:
         """Also keep the JAX-level executable so :meth:`load` can place it on other devices."""
         from xlakit._jax import serialize
 
@@ -350,7 +353,7 @@ class ExecutableCache(StoreHandler):
             return
         env = current_environment()
         header = {"name": name, "payload_kind": "jax-compiled-pickle", "placement": placement.to_dict(),
-                  "environment": env.to_dict(), "created": time.time()}
+                  "environment": env.to_dict(), "created": time.time(), "compile_s": compile_s}
         result = self.store.put(partition, key + _AOT_SUFFIX, header, payload)
         if not result.stored:
             self._emit("store_error", name, key + _AOT_SUFFIX, partition, reason=result.reason)

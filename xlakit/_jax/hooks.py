@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 from xlakit._jax import versions
 
-__all__ = ["CompileContext", "Handler", "acquire", "release", "route", "set_default", "mark", "handler_of"]
+__all__ = ["CompileContext", "Handler", "acquire", "release", "route", "set_default", "mark", "handler_of",
+           "current_handler", "installed"]
 
 _KEY_LOGGER = "jax._src.cache_key"
 
@@ -96,9 +97,13 @@ def _routes() -> list[Handler]:
     return routes
 
 
-def _current() -> Handler | None:
+def current_handler() -> Handler | None:
+    """The handler a compile on this thread would go to now: innermost route, else the default, else None."""
     routes = _routes()
     return routes[-1] if routes else _default
+
+
+_current = current_handler
 
 
 @contextlib.contextmanager

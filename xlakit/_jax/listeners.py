@@ -27,14 +27,18 @@ One event per action, never two (the rules that keep the three layers apart):
 
 * While xlakit's store answers JAX's cache hooks (transparent mode or an ExecutableCache route), JAX still
   logs "cache hit"/"CACHE MISS" and fires ``cache_hits`` for xlakit's lookups. Those belong to the xlakit
-  layer, which recorded them itself, so they are ignored. A compile is attributed to xlakit when an
-  xlakit event was appended on the compiling thread, or when ``xlakit._jax.persistent.active()`` (or the
-  hooks' current handler) says xlakit answers compiles.
+  layer, which recorded them itself, so they are ignored. A compile step is on xlakit's layer when the
+  current handler of :mod:`xlakit._jax.hooks` (else ``xlakit._jax.persistent.active()``) is set as the
+  step begins, or when xlakit appends a lookup event on the compiling thread during the step.
 * ``backend_compile_duration`` spans JAX's whole compile step (cache lookup + compile or load + cache
-  write). It becomes a ``compile`` event only when no layer served the program (a hit is a load, not a
-  compile) and no layer recorded the compile already (xlakit records JAX's measured compile seconds; for
-  JAX's own cache the exact seconds come from its "took at least" record). So summing ``compile``
-  durations over all sources counts each XLA compile once.
+  write), and JAX reports it even when the step raised. It becomes a ``compile`` event only when the step
+  really compiled — no layer served the program (a hit is a load), and on xlakit's layer the lookup
+  returned (JAX logged its miss; xlakit's explain probe stops the step by raising instead) — and no one
+  recorded that compile already: xlakit's handler records JAX's measured compile seconds itself (seen on
+  the log, or trusted when the handler writes to another log); for JAX's own cache the exact seconds
+  come from its "took at least" record. A compile through a handler that records nothing (xlakit's
+  pass-through) is recorded here. So summing ``compile`` durations over all sources counts each XLA
+  compile once.
 * JAX's ``compile_time_saved_sec`` is never used as seconds saved (it is negative on CPU). For a JAX
   persistent hit, ``saved_s`` = the entry's recorded compile seconds (JAX stores whole seconds, truncated,
   recovered as ``compile_time_saved_sec + cache_retrieval_time_sec``) minus the measured load seconds,
@@ -130,13 +134,17 @@ def _name_from_key(key: Any) -> str | None:
 class _Step:
     """What one thread has seen of one JAX compile step (cache lookup ... backend compile duration)."""
 
-    __slots__ = ("layer", "served", "compile_recorded", "hit_name", "hit_key", "jax_saved_s", "hit_pending",
-                 "write_name", "write_key", "pending")
+    __slots__ = ("layer", "keyed", "missed", "served", "compile_recorded", "xlakit_compiled", "xlakit_elsewhere",
+                 "hit_name", "hit_key", "jax_saved_s", "hit_pending", "write_name", "write_key", "pending")
 
-    def __init__(self, layer: str | None) -> None:
+    def __init__(self, layer: str | None, keyed: bool = False, xlakit_elsewhere: bool = False) -> None:
         self.layer = layer  # "xlakit", "jax-persistent", or None (no persistent cache in use)
+        self.keyed = keyed  # JAX computed a cache key and asked a cache before compiling
+        self.missed = False  # JAX logged a persistent-cache miss: the lookup returned, a compile follows
         self.served = False  # a cache hit: the step loaded a program instead of compiling it
-        self.compile_recorded = False
+        self.compile_recorded = False  # the listeners already emitted this step's compile
+        self.xlakit_compiled = False  # xlakit's handler recorded the compile (seen on the log)
+        self.xlakit_elsewhere = xlakit_elsewhere  # xlakit's handler writes to another log: trust it
         self.hit_name: str | None = None
         self.hit_key: str | None = None
         self.jax_saved_s: float | None = None
@@ -267,8 +275,15 @@ class JaxListeners:
     def _step(self) -> _Step:
         step = getattr(self._local, "step", None)
         if step is None:
-            step = self._local.step = _Step(_current_layer())
+            step = self._local.step = self._new_step(keyed=False)
         return step
+
+    def _new_step(self, keyed: bool) -> _Step:
+        handler = _xlakit_handler()
+        if handler is not None:
+            log = getattr(handler, "log", None)
+            return _Step("xlakit", keyed, xlakit_elsewhere=log is not None and log is not self.log)
+        return _Step("jax-persistent" if _jax_cache_enabled() else None, keyed)
 
     def _flush(self, step: _Step, name: str | None = None) -> None:
         if step.hit_pending is not None:
@@ -281,8 +296,11 @@ class JaxListeners:
     def _observe(self, event: _events.Event) -> None:
         """Log observer: an xlakit event on this thread means xlakit answers the compile in progress."""
         step = getattr(self._local, "step", None)  # only inside a compile step JAX has begun
-        if step is not None and event.source == "xlakit" and event.kind in ("hit", "miss", "corrupt", "load_error"):
-            step.layer = "xlakit"
+        if step is not None and event.source == "xlakit":
+            if event.kind in ("hit", "miss", "corrupt", "load_error"):
+                step.layer = "xlakit"
+            elif event.kind == "compile":
+                step.xlakit_compiled = True
 
     # -- jax.monitoring callbacks ----------------------------------------------------------------------
     def _on_event(self, event: str, **kwargs: Any) -> None:
@@ -296,7 +314,7 @@ class JaxListeners:
             old = getattr(self._local, "step", None)
             if old is not None:
                 self._flush(old)  # the previous step never reached backend_compile_duration
-            self._local.step = _Step(_current_layer())
+            self._local.step = self._new_step(keyed=True)
         elif event == _CACHE_HITS:
             self._step().served = True
         elif event == _CACHE_WRITES:
@@ -333,7 +351,7 @@ class JaxListeners:
             step = getattr(self._local, "step", None) or _Step(None)
             self._local.step = None
             name = module_name(fun_name)
-            if not (step.served or step.compile_recorded or step.layer == "xlakit"):
+            if _compiled_unrecorded(step):
                 self._emit("compile", "jax", name=name, duration_s=float(duration))
             self._flush(step, name)
 
@@ -349,6 +367,8 @@ class JaxListeners:
         if msg not in _PERSISTENT_MESSAGES:
             return
         step = self._step()
+        if msg == _MSG_MISS:
+            step.missed = True  # on every layer: JAX logs the miss after any cache's lookup returned nothing
         if msg == _MSG_NO_CACHE:
             step.layer = None  # JAX's cache is configured but could not be initialised: no lookup happened
             return
@@ -407,30 +427,40 @@ _PERSISTENT_MESSAGES = frozenset({_MSG_HIT, _MSG_MISS, _MSG_TOOK, _MSG_TOO_FAST,
                                   _MSG_WRITING, _MSG_TOO_SMALL, _MSG_NO_CACHE, _MSG_EVICT})
 
 
-def _current_layer() -> str | None:
-    """Which persistent layer answers a compile starting now on this thread: xlakit, JAX's, or none."""
+def _compiled_unrecorded(step: _Step) -> bool:
+    """Whether a step ending now compiled a program that no event records yet.
+
+    JAX reports the backend-compile duration even when the step loaded a program (a hit) or the lookup
+    raised (xlakit's explain probe stops a compile that way, before JAX logs a miss).
+    """
+    if step.served or step.compile_recorded:
+        return False
+    if step.layer == "xlakit":
+        if step.xlakit_compiled or step.xlakit_elsewhere:
+            return False  # xlakit's handler recorded JAX's measured compile seconds itself
+        return step.missed or not step.keyed  # e.g. a pass-through handler: a compile nobody recorded
+    return True
+
+
+def _xlakit_handler() -> Any:
+    """The xlakit handler that answers a compile starting now on this thread, or None (JAX's own cache)."""
     hooks = sys.modules.get("xlakit._jax.hooks")
-    if hooks is not None:
-        current = getattr(hooks, "_current", None)
-        is_installed = getattr(hooks, "installed", None)
-        try:
-            if callable(current) and callable(is_installed) and is_installed() and current() is not None:
-                return "xlakit"
-        except Exception:  # noqa: BLE001 - a sibling module's internals; fall through to the other checks
-            pass
+    if hooks is not None and hooks.installed():
+        return hooks.current_handler()
     persistent = sys.modules.get("xlakit._jax.persistent")
     active = getattr(persistent, "active", None)
-    if callable(active) and active() is not None:
-        return "xlakit"
+    return active() if callable(active) else None
+
+
+def _jax_cache_enabled() -> bool:
+    """Whether JAX's own persistent cache is configured (it may still fail to initialise)."""
     import jax
     from jax._src import compilation_cache
 
     enabled = getattr(compilation_cache, "is_persistent_cache_enabled", None)
     if enabled is not None:
-        on = enabled()
-    else:  # what that function checks in jax 0.10
-        on = jax.config.jax_compilation_cache_dir is not None and jax.config.jax_enable_compilation_cache
-    return "jax-persistent" if on else None
+        return bool(enabled())
+    return jax.config.jax_compilation_cache_dir is not None and jax.config.jax_enable_compilation_cache
 
 
 def _miss_reason() -> str:

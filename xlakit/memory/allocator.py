@@ -14,7 +14,7 @@ Resetting the peak (:func:`reset_peak`), best method first:
 1. ``native``: a reset bound by the installed jaxlib (feature-detected by name on the device or its client;
    none is bound up to jaxlib 0.12, XLA's C++ ``ClearMemoryStats`` is not exposed).
 2. ``clear_refs`` (Linux, CPU): writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM`` to the current
-   resident set — a real reset of the process high-water mark.
+   resident set — a real reset of the process high-water mark, and so of every CPU device at once.
 3. ``baseline``: remember the peak at reset time. Later, a higher peak is exact (it happened after the
    reset); an unchanged peak only bounds the peak since reset from above, and
    ``peak_since_reset_exact`` says so.
@@ -320,12 +320,26 @@ def reset_peak(device: Any = None) -> ResetResult:
                 entry, detail = _Reset("none", None, now), "memory_stats() reports no peak_bytes_in_use"
         with _lock:
             _resets[_key(dev)] = entry
+            if entry.method == "clear_refs":  # VmHWM is process-wide: every CPU device was reset with it
+                for other in _process_cpu_devices(dev):
+                    _resets[_key(other)] = entry
         method_used.add(entry.method)
         peaks[str(dev)] = entry.peak_at_reset
         if detail not in detail_parts:
             detail_parts.append(detail)
     method = method_used.pop() if len(method_used) == 1 else "mixed:" + ",".join(sorted(method_used))
     return ResetResult(method, tuple(str(d) for d in devices), "; ".join(detail_parts), peaks)
+
+
+def _process_cpu_devices(dev: Any) -> list[Any]:
+    """The other CPU devices of this process (they share its VmHWM); none for a non-JAX device object."""
+    jax = sys.modules.get("jax")
+    if jax is None or type(dev).__module__.split(".")[0] not in ("jaxlib", "jax"):
+        return []
+    try:
+        return [d for d in jax.local_devices(backend=dev.platform) if d is not dev]
+    except Exception:  # noqa: BLE001 - only bookkeeping; the reset itself already happened
+        return []
 
 
 def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, bool | None, str | None, str]:

@@ -135,6 +135,11 @@ class Allocation:
     slices: tuple[Slice, ...]
     peak_buffer_ids: tuple[int, ...] = ()
 
+    def __repr__(self) -> str:
+        param = f" #{self.parameter_number}" if self.parameter_number is not None else ""
+        return (f"Allocation({self.index}: {self.kind}{param}, {fmt_bytes(self.size)}, {len(self.slices)} "
+                f"buffer(s), {self.memory_space})")
+
     @property
     def memory_space(self) -> str:
         return "host" if self.color == HOST_MEMORY_COLOR else "device"
@@ -409,6 +414,7 @@ class BufferAssignment:
         occupied: dict[int, int] = {}
         alloc_by_index = {a.index: a for a in self.allocations}
         kinds = ("parameter", "output", "temporary", "constant")
+        by_kind = dict.fromkeys(kinds, 0)
         rows = []
         for s, iid in enumerate(order):
             touched = set()
@@ -420,11 +426,11 @@ class BufferAssignment:
                 a = placed[bid][0].index
                 active.setdefault(a, set()).add(bid)
                 touched.add(a)
-            for a in touched:
-                occupied[a] = _union_bytes([placed[bid][1] for bid in active[a]])
-            by_kind = dict.fromkeys(kinds, 0)
-            for a, n in occupied.items():
-                by_kind[alloc_by_index[a].kind] = by_kind.get(alloc_by_index[a].kind, 0) + n
+            for a in touched:  # only allocations whose live set changed are recomputed
+                now = _union_bytes([placed[bid][1] for bid in active[a]])
+                kind = alloc_by_index[a].kind
+                by_kind[kind] = by_kind.get(kind, 0) + now - occupied.get(a, 0)
+                occupied[a] = now
             ins = mod.instructions.get(iid)
             rows.append({"step": s, "instruction": ins.name if ins else None, "opcode": ins.opcode if ins else None,
                          **{k: by_kind[k] for k in kinds}, "live_bytes": sum(by_kind.values())})

@@ -9,8 +9,9 @@ Methods:
 * in-process (default): reset with the best method available (:func:`xlakit.memory.reset_peak`), then run.
   Arguments are placed on their devices *before* the reset, so their bytes are baseline, not scratch.
   On CPU the peak is the process high-water mark (``VmHWM``) and the baseline the resident set right after
-  the reset; scratch then includes the outputs and every byte the run touched (XLA temporaries, runtime
-  threads), process-wide.
+  the reset; scratch is then what the run made newly resident, process-wide: outputs, XLA temporaries,
+  runtime threads. Small buffers served from memory malloc already holds do not raise it, so a small
+  scratch reads low (often 0) in-process; large buffers (mmap'ed: above 32 MiB under glibc, always) count.
 * ``isolate=True``: a fresh Python process loads the program's serialized executable
   (``jax.experimental.serialize_executable``) — loading, not compiling, so no compile-time scratch — creates
   zero-filled arguments of the recorded shapes and dtypes itself, and measures the same way. Its allocator
@@ -205,7 +206,6 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool = False, timeout_s: flo
     if devices[0].platform == "cpu":
         notes.append("CPU: VmHWM/VmRSS are process-wide; other threads' allocations during the run count too")
     m = measure(lambda: compiled(*placed_args, **placed_kwargs), devices)
-    del placed_args, placed_kwargs
     return _result(m, "in-process", name, notes)
 
 
