@@ -8,7 +8,7 @@ PY312 ?= $(shell command -v python3.12 2>/dev/null || ls $$HOME/.pyenv/versions/
 VENV312 ?= .venv-312
 CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_transparent.py tests/test_environment.py
 
-.PHONY: demo test test-default test-py312 venv benchmark clean
+.PHONY: demo test test-default test-py312 venv benchmark clean browser
 
 $(VENV)/.installed-%: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ demo: $(VENV)/.installed-demo
 
 test: test-default test-py312
 
-test-default: $(VENV)/.installed-test
+test-default: $(VENV)/.installed-test browser
 	$(VENV)/bin/python -m pytest -q
 
 test-py312:
@@ -31,6 +31,15 @@ test-py312:
 	$(VENV312)/bin/python -m pip install --quiet --upgrade -e '.[test]'; \
 	$(VENV312)/bin/python -c 'import jax; print("cache tests on Python 3.12, jax", jax.__version__)'; \
 	$(VENV312)/bin/python -m pytest -q $(CACHE_TESTS)
+
+# Debian's chromium for the real-browser widget test (tests/test_browser.py; Playwright's own browser download
+# does not work here). Installed only when missing; as root a failed install fails the target (CI must run the
+# test); as another user it prints a note and the test skips with its reason.
+browser:
+	@if [ "$$(id -u)" = "0" ]; then \
+	  command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium); \
+	elif ! command -v chromium >/dev/null; then \
+	  echo "browser: chromium is missing and this is not root; 'sudo apt-get install chromium' enables tests/test_browser.py"; fi
 
 benchmark: $(VENV)/.installed-test
 	$(VENV)/bin/python benchmarks/warm_start.py

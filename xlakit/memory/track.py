@@ -68,7 +68,7 @@ def _module_name(fun_name: str) -> str:
 def _store_now() -> Any:
     """The store of the cache handler answering compiles on this thread, if any (read during an event)."""
     hooks = sys.modules.get("xlakit._jax.hooks")
-    current = getattr(hooks, "_current", None) if hooks else None
+    current = (getattr(hooks, "current_handler", None) or getattr(hooks, "_current", None)) if hooks else None
     handler = current() if callable(current) else None
     if handler is None:
         persistent = sys.modules.get("xlakit._jax.persistent")
