@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY312 ?= $(shell command -v python3.12 2>/dev/null || ls $$HOME/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -n 1)
 VENV312 ?= .venv-312
-CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_transparent.py tests/test_environment.py
+CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_environment.py tests/test_api.py \
+              tests/test_transparent.py tests/test_executable_cache.py tests/test_serialize.py
 
 .PHONY: demo test test-default test-py312 venv benchmark clean browser
 

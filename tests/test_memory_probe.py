@@ -10,13 +10,13 @@ import pytest
 
 from xlakit.memory import ProbeResult, compiled_memory, probe
 
-N = 10_000
+N = 10_500  # a 441 MB temporary: RSS accounting can miss a few pages malloc already held, so keep margin
 MB = 1_000_000
 
 
 @jax.jit
 def outer_dot(a, b):
-    return (jnp.outer(a, a) @ b).sum()  # materializes f32[10000,10000]: a 400 MB temporary
+    return (jnp.outer(a, a) @ b).sum()  # materializes f32[10500,10500]: a 441 MB temporary (>= 400 MB)
 
 
 @jax.jit
@@ -29,8 +29,8 @@ def vectors():
     return jnp.ones(N, jnp.float32), jnp.ones(N, jnp.float32)
 
 
-def test_the_known_temporary_is_400_mb(vectors):
-    assert compiled_memory(outer_dot, *vectors).temp_bytes == 400_040_000
+def test_the_known_temporary_is_at_least_400_mb(vectors):
+    assert compiled_memory(outer_dot, *vectors).temp_bytes == 441_042_000
 
 
 def test_in_process_probe_sees_the_400_mb_temporary(vectors):

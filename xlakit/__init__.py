@@ -19,11 +19,13 @@ from xlakit.events import CacheStats, Event, EventLog, cache_stats
 
 if TYPE_CHECKING:
     from xlakit._jax.persistent import TransparentCache
+    from xlakit.bundle import BundleWatcher, export_bundle, load_bundle
     from xlakit.cache import ExecutableCache
     from xlakit.explain import Explanation
 
 __all__ = ["__version__", "enable_cache", "disable_cache", "cache_stats", "CacheStats", "Event", "EventLog",
-           "events", "ExecutableCache", "Explanation"]
+           "events", "ExecutableCache", "Explanation",
+           "export_bundle", "load_bundle", "BundleWatcher"]
 
 __version__ = "0.1.0"
 
@@ -77,6 +79,13 @@ def disable_cache() -> bool:
     return bool(persistent and persistent.disable())
 
 
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext xlakit``: registers the ``%xlakit`` and ``%%xlakit`` magics (see :mod:`xlakit.ipython`)."""
+    from xlakit.ipython import load_ipython_extension as load
+
+    load(ipython)
+
+
 def __getattr__(name: str):
     # Loaded on first use so that `import xlakit` stays light.
     if name == "ExecutableCache":
@@ -87,4 +96,8 @@ def __getattr__(name: str):
         from xlakit.explain import Explanation
 
         return Explanation
+    if name in ("export_bundle", "load_bundle", "BundleWatcher"):
+        import xlakit.bundle
+
+        return getattr(xlakit.bundle, name)
     raise AttributeError(f"module 'xlakit' has no attribute {name!r}")

@@ -9,6 +9,11 @@ Commands (each ``cache`` command takes ``--path DIR`` and ``--json``)::
     xlakit cache clear [--partition P] [--yes]  remove entries
     xlakit cache where                          cache folder and where the HMAC secret comes from
     xlakit demo [--keep-cache DIR] [--quick]    run the demo (the only command that imports JAX)
+    xlakit report --out FILE [--path DIR] [--events FILE] [--cdn]  the widgets' views as one standalone
+                                                HTML file (imports JAX)
+    xlakit bundle warm PATH [--workers N] [--no-progress]  load a bundle, compiling what its .cache lacks;
+                                                print the per-module report (imports JAX; exit 1 if a module failed)
+    xlakit bundle check PATH                    manifest, module hashes, partitions, what a load would drop
     xlakit --version
 
 ``--path`` defaults to ``$XLAKIT_CACHE_DIR``, else the user cache folder. Usage errors print one line
@@ -376,6 +381,113 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return int(run_demo(keep_cache=args.keep_cache, quick=args.quick) or 0)
 
 
+def _bundle_path(args: argparse.Namespace) -> Path:
+    path = Path(args.bundle)
+    if not path.is_dir():
+        raise CliError(f"{path} is not a folder; pass the path of a bundle folder (one with manifest.json)")
+    return path
+
+
+def _cmd_bundle_warm(args: argparse.Namespace) -> int:
+    from xlakit.bundle import BundleError, load_bundle
+
+    path = _bundle_path(args)
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    try:
+        import warnings
+
+        with warnings.catch_warnings():  # failed modules are shown in the table and the exit status
+            warnings.simplefilter("ignore", RuntimeWarning)
+            loaded = load_bundle(path, max_workers=args.workers,
+                                 progress=not args.no_progress and not args.json and sys.stderr.isatty())
+    except BundleError as e:
+        raise CliError(str(e)) from None
+    counts = loaded.counts()
+    if args.json:
+        _emit_json({"bundle": loaded.manifest.name, "path": str(path), "total_s": loaded.total_s,
+                    "weights_s": loaded.weights_s, "counts": counts,
+                    "dropped": [d.__dict__ for d in loaded.dropped], "record_problem": loaded.record_problem,
+                    "modules": [r.to_dict() for r in loaded.reports]})
+        return 1 if counts["error"] else 0
+    rows = [(r.module, r.status, f"{r.load_s:.3f}", _seconds(r.compile_s), _human(r.module_bytes),
+             _human(r.program_bytes), _human(r.footprint_bytes), r.reason or "")
+            for r in loaded.reports]
+    console = _console()
+    console.print(_table(f"Bundle {loaded.manifest.name} on {loaded.device}",
+                         (("module", "left"), ("status", "left"), ("load s", "right"), ("compile s", "right"),
+                          ("module", "right"), ("program", "right"), ("memory/run", "right"), ("why not a hit", "left")),
+                         rows))
+    print(f"{len(loaded.programs)} programs in {loaded.total_s:.3f} s: {counts['hit']} loaded from .cache, "
+          f"{counts['miss']} compiled, {counts['error']} failed; weights {loaded.weights_s:.3f} s")
+    for d in loaded.dropped:
+        print(f"dropped {d.key} from {d.partition}: {d.reason}")
+    if loaded.record_problem:
+        print(f"module_hashes.json was unreadable ({loaded.record_problem}); rewritten")
+    return 1 if counts["error"] else 0
+
+
+def _cmd_bundle_check(args: argparse.Namespace) -> int:
+    from xlakit.bundle import check_bundle
+
+    result = check_bundle(_bundle_path(args))
+    if args.json:
+        _emit_json(result.to_dict())
+        return 0 if result.ok else 1
+    m = result.manifest
+    if m is not None:
+        ins = ", ".join(f"{s.name}: {s.describe()}" for s in m.inputs)
+        print(f"Bundle {m.name}: inputs {ins}; batch sizes {list(m.batch_sizes)}; variants {list(m.variants)}; "
+              f"{len(m.weights)} weight tensors; exported for {', '.join(m.platforms) or '?'}")
+        rows = [(c.file, c.state, _human(c.size_bytes), (c.sha256 or "-")[:12], ", ".join(c.partitions) or "-")
+                for c in result.modules]
+        _console().print(_table("Modules", (("module", "left"), ("vs record", "left"), ("size", "right"),
+                                            ("sha256", "left"), ("compiled in partitions", "left")), rows))
+        print(f"module_hashes.json: {result.record_status}" + (f" ({result.record_reason})" if result.record_reason else ""))
+        for part, n in result.partitions.items():
+            print(f"partition {part}: {n} program(s)")
+        if not result.partitions:
+            print("no compiled programs yet (.cache is empty or missing)")
+        for d in result.drops:
+            print(f"a load would drop {d.key} from {d.partition}: {d.reason}")
+        if not result.drops:
+            print("a load would drop nothing")
+    for problem in result.problems:
+        print(f"problem: {problem}")
+    return 0 if result.ok else 1
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    try:
+        import plotly  # noqa: F401 - the report's figures
+
+        from xlakit import report
+    except ImportError as e:
+        raise CliError(f"the report needs {e.name or e}: pip install 'xlakit[widgets]'") from None
+    log = None
+    if args.events:
+        from xlakit import events
+
+        try:
+            log = events.load(args.events)
+        except ValueError as e:
+            raise CliError(f"--events {args.events}: {e}") from None
+    store = _store(args)
+    cache = None
+    if store.root.exists():
+        from xlakit.cache import ExecutableCache
+
+        cache = ExecutableCache(store.root)
+    try:
+        out = report.write(args.out, cache=cache, log=log, include_plotlyjs="cdn" if args.cdn else True)
+    finally:
+        if cache is not None:
+            cache.close()
+    print(f"wrote {out} ({out.stat().st_size:,} bytes): cache {store.root}"
+          f"{'' if cache is not None else ' (no such folder)'}, {len(log) if log is not None else 0} events")
+    return 0
+
+
 # -- parser and entry point ---------------------------------------------------------------------------
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -426,8 +538,32 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true", help="a shorter run")
     demo.set_defaults(func=_cmd_demo)
 
+    bundle = commands.add_parser("bundle", help="load and inspect model bundles (xlakit.export_bundle)")
+    bundle_cmds = bundle.add_subparsers(dest="bundle_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    warm = bundle_cmds.add_parser("warm", help="load a bundle, compiling what its .cache lacks; print the report")
+    warm.add_argument("bundle", metavar="PATH", help="bundle folder")
+    warm.add_argument("--workers", type=int, metavar="N", help="modules loaded at once (default: measured best)")
+    warm.add_argument("--no-progress", action="store_true", help="no progress bar")
+    warm.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    warm.set_defaults(func=_cmd_bundle_warm)
+    check = bundle_cmds.add_parser("check", help="manifest, module hashes, partitions, what a load would drop")
+    check.add_argument("bundle", metavar="PATH", help="bundle folder")
+    check.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    check.set_defaults(func=_cmd_bundle_check)
+
+    report_cmd = commands.add_parser("report", help="the widgets' views as one standalone HTML file (imports JAX)")
+    report_cmd.add_argument("--out", metavar="FILE", required=True, help="the HTML file to write")
+    report_cmd.add_argument("--path", metavar="DIR",
+                            help="cache folder (default: $XLAKIT_CACHE_DIR, else the user cache folder)")
+    report_cmd.add_argument("--events", metavar="FILE",
+                            help="events for the timeline: a JSON-lines file written by EventLog.save()")
+    report_cmd.add_argument("--cdn", action="store_true",
+                            help="link plotly.js from its CDN instead of inlining it (smaller file, needs network)")
+    report_cmd.set_defaults(func=_cmd_report)
+
     parser.set_defaults(_help=parser)
     cache.set_defaults(_help=cache)
+    bundle.set_defaults(_help=bundle)
     return parser
 
 

@@ -1,0 +1,168 @@
+"""The teaching notebooks in notebooks/: each runs top to bottom on CPU, and each is committed without outputs.
+
+The kernel is ``python3``, which jupyter_client resolves to the interpreter running pytest (ipykernel's
+built-in kernelspec uses ``sys.executable``), so the notebooks run against this virtual environment.
+
+The Binder test builds binder/requirements.txt in a fresh virtual environment from nothing, runs binder/postBuild
+and executes 01_quickstart there. It is marked ``binder`` and runs only with XLAKIT_TEST_BINDER=1 (installing
+jax, flax, jupyterlab, ... takes minutes even from a warm pip cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CELL_TIMEOUT_S = 180
+NOTEBOOK_BUDGET_S = 180
+
+
+def _kernel_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif "data" in out:
+            parts.append(out["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+def _all_text(nb) -> str:
+    return "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
+
+
+def _execute(path: Path, tmp_path: Path):
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    # The kernel inherits this environment (isolated XLAKIT_CONFIG_DIR from conftest, CPU JAX).
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(_kernel_env())
+    try:
+        start = time.perf_counter()
+        client.execute()
+        return nb, time.perf_counter() - start
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def _check_01(text: str) -> None:
+    m = re.search(r"hits=(\d+), compiles=(\d+)", text)
+    assert m, text[-3000:]
+    assert int(m.group(1)) > 0 and int(m.group(2)) == 0, m.group(0)
+    assert "same loss as the cold run: True" in text
+    assert "CompiledMemory(jit_cnn_train_step" in text
+
+
+def _check_02(text: str) -> None:
+    m = re.search(r"donation removes a copy: alias ([\d,]+) B", text)
+    assert m and int(m.group(1).replace(",", "")) > 0, text[-3000:]
+    m = re.search(r"checkpoint: temporaries ([\d,]+) B -> ([\d,]+) B", text)
+    assert m, text[-3000:]
+    assert int(m.group(2).replace(",", "")) < int(m.group(1).replace(",", "")), m.group(0)
+    assert "temporaries grow with batch size: True" in text
+
+
+def _check_03(text: str) -> None:
+    assert "isolated probe peak" in text, text[-3000:]
+    assert "models that fit" in text
+
+
+def _check_04(text: str) -> None:
+    assert "weights-only update keeps programs: True" in text, text[-3000:]
+    assert "module change drops programs: True" in text
+
+
+def _check_05(text: str) -> None:
+    assert "explain:" in text and "shape" in text, text[-3000:]
+    assert "repaired: True" in text
+    assert "evicted under the cap: True" in text
+
+
+CHECKS = {"01": _check_01, "02": _check_02, "03": _check_03, "04": _check_04, "05": _check_05}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(NOTEBOOK_BUDGET_S * 3)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path: Path, tmp_path: Path) -> None:
+    nb, seconds = _execute(path, tmp_path)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors, errors
+    assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s"
+    CHECKS[path.stem[:2]](_all_text(nb))
+
+
+def test_notebooks_present() -> None:
+    names = {p.name for p in NOTEBOOKS}
+    assert "01_quickstart.ipynb" in names, names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_committed_clean(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}: cell {cell.get('id')} has outputs"
+            assert cell.execution_count is None, f"{path.name}: cell {cell.get('id')} has an execution count"
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "except ImportError" in first_code.source and 'xlakit[notebook]' in first_code.source
+    assert "tempfile" in first_code.source
+
+
+@pytest.mark.binder
+@pytest.mark.skipif(os.environ.get("XLAKIT_TEST_BINDER") != "1",
+                    reason="builds a fresh Binder environment (minutes); set XLAKIT_TEST_BINDER=1")
+@pytest.mark.timeout(1800)
+def test_binder_environment(tmp_path: Path) -> None:
+    """Build binder/ as Binder does (requirements.txt, then postBuild, from the repository root) and run 01."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    env = _kernel_env()
+    env.pop("PYTHONPATH", None)          # xlakit must come from the install, not from this checkout's path
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
+    env["VIRTUAL_ENV"] = str(venv)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"], cwd=ROOT, env=env,
+                   check=True)
+    subprocess.run(["bash", "binder/postBuild"], cwd=ROOT, env=env, check=True)
+    script = (
+        "import sys, nbformat, nbclient\n"
+        "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+        "nbclient.NotebookClient(nb, timeout=180, kernel_name='python3',"
+        " resources={'metadata': {'path': sys.argv[2]}}).execute()\n"
+        "nbformat.write(nb, sys.argv[3])\n"
+    )
+    out = tmp_path / "01_executed.ipynb"
+    subprocess.run([str(py), "-c", script, str(ROOT / "notebooks" / "01_quickstart.ipynb"), str(tmp_path),
+                    str(out)], cwd=tmp_path, env=env, check=True, timeout=600)
+    nb = nbformat.read(out, as_version=4)
+    where = subprocess.run([str(py), "-c", "import xlakit; print(xlakit.__file__)"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, check=True).stdout
+    assert str(venv) in where or str(ROOT) in where, where
+    _check_01(_all_text(nb))

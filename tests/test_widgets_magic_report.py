@@ -1,0 +1,108 @@
+"""The IPython extension (``%load_ext xlakit``, ``%xlakit``, ``%%xlakit``) and the standalone HTML report."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import start_ipython
+from IPython.utils.capture import capture_output
+
+import xlakit
+import xlakit.report
+from xlakit.cli import main
+from xlakit.events import EventLog
+from xlakit.widgets import CacheTimeline, Dashboard
+
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "xlakit")
+    return shell
+
+
+def test_cell_magic_shows_compiles_hits_misses_seconds_and_peak(ip):
+    cell = ("import numpy as np, jax, jax.numpy as jnp\n"
+            "block = np.ones(120 * 2**20 // 8); block[::512] += 1; del block\n"
+            "def magic_probe(x):\n    return jnp.sin(x) * 3\n"
+            "out = jax.jit(magic_probe)(jnp.ones((17,)))\n"
+            "print('cell ran')")
+    with capture_output() as cap:
+        result = ip.run_cell("%%xlakit\n" + cell)
+    assert result.success
+    assert "cell ran" in cap.stdout
+    summary = ip.user_ns["_xlakit_cell"]
+    assert summary.compiles >= 1 and summary.compile_s > 0
+    assert summary.peak_bytes is not None and summary.peak_method == "clear_refs" and summary.peak_exact
+    before = summary.tracker.before[0].process_rss_bytes
+    assert summary.peak_bytes >= before + 100 * MiB  # the 120 MiB block, freed inside the cell
+    assert any(e.name == "jit_magic_probe" and e.kind == "compile" for e in summary.events.events())
+    text = cap.outputs[-1].data["text/plain"]
+    assert text.startswith("xlakit:") and "compile(s)" in text and "process high-water mark" in text
+    html = summary._repr_html_()
+    assert f"data-bytes='{summary.peak_bytes}'" in html and "misses" in html and "hits" in html
+
+
+def test_cell_magic_counts_cache_hits(ip, tmp_path):
+    cache = xlakit.enable_cache(tmp_path / "c")
+    try:
+        code = "import jax, jax.numpy as jnp\ny = jax.jit(lambda v: v * 5 + 1)(jnp.ones((9,)))"
+        ip.run_cell("%%xlakit\n" + code)
+        first = ip.user_ns["_xlakit_cell"]
+        assert first.misses >= 1 and first.hits == 0
+        jax.clear_caches()  # forget in-memory executables: the next compile asks xlakit's store
+        ip.run_cell("%%xlakit --no-reset\n" + code)
+        second = ip.user_ns["_xlakit_cell"]
+        assert second.hits >= 1 and second.load_s > 0
+    finally:
+        xlakit.disable_cache()
+        assert cache is not None
+
+
+def test_line_magic_returns_views_and_rejects_unknown_commands(ip):
+    timeline = ip.run_line_magic("xlakit", "timeline")
+    assert isinstance(timeline, CacheTimeline)
+    timeline.close()
+    board = ip.run_line_magic("xlakit", "dashboard")
+    assert isinstance(board, Dashboard) and board.browser is None  # no cache enabled: the tab says so
+    board.close()
+    assert board.threads_alive == 0
+    assert ip.run_line_magic("xlakit", "stats").counts is not None
+    with pytest.raises(UsageError, match="unknown %xlakit command"):
+        ip.run_line_magic("xlakit", "bogus")
+    with pytest.raises(UsageError, match="takes only --no-reset"):
+        ip.run_cell_magic("xlakit", "--fast", "x = 1")
+
+
+def test_report_build_and_cli(tmp_path):
+    cache = xlakit.ExecutableCache(tmp_path / "cache", log=EventLog())
+    try:
+        f = cache.jit(lambda x: (x @ x.T).sum())
+        f(jnp.ones((96, 96)))
+        sizes = [int(s) for s in cache.entries()["size_bytes"]]
+        log = cache.log
+        html = xlakit.report.build(cache=cache, log=log, include_plotlyjs="cdn")
+    finally:
+        cache.close()
+    assert html.startswith("<!DOCTYPE html>")
+    for title in ("Memory breakdown", "Cache timeline", "Cache (", "Allocator", "Live arrays"):
+        assert title in html
+    for s in sizes:
+        assert f"data-bytes='{s}'" in html
+    assert f"data-bytes='{96 * 96 * 4}'" in html  # the argument of the jitted program
+    assert html.count("cdn.plot.ly") == 1
+
+    events_file = tmp_path / "events.jsonl"
+    log.save(events_file)
+    out = tmp_path / "report.html"
+    assert main(["report", "--out", str(out), "--path", str(tmp_path / "cache"), "--events", str(events_file),
+                 "--cdn"]) == 0
+    text = out.read_text()
+    for s in sizes:
+        assert f"data-bytes='{s}'" in text
+    assert f"{len(log)} of {len(log)} events" in text
+    assert main(["report", "--path", str(tmp_path)]) == 2  # --out is required

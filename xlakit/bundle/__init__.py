@@ -1,0 +1,34 @@
+"""Bundles: a model as a folder you can copy to another machine and start from in a fraction of a compile.
+
+::
+
+    my_model/
+      manifest.json        name, inputs/outputs (shapes with a named batch axis, dtypes), batch sizes, variants
+      model.b1.jaxexp      jax.export module at batch size 1 (one file per batch size and variant)
+      model.b8.jaxexp
+      weights.safetensors  parameters; tensor names are the flattened pytree paths
+      .cache/              compiled programs per environment partition, and module_hashes.json
+
+* :func:`export_bundle` writes one (``jax.export`` + safetensors; compiles nothing).
+* :func:`load_bundle` returns a :class:`LoadedBundle`: programs loaded from ``.cache`` (no tracing, no
+  model code) or compiled and stored there; ``loaded(x)`` pads to the smallest fitting batch size.
+* :class:`BundleWatcher` reports bundles added, changed, renamed or removed in a folder of bundles.
+* :func:`check_bundle` says what a bundle holds and what a load would drop, without JAX.
+
+Modules: :mod:`~xlakit.bundle.manifest` (format), :mod:`~xlakit.bundle.weights` (safetensors),
+:mod:`~xlakit.bundle.export`, :mod:`~xlakit.bundle.hashes` (module-hash record),
+:mod:`~xlakit.bundle.loader`, :mod:`~xlakit.bundle.watcher`, :mod:`~xlakit.bundle.check`. Importing this
+package does not import JAX.
+"""
+
+from xlakit.bundle.check import BundleCheck, ModuleCheck, check_bundle
+from xlakit.bundle.errors import BundleError, ManifestError, ModuleError, WeightsError
+from xlakit.bundle.export import export_bundle
+from xlakit.bundle.hashes import Drop
+from xlakit.bundle.loader import DEFAULT_MAX_WORKERS, LoadedBundle, ModuleReport, load_bundle
+from xlakit.bundle.manifest import Manifest, ModuleSpec, TensorSpec
+from xlakit.bundle.watcher import BundleChange, BundleWatcher
+
+__all__ = ["export_bundle", "load_bundle", "LoadedBundle", "ModuleReport", "DEFAULT_MAX_WORKERS",
+           "BundleWatcher", "BundleChange", "check_bundle", "BundleCheck", "ModuleCheck", "Manifest", "ModuleSpec",
+           "TensorSpec", "Drop", "BundleError", "ManifestError", "ModuleError", "WeightsError"]

@@ -1,0 +1,151 @@
+"""The module-hash record ``<bundle>/.cache/module_hashes.json`` and what it says to drop.
+
+Compiled programs are stored under the key ``<module stem>-<SHA-256 of the module file>`` (e.g.
+``model.b8-3f2a...``) in every environment partition of ``<bundle>/.cache``, so a program is only ever
+loaded for the exact module bytes it was compiled from. The record remembers each module file's hash at the
+last load; when a module's hash changed, or its file disappeared, every program of its old hash is removed
+from every partition (programs of other environments included: they were compiled from a module that no
+longer exists). Weights never enter a key, so a weights-only update keeps every program.
+
+An unreadable record (not JSON, wrong shape, bad hash strings) is never trusted: the drop decision then comes
+from the store itself — every entry whose key is not the key of a current module is removed — and the
+record is rewritten. A missing record (first load, or a copied ``.cache`` without it) is handled the same
+way, silently.
+
+Record format (version 1)::
+
+    {"format_version": 1, "modules": {"model.b1.jaxexp": "<sha256 hex>", ...}}
+
+No JAX here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from xlakit.bundle.manifest import MODULE_SUFFIX, write_atomic
+
+__all__ = ["RECORD", "RecordState", "Drop", "sha256_hex", "program_key", "read_record", "write_record",
+           "plan_drops"]
+
+RECORD = "module_hashes.json"
+_VERSION = 1
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def sha256_hex(data: bytes) -> str:
+    """Hex SHA-256 of ``data`` (64 characters)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def program_key(module_file: str, sha256: str) -> str:
+    """The store key of the program compiled from ``module_file`` whose bytes hash to ``sha256``."""
+    stem = module_file[: -len(MODULE_SUFFIX)] if module_file.endswith(MODULE_SUFFIX) else module_file
+    return f"{stem}-{sha256}"
+
+
+@dataclass(frozen=True)
+class RecordState:
+    """What was found at ``.cache/module_hashes.json``.
+
+    Attributes:
+      status: ``"ok"``, ``"missing"`` or ``"unreadable"``.
+      hashes: module file -> SHA-256 hex (empty unless ``ok``).
+      reason: why it is unreadable, else None.
+      path: the record's path.
+    """
+
+    status: str
+    hashes: Mapping[str, str]
+    reason: str | None
+    path: Path
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A stored program that a load removes: ``key`` in ``partition``, from ``module`` (file), and why."""
+
+    partition: str
+    key: str
+    module: str | None
+    reason: str
+
+
+def read_record(cache_dir: str | Path) -> RecordState:
+    """Read the record; never raises for its content (a bad one is ``unreadable`` with the reason)."""
+    path = Path(cache_dir) / RECORD
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return RecordState("missing", {}, None, path)
+    except OSError as e:
+        return RecordState("unreadable", {}, f"OSError: {e}", path)
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        return RecordState("unreadable", {}, f"not valid JSON: {e}", path)
+    if not isinstance(data, dict) or data.get("format_version") != _VERSION:
+        return RecordState("unreadable", {}, f"expected an object with format_version {_VERSION}", path)
+    modules = data.get("modules")
+    if not isinstance(modules, dict):
+        return RecordState("unreadable", {}, "field 'modules' is missing or not an object", path)
+    for name, digest in modules.items():
+        if not (isinstance(digest, str) and _HEX64.match(digest)):
+            return RecordState("unreadable", {}, f"field 'modules.{name}' is not a SHA-256 hex digest", path)
+    return RecordState("ok", dict(modules), None, path)
+
+
+def write_record(cache_dir: str | Path, hashes: Mapping[str, str]) -> Path:
+    """Write the record atomically (creating ``cache_dir`` 0700 if needed). Raises OSError."""
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = cache_dir / RECORD
+    body = {"format_version": _VERSION, "modules": dict(sorted(hashes.items()))}
+    write_atomic(path, (json.dumps(body, indent=2) + "\n").encode("utf-8"))
+    return path
+
+
+def plan_drops(store, record: RecordState, current: Mapping[str, str | None]) -> list[Drop]:
+    """The programs a load removes, in every partition of ``store`` (a :class:`~xlakit.store.LocalStore`).
+
+    Args:
+      store: the bundle's ``.cache`` store (only listed and probed; nothing is removed here).
+      record: :func:`read_record`'s result.
+      current: every module file the manifest names -> its SHA-256 now, or None if the file is missing.
+
+    With a readable record: for each recorded module whose hash changed, whose file disappeared or that the
+    manifest no longer names, the program of its recorded hash in each partition that holds one. Otherwise
+    (record missing or unreadable): every entry whose key is not the key of a current module.
+    """
+    partitions = store.partitions()
+    drops: list[Drop] = []
+    if record.status == "ok":
+        for module, old in sorted(record.hashes.items()):
+            new = current.get(module, "absent")
+            if new == old:
+                continue
+            if new == "absent":
+                why = f"{module} is no longer in the manifest"
+            elif new is None:
+                why = f"{module} disappeared"
+            else:
+                why = f"{module} changed (sha256 {old[:12]}… -> {new[:12]}…)"
+            key = program_key(module, old)
+            for part in partitions:
+                if store.entry_path(part, key).exists():
+                    drops.append(Drop(part, key, module, why))
+        return drops
+    keep = {program_key(m, h) for m, h in current.items() if h}
+    why = ("no module-hash record" if record.status == "missing"
+           else f"module-hash record unreadable ({record.reason}); kept only programs of current modules")
+    for info in store.entries():
+        if info.key not in keep:
+            module = info.header.get("module_file") if isinstance(info.header, dict) else None
+            drops.append(Drop(info.partition, info.key, module if isinstance(module, str) else None,
+                              f"not compiled from any current module; {why}"))
+    return drops

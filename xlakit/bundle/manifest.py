@@ -1,0 +1,313 @@
+"""``manifest.json``: what a bundle holds, read and written without JAX.
+
+A bundle folder::
+
+    <bundle>/
+      manifest.json          this file
+      model.b1.jaxexp        jax.export module of the "default" variant at batch size 1
+      model.fast.b8.jaxexp   variant "fast" at batch size 8 (one file per variant and batch size)
+      weights.safetensors    parameters; tensor names are the flattened pytree paths
+      .cache/                compiled programs per environment partition, and module_hashes.json
+
+The manifest (``format_version`` 1)::
+
+    {"format": "xlakit.bundle", "format_version": 1, "name": "my_model",
+     "inputs": [{"name": "x", "shape": ["batch", 784], "dtype": "float32"}],
+     "outputs": {"default": [{"name": "output", "shape": ["batch", 10], "dtype": "float32"}]},
+     "batch_sizes": [1, 8], "variants": ["default"],
+     "weights": {"file": "weights.safetensors",
+                 "tensors": {"layers.0.kernel": {"shape": [784, 512], "dtype": "float32"}, ...}},
+     "platforms": ["cpu"], "created_with": {"jax": "0.10.2", "xlakit": "0.1.0"}}
+
+Shapes name their batch axis ``"batch"``; only axis 0 can be the batch axis. Every input is batched; an
+output whose leading size does not follow the batch size (a scalar, a per-model statistic) has plain
+integer dimensions. Module file names follow from ``variants`` and ``batch_sizes`` (:func:`module_file`),
+so the manifest lists no file twice. Weight tensors carry no batch axis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from xlakit.bundle.errors import ManifestError
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "CACHE_DIR", "MODULE_SUFFIX", "BATCH",
+           "DEFAULT_VARIANT", "TensorSpec", "ModuleSpec", "Manifest", "module_file", "write_atomic"]
+
+FORMAT = "xlakit.bundle"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+WEIGHTS = "weights.safetensors"
+CACHE_DIR = ".cache"
+MODULE_SUFFIX = ".jaxexp"
+BATCH = "batch"
+DEFAULT_VARIANT = "default"
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # variant names: they become part of file names
+_REQUIRED = ("format", "format_version", "name", "inputs", "outputs", "batch_sizes", "variants", "weights")
+
+
+def module_file(variant: str, batch_size: int) -> str:
+    """File name of one module: ``model.b8.jaxexp`` for the default variant, ``model.<variant>.b8.jaxexp``
+    otherwise."""
+    stem = "model" if variant == DEFAULT_VARIANT else f"model.{variant}"
+    return f"{stem}.b{batch_size}{MODULE_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape and dtype of one input, output or weight tensor.
+
+    Attributes:
+      name: input/output name, or a weight's flattened pytree path (``"layers.0.kernel"``).
+      shape: dimensions; axis 0 may be the string ``"batch"`` (the batch axis), all others are ints >= 0.
+      dtype: NumPy dtype name (``"float32"``, ``"bfloat16"``, ``"int32"``...).
+    """
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+
+    @property
+    def batched(self) -> bool:
+        """True when axis 0 is the batch axis."""
+        return bool(self.shape) and self.shape[0] == BATCH
+
+    def concrete(self, batch_size: int) -> tuple[int, ...]:
+        """The shape with the batch axis set to ``batch_size``."""
+        return tuple(batch_size if d == BATCH else int(d) for d in self.shape)
+
+    def describe(self, batch_size: int | None = None) -> str:
+        shape = self.concrete(batch_size) if batch_size is not None else self.shape
+        return f"{self.dtype}[{','.join(str(d) for d in shape)}]"
+
+    def to_dict(self, with_name: bool = True) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name} if with_name else {}
+        d.update(shape=list(self.shape), dtype=self.dtype)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any, file: Path, where: str, name: str | None = None,
+                  batch_allowed: bool = True) -> TensorSpec:
+        """Parse ``d``; ``where`` names its position (``"inputs[0]"``) in errors. Raises ManifestError."""
+        if not isinstance(d, Mapping):
+            raise ManifestError(file, where, f"expected an object with name, shape and dtype, got {_kind(d)}")
+        if name is None:
+            name = d.get("name")
+            if not isinstance(name, str) or not name:
+                raise ManifestError(file, f"{where}.name", "missing or not a non-empty string")
+        if "shape" not in d:
+            raise ManifestError(file, f"{where}.shape", "missing")
+        shape = d["shape"]
+        if not isinstance(shape, list):
+            raise ManifestError(file, f"{where}.shape", f"expected a list of dimensions, got {_kind(shape)}")
+        for i, dim in enumerate(shape):
+            ok_batch = batch_allowed and i == 0 and dim == BATCH
+            if not ok_batch and not (isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0):
+                allowed = "an int >= 0" + (' or "batch" (axis 0 only)' if batch_allowed else "")
+                raise ManifestError(file, f"{where}.shape[{i}]", f"expected {allowed}, got {dim!r}")
+        dtype = d.get("dtype")
+        if not isinstance(dtype, str) or not dtype:
+            raise ManifestError(file, f"{where}.dtype", "missing or not a dtype name such as 'float32'")
+        return cls(name, tuple(shape), dtype)
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """One module file: the program of ``variant`` at ``batch_size``."""
+
+    file: str
+    variant: str
+    batch_size: int
+
+    @property
+    def stem(self) -> str:
+        """``model.b8`` for ``model.b8.jaxexp``."""
+        return self.file[: -len(MODULE_SUFFIX)]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The parsed ``manifest.json`` (see the module docstring for the format).
+
+    Attributes:
+      name: the bundle's name (by default its folder's name when exported).
+      inputs: one spec per positional input, every one batched on axis 0.
+      outputs: variant -> the flattened output leaves' specs (names are pytree paths, ``"output"`` for a
+        single array).
+      batch_sizes: compiled batch sizes, ascending.
+      variants: variant names, ``"default"`` first.
+      weights: one spec per weight tensor (no batch axis), sorted by name.
+      weights_file: the safetensors file name, relative to the bundle.
+      platforms: platforms the modules were exported for (``jax.export``'s ``platforms``).
+      created_with: versions that wrote the bundle (information only).
+    """
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: Mapping[str, tuple[TensorSpec, ...]]
+    batch_sizes: tuple[int, ...]
+    variants: tuple[str, ...]
+    weights: tuple[TensorSpec, ...]
+    weights_file: str = WEIGHTS
+    platforms: tuple[str, ...] = ()
+    created_with: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def modules(self) -> tuple[ModuleSpec, ...]:
+        """Every module, variant by variant, batch sizes ascending."""
+        return tuple(ModuleSpec(module_file(v, b), v, b) for v in self.variants for b in self.batch_sizes)
+
+    def module(self, variant: str, batch_size: int) -> ModuleSpec:
+        return ModuleSpec(module_file(variant, batch_size), variant, batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "name": self.name,
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": {v: [s.to_dict() for s in specs] for v, specs in self.outputs.items()},
+            "batch_sizes": list(self.batch_sizes), "variants": list(self.variants),
+            "weights": {"file": self.weights_file,
+                        "tensors": {s.name: s.to_dict(with_name=False) for s in self.weights}},
+            "platforms": list(self.platforms), "created_with": dict(self.created_with),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: Any, file: str | os.PathLike = MANIFEST) -> Manifest:
+        """Parse and validate. Raises :class:`ManifestError` naming ``file`` and the first bad field."""
+        file = Path(file)
+        if not isinstance(d, Mapping):
+            raise ManifestError(file, None, f"expected a JSON object, got {_kind(d)}")
+        for name in _REQUIRED:
+            if name not in d:
+                raise ManifestError(file, name, "missing (required: " + ", ".join(_REQUIRED) + ")")
+        if d["format"] != FORMAT:
+            raise ManifestError(file, "format", f"expected {FORMAT!r}, got {d['format']!r}: not an xlakit bundle")
+        if d["format_version"] != FORMAT_VERSION:
+            raise ManifestError(file, "format_version", f"this xlakit reads version {FORMAT_VERSION}, the bundle "
+                                f"says {d['format_version']!r}; re-export it or upgrade xlakit")
+        name = d["name"]
+        if not isinstance(name, str) or not name:
+            raise ManifestError(file, "name", "expected a non-empty string")
+
+        variants = d["variants"]
+        if not isinstance(variants, list) or not variants:
+            raise ManifestError(file, "variants", "expected a non-empty list of names")
+        for i, v in enumerate(variants):
+            if not isinstance(v, str) or not _NAME.match(v):
+                raise ManifestError(file, f"variants[{i}]", f"expected 1-64 characters of [A-Za-z0-9_-], got {v!r}")
+        if len(set(variants)) != len(variants):
+            raise ManifestError(file, "variants", f"duplicate names in {variants}")
+
+        sizes = d["batch_sizes"]
+        if not isinstance(sizes, list) or not sizes:
+            raise ManifestError(file, "batch_sizes", "expected a non-empty list of positive integers")
+        for i, b in enumerate(sizes):
+            if not (isinstance(b, int) and not isinstance(b, bool) and b > 0):
+                raise ManifestError(file, f"batch_sizes[{i}]", f"expected a positive integer, got {b!r}")
+        if len(set(sizes)) != len(sizes):
+            raise ManifestError(file, "batch_sizes", f"duplicate sizes in {sizes}")
+
+        raw_inputs = d["inputs"]
+        if not isinstance(raw_inputs, list) or not raw_inputs:
+            raise ManifestError(file, "inputs", "expected a non-empty list of tensor specs")
+        inputs = tuple(TensorSpec.from_dict(s, file, f"inputs[{i}]") for i, s in enumerate(raw_inputs))
+        for i, s in enumerate(inputs):
+            if not s.batched:
+                raise ManifestError(file, f"inputs[{i}].shape", f"input {s.name!r} has no batch axis: axis 0 must "
+                                    f'be "batch", got {list(s.shape)}')
+        names = [s.name for s in inputs]
+        if len(set(names)) != len(names):
+            raise ManifestError(file, "inputs", f"duplicate input names in {names}")
+
+        raw_outputs = d["outputs"]
+        if not isinstance(raw_outputs, Mapping):
+            raise ManifestError(file, "outputs", f"expected an object variant -> list of specs, got {_kind(raw_outputs)}")
+        outputs: dict[str, tuple[TensorSpec, ...]] = {}
+        for v in variants:
+            if v not in raw_outputs:
+                raise ManifestError(file, f"outputs.{v}", "missing: every variant needs its outputs")
+            specs = raw_outputs[v]
+            if not isinstance(specs, list):
+                raise ManifestError(file, f"outputs.{v}", f"expected a list of tensor specs, got {_kind(specs)}")
+            outputs[v] = tuple(TensorSpec.from_dict(s, file, f"outputs.{v}[{i}]") for i, s in enumerate(specs))
+
+        weights = d["weights"]
+        if not isinstance(weights, Mapping):
+            raise ManifestError(file, "weights", f"expected an object with file and tensors, got {_kind(weights)}")
+        wfile = weights.get("file", WEIGHTS)
+        if not isinstance(wfile, str) or not wfile or "/" in wfile or "\\" in wfile or wfile.startswith("."):
+            raise ManifestError(file, "weights.file", f"expected a file name inside the bundle, got {wfile!r}")
+        tensors = weights.get("tensors")
+        if not isinstance(tensors, Mapping):
+            raise ManifestError(file, "weights.tensors", "missing or not an object tensor name -> {shape, dtype}")
+        wspecs = tuple(TensorSpec.from_dict(spec, file, f"weights.tensors.{tname}", name=tname, batch_allowed=False)
+                       for tname, spec in tensors.items())
+
+        platforms = d.get("platforms", [])
+        if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
+            raise ManifestError(file, "platforms", f"expected a list of platform names, got {platforms!r}")
+        created = d.get("created_with", {})
+        return cls(name=name, inputs=inputs, outputs=outputs, batch_sizes=tuple(sorted(sizes)),
+                   variants=tuple(variants), weights=tuple(sorted(wspecs, key=lambda s: s.name)),
+                   weights_file=wfile, platforms=tuple(platforms),
+                   created_with=dict(created) if isinstance(created, Mapping) else {})
+
+    @classmethod
+    def read(cls, bundle: str | os.PathLike) -> Manifest:
+        """Read ``<bundle>/manifest.json``. Raises :class:`ManifestError` (missing, not JSON, bad field)."""
+        file = Path(bundle) / MANIFEST
+        try:
+            text = file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ManifestError(file, None, "missing: not a bundle folder (export one with "
+                                "xlakit.export_bundle)") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ManifestError(file, None, f"unreadable: {e}") from None
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise ManifestError(file, None, f"not valid JSON: {e}") from None
+        return cls.from_dict(data, file)
+
+    def write(self, bundle: str | os.PathLike) -> Path:
+        """Write ``<bundle>/manifest.json`` atomically; returns its path. Raises OSError."""
+        path = Path(bundle) / MANIFEST
+        write_atomic(path, self.to_json().encode("utf-8"))
+        return path
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{s.name}: {s.describe()}" for s in self.inputs)
+        return (f"Manifest({self.name!r}, inputs=[{ins}], batch_sizes={list(self.batch_sizes)}, "
+                f"variants={list(self.variants)}, {len(self.weights)} weight tensors)")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a hidden temp file in the same folder and a rename, so a reader
+    (or a watcher) never sees a half-written file. Raises OSError; leaves no temp file behind."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _kind(x: Any) -> str:
+    return "null" if x is None else type(x).__name__

@@ -1,0 +1,145 @@
+"""Parameters as a flat, named ``weights.safetensors`` file, and back.
+
+``jax.export`` can only serialize pytree node types it knows (its error: "Cannot serialize PyTreeDef
+containing an unregistered type ... flax.nnx...Param"), so a bundle never exports the user's parameter tree.
+Parameters are flattened here into ``{path name: array}``; the exported function takes that flat dict and
+rebuilds the original tree inside itself (see :mod:`xlakit.bundle.export`), and the file stores the same
+flat dict. Tensor names are the flattened pytree paths with ``"."`` between keys, e.g. ``"layers.0.kernel"``
+for a nested dict, ``"l1.kernel.value"`` for an ``nnx.State`` (``.value`` is the Variable's own pytree key).
+
+Reading needs no JAX; arrays come back as NumPy arrays (``bfloat16`` through ``ml_dtypes``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xlakit.bundle.errors import WeightsError
+from xlakit.bundle.manifest import TensorSpec
+
+__all__ = ["flatten_params", "save_weights", "read_weights", "check_weights"]
+
+
+def flatten_params(params: Any) -> tuple[list[str], list[Any], Any]:
+    """``(names, leaves, treedef)`` of any pytree (dicts, lists, dataclasses, ``flax.nnx.State``...).
+
+    Leaves are returned as given (device arrays stay on their devices). Raises ``ValueError`` when two
+    paths render to the same name (e.g. a key ``"a.b"`` beside a nested ``a`` -> ``b``) or a leaf is not
+    array-like.
+    """
+    import jax
+
+    paths, treedef = jax.tree_util.tree_flatten_with_path(params)
+    names: list[str] = []
+    leaves: list[Any] = []
+    seen: dict[str, str] = {}
+    for path, leaf in paths:
+        name = _path_name(path)
+        if name in seen:
+            raise ValueError(f"two parameter paths flatten to the same tensor name {name!r}: {seen[name]} and "
+                             f"{jax.tree_util.keystr(path)}; rename one of the keys")
+        seen[name] = jax.tree_util.keystr(path)
+        if not hasattr(leaf, "shape") and not isinstance(leaf, (int, float, complex, bool, np.generic)):
+            raise ValueError(f"parameter {name!r} is a {type(leaf).__name__}, not an array; bundles store arrays "
+                             "only (split non-array state off, e.g. nnx.split(model, nnx.Param, ...))")
+        names.append(name)
+        leaves.append(leaf)
+    return names, leaves, treedef
+
+
+def _path_name(path) -> str:
+    parts = []
+    for k in path:
+        for attr in ("key", "idx", "name"):  # DictKey, SequenceKey/FlattenedIndexKey, GetAttrKey
+            if hasattr(k, attr):
+                parts.append(str(getattr(k, attr)))
+                break
+        else:
+            parts.append(str(k))
+    return ".".join(parts) or "param"
+
+
+def to_numpy(leaf: Any) -> np.ndarray:
+    """A host copy of one parameter; Python scalars get JAX's default dtype (float32, int32)."""
+    import jax
+
+    if isinstance(leaf, (int, float, complex, bool)):
+        return np.asarray(leaf, dtype=jax.dtypes.canonicalize_dtype(np.result_type(leaf)))
+    arr = np.asarray(leaf)
+    if arr.dtype.kind not in "biufc" and arr.dtype.name != "bfloat16" and not arr.dtype.name.startswith("float8"):
+        raise ValueError(f"dtype {arr.dtype} cannot be stored in safetensors")
+    return np.ascontiguousarray(arr)
+
+
+def save_weights(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` (name -> host array) as safetensors. Raises OSError, or ValueError for an unsupported
+    dtype (safetensors < 0.5 cannot write ``bfloat16`` from NumPy)."""
+    from safetensors.numpy import save_file
+
+    try:
+        save_file(tensors, str(path), metadata=metadata)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"safetensors could not write {path}: {e}") from e
+
+
+def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """All tensors of a safetensors file as NumPy arrays. Raises :class:`WeightsError` naming the file."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(path, None, "missing")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return {name: f.get_tensor(name) for name in f.keys()}
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types for every kind of damage
+        raise WeightsError(path, None, f"not a readable safetensors file: {type(e).__name__}: {e}") from None
+
+
+def read_weight_specs(path: str | os.PathLike) -> dict[str, TensorSpec]:
+    """Names, shapes and dtypes from the safetensors header only (no tensor data is read)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(path, None, "missing")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            out = {}
+            for name in f.keys():
+                s = f.get_slice(name)
+                out[name] = TensorSpec(name, tuple(s.get_shape()), _DTYPES.get(s.get_dtype(), s.get_dtype()))
+            return out
+    except Exception as e:  # noqa: BLE001
+        raise WeightsError(path, None, f"not a readable safetensors file: {type(e).__name__}: {e}") from None
+
+
+# safetensors' dtype codes -> NumPy names, for header-only reads
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+           "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16",
+           "U8": "uint8", "BOOL": "bool", "C64": "complex64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+def check_weights(file: str | os.PathLike, found: dict[str, Any], expected: tuple[TensorSpec, ...]) -> None:
+    """Raise :class:`WeightsError` naming ``file`` and the tensor when ``found`` (name -> array or spec)
+    disagrees with the manifest's ``expected`` specs: a missing or extra name, another shape or dtype."""
+    want = {s.name: s for s in expected}
+    missing = sorted(set(want) - set(found))
+    if missing:
+        raise WeightsError(file, missing[0], f"tensor named in manifest.json is not in the file "
+                           f"({len(missing)} missing: {missing[:5]})")
+    extra = sorted(set(found) - set(want))
+    if extra:
+        raise WeightsError(file, extra[0], f"tensor is not named in manifest.json ({len(extra)} extra: {extra[:5]})")
+    for name, spec in want.items():
+        got = found[name]
+        shape = tuple(got.shape)
+        dtype = got.dtype if isinstance(got.dtype, str) else np.dtype(got.dtype).name
+        if shape != tuple(spec.shape):
+            raise WeightsError(file, name, f"shape {list(shape)} disagrees with manifest.json's {list(spec.shape)}")
+        if dtype != spec.dtype:
+            raise WeightsError(file, name, f"dtype {dtype} disagrees with manifest.json's {spec.dtype}")

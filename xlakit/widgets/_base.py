@@ -1,0 +1,207 @@
+"""Mechanics every xlakit widget shares: the static snapshot, the error area, guarded callbacks, workers.
+
+* :class:`View` is mixed into each widget (before the ipywidgets box class). Its ``_repr_mimebundle_``
+  returns the live widget view *and* a ``text/html`` static snapshot (``to_html()``: plotly HTML plus a table
+  with the numbers), so a saved notebook still shows the view on GitHub or nbviewer without a kernel.
+* Callbacks (buttons, observers, refresh threads, event-log observers) run through :meth:`View._guard`: an
+  exception is shown in the widget's error area, appended to :attr:`View.errors` and logged on the
+  ``xlakit.widgets`` logger — never swallowed, never raised into ipywidgets' message loop.
+* :class:`Worker` is a daemon thread that calls a function every ``interval_s`` seconds and/or when poked
+  (throttled); it waits on a ``threading.Event`` so ``close()`` stops it at once. It never runs on the kernel's
+  main thread, so it never blocks cell execution.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import logging
+import threading
+import traceback
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as widgets
+
+from xlakit.widgets._html import page
+
+__all__ = ["View", "Worker", "page"]
+
+log = logging.getLogger("xlakit.widgets")
+_MAX_ERRORS = 50
+
+
+class Worker:
+    """A daemon thread calling ``fn()`` every ``interval_s`` seconds and/or soon after :meth:`poke`.
+
+    Args:
+      fn: the function (exceptions are the caller's business: pass a guarded function).
+      interval_s: seconds between periodic calls (float > 0), or None for calls only when poked.
+      throttle_s: after a poke, wait this many seconds (float >= 0) so a burst of pokes becomes one call.
+      name: the thread's name.
+    """
+
+    def __init__(self, fn: Callable[[], Any], interval_s: float | None = None, *, throttle_s: float = 0.0,
+                 name: str = "xlakit-widget-worker") -> None:
+        if interval_s is not None and interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0 seconds or None, got {interval_s}")
+        self.fn, self.interval_s, self.throttle_s = fn, interval_s, throttle_s
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def poke(self) -> None:
+        """Ask for a call soon (after ``throttle_s``)."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the thread; waits up to ``timeout`` seconds for a running call (not when called from it)."""
+        self._stop.set()
+        self._wake.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            poked = self._wake.wait(self.interval_s)
+            if self._stop.is_set():
+                return
+            if poked and self.throttle_s and self._stop.wait(self.throttle_s):
+                return
+            self._wake.clear()
+            self.fn()
+
+
+class View:
+    """Mixin for xlakit widgets: snapshot in the mime bundle, error area, guarded callbacks, owned workers.
+
+    Attributes:
+      errors: ``"where: ExcType: message"`` for each callback failure (list of str, newest last, at most 50).
+      error_area: the ``ipywidgets.HTML`` showing the latest failures with tracebacks (hidden when none).
+    """
+
+    _title = "xlakit"
+
+    def _setup_view(self) -> None:
+        self.errors: list[str] = []
+        self.error_area = widgets.HTML(layout=widgets.Layout(display="none"))
+        self.error_area.add_class("xlakit-errors")
+        self._workers: list[Worker] = []
+        self._cleanups: list[Callable[[], Any]] = []
+        self._owned: list[widgets.Widget] = []
+        self._closed = False
+        self._lock = threading.RLock()
+
+    # -- errors -------------------------------------------------------------------------------------------
+    def _guard(self, fn: Callable[..., Any], where: str | None = None) -> Callable[..., Any]:
+        """``fn`` wrapped so an exception shows in the widget instead of escaping (holds only a weak
+        reference to the widget, so a worker thread does not keep it alive)."""
+        label = where or getattr(fn, "__name__", "callback")
+        ref = weakref.ref(self)
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - shown in the widget, recorded and logged
+                view = ref()
+                if view is not None:
+                    view._show_error(label, exc)
+                else:
+                    log.exception("xlakit widget callback %s failed", label)
+                return None
+
+        return guarded
+
+    def _show_error(self, where: str, exc: BaseException) -> None:
+        text = f"{where}: {type(exc).__name__}: {exc}"
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        log.error("xlakit widget %s: %s\n%s", type(self).__name__, text, tb)
+        self.errors.append(text)
+        del self.errors[:-_MAX_ERRORS]
+        items = "".join(f"<li><code>{html.escape(e)}</code></li>" for e in self.errors[-5:])
+        self.error_area.value = (
+            "<div style='border:1px solid #d62728;background:#fff5f5;padding:4px 8px;font-size:12px'>"
+            f"<b>Error in a callback</b> ({len(self.errors)} so far; newest last)<ul>{items}</ul>"
+            f"<details><summary>traceback of the newest</summary><pre>{html.escape(tb)}</pre></details></div>")
+        self.error_area.layout.display = ""
+
+    def clear_errors(self) -> None:
+        """Forget the recorded errors and hide the error area."""
+        self.errors.clear()
+        self.error_area.value = ""
+        self.error_area.layout.display = "none"
+
+    # -- workers and cleanup ------------------------------------------------------------------------------
+    def _start_worker(self, fn: Callable[[], Any], interval_s: float | None = None, *, throttle_s: float = 0.0,
+                      where: str = "refresh") -> Worker:
+        worker = Worker(self._guard(fn, where), interval_s, throttle_s=throttle_s,
+                        name=f"xlakit-{type(self).__name__}-{where}")
+        self._workers.append(worker)
+        return worker
+
+    def _stop_worker(self, worker: Worker | None) -> None:
+        if worker is not None:
+            worker.stop()
+            if worker in self._workers:
+                self._workers.remove(worker)
+
+    @property
+    def threads_alive(self) -> int:
+        """How many of this widget's worker threads are running (int)."""
+        return sum(w.alive for w in self._workers)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop every refresh thread and observer, close the child widgets, then the widget. Idempotent."""
+        if getattr(self, "_closed", True):
+            return super().close()  # type: ignore[misc]
+        self._closed = True
+        for worker in list(self._workers):
+            worker.stop()
+        self._workers.clear()
+        for cleanup in self._cleanups:
+            try:
+                cleanup()
+            except Exception:  # noqa: BLE001 - closing must finish
+                log.exception("xlakit widget cleanup failed")
+        self._cleanups.clear()
+        for child in self._owned:
+            child.close()
+        super().close()  # type: ignore[misc]
+
+    # -- display ------------------------------------------------------------------------------------------
+    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:  # pragma: no cover - each widget has one
+        """A static HTML snapshot of what the widget shows now (plotly HTML and tables with the numbers).
+
+        Args:
+          include_plotlyjs: True inlines plotly.js (~4 MB, works offline), "cdn" links it (default), False
+            leaves it out (the page already has it).
+        """
+        raise NotImplementedError
+
+    def save_html(self, path: str, include_plotlyjs: bool | str = True) -> str:
+        """Write :meth:`to_html` as a standalone page to ``path``; returns the path."""
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(page(self._title, [self.to_html(include_plotlyjs)]))
+        return path
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        data = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
+        data = dict(data or {})
+        try:
+            data["text/html"] = self.to_html("cdn")
+        except Exception as exc:  # noqa: BLE001 - the live view must still display
+            self._show_error("static snapshot", exc)
+            data["text/html"] = f"<pre>{html.escape(type(self).__name__)}: snapshot failed: {html.escape(str(exc))}</pre>"
+        data["text/plain"] = repr(self)
+        return data

@@ -1,0 +1,246 @@
+""":class:`CacheBrowser`: the entries of an executable cache, per-partition totals, verify / evict / explain."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as widgets
+import traitlets
+
+from xlakit.memory._display import fmt_bytes
+from xlakit.widgets import _data, _snapshots
+from xlakit.widgets._base import View
+from xlakit.widgets._sources import AOT_SUFFIX
+
+__all__ = ["CacheBrowser"]
+
+
+def _as_cache(cache: Any) -> tuple[Any, bool]:
+    """(ExecutableCache, created here). None -> the transparent cache's folder; a TransparentCache (the value
+    of ``xlakit.enable_cache()``) -> an ExecutableCache over the same folder, secret and log."""
+    from xlakit.cache import ExecutableCache
+
+    if isinstance(cache, ExecutableCache):
+        return cache, False
+    if cache is None:
+        from xlakit._jax import persistent
+
+        cache = persistent.active()
+        if cache is None:
+            raise ValueError("no cache to browse: pass an ExecutableCache, or call xlakit.enable_cache() first")
+    store = getattr(cache, "store", None)
+    if store is None or not hasattr(store, "entries"):
+        raise TypeError(f"CacheBrowser takes an ExecutableCache or the cache xlakit.enable_cache() returns; "
+                        f"got {type(cache).__name__}")
+    return ExecutableCache(store.root, store.max_bytes, secret=store.secret,
+                           log=getattr(cache, "log", None)), True
+
+
+class CacheBrowser(View, widgets.VBox):
+    """The entries of an executable cache as a table, with filters, per-partition totals and actions.
+
+    A view over :meth:`xlakit.ExecutableCache.entries`: name, key, partition, size on disk, recorded compile
+    seconds, hits in this process, whether it is loadable onto other devices, and the compiled memory
+    recorded at compile time. Actions (each result is shown under the buttons):
+
+    * **Verify**: :meth:`~xlakit.ExecutableCache.verify` opens every entry; bad ones are quarantined and
+      listed with their reason (each is a ``corrupt`` event).
+    * **Evict selected**: removes the selected entries (and their loadable twin) from the store; each is an
+      ``evict`` event in the cache's log.
+    * **Explain selected**: compares each selected entry's recorded environment with the current one
+      (jax/jaxlib versions and build, backend, devices, CPU, XLA flags): could it be loaded here, and if not,
+      which fields differ (:func:`xlakit.widgets._data.explain_entry`). To explain a *function* (would it
+      hit, which key part differs), call :meth:`explain` with the function and example arguments.
+
+    Args:
+      cache: an :class:`~xlakit.ExecutableCache`, or the cache :func:`xlakit.enable_cache` returns, or None
+        for the enabled transparent cache. Default None.
+      name_filter, partition, max_rows: initial values of those traits.
+      layout: an ``ipywidgets.Layout`` for the box.
+
+    Raises:
+      ValueError: ``cache`` is None and no cache is enabled.
+      TypeError: an unsupported ``cache`` or an unknown keyword argument.
+    """
+
+    _title = "xlakit cache browser"
+
+    #: Case-insensitive substring of the entry name ("" = all; str, default "").
+    name_filter = traitlets.Unicode("")
+    #: Only this partition, or "" for all (str, default "").
+    partition = traitlets.Unicode("")
+    #: The selected entries as ``(partition, key)`` pairs (tuple, default empty).
+    selected = traitlets.Tuple()
+    #: Table rows shown at most (int, default 200 rows).
+    max_rows = traitlets.Int(200)
+
+    def __init__(self, cache: Any = None, *, name_filter: str = "", partition: str = "", max_rows: int = 200,
+                 layout: widgets.Layout | None = None) -> None:
+        self._setup_view()
+        self.cache, created = _as_cache(cache)
+        if created:
+            self._cleanups.append(self.cache.close)
+        self.entries = None  # every entry (DataFrame)
+        self.frame = None  # the filtered entries shown
+        self.totals = None  # per-partition totals
+        #: the result of the last action: ("verify" | "evict" | "explain", value) or None.
+        self.last_action: tuple[str, Any] | None = None
+
+        self._name_box = widgets.Text(value=name_filter, description="name", placeholder="substring",
+                                      layout=widgets.Layout(width="260px"))
+        self._partition_menu = widgets.Dropdown(options=[("all partitions", "")], value="", description="partition",
+                                                layout=widgets.Layout(width="420px"))
+        self._selector = widgets.SelectMultiple(options=[], rows=8, description="select",
+                                                layout=widgets.Layout(width="98%"))
+        self._selector.add_class("xlakit-entry-select")
+        self.verify_button = widgets.Button(description="Verify", icon="check",
+                                            tooltip="open every entry; quarantine bad ones")
+        self.evict_button = widgets.Button(description="Evict selected", icon="trash", button_style="danger")
+        self.explain_button = widgets.Button(description="Explain selected", icon="question",
+                                             tooltip="compare the selected entries' environment with this one")
+        self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
+        for button, action in ((self.verify_button, self.verify), (self.evict_button, self.evict_selected),
+                               (self.explain_button, self.explain_selected), (self.refresh_button, self.refresh)):
+            button.on_click(self._guard(lambda _b, action=action: action(), button.description.lower()))
+        self.totals_html = widgets.HTML()
+        self.table_html = widgets.HTML()
+        self.result = widgets.HTML()
+        self.result.add_class("xlakit-cache-result")
+        self.status = widgets.HTML()
+        filters = widgets.HBox([self._name_box, self._partition_menu])
+        buttons = widgets.HBox([self.verify_button, self.evict_button, self.explain_button, self.refresh_button])
+        self._owned = [self._name_box, self._partition_menu, self._selector, self.verify_button,
+                       self.evict_button, self.explain_button, self.refresh_button, self.totals_html,
+                       self.table_html, self.result, self.status, filters, buttons, self.error_area]
+        super().__init__(children=[self.status, self.totals_html, filters, self._selector, buttons, self.error_area,
+                                   self.result, self.table_html],
+                         name_filter=name_filter, partition=partition, max_rows=max_rows,
+                         layout=layout or widgets.Layout(width="100%"))
+        self.add_class("xlakit-cache-browser")
+        widgets.link((self._name_box, "value"), (self, "name_filter"))
+        self.refresh()
+        widgets.link((self._partition_menu, "value"), (self, "partition"))
+        widgets.link((self._selector, "value"), (self, "selected"))
+        self.observe(self._guard(lambda _c: self._show(), "filter"), names=["name_filter", "partition", "max_rows"])
+
+    # -- state ------------------------------------------------------------------------------------------
+    @traitlets.validate("selected")
+    def _check_selected(self, proposal: Any) -> tuple:
+        value = tuple(tuple(v) for v in proposal["value"])
+        for v in value:
+            if len(v) != 2:
+                raise traitlets.TraitError(f"selected entries are (partition, key) pairs, got {v!r}")
+        return value
+
+    def select(self, *keys: str) -> None:
+        """Select entries by key (or key prefix) among those shown."""
+        rows = _data.frame_records(self.frame)
+        picked = [(r["partition"], r["key"]) for r in rows if any(r["key"].startswith(k) for k in keys)]
+        missing = [k for k in keys if not any(key.startswith(k) for _, key in picked)]
+        if missing:
+            raise KeyError(f"no entry shown with key {missing}; filters: name={self.name_filter!r}, "
+                           f"partition={self.partition!r}")
+        self.selected = tuple(picked)
+
+    def refresh(self) -> None:
+        """Read the entries again and redraw."""
+        with self._lock:
+            self.entries = self.cache.entries()
+            self.totals = _data.partition_totals(self.entries)
+            partitions = sorted(self.totals.index) if not self.totals.empty else []
+            options = [("all partitions", ""), *((p, p) for p in partitions)]
+            if self.partition and self.partition not in partitions:
+                self.partition = ""
+            self._partition_menu.options = options
+            self._partition_menu.value = self.partition
+            self._show()
+
+    def _show(self) -> None:
+        with self._lock:
+            self.frame = _data.filter_entries(self.entries, self.name_filter, self.partition or None)
+            rows = _data.frame_records(self.frame)
+            options = [(f"{r['name'] or '?'} · {r['key'][:20]}… · {fmt_bytes(r['size_bytes'])} · {r['partition']}",
+                        (r["partition"], r["key"])) for r in rows]
+            keep = tuple(v for v in self.selected if v in {o[1] for o in options})
+            self._selector.options = options
+            self.selected = keep
+            self._selector.value = keep
+            self.table_html.value = _snapshots.entries_html(self.frame, self.max_rows)
+            self.totals_html.value = _snapshots.partitions_html(self.totals)
+            stats = self.cache.stats()
+            cap = f" of {fmt_bytes(stats['max_bytes'])}" if stats.get("max_bytes") else ""
+            self.status.value = (f"<small>{html.escape(stats['folder'])}: {stats['entries']} entries, "
+                                 f"{fmt_bytes(stats['bytes'])}{cap} on disk; {len(self.frame)} shown</small>")
+
+    # -- actions ----------------------------------------------------------------------------------------
+    def verify(self) -> list[tuple[Any, str | None]]:
+        """:meth:`ExecutableCache.verify` every entry, show the bad ones, refresh. Returns its result."""
+        results = self.cache.verify()
+        bad = [(info, reason) for info, reason in results if reason]
+        rows = [{"name": i.name, "key": i.key, "partition": i.partition, "reason": r} for i, r in bad]
+        table = _data.table_html(rows, [("name", "name"), ("key", "key"), ("partition", "partition"),
+                                        ("reason", "reason")]) if rows else ""
+        self.result.value = (f"<b>Verify</b>: {len(results)} entries checked, {len(bad)} bad"
+                             f"{' (quarantined)' if bad else ''}.{table}")
+        self.last_action = ("verify", results)
+        self.refresh()
+        return results
+
+    def evict_selected(self) -> list[tuple[str, str]]:
+        """Remove the selected entries (and their loadable twins) from the store; each removal is an
+        ``evict`` event. Returns the (partition, key) pairs removed."""
+        if not self.selected:
+            self.result.value = "<b>Evict</b>: nothing selected."
+            self.last_action = ("evict", [])
+            return []
+        info = {(r["partition"], r["key"]): r for r in _data.frame_records(self.entries)}
+        removed = []
+        for partition, key in self.selected:
+            if self.cache.store.remove(partition, key):
+                removed.append((partition, key))
+                row = info.get((partition, key), {})
+                self.cache.log.emit("evict", name=row.get("name"), key=key, partition=partition,
+                                    bytes=row.get("size_bytes"), reason="evicted by hand in CacheBrowser")
+            self.cache.store.remove(partition, key + AOT_SUFFIX)
+        names = ", ".join(html.escape(f"{info.get(pk, {}).get('name') or '?'} ({pk[1][:16]}…)") for pk in removed)
+        self.result.value = f"<b>Evict</b>: removed {len(removed)} of {len(self.selected)} selected: {names}"
+        self.last_action = ("evict", removed)
+        self.selected = ()
+        self.refresh()
+        return removed
+
+    def explain_selected(self) -> list[Any]:
+        """Compare each selected entry's recorded environment with the current one; show and return the
+        :class:`~xlakit.explain.Explanation` of each."""
+        from xlakit._jax.environment import current_environment
+
+        if not self.selected:
+            self.result.value = "<b>Explain</b>: nothing selected."
+            self.last_action = ("explain", [])
+            return []
+        wanted = set(self.selected)
+        infos = [i for i in self.cache.store.entries() if (i.partition, i.key) in wanted]
+        env = current_environment()
+        explanations = [_data.explain_entry(i, env) for i in infos]
+        self.result.value = "<b>Explain against the current environment</b>" + "".join(
+            f"<div class='xlakit-explanation'>{e._repr_html_()}</div>" for e in explanations)
+        self.last_action = ("explain", explanations)
+        return explanations
+
+    def explain(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`ExecutableCache.explain` for a function and example arguments; shows and returns it."""
+        explanation = self.cache.explain(fn, *args, **kwargs)
+        self.result.value = f"<div class='xlakit-explanation'>{explanation._repr_html_()}</div>"
+        self.last_action = ("explain", [explanation])
+        return explanation
+
+    # -- display ----------------------------------------------------------------------------------------
+    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+        """Static snapshot: per-partition totals and the (filtered) entries with exact sizes."""
+        return _snapshots.cache_html(self.frame, _data.partition_totals(self.frame), max_rows=self.max_rows,
+                                     folder=str(self.cache.store.root), status=self.result.value or None)
+
+    def __repr__(self) -> str:
+        n = 0 if self.frame is None else len(self.frame)
+        return f"CacheBrowser({self.cache.store.root}: {n} entries shown, {len(self.selected)} selected)"

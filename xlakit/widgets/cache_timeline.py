@@ -1,0 +1,223 @@
+""":class:`CacheTimeline`: cache and compile events over time, one lane per function, updated live."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import traitlets
+
+from xlakit.events import KINDS, SOURCES, Event, EventLog
+from xlakit.widgets import _data, _figures, _snapshots
+from xlakit.widgets._base import View
+
+__all__ = ["CacheTimeline"]
+
+#: Markers drawn at most in a static snapshot (``to_html`` and the notebook's saved ``text/html``).
+SNAPSHOT_POINTS = 2000
+_ALL = "\x00all"  # the source menu's "every source" value (a Dropdown shows None as an empty box)
+
+
+class CacheTimeline(View, widgets.VBox):
+    """Events over time: one lane per function, a marker shape and colour per kind, marker size by duration,
+    and the cumulative seconds saved by cache hits (right axis).
+
+    Hovering a marker shows the function, layer, duration, seconds saved, bytes, key, partition and reason.
+    Filters by kind, by function name (substring) and by source. New events arrive through
+    :meth:`xlakit.events.EventLog.subscribe` (push, not poll): the observer only queues them; a daemon
+    thread redraws at most every :attr:`throttle_s` seconds, so a burst of compiles never waits on the view.
+    Large logs stay responsive: WebGL traces (``scattergl``) and down-sampling to :attr:`max_points`
+    markers that keeps each lane's shape and its slowest events
+    (:func:`xlakit.widgets._data.downsample`).
+
+    The process-wide log holds what xlakit's caches do; :func:`xlakit.events.install_listeners` adds JAX's own
+    compiles, traces, lowerings and persistent-cache activity to it.
+
+    Args:
+      log: an :class:`~xlakit.events.EventLog` (default: the process-wide :func:`xlakit.events.log`), or an
+        iterable of :class:`~xlakit.events.Event` (a fixed set; nothing to follow).
+      kinds: initial :attr:`kinds` (default: every kind). name_filter, source, max_points, live,
+        throttle_s: initial values of those traits.
+      maxlen: events kept by the view (int, default: the log's own bound, or 100,000).
+      layout: an ``ipywidgets.Layout`` for the box.
+
+    Attributes:
+      event_log: the followed :class:`~xlakit.events.EventLog` (None for a fixed set of events).
+      columns: the events kept by the view (:class:`xlakit.widgets._data.EventColumns`).
+      data: what is drawn now (:class:`xlakit.widgets._data.TimelineData`).
+
+    Raises:
+      TypeError: an unknown keyword argument, or ``log`` is neither a log nor events.
+      traitlets.TraitError: an unknown kind or source, or ``max_points`` < 100.
+    """
+
+    _title = "xlakit cache timeline"
+
+    #: Kinds shown (tuple of str from :data:`xlakit.events.KINDS`; default all). The seconds-saved curve
+    #: ignores this filter.
+    kinds = traitlets.Tuple()
+    #: Case-insensitive substring a function name must contain ("" = every function; str, default "").
+    name_filter = traitlets.Unicode("")
+    #: Only events of this source (:data:`xlakit.events.SOURCES`), or None for all (str | None, default None).
+    source = traitlets.Unicode(None, allow_none=True)
+    #: Markers drawn at most, after down-sampling (int >= 100, default 5,000 markers).
+    max_points = traitlets.Int(5000)
+    #: Follow the log as events arrive (bool, default True).
+    live = traitlets.Bool(True)
+    #: Seconds between live redraws at most (float >= 0, default 0.5 s).
+    throttle_s = traitlets.Float(0.5)
+
+    def __init__(self, log: EventLog | Iterable[Event] | None = None, *, kinds: Iterable[str] | None = None,
+                 name_filter: str = "", source: str | None = None, max_points: int = 5000, live: bool = True,
+                 throttle_s: float = 0.5, maxlen: int | None = None, layout: widgets.Layout | None = None) -> None:
+        from xlakit import events as _events
+
+        self._setup_view()
+        if log is None:
+            log = _events.log()
+        self.event_log = log if isinstance(log, EventLog) else None
+        if self.event_log is None:
+            fixed = list(log)
+            if not all(isinstance(e, Event) for e in fixed):
+                raise TypeError(f"log must be an EventLog or an iterable of Event, got {type(log).__name__}")
+        self.columns = _data.EventColumns(maxlen or (self.event_log.maxlen if self.event_log is not None else 100_000))
+        self._pending: list[Event] = []
+        self._pending_lock = threading.Lock()
+        self._unsubscribe = None
+        self._worker = None
+        self.data: _data.TimelineData | None = None
+
+        self._kind_menu = widgets.SelectMultiple(options=list(KINDS), value=tuple(kinds or KINDS), rows=6,
+                                                 description="kinds", layout=widgets.Layout(width="220px"))
+        self._name_box = widgets.Text(value=name_filter, description="name", placeholder="substring",
+                                      continuous_update=False, layout=widgets.Layout(width="260px"))
+        self._source_menu = widgets.Dropdown(options=[("all sources", _ALL), *((s, s) for s in SOURCES)],
+                                             value=_ALL if source is None else source,
+                                             description="source", layout=widgets.Layout(width="220px"))
+        self._live_box = widgets.Checkbox(value=live, description="live", indent=False,
+                                          layout=widgets.Layout(width="80px"))
+        self.status = widgets.HTML()
+        self.status.add_class("xlakit-timeline-status")
+        self.figure = go.FigureWidget()
+        controls = widgets.HBox([self._kind_menu, widgets.VBox([self._name_box, self._source_menu,
+                                                                self._live_box])])
+        self._owned = [self._kind_menu, self._name_box, self._source_menu, self._live_box, self.status,
+                       self.figure, controls, self.error_area]
+        super().__init__(children=[controls, self.error_area, self.status, self.figure],
+                         kinds=tuple(kinds or KINDS), name_filter=name_filter, source=source, max_points=max_points,
+                         live=live, throttle_s=throttle_s, layout=layout or widgets.Layout(width="100%"))
+        self.add_class("xlakit-cache-timeline")
+        widgets.link((self._kind_menu, "value"), (self, "kinds"))
+        widgets.link((self._name_box, "value"), (self, "name_filter"))
+        widgets.link((self._source_menu, "value"), (self, "source"),
+                     transform=(lambda v: None if v == _ALL else v, lambda v: _ALL if v is None else v))
+        widgets.link((self._live_box, "value"), (self, "live"))
+        self.observe(self._guard(lambda _c: self._redraw(), "filter"), names=["kinds", "name_filter", "source",
+                                                                               "max_points"])
+        self.observe(self._guard(self._on_live, "live"), names=["live", "throttle_s"])
+        self._cleanups.append(self._detach)
+        if self.event_log is not None:
+            self._attach()
+        else:
+            self.columns.extend(fixed)
+        self._redraw()
+        self._on_live(None)
+
+    # -- validation -------------------------------------------------------------------------------------
+    @traitlets.validate("kinds")
+    def _check_kinds(self, proposal: Any) -> tuple[str, ...]:
+        bad = [k for k in proposal["value"] if k not in KINDS]
+        if bad:
+            raise traitlets.TraitError(f"unknown kind(s) {bad}; expected some of {KINDS}")
+        return tuple(proposal["value"])
+
+    @traitlets.validate("source")
+    def _check_source(self, proposal: Any) -> str | None:
+        if proposal["value"] not in (None, *SOURCES):
+            raise traitlets.TraitError(f"unknown source {proposal['value']!r}; expected one of {SOURCES} or None")
+        return proposal["value"]
+
+    @traitlets.validate("max_points")
+    def _check_points(self, proposal: Any) -> int:
+        if proposal["value"] < 100:
+            raise traitlets.TraitError(f"max_points must be >= 100 markers, got {proposal['value']}")
+        return proposal["value"]
+
+    # -- following the log ------------------------------------------------------------------------------
+    def _attach(self) -> None:
+        # Subscribe first, then copy the log: an event appended in between arrives twice and is dropped once.
+        self._unsubscribe = self.event_log.subscribe(self._on_event)
+        existing = self.event_log.events()
+        self.columns.extend(existing)
+        with self._pending_lock:
+            if self._pending:
+                recent = {id(e) for e in existing[-len(self._pending) - 16:]}
+                self._pending = [e for e in self._pending if id(e) not in recent]
+
+    def _detach(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _on_event(self, event: Event) -> None:
+        """The log's observer: runs on the appending thread, so it only queues the event."""
+        with self._pending_lock:
+            self._pending.append(event)
+        worker = self._worker
+        if worker is not None:
+            worker.poke()
+
+    def _on_live(self, _change: Any) -> None:
+        self._stop_worker(self._worker)
+        self._worker = None
+        if self.live and self.event_log is not None and not self._closed:
+            self._worker = self._start_worker(self._flush_and_redraw, None, throttle_s=self.throttle_s,
+                                              where="live update")
+            with self._pending_lock:
+                if self._pending:
+                    self._worker.poke()
+
+    def _flush(self) -> int:
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        return self.columns.extend(pending)
+
+    def _flush_and_redraw(self) -> None:
+        if self._flush() and not self._closed:
+            self._redraw()
+
+    def refresh(self) -> None:
+        """Take the events that arrived since the last draw and redraw now (the live thread does this by
+        itself; call it when ``live`` is off)."""
+        self._flush()
+        self._redraw()
+
+    # -- drawing ----------------------------------------------------------------------------------------
+    def _redraw(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter,
+                                       source=self.source, max_points=self.max_points)
+            self.data = data
+            _figures.sync_figure(self.figure, _figures.timeline_figure(data))
+            sampled = f", {data.shown:,} drawn (down-sampled)" if data.downsampled else ""
+            self.status.value = (f"<small><span class='xlakit-event-count' data-events='{data.total}'>"
+                                 f"{data.total:,} events</span>, {data.matched:,} match{sampled}; "
+                                 f"{len(data.lanes)} function(s); seconds saved by hits: {data.saved_s:.3f}</small>")
+
+    # -- display ----------------------------------------------------------------------------------------
+    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+        """Static snapshot: the timeline figure (at most :data:`SNAPSHOT_POINTS` markers, so a saved notebook
+        stays small), the counts, and a per-function table of event kinds, with the current filters."""
+        data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter, source=self.source,
+                                   max_points=min(self.max_points, SNAPSHOT_POINTS))
+        return _snapshots.timeline_html(data, include_plotlyjs=include_plotlyjs)
+
+    def __repr__(self) -> str:
+        d = self.data
+        shown = f"{d.total} events, {d.matched} matching, {d.shown} drawn" if d else "not drawn"
+        return f"CacheTimeline({shown}; live={self.live})"

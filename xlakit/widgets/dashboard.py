@@ -1,0 +1,107 @@
+""":func:`dashboard`: every xlakit view in one set of tabs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+
+from xlakit.widgets._base import View
+from xlakit.widgets._html import snapshot
+from xlakit.widgets.allocator_panel import AllocatorPanel
+from xlakit.widgets.cache_browser import CacheBrowser
+from xlakit.widgets.cache_timeline import CacheTimeline
+from xlakit.widgets.live_arrays import LiveArrays
+from xlakit.widgets.memory_breakdown import MemoryBreakdown
+
+__all__ = ["Dashboard", "dashboard"]
+
+
+class Dashboard(View, widgets.Tab):
+    """Tabs: Memory (:class:`MemoryBreakdown`), Allocator (:class:`AllocatorPanel`), Timeline
+    (:class:`CacheTimeline`), Cache (:class:`CacheBrowser`), Live arrays (:class:`LiveArrays`).
+
+    Build it with :func:`dashboard`. :meth:`close` closes every view (and stops their threads).
+
+    Attributes:
+      breakdown, allocator, timeline, live: the views. browser: the :class:`CacheBrowser`, or None when
+      there is no cache (the tab then says how to get one).
+    """
+
+    _title = "xlakit dashboard"
+
+    def __init__(self, *, log: Any = None, cache: Any = None, programs: Any = None, devices: Any = None,
+                 refresh_s: float = 1.0, layout: widgets.Layout | None = None) -> None:
+        self._setup_view()
+        if cache is None:
+            from xlakit._jax import persistent
+
+            cache = persistent.active()
+        self.breakdown = MemoryBreakdown(programs if programs is not None else cache)
+        self.allocator = AllocatorPanel(devices, refresh_s)
+        self.timeline = CacheTimeline(log)
+        self.browser = CacheBrowser(cache) if cache is not None else None
+        self.live = LiveArrays()
+        no_cache = widgets.HTML("<p>No cache: call <code>xlakit.enable_cache()</code> or pass "
+                                "<code>dashboard(cache=ExecutableCache(...))</code>.</p>")
+        self.views = [v for v in (self.breakdown, self.allocator, self.timeline, self.browser, self.live) if v]
+        self._owned = [*self.views, no_cache, self.error_area]
+        children = [self.breakdown, self.allocator, self.timeline, self.browser or no_cache, self.live]
+        super().__init__(children=children, titles=("Memory", "Allocator", "Timeline", "Cache", "Live arrays"),
+                         layout=layout or widgets.Layout(width="100%"))
+        self.add_class("xlakit-dashboard")
+        self.observe(self._guard(self._on_tab, "tab"), names=["selected_index"])
+
+    def _on_tab(self, change) -> None:
+        # A plotly figure drawn in a hidden tab has no width to fill, so plotly falls back to its default
+        # size (and plotly's widget gets no "shown" event here); relayout {autosize: true} when its tab is
+        # shown makes plotly.js measure the container again (what plotly's own Plots.resize does).
+        index = change["new"]
+        if index is None or index >= len(self.children):
+            return
+        for figure in _figures_in(self.children[index]):
+            if figure.layout.autosize:
+                figure.layout.autosize = False
+            figure.layout.autosize = True
+
+    @property
+    def threads_alive(self) -> int:
+        """Worker threads still running in all views (int)."""
+        return sum(v.threads_alive for v in self.views)
+
+    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+        """Static snapshot: every view's snapshot, one after another (plotly.js included once)."""
+        parts = []
+        for i, view in enumerate(self.views):
+            parts.append(view.to_html(include_plotlyjs if i == 0 else False))
+        return snapshot("xlakit dashboard", "".join(parts))
+
+    def __repr__(self) -> str:
+        return "Dashboard(" + "; ".join(repr(v) for v in self.views) + ")"
+
+
+def _figures_in(widget: Any) -> list[Any]:
+    """The plotly ``FigureWidget`` objects inside a widget tree."""
+    import plotly.graph_objects as go
+
+    if isinstance(widget, go.FigureWidget):
+        return [widget]
+    return [f for child in getattr(widget, "children", ()) for f in _figures_in(child)]
+
+
+def dashboard(*, log: Any = None, cache: Any = None, programs: Any = None, devices: Any = None,
+              refresh_s: float = 1.0) -> Dashboard:
+    """Every xlakit view in tabs.
+
+    Args:
+      log: the :class:`~xlakit.events.EventLog` for the timeline (default: the process-wide log).
+      cache: an :class:`~xlakit.ExecutableCache` or the cache ``xlakit.enable_cache()`` returns (default: the
+        enabled transparent cache, if any) for the Cache tab and, without ``programs``, the Memory tab.
+      programs: what :class:`MemoryBreakdown` shows (default: the cache's entries).
+      devices: the devices of the allocator panel (default: every local device).
+      refresh_s: the allocator panel's auto-refresh interval (float seconds, default 1.0).
+
+    Raises:
+      TypeError: an unknown keyword argument.
+    """
+    return Dashboard(log=log, cache=cache, programs=programs, devices=devices, refresh_s=refresh_s)

@@ -1,0 +1,203 @@
+""":class:`MemoryBreakdown`: compiled memory per program as stacked bars; a program's buffers and liveness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import traitlets
+
+from xlakit.widgets import _data, _figures, _snapshots
+from xlakit.widgets._base import View
+from xlakit.widgets._sources import collect_programs
+
+__all__ = ["MemoryBreakdown"]
+
+_NONE = "\x00none"  # the dropdown's "no program" value (a Dropdown shows None as an empty box)
+
+
+class MemoryBreakdown(View, widgets.VBox):
+    """Stacked bars of the bytes each compiled program needs, with a peak marker; pick one to see its buffers.
+
+    Bars per program (from :func:`xlakit.memory.compiled_memory`): arguments, outputs, temporaries, code and
+    the host twins stacked upwards; aliased (donated) bytes, counted in both arguments and outputs, drawn
+    below zero as a reduction, so the net height is what one run reserves. A black dash marks XLA's peak.
+    Fields the backend does not report get no bar (never a fake 0). Selecting a program (dropdown or a click
+    on its bar) shows its largest buffers at the peak (:meth:`xlakit.memory.BufferAssignment.largest`) and
+    its live bytes over program order (:meth:`~xlakit.memory.BufferAssignment.live_bytes_by_step`).
+
+    Args:
+      programs: a ``jax.stages.Compiled``; a dict name -> Compiled (or ``CompiledMemory``, or anything
+        ``compiled_memory`` takes); an ``ExecutableCache``, the cache ``xlakit.enable_cache()`` returns or a
+        ``LocalStore`` (memory recorded in each entry at compile time; no buffer assignment); a
+        :class:`~xlakit.bundle.LoadedBundle` (one bar per loaded module); or any object with
+        ``__xlakit_programs__()`` returning such a dict. None: no programs. Default None.
+      unit: initial :attr:`unit`. sort: initial :attr:`sort`. selected: initial :attr:`selected`.
+      top: initial :attr:`top`. layout: an ``ipywidgets.Layout`` for the box (default: full width).
+
+    Raises:
+      TypeError: ``programs`` is of an unsupported type, or an unknown keyword argument.
+      traitlets.TraitError: an invalid ``unit``, ``sort`` or ``selected``.
+    """
+
+    _title = "xlakit memory breakdown"
+
+    #: Bar heights in ``"bytes"`` or ``"percent"`` of each program's total (str, default ``"bytes"``).
+    unit = traitlets.Enum(_data.UNITS, default_value="bytes")
+    #: Program order: ``"name"`` (A→Z) or largest first by ``"total"``, ``"footprint"``, ``"peak"``,
+    #: ``"argument"``, ``"output"``, ``"temp"`` bytes (str, default ``"name"``).
+    sort = traitlets.Enum(_data.SORT_KEYS, default_value="name")
+    #: The program whose buffers and liveness are shown, by label, or None (str | None, default None).
+    selected = traitlets.Unicode(None, allow_none=True)
+    #: How many of the largest buffers to list (int, default 10, buffers).
+    top = traitlets.Int(10)
+
+    def __init__(self, programs: Any = None, *, unit: str = "bytes", sort: str = "name",
+                 selected: str | None = None, top: int = 10, layout: widgets.Layout | None = None) -> None:
+        self._setup_view()
+        self._source = programs
+        self._programs = collect_programs(programs)
+        self._assignments: dict[str, Any] = {}
+        self.largest = None
+        self.liveness = None
+        self.detail_note: str | None = None
+        self.frame = _data.breakdown_frame(self._programs.memories, sort)
+
+        self._unit_toggle = widgets.ToggleButtons(options=[("bytes", "bytes"), ("%", "percent")], value=unit,
+                                                  description="unit", style={"button_width": "60px"})
+        self._sort_menu = widgets.Dropdown(options=list(_data.SORT_KEYS), value=sort, description="sort",
+                                           layout=widgets.Layout(width="180px"))
+        self._program_menu = widgets.Dropdown(options=self._menu_options(), value=_NONE, description="program",
+                                              layout=widgets.Layout(width="420px"))
+        self._program_menu.add_class("xlakit-program-menu")
+        self.figure = go.FigureWidget()
+        self.detail_figure = go.FigureWidget()
+        self._detail_box = widgets.Box([self.detail_figure], layout=widgets.Layout(display="none"))
+        self.details = widgets.HTML()
+        self.status = widgets.HTML()
+        self._owned = [self._unit_toggle, self._sort_menu, self._program_menu, self.figure, self.detail_figure,
+                       self._detail_box, self.details, self.status, self.error_area]
+        super().__init__(children=[widgets.HBox([self._unit_toggle, self._sort_menu, self._program_menu]),
+                                   self.error_area, self.figure, self.status, self.details, self._detail_box],
+                         unit=unit, sort=sort, top=top, layout=layout or widgets.Layout(width="100%"))
+        self.add_class("xlakit-memory-breakdown")
+        widgets.link((self._unit_toggle, "value"), (self, "unit"))
+        widgets.link((self._sort_menu, "value"), (self, "sort"))
+        widgets.link((self._program_menu, "value"), (self, "selected"),
+                     transform=(lambda v: None if v == _NONE else v, lambda v: _NONE if v is None else v))
+        self.observe(self._guard(lambda _change: self._redraw(), "redraw"), names=["unit", "sort"])
+        self.observe(self._guard(lambda _change: self._show_selected(), "select"), names=["selected", "top"])
+        self._redraw()
+        self._show_selected()
+        if selected is not None:
+            self.selected = selected
+
+    # -- state ------------------------------------------------------------------------------------------
+    @property
+    def program_names(self) -> tuple[str, ...]:
+        """Program labels in display (sorted) order."""
+        return tuple(str(p) for p in self.frame.index)
+
+    @property
+    def memories(self) -> dict[str, Any]:
+        """label -> :class:`~xlakit.memory.CompiledMemory` of every program shown."""
+        return dict(self._programs.memories)
+
+    @traitlets.validate("selected")
+    def _check_selected(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        if value is not None and value not in self._programs.memories:
+            raise traitlets.TraitError(f"no program {value!r}; programs: {sorted(self._programs.memories)}")
+        return value
+
+    def select(self, name: str | None) -> None:
+        """Show the buffers and liveness of program ``name`` (None clears the selection)."""
+        self.selected = name
+
+    def refresh(self) -> None:
+        """Read the programs again (e.g. new entries in a cache) and redraw."""
+        with self._lock:
+            self._programs = collect_programs(self._source)
+            self._assignments.clear()
+            self._program_menu.options = self._menu_options()
+            if self.selected is not None and self.selected not in self._programs.memories:
+                self.selected = None
+            self._redraw()
+            self._show_selected()
+
+    # -- drawing ----------------------------------------------------------------------------------------
+    def _menu_options(self) -> list[tuple[str, str | None]]:
+        return [("—", _NONE), *((label, label) for label in sorted(self._programs.memories))]
+
+    def _redraw(self) -> None:
+        with self._lock:
+            self.frame = _data.breakdown_frame(self._programs.memories, self.sort)
+            _figures.sync_figure(self.figure, _figures.breakdown_figure(self.frame, self.unit))
+            for trace in self.figure.data:
+                if trace.type == "bar":
+                    trace.on_click(self._guard(self._on_bar_click, "bar click"))
+            n = len(self.frame)
+            self.status.value = (f"<small>{n} program(s) from {self._programs.origin}; "
+                                 f"{'percent of each program total' if self.unit == 'percent' else 'bytes'}, "
+                                 f"sorted by {self.sort}</small>")
+
+    def _on_bar_click(self, trace: Any, points: Any, selector: Any) -> None:
+        if points.xs:
+            self.selected = str(points.xs[0])
+
+    def _show_selected(self) -> None:
+        with self._lock:
+            name = self.selected
+            self.largest = self.liveness = None
+            self.detail_note = None
+            if name is None:
+                self.details.value = _snapshots.details_html(None, None)
+                self._detail_box.layout.display = "none"
+                return
+            notes = []
+            assignment = self._assignment(name, notes)
+            if assignment is not None:
+                try:
+                    self.largest = assignment.largest(self.top)
+                except ValueError as exc:
+                    notes.append(f"largest buffers: {exc}")
+                try:
+                    self.liveness = assignment.live_bytes_by_step()
+                except ValueError as exc:
+                    notes.append(f"liveness: {exc}")
+            if self.liveness is not None and self.liveness.attrs.get("source"):
+                notes.append(f"liveness: {self.liveness.attrs['source']}")
+            self.detail_note = "; ".join(notes) or None
+            self.details.value = _snapshots.details_html(name, self.largest, self.detail_note)
+            _figures.sync_figure(self.detail_figure, _figures.liveness_figure(self.liveness, name))
+            self._detail_box.layout.display = "" if self.liveness is not None else "none"
+
+    def _assignment(self, name: str, notes: list[str]) -> Any:
+        if name in self._assignments:
+            return self._assignments[name]
+        program = self._programs.programs.get(name)
+        if program is None:
+            notes.append(self._programs.notes.get(name, "no compiled program to decode"))
+            return None
+        from xlakit.memory import buffer_assignment
+
+        try:
+            assignment = buffer_assignment(program)
+        except (TypeError, ValueError) as exc:  # not available for this program: say why, not an error
+            notes.append(f"buffer assignment not available: {exc}")
+            return None
+        self._assignments[name] = assignment
+        return assignment
+
+    # -- display ----------------------------------------------------------------------------------------
+    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+        """Static snapshot: the bar chart, one table row per program (exact bytes), and the selection."""
+        return _snapshots.breakdown_html(self.frame, self.unit, include_plotlyjs=include_plotlyjs,
+                                         selected=self.selected, largest=self.largest, liveness=self.liveness,
+                                         detail_note=self.detail_note,
+                                         notes=[f"programs from {self._programs.origin}"])
+
+    def __repr__(self) -> str:
+        return (f"MemoryBreakdown({len(self.frame)} program(s) from {self._programs.origin}; unit={self.unit}, "
+                f"sort={self.sort}, selected={self.selected!r})")
