@@ -1,6 +1,6 @@
 """Bundle warm start, side by side: cold compile vs JAX's persistent cache (warm) vs an xlakit bundle (warm).
 
-Twelve inference programs: the demo's flax.nnx CNN (28x28x1 images) and 4-layer transformer (64 tokens) at
+Twelve inference programs: the demo's flax.nnx CNN (28x28x1 images) and 4-layer scanned transformer (64 tokens) at
 batch sizes 1, 2, 4, 8, 16 and 32 each. Every measurement is a *fresh process*, as after a restart:
 
 * cold:           ``jax.jit(infer).lower(params, x).compile()`` per program, no cache (trace, lower, compile);

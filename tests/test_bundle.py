@@ -252,7 +252,8 @@ def test_changed_module_drops_only_its_own_programs_everywhere(bundle, tmp_path)
         loaded = load(path)
     assert not (other / f"{b1_key}.xlk").exists()
     assert isinstance(loaded.errors["model.b1.jaxexp"], ModuleError)
-    assert "model.b1.jaxexp" in str(loaded.errors["model.b1.jaxexp"]) and "missing" in str(loaded.errors["model.b1.jaxexp"])
+    gone = str(loaded.errors["model.b1.jaxexp"])
+    assert "model.b1.jaxexp" in gone and "missing" in gone
     assert loaded.batch_sizes() == (4,)
     np.testing.assert_allclose(np.asarray(loaded(xs(1))), np.asarray(jax.jit(fn_plus)(state, xs(1))), rtol=1e-5,
                                atol=1e-6)  # batch 1 now runs padded through the batch-4 program
@@ -531,3 +532,16 @@ def test_cold_compiles_bypass_transparent_mode(tmp_path):
     assert [e.name for e in log if e.kind == "store"] == ["aff/model.b2"]
     assert not list(transparent.rglob("*.xlk"))
     np.testing.assert_allclose(np.asarray(load(path)(xs(2))), xs(2) @ AFFINE["w"] + AFFINE["b"], rtol=1e-6)
+
+
+def test_bfloat16_weights_round_trip(tmp_path):
+    params = {"w": jnp.asarray(AFFINE["w"], jnp.bfloat16), "b": jnp.asarray(AFFINE["b"], jnp.bfloat16)}
+
+    def half(p, x):
+        return (x.astype(jnp.bfloat16) @ p["w"] + p["b"]).astype(jnp.float32)
+
+    manifest = export_bundle(half, params, xs(2), tmp_path / "bf16", batch_sizes=(2,))
+    assert {s.name: s.dtype for s in manifest.weights} == {"b": "bfloat16", "w": "bfloat16"}
+    loaded = load(tmp_path / "bf16")
+    assert loaded.weights["w"].dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(loaded(xs(2))), np.asarray(jax.jit(half)(params, xs(2))))

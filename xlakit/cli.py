@@ -416,7 +416,8 @@ def _cmd_bundle_warm(args: argparse.Namespace) -> int:
     console = _console()
     console.print(_table(f"Bundle {loaded.manifest.name} on {loaded.device}",
                          (("module", "left"), ("status", "left"), ("load s", "right"), ("compile s", "right"),
-                          ("module", "right"), ("program", "right"), ("memory/run", "right"), ("why not a hit", "left")),
+                          ("module", "right"), ("program", "right"), ("memory/run", "right"),
+                          ("why not a hit", "left")),
                          rows))
     print(f"{len(loaded.programs)} programs in {loaded.total_s:.3f} s: {counts['hit']} loaded from .cache, "
           f"{counts['miss']} compiled, {counts['error']} failed; weights {loaded.weights_s:.3f} s")
@@ -443,7 +444,8 @@ def _cmd_bundle_check(args: argparse.Namespace) -> int:
                 for c in result.modules]
         _console().print(_table("Modules", (("module", "left"), ("vs record", "left"), ("size", "right"),
                                             ("sha256", "left"), ("compiled in partitions", "left")), rows))
-        print(f"module_hashes.json: {result.record_status}" + (f" ({result.record_reason})" if result.record_reason else ""))
+        reason = f" ({result.record_reason})" if result.record_reason else ""
+        print(f"module_hashes.json: {result.record_status}{reason}")
         for part, n in result.partitions.items():
             print(f"partition {part}: {n} program(s)")
         if not result.partitions:

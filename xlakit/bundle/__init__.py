@@ -17,8 +17,8 @@
 
 Modules: :mod:`~xlakit.bundle.manifest` (format), :mod:`~xlakit.bundle.weights` (safetensors),
 :mod:`~xlakit.bundle.export`, :mod:`~xlakit.bundle.hashes` (module-hash record),
-:mod:`~xlakit.bundle.loader`, :mod:`~xlakit.bundle.watcher`, :mod:`~xlakit.bundle.check`. Importing this
-package does not import JAX.
+:mod:`~xlakit.bundle.loader`, :mod:`~xlakit.bundle.progress` (the bar), :mod:`~xlakit.bundle.watcher`,
+:mod:`~xlakit.bundle.check`, :mod:`~xlakit.bundle.errors`. Importing this package does not import JAX.
 """
 
 from xlakit.bundle.check import BundleCheck, ModuleCheck, check_bundle

@@ -21,7 +21,7 @@ from typing import Any
 
 from xlakit.bundle.manifest import (BATCH, CACHE_DIR, DEFAULT_VARIANT, MANIFEST, MODULE_SUFFIX, WEIGHTS,
                                     Manifest, TensorSpec, write_atomic)
-from xlakit.bundle.weights import flatten_params, to_numpy
+from xlakit.bundle.weights import flatten_params, to_numpy, weights_file_bytes
 
 __all__ = ["export_bundle"]
 
@@ -109,7 +109,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         weights=tuple(sorted((TensorSpec(n, tuple(a.shape), a.dtype.name) for n, a in host.items()),
                              key=lambda s: s.name)),
         platforms=exported_platforms, created_with={"jax": jax.__version__, "xlakit": xlakit.__version__})
-    weights_bytes = _weights_bytes(host)
+    weights_bytes = weights_file_bytes(host)
     files = {**modules, WEIGHTS: weights_bytes, MANIFEST: manifest.to_json().encode("utf-8")}
     _write(path, files, overwrite)
     return manifest
@@ -232,15 +232,6 @@ def _module_name(variant: str, batch_size: int) -> str:
 
 def _ident(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text) or "bundle"
-
-
-def _weights_bytes(host: dict) -> bytes:
-    from safetensors.numpy import save
-
-    try:
-        return save(dict(sorted(host.items())), metadata={"format": "xlakit.bundle"})
-    except (TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"safetensors could not store the parameters: {e}") from e
 
 
 def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:

@@ -48,8 +48,8 @@ __all__ = ["load_bundle", "LoadedBundle", "ModuleReport", "DEFAULT_MAX_WORKERS"]
 # cores) and while it compiles. Measured on the reference machine (2-core AMD EPYC, jaxlib 0.10.2 CPU,
 # benchmarks/bundle_warm_start.py's 12 programs, fresh processes, 1/2/4 workers interleaved, shared with
 # other jobs at load average ~3): warm load_bundle median 0.277 / 0.281 / 0.287 s (min 0.258 / 0.243 /
-# 0.260 s), within noise on busy cores (XLA deserializing the six transformer programs, 40-80 ms each,
-# dominates); cold (compile everything) median 13.5 / 8.2 / 9.1 s over 3 runs each, 2 threads best and
+# 0.260 s), within noise on busy cores (XLA deserializing each program, 10-100 ms apiece here, dominates);
+# cold (compile everything) median 13.5 / 8.2 / 9.1 s over 3 runs each, 2 threads best and
 # steadiest. So one thread per core (more only adds contention), at most 4: the gain flattens once cores
 # are busy.
 DEFAULT_MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
@@ -450,8 +450,9 @@ class _Context:
         self._lock = threading.Lock()
 
     def emit(self, kind: str, stem: str, key: str | None, **fields: Any) -> None:
-        self.log.emit(kind, name=f"{self.manifest.name}/{stem}", key=key, partition=fields.pop("partition", self.partition),
-                      source="xlakit", **fields)
+        partition = fields.pop("partition", self.partition)
+        self.log.emit(kind, name=f"{self.manifest.name}/{stem}", key=key, partition=partition, source="xlakit",
+                      **fields)
 
     # -- module-hash record -------------------------------------------------------------------------------
     def reconcile(self, record: RecordState, current: dict[str, str | None]) -> list[Drop]:

@@ -231,7 +231,8 @@ class Manifest:
 
         raw_outputs = d["outputs"]
         if not isinstance(raw_outputs, Mapping):
-            raise ManifestError(file, "outputs", f"expected an object variant -> list of specs, got {_kind(raw_outputs)}")
+            raise ManifestError(file, "outputs",
+                                f"expected an object variant -> list of specs, got {_kind(raw_outputs)}")
         outputs: dict[str, tuple[TensorSpec, ...]] = {}
         for v in variants:
             if v not in raw_outputs:

@@ -21,7 +21,8 @@ import numpy as np
 from xlakit.bundle.errors import WeightsError
 from xlakit.bundle.manifest import TensorSpec
 
-__all__ = ["flatten_params", "save_weights", "read_weights", "check_weights"]
+__all__ = ["flatten_params", "to_numpy", "weights_file_bytes", "read_weights", "read_weight_specs",
+           "check_weights"]
 
 
 def flatten_params(params: Any) -> tuple[list[str], list[Any], Any]:
@@ -75,15 +76,15 @@ def to_numpy(leaf: Any) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def save_weights(path: str | os.PathLike, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
-    """Write ``tensors`` (name -> host array) as safetensors. Raises OSError, or ValueError for an unsupported
-    dtype (safetensors < 0.5 cannot write ``bfloat16`` from NumPy)."""
-    from safetensors.numpy import save_file
+def weights_file_bytes(tensors: dict[str, np.ndarray]) -> bytes:
+    """The safetensors file holding ``tensors`` (name -> host array), names sorted. Raises ValueError for a
+    dtype safetensors cannot store (older safetensors releases cannot write ``bfloat16`` from NumPy)."""
+    from safetensors.numpy import save
 
     try:
-        save_file(tensors, str(path), metadata=metadata)
+        return save(dict(sorted(tensors.items())), metadata={"format": "xlakit.bundle"})
     except (TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"safetensors could not write {path}: {e}") from e
+        raise ValueError(f"safetensors could not store the parameters: {e}") from e
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
