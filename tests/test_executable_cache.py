@@ -120,6 +120,21 @@ def test_explain_names_module_shape_dtype_and_donation(cache):
     assert cache.explain(lambda a: a, x).status == "new"
 
 
+def test_an_edited_body_is_reported_as_module_even_beside_other_shapes(cache):
+    def h(a):
+        return jnp.sin(a)
+
+    small, large = np.ones((8, 4), np.float32), np.ones((16, 4), np.float32)
+    cache.jit(h)(small)
+    cache.jit(h)(large)  # the newer entry, of another shape
+
+    def h(a):  # noqa: F811
+        return jnp.cos(a)
+
+    explanation = cache.explain(h, small)
+    assert explanation.kinds == ["module"] and "stablehlo.cosine" in explanation.module_diff
+
+
 def test_explain_names_the_jax_version_of_an_entry_from_another_install(cache):
     x = np.ones(3, np.float32)
 

@@ -211,7 +211,7 @@ class ExecutableCache(StoreHandler):
         now = {"key_parts": ctx.key_parts, "environment": env.to_dict(), "signature": main_signature(text),
                "module_text": text}
         expected = _expectations(env)
-        best: tuple[int, float, EntryInfo, list, str | None] | None = None
+        best: tuple[float, float, EntryInfo, list, str | None] | None = None
         for info in self.store.entries():  # headers only: explaining never loads or quarantines anything
             if info.name != ctx.module_name or info.key.endswith(_AOT_SUFFIX):
                 continue
@@ -222,7 +222,10 @@ class ExecutableCache(StoreHandler):
                 return Explanation(ctx.module_name, ctx.key, partition, "hit")
             header["module_text"] = _decode_text(header.get("module_text_zstd"))
             diffs, module_diff = compare(now, header)
-            rank = (len(diffs), -(info.created or 0.0))
+            # A changed signature also changes the module text, which then goes unreported: break ties
+            # toward entries whose signature matches, so an edited body is reported as "module".
+            signature_changed = any(d.kind in ("shape", "dtype", "sharding", "donation") for d in diffs)
+            rank = (len(diffs) + 0.5 * signature_changed, -(info.created or 0.0))
             if best is None or rank < best[:2]:
                 best = (rank[0], rank[1], info, diffs, module_diff)
         if best is None:
