@@ -1,8 +1,9 @@
 """Warm start, side by side: cold compile vs JAX's persistent cache (warm) vs xlakit transparent mode (warm).
 
 Every measurement is the first call of each demo workload (``xlakit.demo.workloads``) in a *fresh process*,
-as after a restart. For each cache, one process fills it, then ``--repeats`` new processes start warm;
-cold runs use no cache at all. Medians are printed with ratios.
+as after a restart. One process fills each cache; then each round starts one cold process (no cache), one
+warm on JAX's cache and one warm on xlakit's, interleaved so that machine noise hits all three alike.
+Medians over ``--repeats`` rounds are printed with ratios.
 
 JAX's cache is given every advantage here: ``jax_persistent_cache_min_compile_time_secs=0`` and
 ``min_entry_size_bytes=0`` so it stores every program (its defaults would skip the fast ones).
@@ -48,9 +49,12 @@ def run(mode: str, cache: Path) -> dict[str, float]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def median_runs(mode: str, cache: Path, repeats: int) -> dict[str, float]:
-    runs = [run(mode, cache) for _ in range(repeats)]
-    return {name: statistics.median(r[name] for r in runs) for name in runs[0]}
+def median_runs(modes: dict[str, Path], repeats: int) -> dict[str, dict[str, float]]:
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    for _ in range(repeats):
+        for mode, cache in modes.items():
+            runs[mode].append(run(mode, cache))
+    return {mode: {name: statistics.median(r[name] for r in rs) for name in rs[0]} for mode, rs in runs.items()}
 
 
 def main() -> int:
@@ -67,12 +71,12 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="xlakit-bench-") as tmp:
         tmp_path = Path(tmp)
-        print(f"measuring: {args.repeats} fresh processes per column (median) ...", flush=True)
-        cold = median_runs("none", tmp_path / "none", args.repeats)
-        run("jax", tmp_path / "jax")  # fill
-        jax_warm = median_runs("jax", tmp_path / "jax", args.repeats)
-        run("xlakit", tmp_path / "xlakit")  # fill
-        xla_warm = median_runs("xlakit", tmp_path / "xlakit", args.repeats)
+        print(f"measuring: {args.repeats} interleaved rounds of fresh processes (median) ...", flush=True)
+        run("jax", tmp_path / "jax")  # fill both caches
+        run("xlakit", tmp_path / "xlakit")
+        medians = median_runs({"none": tmp_path / "none", "jax": tmp_path / "jax", "xlakit": tmp_path / "xlakit"},
+                              args.repeats)
+        cold, jax_warm, xla_warm = medians["none"], medians["jax"], medians["xlakit"]
 
     table = Table(title="First call after a process start (seconds, median)", title_justify="left")
     for col in ("program", "cold", "JAX cache warm", "xlakit warm", "cold / xlakit", "JAX warm / xlakit"):
