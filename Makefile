@@ -4,7 +4,7 @@
 #               then the cache tests on Python 3.12 with the newest jax pip gives there (when a 3.12 exists)
 PYTHON ?= python3
 VENV ?= .venv
-PY312 ?= $(shell command -v python3.12 2>/dev/null || ls $$HOME/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -n 1)
+PY312 ?= $(shell for p in $$HOME/.pyenv/versions/3.12*/bin/python python3.12; do $$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && echo $$p && break; done)
 VENV312 ?= .venv-312
 CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_environment.py tests/test_api.py \
               tests/test_transparent.py tests/test_executable_cache.py tests/test_serialize.py
@@ -23,7 +23,7 @@ demo: $(VENV)/.installed-demo
 test: test-default test-py312
 
 test-default: $(VENV)/.installed-test browser
-	$(VENV)/bin/python -m pytest -q
+	XLAKIT_TEST_BINDER=1 $(VENV)/bin/python -m pytest -q
 
 test-py312:
 	@if [ -z "$(PY312)" ]; then echo "test-py312: no Python 3.12 on this machine; skipped"; exit 0; fi; \
