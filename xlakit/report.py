@@ -18,6 +18,8 @@ Needs the ``widgets`` extra (plotly); the allocator and live-array sections impo
 
 from __future__ import annotations
 
+from xlakit._atomic import write_atomic
+
 import html
 import os
 import time
@@ -119,7 +121,4 @@ def write(path: str | os.PathLike, **kwargs: Any) -> Path:
     """Write :func:`build` (same keyword arguments) to ``path`` atomically; returns the path."""
     path = Path(path)
     text = build(**kwargs)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, text)

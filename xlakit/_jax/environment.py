@@ -10,6 +10,8 @@ Importing this module is cheap: JAX is imported inside the functions that need i
 
 from __future__ import annotations
 
+from xlakit._atomic import write_atomic
+
 import dataclasses
 import functools
 import hashlib
@@ -20,7 +22,6 @@ import platform as _platform
 import re
 import shlex
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -266,22 +267,12 @@ def _save_memo(path: Path, files: dict[str, Any]) -> None:
     """Atomically replace the memo; every OSError is ignored so a read-only disk only costs speed."""
     # Other virtualenvs share the memo; drop only entries whose library is gone.
     files = {p: e for p, e in files.items() if os.path.exists(p)}
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"version": _MEMO_VERSION, "files": files}, f, sort_keys=True, indent=1)
-        os.replace(tmp, path)  # readers see the old memo or the new one, never half of one
-        tmp = None
+        # readers see the old memo or the new one, never half of one
+        write_atomic(path, json.dumps({"version": _MEMO_VERSION, "files": files}, sort_keys=True, indent=1))
     except OSError:
         pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 def _cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str] | None:

@@ -27,10 +27,11 @@ so the manifest lists no file twice. Weight tensors carry no batch axis.
 
 from __future__ import annotations
 
+from xlakit import _atomic
+
 import json
 import os
 import re
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -295,19 +296,7 @@ class Manifest:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a hidden temp file in the same folder and a rename, so a reader
     (or a watcher) never sees a half-written file. Raises OSError; leaves no temp file behind."""
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _atomic.write_atomic(path, data)
 
 
 def _kind(x: Any) -> str:

@@ -7,9 +7,10 @@ event log, or it was damaged), reported with its line number.
 
 from __future__ import annotations
 
+from xlakit import _atomic
+
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,19 +39,7 @@ def write(path: str | os.PathLike, events: Iterable[Event], *, append: bool = Fa
         with open(path, "a", encoding="utf-8") as f:
             f.writelines(lines)
         return len(lines)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.writelines(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _atomic.write_atomic(path, "".join(lines))
     return len(lines)
 
 
