@@ -208,7 +208,7 @@ class ExecutableCache(StoreHandler):
         env = current_environment(probe.backend.platform)
         partition = env.partition_name()
         text = module_text(ctx.module)
-        now = {"key_parts": ctx.key_parts, "environment": env.to_dict(), "signature": main_signature(text),
+        now = {"key_parts": ctx.parts(), "environment": env.to_dict(), "signature": main_signature(text),
                "module_text": text}
         expected = _expectations(env)
         best: tuple[float, float, EntryInfo, list, str | None] | None = None

@@ -125,7 +125,7 @@ class StoreHandler:
                 "compile_s": float(compile_time_secs),
                 "created": time.time(),
                 "environment": env.to_dict(),
-                "key_parts": ctx.key_parts,
+                "key_parts": ctx.parts(),
                 "memory": _memory_stats(executable),
                 **self._extra_header(ctx),
             }
