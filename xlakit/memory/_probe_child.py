@@ -5,7 +5,9 @@ Usage: ``python -m xlakit.memory._probe_child JOB.pkl`` where the job is a pickl
 last stdout line is one JSON object: peak, baseline (bytes), method, exact, run_s, device, platform.
 
 Nothing is compiled here: the executable is deserialized and loaded, so no compile-time scratch reaches the
-peak. The arguments are created here (zeros of the recorded shapes and dtypes) before the peak is reset.
+peak. The arguments are created here (numpy zeros of the recorded shapes and dtypes, placed with
+``device_put``: nothing compiles, so no compile leaves freed heap behind for the run to reuse) before the peak
+is reset.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ def main(path: str) -> int:
 
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from jax.experimental import serialize_executable
 
     from xlakit.memory.probe import measure
@@ -28,7 +31,7 @@ def main(path: str) -> int:
     device = next(d for d in jax.devices(job["platform"]) if d.id == job["device_id"])
     loaded = serialize_executable.deserialize_and_load(job["payload"], job["in_tree"], job["out_tree"],
                                                        backend=job["platform"], execution_devices=[device])
-    flat = [jax.device_put(jnp.zeros(shape, dtype), device) for shape, dtype in job["specs"]]
+    flat = [jax.device_put(np.zeros(shape, jnp.dtype(dtype)), device) for shape, dtype in job["specs"]]
     args, kwargs = jax.tree.unflatten(job["in_tree"], flat)
     jax.block_until_ready(flat)
     result = measure(lambda: loaded(*args, **kwargs), [device])

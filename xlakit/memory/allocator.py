@@ -136,13 +136,21 @@ class AllocatorStats:
         if self.process_rss_bytes is not None:
             shown.append(f"process RSS {fmt_bytes(self.process_rss_bytes)}, HWM {fmt_bytes(self.process_hwm_bytes)}")
         if self.peak_since_reset_bytes is not None:
-            exact = "exact" if self.peak_since_reset_exact else "upper bound"
-            shown.append(f"peak since reset {fmt_bytes(self.peak_since_reset_bytes)} ({exact}, {self.reset_method})")
+            exact = "exact" if self.peak_since_reset_exact else f"upper bound, NOT exact: {self.exact_reason}"
+            shown.append(f"peak since reset {fmt_bytes(self.peak_since_reset_bytes)} ({exact}; {self.reset_method})")
         return f"AllocatorStats({self.device}: {', '.join(shown)})"
+
+    @property
+    def exact_reason(self) -> str:
+        """Why ``peak_since_reset_bytes`` is exact or not (or absent), from its source."""
+        return self.sources.get("peak_since_reset_bytes", "no reset_peak() yet")
 
     def _repr_html_(self) -> str:
         rows = [(k, f"{fmt_bytes(getattr(self, k))}  [{self.sources.get(k, '')}]") for k in self._NUMBERS
                 if getattr(self, k) is not None or k in ("bytes_in_use", "peak_bytes_in_use")]
+        if self.peak_since_reset_bytes is not None:
+            rows.append(("peak since reset exact", f"{'yes' if self.peak_since_reset_exact else 'no'}: "
+                                                   f"{self.exact_reason}"))
         return html_table(rows, title=f"Allocator stats: {self.device}")
 
 
@@ -227,11 +235,23 @@ class ResetResult:
         """True when later peaks are exact for any run (native or clear_refs reset)."""
         return self.method in ("native", "clear_refs")
 
+    @property
+    def exact_reason(self) -> str:
+        """Why later peaks are exact, or when they are not."""
+        if self.exact:
+            return f"a real reset ({self.method}): every later peak is the peak since now"
+        if self.method == "none":
+            return "the device reports no peak, so there is nothing to reset"
+        return ("baseline only (no reset is available): a later peak above the one at reset time is exact; an "
+                "unchanged one is only an upper bound (the lifetime peak)")
+
     def __repr__(self) -> str:
-        return f"ResetResult({self.method} on {', '.join(self.devices)}: {self.detail})"
+        exact = "exact" if self.exact else f"NOT exact: {self.exact_reason}"
+        return f"ResetResult({self.method} on {', '.join(self.devices)}: {self.detail}; {exact})"
 
     def _repr_html_(self) -> str:
-        return html_table([("method", self.method), ("devices", ", ".join(self.devices)), ("detail", self.detail)],
+        return html_table([("method", self.method), ("devices", ", ".join(self.devices)), ("detail", self.detail),
+                           ("exact", f"{'yes' if self.exact else 'no'}: {self.exact_reason}")],
                           title="Peak reset")
 
 

@@ -9,18 +9,42 @@ Methods:
 * in-process (default): reset with the best method available (:func:`xlakit.memory.reset_peak`), then run.
   Arguments are placed on their devices *before* the reset, so their bytes are baseline, not scratch.
   On CPU the peak is the process high-water mark (``VmHWM``) and the baseline the resident set right after
-  the reset; scratch is then what the run made newly resident, process-wide: outputs, XLA temporaries,
-  runtime threads. Small buffers served from memory malloc already holds do not raise it, so a small
-  scratch reads low (often 0) in-process; large buffers (mmap'ed: above 32 MiB under glibc, always) count.
+  the reset; scratch is then what the run made newly resident, process-wide: outputs, XLA temporaries, and
+  the working memory of libraries XLA calls.
 * ``isolate=True``: a fresh Python process loads the program's serialized executable
   (``jax.experimental.serialize_executable``) — loading, not compiling, so no compile-time scratch — creates
-  zero-filled arguments of the recorded shapes and dtypes itself, and measures the same way. Its allocator
-  starts clean, so on GPU the peak is exact even without a native reset. Single-device programs only; the
-  child inherits this process's environment (``JAX_PLATFORMS``, ``XLA_FLAGS``).
+  zero-filled arguments of the recorded shapes and dtypes itself (numpy, so nothing compiles there either),
+  and measures the same way. Its allocator starts clean, so on GPU the peak is exact even without a native
+  reset. The executable sent is one that has never run: XLA:CPU cannot serialize some executables (a sort:
+  "``LessThan`` is not serializable") after their first run, and JAX hands back the same memoized executable
+  on every ``lower().compile()``; when serializing fails the probe compiles a fresh copy
+  (:func:`xlakit._jax.fresh.compile_fresh`). Single-device programs only; the child inherits this process's
+  environment (``JAX_PLATFORMS``, ``XLA_FLAGS``).
+
+Exact means checked (:mod:`xlakit.memory._probe_accounting`): a result is ``exact`` only when the measured
+scratch agrees with XLA's buffer assignment (``temp + output - alias``) within ``max(2 MiB, 1 %)``; otherwise
+``exact`` is False and ``reason`` says why. What was measured on XLA:CPU, jaxlib 0.10.2 (2 cores, glibc):
+
+* ``jnp.outer(v, v).sum(0)``, v = 10,000 float32: 127 MiB of scratch against 0 B of temporaries, in-process
+  and isolated alike, the same on the second run, no thread created, no file pages (``RssFile`` flat),
+  released right after (``VmRSS`` returns to the baseline). It is real working memory: XLA hands the
+  fusion to YNNPACK (``"kind":"__ynn_fusion"``), which materializes part of the outer product itself
+  (N=2,000: 1.1 MiB; 5,000: 15.8 MiB; 10,000: 127 MiB; 20,000: 1,526 MiB = the whole product). Compiled with
+  ``xla_cpu_experimental_ynn_fusion_type=""`` the same program keeps a 393.4 MiB temporary and the probe
+  measures 393.5 MiB. So nothing is subtracted: the result says "127 MiB more than XLA's buffer assignment:
+  allocated outside it by YNNPACK fusion" and is not marked exact.
+* ``jnp.sort(jnp.outer(v, v), axis=0)[0]``: 382.4 MiB measured against 381.5 MiB temporaries + 39 KiB
+  outputs: within the tolerance, exact.
+* A measuring fault fixed here: a run's buffers are released by XLA:CPU's runtime shortly *after*
+  ``block_until_ready`` returns. A baseline read before that counts them as resident, so the next run
+  seemed to need almost nothing (a 300 MiB temporary measured as 7.7 MiB; a 137 MiB sort as 0 B). The probe
+  now waits until ``VmRSS`` settles (3 reads 5 ms apart within 256 KiB, at most 1 s; ~15 ms in practice)
+  and returns free heap pages first (glibc ``malloc_trim``) so small buffers count too.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import json
@@ -34,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
+from xlakit.memory._probe_accounting import accounting, judge, runtime_calls
 
 __all__ = ["ProbeResult", "probe"]
 
@@ -45,9 +70,15 @@ class ProbeResult:
     peak_bytes: the peak during the run (CPU: ``VmHWM``, process-wide; GPU/TPU: ``peak_bytes_in_use`` of the
     program's device). baseline_bytes: in use right after the reset, arguments included (CPU: ``VmRSS``;
     GPU: ``bytes_in_use``). scratch_bytes: ``peak_bytes - baseline_bytes``. method: how it was measured
-    (``"in-process clear_refs"``, ``"subprocess baseline"``, ...). exact: False when the peak is only an
-    upper bound (baseline reset with an unchanged peak). name / platform / device: the program and where it
-    ran. run_s: seconds of the measured run. notes: caveats.
+    (``"in-process clear_refs"``, ``"subprocess baseline"``, ...). exact: True only when the scratch agrees
+    with XLA's buffer assignment within ``tolerance_bytes`` (see the module docstring). reason: why it is
+    exact, or why not (always filled). xla_bytes: what XLA's buffer assignment says the run allocates
+    (``temp + output - alias``, per device, times the devices measured together), None when not reported.
+    xla_temp_bytes: XLA's temporaries alone. outside_xla_bytes: ``scratch_bytes - xla_bytes`` (negative:
+    the measurement reads low). tolerance_bytes: the agreement needed for ``exact``. runtime_calls: code in
+    the program that allocates outside XLA's buffer assignment (library fusions, custom calls, Eigen dots).
+    name / platform / device: the program and where it ran. run_s: seconds of the measured run. notes:
+    caveats.
     """
 
     peak_bytes: int | None
@@ -60,6 +91,12 @@ class ProbeResult:
     device: str | None = None
     run_s: float | None = None
     notes: tuple[str, ...] = ()
+    reason: str = ""
+    xla_bytes: int | None = None
+    xla_temp_bytes: int | None = None
+    outside_xla_bytes: int | None = None
+    tolerance_bytes: int | None = None
+    runtime_calls: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -70,33 +107,48 @@ class ProbeResult:
 
         return pd.DataFrame([self.to_dict()])
 
+    def _exactness(self) -> str:
+        if self.exact:
+            return f"exact ±{fmt_bytes(self.tolerance_bytes)}"
+        return f"NOT exact: {self.reason}"
+
     def __repr__(self) -> str:
-        bound = "" if self.exact else " (upper bound)"
-        return (f"ProbeResult({self.name or '?'}: scratch {fmt_bytes(self.scratch_bytes)}{bound}, peak "
-                f"{fmt_bytes(self.peak_bytes)}, baseline {fmt_bytes(self.baseline_bytes)}; {self.method})")
+        xla = f", XLA accounts for {fmt_bytes(self.xla_bytes)}" if self.xla_bytes is not None else ""
+        return (f"ProbeResult({self.name or '?'}: scratch {fmt_bytes(self.scratch_bytes)} ({self._exactness()})"
+                f"{xla}; peak {fmt_bytes(self.peak_bytes)}, baseline {fmt_bytes(self.baseline_bytes)}; "
+                f"{self.method})")
 
     def _repr_html_(self) -> str:
-        return html_table([("scratch", fmt_bytes(self.scratch_bytes)), ("peak", fmt_bytes(self.peak_bytes)),
-                           ("baseline", fmt_bytes(self.baseline_bytes)), ("method", self.method),
-                           ("exact", self.exact), *[("note", n) for n in self.notes]],
+        return html_table([("scratch", fmt_bytes(self.scratch_bytes)),
+                           ("exact", "yes" if self.exact else "no"), ("why", self.reason),
+                           ("XLA buffer assignment", fmt_bytes(self.xla_bytes)),
+                           ("XLA temporaries", fmt_bytes(self.xla_temp_bytes)),
+                           ("outside XLA's accounting", fmt_bytes(self.outside_xla_bytes)),
+                           ("runtime calls", ", ".join(self.runtime_calls) or "none"),
+                           ("peak", fmt_bytes(self.peak_bytes)), ("baseline", fmt_bytes(self.baseline_bytes)),
+                           ("method", self.method), *[("note", n) for n in self.notes]],
                           title=f"Probe: {self.name or '?'}")
 
 
-def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
-    """(Compiled, args, kwargs); a Compiled without arguments gets zero-filled ones from its signature."""
+def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, tuple, dict]:
+    """(Compiled, Lowered or None, args, kwargs); a Compiled without arguments gets zero-filled ones from its
+    signature. The Lowered is kept so an isolated probe can compile a copy that has never run."""
     import jax
-
-    from xlakit.memory.compiled import _compile
 
     if isinstance(fn_or_compiled, jax.stages.Compiled):
         if not args and not kwargs:
             args, kwargs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), fn_or_compiled.in_avals)
-        return fn_or_compiled, tuple(args), dict(kwargs)
-    if isinstance(fn_or_compiled, jax.stages.Lowered) or callable(fn_or_compiled):
-        return _compile(fn_or_compiled, args, kwargs), args, kwargs
+        return fn_or_compiled, None, tuple(args), dict(kwargs)
+    if isinstance(fn_or_compiled, jax.stages.Lowered):
+        if not args and not kwargs:
+            args, kwargs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), fn_or_compiled.in_avals)
+        return fn_or_compiled.compile(), fn_or_compiled, tuple(args), dict(kwargs)
+    if callable(fn_or_compiled):
+        fn = fn_or_compiled if hasattr(fn_or_compiled, "lower") else jax.jit(fn_or_compiled)
+        lowered = fn.lower(*args, **kwargs)
+        return lowered.compile(), lowered, args, kwargs
     raise TypeError(f"probe() needs a jax.stages.Compiled or a function with example arguments, got "
                     f"{type(fn_or_compiled).__name__}")
-
 
 def _materialize(compiled: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Place arguments on the program's input shardings; zero-fill ShapeDtypeStructs; copy donated arrays
@@ -130,17 +182,63 @@ def _device_of(compiled: Any) -> Any:
     return sorted(devices, key=lambda d: d.id)
 
 
+_SETTLE_STEP_S = 0.005
+_SETTLE_BAND = 256 * 1024
+_SETTLE_MAX_S = 1.0
+
+
+def _trim_heap() -> bool:
+    """Return free heap pages to the system (glibc ``malloc_trim(0)``), so buffers the run takes from the heap
+    fault in new pages and count. False where the C library has no ``malloc_trim``."""
+    try:
+        fn = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return False
+    if fn is None:
+        return False
+    fn(0)
+    return True
+
+
+def _settle_rss() -> tuple[bool, float]:
+    """Wait until ``VmRSS`` stops moving: XLA:CPU releases a previous run's buffers shortly after
+    ``block_until_ready`` returns, and a baseline read before that would hide the next run's scratch.
+    Returns (settled, seconds waited)."""
+    from xlakit.memory.allocator import process_memory
+
+    start = time.perf_counter()
+    prev, calm = process_memory().rss_bytes, 0
+    if prev is None:
+        return False, 0.0
+    while time.perf_counter() - start < _SETTLE_MAX_S:
+        time.sleep(_SETTLE_STEP_S)
+        cur = process_memory().rss_bytes or 0
+        calm = calm + 1 if abs(cur - prev) < _SETTLE_BAND else 0
+        prev = cur
+        if calm >= 3:
+            return True, time.perf_counter() - start
+    return False, time.perf_counter() - start
+
+
 def measure(run: Any, devices: list[Any]) -> dict[str, Any]:
     """Reset the peak on ``devices``, run ``run()`` once (blocking), and return the numbers (used in both
-    processes). CPU: VmRSS after the reset is the baseline, VmHWM after the run the peak. Otherwise the
-    largest per-device scratch among ``devices``."""
+    processes). CPU: heap trimmed and ``VmRSS`` settled first; VmRSS after the reset is the baseline, VmHWM
+    after the run the peak. Otherwise the largest per-device scratch among ``devices``.
+
+    Returns a JSON-able dict: peak, baseline (bytes or None), method (the reset), peak_exact (bool: a real
+    reset, not an upper bound), peak_reason, run_s, device, platform, devices (how many the peak covers),
+    settled (CPU: the resident set was calm before the reset; None elsewhere)."""
     import jax
 
     from xlakit.memory.allocator import _device_stats, _one, process_memory, reset_peak
 
     gc.collect()
-    reset = reset_peak(devices[0]) if len(devices) == 1 else reset_peak(None)
     on_cpu = _device_stats(devices[0]) is None
+    settled = None
+    if on_cpu:
+        _trim_heap()
+        settled, _ = _settle_rss()
+    reset = reset_peak(devices[0]) if len(devices) == 1 else reset_peak(None)
     if on_cpu:
         baseline = process_memory().rss_bytes
     else:
@@ -148,12 +246,13 @@ def measure(run: Any, devices: list[Any]) -> dict[str, Any]:
     start = time.perf_counter()
     jax.block_until_ready(run())
     run_s = time.perf_counter() - start
+    common = {"method": reset.method, "run_s": run_s, "platform": devices[0].platform, "settled": settled}
     if on_cpu:
         after = _one(devices[0])
-        peak = after.peak_since_reset_bytes
-        exact = bool(after.peak_since_reset_exact)
-        return {"peak": peak, "baseline": baseline, "method": reset.method, "exact": exact, "run_s": run_s,
-                "device": str(devices[0]), "platform": devices[0].platform}
+        return {**common, "peak": after.peak_since_reset_bytes, "baseline": baseline,
+                "peak_exact": bool(after.peak_since_reset_exact),
+                "peak_reason": after.sources.get("peak_since_reset_bytes", ""),
+                "device": str(devices[0]), "devices": len(devices)}  # one process holds every CPU device
     best = None
     for d in devices:
         s = _one(d)
@@ -161,19 +260,31 @@ def measure(run: Any, devices: list[Any]) -> dict[str, Any]:
         scratch = None if s.peak_since_reset_bytes is None or base is None else s.peak_since_reset_bytes - base
         if best is None or (scratch or 0) > (best["scratch"] or 0):
             best = {"peak": s.peak_since_reset_bytes, "baseline": base, "scratch": scratch, "device": str(d),
-                    "exact": bool(s.peak_since_reset_exact)}
+                    "peak_exact": bool(s.peak_since_reset_exact),
+                    "peak_reason": s.sources.get("peak_since_reset_bytes", "")}
     assert best is not None
-    return {"peak": best["peak"], "baseline": best["baseline"], "method": reset.method, "exact": best["exact"],
-            "run_s": run_s, "device": best["device"], "platform": devices[0].platform}
+    best.pop("scratch")
+    return {**common, **best, "devices": 1}
 
 
-def _result(m: dict[str, Any], where: str, name: str | None, notes: list[str]) -> ProbeResult:
+def _result(m: dict[str, Any], where: str, name: str | None, notes: list[str], compiled: Any) -> ProbeResult:
     peak, base = m["peak"], m["baseline"]
     scratch = peak - base if peak is not None and base is not None else None
-    if m["method"] == "baseline" and not m["exact"]:
-        notes.append("baseline reset and the peak did not rise: the peak is the lifetime peak (an upper bound)")
-    return ProbeResult(peak, base, scratch, f"{where} {m['method']}", bool(m["exact"]), name, m["platform"],
-                       m["device"], m["run_s"], tuple(notes))
+    expected = accounting(compiled)
+    try:
+        calls = runtime_calls(compiled.as_text() or "", m["platform"])
+    except Exception:  # noqa: BLE001 - the names only explain a difference; the numbers stand without them
+        calls = ()
+    verdict = judge(scratch, expected, devices=m.get("devices", 1), peak_exact=bool(m["peak_exact"]),
+                    peak_reason=m.get("peak_reason", ""), calls=calls, in_process=where == "in-process")
+    if m.get("settled") is False:
+        notes.append(f"the resident set was still moving {_SETTLE_MAX_S} s before the reset (another thread "
+                     "allocating?); the baseline may be off")
+    return ProbeResult(peak, base, scratch, f"{where} {m['method']}", verdict["exact"], name, m["platform"],
+                       m["device"], m["run_s"], tuple(notes), reason=verdict["reason"],
+                       xla_bytes=verdict["xla_bytes"], xla_temp_bytes=None if expected is None else expected["temp"],
+                       outside_xla_bytes=verdict["outside_xla_bytes"], tolerance_bytes=verdict["tolerance_bytes"],
+                       runtime_calls=calls)
 
 
 def probe(fn_or_compiled: Any, *args: Any, isolate: bool = False, timeout_s: float = 300.0,
@@ -181,46 +292,71 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool = False, timeout_s: flo
     """Measure the peak memory of one run of a program.
 
     Args:
-      fn_or_compiled: a ``jax.stages.Compiled`` (arguments optional: zero-filled from its signature) or a
-        jitted/plain function followed by example arguments (arrays or ``jax.ShapeDtypeStruct``).
+      fn_or_compiled: a ``jax.stages.Compiled`` or ``Lowered`` (arguments optional: zero-filled from its
+        signature) or a jitted/plain function followed by example arguments (arrays or
+        ``jax.ShapeDtypeStruct``).
       *args, **kwargs: the arguments. Donated arrays are copied first, so yours stay valid.
       isolate: run in a fresh subprocess that loads the serialized executable (see the module docstring).
       timeout_s: seconds the subprocess may take (``isolate=True``).
 
     Returns:
-      :class:`ProbeResult` (bytes; ``method`` names the reset and where it ran).
+      :class:`ProbeResult`: bytes measured (``method`` names the reset and where it ran), XLA's own account
+      of the same run, and whether the two agree (``exact``, ``reason``).
 
     Raises:
-      TypeError: unsupported input. ValueError: ``isolate=True`` with a multi-device program or one that
-      cannot be serialized (host callbacks). RuntimeError: the subprocess failed (its stderr is included).
+      TypeError: unsupported input. ValueError: ``isolate=True`` with a multi-device program, or one that
+      cannot be serialized even freshly compiled (host callbacks), or a ``Compiled`` that has run and cannot
+      be serialized any more (pass the function and its arguments instead). RuntimeError: the subprocess
+      failed (its stderr is included).
     """
     from xlakit.memory.compiled import _runtime_info
 
-    compiled, args, kwargs = _program(fn_or_compiled, args, kwargs)
+    compiled, lowered, args, kwargs = _program(fn_or_compiled, args, kwargs)
     name, _platform = _runtime_info(compiled)
     devices = _device_of(compiled)
     if isolate:
-        return _probe_isolated(compiled, name, devices, timeout_s)
+        return _probe_isolated(compiled, lowered, name, devices, timeout_s)
     placed_args, placed_kwargs = _materialize(compiled, args, kwargs)
     notes = []
     if devices[0].platform == "cpu":
         notes.append("CPU: VmHWM/VmRSS are process-wide; other threads' allocations during the run count too")
     m = measure(lambda: compiled(*placed_args, **placed_kwargs), devices)
-    return _result(m, "in-process", name, notes)
+    return _result(m, "in-process", name, notes, compiled)
 
 
-def _probe_isolated(compiled: Any, name: str | None, devices: list[Any], timeout_s: float) -> ProbeResult:
-    import jax
+def _serialize_never_run(compiled: Any, lowered: Any) -> tuple[tuple, list[str]]:
+    """Serialized bytes of ``compiled``; when that fails (it ran: XLA:CPU's "``LessThan`` is not
+    serializable"), of a fresh compile of ``lowered`` that has never run."""
     from jax.experimental import serialize_executable
+
+    try:
+        return serialize_executable.serialize(compiled), []
+    except Exception as exc:  # noqa: BLE001 - the reasons vary by backend; decided below
+        first = exc
+    if lowered is None:
+        raise ValueError(f"this executable cannot be serialized for an isolated probe ({type(first).__name__}: "
+                         f"{first}). If it has run already (XLA:CPU cannot serialize some executables after "
+                         "their first run), pass the function and its arguments, or its Lowered, so a fresh "
+                         "copy can be compiled; otherwise use isolate=False") from first
+    from xlakit._jax.fresh import compile_fresh
+
+    fresh = compile_fresh(lowered)
+    try:
+        return serialize_executable.serialize(fresh), [
+            f"serialized a fresh compile: the in-process executable could not be ({first})"]
+    except Exception as exc:  # noqa: BLE001 - e.g. host callbacks: "Can't pickle local object"
+        raise ValueError(f"this program cannot be serialized for an isolated probe ({type(exc).__name__}: "
+                         f"{exc}); use isolate=False") from exc
+
+
+def _probe_isolated(compiled: Any, lowered: Any, name: str | None, devices: list[Any],
+                    timeout_s: float) -> ProbeResult:
+    import jax
 
     if len(devices) != 1:
         raise ValueError(f"isolate=True supports single-device programs; this one uses {len(devices)} devices "
                          "(use isolate=False)")
-    try:
-        payload, in_tree, out_tree = serialize_executable.serialize(compiled)
-    except Exception as exc:  # noqa: BLE001 - e.g. host callbacks: "Can't pickle local object"
-        raise ValueError(f"this program cannot be serialized for an isolated probe ({type(exc).__name__}: "
-                         f"{exc}); use isolate=False") from exc
+    (payload, in_tree, out_tree), notes = _serialize_never_run(compiled, lowered)
     flat, _ = jax.tree.flatten(compiled.in_avals)
     job = {"payload": payload, "in_tree": in_tree, "out_tree": out_tree,
            "specs": [(tuple(a.shape), str(a.dtype)) for a in flat], "platform": devices[0].platform,
@@ -243,4 +379,5 @@ def _probe_isolated(compiled: Any, name: str | None, devices: list[Any], timeout
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"the isolated probe failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     m = json.loads(lines[-1])
-    return _result(m, "subprocess", name, ["fresh process: executable loaded, not compiled; zero-filled args"])
+    notes.insert(0, "fresh process: executable loaded, not compiled; zero-filled args")
+    return _result(m, "subprocess", name, notes, compiled)

@@ -1,0 +1,149 @@
+"""Checking a probe's measured scratch against XLA's buffer assignment, and naming what XLA does not count.
+
+A probe measures what one run made newly resident (CPU) or newly allocated (GPU/TPU). XLA's buffer assignment
+says what the run *should* allocate: ``temp + output - alias`` bytes per device
+(``Compiled.memory_analysis()``). :func:`judge` calls a probe **exact** only when both agree within
+:func:`tolerance_bytes`; otherwise it says why not, in words a user can act on.
+
+On XLA:CPU (jaxlib 0.10.2) the two disagree for a real reason, not a measuring fault: code XLA hands work to
+allocates its own working memory, outside the buffer assignment. Measured (see ``notes/memprobe.md``):
+
+* YNNPACK fusions (``"kind":"__ynn_fusion"``): ``jnp.outer(v, v).sum(0)`` for v of 10,000 float32 reports
+  0 B of temporaries but needs 127 MiB (N=2,000: 1.1 MiB, 5,000: 15.8 MiB, 20,000: 1,526 MiB — the whole
+  outer product). With ``xla_cpu_experimental_ynn_fusion_type=""`` XLA keeps the product as a 393 MiB
+  temporary and the probe measures 393.5 MiB.
+* Eigen matrix products (``dot`` outside a library fusion): packing buffers, ~16 MiB for f32[3000,3000].
+
+:func:`runtime_calls` finds such code in the optimized HLO text so that the reason can name it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from xlakit.memory._display import fmt_bytes
+
+__all__ = ["TOLERANCE_BYTES", "TOLERANCE_FRACTION", "tolerance_bytes", "accounting", "runtime_calls", "judge"]
+
+TOLERANCE_BYTES = 2 * 2**20  # page rounding, allocator headers, first-run runtime state (measured <= 1 MiB)
+TOLERANCE_FRACTION = 0.01
+
+_LIBRARY = {"__ynn_fusion": "YNNPACK fusion", "__xnn_fusion": "XNNPACK fusion",
+            "__onednn_fusion": "oneDNN fusion"}
+_FUSION_KIND = re.compile(r'"kind"\s*:\s*"(__[A-Za-z0-9_]+_fusion)"')
+_CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
+_ENTRY_OP = re.compile(r"=\s*\S+\s+(dot|convolution)\(")
+
+
+def tolerance_bytes(expected: int | None) -> int:
+    """Bytes a measured scratch may differ from XLA's accounting and still be called exact:
+    ``max(2 MiB, 1 % of expected)``."""
+    return max(TOLERANCE_BYTES, int(TOLERANCE_FRACTION * (expected or 0)))
+
+
+def accounting(compiled: Any) -> dict[str, int] | None:
+    """XLA's bytes for one run on one device: ``{"temp", "output", "alias"}`` from ``memory_analysis()``, or
+    None when the backend reports no analysis (all zero or absent)."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - no analysis is "nothing to check against", not a failure
+        return None
+    if isinstance(stats, (list, tuple)):
+        stats = stats[0] if len(stats) == 1 else None
+    if stats is None:
+        return None
+    out = {}
+    for ours, xla in (("temp", "temp_size_in_bytes"), ("output", "output_size_in_bytes"),
+                      ("alias", "alias_size_in_bytes"), ("argument", "argument_size_in_bytes")):
+        v = getattr(stats, xla, None)
+        if not isinstance(v, int) or v < 0:
+            return None
+        out[ours] = v
+    if not any(out.values()):
+        return None
+    del out["argument"]
+    return out
+
+
+def runtime_calls(hlo_text: str, platform: str | None) -> tuple[str, ...]:
+    """Code in an optimized HLO module that allocates memory XLA's buffer assignment does not count, as
+    readable labels with counts, e.g. ``("YNNPACK fusion (__ynn_fusion) x1", "Eigen dot x2")``.
+
+    Library fusions and custom calls on every backend; on CPU also ``dot`` / ``convolution`` instructions
+    that XLA:CPU runs through Eigen (their packing buffers)."""
+    found: Counter[str] = Counter()
+    for kind in _FUSION_KIND.findall(hlo_text):
+        found[f"{_LIBRARY.get(kind, 'library fusion')} ({kind})"] += 1
+    for target in _CUSTOM_CALL.findall(hlo_text):
+        found[f"custom call {target}"] += 1
+    if platform == "cpu":
+        for block in _computations(hlo_text):
+            if block["library"]:
+                continue
+            for op in _ENTRY_OP.findall(block["text"]):
+                found[f"Eigen {op}"] += 1
+    return tuple(f"{label} x{n}" for label, n in sorted(found.items()))
+
+
+def _computations(hlo_text: str) -> list[dict[str, Any]]:
+    """Split HLO text into computations; ``library`` marks those called by a library fusion."""
+    blocks = re.split(r"\n(?=\S)", hlo_text)
+    called_by_library = set()
+    for line in hlo_text.splitlines():
+        if _FUSION_KIND.search(line):
+            m = re.search(r"calls=%?([\w.\-]+)", line)
+            if m:
+                called_by_library.add(m.group(1))
+    out = []
+    for b in blocks:
+        head = b.split("(", 1)[0].split()
+        name = head[-1].lstrip("%") if head else ""
+        out.append({"text": b, "library": name in called_by_library})
+    return out
+
+
+def judge(scratch: int | None, expected: dict[str, int] | None, *, devices: int, peak_exact: bool,
+          peak_reason: str, calls: tuple[str, ...], in_process: bool) -> dict[str, Any]:
+    """Whether a measured scratch is exact, and why (or why not).
+
+    Args:
+      scratch: measured bytes (peak - baseline), or None.
+      expected: :func:`accounting` of the program (per device), or None.
+      devices: how many devices' runs the measurement covers (CPU: the process holds every CPU device).
+      peak_exact: the peak came from a real reset (False: an upper bound).
+      peak_reason: why the peak is or is not exact (from the reset).
+      calls: :func:`runtime_calls` of the program.
+      in_process: measured in the caller's process (other threads count; memory already held reads low).
+
+    Returns:
+      ``{"exact", "reason", "xla_bytes", "outside_xla_bytes", "tolerance_bytes"}`` (bytes or None).
+    """
+    xla = None if expected is None else devices * (expected["temp"] + expected["output"] - expected["alias"])
+    tol = tolerance_bytes(xla)
+    outside = None if xla is None or scratch is None else scratch - xla
+    base = {"xla_bytes": xla, "outside_xla_bytes": outside, "tolerance_bytes": tol}
+    if scratch is None:
+        return {**base, "exact": False, "reason": f"no peak could be measured ({peak_reason})"}
+    if not peak_exact:
+        return {**base, "exact": False, "reason": f"upper bound: {peak_reason}"}
+    if xla is None:
+        return {**base, "exact": False,
+                "reason": "the backend reports no buffer assignment to check the measurement against; the peak "
+                          f"itself was measured after a real reset ({peak_reason})"}
+    split = (f"XLA's buffer assignment: {fmt_bytes(xla)} (temporaries {fmt_bytes(expected['temp'])} + outputs "
+             f"{fmt_bytes(expected['output'] - expected['alias'])}{f', x{devices} devices' if devices > 1 else ''})")
+    if abs(outside) <= tol:
+        return {**base, "exact": True, "reason": f"agrees with {split} within {fmt_bytes(tol)}"}
+    if outside > 0:
+        who = ("by " + ", ".join(calls) + ", which XLA does not count") if calls else \
+            ("by code XLA does not count (runtime state" + (", or another thread of this process)" if in_process
+                                                             else ")"))
+        return {**base, "exact": False,
+                "reason": f"{fmt_bytes(outside)} more than {split}: allocated outside it {who}. The measured "
+                          "scratch is what this run needed; XLA's temporaries understate it"}
+    low = ("memory the allocator already held served part of the run" if in_process else
+           "the allocator served part of the run from memory it already held")
+    return {**base, "exact": False,
+            "reason": f"{fmt_bytes(-outside)} less than {split}: {low}, so the measured scratch reads low"}
