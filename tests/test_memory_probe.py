@@ -36,8 +36,12 @@ def test_the_known_temporary_is_at_least_400_mb(vectors):
 def test_in_process_probe_sees_the_400_mb_temporary(vectors):
     r = probe(outer_dot, *vectors)
     assert isinstance(r, ProbeResult)
-    assert r.method == "in-process clear_refs" and r.exact and r.platform == "cpu"
+    assert r.method == "in-process clear_refs" and r.platform == "cpu"
     assert r.scratch_bytes >= 400 * MB, r
+    assert abs(r.outside_xla_bytes) <= r.tolerance_bytes, r  # agrees with XLA's temporaries + outputs
+    # the matrix product runs in a library (YNNPACK or Eigen) whose own buffers the heap of this process may
+    # serve unseen, so agreement alone is not called exact here
+    assert r.runtime_calls and not r.exact and "isolate=True" in r.reason, r
     assert r.scratch_bytes == r.peak_bytes - r.baseline_bytes
     assert r.scratch_bytes < 600 * MB  # nothing else of that size happened
 
@@ -58,9 +62,12 @@ def test_isolated_probe_loads_the_executable_in_a_fresh_process(vectors):
 
 
 def test_donated_arguments_survive_the_probe():
+    # the warm-up run and the measured run each consume a donated copy, in this process and in the child
     f = jax.jit(lambda a: a * 2, donate_argnums=0)
     x = jnp.arange(8.0)
-    probe(f, x)
+    r = probe(f, x)
+    assert r.first_run_scratch_bytes is not None and r.exact, r
+    assert probe(f, x, isolate=True).method == "subprocess clear_refs"
     assert not x.is_deleted()
     np.testing.assert_array_equal(np.asarray(x), np.arange(8.0))
 

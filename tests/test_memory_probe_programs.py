@@ -48,6 +48,10 @@ def row(r):
                                        "tolerance_bytes", "exact", "reason", "runtime_calls", "method", "notes")}
 
 out = {"no_ynn": {}, "default": {}}
+# first, before any other matrix product ran in this process: no warm-up, so Eigen's buffers are measured
+f, args = PROGRAMS["matmul_chain"]
+out["no_ynn_first_run"] = {"matmul_chain": row(probe(
+    jax.jit(lambda a: f(a) * 1.0).lower(*args).compile(compiler_options=NO_YNN), *args, warmup=False))}
 for name, (f, args) in PROGRAMS.items():
     c = jax.jit(f).lower(*args).compile(compiler_options=NO_YNN)
     out["no_ynn"][name] = [row(probe(c, *args)) for _ in range(2)]
@@ -89,19 +93,20 @@ def test_probe_scratch_matches_compiled_temporaries_within_tolerance_for_six_pro
 
 def test_memory_allocated_outside_xla_is_measured_and_named_not_called_exact():
     rows = _report()
-    for r in rows["no_ynn"]["matmul_chain"]:  # Eigen's packing buffers: ~20 MiB beyond the 48 MiB intermediate
-        assert r["outside_xla_bytes"] > r["tolerance_bytes"] and not r["exact"], r
-        assert any(c.startswith("Eigen dot") for c in r["runtime_calls"]) and "Eigen dot" in r["reason"], r
-    for r in rows["no_ynn"]["conv"]:  # Eigen's convolution buffers: 0.6 to 12 MiB, run to run
-        assert r["exact"] or ("Eigen convolution" in r["reason"] and r["outside_xla_bytes"] > 0), r
-        assert r["exact"] == (abs(r["outside_xla_bytes"]) <= r["tolerance_bytes"]), r
+    for name, op in (("matmul_chain", "Eigen dot"), ("conv", "Eigen convolution")):
+        for r in rows["no_ynn"][name]:  # Eigen's buffers: in this process, measured or served from the heap
+            assert any(c.startswith(op) for c in r["runtime_calls"]), r
+            assert not r["exact"] and op in r["reason"], r
+            assert ("outside" in r["reason"]) == (r["outside_xla_bytes"] > r["tolerance_bytes"]), r
+    first = rows["no_ynn_first_run"]["matmul_chain"]  # without a warm-up they are part of the measured run
+    assert not first["exact"] and first["outside_xla_bytes"] > 8 * MiB and "Eigen dot" in first["reason"], first
     for name in ("fused_outer_sum", "matmul_chain"):
         r = rows["default"][name]
         if not any("__ynn_fusion" in c for c in r["runtime_calls"]):
             continue  # a jaxlib without YNNPACK fusions: the no-YNN rows above cover the check
-        # XLA reports no temporaries for the fused work, but YNNPACK really allocates it
-        assert r["xla_temp_bytes"] == 0 and r["scratch_bytes"] > 10 * MiB, r
-        assert not r["exact"] and "YNNPACK" in r["reason"] and "outside" in r["reason"], r
+        # XLA reports no temporaries for the fused work, but YNNPACK really allocates it (measured below, in a
+        # fresh process); in this process the heap may serve it, so the result is never called exact
+        assert r["xla_temp_bytes"] == 0 and not r["exact"] and "YNNPACK" in r["reason"], r
 
 
 def test_isolated_probe_after_an_in_process_run_of_a_sort_sends_a_never_run_executable():
@@ -114,5 +119,6 @@ def test_isolated_probe_after_an_in_process_run_of_a_sort_sends_a_never_run_exec
     if not rows["memo_serializes"]:  # jaxlib 0.10.2: the executable that ran cannot be serialized
         assert any("fresh compile" in n for n in iso["notes"]), iso
     fused = rows["fused_isolated"]
-    if any("__ynn_fusion" in c for c in fused["runtime_calls"]):
+    if any("__ynn_fusion" in c for c in fused["runtime_calls"]):  # v of 5,000: YNNPACK allocates ~16 MiB
         assert not fused["exact"] and fused["outside_xla_bytes"] > 10 * MiB and "YNNPACK" in fused["reason"]
+        assert "outside" in fused["reason"] and fused["xla_temp_bytes"] == 0, fused

@@ -1,8 +1,9 @@
-"""Child process of an isolated probe: load a serialized executable, run it once, print the numbers.
+"""Child process of an isolated probe: load a serialized executable, run it (a warm-up run, then the
+measured one), print the numbers.
 
 Usage: ``python -m xlakit.memory._probe_child JOB.pkl`` where the job is a pickle written by
 :func:`xlakit.memory.probe.probe` (this process trusts it: its parent wrote it to a private 0600 file). The
-last stdout line is one JSON object: peak, baseline (bytes), method, exact, run_s, device, platform.
+last stdout line is one JSON object: :func:`xlakit.memory.probe.measure_runs`'s numbers.
 
 Nothing is compiled here: the executable is deserialized and loaded, so no compile-time scratch reaches the
 peak. The arguments are created here (numpy zeros of the recorded shapes and dtypes, placed with
@@ -26,15 +27,18 @@ def main(path: str) -> int:
     import numpy as np
     from jax.experimental import serialize_executable
 
-    from xlakit.memory.probe import measure
+    from xlakit.memory.probe import measure_runs
 
     device = next(d for d in jax.devices(job["platform"]) if d.id == job["device_id"])
     loaded = serialize_executable.deserialize_and_load(job["payload"], job["in_tree"], job["out_tree"],
                                                        backend=job["platform"], execution_devices=[device])
-    flat = [jax.device_put(np.zeros(shape, jnp.dtype(dtype)), device) for shape, dtype in job["specs"]]
-    args, kwargs = jax.tree.unflatten(job["in_tree"], flat)
-    jax.block_until_ready(flat)
-    result = measure(lambda: loaded(*args, **kwargs), [device])
+    def make_run():  # fresh arguments for each run: a donated one is consumed by the run
+        flat = [jax.device_put(np.zeros(shape, jnp.dtype(dtype)), device) for shape, dtype in job["specs"]]
+        args, kwargs = jax.tree.unflatten(job["in_tree"], flat)
+        jax.block_until_ready(flat)
+        return lambda: loaded(*args, **kwargs)
+
+    result = measure_runs(make_run, [device], bool(job.get("warmup", True)))
     print(json.dumps(result))
     return 0
 

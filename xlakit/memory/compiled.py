@@ -14,6 +14,10 @@ Which numbers are *not reported* (``None``) rather than a real 0, as checked on 
   ``pinned_host``), so on CPU they are not reported. On GPU/TPU host zeros are real (color-5 buffers).
 * Everything 0 and no buffer assignment: the backend implements no analysis at all.
 
+``temp_bytes`` is what XLA's buffer assignment reserves. Code XLA hands work to allocates its own memory on top
+(XLA:CPU: YNNPACK fusions, Eigen dots and convolutions; any custom call): a note names such code, and
+:func:`xlakit.memory.probe` measures what it really takes.
+
 ``peak_bytes`` is XLA's ``peak_memory_in_bytes`` as given. On XLA:CPU it counts arguments + outputs -
 aliased + constants but **not temporaries** (a program with a 400 MB temporary reports a peak of 40 KB); a
 note says so. :attr:`CompiledMemory.footprint_bytes` is the bytes XLA reserves for one run.
@@ -275,4 +279,24 @@ def compiled_memory(x: Any, *args: Any, **kwargs: Any) -> CompiledMemory:
         if len(analysis) != 1:
             raise ValueError(f"this program has {len(analysis)} modules; pass one compiled module")
         analysis = analysis[0]
-    return from_stats(analysis, name=name, platform=platform, source="jax.stages.Compiled.memory_analysis()")
+    result = from_stats(analysis, name=name, platform=platform, source="jax.stages.Compiled.memory_analysis()")
+    return _with_runtime_calls(result, compiled)
+
+
+def _with_runtime_calls(result: CompiledMemory, compiled: Any) -> CompiledMemory:
+    """Add a note naming code in the program that allocates outside XLA's buffer assignment (its working
+    memory is in no field here; :func:`xlakit.memory.probe` measures it)."""
+    import dataclasses as _dc
+
+    from xlakit.memory._probe_accounting import runtime_calls
+
+    try:
+        calls = runtime_calls(compiled.as_text() or "", result.platform)
+    except Exception:  # noqa: BLE001 - the note is an explanation; the numbers stand without it
+        return result
+    if not calls:
+        return result
+    note = ("temporaries exclude the working memory of " + ", ".join(calls) + ", which allocate outside XLA's "
+            "buffer assignment (e.g. a YNNPACK fusion of jnp.outer(v, v).sum(0), v of 10,000 float32: 0 B "
+            "here, 127 MiB measured); probe() measures it")
+    return _dc.replace(result, notes=(*result.notes, note))
