@@ -43,16 +43,24 @@ scratch agrees with XLA's buffer assignment (``temp + output - alias``) within `
 * ``jnp.sort(jnp.outer(v, v), axis=0)[0]``: 381.5-382.7 MiB measured (in-process, again, isolated) against
   381.5 MiB temporaries + 39 KiB outputs: within the tolerance (3.8 MiB here), exact.
 * Eigen matrix products and convolutions (``dot``/``convolution`` that XLA:CPU runs outside a library
-  fusion) allocate packing buffers: +20 MiB for ``((a @ a) @ a)`` with a of f32[2500,2500]; 0.6-12 MiB for a
-  f32[4,32,256,256] convolution, run to run. Named in ``reason``; not exact.
+  fusion) allocate packing buffers on their first run: +20 MiB for ``((a @ a) @ a)`` with a of
+  f32[2500,2500]; 0.6-12 MiB for a f32[4,32,256,256] convolution. They stay resident, so after the warm-up
+  run the measured run agrees with XLA; ``first_run_scratch_bytes`` keeps the first run's number.
+* glibc raises its mmap threshold after the first large free (up to 32 MiB); buffers below it then come
+  from freed heap memory and never raise ``VmHWM``. XLA's own buffers are checked against its accounting
+  (a shortfall reads as "reads low"), but a library's are not: in the caller's process YNNPACK's 16 MiB
+  (v of 5,000) measured 16 MiB on the first probe and 0.02 MiB on the next. So an in-process result of a
+  program with library calls is never called exact, and the isolated child runs with a fixed threshold
+  (``MALLOC_MMAP_THRESHOLD_=131072``, glibc's initial value), where it measured 15.9 MiB on every run.
 * Ruled out as the 127 MiB, by measurement: thread stacks (``Threads`` stays 17), file pages (``RssFile``
   unchanged), first-execution state (the second run measures the same within 0.7 MiB), arguments (placed
   before the reset) and outputs (39 KiB), allocator arenas (``malloc_trim`` before the reset changes nothing).
 * A measuring fault fixed here: a run's buffers are released by XLA:CPU's runtime shortly *after*
   ``block_until_ready`` returns. A baseline read before that counts them as resident, so the next run
   seemed to need almost nothing (a 300 MiB temporary measured as 7.7 MiB; a 137 MiB sort as 0 B). The probe
-  now waits until ``VmRSS`` settles (3 reads 5 ms apart within 256 KiB, at most 1 s; ~15 ms in practice)
-  and returns free heap pages first (glibc ``malloc_trim``) so small buffers count too.
+  now waits until ``VmRSS`` settles (3 reads 5 ms apart within 256 KiB, at most 1 s; ~15 ms in practice),
+  then returns free heap pages (glibc ``malloc_trim``), and keeps the warm-up run's outputs alive through
+  the measured run so their memory cannot serve its outputs.
 """
 
 from __future__ import annotations
