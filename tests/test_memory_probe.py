@@ -87,3 +87,10 @@ def test_display_forms():
     r = probe(tiny, jnp.ones(4))
     assert "scratch" in repr(r) and "Probe" in r._repr_html_()
     assert r.to_frame().loc[0, "method"] == r.method
+
+
+def test_a_lowered_program_is_probed_with_zero_filled_arguments():
+    lowered = tiny.lower(jax.ShapeDtypeStruct((1024,), jnp.float32))
+    r = probe(lowered)
+    assert r.exact and r.xla_bytes == 4096 and r.xla_temp_bytes == 0, r  # the f32[1024] output
+    assert abs(r.scratch_bytes - r.xla_bytes) <= r.tolerance_bytes == 2 * 2**20

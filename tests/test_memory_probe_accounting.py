@@ -125,11 +125,12 @@ def test_gpu_probe_whose_peak_did_not_rise_over_a_baseline_is_an_upper_bound():
 
 
 def _result(**kw) -> ProbeResult:
-    base = dict(peak_bytes=200 * MiB, baseline_bytes=73 * MiB, scratch_bytes=127 * MiB, method="in-process clear_refs",
-                exact=False, name="jit_f", platform="cpu", device="TFRT_CPU_0", run_s=0.1,
-                reason="127.0 MiB more than XLA's buffer assignment: allocated outside it by YNNPACK fusion",
-                xla_bytes=40000, xla_temp_bytes=0, outside_xla_bytes=127 * MiB - 40000, tolerance_bytes=2 * MiB,
-                runtime_calls=("YNNPACK fusion (__ynn_fusion) x1",))
+    base = {"peak_bytes": 200 * MiB, "baseline_bytes": 73 * MiB, "scratch_bytes": 127 * MiB,
+            "method": "in-process clear_refs", "exact": False, "name": "jit_f", "platform": "cpu",
+            "device": "TFRT_CPU_0", "run_s": 0.1,
+            "reason": "127.0 MiB more than XLA's buffer assignment: allocated outside it by YNNPACK fusion",
+            "xla_bytes": 40000, "xla_temp_bytes": 0, "outside_xla_bytes": 127 * MiB - 40000,
+            "tolerance_bytes": 2 * MiB, "runtime_calls": ("YNNPACK fusion (__ynn_fusion) x1",)}
     base.update(kw)
     return ProbeResult(**base)
 

@@ -149,8 +149,8 @@ class AllocatorStats:
         rows = [(k, f"{fmt_bytes(getattr(self, k))}  [{self.sources.get(k, '')}]") for k in self._NUMBERS
                 if getattr(self, k) is not None or k in ("bytes_in_use", "peak_bytes_in_use")]
         if self.peak_since_reset_bytes is not None:
-            rows.append(("peak since reset exact", f"{'yes' if self.peak_since_reset_exact else 'no'}: "
-                                                   f"{self.exact_reason}"))
+            verdict = "yes" if self.peak_since_reset_exact else "no"
+            rows.append(("peak since reset exact", f"{verdict}: {self.exact_reason}"))
         return html_table(rows, title=f"Allocator stats: {self.device}")
 
 

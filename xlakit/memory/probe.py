@@ -65,7 +65,6 @@ scratch agrees with XLA's buffer assignment (``temp + output - alias``) within `
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import gc
 import json
@@ -214,6 +213,8 @@ _SETTLE_MAX_S = 1.0
 def _trim_heap() -> bool:
     """Return free heap pages to the system (glibc ``malloc_trim(0)``), so buffers the run takes from the heap
     fault in new pages and count. False where the C library has no ``malloc_trim``."""
+    import ctypes
+
     try:
         fn = getattr(ctypes.CDLL(None), "malloc_trim", None)
     except OSError:
@@ -403,7 +404,7 @@ def _serialize_never_run(compiled: Any, lowered: Any) -> tuple[tuple, list[str]]
     try:
         return serialize_executable.serialize(fresh), [
             f"serialized a fresh compile: the in-process executable could not be ({first})"]
-    except Exception as exc:  # noqa: BLE001 - e.g. host callbacks: "Can't pickle local object"
+    except Exception as exc:  # e.g. host callbacks: "Can't pickle local object"
         raise ValueError(f"this program cannot be serialized for an isolated probe ({type(exc).__name__}: "
                          f"{exc}); use isolate=False") from exc
 
