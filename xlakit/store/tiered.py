@@ -61,6 +61,35 @@ class TierEvent:
     reason: str | None = None
 
 
+def _register_exit_hook(hook: Callable[[], None]) -> None:
+    """Run ``hook`` at interpreter exit *before* thread pools refuse work.
+
+    Plain ``atexit`` runs too late: by then ``concurrent.futures`` has shut its executors down, and the HTTP
+    stacks under fsspec (DNS lookups in asyncio's default executor) fail every upload with "cannot schedule
+    new futures after shutdown". ``threading._register_atexit`` hooks run in reverse order of registration,
+    so a hook registered after ``concurrent.futures.thread`` is imported runs before its shutdown hook."""
+    import concurrent.futures.thread  # noqa: F401  (its exit hook must be registered before ours)
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is not None:
+            register(hook)
+            return
+    except RuntimeError:  # interpreter already shutting down
+        return
+    atexit.register(hook)
+
+
+def _unregister_exit_hook(hook: Callable[[], None]) -> None:
+    atexit.unregister(hook)
+    hooks = getattr(threading, "_threading_atexits", None)
+    if isinstance(hooks, list):
+        try:
+            hooks.remove(hook)
+        except ValueError:
+            pass
+
+
 def _describe(e: BaseException) -> str:
     text = str(e) or type(e).__name__
     return f"{type(e).__name__}: {text}"[:300]
@@ -109,7 +138,7 @@ class TieredStore:
         self._refused: dict[tuple[str, str], str] = {}
         self._worker: threading.Thread | None = None
         self._closed = False
-        atexit.register(self._at_exit)
+        _register_exit_hook(self._at_exit)
 
     def __repr__(self) -> str:
         state = "on" if self._remote_on else "off"
@@ -309,7 +338,7 @@ class TieredStore:
                 self._queue.put_nowait(None)
             except queue.Full:
                 pass  # the daemon thread ends with the process
-        atexit.unregister(self._at_exit)
+        _unregister_exit_hook(self._at_exit)
         return left
 
     def _at_exit(self) -> None:
