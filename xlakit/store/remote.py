@@ -300,6 +300,15 @@ class RemoteStore:
         """The fsspec filesystem in use (None for ``file://``, which uses plain ``os`` calls)."""
         return getattr(self._backend, "fs", None)
 
+    def connect(self) -> None:
+        """Set up the client session now (s3fs builds its botocore client on first use: about 0.3 s).
+
+        Sends no request. The tiered store calls this in a background thread at start, so the first read of a
+        program does not pay for it. Raises OSError (or the backend's error) when the set-up fails."""
+        connect = getattr(self.fs, "connect", None)
+        if callable(connect):
+            connect()
+
     def object_name(self, partition: str, key: str) -> str:
         """Full object path (without protocol) of one entry: ``<root>/v1/<partition>/<key>``."""
         return f"{self._root}/{LAYOUT}/{validate_name(partition, 'partition')}/{validate_name(key, 'key')}"

@@ -139,6 +139,11 @@ class TieredStore:
         self._worker: threading.Thread | None = None
         self._closed = False
         _register_exit_hook(self._at_exit)
+        self._connecting: threading.Thread | None = None
+        if callable(getattr(remote, "connect", None)):
+            # The remote client's set-up (botocore: ~0.3 s) overlaps the program's tracing and lowering.
+            self._connecting = threading.Thread(target=self._connect, name="xlakit-remote-connect", daemon=True)
+            self._connecting.start()
 
     def __repr__(self) -> str:
         state = "on" if self._remote_on else "off"
@@ -159,6 +164,18 @@ class TieredStore:
         """Uploads queued or in flight."""
         with self._idle:
             return len(self._pending)
+
+    def _connect(self) -> None:
+        try:
+            self.remote.connect()  # type: ignore[attr-defined]
+        except Exception:
+            pass  # the first real call reports the problem as an event
+
+    def _connected(self) -> None:
+        """Wait for the background set-up (bounded: a hung set-up must not hang a read)."""
+        thread = self._connecting
+        if thread is not None:
+            thread.join(30)
 
     def _emit(self, kind: str, partition: str, key: str, **fields) -> None:
         if self.on_event is not None:
@@ -194,6 +211,7 @@ class TieredStore:
         with self._lock:
             if (partition, key) in self._refused:
                 return None
+        self._connected()
         start = time.perf_counter()
         try:
             blob = self.remote.get(partition, key, max_bytes)
@@ -287,6 +305,7 @@ class TieredStore:
         if not self._remote_on:
             self._emit("upload_skip", partition, key, nbytes=len(blob), reason="remote switched off for this process")
             return
+        self._connected()
         start = time.perf_counter()
         try:
             created = self.remote.put(partition, key, blob)
