@@ -162,3 +162,50 @@ def test_s3_four_writers_one_object_per_key(s3_server):  # noqa: F811
         winners = [w for w in range(4) if reports[w]["created"][i]]
         assert len(winners) == 1, f"key {i}: writers {winners} were each told they created it"
         assert store.get("race", f"k{i:02d}", 100) == f"writer {winners[0]} key {i}".encode()
+
+
+# -- settings and maintenance planning ------------------------------------------------------------------------
+
+def test_remote_settings_from_arguments_and_environment():
+    from xlakit.store.remote import remote_settings
+
+    assert remote_settings(environ={}) is None
+    assert remote_settings(environ={"XLAKIT_CACHE_REMOTE": ""}) is None
+    assert remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b/p"}) == ("s3://b/p", "rw", {})
+    env = {"XLAKIT_CACHE_REMOTE": "s3://b/p", "XLAKIT_CACHE_REMOTE_MODE": "ro",
+           "XLAKIT_CACHE_REMOTE_OPTIONS": '{"endpoint_url": "http://127.0.0.1:1"}'}
+    assert remote_settings(environ=env) == ("s3://b/p", "ro", {"endpoint_url": "http://127.0.0.1:1"})
+    assert remote_settings("gs://x/y", "rw", environ=env) == ("gs://x/y", "rw", {"endpoint_url": "http://127.0.0.1:1"})
+    with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_MODE='readonly'"):
+        remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_MODE": "readonly"})
+    with pytest.raises(ValueError, match="remote_mode='w'"):
+        remote_settings("s3://b", "w", environ={})
+    with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_OPTIONS is not JSON"):
+        remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_OPTIONS": "endpoint=x"})
+    with pytest.raises(ValueError, match="JSON object"):
+        remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_OPTIONS": "[1]"})
+
+
+def test_plan_prune_by_age_then_size():
+    from xlakit.store.base import ObjectStat
+    from xlakit.store.remote import plan_prune
+
+    day = 86400.0
+    objs = [ObjectStat("p", f"k{i}", 100, 1000 * day - i * day) for i in range(5)]  # k4 oldest (4 days)
+    now = 1000 * day
+    assert [o.key for o in plan_prune(objs, older_than_s=2.5 * day, now=now)] == ["k4", "k3"]
+    assert [o.key for o in plan_prune(objs, max_bytes=250, now=now)] == ["k4", "k3", "k2"]
+    assert [o.key for o in plan_prune(objs, older_than_s=3.5 * day, max_bytes=250, now=now)] == ["k4", "k3", "k2"]
+    assert plan_prune(objs, max_bytes=500, now=now) == []
+    assert plan_prune(objs, now=now) == []
+
+
+def test_connect_sends_no_request(s3_server):  # noqa: F811
+    proxy = CountingProxy(s3_server.port)
+    try:
+        store = RemoteStore(s3_server.url("connect"), storage_options=s3_server.storage_options(proxy.endpoint))
+        store.connect()
+        assert sum(proxy.counts.values()) == 0
+        RemoteStore(f"memory://x-{uuid.uuid4().hex}").connect()  # no session to set up: a no-op
+    finally:
+        proxy.close()

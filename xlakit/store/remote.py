@@ -31,14 +31,15 @@ import os
 import re
 import stat as stat_mod
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from .base import ObjectRefused, ObjectStat
 
-__all__ = ["RemoteStore", "LAYOUT", "validate_name"]
+__all__ = ["RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune"]
 
 LAYOUT = "v1"
 _NAME = re.compile(r"[A-Za-z0-9_.=-]{1,255}")
@@ -346,3 +347,57 @@ class RemoteStore:
             if len(parts) != 2 or not all(_NAME.fullmatch(p) and p not in (".", "..") for p in parts):
                 continue
             yield ObjectStat(parts[0], parts[1], size, mtime)
+
+
+def remote_settings(url: str | None = None, mode: str | None = None, storage_options: dict | None = None,
+                    environ: Mapping[str, str] = os.environ) -> tuple[str, str, dict] | None:
+    """``(url, mode, storage_options)`` from the arguments, else from the environment; None when no remote.
+
+    Variables: ``XLAKIT_CACHE_REMOTE`` (URL), ``XLAKIT_CACHE_REMOTE_MODE`` (``rw``/``ro``, default ``rw``),
+    ``XLAKIT_CACHE_REMOTE_OPTIONS`` (a JSON object of fsspec storage options, e.g. an ``endpoint_url``).
+    An empty ``XLAKIT_CACHE_REMOTE`` means no remote.
+
+    Raises:
+      ValueError: a mode other than rw/ro, or options that are not a JSON object; the message names the setting.
+    """
+    import json
+
+    url = url if url is not None else (environ.get("XLAKIT_CACHE_REMOTE") or None)
+    if not url:
+        return None
+    source = "remote_mode" if mode is not None else "XLAKIT_CACHE_REMOTE_MODE"
+    mode = mode if mode is not None else (environ.get("XLAKIT_CACHE_REMOTE_MODE") or "rw")
+    if mode not in ("rw", "ro"):
+        raise ValueError(f"{source}={mode!r}: use 'rw' (read and upload) or 'ro' (read only, for untrusted workers)")
+    if storage_options is None:
+        text = environ.get("XLAKIT_CACHE_REMOTE_OPTIONS") or "{}"
+        try:
+            storage_options = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"XLAKIT_CACHE_REMOTE_OPTIONS is not JSON ({e}); use an object such as "
+                             '\'{"endpoint_url": "http://127.0.0.1:8333"}\'') from None
+        if not isinstance(storage_options, dict):
+            raise ValueError("XLAKIT_CACHE_REMOTE_OPTIONS must be a JSON object of fsspec storage options")
+    return url, mode, dict(storage_options)
+
+
+def plan_prune(objects: Iterable[ObjectStat], *, older_than_s: float | None = None, max_bytes: int | None = None,
+               now: float | None = None) -> list[ObjectStat]:
+    """Which objects to delete, from a listing: those older than ``older_than_s`` seconds, then the oldest of
+    the rest until the total is at most ``max_bytes``. Returns them oldest first; deletes nothing.
+
+    Ages come from the objects' creation times (remote reads never touch objects, so there is no last-use time
+    on a shared tier: this is first-in first-out, like a bucket lifecycle rule)."""
+    now = time.time() if now is None else now
+    keep = sorted(objects, key=lambda o: (o.mtime, o.partition, o.key))
+    doomed: list[ObjectStat] = []
+    if older_than_s is not None:
+        doomed = [o for o in keep if now - o.mtime > older_than_s]
+        keep = [o for o in keep if now - o.mtime <= older_than_s]
+    if max_bytes is not None:
+        total = sum(o.size_bytes for o in keep)
+        while keep and total > max_bytes:
+            oldest = keep.pop(0)
+            total -= oldest.size_bytes
+            doomed.append(oldest)
+    return doomed
