@@ -12,16 +12,21 @@ from xlakit.store.base import MemoryStore
 SECRET = b"fleet-test-secret"
 
 
-def sign(payload: bytes, secret: bytes = SECRET) -> bytes:
-    """A toy envelope: 32-byte HMAC-SHA256 then the payload (the real envelope lives in xlakit.store.envelope)."""
-    return hmac.new(secret, payload, hashlib.sha256).digest() + payload
+def _mac(secret: bytes, partition: str, key: str, payload: bytes) -> bytes:
+    return hmac.new(secret, f"{partition}/{key}\n".encode() + payload, hashlib.sha256).digest()
+
+
+def sign(payload: bytes, secret: bytes = SECRET, partition: str = "cpu-test", key: str = "k") -> bytes:
+    """A toy envelope: HMAC-SHA256 over (partition, key, payload), then the payload (the real envelope lives
+    in xlakit.store.envelope). Binding the name means a valid object copied under another key is refused."""
+    return _mac(secret, partition, key, payload) + payload
 
 
 def verifier(secret: bytes = SECRET):
-    def verify(blob: bytes) -> str | None:
+    def verify(blob: bytes, partition: str, key: str) -> str | None:
         mac, payload = blob[:32], blob[32:]
-        if not hmac.compare_digest(mac, hmac.new(secret, payload, hashlib.sha256).digest()):
-            return "HMAC mismatch: tampered, or signed with another key"
+        if not hmac.compare_digest(mac, _mac(secret, partition, key, payload)):
+            return "HMAC mismatch: tampered, signed with another key, or filed under another name"
         return None
 
     return verify

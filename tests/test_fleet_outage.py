@@ -23,9 +23,9 @@ def test_server_killed_then_restarted(s3_server):  # noqa: F811
     local, events = MemoryStore(), Recorder()
     tier = TieredStore(local, RemoteStore(url, storage_options=opts), verify=verifier(), on_event=events,
                        max_failures=3)
-    tier.put("p", "before", sign(b"before"), compile_s=2.0)
+    tier.put("p", "before", sign(b"before", partition="p", key="before"), compile_s=2.0)
     assert tier.drain(30) == 0
-    RemoteStore(url, storage_options=opts).put("p", "remote-only", sign(b"from another machine"))
+    RemoteStore(url, storage_options=opts).put("p", "remote-only", sign(b"from another machine", partition="p", key="remote-only"))
     assert events.kinds() == ["upload"]
 
     s3_server.kill()
@@ -34,9 +34,9 @@ def test_server_killed_then_restarted(s3_server):  # noqa: F811
             warnings.simplefilter("always")
             t0 = time.monotonic()
             assert tier.get("p", "remote-only", MB) is None  # fails open: a miss, no exception
-            assert tier.put("p", "during", sign(b"during"), compile_s=2.0) is True
+            assert tier.put("p", "during", sign(b"during", partition="p", key="during"), compile_s=2.0) is True
             assert tier.drain(30) == 0
-            assert tier.get("p", "during", MB) == sign(b"during")  # local copy serves it
+            assert tier.get("p", "during", MB) == sign(b"during", partition="p", key="during")  # local copy serves it
             assert tier.get("p", "absent", MB) is None  # third consecutive error: remote off
             calls_done = len(events.events)
             for i in range(5):  # no more remote calls: answered locally at once
@@ -47,7 +47,7 @@ def test_server_killed_then_restarted(s3_server):  # noqa: F811
         assert [w.category for w in caught] == [RemoteUnavailableWarning]
         assert not tier.remote_on
         assert elapsed < 30, f"the outage cost {elapsed:.1f} s of waiting"
-        tier.put("p", "while-off", sign(b"off"), compile_s=2.0)
+        tier.put("p", "while-off", sign(b"off", partition="p", key="while-off"), compile_s=2.0)
         assert events.of("upload_skip")[-1].reason == "remote switched off for this process"
         tier.close()
     finally:
@@ -55,10 +55,10 @@ def test_server_killed_then_restarted(s3_server):  # noqa: F811
 
     events2 = Recorder()
     tier2 = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts), verify=verifier(), on_event=events2)
-    tier2.put("p", "after", sign(b"after"), compile_s=2.0)
+    tier2.put("p", "after", sign(b"after", partition="p", key="after"), compile_s=2.0)
     assert tier2.drain(30) == 0
     assert [(e.kind, e.created) for e in events2.of("upload")] == [("upload", True)]
-    assert tier2.get("p", "remote-only", MB) == sign(b"from another machine")  # data survived the restart
+    assert tier2.get("p", "remote-only", MB) == sign(b"from another machine", partition="p", key="remote-only")  # data survived the restart
     assert sorted(o.key for o in RemoteStore(url, storage_options=opts).list("p")) == ["after", "before",
                                                                                       "remote-only"]
     tier2.close()

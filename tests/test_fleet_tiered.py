@@ -38,7 +38,7 @@ def test_machine_b_reads_what_machine_a_uploaded(proxied):
     url, opts, proxy = proxied
     events_a, events_b = Recorder(), Recorder()
     a = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts), verify=verifier(), on_event=events_a)
-    blobs = {f"k{i}": sign(f"program {i}".encode() * 100) for i in range(3)}
+    blobs = {f"k{i}": sign(f"program {i}".encode() * 100, key=f"k{i}") for i in range(3)}
     for key, blob in blobs.items():
         assert a.put("cpu-test", key, blob, compile_s=2.0) is True
     assert a.drain(30) == 0
@@ -72,7 +72,7 @@ def test_ro_worker_sends_no_write_request(proxied):
     reaches the server — counted on the wire by the proxy."""
     url, opts, proxy = proxied
     writer = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts))
-    writer.put("cpu-test", "shared", sign(b"shared program"))
+    writer.put("cpu-test", "shared", sign(b"shared program", key="shared"))
     assert writer.drain(30) == 0
     writer.close()
 
@@ -80,10 +80,10 @@ def test_ro_worker_sends_no_write_request(proxied):
     events = Recorder()
     ro_local = MemoryStore()
     ro = TieredStore(ro_local, RemoteStore(url, storage_options=opts), mode="ro", verify=verifier(), on_event=events)
-    assert ro.get("cpu-test", "shared", MB) == sign(b"shared program")
+    assert ro.get("cpu-test", "shared", MB) == sign(b"shared program", key="shared")
     assert ro.get("cpu-test", "mine", MB) is None
     for i in range(3):
-        assert ro.put("cpu-test", f"mine{i}", sign(b"x%d" % i), compile_s=10.0) is True
+        assert ro.put("cpu-test", f"mine{i}", sign(b"x%d" % i, key=f"mine{i}"), compile_s=10.0) is True
     assert ro.drain(5) == 0
     ro.close()
     assert proxy.writes() == 0
@@ -115,8 +115,8 @@ def test_tampered_object_refused_remembered_and_left_alone(proxied, s3_server): 
     remembered (no second GET), reported; the object stays in the bucket (a reader never deletes)."""
     url, opts, proxy = proxied
     owner = RemoteStore(url, storage_options=s3_server.storage_options())
-    owner.put("cpu-test", "victim", sign(b"good program"))
-    tampered = bytearray(sign(b"good program"))
+    owner.put("cpu-test", "victim", sign(b"good program", key="victim"))
+    tampered = bytearray(sign(b"good program", key="victim"))
     tampered[-1] ^= 1
     owner.delete("cpu-test", "victim")  # someone with bucket access swaps the object
     owner.put("cpu-test", "victim", bytes(tampered))
@@ -136,9 +136,9 @@ def test_tampered_object_refused_remembered_and_left_alone(proxied, s3_server): 
     # a reader with another secret: refused the same way, and the owners' object is untouched
     other = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts), verify=verifier(b"another secret"))
     owner.delete("cpu-test", "victim")
-    owner.put("cpu-test", "victim", sign(b"good program"))
+    owner.put("cpu-test", "victim", sign(b"good program", key="victim"))
     assert other.get("cpu-test", "victim", MB) is None
-    assert owner.get("cpu-test", "victim", MB) == sign(b"good program")
+    assert owner.get("cpu-test", "victim", MB) == sign(b"good program", key="victim")
     tier.close(), other.close()
 
 
@@ -200,7 +200,7 @@ def test_broken_observer_and_verifier_cannot_break_a_read():
     def observer(event):
         raise RuntimeError("observer bug")
 
-    def verify(blob):
+    def verify(blob, partition, key):
         raise ValueError("verifier bug")
 
     tier = TieredStore(MemoryStore(), remote, verify=verify, on_event=observer)
@@ -259,3 +259,29 @@ def test_exit_waits_no_longer_than_the_bound():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "upload(s) abandoned" in proc.stdout
     assert seconds < 10, f"exit took {seconds:.1f} s with a 1 s drain bound (stalled upload: 30 s)"
+
+
+def test_valid_object_under_another_name_is_refused(proxied, s3_server):  # noqa: F811
+    """An authentic object copied to another key (or partition) must not be used as that entry: verify gets
+    the requested partition and key, and the toy envelope binds them."""
+    url, opts, _ = proxied
+    owner = RemoteStore(url, storage_options=s3_server.storage_options())
+    owner.put("cpu-test", "other-program", sign(b"program A", key="program-a"))
+    events = Recorder()
+    tier = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts), verify=verifier(), on_event=events)
+    assert tier.get("cpu-test", "other-program", MB) is None
+    assert events.kinds() == ["remote_corrupt"]
+    tier.close()
+
+
+def test_sync_put_uploads_before_returning(proxied):
+    """A coordination claimant uploads in its own thread, so the object exists when it publishes the pointer."""
+    url, opts, _ = proxied
+    remote = RemoteStore(url, storage_options=opts)
+    events = Recorder()
+    tier = TieredStore(MemoryStore(), remote, on_event=events)
+    tier.put("p", "claimed", b"exe", compile_s=3.0, sync=True)
+    assert tier.pending() == 0
+    assert remote.get("p", "claimed", 10) == b"exe"
+    assert [(e.kind, e.created) for e in events.events] == [("upload", True)]
+    tier.close()

@@ -13,8 +13,9 @@ the local folder. What it adds:
 - **Failing open:** every remote error becomes an event and a local-only answer. After ``max_failures``
   consecutive remote errors the remote tier is switched off for the life of this object: one
   :class:`RemoteUnavailableWarning`, one ``remote_off`` event; the program never fails because of it.
-- **Trust:** ``verify(blob) -> reason | None`` comes from the layer that knows the envelope (HMAC, partition,
-  key id); a refused remote object is never written into the local tier, is remembered for the process (no
+- **Trust:** ``verify(blob, partition, key) -> reason | None`` comes from the layer that knows the envelope
+  (HMAC, key id, and that the header names this partition and key: a valid object copied under another key
+  must be refused too); a refused remote object is never written into the local tier, is remembered for the process (no
   second GET) and reported by :meth:`TieredStore.refused`. The remote object itself is left alone: a reader
   with another secret must not delete an object its owners can use.
 - **Exit:** pending uploads are drained at interpreter exit for at most ``drain_timeout_s`` seconds; what is
@@ -102,7 +103,8 @@ class TieredStore:
       local: the machine's own store (the local folder, or a MemoryStore in tests).
       remote: the shared store (usually :class:`~xlakit.store.remote.RemoteStore`).
       mode: ``"rw"`` (read and upload) or ``"ro"`` (read only: no write request ever reaches the remote).
-      verify: ``verify(blob) -> None`` if the remote blob may be used, else a reason string; an exception
+      verify: ``verify(blob, partition, key) -> None`` if the remote blob may be used as that entry, else a
+        reason string; an exception
         counts as a refusal. None accepts every blob (only for tests: the cache layer always passes one).
       on_event: called with each :class:`TierEvent`.
       max_failures: consecutive remote errors (reads and uploads together) that switch the remote off.
@@ -117,7 +119,7 @@ class TieredStore:
     """
 
     def __init__(self, local: Store, remote: Store, *, mode: str = "rw",
-                 verify: Callable[[bytes], str | None] | None = None,
+                 verify: Callable[[bytes, str, str], str | None] | None = None,
                  on_event: Callable[[TierEvent], None] | None = None, max_failures: int = 3,
                  min_upload_compile_s: float = 0.0, max_upload_bytes: int = 1 << 30,
                  drain_timeout_s: float = 10.0, max_pending: int = 256) -> None:
@@ -227,7 +229,7 @@ class TieredStore:
         if blob is None:
             self._emit("remote_miss", partition, key, seconds=seconds, reason="not in the remote store")
             return None
-        reason = self._check(blob)
+        reason = self._check(blob, partition, key)
         if reason is not None:
             self._refuse(partition, key, reason, nbytes=len(blob))
             return None
@@ -240,11 +242,11 @@ class TieredStore:
         self._emit("remote_hit", partition, key, seconds=seconds, nbytes=len(blob))
         return blob
 
-    def _check(self, blob: bytes) -> str | None:
+    def _check(self, blob: bytes, partition: str, key: str) -> str | None:
         if self.verify is None:
             return None
         try:
-            return self.verify(blob)
+            return self.verify(blob, partition, key)
         except Exception as e:
             return f"verification failed: {_describe(e)}"
 
@@ -253,16 +255,18 @@ class TieredStore:
             self._refused[(partition, key)] = reason
         self._emit("remote_corrupt", partition, key, nbytes=nbytes, reason=reason)
 
-    def put(self, partition: str, key: str, blob: bytes, *, compile_s: float | None = None) -> bool:
-        """Store locally (the result is the local ``put``'s), then queue a background upload.
+    def put(self, partition: str, key: str, blob: bytes, *, compile_s: float | None = None,
+            sync: bool = False) -> bool:
+        """Store locally (the result is the local ``put``'s), then upload: queued in the background, or in this
+        thread with ``sync=True`` (a coordination claimant must upload before it tells the waiters).
 
         compile_s: seconds the program took to compile, for the upload threshold (None: unknown, uploaded).
         Raises what ``local.put`` raises; upload problems are events only."""
         created = self.local.put(partition, key, blob)
-        self._schedule(partition, key, bytes(blob), compile_s)
+        self._schedule(partition, key, bytes(blob), compile_s, sync)
         return created
 
-    def _schedule(self, partition: str, key: str, blob: bytes, compile_s: float | None) -> None:
+    def _schedule(self, partition: str, key: str, blob: bytes, compile_s: float | None, sync: bool = False) -> None:
         skip = None
         if self.mode == "ro":
             skip = "read-only remote (mode='ro')"
@@ -274,6 +278,9 @@ class TieredStore:
             skip = f"{len(blob)} bytes, over the {self.max_upload_bytes}-byte upload threshold"
         if skip is not None:
             self._emit("upload_skip", partition, key, nbytes=len(blob), reason=skip)
+            return
+        if sync:
+            self._upload(partition, key, blob)
             return
         with self._idle:
             if (partition, key) in self._pending or self._closed:
