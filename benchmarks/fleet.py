@@ -55,8 +55,8 @@ def child(spec: dict) -> None:
         port, n, me = spec["distributed"]
         jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=me, initialization_timeout=300)
 
-    from xlakit._jax.serialize import Placement, load_compiled, serialize_compiled
     from xlakit._jax.coordinate import Coordinator
+    from xlakit._jax.serialize import Placement, load_compiled, serialize_compiled
     from xlakit.demo.workloads import workloads
     from xlakit.store.base import MemoryStore
     from xlakit.store.remote import RemoteStore
@@ -88,17 +88,17 @@ def child(spec: dict) -> None:
         lowered = fn.lower(*args)
         key = hashlib.sha256(f"{jax.__version__}|{device.platform}|".encode() + lowered.as_text().encode()).hexdigest()
 
-        def fetch():
+        def fetch(key=key, lowered=lowered):
             blob = store.get("bench", key, 512 * MB)
             if blob is None:
                 return None
             head, _, payload = blob.partition(b"\n")  # placement JSON, then the payload
             return load_compiled(payload, Placement.from_dict(json.loads(head)), devices=[device])
 
-        def produce():
+        def produce(key=key, lowered=lowered, name=w.name):
             nonlocal untimed
             compiled = lowered.compile()
-            compiles.append(w.name)
+            compiles.append(name)
             t = time.perf_counter()
             payload, placement = serialize_compiled(compiled)  # before the first run (sort programs fail after)
             blob = json.dumps(placement.to_dict()).encode() + b"\n" + payload

@@ -163,3 +163,16 @@ def test_three_jax_processes_compile_each_program_once(tmp_path):
     assert all(1.0 <= e["seconds"] < 3.0 for e in slow if e["kind"] == "wait_timeout")
     assert all(r["values"]["broken"] == "executable broken" and r["values"]["slow"] == "executable slow"
                for r in reports)
+
+
+def test_claimant_that_uploaded_but_never_published_is_found_in_the_store():
+    """The claimant stored the program and died before publishing: the waiter finds it by polling the store."""
+    kv, events = FakeKV(), []
+    kv.key_value_set("xlakit/v1/claim/p/k", "3")
+    shared = {}
+    threading.Timer(0.2, lambda: shared.update(k=b"exe")).start()
+    coord = Coordinator(kv, 1, wait_s=10, poll_s=0.05, store_poll_s=0.3, on_event=events.append)
+    t0 = time.monotonic()
+    assert coord.run("p", "k", fetch=lambda: shared.get("k"), produce=lambda: pytest.fail("compiled")) == b"exe"
+    assert time.monotonic() - t0 < 2
+    assert [(e.kind, e.pointer, e.owner) for e in events] == [("wait", None, 3)]

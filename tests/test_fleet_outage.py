@@ -8,6 +8,7 @@ import warnings
 
 from fleet_helpers import Recorder, sign, verifier
 from s3_server import s3_server  # noqa: F401  (fixture)
+
 from xlakit.store.base import MemoryStore
 from xlakit.store.remote import RemoteStore
 from xlakit.store.tiered import RemoteUnavailableWarning, TieredStore
@@ -25,7 +26,8 @@ def test_server_killed_then_restarted(s3_server):  # noqa: F811
                        max_failures=3)
     tier.put("p", "before", sign(b"before", partition="p", key="before"), compile_s=2.0)
     assert tier.drain(30) == 0
-    RemoteStore(url, storage_options=opts).put("p", "remote-only", sign(b"from another machine", partition="p", key="remote-only"))
+    other_machine = sign(b"from another machine", partition="p", key="remote-only")
+    RemoteStore(url, storage_options=opts).put("p", "remote-only", other_machine)
     assert events.kinds() == ["upload"]
 
     s3_server.kill()
@@ -58,7 +60,7 @@ def test_server_killed_then_restarted(s3_server):  # noqa: F811
     tier2.put("p", "after", sign(b"after", partition="p", key="after"), compile_s=2.0)
     assert tier2.drain(30) == 0
     assert [(e.kind, e.created) for e in events2.of("upload")] == [("upload", True)]
-    assert tier2.get("p", "remote-only", MB) == sign(b"from another machine", partition="p", key="remote-only")  # data survived the restart
+    assert tier2.get("p", "remote-only", MB) == other_machine  # data survived the restart
     assert sorted(o.key for o in RemoteStore(url, storage_options=opts).list("p")) == ["after", "before",
                                                                                       "remote-only"]
     tier2.close()

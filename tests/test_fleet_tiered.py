@@ -13,9 +13,9 @@ import uuid
 import warnings
 
 import pytest
-
-from fleet_helpers import BrokenStore, Recorder, SlowStore, sign, verifier
+from fleet_helpers import BrokenStore, Recorder, sign, verifier
 from s3_server import CountingProxy, s3_server  # noqa: F401  (fixture)
+
 from xlakit.store.base import MemoryStore, Store
 from xlakit.store.remote import RemoteStore
 from xlakit.store.tiered import RemoteUnavailableWarning, TieredStore
@@ -228,8 +228,9 @@ if mode == "stalled":
     tier = TieredStore(MemoryStore(), SlowStore(30.0), drain_timeout_s=1.0,
                        on_event=lambda e: print(e.kind, e.reason, flush=True) if e.kind == "upload_skip" else None)
 else:
-    tier = TieredStore(MemoryStore(), RemoteStore(sys.argv[2], storage_options=dict(
-        endpoint_url=sys.argv[3], key="xlakit-test", secret="xlakit-test", client_kwargs={{"region_name": "us-east-1"}})))
+    options = dict(endpoint_url=sys.argv[3], key="xlakit-test", secret="xlakit-test",
+                   client_kwargs={{"region_name": "us-east-1"}})
+    tier = TieredStore(MemoryStore(), RemoteStore(sys.argv[2], storage_options=options))
 for i in range(5):
     tier.put("p", f"k{{i}}", b"program %d" % i)
 print("exiting", flush=True)
@@ -266,7 +267,7 @@ def test_valid_object_under_another_name_is_refused(proxied, s3_server):  # noqa
     the requested partition and key, and the toy envelope binds them."""
     url, opts, _ = proxied
     owner = RemoteStore(url, storage_options=s3_server.storage_options())
-    owner.put("cpu-test", "other-program", sign(b"program A", key="program-a"))
+    owner.put("cpu-test", "other-program", sign(b"program A", key="program-a"))  # authentic, but for program-a
     events = Recorder()
     tier = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts), verify=verifier(), on_event=events)
     assert tier.get("cpu-test", "other-program", MB) is None

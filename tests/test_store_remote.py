@@ -10,8 +10,8 @@ import time
 import uuid
 
 import pytest
-
 from s3_server import CountingProxy, s3_server  # noqa: F401  (fixture)
+
 from xlakit.store.base import ObjectRefused, Store
 from xlakit.store.remote import RemoteStore
 

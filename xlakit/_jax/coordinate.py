@@ -10,7 +10,7 @@ JAX already runs for multi-process jobs; nothing of xlakit's own listens on the 
    publishes a small pointer at ``<ns>/done/<partition>/<key>`` (at most ``MAX_POINTER`` characters: never
    executables — the key-value store is for small coordination values).
 4. The others wait for the pointer (``blocking_key_value_get`` in slices of ``poll_s``, asking the shared
-   store between slices), at most ``wait_s`` seconds, then load it with ``fetch``. On timeout, or when the
+   store every ``store_poll_s`` too), at most ``wait_s`` seconds, then load it with ``fetch``. On timeout, or when the
    claimant reports a failure (``failed:<reason>`` as the pointer: the program could not be serialized, the
    compile raised), each compiles itself.
 
@@ -88,7 +88,8 @@ class Coordinator:
       process_id: this process's id in the job.
       namespace: key prefix in the key-value store.
       wait_s: the most seconds a waiter waits for the claimant's pointer before compiling itself.
-      poll_s: seconds per blocking get; the shared store is asked between two.
+      poll_s: seconds per blocking get of the pointer.
+      store_poll_s: seconds between two looks at the shared store while no pointer has come.
       on_event: called with each :class:`CoordinationEvent` (exceptions in it are swallowed).
 
     Raises:
@@ -96,9 +97,12 @@ class Coordinator:
     """
 
     def __init__(self, client, process_id: int, *, namespace: str = "xlakit/v1", wait_s: float = 120.0,
-                 poll_s: float = 0.5, on_event: Callable[[CoordinationEvent], None] | None = None) -> None:
-        if wait_s < 0 or poll_s <= 0:
-            raise ValueError(f"wait_s must be >= 0 and poll_s > 0 (got {wait_s}, {poll_s})")
+                 poll_s: float = 0.5, store_poll_s: float = 2.0,
+                 on_event: Callable[[CoordinationEvent], None] | None = None) -> None:
+        if wait_s < 0 or poll_s <= 0 or store_poll_s <= 0:
+            raise ValueError(f"wait_s must be >= 0, poll_s and store_poll_s > 0 (got {wait_s}, {poll_s}, "
+                             f"{store_poll_s})")
+        self.store_poll_s = store_poll_s
         self.client, self.process_id = client, process_id
         self.namespace, self.wait_s, self.poll_s, self.on_event = namespace.rstrip("/"), wait_s, poll_s, on_event
 
@@ -142,9 +146,13 @@ class Coordinator:
         self.client.key_value_set(self._name("done", partition, key), pointer, allow_overwrite=True)
 
     def wait(self, partition: str, key: str, fetch: Callable[[], T | None]) -> tuple[T | None, str | None]:
-        """Wait (at most ``wait_s``) for the claimant: ``(value, pointer)``; value None means compile yourself."""
+        """Wait (at most ``wait_s``) for the claimant: ``(value, pointer)``; value None means compile yourself.
+
+        The pointer is awaited in the key-value store in slices of ``poll_s``; the shared store is asked when
+        it arrives and every ``store_poll_s`` besides (a claimant that uploaded and died before publishing)."""
         name = self._name("done", partition, key)
         deadline = time.monotonic() + self.wait_s
+        next_store_poll = time.monotonic() + self.store_poll_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -157,7 +165,10 @@ class Coordinator:
                 pointer = None
             if pointer is not None and pointer.startswith(_FAILED):
                 return None, pointer
-            value = fetch()  # the pointer arrived, or the store may have it already (a claimant of a past job)
+            if pointer is None and time.monotonic() < next_store_poll:
+                continue
+            next_store_poll = time.monotonic() + self.store_poll_s
+            value = fetch()
             if value is not None:
                 return value, pointer
             if pointer is not None:  # published but not fetchable here (another secret, a failed read)
@@ -186,10 +197,10 @@ class Coordinator:
             except BaseException as e:
                 self._publish_quietly(partition, key, f"{_FAILED}{type(e).__name__}: {e}"[:MAX_POINTER])
                 raise
-            where = (f"{_FAILED}not storable" if value is None
-                     else (pointer(value) if pointer else f"{partition}/{key}"))
-            self._publish_quietly(partition, key, where)
-            self._emit("claim", partition, key, seconds=time.perf_counter() - start, pointer=where,
+            published = (f"{_FAILED}not storable" if value is None
+                         else (pointer(value) if pointer else f"{partition}/{key}"))
+            self._publish_quietly(partition, key, published)
+            self._emit("claim", partition, key, seconds=time.perf_counter() - start, pointer=published,
                        owner=self.process_id)
             return value  # type: ignore[return-value]
         value, where = self.wait(partition, key, fetch)
