@@ -123,6 +123,14 @@ def test_s3_second_put_is_refused_by_the_server(s3_server):  # noqa: F811
         proxy.close()
 
 
+def test_s3_empty_object_reads_as_empty_bytes(s3_server):  # noqa: F811
+    """S3 answers a ranged GET of a zero-byte object with 416: that is an (empty, invalid) entry for the verifier
+    to refuse, not a failure of the server that would count towards switching the remote off."""
+    store = RemoteStore(s3_server.url(f"empty-{uuid.uuid4().hex[:8]}"), storage_options=s3_server.storage_options())
+    assert store.put("p", "empty", b"") is True
+    assert store.get("p", "empty", 100) == b""
+
+
 _RACE = r"""
 import json, sys, time
 from xlakit.store.remote import RemoteStore
