@@ -131,10 +131,19 @@ class SeaweedS3:
         self.kill()
         raise RuntimeError(f"SeaweedFS not ready in time (last error: {last}); log: {self.log}")
 
+    def pause(self) -> None:
+        """SIGSTOP the server: connections are still accepted by the kernel, nothing answers (a hung server)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL the whole server (an outage, not a clean shutdown)."""
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)  # a stopped process dies on SIGKILL too
             self.proc.wait(timeout=30)
         self.proc = None
 

@@ -64,3 +64,27 @@ def test_server_killed_then_restarted(s3_server):  # noqa: F811
     assert sorted(o.key for o in RemoteStore(url, storage_options=opts).list("p")) == ["after", "before",
                                                                                       "remote-only"]
     tier2.close()
+
+
+def test_hung_server_costs_a_bounded_wait(s3_server):  # noqa: F811
+    """A server that accepts connections and never answers (SIGSTOP): each read gives up after
+    read_timeout_s, two such reads switch the remote off, and later reads are local-only at once."""
+    url, opts = s3_server.url(f"hung-{uuid.uuid4().hex[:8]}"), s3_server.storage_options()
+    events = Recorder()
+    tier = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts), on_event=events, max_failures=2,
+                       read_timeout_s=1.0)
+    assert tier.get("p", "warm-up", MB) is None  # connection set up while the server answers
+    s3_server.pause()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t0 = time.monotonic()
+            assert [tier.get("p", f"k{i}", MB) for i in range(4)] == [None] * 4
+            elapsed = time.monotonic() - t0
+    finally:
+        s3_server.resume()
+    assert 2.0 <= elapsed < 6.0, elapsed
+    assert events.kinds() == ["remote_miss", "remote_error", "remote_error", "remote_off"]
+    assert "within 1.0 s" in events.events[1].reason
+    assert [w.category for w in caught] == [RemoteUnavailableWarning]
+    tier.close(timeout_s=0)

@@ -46,8 +46,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.=-]{1,255}")
 # Short network bounds by default: a cache must never make a program wait long on a dead server.
 # Each can be overridden through ``storage_options``.
 _S3_DEFAULTS: dict[str, Any] = {
-    "retries": 2,
-    "config_kwargs": {"connect_timeout": 3, "read_timeout": 30, "retries": {"total_max_attempts": 2}},
+    "retries": 1,  # s3fs's own retry loop; botocore below retries once more
+    "config_kwargs": {"connect_timeout": 3, "read_timeout": 15, "retries": {"total_max_attempts": 2}},
 }
 _PROTOCOL_EXTRA = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
@@ -250,7 +250,7 @@ class RemoteStore:
     Args:
       url: ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``file:///shared/folder``, ``memory://name``.
       storage_options: passed to the fsspec filesystem (``endpoint_url``, ``key``, ``secret``, ``anon``...);
-        for S3 they are merged over short defaults (connect timeout 3 s, read timeout 30 s, 2 attempts).
+        for S3 they are merged over short defaults (connect timeout 3 s, read timeout 15 s, 2 attempts).
       fs: an fsspec filesystem to use instead of building one from the URL (tests wrap one to count calls).
 
     Raises:

@@ -91,6 +91,30 @@ def _unregister_exit_hook(hook: Callable[[], None]) -> None:
             pass
 
 
+def _with_deadline(call: Callable[[], bytes | None], timeout_s: float | None) -> bytes | None:
+    """``call()`` in a daemon thread, waiting at most ``timeout_s`` seconds; raises TimeoutError after that
+    (the call is abandoned, not cancelled: a daemon thread never delays interpreter exit)."""
+    if timeout_s is None:
+        return call()
+    box: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # handed to the caller below
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="xlakit-remote-read", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise TimeoutError(f"no answer from the remote store within {timeout_s} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _describe(e: BaseException) -> str:
     text = str(e) or type(e).__name__
     return f"{type(e).__name__}: {text}"[:300]
@@ -113,6 +137,9 @@ class TieredStore:
       max_upload_bytes: blobs over this many bytes are not uploaded.
       drain_timeout_s: the most seconds interpreter exit waits for pending uploads.
       max_pending: uploads queued at once; more are skipped (reported), so memory stays bounded.
+      read_timeout_s: the most seconds a program waits for one remote read (a stalled server that accepts
+        connections and never answers); the read then counts as a remote error. None: the backend's own
+        timeouts only.
 
     Raises:
       ValueError: an unknown mode or a negative bound.
@@ -122,7 +149,7 @@ class TieredStore:
                  verify: Callable[[bytes, str, str], str | None] | None = None,
                  on_event: Callable[[TierEvent], None] | None = None, max_failures: int = 3,
                  min_upload_compile_s: float = 0.0, max_upload_bytes: int = 1 << 30,
-                 drain_timeout_s: float = 10.0, max_pending: int = 256) -> None:
+                 drain_timeout_s: float = 10.0, max_pending: int = 256, read_timeout_s: float | None = 30.0) -> None:
         if mode not in ("rw", "ro"):
             raise ValueError(f"remote mode {mode!r} is not 'rw' or 'ro'")
         if max_failures < 1 or drain_timeout_s < 0 or max_pending < 1 or max_upload_bytes < 0:
@@ -131,6 +158,7 @@ class TieredStore:
         self.verify, self.on_event = verify, on_event
         self.max_failures, self.min_upload_compile_s = max_failures, min_upload_compile_s
         self.max_upload_bytes, self.drain_timeout_s = max_upload_bytes, drain_timeout_s
+        self.read_timeout_s = read_timeout_s
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._pending: set[tuple[str, str]] = set()
         self._idle = threading.Condition()
@@ -216,7 +244,7 @@ class TieredStore:
         self._connected()
         start = time.perf_counter()
         try:
-            blob = self.remote.get(partition, key, max_bytes)
+            blob = _with_deadline(lambda: self.remote.get(partition, key, max_bytes), self.read_timeout_s)
         except ObjectRefused as e:
             self._refuse(partition, key, e.reason)
             return None
