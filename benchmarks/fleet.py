@@ -20,7 +20,7 @@ Rows:
   Coordinator lets one compile each program (it uploads, then publishes a pointer), the others wait and load.
 - N uncoordinated cold: the same N processes without coordination: each compiles everything.
 
-Usage: python benchmarks/fleet.py [--processes 4] [--only mlp_infer_b1,cnn_train_step]
+Usage: python benchmarks/fleet.py [--processes 4] [--repeats 3] [--only mlp_infer_b1,cnn_train_step]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def child(spec: dict) -> None:
     s3 = RemoteStore(spec["s3"], storage_options=_s3_options(spec["endpoint"])) if spec.get("s3") else None
     folder = RemoteStore(spec["folder"]) if spec.get("folder") else None
     if mode == "remote":
-        store = TieredStore(RemoteStore(spec["local"]), s3)
+        store = TieredStore(RemoteStore(spec["local"]), s3, probe_on_start=True)
     else:
         store = folder or s3 or MemoryStore()
     events: list = []
@@ -143,6 +143,12 @@ def _collect(procs: list[subprocess.Popen]) -> list[dict]:
     return out
 
 
+def _median(runs: list[dict]) -> dict:
+    import statistics
+
+    return {"seconds": {name: statistics.median(r["seconds"][name] for r in runs) for name in runs[0]["seconds"]}}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -153,6 +159,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--only", default="", help="comma-separated workload names (default: all)")
+    ap.add_argument("--repeats", type=int, default=3, help="local/remote warm rounds (median per workload)")
     ap.add_argument("--child")
     args = ap.parse_args()
     if args.child:
@@ -174,9 +181,12 @@ def main() -> int:
             print(f"S3 server ready in {server.startup_s:.1f} s; measuring (fresh processes) ...", flush=True)
             (cold,) = _collect([_spawn({**base, "mode": "fill", "s3": server.url("warm"),
                                         "folder": f"file://{tmp_path / 'folder'}"})])
-            (local,) = _collect([_spawn({**base, "mode": "local", "folder": f"file://{tmp_path / 'folder'}"})])
-            (remote,) = _collect([_spawn({**base, "mode": "remote", "s3": server.url("warm"),
-                                          "local": f"file://{tmp_path / 'empty-local'}"})])
+            local_runs, remote_runs = [], []
+            for i in range(args.repeats):  # interleaved, so machine noise hits both alike
+                local_runs += _collect([_spawn({**base, "mode": "local", "folder": f"file://{tmp_path / 'folder'}"})])
+                remote_runs += _collect([_spawn({**base, "mode": "remote", "s3": server.url("warm"),
+                                                 "local": f"file://{tmp_path / f'empty-local-{i}'}"})])
+            local, remote = _median(local_runs), _median(remote_runs)
             port = _free_port()
             coord = _collect([_spawn({**base, "mode": "coordinated", "s3": server.url("coord"),
                                       "distributed": [port, n, i]}) for i in range(n)])
@@ -189,14 +199,17 @@ def main() -> int:
         return sum(r["seconds"].values())
 
     rows = [("cold (1 process)", total(cold), len(cold["compiles"])),
-            ("local warm (1 process, local folder)", total(local), 0),
-            ("remote warm (1 process, empty local folder, S3)", total(remote), 0),
+            (f"local warm (1 process, local folder; median of {args.repeats})", total(local), 0),
+            (f"remote warm (1 process, empty local folder, S3; median of {args.repeats})", total(remote), 0),
             (f"{n} coordinated cold processes (slowest)", max(r["wall"] for r in coord),
              sum(len(r["compiles"]) for r in coord)),
             (f"{n} uncoordinated cold processes (slowest)", max(r["wall"] for r in uncoord),
              sum(len(r["compiles"]) for r in uncoord))]
-    print(f"\nworkloads: {', '.join(cold['seconds'])}")
-    print(f"{'':52s} {'seconds':>9s} {'compiles':>9s}")
+    print(f"\n{'first call (s)':24s} {'cold':>8s} {'local warm':>11s} {'remote warm':>12s} {'remote/local':>13s}")
+    for name in cold["seconds"]:
+        c, lo, re_ = cold["seconds"][name], local["seconds"][name], remote["seconds"][name]
+        print(f"{name:24s} {c:8.3f} {lo:11.3f} {re_:12.3f} {re_ / lo:12.2f}x")
+    print(f"\n{'':52s} {'seconds':>9s} {'compiles':>9s}")
     for name, s, c in rows:
         print(f"{name:52s} {s:9.3f} {c:9d}")
     ratio = total(remote) / total(local)

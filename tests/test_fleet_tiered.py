@@ -79,7 +79,10 @@ def test_ro_worker_sends_no_write_request(proxied):
     proxy.counts.clear()
     events = Recorder()
     ro_local = MemoryStore()
-    ro = TieredStore(ro_local, RemoteStore(url, storage_options=opts), mode="ro", verify=verifier(), on_event=events)
+    ro = TieredStore(ro_local, RemoteStore(url, storage_options=opts), mode="ro", verify=verifier(), on_event=events,
+                     probe_on_start=True)
+    assert ro.ready()
+    assert dict(proxy.counts) == {"GET": 1}  # the start-up probe: a read of a name no entry has
     assert ro.get("cpu-test", "shared", MB) == sign(b"shared program", key="shared")
     assert ro.get("cpu-test", "mine", MB) is None
     for i in range(3):
@@ -87,7 +90,7 @@ def test_ro_worker_sends_no_write_request(proxied):
     assert ro.drain(5) == 0
     ro.close()
     assert proxy.writes() == 0
-    assert dict(proxy.counts) == {"GET": 2}
+    assert dict(proxy.counts) == {"GET": 3}
     assert [e.reason for e in events.of("upload_skip")] == ["read-only remote (mode='ro')"] * 3
     assert len(ro_local.objects) == 4  # the remote hit and three own entries, all local
 

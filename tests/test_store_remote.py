@@ -208,12 +208,15 @@ def test_plan_prune_by_age_then_size():
     assert plan_prune(objs, now=now) == []
 
 
-def test_connect_sends_no_request(s3_server):  # noqa: F811
+def test_connect_sends_no_request_unless_probing(s3_server):  # noqa: F811
     proxy = CountingProxy(s3_server.port)
     try:
         store = RemoteStore(s3_server.url("connect"), storage_options=s3_server.storage_options(proxy.endpoint))
         store.connect()
         assert sum(proxy.counts.values()) == 0
+        store.connect(probe=True)  # one read of a name no entry can have, nothing else
+        assert dict(proxy.counts) == {"GET": 1}
+        assert list(store.list()) == []
         RemoteStore(f"memory://x-{uuid.uuid4().hex}").connect()  # no session to set up: a no-op
     finally:
         proxy.close()

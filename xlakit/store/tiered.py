@@ -140,6 +140,8 @@ class TieredStore:
       read_timeout_s: the most seconds a program waits for one remote read (a stalled server that accepts
         connections and never answers); the read then counts as a remote error. None: the backend's own
         timeouts only.
+      probe_on_start: while setting the remote client up in the background, also send one GET of a name no
+        entry has (see ``RemoteStore.connect``), so the first real read does not pay for opening the connection.
 
     Raises:
       ValueError: an unknown mode or a negative bound.
@@ -149,7 +151,8 @@ class TieredStore:
                  verify: Callable[[bytes, str, str], str | None] | None = None,
                  on_event: Callable[[TierEvent], None] | None = None, max_failures: int = 3,
                  min_upload_compile_s: float = 0.0, max_upload_bytes: int = 1 << 30,
-                 drain_timeout_s: float = 10.0, max_pending: int = 256, read_timeout_s: float | None = 30.0) -> None:
+                 drain_timeout_s: float = 10.0, max_pending: int = 256, read_timeout_s: float | None = 30.0,
+                 probe_on_start: bool = False) -> None:
         if mode not in ("rw", "ro"):
             raise ValueError(f"remote mode {mode!r} is not 'rw' or 'ro'")
         if max_failures < 1 or drain_timeout_s < 0 or max_pending < 1 or max_upload_bytes < 0:
@@ -158,7 +161,7 @@ class TieredStore:
         self.verify, self.on_event = verify, on_event
         self.max_failures, self.min_upload_compile_s = max_failures, min_upload_compile_s
         self.max_upload_bytes, self.drain_timeout_s = max_upload_bytes, drain_timeout_s
-        self.read_timeout_s = read_timeout_s
+        self.read_timeout_s, self.probe_on_start = read_timeout_s, probe_on_start
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._pending: set[tuple[str, str]] = set()
         self._idle = threading.Condition()
@@ -197,15 +200,23 @@ class TieredStore:
 
     def _connect(self) -> None:
         try:
-            self.remote.connect()  # type: ignore[attr-defined]
+            if self.probe_on_start:
+                self.remote.connect(probe=True)  # type: ignore[attr-defined]
+            else:
+                self.remote.connect()  # type: ignore[attr-defined]
         except Exception:
             pass  # the first real call reports the problem as an event
 
-    def _connected(self) -> None:
-        """Wait for the background set-up (bounded: a hung set-up must not hang a read)."""
+    def ready(self, timeout_s: float = 30.0) -> bool:
+        """Wait (at most ``timeout_s``) for the background set-up of the remote client; True when it is done."""
         thread = self._connecting
         if thread is not None:
-            thread.join(30)
+            thread.join(timeout_s)
+            return not thread.is_alive()
+        return True
+
+    def _connected(self) -> None:
+        self.ready(30.0)  # bounded: a hung set-up must not hang a read
 
     def _emit(self, kind: str, partition: str, key: str, **fields) -> None:
         if self.on_event is not None:
