@@ -289,3 +289,19 @@ def test_sync_put_uploads_before_returning(proxied):
     assert remote.get("p", "claimed", 10) == b"exe"
     assert [(e.kind, e.created) for e in events.events] == [("upload", True)]
     tier.close()
+
+
+def test_full_local_disk_still_uploads():
+    """The local put fails (disk full): the caller sees the OSError as with a plain local store, and the
+    program still reaches the shared store for the other machines."""
+    class Full(MemoryStore):
+        def put(self, partition, key, blob):
+            raise OSError(28, "No space left on device")
+
+    remote = MemoryStore()
+    tier = TieredStore(Full(), remote)
+    with pytest.raises(OSError, match="No space"):
+        tier.put("p", "k", b"exe", compile_s=5.0)
+    assert tier.drain(10) == 0
+    assert remote.get("p", "k", 10) == b"exe"
+    tier.close()

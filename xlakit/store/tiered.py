@@ -301,7 +301,11 @@ class TieredStore:
 
         compile_s: seconds the program took to compile, for the upload threshold (None: unknown, uploaded).
         Raises what ``local.put`` raises; upload problems are events only."""
-        created = self.local.put(partition, key, blob)
+        try:
+            created = self.local.put(partition, key, blob)
+        except OSError:  # a full or read-only local folder: the fleet still gets the program
+            self._schedule(partition, key, bytes(blob), compile_s, sync)
+            raise
         self._schedule(partition, key, bytes(blob), compile_s, sync)
         return created
 
