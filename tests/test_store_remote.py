@@ -1,0 +1,222 @@
+"""RemoteStore: the Store contract on memory://, file:// and a real S3 server (SeaweedFS on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from s3_server import CountingProxy, s3_server  # noqa: F401  (fixture)
+
+from xlakit.store.base import ObjectRefused, Store
+from xlakit.store.remote import RemoteStore
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _check_contract(store: RemoteStore) -> None:
+    assert isinstance(store, Store)
+    assert store.get("cpu-p1", "k1", 1 << 20) is None
+    assert store.stat("cpu-p1", "k1") is None
+    assert store.put("cpu-p1", "k1", b"first") is True
+    # create-only: the second writer is told "exists" and the object keeps the first bytes
+    assert store.put("cpu-p1", "k1", b"second") is False
+    assert store.get("cpu-p1", "k1", 1 << 20) == b"first"
+    st = store.stat("cpu-p1", "k1")
+    assert (st.partition, st.key, st.size_bytes) == ("cpu-p1", "k1", 5)
+    assert abs(st.mtime - time.time()) < 600
+    assert store.put("cpu-p1", "k2", b"x" * 100) is True
+    assert store.put("cpu-p2", "k1", b"other partition") is True
+    assert [(o.partition, o.key, o.size_bytes) for o in store.list()] == [
+        ("cpu-p1", "k1", 5), ("cpu-p1", "k2", 100), ("cpu-p2", "k1", 15)]
+    assert [o.key for o in store.list("cpu-p1")] == ["k1", "k2"]
+    assert list(store.list("absent")) == []
+    # bounded read: an object over the bound is refused, never returned whole
+    with pytest.raises(ObjectRefused, match="bound"):
+        store.get("cpu-p1", "k2", 99)
+    assert store.get("cpu-p1", "k2", 100) == b"x" * 100
+    assert store.delete("cpu-p1", "k1") is True
+    assert store.delete("cpu-p1", "k1") is False
+    assert store.get("cpu-p1", "k1", 100) is None
+    assert store.put("cpu-p1", "k1", b"again") is True  # a deleted key can be created again
+
+
+def test_contract_memory():
+    _check_contract(RemoteStore(f"memory://xlakit-{uuid.uuid4().hex}/pfx"))
+
+
+def test_contract_file(tmp_path):
+    _check_contract(RemoteStore(f"file://{tmp_path}/shared"))
+    assert sorted(os.listdir(tmp_path / "shared" / "v1")) == ["cpu-p1", "cpu-p2"]
+
+
+def test_names_cannot_leave_the_prefix(tmp_path):
+    store = RemoteStore(f"file://{tmp_path}/shared")
+    for bad in ("..", "a/b", "", "a\x00", "k" * 256):
+        with pytest.raises(ValueError, match="cannot name a remote object"):
+            store.put("p", bad, b"x")
+        with pytest.raises(ValueError):
+            store.get(bad, "k", 10)
+    assert not (tmp_path / "shared").exists() or not any((tmp_path / "shared").rglob("*x*"))
+
+
+def test_bad_urls_are_explained():
+    with pytest.raises(ValueError, match="not a URL"):
+        RemoteStore("bucket/prefix")
+    with pytest.raises(ValueError, match="names no bucket"):
+        RemoteStore("s3://")
+
+
+def test_file_refuses_links_and_fifos_and_skips_temps(tmp_path):
+    """A planted symlink (to a huge or endless file) or FIFO is refused at once, never read or waited on."""
+    store = RemoteStore(f"file://{tmp_path}/shared")
+    assert store.put("p", "real", b"abc")
+    folder = tmp_path / "shared" / "v1" / "p"
+    os.symlink("/dev/zero", folder / "link")
+    os.mkfifo(folder / "fifo")
+    (folder / ".tmp-dead-writer").write_bytes(b"partial")
+    with pytest.raises(ObjectRefused, match="symbolic link"):
+        store.get("p", "link", 1 << 20)
+    t0 = time.monotonic()
+    with pytest.raises(ObjectRefused, match="not a regular file"):
+        store.get("p", "fifo", 1 << 20)
+    assert time.monotonic() - t0 < 2
+    assert [o.key for o in store.list()] == ["real"]
+
+
+def test_file_put_leaves_no_temp(tmp_path):
+    store = RemoteStore(f"file://{tmp_path}/shared")
+    store.put("p", "k", b"1")
+    store.put("p", "k", b"2")
+    assert sorted(os.listdir(tmp_path / "shared" / "v1" / "p")) == ["k"]
+
+
+# -- the real S3 server ---------------------------------------------------------------------------------------
+
+def test_s3_contract(s3_server):  # noqa: F811
+    store = RemoteStore(s3_server.url(f"contract-{uuid.uuid4().hex[:8]}"), storage_options=s3_server.storage_options())
+    _check_contract(store)
+
+
+def test_s3_second_put_is_refused_by_the_server(s3_server):  # noqa: F811
+    """Create-only is enforced by the server (If-None-Match: *), not by a check before the write: the second PUT
+    goes over the wire and SeaweedFS answers 412, which is reported as "exists"; the object is unchanged."""
+    proxy = CountingProxy(s3_server.port)
+    try:
+        store = RemoteStore(s3_server.url(f"once-{uuid.uuid4().hex[:8]}"),
+                            storage_options=s3_server.storage_options(proxy.endpoint))
+        assert store.put("p", "k", b"one") is True
+        before = proxy.counts["PUT"]
+        assert store.put("p", "k", b"two") is False
+        assert proxy.counts["PUT"] == before + 1
+        assert store.get("p", "k", 100) == b"one"
+        # a read is one GET and nothing else (no HEAD, no write); a missing object is one GET too
+        proxy.counts.clear()
+        assert store.get("p", "k", 100) == b"one"
+        assert store.get("p", "absent", 100) is None
+        assert dict(proxy.counts) == {"GET": 2}
+    finally:
+        proxy.close()
+
+
+def test_s3_empty_object_reads_as_empty_bytes(s3_server):  # noqa: F811
+    """S3 answers a ranged GET of a zero-byte object with 416: that is an (empty, invalid) entry for the verifier
+    to refuse, not a failure of the server that would count towards switching the remote off."""
+    store = RemoteStore(s3_server.url(f"empty-{uuid.uuid4().hex[:8]}"), storage_options=s3_server.storage_options())
+    assert store.put("p", "empty", b"") is True
+    assert store.get("p", "empty", 100) == b""
+
+
+_RACE = r"""
+import json, sys, time
+from xlakit.store.remote import RemoteStore
+url, endpoint, me, start_at = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+store = RemoteStore(url, storage_options={"endpoint_url": endpoint, "key": "xlakit-test", "secret": "xlakit-test",
+                                          "client_kwargs": {"region_name": "us-east-1"}})
+while time.time() < start_at:
+    time.sleep(0.005)
+created, errors = [], []
+for i in range(50):
+    try:
+        created.append(store.put("race", f"k{i:02d}", f"writer {me} key {i}".encode()))
+    except Exception as e:
+        errors.append(repr(e))
+print(json.dumps({"created": created, "errors": errors}))
+"""
+
+
+def test_s3_four_writers_one_object_per_key(s3_server):  # noqa: F811
+    """4 processes x 50 create-only puts of the same 50 keys at the same moment: no error reaches a writer,
+    each key ends as exactly one object, and its bytes are those of the one writer told it created it."""
+    url = s3_server.url(f"race-{uuid.uuid4().hex[:8]}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    start_at = time.time() + 3
+    procs = [subprocess.Popen([sys.executable, "-c", _RACE, url, s3_server.endpoint, str(i), str(start_at)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(4)]
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-3000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    assert [r["errors"] for r in reports] == [[], [], [], []]
+    store = RemoteStore(url, storage_options=s3_server.storage_options())
+    objects = list(store.list())
+    assert [o.key for o in objects] == [f"k{i:02d}" for i in range(50)]
+    for i in range(50):
+        winners = [w for w in range(4) if reports[w]["created"][i]]
+        assert len(winners) == 1, f"key {i}: writers {winners} were each told they created it"
+        assert store.get("race", f"k{i:02d}", 100) == f"writer {winners[0]} key {i}".encode()
+
+
+# -- settings and maintenance planning ------------------------------------------------------------------------
+
+def test_remote_settings_from_arguments_and_environment():
+    from xlakit.store.remote import remote_settings
+
+    assert remote_settings(environ={}) is None
+    assert remote_settings(environ={"XLAKIT_CACHE_REMOTE": ""}) is None
+    assert remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b/p"}) == ("s3://b/p", "rw", {})
+    env = {"XLAKIT_CACHE_REMOTE": "s3://b/p", "XLAKIT_CACHE_REMOTE_MODE": "ro",
+           "XLAKIT_CACHE_REMOTE_OPTIONS": '{"endpoint_url": "http://127.0.0.1:1"}'}
+    assert remote_settings(environ=env) == ("s3://b/p", "ro", {"endpoint_url": "http://127.0.0.1:1"})
+    assert remote_settings("gs://x/y", "rw", environ=env) == ("gs://x/y", "rw", {"endpoint_url": "http://127.0.0.1:1"})
+    with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_MODE='readonly'"):
+        remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_MODE": "readonly"})
+    with pytest.raises(ValueError, match="remote_mode='w'"):
+        remote_settings("s3://b", "w", environ={})
+    with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_OPTIONS is not JSON"):
+        remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_OPTIONS": "endpoint=x"})
+    with pytest.raises(ValueError, match="JSON object"):
+        remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_OPTIONS": "[1]"})
+
+
+def test_plan_prune_by_age_then_size():
+    from xlakit.store.base import ObjectStat
+    from xlakit.store.remote import plan_prune
+
+    day = 86400.0
+    objs = [ObjectStat("p", f"k{i}", 100, 1000 * day - i * day) for i in range(5)]  # k4 oldest (4 days)
+    now = 1000 * day
+    assert [o.key for o in plan_prune(objs, older_than_s=2.5 * day, now=now)] == ["k4", "k3"]
+    assert [o.key for o in plan_prune(objs, max_bytes=250, now=now)] == ["k4", "k3", "k2"]
+    assert [o.key for o in plan_prune(objs, older_than_s=3.5 * day, max_bytes=250, now=now)] == ["k4", "k3", "k2"]
+    assert plan_prune(objs, max_bytes=500, now=now) == []
+    assert plan_prune(objs, now=now) == []
+
+
+def test_connect_sends_no_request_unless_probing(s3_server):  # noqa: F811
+    proxy = CountingProxy(s3_server.port)
+    try:
+        store = RemoteStore(s3_server.url("connect"), storage_options=s3_server.storage_options(proxy.endpoint))
+        store.connect()
+        assert sum(proxy.counts.values()) == 0
+        store.connect(probe=True)  # one read of a name no entry can have, nothing else
+        assert dict(proxy.counts) == {"GET": 1}
+        assert list(store.list()) == []
+        RemoteStore(f"memory://x-{uuid.uuid4().hex}").connect()  # no session to set up: a no-op
+    finally:
+        proxy.close()
