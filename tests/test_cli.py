@@ -291,3 +291,62 @@ def test_module_entry_point_and_no_jax(cache, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "prune", "--max-bytes", "abc",
                            "--path", str(cache.root)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+# -- hostile and mistaken folders ----------------------------------------------------------------------
+
+
+def _strict_json(text: str):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("field", [b'"created":NaN', b'"created":1e308', b'"compile_s":Infinity',
+                                   b'"created":' + b"9" * 400])
+def test_listings_survive_any_header_value(cache, capsys, field):
+    """Values JSON allows but no table or JSON output can show: every listing exits 0 with valid JSON."""
+    import struct
+
+    hdr = b"{" + field + b"}"
+    Path(cache.root, PA, "x.xlk").write_bytes(b"XLAKIT\x00\x01" + struct.pack(">I", len(hdr)) + hdr + bytes(32))
+    os.utime(Path(cache.root, PA, "key-a1.used"), (1e11, 1e11))  # a last-use time far in the future
+    for cmd in (["ls"], ["stats"]):
+        code, _, err = run(capsys, "cache", *cmd, "--path", str(cache.root))
+        assert code == 0, err
+        code, out, err = run(capsys, "cache", *cmd, "--path", str(cache.root), "--json")
+        assert code == 0, err
+        _strict_json(out)
+    code, out, _ = run(capsys, "cache", "ls", "--path", str(cache.root), "--json")
+    [x] = [e for e in _strict_json(out)["entries"] if e["key"] == "x"]
+    assert x["name"] is None and "older xlakit format" in x["error"] and x["created"] is None
+
+
+def test_json_output_never_holds_nan(capsys):
+    from xlakit.cli import _emit_json
+
+    _emit_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    assert _strict_json(capsys.readouterr().out) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+@pytest.mark.parametrize("cmd", [["clear", "--yes"], ["prune", "--max-bytes", "1"], ["verify"]])
+def test_destructive_commands_refuse_a_folder_that_is_not_a_cache(tmp_path, capsys, cmd, monkeypatch):
+    monkeypatch.setenv("XLAKIT_CONFIG_DIR", str(tmp_path / "config"))
+    proj = tmp_path / "project"
+    (proj / "results").mkdir(parents=True)
+    (proj / "README.md").write_text("keep")
+    (proj / "results" / "run1.used").write_text("data")
+    code, out, err = run(capsys, "cache", *cmd, "--path", str(proj))
+    assert code == 2 and out == ""
+    assert f"{proj} is not an xlakit cache folder" in err and "nothing was deleted" in err
+    assert sorted(p.name for p in proj.rglob("*")) == ["README.md", "results", "run1.used"]
+
+
+def test_verify_skips_entries_of_another_key(cache, capsys, tmp_path):
+    other = LocalStore(cache.root, secret=b"another-user-secret-of-32-bytes!")
+    assert other.put(PA, "theirs", {"name": "jit_theirs"}, b"x").stored
+    code, data = run_json(capsys, "cache", "verify", "--path", str(cache.root))
+    assert code == 0 and data["bad"] == []
+    assert [s["key"] for s in data["skipped"]] == ["theirs"] and "another key" in data["skipped"][0]["reason"]
+    assert Path(cache.root, PA, "theirs.xlk").exists()
