@@ -22,7 +22,6 @@ from .layout import (
     PARTITION_INFO,
     QUARANTINE,
     STALE_TEMP_S,
-    TAG_NAME,
     USED_SUFFIX,
     is_stale_temp,
     is_temp_name,
@@ -65,12 +64,12 @@ def _walk_bytes(path: str) -> int:
 
 
 def scan(root: Path, now: float | None = None) -> Scan:
-    """Count every regular file under ``root`` except the lock, the tag and temps; list entries, quarantined
+    """Count every regular file under ``root`` except the lock and temps (the tag counts: it occupies a block); list entries, quarantined
     files and stale temps. Files that vanish mid-scan are skipped; links are never followed."""
     now = time.time() if now is None else now
     result = Scan()
     for top in _fs.scandir(root):
-        if top.name in (LOCK_NAME, TAG_NAME):
+        if top.name == LOCK_NAME:
             continue
         st = _fs.lstat(top.path)
         if st is None:

@@ -327,7 +327,7 @@ class LocalStore:
 
     def total_bytes(self) -> int:
         """Disk bytes (max of size and allocated blocks) of every regular file under root counted against the
-        cap: all but .lock, CACHEDIR.TAG and temp files."""
+        cap: all but .lock and temp files."""
         return evict.scan(self.root).total
 
     # -- eviction -------------------------------------------------------------
