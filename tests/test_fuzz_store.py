@@ -62,7 +62,7 @@ def test_mutated_cache_is_never_trusted_never_hangs_never_harms(workspace, case)
 
 def test_the_fuzzer_sees_a_reintroduced_fault(workspace, monkeypatch):
     """The harness is not blind: following links again (as before) is reported as a change outside the folder."""
-    import xlakit.store.quarantine as quarantine
+    from xlakit.store import quarantine
 
     def follows_links(root):
         for dirpath, _, files in os.walk(root / "quarantine", followlinks=True):

@@ -34,7 +34,7 @@ def test_secret_and_cache_must_not_overlap(tmp_path, monkeypatch, inside):
     assert str(config.resolve() / "secret") in res.reason and str(cache.resolve()) in res.reason
     assert not (config / "secret").exists()
     with pytest.raises(SecretUnavailable, match="overlap"):
-        LocalStore(cache, config_dir=config).secret
+        _ = LocalStore(cache, config_dir=config).secret
 
 
 def test_overlap_is_checked_on_resolved_paths(tmp_path, monkeypatch):
@@ -90,9 +90,9 @@ def test_non_utf8_env_secret_is_named(tmp_path):
                 b"XLAKIT_CACHE_SECRET": b"s\xffcret-of-enough-length",
                 b"PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__))).encode()})
     code = "from xlakit.store import LocalStore; print(LocalStore().put('p', 'k', {}, b'x').reason)"
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0 and "XLAKIT_CACHE_SECRET is not valid UTF-8" in p.stdout
     (tmp_path / "cache" / "p").mkdir(parents=True)
     p = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "verify"], env=env, capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=60, check=False)
     assert p.returncode == 2 and "XLAKIT_CACHE_SECRET" in p.stderr

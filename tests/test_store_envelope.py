@@ -19,8 +19,8 @@ from xlakit.store import (
     MAGIC,
     CorruptEntry,
     EntryError,
-    SecretUnavailable,
     ForeignKeyEntry,
+    SecretUnavailable,
     StaleEntry,
     UnauthenticatedEntry,
     key_id,
@@ -233,7 +233,7 @@ def test_signed_payload_with_wrong_raw_length_is_corrupt():
     no_size = zstandard.ZstdCompressor(write_content_size=False).compress(b"x" * 1000)
     with pytest.raises(CorruptEntry):
         open_envelope(_assemble(_integrity(no_size, 10), no_size), SECRET)
-    header, raw = open_envelope(_assemble(_integrity(no_size, 1000), no_size), SECRET)
+    _, raw = open_envelope(_assemble(_integrity(no_size, 1000), no_size), SECRET)
     assert raw == b"x" * 1000
 
 

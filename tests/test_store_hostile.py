@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import signal
 import struct
@@ -94,7 +93,7 @@ def test_unauthenticated_junk_header_is_a_stale_miss_and_listed(store, header):
     infos = {i.key: i for i in store.entries()}
     assert infos["planted"].name is None and "older xlakit format" in infos["planted"].header["error"]
     assert infos["good"].name == "f"
-    assert dict((i.key, p) for i, p in store.verify())["planted"].startswith("stale:")
+    assert {i.key: p for i, p in store.verify()}["planted"].startswith("stale:")
     assert store.get(PART, "good").hit
     assert store.put(PART, "planted", {"name": "g"}, b"new").stored  # a stale entry is replaced by the next write
     assert store.get(PART, "planted").hit
@@ -116,7 +115,7 @@ def test_signed_junk_header_is_corrupt_and_quarantined(store, header):
     got = store.get(PART, "planted")
     assert got.status == "corrupt" and got.quarantined_to is not None and not bad.exists()
     bad.write_bytes(signed(header))
-    assert [p for i, p in store.verify() if i.key == "planted"][0].startswith("corrupt:")
+    assert next(p for i, p in store.verify() if i.key == "planted").startswith("corrupt:")
     assert not bad.exists()
     store.prune(0)
     assert store.entries() == []

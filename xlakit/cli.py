@@ -301,7 +301,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if not store.root.is_dir():
         results = []
     else:
-        store.secret  # raises SecretUnavailable (an OSError) now rather than failing every entry
+        _ = store.secret  # raises SecretUnavailable (an OSError) now rather than failing every entry
         results = _destructive(store.verify, args.partition)
     # Entries of another key or format are someone else's: reported, left in place, not failures.
     skipped = [(info, reason) for info, reason in results if reason and reason.startswith(("foreign:", "stale:"))]

@@ -27,7 +27,15 @@ from .envelope import (
 )
 from .folder import FolderStore
 from .layout import NotACacheFolder
-from .local import EntryInfo, GetResult, LocalStore, PutResult, file_stem, resolve_root, validate_partition
+from .local import (
+    EntryInfo,
+    GetResult,
+    LocalStore,
+    PutResult,
+    file_stem,
+    resolve_root,
+    validate_partition,
+)
 from .secret import SecretUnavailable, load_secret, secret_location
 
 __all__ = [

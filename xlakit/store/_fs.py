@@ -12,23 +12,24 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from .base import ObjectRefused
 
 __all__ = [
-    "open_regular",
-    "read_bounded",
-    "open_dir",
     "dir_fd",
-    "lstat",
-    "scandir",
+    "disk_bytes",
     "ensure_dir",
     "fsync_dir",
+    "lstat",
+    "open_dir",
+    "open_regular",
+    "read_bounded",
+    "scandir",
     "unlink_at",
-    "disk_bytes",
 ]
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -130,7 +131,7 @@ def lstat(path: str | os.PathLike, *, at: int | None = None) -> os.stat_result |
 def scandir(path: str | os.PathLike | int) -> list[os.DirEntry]:
     """Entries of a folder (a path or a folder descriptor); [] if it is gone or not a folder."""
     try:
-        with os.scandir(path) as it:
+        with os.scandir(path) as it:  # type: ignore[arg-type]  # typeshed splits the fd and path overloads
             return list(it)
     except (FileNotFoundError, NotADirectoryError):
         return []

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .base import ObjectRefused, Store
 from .envelope import EntryError, open_envelope, seal
 
-__all__ = ["MAX_ENTRY_BYTES", "EntryInfo", "GetResult", "PutResult", "EntryLayer", "entry_info", "check_expect"]
+__all__ = ["MAX_ENTRY_BYTES", "EntryInfo", "EntryLayer", "GetResult", "PutResult", "check_expect", "entry_info"]
 
 MAX_ENTRY_BYTES = 2 * 1024**3  # largest envelope a read accepts (bytes); larger objects are refused unread
 _MAX_CREATED = 1e11  # seconds since 1970 (year ~5100): later "created" times are shown as unknown

@@ -43,17 +43,17 @@ __all__ = [
     "MAGIC",
     "MAX_HEADER_BYTES",
     "PREFIX_BYTES",
-    "EntryError",
     "CorruptEntry",
-    "UnauthenticatedEntry",
+    "EntryError",
     "ForeignKeyEntry",
     "StaleEntry",
+    "UnauthenticatedEntry",
+    "decompress_bounded",
     "key_id",
-    "seal",
+    "open_envelope",
     "read_header",
     "read_header_file",
-    "open_envelope",
-    "decompress_bounded",
+    "seal",
 ]
 
 FORMAT_VERSION = 2
@@ -125,7 +125,7 @@ def _short(hex_digest: str) -> str:
     return hex_digest[:8] + "…"
 
 
-def _check_prefix(prefix: bytes, secret: bytes | None) -> int:
+def _check_prefix(prefix: bytes | memoryview, secret: bytes | None) -> int:
     """Validate magic, version and key id in ``prefix`` (>= 20 bytes); return H. Raises EntryError."""
     n = min(len(prefix), 7)
     if len(prefix) < 8 and bytes(prefix[:n]) == _MAGIC_STEM[:n]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import _fs
 from .layout import (
@@ -29,7 +31,7 @@ from .layout import (
 )
 from .quarantine import quarantined_files, remove_quarantined
 
-__all__ = ["Candidate", "Scan", "scan", "remove_stale_temps", "clear_partition", "touch_used"]
+__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "remove_stale_temps", "scan", "touch_used"]
 
 
 @dataclass
@@ -144,6 +146,8 @@ def remove_stale_temps(root: Path, partitions: list[str], older_than_s: float = 
     now = time.time()
     for part in partitions:
         for d in _fs.scandir(root / part):
+            if not is_temp_name(d.name):
+                continue
             st = _fs.lstat(d.path)
             if st is not None and is_stale_temp(d.name, st, now, older_than_s):
                 removed += remove_file(root, part, d.name)
@@ -201,3 +205,42 @@ def touch_used(root: Path, entry: Path) -> None:
                 os.utime(used, dir_fd=pfd, follow_symlinks=False)
     except OSError:
         pass  # LRU bookkeeping must never fail a read
+
+
+def evict_to(root: Path, budget: int, evicted: list, info: Callable[[str, Path], Any], *,
+             replacing: Path | None = None, protect: Path | None = None) -> int:
+    """Delete stale temps and the quarantine, then least recently used entries, until the counted total is
+    <= ``budget`` bytes. Call under the folder's lock.
+
+    ``replacing`` is about to be overwritten, so its bytes don't count and it is not evicted; ``protect``
+    is just not evicted. ``info(partition, path)`` describes an entry before it goes; those descriptions
+    are appended to ``evicted``. Returns the total bytes remaining (as counted).
+    """
+    result = scan(root)
+    for _, _, path in result.temps:  # never counted; a dead writer's leftovers go at once
+        remove_scanned(root, path)
+    total = result.total
+    candidates = []
+    for c in result.entries:
+        if c.path == replacing:
+            total -= c.size
+        elif c.path != protect:
+            candidates.append(c)
+    if total <= budget:
+        return total
+    for _, size, path in sorted(result.quarantined):
+        remove_scanned(root, path)  # a vanished file is gone either way
+        total -= size
+        if total <= budget:
+            return total
+    candidates.sort(key=lambda c: (c.last_used, c.entry_mtime))
+    for c in candidates:
+        described = info(c.partition, c.path)
+        remove_scanned(root, c.path)
+        remove_scanned(root, c.path.with_suffix(USED_SUFFIX))
+        total -= c.size
+        if described is not None:
+            evicted.append(described)
+        if total <= budget:
+            break
+    return total

@@ -19,7 +19,14 @@ from xlakit._atomic import write_atomic
 
 from . import _fs
 from .base import ObjectRefused, ObjectStat
-from .layout import ENTRY_SUFFIX, file_stem, has_tag, is_xlakit_shaped, validate_partition, write_tag
+from .layout import (
+    ENTRY_SUFFIX,
+    file_stem,
+    has_tag,
+    is_xlakit_shaped,
+    validate_partition,
+    write_tag,
+)
 
 __all__ = ["FolderStore"]
 

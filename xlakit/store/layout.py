@@ -34,26 +34,26 @@ import platformdirs
 from . import _fs
 
 __all__ = [
-    "ENV_CACHE_DIR",
     "ENTRY_SUFFIX",
-    "USED_SUFFIX",
-    "TEMP_SUFFIX",
-    "QUARANTINE",
-    "PARTITION_INFO",
+    "ENV_CACHE_DIR",
     "LOCK_NAME",
+    "PARTITION_INFO",
+    "QUARANTINE",
+    "STALE_TEMP_S",
     "TAG_NAME",
     "TAG_SIGNATURE",
-    "STALE_TEMP_S",
+    "TEMP_SUFFIX",
+    "USED_SUFFIX",
     "NotACacheFolder",
-    "resolve_root",
     "file_stem",
-    "validate_partition",
     "has_tag",
-    "write_tag",
+    "is_stale_temp",
     "is_xlakit_shaped",
     "require_cache_folder",
+    "resolve_root",
     "temp_pid",
-    "is_stale_temp",
+    "validate_partition",
+    "write_tag",
 ]
 
 ENV_CACHE_DIR = "XLAKIT_CACHE_DIR"

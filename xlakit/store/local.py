@@ -19,8 +19,22 @@ from pathlib import Path
 import filelock
 
 from . import _fs, evict
-from .entries import MAX_ENTRY_BYTES, EntryInfo, EntryLayer, GetResult, PutResult, entry_info
-from .envelope import FORMAT_VERSION, MAGIC, EntryError, key_id, open_envelope, read_header_file
+from .entries import (
+    MAX_ENTRY_BYTES,
+    EntryInfo,
+    EntryLayer,
+    GetResult,
+    PutResult,
+    entry_info,
+)
+from .envelope import (
+    FORMAT_VERSION,
+    MAGIC,
+    EntryError,
+    key_id,
+    open_envelope,
+    read_header_file,
+)
 from .folder import FolderStore
 from .layout import (
     ENTRY_SUFFIX,
@@ -44,11 +58,11 @@ __all__ = [
     "ENV_CACHE_DIR",
     "EntryInfo",
     "GetResult",
-    "PutResult",
     "LocalStore",
     "NotACacheFolder",
-    "resolve_root",
+    "PutResult",
     "file_stem",
+    "resolve_root",
     "validate_partition",
 ]
 
@@ -213,6 +227,7 @@ class LocalStore:
                 return PutResult(False, None, size, (), _os_reason(e), sealed)
             if keep is not None:
                 return PutResult(False, None, size, (), keep, sealed)
+            evict.remove_stale_temps(self.root, [partition])  # a killed writer's leftovers go with the next write
             return PutResult(True, path, size, (), None, sealed)
 
         need = -(-size // _BLOCK) * _BLOCK
@@ -334,40 +349,8 @@ class LocalStore:
 
     def _evict(self, budget: int, evicted: list[EntryInfo], *, replacing: Path | None = None,
                protect: Path | None = None) -> int:
-        """Delete stale temps and quarantine, then LRU entries until the total is <= budget bytes.
-
-        ``replacing`` is about to be overwritten, so its bytes don't count and it is not evicted;
-        ``protect`` is just not evicted. Appends to ``evicted``; returns the total bytes remaining (as
-        counted). Call under the lock.
-        """
-        scan = evict.scan(self.root)
-        for _, _, path in scan.temps:  # never counted; a dead writer's leftovers go at once
-            evict.remove_scanned(self.root, path)
-        total = scan.total
-        candidates = []
-        for c in scan.entries:
-            if c.path == replacing:
-                total -= c.size
-            elif c.path != protect:
-                candidates.append(c)
-        if total <= budget:
-            return total
-        for _, size, path in sorted(scan.quarantined):
-            evict.remove_scanned(self.root, path)  # a vanished file is gone either way
-            total -= size
-            if total <= budget:
-                return total
-        candidates.sort(key=lambda c: (c.last_used, c.entry_mtime))
-        for c in candidates:
-            info = self._info(c.partition, c.path)
-            evict.remove_scanned(self.root, c.path)
-            evict.remove_scanned(self.root, self._used_path(c.path))
-            total -= c.size
-            if info is not None:
-                evicted.append(info)
-            if total <= budget:
-                break
-        return total
+        """See :func:`xlakit.store.evict.evict_to`; call under the lock."""
+        return evict.evict_to(self.root, budget, evicted, self._info, replacing=replacing, protect=protect)
 
     def prune(self, max_bytes: int) -> list[EntryInfo]:
         """Remove stale temps, then evict (quarantine first, then LRU entries) until total_bytes() <= max_bytes.
@@ -419,7 +402,7 @@ class LocalStore:
         if not require_cache_folder(self.root):
             return []
         self.cleanup_temp()
-        results = []
+        results: list[tuple[EntryInfo, str | None]] = []
         for part, path in sorted(self._entry_files(partition)):
             info = self._info(part, path)
             if info is None:

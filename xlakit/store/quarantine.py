@@ -17,9 +17,16 @@ import time
 from pathlib import Path
 
 from . import _fs
-from .layout import ENTRY_SUFFIX, QUARANTINE, REASON_SUFFIX, UNKNOWN_PARTITION, USED_SUFFIX, validate_partition
+from .layout import (
+    ENTRY_SUFFIX,
+    QUARANTINE,
+    REASON_SUFFIX,
+    UNKNOWN_PARTITION,
+    USED_SUFFIX,
+    validate_partition,
+)
 
-__all__ = ["quarantine_file", "clear_quarantine", "quarantined_files"]
+__all__ = ["clear_quarantine", "quarantine_file", "quarantined_files"]
 
 
 def _subdir(name: str, at: int) -> int:
@@ -103,7 +110,7 @@ def _own_name(name: str) -> bool:
 
 def quarantined_files(root: Path) -> list[tuple[float, int, Path]]:
     """(mtime, disk bytes, path) of every regular quarantined file the store produces. Never enters a link."""
-    found = []
+    found: list[tuple[float, int, Path]] = []
     qroot = root / QUARANTINE
     st = _fs.lstat(qroot)
     if st is None or not stat.S_ISDIR(st.st_mode):

@@ -14,7 +14,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_INT", "MAX_FLOAT", "UnsafeJson", "loads", "check_depth"]
+__all__ = ["MAX_DEPTH", "MAX_FLOAT", "MAX_INT", "UnsafeJson", "check_depth", "loads"]
 
 MAX_DEPTH = 64  # nesting levels of [ and {; real headers use 4
 MAX_INT = 2**63 - 1  # largest integer magnitude accepted (byte counts fit in int64)

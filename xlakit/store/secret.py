@@ -28,8 +28,8 @@ from pathlib import Path
 import platformdirs
 
 __all__ = [
-    "ENV_SECRET",
     "ENV_CONFIG_DIR",
+    "ENV_SECRET",
     "MIN_SECRET_BYTES",
     "SecretUnavailable",
     "check_secret_outside",
@@ -169,14 +169,14 @@ def load_secret(config_dir: str | os.PathLike | None = None) -> bytes:
     env = os.environ.get(ENV_SECRET)
     if env:
         try:
-            value = env.encode("utf-8")
+            from_env = env.encode("utf-8")
         except UnicodeEncodeError:
             raise SecretUnavailable(f"{ENV_SECRET} is not valid UTF-8 text; set it to a printable secret of at "
                                     f"least {MIN_SECRET_BYTES} characters (e.g. 64 hex digits)") from None
-        if len(value) < MIN_SECRET_BYTES:
-            raise SecretUnavailable(f"{ENV_SECRET} is {len(value)} bytes long, fewer than {MIN_SECRET_BYTES}; "
+        if len(from_env) < MIN_SECRET_BYTES:
+            raise SecretUnavailable(f"{ENV_SECRET} is {len(from_env)} bytes long, fewer than {MIN_SECRET_BYTES}; "
                                     "set it to a longer secret (e.g. 64 hex digits)")
-        return value
+        return from_env
     path = secret_path(config_dir)
     _check_folder(path.parent, config_dir)
     try:
@@ -186,7 +186,7 @@ def load_secret(config_dir: str | os.PathLike | None = None) -> bytes:
     value = secrets.token_hex(32)
     try:
         _make_private_dir(path.parent)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         return _read(path, config_dir)  # another process won the race
     except OSError as e:
