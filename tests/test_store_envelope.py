@@ -318,3 +318,21 @@ def test_concurrent_first_use_agrees(config_dir):
     for t in threads:
         t.join()
     assert len(results) == 8 and len(set(results)) == 1
+
+
+def test_decompression_is_bounded():
+    """A 12 kB zstd frame declaring 384 MiB (or hiding its size) is refused at the bound, never expanded."""
+    from xlakit.store import decompress_bounded
+
+    n = 384 * 2**20
+    c = zstandard.ZstdCompressor(level=1, write_content_size=True).compressobj(size=n)
+    bomb = b"".join(c.compress(b"\0" * 2**20) for _ in range(n // 2**20)) + c.flush()
+    assert len(bomb) < 64_000
+    with pytest.raises(CorruptEntry, match=r"declares 402653184 bytes, over the 1048576-byte bound"):
+        decompress_bounded(bomb, 2**20)
+    hidden = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (4 * 2**20))
+    with pytest.raises(CorruptEntry, match="more than the 1048576-byte bound"):
+        decompress_bounded(hidden, 2**20)
+    assert decompress_bounded(hidden, 4 * 2**20) == b"\0" * (4 * 2**20)
+    with pytest.raises(CorruptEntry, match="zstd decompression failed"):
+        decompress_bounded(b"not zstd", 100)

@@ -90,8 +90,8 @@ class FolderStore:
         name = file_stem(key) + ENTRY_SUFFIX
         try:
             pfd = self._partition_fd(partition)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+        except (FileNotFoundError, NotADirectoryError, ObjectRefused):
+            return None  # no partition folder, or a link where it should be: never entered
         try:
             data, st = _fs.read_bounded(name, max_bytes, at=pfd)
         except FileNotFoundError:
