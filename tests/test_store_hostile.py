@@ -278,3 +278,13 @@ def test_dead_writers_temp_never_blocks_the_cap(tmp_path):
     live.write_bytes(b"a write in progress")
     store.cleanup_temp()
     assert live.exists()  # a live writer's temp is left alone
+
+
+def test_untagged_bundle_cache_is_adopted(tmp_path):
+    """A bundle's .cache made before its first entry (it holds the module-hash record) is still a cache."""
+    cache = tmp_path / "bundle" / ".cache"
+    cache.mkdir(parents=True)
+    (cache / "module_hashes.json").write_text("{}")
+    store = LocalStore(cache, secret=SECRET)
+    assert store.put(PART, "k", {}, b"x").stored
+    assert (cache / TAG_NAME).exists() and store.clear() == 1

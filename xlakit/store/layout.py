@@ -5,6 +5,7 @@ Layout under the root folder::
     <root>/
       CACHEDIR.TAG                        marks the folder as a cache (Cache Directory Tagging standard)
       .lock                               filelock, taken only to evict/prune/clear
+      module_hashes.json                  (a bundle's .cache only) the bundle's module-hash record
       <partition>/                        one folder per environment partition
         partition.json                    environment description
         <file_stem>.xlk                   entries (see envelope.py)
@@ -16,7 +17,8 @@ Layout under the root folder::
 
 Destructive operations (clear, prune, verify's quarantining) run only in a folder that carries
 ``CACHEDIR.TAG``. A folder without it (a round-1 cache, or one created by hand) is adopted — the tag is
-written — only when every name in it is one this layout produces (see :func:`is_xlakit_shaped`); any other
+written, on the first write or the first destructive operation — only when every name in it is one this
+layout produces (see :func:`is_xlakit_shaped`); any other
 folder raises :class:`NotACacheFolder` and nothing is deleted.
 """
 
@@ -71,6 +73,7 @@ TAG_TEXT = (
     TAG_SIGNATURE + b"\n# This file is a cache directory tag created by xlakit (compiled XLA executables).\n"
     b"# For information about cache directory tags, see: https://bford.info/cachedir/\n"
 )
+BUNDLE_RECORD = "module_hashes.json"  # a bundle's .cache holds its module-hash record beside the partitions
 STALE_TEMP_S = 3600.0  # a temp whose writer's pid is unknown is stale after this many seconds
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -223,7 +226,7 @@ def is_xlakit_shaped(root: Path) -> str | None:
         with _fs.dir_fd(os.path.realpath(root)) as fd:
             for d in _fs.scandir(fd):
                 name = d.name
-                if name in (TAG_NAME, LOCK_NAME) or is_temp_name(name):
+                if name in (TAG_NAME, LOCK_NAME, BUNDLE_RECORD) or is_temp_name(name):
                     if not d.is_file(follow_symlinks=False):
                         return f"{name} is not a plain file"
                     continue
