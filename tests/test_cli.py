@@ -49,7 +49,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def run_json(capsys, *argv: str) -> tuple[int, dict]:
-    code, out, err = run(capsys, *argv, "--json")
+    code, out, _err = run(capsys, *argv, "--json")
     return code, json.loads(out)
 
 
@@ -96,14 +96,14 @@ def test_ls_and_stats_on_missing_folder(tmp_path, capsys):
     assert code == 0 and data["entries"] == [] and data["count"] == 0
     code, data = run_json(capsys, "cache", "stats", "--path", str(missing))
     assert code == 0 and data["exists"] is False and data["total_bytes"] == 0 and data["partitions"] == []
-    code, out, err = run(capsys, "cache", "stats", "--path", str(missing))
+    code, out, _err = run(capsys, "cache", "stats", "--path", str(missing))
     assert code == 0 and "does not exist" in out
     assert not missing.exists()
 
 
 def test_unknown_partition_is_a_usage_error(cache, capsys):
     for cmd in (["ls"], ["verify"], ["clear", "--yes"]):
-        code, out, err = run(capsys, "cache", *cmd, "--path", str(cache.root), "--partition", "nope")
+        code, _out, err = run(capsys, "cache", *cmd, "--path", str(cache.root), "--partition", "nope")
         assert code == 2, cmd
         assert "unknown partition 'nope'" in err and PA in err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -249,7 +249,7 @@ def test_path_defaults_to_env(cache, capsys, monkeypatch):
 def test_path_that_is_a_file(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
-    code, out, err = run(capsys, "cache", "ls", "--path", str(f))
+    code, _out, err = run(capsys, "cache", "ls", "--path", str(f))
     assert code == 2 and "not a folder" in err and len(err.strip().splitlines()) == 1
 
 
@@ -274,22 +274,22 @@ def _subprocess_env(tmp_path) -> dict[str, str]:
 def test_module_entry_point_and_no_jax(cache, tmp_path):
     env = _subprocess_env(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "ls", "--path", str(cache.root), "--json"],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert {e["key"] for e in json.loads(proc.stdout)["entries"]} == {k for _, k, *_ in ENTRIES}
 
     proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "ls", "--path", str(cache.root)],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "jit_gamma" in proc.stdout and "3 entries" in proc.stdout
 
     proc = subprocess.run([sys.executable, "-c", "import xlakit.cli, sys; print('jax' in sys.modules)"],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
 
     proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "prune", "--max-bytes", "abc",
-                           "--path", str(cache.root)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                           "--path", str(cache.root)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 
