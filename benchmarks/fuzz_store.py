@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from xlakit.store import LocalStore, NotACacheFolder, key_id  # noqa: E402
+from xlakit.store import LocalStore, NotACacheFolder, key_id
 
 SECRET = b"fuzz-secret-of-thirty-two-bytes!"
 OTHER = b"another-users-secret-32-bytes!!!"
