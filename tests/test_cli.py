@@ -49,7 +49,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def run_json(capsys, *argv: str) -> tuple[int, dict]:
-    code, out, err = run(capsys, *argv, "--json")
+    code, out, _err = run(capsys, *argv, "--json")
     return code, json.loads(out)
 
 
@@ -96,14 +96,14 @@ def test_ls_and_stats_on_missing_folder(tmp_path, capsys):
     assert code == 0 and data["entries"] == [] and data["count"] == 0
     code, data = run_json(capsys, "cache", "stats", "--path", str(missing))
     assert code == 0 and data["exists"] is False and data["total_bytes"] == 0 and data["partitions"] == []
-    code, out, err = run(capsys, "cache", "stats", "--path", str(missing))
+    code, out, _err = run(capsys, "cache", "stats", "--path", str(missing))
     assert code == 0 and "does not exist" in out
     assert not missing.exists()
 
 
 def test_unknown_partition_is_a_usage_error(cache, capsys):
     for cmd in (["ls"], ["verify"], ["clear", "--yes"]):
-        code, out, err = run(capsys, "cache", *cmd, "--path", str(cache.root), "--partition", "nope")
+        code, _out, err = run(capsys, "cache", *cmd, "--path", str(cache.root), "--partition", "nope")
         assert code == 2, cmd
         assert "unknown partition 'nope'" in err and PA in err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -249,7 +249,7 @@ def test_path_defaults_to_env(cache, capsys, monkeypatch):
 def test_path_that_is_a_file(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
-    code, out, err = run(capsys, "cache", "ls", "--path", str(f))
+    code, _out, err = run(capsys, "cache", "ls", "--path", str(f))
     assert code == 2 and "not a folder" in err and len(err.strip().splitlines()) == 1
 
 
@@ -274,20 +274,79 @@ def _subprocess_env(tmp_path) -> dict[str, str]:
 def test_module_entry_point_and_no_jax(cache, tmp_path):
     env = _subprocess_env(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "ls", "--path", str(cache.root), "--json"],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert {e["key"] for e in json.loads(proc.stdout)["entries"]} == {k for _, k, *_ in ENTRIES}
 
     proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "ls", "--path", str(cache.root)],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "jit_gamma" in proc.stdout and "3 entries" in proc.stdout
 
     proc = subprocess.run([sys.executable, "-c", "import xlakit.cli, sys; print('jax' in sys.modules)"],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
 
     proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "prune", "--max-bytes", "abc",
-                           "--path", str(cache.root)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                           "--path", str(cache.root)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+# -- hostile and mistaken folders ----------------------------------------------------------------------
+
+
+def _strict_json(text: str):
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("field", [b'"created":NaN', b'"created":1e308', b'"compile_s":Infinity',
+                                   b'"created":' + b"9" * 400])
+def test_listings_survive_any_header_value(cache, capsys, field):
+    """Values JSON allows but no table or JSON output can show: every listing exits 0 with valid JSON."""
+    import struct
+
+    hdr = b"{" + field + b"}"
+    Path(cache.root, PA, "x.xlk").write_bytes(b"XLAKIT\x00\x01" + struct.pack(">I", len(hdr)) + hdr + bytes(32))
+    os.utime(Path(cache.root, PA, "key-a1.used"), (1e11, 1e11))  # a last-use time far in the future
+    for cmd in (["ls"], ["stats"]):
+        code, _, err = run(capsys, "cache", *cmd, "--path", str(cache.root))
+        assert code == 0, err
+        code, out, err = run(capsys, "cache", *cmd, "--path", str(cache.root), "--json")
+        assert code == 0, err
+        _strict_json(out)
+    code, out, _ = run(capsys, "cache", "ls", "--path", str(cache.root), "--json")
+    [x] = [e for e in _strict_json(out)["entries"] if e["key"] == "x"]
+    assert x["name"] is None and "older xlakit format" in x["error"] and x["created"] is None
+
+
+def test_json_output_never_holds_nan(capsys):
+    from xlakit.cli import _emit_json
+
+    _emit_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": -float("inf")}})
+    assert _strict_json(capsys.readouterr().out) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+
+
+@pytest.mark.parametrize("cmd", [["clear", "--yes"], ["prune", "--max-bytes", "1"], ["verify"]])
+def test_destructive_commands_refuse_a_folder_that_is_not_a_cache(tmp_path, capsys, cmd, monkeypatch):
+    monkeypatch.setenv("XLAKIT_CONFIG_DIR", str(tmp_path / "config"))
+    proj = tmp_path / "project"
+    (proj / "results").mkdir(parents=True)
+    (proj / "README.md").write_text("keep")
+    (proj / "results" / "run1.used").write_text("data")
+    code, out, err = run(capsys, "cache", *cmd, "--path", str(proj))
+    assert code == 2 and out == ""
+    assert f"{proj} is not an xlakit cache folder" in err and "nothing was deleted" in err
+    assert sorted(p.name for p in proj.rglob("*")) == ["README.md", "results", "run1.used"]
+
+
+def test_verify_skips_entries_of_another_key(cache, capsys, tmp_path):
+    other = LocalStore(cache.root, secret=b"another-user-secret-of-32-bytes!")
+    assert other.put(PA, "theirs", {"name": "jit_theirs"}, b"x").stored
+    code, data = run_json(capsys, "cache", "verify", "--path", str(cache.root))
+    assert code == 0 and data["bad"] == []
+    assert [s["key"] for s in data["skipped"]] == ["theirs"] and "another key" in data["skipped"][0]["reason"]
+    assert Path(cache.root, PA, "theirs.xlk").exists()

@@ -19,8 +19,11 @@ from xlakit.store import (
     MAGIC,
     CorruptEntry,
     EntryError,
+    ForeignKeyEntry,
     SecretUnavailable,
+    StaleEntry,
     UnauthenticatedEntry,
+    key_id,
     load_secret,
     open_envelope,
     read_header,
@@ -33,16 +36,18 @@ SECRET = b"s" * 32
 HEADER = {"key": "jit_f-abc", "name": "f", "compile_s": 1.5, "environment": {"jaxlib_version": "0.10.2"}}
 
 
-def _assemble(header: dict, payload: bytes, secret: bytes = SECRET) -> bytes:
-    """Build an envelope by hand, so tests can sign arbitrary (bad) contents."""
-    encoded = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    signed = MAGIC + struct.pack(">I", len(encoded)) + encoded
+def _assemble(header: dict | bytes, payload: bytes, secret: bytes = SECRET) -> bytes:
+    """Build an envelope by hand, so tests can sign arbitrary (bad) contents with the real key."""
+    encoded = header if isinstance(header, bytes) else json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    fixed = MAGIC + key_id(secret) + struct.pack(">I", len(encoded))
+    header_mac = hmac.new(secret, b"xlakit header\x00" + fixed + encoded, hashlib.sha256).digest()
+    signed = fixed + header_mac + encoded
     return signed + hmac.new(secret, signed + payload, hashlib.sha256).digest() + payload
 
 
 def _split(blob: bytes) -> tuple[dict, int, bytes]:
-    (length,) = struct.unpack(">I", blob[8:12])
-    return json.loads(blob[12 : 12 + length]), length, blob[44 + length :]
+    (length,) = struct.unpack(">I", blob[16:20])
+    return json.loads(blob[52 : 52 + length]), length, blob[84 + length :]
 
 
 def _integrity(payload: bytes, raw_bytes: int) -> dict:
@@ -60,16 +65,18 @@ def _integrity(payload: bytes, raw_bytes: int) -> dict:
 def test_round_trip_and_layout():
     raw = b"executable bytes " * 1000
     blob = seal(HEADER, raw, SECRET)
-    assert blob[:8] == MAGIC == b"XLAKIT\x00\x01"
+    assert blob[:8] == MAGIC == b"XLAKIT\x00\x02"
+    assert blob[8:16] == key_id(SECRET) == hmac.new(SECRET, b"xlakit key id", hashlib.sha256).digest()[:8]
     header, length, payload = _split(blob)
-    encoded = blob[12 : 12 + length]
+    encoded = blob[52 : 52 + length]
     assert encoded == json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    assert header["format_version"] == FORMAT_VERSION == 1
+    assert blob[20:52] == hmac.new(SECRET, b"xlakit header\x00" + blob[:20] + encoded, hashlib.sha256).digest()
+    assert header["format_version"] == FORMAT_VERSION == 2 and header["key_id"] == key_id(SECRET).hex()
     assert header["payload_sha256"] == hashlib.sha256(payload).hexdigest()
     assert header["payload_bytes"] == len(payload) < len(raw)
     assert header["raw_bytes"] == len(raw)
     assert zstandard.ZstdDecompressor().decompress(payload) == raw
-    assert blob[12 + length : 44 + length] == hmac.new(SECRET, blob[: 12 + length] + payload, hashlib.sha256).digest()
+    assert blob[52 + length : 84 + length] == hmac.new(SECRET, blob[: 52 + length] + payload, hashlib.sha256).digest()
 
     got_header, got_raw = open_envelope(blob, SECRET)
     assert got_raw == raw
@@ -93,12 +100,12 @@ def test_seal_rejects_unserializable_header():
 def test_read_header_needs_only_the_prefix(tmp_path):
     blob = seal(HEADER, os.urandom(50_000), SECRET)
     _, length, _ = _split(blob)
-    assert read_header(blob[: 12 + length])["key"] == "jit_f-abc"
+    assert read_header(blob[: 52 + length], SECRET)["key"] == "jit_f-abc"
     with pytest.raises(CorruptEntry, match="truncated"):
-        read_header(blob[: 12 + length - 1])
+        read_header(blob[: 52 + length - 1], SECRET)
     path = tmp_path / "e.xlk"
     path.write_bytes(blob)
-    assert read_header_file(path) == read_header(blob)
+    assert read_header_file(path, SECRET) == read_header(blob, SECRET) == read_header(blob)
     path.write_bytes(blob[:20])
     with pytest.raises(CorruptEntry, match="truncated"):
         read_header_file(path)
@@ -119,15 +126,17 @@ def test_flipped_payload_bit_is_a_sha_mismatch():
 def test_flipped_header_bit_is_rejected():
     blob = seal(HEADER, b"payload", SECRET)
     _, length, _ = _split(blob)
-    offset = 12 + bytes(blob[12 : 12 + length]).index(b"jit_f")
+    offset = 52 + bytes(blob[52 : 52 + length]).index(b"jit_f")
     bad = bytearray(blob)
     bad[offset] ^= 0x01  # "jit_f" -> "kit_f": still valid JSON
     with pytest.raises(UnauthenticatedEntry) as info:
         open_envelope(bytes(bad), SECRET)
-    assert info.value.reason == "HMAC mismatch: written with a different secret or modified"
+    assert info.value.reason == "header MAC mismatch: the header was modified"
+    with pytest.raises(UnauthenticatedEntry):
+        read_header(bytes(bad), SECRET)  # listings authenticate the header too
     bad = bytearray(blob)
-    bad[12] ^= 0xFF  # breaks the JSON itself
-    with pytest.raises((CorruptEntry, UnauthenticatedEntry)):
+    bad[52] ^= 0xFF  # breaks the JSON itself: refused by the MAC before any parsing
+    with pytest.raises(UnauthenticatedEntry):
         open_envelope(bytes(bad), SECRET)
 
 
@@ -139,21 +148,35 @@ def test_truncation_is_reported_with_lengths():
     with pytest.raises(CorruptEntry) as info:
         open_envelope(blob[:-1], SECRET)
     assert info.value.reason == (
-        f"truncated: file is {len(blob) - 1} bytes, header says 12+{length}+32+{len(payload)}"
+        f"truncated: file is {len(blob) - 1} bytes, header says 52+{length}+32+{len(payload)}"
     )
     with pytest.raises(CorruptEntry, match="trailing bytes"):
         open_envelope(blob + b"x", SECRET)
-    for cut in (0, 5, 11):
+    for cut in (0, 5, 11, 19, 51):
         with pytest.raises(CorruptEntry, match="truncated"):
             open_envelope(blob[:cut], SECRET)
 
 
-def test_wrong_secret_is_unauthenticated():
+def test_another_key_is_named_not_called_tampering():
+    """Two users sharing a folder: an entry signed with another key is a 'foreign' miss naming both key ids,
+    not an HMAC failure (which would quarantine the other user's entry)."""
     blob = seal(HEADER, b"payload", SECRET)
-    with pytest.raises(UnauthenticatedEntry) as info:
-        open_envelope(blob, b"another secret")
-    assert info.value.kind == "unauthenticated"
-    assert isinstance(info.value, EntryError)
+    other = b"another secret of enough length"
+    with pytest.raises(ForeignKeyEntry) as info:
+        open_envelope(blob, other)
+    assert info.value.kind == "foreign" and isinstance(info.value, EntryError)
+    assert info.value.reason == (f"signed with another key (key id {key_id(SECRET).hex()}, "
+                                 f"this process {key_id(other).hex()})")
+    with pytest.raises(ForeignKeyEntry):
+        read_header(blob, other)
+
+
+def test_same_key_id_with_forged_macs_is_unauthenticated():
+    """Tampering under this process's key id (the id copied, MACs made with a guessed key) is modification."""
+    blob = bytearray(_assemble(HEADER, b"x", secret=b"attacker-guess-of-the-secret!!"))
+    blob[8:16] = key_id(SECRET)
+    with pytest.raises(UnauthenticatedEntry, match="header MAC mismatch"):
+        open_envelope(bytes(blob), SECRET)
 
 
 def test_tampered_payload_with_recomputed_sha_is_unauthenticated():
@@ -161,26 +184,38 @@ def test_tampered_payload_with_recomputed_sha_is_unauthenticated():
     header, _, _ = _split(blob)
     evil = zstandard.ZstdCompressor().compress(b"evil payload!!")
     header.update(_integrity(evil, 14))
-    forged = _assemble(header, evil, secret=b"attacker does not know the secret")
+    forged = bytearray(_assemble(header, evil, secret=b"attacker does not know the secret"))
+    forged[8:16] = key_id(SECRET)  # claims to be signed with the victim's key
     with pytest.raises(UnauthenticatedEntry):
-        open_envelope(forged, SECRET)
+        open_envelope(bytes(forged), SECRET)
 
 
 def test_bad_magic_version_and_header_length():
     blob = seal(HEADER, b"payload", SECRET)
     with pytest.raises(CorruptEntry, match="bad magic"):
         open_envelope(b"NOTXLAKI" + blob[8:], SECRET)
-    with pytest.raises(CorruptEntry, match="unsupported format version 2"):
-        open_envelope(blob[:7] + b"\x02" + blob[8:], SECRET)
+    with pytest.raises(StaleEntry, match=r"written by an older xlakit format \(version 1; this xlakit reads 2\)"):
+        open_envelope(blob[:7] + b"\x01" + blob[8:], SECRET)
+    with pytest.raises(StaleEntry, match="newer xlakit format"):
+        open_envelope(blob[:7] + b"\x03" + blob[8:], SECRET)
     with pytest.raises(CorruptEntry, match="exceeds"):
-        read_header(MAGIC + struct.pack(">I", 16 * 1024 * 1024 + 1) + b"{}")
+        read_header(MAGIC + key_id(SECRET) + struct.pack(">I", 16 * 1024 * 1024 + 1) + bytes(32) + b"{}", SECRET)
+
+
+def test_round_one_entry_is_a_clean_stale_miss():
+    """An entry of the first format (header JSON before its MAC) is never parsed: a stale miss."""
+    hdr = b"[" * 100_000 + b"]" * 100_000
+    old = b"XLAKIT\x00\x01" + struct.pack(">I", len(hdr)) + hdr + bytes(32)
+    with pytest.raises(StaleEntry) as info:
+        open_envelope(old, SECRET)
+    assert info.value.kind == "stale" and info.value.version == 1
 
 
 def test_header_must_be_a_json_object_with_integrity_fields():
     with pytest.raises(CorruptEntry, match="not an object"):
-        read_header(MAGIC + struct.pack(">I", 2) + b"[]")
+        read_header(_assemble(b"[]", b""), SECRET)
     with pytest.raises(CorruptEntry, match="not valid UTF-8 JSON"):
-        read_header(MAGIC + struct.pack(">I", 2) + b"{x")
+        read_header(_assemble(b"{x", b""), SECRET)
     with pytest.raises(CorruptEntry, match="lacks payload_sha256"):
         open_envelope(_assemble({"format_version": 1, "payload_bytes": 0, "raw_bytes": 0}, b""), SECRET)
 
@@ -198,7 +233,7 @@ def test_signed_payload_with_wrong_raw_length_is_corrupt():
     no_size = zstandard.ZstdCompressor(write_content_size=False).compress(b"x" * 1000)
     with pytest.raises(CorruptEntry):
         open_envelope(_assemble(_integrity(no_size, 10), no_size), SECRET)
-    header, raw = open_envelope(_assemble(_integrity(no_size, 1000), no_size), SECRET)
+    _, raw = open_envelope(_assemble(_integrity(no_size, 1000), no_size), SECRET)
     assert raw == b"x" * 1000
 
 
@@ -233,8 +268,8 @@ def test_explicit_config_dir_wins_over_env(config_dir, tmp_path):
 
 def test_env_secret_overrides_file(config_dir, monkeypatch):
     file_secret = load_secret()
-    monkeypatch.setenv("XLAKIT_CACHE_SECRET", "fleet-secret")
-    assert load_secret() == b"fleet-secret"
+    monkeypatch.setenv("XLAKIT_CACHE_SECRET", "fleet-secret-of-the-team")
+    assert load_secret() == b"fleet-secret-of-the-team"
     assert secret_location() == "env:XLAKIT_CACHE_SECRET"
     monkeypatch.setenv("XLAKIT_CACHE_SECRET", "")
     assert load_secret() == file_secret
@@ -283,3 +318,21 @@ def test_concurrent_first_use_agrees(config_dir):
     for t in threads:
         t.join()
     assert len(results) == 8 and len(set(results)) == 1
+
+
+def test_decompression_is_bounded():
+    """A 12 kB zstd frame declaring 384 MiB (or hiding its size) is refused at the bound, never expanded."""
+    from xlakit.store import decompress_bounded
+
+    n = 384 * 2**20
+    c = zstandard.ZstdCompressor(level=1, write_content_size=True).compressobj(size=n)
+    bomb = b"".join(c.compress(b"\0" * 2**20) for _ in range(n // 2**20)) + c.flush()
+    assert len(bomb) < 64_000
+    with pytest.raises(CorruptEntry, match=r"declares 402653184 bytes, over the 1048576-byte bound"):
+        decompress_bounded(bomb, 2**20)
+    hidden = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (4 * 2**20))
+    with pytest.raises(CorruptEntry, match="more than the 1048576-byte bound"):
+        decompress_bounded(hidden, 2**20)
+    assert decompress_bounded(hidden, 4 * 2**20) == b"\0" * (4 * 2**20)
+    with pytest.raises(CorruptEntry, match="zstd decompression failed"):
+        decompress_bounded(b"not zstd", 100)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -83,11 +84,15 @@ def _human(n: int | None) -> str:
 
 
 def _local_time(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    """A unix time as local date and time; "-" for None and for values no calendar can show."""
+    try:
+        return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (OverflowError, ValueError, OSError):
+        return "-"
 
 
 def _seconds(s: float | None) -> str:
-    return "-" if s is None else f"{s:.2f}"
+    return "-" if s is None or not math.isfinite(s) else f"{s:.2f}"
 
 
 def _console():
@@ -112,8 +117,20 @@ def _table(title: str | None, columns: tuple[tuple[str, str], ...], rows: list[t
     return table
 
 
+def _finite(data: Any) -> Any:
+    """``data`` with every non-finite float (NaN, Infinity) replaced by None, so the output is valid JSON."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {str(k): _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
+
+
 def _emit_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
+    """Print ``data`` as JSON that any parser accepts (no NaN/Infinity: they become null)."""
+    print(json.dumps(_finite(data), indent=2, default=str, allow_nan=False))
 
 
 def _store(args: argparse.Namespace):
@@ -225,17 +242,12 @@ def _describe_env(env: dict[str, Any] | None) -> str:
 
 
 def _quarantined(root: Path) -> tuple[int, int]:
-    """(entries, bytes) of the ``.xlk`` files under ``<root>/quarantine``."""
-    count = size = 0
-    for dirpath, _, files in os.walk(root / "quarantine"):
-        for name in files:
-            if name.endswith(".xlk"):
-                count += 1
-                try:
-                    size += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    pass
-    return count, size
+    """(entries, bytes) of the ``.xlk`` files under ``<root>/quarantine`` (never entering a link)."""
+    from xlakit.store.quarantine import quarantined_files
+
+    found = [(size, path) for _, size, path in quarantined_files(root) if path.name.endswith(".xlk")]
+    return len(found), sum(size for size, _ in found)
+
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
@@ -289,23 +301,29 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if not store.root.is_dir():
         results = []
     else:
-        store.secret  # raises SecretUnavailable (an OSError) now rather than failing every entry
-        results = store.verify(args.partition)
-    bad = [(info, reason) for info, reason in results if reason is not None]
+        _ = store.secret  # raises SecretUnavailable (an OSError) now rather than failing every entry
+        results = _destructive(store.verify, args.partition)
+    # Entries of another key or format are someone else's: reported, left in place, not failures.
+    skipped = [(info, reason) for info, reason in results if reason and reason.startswith(("foreign:", "stale:"))]
+    bad = [(info, reason) for info, reason in results
+           if reason is not None and not reason.startswith(("foreign:", "stale:"))]
     moved = {str(info.path) for info, _ in bad if not info.path.exists()}
     quarantine = store.root / "quarantine"
     if args.json:
         _emit_json({"folder": str(store.root), "verified": len(results), "ok": len(results) - len(bad),
                     "bad": [dict(_entry_dict(i), reason=r, quarantined=str(i.path) in moved) for i, r in bad],
+                    "skipped": [dict(_entry_dict(i), reason=r) for i, r in skipped],
                     "quarantine": str(quarantine)})
         return 1 if bad else 0
+    for info, reason in skipped:
+        print(f"SKIPPED {info.partition} [{info.key}]: {reason} (left in place)")
     for info, reason in bad:
         print(f"BAD {info.partition}/{info.name or '(unreadable)'} [{info.key}]: {reason}")
     if bad:
         print(f"{len(bad)} of {len(results)} entries failed verification; "
               f"{len(moved)} moved to {quarantine} (they will not be loaded)")
         return 1
-    print(f"{len(results)} entries verified")
+    print(f"{len(results) - len(skipped)} entries verified" + (f", {len(skipped)} skipped" if skipped else ""))
     return 0
 
 
@@ -316,7 +334,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         raise CliError(f"--max-bytes: {e}") from None
     store = _store(args)
     before = store.total_bytes() if store.root.is_dir() else 0
-    evicted = store.prune(limit)
+    evicted = _destructive(store.prune, limit)
     after = store.total_bytes() if store.root.is_dir() else 0
     if args.json:
         _emit_json({"folder": str(store.root), "max_bytes": limit, "bytes_before": before, "bytes_after": after,
@@ -334,6 +352,16 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _destructive(operation, *args):
+    """Run a store operation that deletes; a folder that is not an xlakit cache becomes a CliError (exit 2)."""
+    from xlakit.store import NotACacheFolder
+
+    try:
+        return operation(*args)
+    except NotACacheFolder as e:
+        raise CliError(str(e)) from None
+
+
 def _confirm(question: str) -> bool:
     print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
     answer = sys.stdin.readline().strip().lower()
@@ -349,7 +377,7 @@ def _cmd_clear(args: argparse.Namespace) -> int:
         if not _confirm(f"Remove {count} entries ({what}) from {store.root}?"):
             print("Aborted; nothing removed.", file=sys.stderr)
             return 1
-    removed = store.clear(args.partition)
+    removed = _destructive(store.clear, args.partition)
     if args.json:
         _emit_json({"folder": str(store.root), "partition": args.partition, "removed": removed})
     else:

@@ -1,57 +1,72 @@
-"""The on-disk entry format: an authenticated, compressed envelope.
+"""The on-disk entry format: an authenticated, compressed envelope whose header is checked before it is parsed.
 
-Byte layout (all offsets in bytes)::
+Byte layout, format 2 (all offsets in bytes)::
 
     offset  size  field
-    0       8     magic b"XLAKIT\\x00\\x01" (last byte = FORMAT_VERSION)
-    8       4     H = header length, big-endian uint32 (H <= 16 MiB)
-    12      H     header: UTF-8 JSON object, sorted keys, compact separators
-    12+H    32    HMAC-SHA256(secret, bytes[0 : 12+H] + payload)
-    44+H    ...   payload: zstd-compressed bytes
+    0       8     magic b"XLAKIT\\x00\\x02" (last byte = FORMAT_VERSION)
+    8       8     key id: HMAC-SHA256(secret, b"xlakit key id")[:8], names the key that signed (see key_id)
+    16      4     H = header length, big-endian uint32 (H <= 16 MiB)
+    20      32    header MAC: HMAC-SHA256(secret, b"xlakit header\\x00" + bytes[0 : 20] + header)
+    52      H     header: UTF-8 JSON object, sorted keys, compact separators
+    52+H    32    MAC: HMAC-SHA256(secret, bytes[0 : 52+H] + payload)
+    84+H    ...   payload: zstd-compressed bytes
+
+Order of checks when reading (:func:`open_envelope`, :func:`read_header`): magic and version, key id
+(another key -> :class:`ForeignKeyEntry`, a miss that leaves the entry alone), lengths, header MAC, and only
+then the header JSON (:mod:`.safejson`: bounded depth, finite bounded numbers). The payload is checked by
+SHA-256 and the full MAC before a single byte is decompressed, and decompression is bounded
+(:func:`decompress_bounded`). A format-1 entry (xlakit before the header MAC) is :class:`StaleEntry`.
 
 Integrity fields that :func:`seal` writes into the header:
 
-- ``format_version``: ``FORMAT_VERSION``
+- ``format_version``: ``FORMAT_VERSION``; ``key_id``: the signing key's id (16 hex characters)
 - ``payload_sha256``: hex SHA-256 of the *compressed* payload
 - ``payload_bytes``: compressed payload length in bytes
 - ``raw_bytes``: uncompressed payload length in bytes
 
-The SHA-256 catches accidental damage with a precise message; the HMAC
-catches entries written with another secret or modified on purpose.
+The SHA-256 catches accidental damage with a precise message; the MACs catch entries modified on purpose.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import struct
 
 import zstandard
 
+from . import safejson
+
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_HEADER_BYTES",
-    "EntryError",
+    "PREFIX_BYTES",
     "CorruptEntry",
+    "EntryError",
+    "ForeignKeyEntry",
+    "StaleEntry",
     "UnauthenticatedEntry",
-    "seal",
+    "decompress_bounded",
+    "key_id",
+    "open_envelope",
     "read_header",
     "read_header_file",
-    "open_envelope",
+    "seal",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"XLAKIT\x00" + bytes([FORMAT_VERSION])
 MAX_HEADER_BYTES = 16 * 1024 * 1024
-PREFIX_BYTES = 12  # magic + header length
+KEY_ID_BYTES = 8
 MAC_BYTES = 32
+PREFIX_BYTES = 8 + KEY_ID_BYTES + 4 + MAC_BYTES  # 52: everything before the header
 
 _MAGIC_STEM = MAGIC[:-1]
 _LENGTH = struct.Struct(">I")
 _INTEGRITY_FIELDS = ("format_version", "payload_sha256", "payload_bytes", "raw_bytes")
+_HEADER_DOMAIN = b"xlakit header\x00"
 
 
 class EntryError(Exception):
@@ -59,7 +74,7 @@ class EntryError(Exception):
 
     Attributes:
         reason: short human-readable explanation.
-        kind: machine-readable category ("corrupt" or "unauthenticated").
+        kind: machine-readable category ("corrupt", "unauthenticated", "foreign" or "stale").
     """
 
     kind = "error"
@@ -70,67 +85,118 @@ class EntryError(Exception):
 
 
 class CorruptEntry(EntryError):
-    """Damaged entry: bad magic/version, truncated, bad header, SHA or length mismatch."""
+    """Damaged entry: bad magic, truncated, bad header, SHA or length mismatch. Quarantined by the store."""
 
     kind = "corrupt"
 
 
 class UnauthenticatedEntry(EntryError):
-    """HMAC mismatch: written with a different secret, or modified."""
+    """A MAC mismatch under this process's key id: the entry was modified. Quarantined by the store."""
 
     kind = "unauthenticated"
+
+
+class ForeignKeyEntry(EntryError):
+    """Signed with another key (another user or fleet sharing the folder): a miss; the entry is left alone."""
+
+    kind = "foreign"
+
+
+class StaleEntry(EntryError):
+    """Written by another xlakit format version: a miss, never an error; replaced by the next write."""
+
+    kind = "stale"
+
+    def __init__(self, reason: str, version: int):
+        super().__init__(reason)
+        self.version = version
+
+
+def key_id(secret: bytes) -> bytes:
+    """The 8-byte id of ``secret`` written into every envelope: HMAC-SHA256(secret, b"xlakit key id")[:8].
+
+    It names the key without revealing it, so a reader can tell "signed with another key" (a miss, left in
+    place) from "modified" (quarantined).
+    """
+    return hmac.new(secret, b"xlakit key id", hashlib.sha256).digest()[:KEY_ID_BYTES]
 
 
 def _short(hex_digest: str) -> str:
     return hex_digest[:8] + "…"
 
 
-def _header_length(prefix: bytes) -> int:
-    """Validate magic and version in ``prefix`` (>= 12 bytes); return H."""
-    if len(prefix) < PREFIX_BYTES:
+def _check_prefix(prefix: bytes | memoryview, secret: bytes | None) -> int:
+    """Validate magic, version and key id in ``prefix`` (>= 20 bytes); return H. Raises EntryError."""
+    n = min(len(prefix), 7)
+    if len(prefix) < 8 and bytes(prefix[:n]) == _MAGIC_STEM[:n]:
         raise CorruptEntry(f"truncated: file is {len(prefix)} bytes, shorter than the {PREFIX_BYTES}-byte prefix")
-    if prefix[:7] != _MAGIC_STEM:
+    if bytes(prefix[:7]) != _MAGIC_STEM:
         raise CorruptEntry(f"bad magic {bytes(prefix[:8])!r}: not an xlakit entry")
-    if prefix[7] != FORMAT_VERSION:
-        raise CorruptEntry(f"unsupported format version {prefix[7]} (this xlakit reads {FORMAT_VERSION})")
-    (length,) = _LENGTH.unpack_from(prefix, 8)
+    version = prefix[7]
+    if version != FORMAT_VERSION:
+        age = "an older" if version < FORMAT_VERSION else "a newer"
+        raise StaleEntry(f"written by {age} xlakit format (version {version}; this xlakit reads {FORMAT_VERSION})",
+                         version)
+    if len(prefix) < 20:
+        raise CorruptEntry(f"truncated: file is {len(prefix)} bytes, shorter than the {PREFIX_BYTES}-byte prefix")
+    if secret is not None:
+        theirs, ours = bytes(prefix[8:16]), key_id(secret)
+        if theirs != ours:
+            raise ForeignKeyEntry(f"signed with another key (key id {theirs.hex()}, this process {ours.hex()})")
+    (length,) = _LENGTH.unpack_from(prefix, 16)
     if length > MAX_HEADER_BYTES:
         raise CorruptEntry(f"header length {length} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
     return length
 
 
-def _parse_header(raw: bytes) -> dict:
+def _header_mac(secret: bytes, fixed: bytes, encoded: bytes) -> bytes:
+    mac = hmac.new(secret, _HEADER_DOMAIN, hashlib.sha256)
+    mac.update(fixed)
+    mac.update(encoded)
+    return mac.digest()
+
+
+def _authenticated_header(view: memoryview | bytes, length: int, secret: bytes | None) -> dict:
+    """Check the header MAC (when ``secret`` is given), then parse the header with bounds."""
+    end = PREFIX_BYTES + length
+    if len(view) < end:
+        raise CorruptEntry(f"truncated: file is {len(view)} bytes, header says {PREFIX_BYTES}+{length}+…")
+    encoded = view[PREFIX_BYTES:end]
+    if secret is not None and not hmac.compare_digest(
+        _header_mac(secret, bytes(view[:20]), bytes(encoded)), bytes(view[20:PREFIX_BYTES])
+    ):
+        raise UnauthenticatedEntry("header MAC mismatch: the header was modified")
     try:
-        header = json.loads(bytes(raw).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CorruptEntry(f"header is not valid UTF-8 JSON: {e}") from None
+        header = safejson.loads(encoded)
+    except safejson.UnsafeJson as e:
+        raise CorruptEntry(f"header is not acceptable JSON: {e}") from None
     if not isinstance(header, dict):
         raise CorruptEntry(f"header is a JSON {type(header).__name__}, not an object")
     return header
 
 
 def _encode_header(header: dict) -> bytes:
-    return json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    import json
 
-
-def _mac(secret: bytes, signed_prefix: bytes, payload: bytes) -> bytes:
-    mac = hmac.new(secret, signed_prefix, hashlib.sha256)
-    mac.update(payload)
-    return mac.digest()
+    return json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
 
 
 def seal(header: dict, raw_payload: bytes, secret: bytes, level: int = 3) -> bytes:
-    """Compress ``raw_payload`` with zstd and return the whole envelope.
+    """Compress ``raw_payload`` with zstd and return the whole envelope (layout in the module docstring).
 
-    ``header`` is copied; the integrity fields are added (overwriting any the
-    caller passed). Raises TypeError/ValueError if the header is not
-    JSON-serializable, ValueError if the encoded header exceeds 16 MiB.
+    ``header`` is copied; the integrity fields are added (overwriting any the caller passed). Raises
+    TypeError/ValueError if the header is not JSON-serializable or holds NaN/Infinity, ValueError if the
+    encoded header exceeds 16 MiB.
     """
     raw = bytes(raw_payload)
     payload = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw)
+    kid = key_id(secret)
     full = dict(header)
     full.update(
         format_version=FORMAT_VERSION,
+        key_id=kid.hex(),
         payload_sha256=hashlib.sha256(payload).hexdigest(),
         payload_bytes=len(payload),
         raw_bytes=len(raw),
@@ -138,54 +204,81 @@ def seal(header: dict, raw_payload: bytes, secret: bytes, level: int = 3) -> byt
     encoded = _encode_header(full)
     if len(encoded) > MAX_HEADER_BYTES:
         raise ValueError(f"header of {len(encoded)} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
-    signed = MAGIC + _LENGTH.pack(len(encoded)) + encoded
-    return b"".join((signed, _mac(secret, signed, payload), payload))
+    fixed = MAGIC + kid + _LENGTH.pack(len(encoded))
+    signed = fixed + _header_mac(secret, fixed, encoded) + encoded
+    mac = hmac.new(secret, signed, hashlib.sha256)
+    mac.update(payload)
+    return b"".join((signed, mac.digest(), payload))
 
 
-def read_header(blob_or_prefix: bytes) -> dict:
-    """Parse magic and header only, without any integrity check (for listings).
+def read_header(blob_or_prefix: bytes, secret: bytes | None = None) -> dict:
+    """The header of an envelope, authenticated by its header MAC when ``secret`` is given.
 
-    ``blob_or_prefix`` needs at least the first 12+H bytes. Raises CorruptEntry.
+    ``blob_or_prefix`` needs at least the first 52+H bytes. Without ``secret`` the header is parsed with
+    bounds but NOT authenticated: use it only to display, never to decide. Raises CorruptEntry,
+    UnauthenticatedEntry, ForeignKeyEntry, StaleEntry.
     """
-    length = _header_length(blob_or_prefix)
-    end = PREFIX_BYTES + length
-    if len(blob_or_prefix) < end:
-        raise CorruptEntry(f"truncated: file is {len(blob_or_prefix)} bytes, header says {PREFIX_BYTES}+{length}+…")
-    return _parse_header(blob_or_prefix[PREFIX_BYTES:end])
+    length = _check_prefix(blob_or_prefix[:20], secret)
+    return _authenticated_header(memoryview(blob_or_prefix), length, secret)
 
 
-def read_header_file(path: str | os.PathLike) -> dict:
-    """Like :func:`read_header`, reading only the 12+H-byte prefix of ``path``.
+def read_header_file(path: str | os.PathLike, secret: bytes | None = None) -> dict:
+    """Like :func:`read_header`, reading only the 52+H-byte prefix of ``path``.
 
-    Raises CorruptEntry, or OSError (including FileNotFoundError) from reading.
+    The file is opened without following a symlink and without blocking (a FIFO is refused), and must be a
+    regular file. Raises EntryError, or OSError (including FileNotFoundError) from reading.
     """
-    with open(path, "rb") as f:
-        prefix = f.read(PREFIX_BYTES)
-        length = _header_length(prefix)
-        raw = f.read(length)
-    if len(raw) < length:
-        size = PREFIX_BYTES + len(raw)
-        raise CorruptEntry(f"truncated: file is {size} bytes, header says {PREFIX_BYTES}+{length}+…")
-    return _parse_header(raw)
+    from ._fs import open_regular
+
+    with open_regular(path) as f:
+        prefix = f.read(20)
+        length = _check_prefix(prefix, secret)
+        rest = f.read(PREFIX_BYTES - 20 + length)
+    return _authenticated_header(prefix + rest, length, secret)
+
+
+def decompress_bounded(data: bytes, max_bytes: int) -> bytes:
+    """zstd-decompress ``data`` into at most ``max_bytes`` bytes.
+
+    The frame's declared content size is checked first (it would override ``max_output_size``); a frame
+    without one is streamed and stopped at the bound. Raises CorruptEntry if the data is not zstd or would
+    decompress to more than ``max_bytes``. Call it only on authenticated bytes.
+    """
+    try:
+        declared = zstandard.frame_content_size(data)
+    except zstandard.ZstdError as e:
+        raise CorruptEntry(f"zstd decompression failed: {e}") from None
+    if declared > max_bytes:
+        raise CorruptEntry(f"zstd frame declares {declared} bytes, over the {max_bytes}-byte bound")
+    try:
+        if declared >= 0:
+            return zstandard.ZstdDecompressor().decompress(data, max_output_size=max_bytes)
+        reader = zstandard.ZstdDecompressor().stream_reader(data)
+        out = reader.read(max_bytes + 1)
+    except zstandard.ZstdError as e:
+        raise CorruptEntry(f"zstd decompression failed: {e}") from None
+    if len(out) > max_bytes:
+        raise CorruptEntry(f"zstd data decompresses to more than the {max_bytes}-byte bound")
+    return out
 
 
 def open_envelope(blob: bytes, secret: bytes) -> tuple[dict, bytes]:
     """Verify ``blob`` completely and return ``(header, raw_payload)``.
 
-    Checks, in order: magic/version, lengths, header JSON, payload SHA-256,
-    HMAC, then decompression (bounded by ``raw_bytes``) and its length.
-    Nothing is decompressed before the HMAC matches.
+    Checks, in order: magic/version, key id, lengths, header MAC, header JSON (bounded), payload length,
+    payload SHA-256, full MAC, then decompression bounded by ``raw_bytes``. Nothing is parsed before its MAC
+    matches and nothing is decompressed before the full MAC matches.
 
-    Raises CorruptEntry or UnauthenticatedEntry.
+    Raises CorruptEntry, UnauthenticatedEntry, ForeignKeyEntry or StaleEntry.
     """
     view = memoryview(blob)
-    length = _header_length(view[:PREFIX_BYTES])
+    length = _check_prefix(view[:20], secret)
     body = PREFIX_BYTES + length
     if len(view) < body + MAC_BYTES:
         raise CorruptEntry(
             f"truncated: file is {len(view)} bytes, header length says at least {PREFIX_BYTES}+{length}+{MAC_BYTES}"
         )
-    header = _parse_header(view[PREFIX_BYTES:body])
+    header = _authenticated_header(view, length, secret)
 
     missing = [k for k in _INTEGRITY_FIELDS if k not in header]
     if missing:
@@ -193,7 +286,7 @@ def open_envelope(blob: bytes, secret: bytes) -> tuple[dict, bytes]:
     if header["format_version"] != FORMAT_VERSION:
         raise CorruptEntry(f"header says format version {header['format_version']!r}, magic says {FORMAT_VERSION}")
     payload_bytes, raw_bytes, want_sha = header["payload_bytes"], header["raw_bytes"], header["payload_sha256"]
-    if not (isinstance(payload_bytes, int) and isinstance(raw_bytes, int) and payload_bytes >= 0 and raw_bytes >= 0):
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (payload_bytes, raw_bytes)):
         raise CorruptEntry(f"header has invalid lengths payload_bytes={payload_bytes!r} raw_bytes={raw_bytes!r}")
     expected = body + MAC_BYTES + payload_bytes
     if len(view) != expected:
@@ -207,20 +300,18 @@ def open_envelope(blob: bytes, secret: bytes) -> tuple[dict, bytes]:
     if not isinstance(want_sha, str) or not hmac.compare_digest(got_sha, want_sha):
         raise CorruptEntry(f"payload SHA-256 mismatch (expected {_short(str(want_sha))}, got {_short(got_sha)})")
 
-    if not hmac.compare_digest(_mac(secret, view[:body], payload), view[body : body + MAC_BYTES]):
-        raise UnauthenticatedEntry("HMAC mismatch: written with a different secret or modified")
+    mac = hmac.new(secret, view[:body], hashlib.sha256)
+    mac.update(payload)
+    if not hmac.compare_digest(mac.digest(), bytes(view[body : body + MAC_BYTES])):
+        raise UnauthenticatedEntry("HMAC mismatch: the entry was modified")
 
-    # A frame's declared content size overrides max_output_size, so check it first.
     try:
         declared = zstandard.frame_content_size(payload)
     except zstandard.ZstdError as e:
         raise CorruptEntry(f"zstd decompression failed: {e}") from None
     if declared != -1 and declared != raw_bytes:
         raise CorruptEntry(f"length mismatch: zstd frame says {declared} bytes, header says {raw_bytes}")
-    try:
-        raw = zstandard.ZstdDecompressor().decompress(payload, max_output_size=raw_bytes)
-    except zstandard.ZstdError as e:
-        raise CorruptEntry(f"zstd decompression failed: {e}") from None
+    raw = decompress_bounded(bytes(payload), raw_bytes)
     if len(raw) != raw_bytes:
         raise CorruptEntry(f"length mismatch: decompressed {len(raw)} bytes, header says {raw_bytes}")
     return header, raw

@@ -8,10 +8,17 @@ Source, first match wins:
    env ``XLAKIT_CONFIG_DIR``, else ``platformdirs.user_config_dir("xlakit")``.
    It is created on first use (folder 0700, file 0600) holding 32 random
    bytes as 64 hex characters; the returned secret is those 64 ASCII bytes.
+
+Refused, each with a :class:`SecretUnavailable` naming the setting: a secret shorter than
+``MIN_SECRET_BYTES`` (16) bytes, an ``XLAKIT_CACHE_SECRET`` that is not UTF-8, a secret file that is a
+symlink or not a regular file, a config folder that others can write (world- or group-writable) or that
+another user owns, and (checked by the store, which knows its root) a secret file inside the cache folder
+or a cache folder inside the config folder.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -20,7 +27,18 @@ from pathlib import Path
 
 import platformdirs
 
-__all__ = ["ENV_SECRET", "ENV_CONFIG_DIR", "SecretUnavailable", "load_secret", "secret_location", "secret_path"]
+__all__ = [
+    "ENV_CONFIG_DIR",
+    "ENV_SECRET",
+    "MIN_SECRET_BYTES",
+    "SecretUnavailable",
+    "check_secret_outside",
+    "load_secret",
+    "secret_location",
+    "secret_path",
+]
+
+MIN_SECRET_BYTES = 16
 
 ENV_SECRET = "XLAKIT_CACHE_SECRET"
 ENV_CONFIG_DIR = "XLAKIT_CONFIG_DIR"
@@ -50,32 +68,90 @@ def secret_location(config_dir: str | os.PathLike | None = None) -> str:
     return str(secret_path(config_dir))
 
 
-def _read(path: Path) -> bytes:
+def _setting(config_dir) -> str:
+    if config_dir is not None:
+        return f"the config_dir argument ({config_dir})"
+    if os.environ.get(ENV_CONFIG_DIR):
+        return ENV_CONFIG_DIR
+    return "the default config folder"
+
+
+def _check_folder(folder: Path, config_dir) -> None:
+    """Refuse a config folder others can write or another user owns (they could replace the secret)."""
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise SecretUnavailable(f"cannot inspect config folder {folder}: {e}; {_hint()}") from e
+    if st.st_mode & 0o022:
+        raise SecretUnavailable(
+            f"config folder {folder} (from {_setting(config_dir)}) is writable by others "
+            f"(mode {oct(stat.S_IMODE(st.st_mode))}), so anyone could replace the cache secret; "
+            f"chmod 700 it, or set {ENV_CONFIG_DIR} to a private folder")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise SecretUnavailable(
+            f"config folder {folder} (from {_setting(config_dir)}) is owned by another user (uid {st.st_uid}); "
+            f"set {ENV_CONFIG_DIR} to a folder of your own")
+
+
+def _read(path: Path, config_dir=None) -> bytes:
     """Read an existing secret file, tightening loose permissions.
 
-    Raises FileNotFoundError if absent, SecretUnavailable for other problems.
+    Raises FileNotFoundError if absent, SecretUnavailable for other problems (a link, not a regular file,
+    too short).
     """
     deadline = time.monotonic() + _EMPTY_RETRY_S
     try:
         while True:
-            with open(path, "rb") as f:
-                mode = os.fstat(f.fileno()).st_mode
-                value = f.read().strip()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise SecretUnavailable(f"secret file {path} (from {_setting(config_dir)}) is not a regular file; "
+                                            f"remove it to regenerate, or {_hint()}")
+                value = f.read(4096).strip()
+                if value and stat.S_IMODE(st.st_mode) & 0o077:
+                    try:
+                        os.fchmod(f.fileno(), 0o600)  # the file itself, never a link's target
+                    except OSError:
+                        pass  # not our file to fix; still usable
             if value or time.monotonic() > deadline:
                 break
             time.sleep(0.02)
     except FileNotFoundError:
         raise
+    except SecretUnavailable:
+        raise
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SecretUnavailable(f"secret file {path} (from {_setting(config_dir)}) is a symlink; refused "
+                                    f"(it must be a private file); remove the link to regenerate, or {_hint()}") from e
         raise SecretUnavailable(f"cannot read secret file {path}: {e}; {_hint()}") from e
     if not value:
         raise SecretUnavailable(f"secret file {path} is empty; delete it to regenerate, or {_hint()}")
-    if stat.S_IMODE(mode) & 0o077:
-        try:
-            os.chmod(path, 0o600)
-        except OSError:
-            pass  # not our file to fix; still usable
+    if len(value) < MIN_SECRET_BYTES:
+        raise SecretUnavailable(f"secret file {path} (from {_setting(config_dir)}) holds {len(value)} bytes, fewer "
+                                f"than {MIN_SECRET_BYTES}; delete it to regenerate a strong one, or {_hint()}")
     return value
+
+
+def check_secret_outside(cache_root: str | os.PathLike, config_dir: str | os.PathLike | None = None) -> None:
+    """Refuse a secret file inside the cache folder, or a cache folder inside the config folder.
+
+    Anyone who can read the cache could then re-sign entries. Paths are compared resolved. Nothing to
+    check when the secret comes from ``XLAKIT_CACHE_SECRET``. Raises SecretUnavailable naming both paths.
+    """
+    if os.environ.get(ENV_SECRET):
+        return
+    cache = Path(os.path.realpath(cache_root))
+    secret_file = Path(os.path.realpath(secret_path(config_dir)))
+    config = secret_file.parent
+    if secret_file.is_relative_to(cache) or cache.is_relative_to(config):
+        raise SecretUnavailable(
+            f"the cache secret {secret_file} (config folder from {_setting(config_dir)}) and the cache folder "
+            f"{cache} overlap: anyone who can read the cache could sign entries. Set {ENV_CONFIG_DIR} to a "
+            f"folder outside the cache (or the cache outside {config}), or set {ENV_SECRET}")
 
 
 def _make_private_dir(path: Path) -> None:
@@ -92,18 +168,27 @@ def load_secret(config_dir: str | os.PathLike | None = None) -> bytes:
     """
     env = os.environ.get(ENV_SECRET)
     if env:
-        return env.encode("utf-8")
+        try:
+            from_env = env.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SecretUnavailable(f"{ENV_SECRET} is not valid UTF-8 text; set it to a printable secret of at "
+                                    f"least {MIN_SECRET_BYTES} characters (e.g. 64 hex digits)") from None
+        if len(from_env) < MIN_SECRET_BYTES:
+            raise SecretUnavailable(f"{ENV_SECRET} is {len(from_env)} bytes long, fewer than {MIN_SECRET_BYTES}; "
+                                    "set it to a longer secret (e.g. 64 hex digits)")
+        return from_env
     path = secret_path(config_dir)
+    _check_folder(path.parent, config_dir)
     try:
-        return _read(path)
+        return _read(path, config_dir)
     except FileNotFoundError:
         pass
     value = secrets.token_hex(32)
     try:
         _make_private_dir(path.parent)
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
-        return _read(path)  # another process won the race
+        return _read(path, config_dir)  # another process won the race
     except OSError as e:
         raise SecretUnavailable(f"cannot create secret file {path}: {e}; {_hint()}") from e
     try:

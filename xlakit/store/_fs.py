@@ -1,0 +1,194 @@
+"""File operations that never follow a link or block on a planted file (used by every local-folder module).
+
+Inside a cache folder any name may have been replaced by a symlink, a FIFO, a device or a huge sparse file
+by anyone who can write the folder. So files are opened with ``O_NOFOLLOW | O_NONBLOCK``, checked with
+``fstat`` to be regular files, and size-bounded before a byte is read; folders are opened with
+``O_DIRECTORY | O_NOFOLLOW`` and files inside them addressed relative to that descriptor (``dir_fd``), so a
+folder swapped for a symlink between two calls is never entered.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from .base import ObjectRefused
+
+__all__ = [
+    "dir_fd",
+    "disk_bytes",
+    "ensure_dir",
+    "fsync_dir",
+    "lstat",
+    "open_dir",
+    "open_regular",
+    "read_bounded",
+    "scandir",
+    "unlink_at",
+]
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_fd(path: str | os.PathLike, *, at: int | None = None) -> int:
+    """A read descriptor for a regular file at ``path``; raises ObjectRefused for a link or another kind."""
+    try:
+        fd = os.open(path, _READ_FLAGS, dir_fd=at)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ObjectRefused(f"{os.fspath(path)} is a symlink; refused (a cache never holds links)") from None
+        if e.errno == errno.ENXIO:  # a socket, or a FIFO on some systems
+            raise ObjectRefused(f"{os.fspath(path)} is not a regular file; refused") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if stat.S_ISDIR(mode):
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, "Is a directory (not an entry; left in place)", os.fspath(path))
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ObjectRefused(f"{os.fspath(path)} is {_kind(mode)}, not a regular file; refused")
+    return fd
+
+
+@contextmanager
+def open_regular(path: str | os.PathLike, *, at: int | None = None) -> Iterator[BinaryIO]:
+    """Open ``path`` for reading only if it is a regular file reached without a symlink.
+
+    Never blocks (a FIFO is refused at once). Raises ObjectRefused (an OSError) for a symlink, FIFO,
+    device, socket or folder; FileNotFoundError and other OSErrors as ``open`` does.
+    """
+    fd = _open_fd(path, at=at)
+    with os.fdopen(fd, "rb") as f:
+        yield f
+
+
+def read_bounded(path: str | os.PathLike, max_bytes: int, *, at: int | None = None) -> tuple[bytes, os.stat_result]:
+    """The whole regular file at ``path`` and its fstat, refusing it (ObjectRefused) if over ``max_bytes``.
+
+    The size is checked from ``fstat`` before reading and again while reading (a file that grows is cut at
+    the bound and refused), so /dev/zero links and sparse multi-GiB files cost nothing.
+    """
+    fd = _open_fd(path, at=at)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if st.st_size > max_bytes:
+            raise ObjectRefused(f"{os.fspath(path)} is {st.st_size} bytes, over the {max_bytes}-byte bound; refused")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ObjectRefused(f"{os.fspath(path)} grew past the {max_bytes}-byte bound while read; refused")
+    return data, st
+
+
+def open_dir(path: str | os.PathLike, *, at: int | None = None) -> int:
+    """A descriptor of the folder ``path`` (relative to ``at`` if given), never through a symlink.
+
+    Raises NotADirectoryError/ObjectRefused when the name is a link or not a folder, FileNotFoundError.
+    """
+    try:
+        return os.open(path, _DIR_FLAGS, dir_fd=at)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ObjectRefused(f"{os.fspath(path)} is a symlink, not a folder; refused") from None
+        raise
+
+
+@contextmanager
+def dir_fd(path: str | os.PathLike, *, at: int | None = None) -> Iterator[int]:
+    """:func:`open_dir` as a context manager that closes the descriptor."""
+    fd = open_dir(path, at=at)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def lstat(path: str | os.PathLike, *, at: int | None = None) -> os.stat_result | None:
+    """``os.lstat`` or None if the name is gone."""
+    try:
+        return os.stat(path, dir_fd=at, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def scandir(path: str | os.PathLike | int) -> list[os.DirEntry]:
+    """Entries of a folder (a path or a folder descriptor); [] if it is gone or not a folder."""
+    try:
+        with os.scandir(path) as it:  # type: ignore[arg-type]  # typeshed splits the fd and path overloads
+            return list(it)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def ensure_dir(path: Path) -> None:
+    """Create ``path`` and missing parents with mode 0700 (existing folders keep theirs).
+
+    Raises OSError; ObjectRefused when ``path`` exists as a symlink or another non-folder.
+    """
+    st = lstat(path)
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            return
+        raise ObjectRefused(f"{path} is {_kind(st.st_mode)}, not a folder; refused")
+    missing = []
+    p = path
+    while lstat(p) is None and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    for p in missing:
+        try:
+            os.chmod(p, 0o700)  # makedirs' mode is filtered by the umask
+        except FileNotFoundError:
+            pass
+    st = lstat(path)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        raise ObjectRefused(f"{path} was replaced while being created; refused")
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a folder so a rename in it survives a crash (best effort: some filesystems refuse)."""
+    try:
+        fd = open_dir(path)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def unlink_at(name: str, at: int | None = None) -> bool:
+    """Remove the file ``name`` (in folder descriptor ``at``); never follows a link (a link itself is removed).
+
+    False if it was already gone or can't be removed.
+    """
+    try:
+        os.unlink(name, dir_fd=at)
+        return True
+    except OSError:
+        return False
+
+
+def disk_bytes(st: os.stat_result) -> int:
+    """Bytes a file occupies: the larger of its size and its allocated blocks (``st_blocks * 512``)."""
+    return max(st.st_size, st.st_blocks * 512)

@@ -1,0 +1,246 @@
+"""The local folder's byte cap: scanning, least-recently-used eviction, stale temps, clearing.
+
+Last use is the mtime of ``<stem>.used`` (falling back to the entry's mtime), so reading never rewrites an
+entry. Temp files never count against the cap: a live writer's temp becomes an entry (counted then) and a
+dead writer's temp (pid gone, or older than ``STALE_TEMP_S``) is removed by the next capped writer,
+``prune``, ``verify`` and ``clear``. Every removal is of a name the store produces, in a folder opened
+without following a link; nothing outside the root is ever touched.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import _fs
+from .layout import (
+    ENTRY_SUFFIX,
+    LOCK_NAME,
+    PARTITION_INFO,
+    QUARANTINE,
+    STALE_TEMP_S,
+    USED_SUFFIX,
+    is_stale_temp,
+    is_temp_name,
+    validate_partition,
+)
+from .quarantine import quarantined_files, remove_quarantined
+
+__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "remove_stale_temps", "scan", "touch_used"]
+
+
+@dataclass
+class Candidate:
+    """An evictable entry as seen by a scan: stat data only, no header read."""
+
+    partition: str
+    path: Path
+    size: int  # disk bytes of .xlk plus .used
+    entry_mtime: float
+    last_used: float
+
+
+@dataclass
+class Scan:
+    """One pass over the root. total: disk bytes counted against the cap (temps excluded)."""
+
+    total: int = 0
+    entries: list[Candidate] = field(default_factory=list)
+    quarantined: list[tuple[float, int, Path]] = field(default_factory=list)  # (mtime, disk bytes, path)
+    temps: list[tuple[float, int, Path]] = field(default_factory=list)  # stale temps only
+
+
+def _walk_bytes(path: str) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):  # os.walk does not enter links to folders
+        for name in files:
+            st = _fs.lstat(os.path.join(dirpath, name))
+            if st is not None and stat.S_ISREG(st.st_mode):
+                total += _fs.disk_bytes(st)
+    return total
+
+
+def scan(root: Path, now: float | None = None) -> Scan:
+    """Count every regular file under ``root`` except the lock and temps (the tag counts: it occupies a block); list entries, quarantined
+    files and stale temps. Files that vanish mid-scan are skipped; links are never followed."""
+    now = time.time() if now is None else now
+    result = Scan()
+    for top in _fs.scandir(root):
+        if top.name == LOCK_NAME:
+            continue
+        st = _fs.lstat(top.path)
+        if st is None:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            if stat.S_ISREG(st.st_mode) and not is_temp_name(top.name):
+                result.total += _fs.disk_bytes(st)
+            continue
+        if top.name == QUARANTINE:
+            result.quarantined = quarantined_files(root)
+            result.total += sum(size for _, size, _ in result.quarantined)
+            continue
+        _scan_partition(Path(top.path), result, now)
+    return result
+
+
+def _scan_partition(pdir: Path, result: Scan, now: float) -> None:
+    entries: dict[str, tuple[Path, os.stat_result]] = {}
+    used: dict[str, os.stat_result] = {}
+    for d in _fs.scandir(pdir):
+        st = _fs.lstat(d.path)
+        if st is None:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            result.total += _walk_bytes(d.path)  # not ours, but it holds bytes: keep the cap honest
+            continue
+        name = d.name
+        if is_temp_name(name):
+            if is_stale_temp(name, st, now):
+                result.temps.append((st.st_mtime, _fs.disk_bytes(st), Path(d.path)))
+            continue
+        if name.endswith(ENTRY_SUFFIX):
+            # Any kind of file under an entry's name is evictable (a planted FIFO or link is removed).
+            entries[name[: -len(ENTRY_SUFFIX)]] = (Path(d.path), st)
+            if stat.S_ISREG(st.st_mode):
+                result.total += _fs.disk_bytes(st)
+        elif stat.S_ISREG(st.st_mode):
+            result.total += _fs.disk_bytes(st)
+            if name.endswith(USED_SUFFIX):
+                used[name[: -len(USED_SUFFIX)]] = st
+    for stem, (path, st) in entries.items():
+        u = used.get(stem)
+        own = _fs.disk_bytes(st) if stat.S_ISREG(st.st_mode) else 0
+        result.entries.append(Candidate(
+            partition=pdir.name,
+            path=path,
+            size=own + (_fs.disk_bytes(u) if u else 0),
+            entry_mtime=st.st_mtime,
+            last_used=u.st_mtime if u else st.st_mtime,
+        ))
+
+
+def remove_file(root: Path, partition: str, name: str) -> bool:
+    """Remove ``<root>/<partition>/<name>`` relative to folder descriptors (a link is removed, not followed)."""
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(validate_partition(partition), at=rfd) as pfd:
+            return _fs.unlink_at(name, pfd)
+    except (OSError, ValueError):
+        return False
+
+
+def remove_scanned(root: Path, path: Path) -> bool:
+    """Remove a file found by :func:`scan` (an entry, .used, temp or quarantined file)."""
+    if path.parent.parent.name == QUARANTINE:
+        return remove_quarantined(path, root)
+    return remove_file(root, path.parent.name, path.name)
+
+
+def remove_stale_temps(root: Path, partitions: list[str], older_than_s: float = STALE_TEMP_S) -> int:
+    """Delete temps of writers that are gone (pid gone, or older than ``older_than_s``); returns how many."""
+    removed = 0
+    now = time.time()
+    for part in partitions:
+        for d in _fs.scandir(root / part):
+            if not is_temp_name(d.name):
+                continue
+            st = _fs.lstat(d.path)
+            if st is not None and is_stale_temp(d.name, st, now, older_than_s):
+                removed += remove_file(root, part, d.name)
+    return removed
+
+
+def clear_partition(root: Path, partition: str) -> int:
+    """Remove the partition's entries, .used files, temps and partition.json (only those names), then the
+    folder if empty; returns the number of entries removed. A partition that is a link is left alone."""
+    removed = 0
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as rfd:
+            try:
+                pfd = _fs.open_dir(validate_partition(partition), at=rfd)
+            except OSError:
+                return 0
+            try:
+                for d in _fs.scandir(pfd):
+                    name = d.name
+                    if is_temp_name(name) or name.endswith(USED_SUFFIX) or name == PARTITION_INFO:
+                        if not d.is_dir(follow_symlinks=False):
+                            _fs.unlink_at(name, pfd)
+                    elif name.endswith(ENTRY_SUFFIX) and not d.is_dir(follow_symlinks=False):
+                        removed += _fs.unlink_at(name, pfd)
+            finally:
+                os.close(pfd)
+            try:
+                os.rmdir(partition, dir_fd=rfd)
+            except OSError:
+                pass  # a writer is using it, or foreign files remain
+    except OSError:
+        return removed
+    return removed
+
+
+def touch_used(root: Path, entry: Path) -> None:
+    """Mark ``entry`` as just used: set the mtime of its ``.used`` file, creating it if missing.
+
+    Never follows a link and never fails: a ``.used`` name that is not a regular file is replaced.
+    """
+    used = entry.name.removesuffix(ENTRY_SUFFIX) + USED_SUFFIX
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(entry.parent.name, at=rfd) as pfd:
+            st = _fs.lstat(used, at=pfd)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                if stat.S_ISDIR(st.st_mode):
+                    return
+                _fs.unlink_at(used, pfd)  # a planted link or FIFO: drop the name, never touch its target
+                st = None
+            if st is None:
+                fd = os.open(used, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600,
+                             dir_fd=pfd)
+                os.close(fd)
+            else:
+                os.utime(used, dir_fd=pfd, follow_symlinks=False)
+    except OSError:
+        pass  # LRU bookkeeping must never fail a read
+
+
+def evict_to(root: Path, budget: int, evicted: list, info: Callable[[str, Path], Any], *,
+             replacing: Path | None = None, protect: Path | None = None) -> int:
+    """Delete stale temps and the quarantine, then least recently used entries, until the counted total is
+    <= ``budget`` bytes. Call under the folder's lock.
+
+    ``replacing`` is about to be overwritten, so its bytes don't count and it is not evicted; ``protect``
+    is just not evicted. ``info(partition, path)`` describes an entry before it goes; those descriptions
+    are appended to ``evicted``. Returns the total bytes remaining (as counted).
+    """
+    result = scan(root)
+    for _, _, path in result.temps:  # never counted; a dead writer's leftovers go at once
+        remove_scanned(root, path)
+    total = result.total
+    candidates = []
+    for c in result.entries:
+        if c.path == replacing:
+            total -= c.size
+        elif c.path != protect:
+            candidates.append(c)
+    if total <= budget:
+        return total
+    for _, size, path in sorted(result.quarantined):
+        remove_scanned(root, path)  # a vanished file is gone either way
+        total -= size
+        if total <= budget:
+            return total
+    candidates.sort(key=lambda c: (c.last_used, c.entry_mtime))
+    for c in candidates:
+        described = info(c.partition, c.path)
+        remove_scanned(root, c.path)
+        remove_scanned(root, c.path.with_suffix(USED_SUFFIX))
+        total -= c.size
+        if described is not None:
+            evicted.append(described)
+        if total <= budget:
+            break
+    return total

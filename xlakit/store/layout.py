@@ -1,0 +1,263 @@
+"""The local cache folder's layout: names, the CACHEDIR.TAG marker, and which files are the store's own.
+
+Layout under the root folder::
+
+    <root>/
+      CACHEDIR.TAG                        marks the folder as a cache (Cache Directory Tagging standard)
+      .lock                               filelock, taken only to evict/prune/clear
+      module_hashes.json                  (a bundle's .cache only) the bundle's module-hash record
+      <partition>/                        one folder per environment partition
+        partition.json                    environment description
+        <file_stem>.xlk                   entries (see envelope.py)
+        <file_stem>.used                  empty; its mtime is the entry's last use
+        .<name>.<pid>.<random>.tmp        a write in progress (or a killed writer's)
+      quarantine/<partition>/
+        <file_stem>.<unix_ms>.xlk         entries that failed verification
+        <file_stem>.<unix_ms>.reason.txt  why
+
+Destructive operations (clear, prune, verify's quarantining) run only in a folder that carries
+``CACHEDIR.TAG``. A folder without it (a round-1 cache, or one created by hand) is adopted — the tag is
+written, on the first write or the first destructive operation — only when every name in it is one this
+layout produces (see :func:`is_xlakit_shaped`); any other
+folder raises :class:`NotACacheFolder` and nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+import platformdirs
+
+from . import _fs
+
+__all__ = [
+    "ENTRY_SUFFIX",
+    "ENV_CACHE_DIR",
+    "LOCK_NAME",
+    "PARTITION_INFO",
+    "QUARANTINE",
+    "STALE_TEMP_S",
+    "TAG_NAME",
+    "TAG_SIGNATURE",
+    "TEMP_SUFFIX",
+    "USED_SUFFIX",
+    "NotACacheFolder",
+    "file_stem",
+    "has_tag",
+    "is_stale_temp",
+    "is_xlakit_shaped",
+    "require_cache_folder",
+    "resolve_root",
+    "temp_pid",
+    "validate_partition",
+    "write_tag",
+]
+
+ENV_CACHE_DIR = "XLAKIT_CACHE_DIR"
+ENTRY_SUFFIX = ".xlk"
+USED_SUFFIX = ".used"
+TEMP_SUFFIX = ".tmp"
+REASON_SUFFIX = ".reason.txt"
+QUARANTINE = "quarantine"
+UNKNOWN_PARTITION = "_unknown"
+PARTITION_INFO = "partition.json"
+LOCK_NAME = ".lock"
+TAG_NAME = "CACHEDIR.TAG"
+TAG_SIGNATURE = b"Signature: 8a477f597d28d172789f06886806bc55"
+TAG_TEXT = (
+    TAG_SIGNATURE + b"\n# This file is a cache directory tag created by xlakit (compiled XLA executables).\n"
+    b"# For information about cache directory tags, see: https://bford.info/cachedir/\n"
+)
+BUNDLE_RECORD = "module_hashes.json"  # a bundle's .cache holds its module-hash record beside the partitions
+STALE_TEMP_S = 3600.0  # a temp whose writer's pid is unknown is stale after this many seconds
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_TEMP = re.compile(r"^\..+\.(\d+)\.[A-Za-z0-9_]+\.tmp$")
+_MAX_STEM = 150
+_MAX_PARTITION = 200
+
+
+class NotACacheFolder(ValueError):
+    """A destructive operation was asked of a folder that is not an xlakit cache; nothing was deleted."""
+
+    def __init__(self, root: Path, why: str):
+        self.root = root
+        super().__init__(
+            f"{root} is not an xlakit cache folder ({why}), so nothing was deleted. Point --path / "
+            f"XLAKIT_CACHE_DIR at the cache folder (see 'xlakit cache where'); if this really is a cache, "
+            f"remove the files that are not xlakit's, or create {TAG_NAME} in it to mark it as one."
+        )
+
+
+def resolve_root(path: str | os.PathLike | None = None) -> Path:
+    """Cache root: ``path``, else env ``XLAKIT_CACHE_DIR``, else the user cache dir. Creates nothing."""
+    return Path(path or os.environ.get(ENV_CACHE_DIR) or platformdirs.user_cache_dir("xlakit"))
+
+
+def file_stem(key: str) -> str:
+    """File name stem for ``key``: characters outside [A-Za-z0-9_.-] become "_";
+    keys over 150 characters become their first 80 + "-" + sha256(key)[:16].
+
+    A leading "." also becomes "_" (hidden names are temp files). Raises ValueError for "".
+    """
+    if not key:
+        raise ValueError("empty key")
+    stem = _SAFE.sub("_", key)
+    if len(stem) > _MAX_STEM:
+        stem = stem[:80] + "-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    if stem.startswith("."):
+        stem = "_" + stem[1:]
+    return stem
+
+
+def validate_partition(name: str) -> str:
+    """Return ``name`` if it is a usable partition folder name, else raise ValueError.
+
+    Allowed: 1-200 characters of [A-Za-z0-9_.-], not starting with ".", not "quarantine".
+    """
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > _MAX_PARTITION
+        or _SAFE.search(name)
+        or name.startswith(".")
+        or name == QUARANTINE
+    ):
+        raise ValueError(
+            f"invalid partition name {name!r}: use 1-{_MAX_PARTITION} characters of [A-Za-z0-9_.-], "
+            f"not starting with '.', not {QUARANTINE!r}"
+        )
+    return name
+
+
+def _valid_partition(name: str) -> bool:
+    try:
+        validate_partition(name)
+        return True
+    except ValueError:
+        return False
+
+
+def temp_pid(name: str) -> int | None:
+    """The writer's pid in a temp name ``.<name>.<pid>.<random>.tmp``, or None if the name has none."""
+    m = _TEMP.match(name)
+    return int(m.group(1)) if m else None
+
+
+def is_temp_name(name: str) -> bool:
+    return name.startswith(".") and name.endswith(TEMP_SUFFIX)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists (another user's), or not a pid we can ask about: assume alive
+    return True
+
+
+def is_stale_temp(name: str, st: os.stat_result, now: float | None = None, older_than_s: float = STALE_TEMP_S) -> bool:
+    """True if the temp file ``name`` belongs to a writer that is gone: its pid (from the name) no longer
+    exists on this machine, or it is older than ``older_than_s`` seconds. Only regular files qualify.
+    """
+    if not (is_temp_name(name) and stat.S_ISREG(st.st_mode)):
+        return False
+    now = time.time() if now is None else now
+    if now - st.st_mtime > older_than_s:
+        return True
+    pid = temp_pid(name)
+    return pid is not None and pid != os.getpid() and not _pid_alive(pid)
+
+
+def has_tag(root: Path) -> bool:
+    """True if ``root/CACHEDIR.TAG`` is a regular file that starts with the standard's signature."""
+    try:
+        with _fs.open_regular(root / TAG_NAME) as f:
+            return f.read(len(TAG_SIGNATURE)) == TAG_SIGNATURE
+    except OSError:
+        return False
+
+
+def write_tag(root: Path) -> None:
+    """Create ``root/CACHEDIR.TAG`` (create-only, never through a link). Raises OSError except "exists"."""
+    try:
+        fd = os.open(root / TAG_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as f:
+        f.write(TAG_TEXT)
+
+
+def _partition_shaped(fd: int) -> str | None:
+    for d in _fs.scandir(fd):
+        name = d.name
+        if not d.is_file(follow_symlinks=False):
+            return f"{name} is not a plain file"
+        if not (name.endswith((ENTRY_SUFFIX, USED_SUFFIX)) or name == PARTITION_INFO or is_temp_name(name)):
+            return f"{name} is not a name xlakit writes"
+    return None
+
+
+def _quarantine_shaped(fd: int) -> str | None:
+    for d in _fs.scandir(fd):
+        if not d.is_dir(follow_symlinks=False) or not (_valid_partition(d.name) or d.name == UNKNOWN_PARTITION):
+            return f"{QUARANTINE}/{d.name} is not a quarantine folder"
+        with _fs.dir_fd(d.name, at=fd) as sub:
+            for f in _fs.scandir(sub):
+                if not f.is_file(follow_symlinks=False) or not f.name.endswith((ENTRY_SUFFIX, REASON_SUFFIX)):
+                    return f"{QUARANTINE}/{d.name}/{f.name} is not a quarantined entry"
+    return None
+
+
+def is_xlakit_shaped(root: Path) -> str | None:
+    """None if every name in ``root`` is one this layout produces (so it can be adopted as a cache);
+    otherwise the first name that is not, as a short reason. Never follows a link.
+    """
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as fd:
+            for d in _fs.scandir(fd):
+                name = d.name
+                if name in (TAG_NAME, LOCK_NAME, BUNDLE_RECORD) or is_temp_name(name):
+                    if not d.is_file(follow_symlinks=False):
+                        return f"{name} is not a plain file"
+                    continue
+                if not d.is_dir(follow_symlinks=False):
+                    return f"{name} is not a name xlakit writes"
+                with _fs.dir_fd(name, at=fd) as sub:
+                    why = _quarantine_shaped(sub) if name == QUARANTINE else (
+                        _partition_shaped(sub) if _valid_partition(name) else f"{name} is not a partition folder")
+                if why:
+                    return why
+    except OSError as e:
+        return f"cannot be read as a folder: {e}"
+    return None
+
+
+def require_cache_folder(root: Path) -> bool:
+    """Check that ``root`` may be changed destructively; adopt an xlakit-shaped folder without a tag.
+
+    Returns False when ``root`` does not exist (nothing to do), True when it is a cache folder (tagged now
+    if it was not). Raises NotACacheFolder when it is a link, not a folder, or holds files xlakit does not
+    write; OSError if the tag cannot be written.
+    """
+    st = _fs.lstat(root)
+    if st is None:
+        return False
+    if not stat.S_ISDIR(os.stat(root).st_mode if stat.S_ISLNK(st.st_mode) else st.st_mode):
+        raise NotACacheFolder(root, "it is not a folder")
+    if has_tag(root):
+        return True
+    why = is_xlakit_shaped(root)
+    if why is not None:
+        raise NotACacheFolder(root, f"no {TAG_NAME}, and {why}")
+    write_tag(root)
+    return True

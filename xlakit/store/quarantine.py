@@ -1,0 +1,175 @@
+"""The local folder's quarantine: where rejected entries go, never through a link, never over a file.
+
+``quarantine/<partition>/<stem>.<unix_ms>.xlk`` holds the rejected entry (moved by hard link + unlink, or a
+rename, both relative to folder descriptors opened without following links) and
+``<stem>.<unix_ms>.reason.txt`` says why (created with ``O_EXCL | O_NOFOLLOW``: a name that exists, even as
+a planted symlink, is never written through; another free name is chosen). Clearing removes only these two
+kinds of names, one level deep, and never enters a link.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+import time
+from pathlib import Path
+
+from . import _fs
+from .layout import (
+    ENTRY_SUFFIX,
+    QUARANTINE,
+    REASON_SUFFIX,
+    UNKNOWN_PARTITION,
+    USED_SUFFIX,
+    validate_partition,
+)
+
+__all__ = ["clear_quarantine", "quarantine_file", "quarantined_files"]
+
+
+def _subdir(name: str, at: int) -> int:
+    """Descriptor of folder ``name`` in ``at``, created 0700 if missing; never a link."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=at)
+    except FileExistsError:
+        pass
+    return _fs.open_dir(name, at=at)
+
+
+def _move(name: str, src: int, dest: str, dst: int) -> bool:
+    """Move ``name`` to ``dest`` if ``dest`` is free; False if it is taken."""
+    try:
+        os.link(name, dest, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if _fs.lstat(dest, at=dst) is not None:
+            return False
+        os.rename(name, dest, src_dir_fd=src, dst_dir_fd=dst)
+        return True
+    os.unlink(name, dir_fd=src)
+    return True
+
+
+def quarantine_file(root: Path, partition: str, name: str, reason: str,
+                    identity: tuple[int, int] | None = None) -> Path | None:
+    """Move ``<root>/<partition>/<name>`` (an entry file) to the quarantine with a reason note.
+
+    ``identity`` (st_dev, st_ino): move only that file (a writer may have replaced a bad entry with a
+    good one since it was read). Returns the new path, or None if the file was gone, changed, or could
+    not be moved. Never raises OSError.
+    """
+    try:
+        part = validate_partition(partition)
+    except ValueError:
+        return None
+    stem = name.removesuffix(ENTRY_SUFFIX)
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(part, at=rfd) as pfd:
+            st = _fs.lstat(name, at=pfd)
+            if st is None or (identity is not None and (st.st_dev, st.st_ino) != identity):
+                return None
+            qfd = _subdir(QUARANTINE, rfd)
+            try:
+                qpfd = _subdir(part if part else UNKNOWN_PARTITION, qfd)
+            finally:
+                os.close(qfd)
+            try:
+                base = f"{stem}.{int(time.time() * 1000)}"
+                for attempt in range(8):
+                    candidate = base if attempt == 0 else f"{base}-{secrets.token_hex(4)}"
+                    if _fs.lstat(candidate + REASON_SUFFIX, at=qpfd) is not None:
+                        continue  # something holds the note's name: never write through it
+                    if _move(name, pfd, candidate + ENTRY_SUFFIX, qpfd):
+                        break
+                else:
+                    return None
+                _fs.unlink_at(stem + USED_SUFFIX, pfd)
+                note = f"{reason}\noriginal: {root / part / name}\nquarantined: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n"
+                try:
+                    fd = os.open(candidate + REASON_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o600, dir_fd=qpfd)
+                    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+                        f.write(note)
+                except OSError:
+                    pass  # the move is what protects readers; the note is a courtesy
+            finally:
+                os.close(qpfd)
+    except OSError:
+        return None
+    return root / QUARANTINE / part / (candidate + ENTRY_SUFFIX)
+
+
+def _own_name(name: str) -> bool:
+    return name.endswith((ENTRY_SUFFIX, REASON_SUFFIX)) and not name.startswith(".")
+
+
+def quarantined_files(root: Path) -> list[tuple[float, int, Path]]:
+    """(mtime, disk bytes, path) of every regular quarantined file the store produces. Never enters a link."""
+    found: list[tuple[float, int, Path]] = []
+    qroot = root / QUARANTINE
+    st = _fs.lstat(qroot)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return found
+    for d in _fs.scandir(qroot):
+        if not d.is_dir(follow_symlinks=False):
+            continue
+        for f in _fs.scandir(d.path):
+            fst = _fs.lstat(f.path)
+            if fst is not None and stat.S_ISREG(fst.st_mode) and _own_name(f.name):
+                found.append((fst.st_mtime, _fs.disk_bytes(fst), Path(f.path)))
+    return found
+
+
+def remove_quarantined(path: Path, root: Path) -> bool:
+    """Remove one quarantined file found by :func:`quarantined_files`, relative to folder descriptors."""
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(QUARANTINE, at=rfd) as qfd, \
+                _fs.dir_fd(path.parent.name, at=qfd) as pfd:
+            return _fs.unlink_at(path.name, pfd)
+    except OSError:
+        return False
+
+
+def clear_quarantine(root: Path) -> int:
+    """Remove the quarantined entries and notes (only those names), then the empty folders; returns how many
+    entries were removed. A ``quarantine`` that is a link is removed as a link, its target untouched."""
+    removed = 0
+    try:
+        rfd = _fs.open_dir(os.path.realpath(root))
+    except OSError:
+        return 0
+    try:
+        st = _fs.lstat(QUARANTINE, at=rfd)
+        if st is None:
+            return 0
+        if not stat.S_ISDIR(st.st_mode):
+            if stat.S_ISLNK(st.st_mode):
+                _fs.unlink_at(QUARANTINE, rfd)  # a planted link: drop the link, never its target
+            return 0
+        with _fs.dir_fd(QUARANTINE, at=rfd) as qfd:
+            for d in _fs.scandir(qfd):
+                if not d.is_dir(follow_symlinks=False):
+                    continue
+                try:
+                    with _fs.dir_fd(d.name, at=qfd) as pfd:
+                        for f in _fs.scandir(pfd):
+                            if _own_name(f.name) and _fs.unlink_at(f.name, pfd):
+                                removed += f.name.endswith(ENTRY_SUFFIX)
+                except OSError:
+                    continue
+                try:
+                    os.rmdir(d.name, dir_fd=qfd)
+                except OSError:
+                    pass
+        try:
+            os.rmdir(QUARANTINE, dir_fd=rfd)
+        except OSError:
+            pass
+    finally:
+        os.close(rfd)
+    return removed

@@ -1,0 +1,79 @@
+"""JSON for bytes that came from a shared folder: bounded nesting, finite and bounded numbers.
+
+Envelope headers are authenticated before they are parsed, but the secret that signs them may be shared
+by a fleet, and any holder can sign junk; so every header, listing and partition description goes
+through :func:`loads` (defence in depth). The standard ``json`` module recurses once per nesting level
+(a 100,000-deep ``[[[...]]]`` raises ``RecursionError``), turns ``10**400`` into an int that ``float()``
+cannot convert (``OverflowError``) and accepts ``NaN``/``Infinity``, which later become invalid JSON output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "MAX_FLOAT", "MAX_INT", "UnsafeJson", "check_depth", "loads"]
+
+MAX_DEPTH = 64  # nesting levels of [ and {; real headers use 4
+MAX_INT = 2**63 - 1  # largest integer magnitude accepted (byte counts fit in int64)
+MAX_FLOAT = 1e18  # largest float magnitude accepted (timestamps are ~1.7e9 s, sizes ~1e12 bytes)
+_MAX_INT_DIGITS = 19
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+class UnsafeJson(ValueError):
+    """The text is not JSON this module accepts; the message says why (depth, number, syntax)."""
+
+
+def check_depth(raw: bytes, max_depth: int = MAX_DEPTH) -> None:
+    """Raise UnsafeJson if ``raw`` nests ``[``/``{`` deeper than ``max_depth`` levels (strings skipped).
+
+    Linear in ``len(raw)``; the scan is done by ``re`` in C, no Python recursion.
+    """
+    depth = 0
+    for m in _BRACKETS.finditer(_STRING.sub(b'""', raw)):
+        if m.group() in (b"[", b"{"):
+            depth += 1
+            if depth > max_depth:
+                raise UnsafeJson(f"nested deeper than {max_depth} levels")
+        else:
+            depth -= 1
+
+
+def _int(text: str) -> int:
+    digits = text.lstrip("-")
+    if len(digits) > _MAX_INT_DIGITS or abs(int(text)) > MAX_INT:
+        raise UnsafeJson(f"integer {text[:24]}{'…' if len(text) > 24 else ''} is out of range (|n| <= 2**63-1)")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or abs(value) > MAX_FLOAT:
+        raise UnsafeJson(f"number {text[:24]} is out of range (finite, |x| <= {MAX_FLOAT:g})")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise UnsafeJson(f"{name} is not a finite number")
+
+
+def loads(raw: bytes | bytearray | memoryview, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse UTF-8 JSON ``raw`` with nesting at most ``max_depth`` and numbers finite and bounded.
+
+    Raises UnsafeJson (a ValueError) for bad UTF-8, bad syntax, too deep nesting, NaN/Infinity, integers
+    beyond int64 or floats beyond ``MAX_FLOAT``. Never raises RecursionError or OverflowError.
+    """
+    data = bytes(raw)
+    check_depth(data, max_depth)
+    try:
+        text = data.decode("utf-8")
+        return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except UnsafeJson:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise UnsafeJson(f"not valid UTF-8 JSON: {e}") from None
