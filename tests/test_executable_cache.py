@@ -242,8 +242,12 @@ def test_c8_host_callback_program_runs_prints_and_is_skipped(tmp_path, capfd):
             assert "host callbacks" in xlakit.events.log().events("skip")[0].reason
         compiled, event = cache.compile(jax.jit(lambda x: (jax.debug.print("y={}", x), x + 1)[1]), jnp.ones(2))
         assert np.asarray(compiled(jnp.ones(2))).tolist() == [2.0, 2.0]
-        skips = [e for e in xlakit.events.log().events("skip") if e.key and e.key.endswith("-aot")]
-        assert skips and "not loadable onto other devices" in skips[0].reason
+        if versions.read_hook_takes_host_callbacks():  # stored for its devices; the pickle cannot hold callbacks
+            assert event.kind == "store" and not event.loadable
+            assert "not loadable onto other devices" in event.reason
+        else:  # skipped outright: no loadable copy is attempted for a program that is not stored
+            assert event.kind == "skip" and "host callbacks" in event.reason
+        assert not cache.entries()["loadable"].any()
     finally:
         cache.close()
 

@@ -28,7 +28,7 @@ One event per action, never two (the rules that keep the three layers apart):
 * While xlakit's store answers JAX's cache hooks (transparent mode or an ExecutableCache route), JAX still
   logs "cache hit"/"CACHE MISS" and fires ``cache_hits`` for xlakit's lookups. Those belong to the xlakit
   layer, which recorded them itself, so they are ignored. A compile step is on xlakit's layer when the
-  current handler of :mod:`xlakit._jax.hooks` (else ``xlakit._jax.persistent.active()``) is set as the
+  current handler of :mod:`xlakit._jax.hooks` is set as the
   step begins, or when xlakit appends a lookup event on the compiling thread during the step.
 * ``backend_compile_duration`` spans JAX's whole compile step (cache lookup + compile or load + cache
   write), and JAX reports it even when the step raised. It becomes a ``compile`` event only when the step
@@ -57,9 +57,17 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from xlakit import events as _events
+
+class Sink(Protocol):
+    """Where the listeners write: an :class:`xlakit.events.EventLog` (or anything with these two methods).
+    Given by the caller (:func:`xlakit.events.install_listeners`), so this adapter never imports the events
+    package."""
+
+    def emit(self, kind: str, **fields: Any) -> Any: ...
+
+    def subscribe(self, observer: Callable[[Any], None]) -> Callable[[], None]: ...
 
 __all__ = ["JaxListeners", "install", "uninstall", "installed", "acquire"]
 
@@ -187,7 +195,7 @@ class JaxListeners:
       errors: ``"signal: ExcType: message"`` for signals that could not be turned into events (newest 100).
     """
 
-    def __init__(self, log: _events.EventLog) -> None:
+    def __init__(self, log: Sink) -> None:
         self.log = log
         self.errors: collections.deque[str] = collections.deque(maxlen=_MAX_ERRORS)
         self._local = threading.local()
@@ -293,7 +301,7 @@ class JaxListeners:
             self._emit(fields.pop("kind"), "jax-persistent", **{"name": name, **fields})
         step.pending = []
 
-    def _observe(self, event: _events.Event) -> None:
+    def _observe(self, event: Any) -> None:
         """Log observer: an xlakit event on this thread means xlakit answers the compile in progress."""
         step = getattr(self._local, "step", None)  # only inside a compile step JAX has begun
         if step is not None and event.source == "xlakit":
@@ -444,12 +452,10 @@ def _compiled_unrecorded(step: _Step) -> bool:
 
 def _xlakit_handler() -> Any:
     """The xlakit handler that answers a compile starting now on this thread, or None (JAX's own cache)."""
-    hooks = sys.modules.get("xlakit._jax.hooks")
+    hooks = sys.modules.get("xlakit._jax.hooks")  # transparent mode is the hooks' default handler
     if hooks is not None and hooks.installed():
         return hooks.current_handler()
-    persistent = sys.modules.get("xlakit._jax.persistent")
-    active = getattr(persistent, "active", None)
-    return active() if callable(active) else None
+    return None
 
 
 def _jax_cache_enabled() -> bool:
@@ -481,7 +487,7 @@ def installed() -> JaxListeners | None:
     return _installed
 
 
-def _ensure(log: _events.EventLog) -> JaxListeners:
+def _ensure(log: Sink) -> JaxListeners:
     global _installed
     if _installed is not None and _installed.log is not log:
         _installed.uninstall()
@@ -492,15 +498,17 @@ def _ensure(log: _events.EventLog) -> JaxListeners:
     return _installed
 
 
-def install(log: _events.EventLog | None = None) -> JaxListeners:
-    """Install the listeners, writing to ``log`` (default: :func:`xlakit.events.log`); see the module docstring.
+def install(log: Sink) -> JaxListeners:
+    """Install the listeners, writing to ``log`` (an event sink such as :func:`xlakit.events.log`); see the module docstring.
 
     Idempotent: a second call adds nothing (and re-adds a callback that ``clear_event_listeners`` removed).
     With another ``log``, the listeners move to it.
     """
     global _explicit
     with _lock:
-        listeners = _ensure(log if log is not None else _events.log())
+        if log is None:
+            raise TypeError("install() needs the event log to write to, e.g. xlakit.events.log()")
+        listeners = _ensure(log)
         _explicit = True
         return listeners
 
@@ -522,7 +530,7 @@ def uninstall() -> bool:
         return True
 
 
-def acquire(log: _events.EventLog | None = None) -> Callable[[], None]:
+def acquire(log: Sink) -> Callable[[], None]:
     """Install the listeners for a :func:`xlakit.events.record` block; returns the matching release.
 
     The listeners stay installed while any block holds them or :func:`install` was called explicitly.
@@ -530,7 +538,7 @@ def acquire(log: _events.EventLog | None = None) -> Callable[[], None]:
     global _record_users
     with _lock:
         # Listeners installed explicitly on another log stay there: a record block never moves them.
-        _ensure(_installed.log if _installed is not None else log if log is not None else _events.log())
+        _ensure(_installed.log if _installed is not None else log)
         _record_users += 1
         generation = _installed
 
