@@ -198,10 +198,13 @@ def jaxlib_build_fingerprint() -> str:
 _memo_dir: Path | None = None
 
 
-def use_memo_dir(folder: str | os.PathLike | None) -> None:
+def use_memo_dir(folder: str | os.PathLike | None, *, only_if: str | os.PathLike | None = None) -> None:
     """Keep the jaxlib fingerprint memo in ``folder`` (the cache in use) instead of ``$XLAKIT_CACHE_DIR`` or the
-    user cache. ``None`` goes back to the default."""
+    user cache. ``None`` goes back to the default; with ``only_if``, only while the memo folder is that one (a
+    cache that closes resets only its own setting)."""
     global _memo_dir
+    if only_if is not None and _memo_dir != Path(only_if):
+        return
     _memo_dir = None if folder is None else Path(folder)
 
 

@@ -71,7 +71,7 @@ class ExecutableCache(StoreHandler):
         super().__init__(LocalStore(path, max_bytes=max_bytes, secret=secret), min_compile_time_s, log)
         hooks.acquire()
         use_memo_dir(self.store.root)  # the jaxlib fingerprint memo lives beside the cache in use
-        self._finalizer = weakref.finalize(self, hooks.release)
+        self._finalizer = weakref.finalize(self, _detach, self.store.root)
 
     def close(self) -> None:
         """Detach from JAX (also happens when the cache is garbage-collected). Idempotent."""
@@ -225,6 +225,14 @@ class ExecutableCache(StoreHandler):
                 raise TypeError(f"expected a jax.stages.Lowered, a jax.jit object or a function, got {type(x)}")
             x = jax.jit(x)
         return x.lower(*args, **kwargs)
+
+
+def _detach(folder: Path) -> None:
+    from xlakit._jax import hooks
+    from xlakit._jax.environment import use_memo_dir
+
+    use_memo_dir(None, only_if=folder)
+    hooks.release()
 
 
 # Fields the store and the envelope set when sealing; an upgraded entry gets fresh ones.

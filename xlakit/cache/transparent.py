@@ -40,7 +40,9 @@ class TransparentCache(StoreHandler):
         if self._saved_config is None:
             return
         from xlakit._jax import hooks, persistent
+        from xlakit._jax.environment import use_memo_dir
 
+        use_memo_dir(None, only_if=self.store.root)
         hooks.set_default(None)
         persistent.restore_config(self._saved_config)
         self._saved_config = None
