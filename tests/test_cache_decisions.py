@@ -134,12 +134,14 @@ def test_explain_names_the_shape_of_an_entry_written_by_transparent_mode(tmp_pat
     explained as 'module'. Also: the nearest entry prefers the fewest differing dimensions."""
     code = f"""
 import json, jax, jax.numpy as jnp, numpy as np, xlakit
-xlakit.enable_cache({str(tmp_path / 'c')!r})
+t = xlakit.enable_cache({str(tmp_path / 'c')!r})
 def f(a):
     return jnp.sin(a) * 2
 jax.jit(f)(np.ones((256, 256), np.float32))
 jax.jit(f)(np.ones((16, 4), np.float32))
 jax.jit(f)(np.ones((8, 4), np.float32))
+listed = t.entries()
+own = t.explain(f, np.ones((300, 256), np.float32)).kinds
 xlakit.disable_cache()
 cache = xlakit.ExecutableCache({str(tmp_path / 'c')!r})
 big = cache.explain(f, np.ones((300, 256), np.float32))
@@ -150,10 +152,13 @@ g.__name__ = 'f'
 edited = cache.explain(g, np.ones((8, 4), np.float32))
 print(json.dumps({{'big': [[d.kind, d.part, d.now, d.entry] for d in big.differences], 'text': str(big),
                   'near': [[d.kind, d.part, d.now, d.entry] for d in near.differences],
-                  'edited': edited.kinds, 'diff': edited.module_diff}}))
+                  'edited': edited.kinds, 'diff': edited.module_diff, 'own': own, 'listed': len(listed),
+                  'entries': t.stats()['entries'], 'signatures': listed['name'].tolist()}}))
 """
     out = json.loads(run_python(code))
     assert out["big"] == [["shape", "argument 0", "300x256", "256x256"]]
+    assert out["own"] == ["shape"]  # the TransparentCache itself explains, lists and totals its entries
+    assert out["listed"] == out["entries"] == 3 and out["signatures"] == ["jit_f"] * 3
     assert "shape" in out["text"] and "differs in: shape" in out["text"]
     assert out["near"] == [["shape", "argument 0", "8x5", "8x4"]]
     assert out["edited"] == ["module"] and "stablehlo.cosine" in out["diff"] and "stablehlo.sine" in out["diff"]

@@ -214,17 +214,9 @@ class ExecutableCache(StoreHandler):
 
     # -- internals --------------------------------------------------------------------------------------
     def _lower(self, x: Any, *args: Any, **kwargs: Any):
-        import jax
+        from xlakit.cache.explaining import lower_program
 
-        if isinstance(x, jax.stages.Lowered):
-            if args or kwargs:
-                raise TypeError("a Lowered program takes no example arguments; pass the jitted function instead")
-            return x
-        if not hasattr(x, "lower"):
-            if not callable(x):
-                raise TypeError(f"expected a jax.stages.Lowered, a jax.jit object or a function, got {type(x)}")
-            x = jax.jit(x)
-        return x.lower(*args, **kwargs)
+        return lower_program(x, *args, **kwargs)
 
 
 def _detach(folder: Path) -> None:

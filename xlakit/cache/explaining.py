@@ -21,7 +21,7 @@ from typing import Any
 from xlakit.cache import entry as _entry
 from xlakit.explain import Explanation, compare
 
-__all__ = ["explain_lowered", "signature_distance"]
+__all__ = ["explain_lowered", "lower_program", "signature_distance"]
 
 _DIM = re.compile(r"\?|\d+")
 
@@ -50,6 +50,26 @@ def signature_distance(now: list | None, entry: list | None) -> int:
             total += sum(x != y for x, y in zip(da, db))
         total += (a.get("sharding") != b.get("sharding")) + (a.get("donation") != b.get("donation"))
     return total
+
+
+def lower_program(x: Any, *args: Any, **kwargs: Any):
+    """``x`` as a ``jax.stages.Lowered``: a Lowered as is, a ``jax.jit`` object or a plain function (jitted here)
+    lowered with the example arguments.
+
+    Raises:
+      TypeError: example arguments with a Lowered, or ``x`` is not callable.
+    """
+    import jax
+
+    if isinstance(x, jax.stages.Lowered):
+        if args or kwargs:
+            raise TypeError("a Lowered program takes no example arguments; pass the jitted function instead")
+        return x
+    if not hasattr(x, "lower"):
+        if not callable(x):
+            raise TypeError(f"expected a jax.stages.Lowered, a jax.jit object or a function, got {type(x)}")
+        x = jax.jit(x)
+    return x.lower(*args, **kwargs)
 
 
 def explain_lowered(store: Any, lowered: Any) -> Explanation:

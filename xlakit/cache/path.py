@@ -118,7 +118,8 @@ class CachePath:
           quiet: record no ``store`` event (an entry rewritten with more in it after a hit was already recorded);
             failures and evictions are recorded all the same.
         Returns:
-          ``store`` (``bytes`` = envelope size, ``header`` = the header as sealed) or ``store_error``.
+          ``store`` (``bytes`` = the entry's size as written, ``header`` = the header given plus ``key`` and
+          ``partition``) or ``store_error``.
         """
         name = header.get("name")
         compile_s = _number(header.get("compile_s"))
@@ -143,7 +144,7 @@ class CachePath:
                                      "Programs still run; they are compiled each time. Each failure is recorded "
                                      "as a 'store_error' event.")
             return decision
-        sealed = dict(header, key=key, partition=partition, payload_bytes=result.size_bytes)
+        sealed = dict(header, key=key, partition=partition)
         decision = Decision("store", reason, key, name, partition, self.folder,
                             result.size_bytes, None, compile_s, None, memory, _entry.loadable(header), sealed)
         if not quiet:

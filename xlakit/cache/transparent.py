@@ -35,6 +35,18 @@ class TransparentCache(StoreHandler):
         self._saved_config = persistent.apply_config()
         hooks.set_default(self)
 
+    def explain(self, fn_or_lowered: Any, *args: Any, **kwargs: Any):
+        """Would this program hit this cache? :meth:`xlakit.ExecutableCache.explain`, for transparent mode.
+
+        Raises:
+          RuntimeError: the cache is not installed (its hooks compute the key).
+        """
+        from xlakit.cache.explaining import explain_lowered, lower_program
+
+        if self._saved_config is None:
+            raise RuntimeError("this transparent cache is not enabled; call xlakit.enable_cache() first")
+        return explain_lowered(self.store, lower_program(fn_or_lowered, *args, **kwargs))
+
     def uninstall(self) -> None:
         """Restore JAX's functions, settings and logger exactly as :meth:`install` found them."""
         if self._saved_config is None:
