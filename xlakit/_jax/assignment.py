@@ -89,6 +89,7 @@ def _proto_fields(buf: bytes):
             if num == 0:
                 return None
             if wire == 0:
+                value: int | bytes
                 value, pos = _varint(buf, pos)
             elif wire == 2:
                 n, pos = _varint(buf, pos)

@@ -99,7 +99,8 @@ class Environment:
         unknown = sorted(data.keys() - set(names))
         if missing or unknown:
             raise ValueError(f"not an Environment dict: missing fields {missing}, unknown fields {unknown}")
-        return cls(**{name: tuple(data[name]) if isinstance(data[name], list) else data[name] for name in names})
+        return cls(**{name: tuple(data[name]) if isinstance(data[name], list) else data[name]  # type: ignore[arg-type]
+                      for name in names})
 
     def digest(self) -> str:
         """Full hex SHA-256 over the canonical JSON (sorted keys, no whitespace) of :meth:`to_dict`."""

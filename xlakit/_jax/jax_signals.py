@@ -120,11 +120,13 @@ def _jax_cache_enabled() -> bool:
     enabled = getattr(compilation_cache, "is_persistent_cache_enabled", None)
     if enabled is not None:
         return bool(enabled())
-    return jax.config.jax_compilation_cache_dir is not None and jax.config.jax_enable_compilation_cache
+    return (jax.config.jax_compilation_cache_dir is not None  # type: ignore[attr-defined]
+            and jax.config.jax_enable_compilation_cache)  # type: ignore[attr-defined]
 
 
 def _miss_reason() -> str:
     import jax
 
-    return (f"no entry for this key in JAX's persistent cache at {jax.config.jax_compilation_cache_dir} "
+    folder = getattr(jax.config, "jax_compilation_cache_dir", None)
+    return (f"no entry for this key in JAX's persistent cache at {folder} "
             "(JAX does not say whether it was absent or unreadable)")

@@ -154,7 +154,7 @@ class JaxListeners:
         if not _registered(monitoring, "get_event_listeners", self._on_event):
             monitoring.register_event_listener(self._on_event)
         if not _registered(monitoring, "get_event_duration_listeners", self._on_duration):
-            monitoring.register_event_duration_secs_listener(self._on_duration)
+            monitoring.register_event_duration_secs_listener(self._on_duration)  # type: ignore[arg-type]
         for name, needed in _LOGGERS.items():
             logger = logging.getLogger(name)
             if name in self._filters:  # installed before: put back only what someone removed
@@ -310,7 +310,7 @@ class JaxListeners:
         msg = record.msg
         if not isinstance(msg, str):
             return
-        args = record.args if isinstance(record.args, tuple) else ()
+        args: tuple[Any, ...] = record.args if isinstance(record.args, tuple) else ()
         if msg.startswith(_TRACING_MISS):
             self._tracing_miss(record.getMessage())
             return

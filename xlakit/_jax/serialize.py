@@ -32,7 +32,7 @@ import inspect
 import io
 import pickle
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from xlakit._jax.assignment import _assignment_grid, _proto_fields, _stored_compile_options, _varint  # noqa: F401
 from xlakit._jax.unpickle_policy import (  # noqa: F401 - re-exported: the policy's names stay reachable here
@@ -159,10 +159,10 @@ def serialize_compiled(compiled) -> tuple[bytes, Placement]:
     mut = getattr(unloaded, "mut", None)
     if mut is not None and getattr(mut, "in_mut", None):
         raise NotSerializable("can't serialize with a closed-over mutable array ref")
-    params = getattr(compiled, "_params", None)
-    if getattr(params, "const_args", None):
+    const_args = getattr(getattr(compiled, "_params", None), "const_args", None)
+    if const_args:
         # JAX cannot store hoisted constants (jax_use_simplified_jaxpr_constants) with an executable.
-        raise NotSerializable(f"program has {len(params.const_args)} hoisted const_args, which JAX cannot serialize")
+        raise NotSerializable(f"program has {len(const_args)} hoisted const_args, which JAX cannot serialize")
     try:
         args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
         with io.BytesIO() as f:
@@ -243,12 +243,12 @@ def check_devices(placement: Placement, devices=None, backend=None) -> list:
     dups = sorted({i for i in ids if ids.count(i) > 1})
     if dups:
         problems.append(f"duplicate devices {dups}")
-    for d in devices:
-        if d.client != client or known.get(d.id) is not d:
-            problems.append(f"device {d.id} ({d.platform}) does not belong to the backend "
+    for dev in devices:
+        if dev.client != client or known.get(dev.id) is not dev:
+            problems.append(f"device {dev.id} ({dev.platform}) does not belong to the backend "
                             f"{client.platform!r} used for loading")
-        elif d.process_index != client.process_index():
-            problems.append(f"device {d.id} belongs to process {d.process_index}, not to this process "
+        elif dev.process_index != client.process_index():  # type: ignore[union-attr]
+            problems.append(f"device {dev.id} belongs to process {dev.process_index}, not to this process "  # type: ignore[union-attr]
                             f"({client.process_index()}); xlakit loads only onto addressable devices")
     if problems:
         kinds = sorted(set(placement.device_kinds))
@@ -258,7 +258,7 @@ def check_devices(placement: Placement, devices=None, backend=None) -> list:
     return devices
 
 
-def _client_for(placement: Placement, devices, backend):
+def _client_for(placement: Placement, devices, backend) -> Any:
     import jax
 
     if backend is not None and not isinstance(backend, str):
@@ -273,7 +273,7 @@ def _client_for(placement: Placement, devices, backend):
                 "load it on a machine with that platform, or recompile for the devices here")
 
 
-def _refuse(placement: Placement, devices, problems: list[str], advice: str):
+def _refuse(placement: Placement, devices, problems: list[str], advice: str) -> NoReturn:
     given = "(none resolved)"
     if devices:
         given = (f"platform={'/'.join(sorted({d.platform for d in devices}))} ids={[d.id for d in devices]} "

@@ -11,6 +11,7 @@ import io
 import pickle
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["_resolve_global", "_scan_payload", "_Scan", "_ScanUnpickler", "_Stub", "_is_registered_pytree_node"]
 
@@ -77,7 +78,7 @@ def _prng_functions() -> frozenset:
     try:
         from jax._src.random import prng
     except ImportError:  # older layout
-        from jax._src import prng  # type: ignore[no-redef]
+        from jax._src import prng  # type: ignore[no-redef,attr-defined]
     names = set()
     for impl in getattr(prng, "prngs", {}).values():
         for attr in ("seed", "split", "random_bits", "fold_in"):
@@ -124,7 +125,7 @@ def _resolve_global(module: str, name: str):
             refuse("module not found")
     else:
         refuse("module is not imported in this process (a payload never triggers an import)")
-    obj = mod
+    obj: Any = mod
     for p in parts:
         try:
             obj = getattr(obj, p)

@@ -42,7 +42,9 @@ MAX_TEXT = 64 << 20  # bytes a module text may decompress to when read back
 
 def loadable(header: Mapping[str, Any] | None) -> bool:
     """Whether an entry holds the JAX-level executable (placeable on other devices)."""
-    return bool(header) and header.get("payload_kind") == KIND_JAX and isinstance(header.get("placement"), dict)
+    if not header:
+        return False
+    return header.get("payload_kind") == KIND_JAX and isinstance(header.get("placement"), dict)
 
 
 def xla_payload(header: Mapping[str, Any], payload: bytes) -> bytes:

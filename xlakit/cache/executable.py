@@ -65,7 +65,7 @@ class ExecutableCache(StoreHandler):
 
         if max_bytes is not None and max_bytes <= 0:
             raise ValueError(f"max_bytes must be a positive number of bytes or None, got {max_bytes}")
-        if not jax.config.jax_enable_compilation_cache:
+        if not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
             raise RuntimeError("ExecutableCache needs JAX to compute cache keys: set "
                                "jax.config.update('jax_enable_compilation_cache', True) first.")
         super().__init__(LocalStore(path, max_bytes=max_bytes, secret=secret), min_compile_time_s, log)
@@ -145,7 +145,8 @@ class ExecutableCache(StoreHandler):
             return self.io.publish(partition, key, header, payload)
         if final is None:
             raise RuntimeError("the compile reached neither JAX's cache hooks nor its in-process memo")
-        if final.kind == "hit" and not final.loadable and final.header is not None and final.key:
+        if (final.kind == "hit" and not final.loadable and final.header is not None and final.key
+                and final.partition):
             # Stored by jit or transparent mode: add the JAX-level executable, from a compile that never ran
             # (re-serializing an executable loaded from a cache is unreliable).
             try:

@@ -86,22 +86,24 @@ def explain_lowered(store: Any, lowered: Any) -> Explanation:
     env = current_environment(backend.platform)
     partition = env.partition_name()
     text = module_text(ctx.module)
-    now = {"key_parts": ctx.parts(), "environment": env.to_dict(), "signature": main_signature(text),
-           "module_text": text}
+    signature = main_signature(text)
+    now: dict[str, Any] = {"key_parts": ctx.parts(), "environment": env.to_dict(), "signature": signature,
+                           "module_text": text}
     expected = expectations(env)
     best = None
     for info in store.entries():  # headers only: explaining loads nothing
         if info.name != ctx.module_name or info.key.endswith(_entry.LEGACY_SUFFIX):
             continue
         header = dict(info.header)
-        recorded = header.get("environment") if isinstance(header.get("environment"), dict) else {}
+        env_field = header.get("environment")
+        recorded: dict[str, Any] = env_field if isinstance(env_field, dict) else {}
         if (info.key == ctx.key and info.partition == partition
                 and all(recorded.get(k) == v for k, v in expected.items())):
             return Explanation(ctx.module_name, ctx.key, partition, "hit")
         header.pop("module_text", None)
         diffs, _ = compare(now, header)
         created = info.created if isinstance(info.created, (int, float)) else 0.0
-        rank = (signature_distance(now["signature"], header.get("signature")), len(diffs), -created)
+        rank = (signature_distance(signature, header.get("signature")), len(diffs), -created)
         if best is None or rank < best[0]:
             best = (rank, info, header, diffs)
     if best is None:

@@ -77,15 +77,16 @@ class Tracker:
 
     def __init__(self, reset: bool = True) -> None:
         self._reset_wanted = reset
-        self.before = self.after = None
-        self.reset = None
+        self.before: Any = None
+        self.after: Any = None
+        self.reset: Any = None
         self.seconds: float | None = None
         self._lock = threading.Lock()
         self._xla: list[tuple[str, Any]] = []  # (kind, event) from xlakit's log
         self._jax: list[tuple[str, float]] = []  # (module name, seconds) from jax.monitoring
         self._added: list[TrackedProgram] = []
         self._programs: tuple[TrackedProgram, ...] | None = None
-        self._unsubscribe = None
+        self._unsubscribe: Any = None
         self._start = 0.0
 
     # -- recording ------------------------------------------------------------------------------------
@@ -109,7 +110,7 @@ class Tracker:
         self.before = allocator_stats()
         self.reset = reset_peak() if self._reset_wanted else None
         self._unsubscribe = events.log().subscribe(self._on_event)
-        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)  # type: ignore[arg-type]
         self._start = time.perf_counter()
         return self
 
@@ -119,7 +120,7 @@ class Tracker:
         from xlakit.memory.allocator import allocator_stats
 
         self.seconds = time.perf_counter() - self._start
-        jax.monitoring.unregister_event_duration_listener(self._on_duration)
+        jax.monitoring.unregister_event_duration_listener(self._on_duration)  # type: ignore[arg-type]
         if self._unsubscribe is not None:
             self._unsubscribe()
         self.after = allocator_stats()
