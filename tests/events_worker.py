@@ -43,7 +43,7 @@ def main() -> None:
 
         xlakit.enable_cache = jax_cache
 
-    listeners.install()
+    listeners.install(xlakit.events.log())
     sys.argv = worker_argv
     runpy.run_path(worker_argv[0], run_name="__main__")
     if args.save:

@@ -1,7 +1,7 @@
 """A JAX process for tests/test_serialize.py: run one scenario, print one JSON line (the last line of stdout).
 
 Usage: python tests/serialize_worker.py SCENARIO [DIR]
-  placement       4 host devices: permuted load (C6 a), two-device load refused (C6 b), one device 0 -> 2
+  placement       4 host devices: permuted load, two-device load refused, one device 0 -> 2
   save DIR        compile a pytree program, check an in-process round trip, write payload/placement/outputs
   load DIR        load what ``save`` wrote and run it on the same inputs
   unserializable  programs JAX cannot serialize (run with JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS=1)
@@ -39,7 +39,7 @@ def placement_scenario() -> dict:
     xs, xr = sharded(x, devs), sharded(x, rev)
     out: dict = {"n_devices": len(devs)}
 
-    # C6 program, plus one whose output depends on which shard runs where (a sum would hide a wrong mapping).
+    # A sharded program, plus one whose output depends on which shard runs where (a sum would hide a wrong mapping).
     compiled = jax.jit(lambda x: jnp.sin(x).sum(0)).lower(xs).compile()
     ordered = jax.jit(lambda x: jnp.cumsum(jnp.sin(x), axis=0) * jnp.arange(1.0, 9.0)[:, None]).lower(xs).compile()
     expected, expected_ordered = np.asarray(compiled(xs)), np.asarray(ordered(xs))

@@ -177,6 +177,7 @@ def test_install_is_idempotent_and_uninstall_removes_everything():
 import json, logging, jax
 from jax._src import monitoring
 from xlakit._jax import listeners
+from xlakit.events import log
 names = list(listeners._LOGGERS)
 def state():
     return {'event': len(monitoring.get_event_listeners()), 'duration': len(monitoring.get_event_duration_listeners()),
@@ -185,14 +186,14 @@ def state():
             'filters': [len(logging.getLogger(n).filters) for n in names]}
 logging.getLogger('jax._src.compiler').setLevel(logging.INFO)  # a level the user chose
 before = state()
-first = listeners.install(); second = listeners.install()
+first = listeners.install(log()); second = listeners.install(log())
 once = state()
 monitoring.clear_event_listeners()  # drops our callbacks behind our back
-healed = listeners.install(); again = state()
+healed = listeners.install(log()); again = state()
 jax.monitoring.register_event_listener(lambda *a, **k: None)  # someone else's listener stays
 out = {'same': first is second is healed, 'before': before, 'once': once, 'again': again,
        'uninstalled': listeners.uninstall(), 'twice': listeners.uninstall(), 'after': state()}
-listeners.install(); monitoring.clear_event_listeners()
+listeners.install(log()); monitoring.clear_event_listeners()
 out['after_clear'] = listeners.uninstall()  # nothing of ours left in JAX's lists: still a clean uninstall
 out['final'] = state()
 print(json.dumps(out))

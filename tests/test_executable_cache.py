@@ -1,4 +1,5 @@
-"""ExecutableCache: a drop-in jit, AOT compile/load, explained misses (C4), other devices (C6), C8."""
+"""ExecutableCache: a drop-in jit, compile/load ahead of time, explained misses, programs moved to other devices,
+programs with host callbacks."""
 
 from __future__ import annotations
 
@@ -152,7 +153,7 @@ def test_explain_names_the_jax_version_of_an_entry_from_another_install(cache):
     assert (explanation.differences[0].now, explanation.differences[0].entry) == (jax.__version__, "0.9.1")
 
 
-def test_c4_a_miss_under_other_xla_flags_names_them(tmp_path):
+def test_a_miss_under_other_xla_flags_names_them(tmp_path):
     code = f"""
 import json, numpy as np, jax.numpy as jnp, xlakit
 cache = xlakit.ExecutableCache({str(tmp_path / 'c')!r})
@@ -195,7 +196,7 @@ print(json.dumps({{'kinds': e.kinds, 'diffs': [[d.kind, d.now, d.entry] for d in
     assert out["diffs"][0][1] != out["diffs"][0][2] and '"d"' in out["diffs"][0][1]
 
 
-def test_c6_other_devices_through_the_cache(tmp_path):
+def test_programs_load_onto_other_devices_through_the_cache(tmp_path):
     code = f"""
 import json, numpy as np, jax, jax.numpy as jnp, xlakit
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -225,7 +226,7 @@ print(json.dumps({{'same': same, 'same2': same2, 'refused': refused}}))
     assert out["refused"] and "0" in out["refused"] and "1" in out["refused"]
 
 
-def test_c8_host_callback_program_runs_prints_and_is_skipped(tmp_path, capfd):
+def test_host_callback_program_runs_prints_and_is_skipped(tmp_path, capfd):
     from xlakit._jax import versions
 
     cache = xlakit.ExecutableCache(tmp_path / "cache")
@@ -242,8 +243,12 @@ def test_c8_host_callback_program_runs_prints_and_is_skipped(tmp_path, capfd):
             assert "host callbacks" in xlakit.events.log().events("skip")[0].reason
         compiled, event = cache.compile(jax.jit(lambda x: (jax.debug.print("y={}", x), x + 1)[1]), jnp.ones(2))
         assert np.asarray(compiled(jnp.ones(2))).tolist() == [2.0, 2.0]
-        skips = [e for e in xlakit.events.log().events("skip") if e.key and e.key.endswith("-aot")]
-        assert skips and "not loadable onto other devices" in skips[0].reason
+        if versions.read_hook_takes_host_callbacks():  # stored for its devices; the pickle cannot hold callbacks
+            assert event.kind == "store" and not event.loadable
+            assert "not loadable onto other devices" in event.reason
+        else:  # skipped outright: no loadable copy is attempted for a program that is not stored
+            assert event.kind == "skip" and "host callbacks" in event.reason
+        assert not cache.entries()["loadable"].any()
     finally:
         cache.close()
 

@@ -36,7 +36,7 @@ def run_worker(*args: str, devices: int = 4, extra_env: dict | None = None) -> t
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stdout
 
 
-# ------------------------------------------------------------------------------------------ C6: placements
+# -------------------------------------------------------------------------- other device placements
 
 @pytest.fixture(scope="module")
 def placement_run():
@@ -91,7 +91,7 @@ def test_single_device_program_moves_to_another_device(placement_run):
     assert single["out_devices"] == [2]
 
 
-# ------------------------------------------------------------------------------------------ round trip, C8
+# ------------------------------------------------------------- round trip, unserializable programs
 
 def test_round_trip_in_a_second_process_with_pytrees(tmp_path):
     """dict / tuple / namedtuple / None leaves in and out, bf16 and int8 outputs, bit-identical across processes."""

@@ -1,6 +1,7 @@
 """Transparent mode end to end: every jax.jit served from xlakit's store, in real JAX subprocesses.
 
-Covers the foundation issue's fault list and cases C1, C2, C3, C5, C7, C8 and C9 of shared/cases.
+Faults proved: truncated entries never repaired, a folder path inside the key, fast compiles silently dropped,
+concurrent writers, entries of another build loaded, host-callback programs, no size cap, bad or forged entries.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def test_second_process_hits_every_program_bit_identical(tmp_path):
     assert mm["memory"]["argument_size_in_bytes"] == 256 and mm["memory"]["output_size_in_bytes"] == 256
 
 
-def test_c1_truncated_entry_is_repaired_then_hits(tmp_path):
+def test_truncated_entry_is_repaired_then_hits(tmp_path):
     cache = tmp_path / "cache"
     first = run_worker(cache, "add_one")
     [entry] = entry_files(cache)
@@ -73,7 +74,7 @@ def test_c1_truncated_entry_is_repaired_then_hits(tmp_path):
     assert first["results"] == second["results"] == third["results"]
 
 
-def test_c2_copied_cache_hits_and_no_path_enters_the_key(tmp_path):
+def test_copied_cache_hits_and_no_path_enters_the_key(tmp_path):
     a, b = tmp_path / "A", tmp_path / "elsewhere" / "B"
     filled = run_worker(a, "add_one", "mlp")
     shutil.copytree(a, b)
@@ -85,7 +86,7 @@ def test_c2_copied_cache_hits_and_no_path_enters_the_key(tmp_path):
         assert str(a) not in header_text and str(tmp_path / "jaxdir") not in header_text
 
 
-def test_c3_fast_compiles_are_stored_or_skipped_with_the_threshold(tmp_path):
+def test_fast_compiles_are_stored_or_skipped_with_the_threshold(tmp_path):
     stored = run_worker(tmp_path / "c", "add_one")
     assert kinds(stored) == ["miss", "compile", "store"]
     assert only(stored, "compile")[0]["duration_s"] < 1.0  # JAX's own default would have dropped it
@@ -95,29 +96,31 @@ def test_c3_fast_compiles_are_stored_or_skipped_with_the_threshold(tmp_path):
     assert entry_files(tmp_path / "d") == []
 
 
-def test_c5_sixteen_processes_one_cold_cache(tmp_path):
+def test_eight_processes_one_cold_cache(tmp_path):
+    """Concurrent writers of one cold cache: four processes compile the same program at once (same key, racing
+    publishes), four others compile distinct programs; every result is right and every entry verifies."""
     cache = tmp_path / "cache"
     expected = {p: run_worker(tmp_path / f"ref-{p}", p)["results"][p] for p in ("mlp",)}
     cmd = [sys.executable, str(Path(__file__).parent / "jaxworker.py"), "--cache", str(cache)]
     procs = [subprocess.Popen(cmd + ["mlp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=worker_env()) for _ in range(8)]
+                              env=worker_env()) for _ in range(4)]
     procs += [subprocess.Popen(cmd + [f"sin{n}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=worker_env()) for n in range(1, 9)]
+                               env=worker_env()) for n in range(1, 5)]
     reports = []
     for p in procs:
         out, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-3000:]
         reports.append(json.loads(out.strip().splitlines()[-1]))
-    for r in reports[:8]:
+    for r in reports[:4]:
         assert r["results"]["mlp"] == expected["mlp"]
         assert not any(k in ("corrupt", "load_error", "store_error") for k in kinds(r))
-    for n, r in enumerate(reports[8:], start=1):
+    for n, r in enumerate(reports[4:], start=1):
         values = bytes.fromhex(r["results"][f"sin{n}"])
         assert len(values) == 4 * n
     store = LocalStore(cache)
     assert all(reason is None for _, reason in store.verify())
     names = [e.name for e in store.entries()]
-    assert len(names) == 9 and len(set(e.key for e in store.entries())) == 9
+    assert len(names) == 5 and len(set(e.key for e in store.entries())) == 5
 
 
 def _reseal(path: Path, mutate) -> None:
@@ -132,7 +135,7 @@ def _reseal(path: Path, mutate) -> None:
 
 @pytest.mark.parametrize("field,value", [("jaxlib_version", "0.0.1"), ("jaxlib_build", "0123456789abcdef"),
                                          ("platform_version", "cpu-other")])
-def test_c7_entry_from_another_build_is_never_loaded(tmp_path, field, value):
+def test_entry_from_another_build_is_never_loaded(tmp_path, field, value):
     cache = tmp_path / "cache"
     run_worker(cache, "add_one")
     [entry] = entry_files(cache)
@@ -145,7 +148,7 @@ def test_c7_entry_from_another_build_is_never_loaded(tmp_path, field, value):
     assert kinds(run_worker(cache, "add_one")) == ["hit"]
 
 
-def test_c8_program_with_host_callback_runs_prints_and_is_recorded(tmp_path):
+def test_program_with_host_callback_runs_prints_and_is_recorded(tmp_path):
     from xlakit._jax import versions
 
     import numpy as np
@@ -165,28 +168,30 @@ def test_c8_program_with_host_callback_runs_prints_and_is_recorded(tmp_path):
         assert "host callbacks" in only(report, "skip")[0]["reason"]
 
 
-@pytest.mark.parametrize("cap", [2_000_000, 400_000])
-def test_c9_cache_stays_inside_its_cap(tmp_path, cap):
-    """200 jnp.sin programs (one per input length). Entries here are ~4 KB (8 KiB on disk), so the case's
-    2 MB cap holds them all; 400 kB forces eviction of the least recently used."""
+@pytest.mark.parametrize("cap", [1_000_000, 100_000])
+def test_cache_stays_inside_its_cap(tmp_path, cap):
+    """24 jnp.sin programs (one per input length), real compiles. Entries here are ~5 KB (8 KiB on disk), so the
+    1 MB cap holds them all; 100 kB forces eviction of the least recently used. (Eviction order and
+    bookkeeping at scale are covered with fake payloads by the store's own tests.)"""
     cache = tmp_path / "cache"
-    names = [f"sin{n}" for n in range(1, 201)]
+    count = 24
+    names = [f"sin{n}" for n in range(1, count + 1)]
     report = run_worker(cache, *names, max_bytes=cap)
     assert report["max_cache_bytes"] <= cap  # measured on disk after every program
     assert LocalStore(cache).total_bytes() <= cap
-    assert kinds(report).count("store") == 200
+    assert kinds(report).count("store") == count
     needed = sum(-(-e["bytes"] // 4096) * 4096 for e in only(report, "store"))
     evicted = only(report, "evict")
     assert bool(evicted) == (needed > cap)
     assert all("least recently used" in e["reason"] for e in evicted)
     survivors = {e.key for e in LocalStore(cache).entries()}
-    assert len(survivors) == 200 - len(evicted)
+    assert len(survivors) == count - len(evicted)
     if cap < needed:
-        assert 10 < len(survivors) < 200
-    newest = [e["key"] for e in only(report, "store")][-5:]
+        assert 3 < len(survivors) < count
+    newest = [e["key"] for e in only(report, "store")][-3:]
     assert set(newest) <= survivors  # the most recently used entries survive
-    warm = run_worker(cache, *names[-5:], max_bytes=cap)
-    assert kinds(warm) == ["hit"] * 5
+    warm = run_worker(cache, *names[-3:], max_bytes=cap)
+    assert kinds(warm) == ["hit"] * 3
 
 
 def test_bad_entries_are_rejected_before_deserializing(tmp_path):

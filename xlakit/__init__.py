@@ -18,14 +18,28 @@ from xlakit import events
 from xlakit.events import CacheStats, Event, EventLog, cache_stats
 
 if TYPE_CHECKING:
-    from xlakit._jax.persistent import TransparentCache
+    from xlakit._jax.serialize import DevicePlacementError
+    from xlakit._jax.versions import UnsupportedJaxVersion
     from xlakit.bundle import BundleWatcher, export_bundle, load_bundle
-    from xlakit.cache import ExecutableCache
+    from xlakit.cache import Decision, ExecutableCache, TransparentCache
     from xlakit.explain import Explanation
 
 __all__ = ["__version__", "enable_cache", "disable_cache", "cache_stats", "CacheStats", "Event", "EventLog",
-           "events", "ExecutableCache", "Explanation",
-           "export_bundle", "load_bundle", "BundleWatcher"]
+           "events", "ExecutableCache", "TransparentCache", "Decision", "Explanation", "UnsupportedJaxVersion",
+           "DevicePlacementError", "export_bundle", "load_bundle", "BundleWatcher"]
+
+# Public name -> (module, attribute), imported on first use so that `import xlakit` stays light.
+_LAZY = {
+    "ExecutableCache": ("xlakit.cache.executable", "ExecutableCache"),
+    "TransparentCache": ("xlakit.cache.transparent", "TransparentCache"),
+    "Decision": ("xlakit.cache.decision", "Decision"),
+    "Explanation": ("xlakit.explain", "Explanation"),
+    "UnsupportedJaxVersion": ("xlakit._jax.versions", "UnsupportedJaxVersion"),
+    "DevicePlacementError": ("xlakit._jax.serialize", "DevicePlacementError"),
+    "export_bundle": ("xlakit.bundle", "export_bundle"),
+    "load_bundle": ("xlakit.bundle", "load_bundle"),
+    "BundleWatcher": ("xlakit.bundle", "BundleWatcher"),
+}
 
 __version__ = "0.1.0"
 
@@ -52,19 +66,19 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | None = None,
         under 1 s without a word).
 
     Returns:
-      The installed :class:`~xlakit._jax.persistent.TransparentCache` (``.path``, ``.store``).
+      The installed :class:`xlakit.TransparentCache` (``.path``, ``.store``, ``.entries()``, ``.stats()``).
 
     Raises:
-      xlakit._jax.versions.UnsupportedJaxVersion: this JAX lacks the private hooks used here; the message
-        names the supported versions.
+      xlakit.UnsupportedJaxVersion: this JAX lacks the private hooks used here; the message names the
+        supported versions.
       ValueError: ``max_bytes`` <= 0 or ``min_compile_time_s`` < 0.
 
     Calling it again replaces the previous configuration. :func:`disable_cache` restores JAX's settings.
     Programs already compiled in this process stay in JAX's in-memory cache and are not re-read.
     """
-    from xlakit._jax import persistent
+    from xlakit.cache import transparent
 
-    return persistent.enable(path, max_bytes=max_bytes, min_compile_time_s=min_compile_time_s)
+    return transparent.enable(path, max_bytes=max_bytes, min_compile_time_s=min_compile_time_s)
 
 
 def disable_cache() -> bool:
@@ -75,8 +89,8 @@ def disable_cache() -> bool:
     """
     import sys
 
-    persistent = sys.modules.get("xlakit._jax.persistent")
-    return bool(persistent and persistent.disable())
+    transparent = sys.modules.get("xlakit.cache.transparent")
+    return bool(transparent and transparent.disable())
 
 
 def load_ipython_extension(ipython) -> None:
@@ -88,16 +102,9 @@ def load_ipython_extension(ipython) -> None:
 
 def __getattr__(name: str):
     # Loaded on first use so that `import xlakit` stays light.
-    if name == "ExecutableCache":
-        from xlakit.cache import ExecutableCache
+    if name in _LAZY:
+        import importlib
 
-        return ExecutableCache
-    if name == "Explanation":
-        from xlakit.explain import Explanation
-
-        return Explanation
-    if name in ("export_bundle", "load_bundle", "BundleWatcher"):
-        import xlakit.bundle
-
-        return getattr(xlakit.bundle, name)
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'xlakit' has no attribute {name!r}")

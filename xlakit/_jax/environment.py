@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["Environment", "current_environment", "jaxlib_build_fingerprint"]
+__all__ = ["Environment", "current_environment", "jaxlib_build_fingerprint", "use_memo_dir", "expectations"]
 
 CACHE_DIR_ENV = "XLAKIT_CACHE_DIR"
 MEMO_FILENAME = "jaxlib_fingerprints.json"
@@ -99,7 +99,8 @@ class Environment:
         unknown = sorted(data.keys() - set(names))
         if missing or unknown:
             raise ValueError(f"not an Environment dict: missing fields {missing}, unknown fields {unknown}")
-        return cls(**{name: tuple(data[name]) if isinstance(data[name], list) else data[name] for name in names})
+        return cls(**{name: tuple(data[name]) if isinstance(data[name], list) else data[name]  # type: ignore[arg-type]
+                      for name in names})
 
     def digest(self) -> str:
         """Full hex SHA-256 over the canonical JSON (sorted keys, no whitespace) of :meth:`to_dict`."""
@@ -185,7 +186,8 @@ def jaxlib_build_fingerprint() -> str:
     Hashing the ~350 MB of libraries costs about 0.5 s per process start (measured with jaxlib 0.10.2 on a 2-core
     AMD EPYC, warm page cache: 0.49 s cold, 3-4 ms memoized), so per-file digests are memoized in
     ``jaxlib_fingerprints.json`` under ``$XLAKIT_CACHE_DIR`` (default ``platformdirs.user_cache_dir("xlakit")``),
-    keyed by path, size, mtime and inode; only files whose stat changed are read again.
+    keyed by path, size, mtime and inode; only files whose stat changed are read again. A cache created with
+    an explicit folder calls :func:`use_memo_dir` first, so the memo lives beside the cache actually in use.
 
     Raises:
       ImportError: if jaxlib is not installed.
@@ -194,7 +196,32 @@ def jaxlib_build_fingerprint() -> str:
     return _fingerprint_dirs(_library_roots(), _cache_dir() / MEMO_FILENAME)
 
 
+_memo_dir: Path | None = None
+
+
+def use_memo_dir(folder: str | os.PathLike | None, *, only_if: str | os.PathLike | None = None) -> None:
+    """Keep the jaxlib fingerprint memo in ``folder`` (the cache in use) instead of ``$XLAKIT_CACHE_DIR`` or the
+    user cache. ``None`` goes back to the default; with ``only_if``, only while the memo folder is that one (a
+    cache that closes resets only its own setting)."""
+    global _memo_dir
+    if only_if is not None and _memo_dir != Path(only_if):
+        return
+    _memo_dir = None if folder is None else Path(folder)
+
+
+_EXPECTED_FIELDS = ("jax_version", "jaxlib_version", "jaxlib_build", "platform", "platform_version", "machine",
+                    "cpu_flags_hash")
+
+
+def expectations(env: Environment) -> dict[str, Any]:
+    """Header fields an entry must carry to be loaded in ``env``: another build's programs are never loaded."""
+    values = env.to_dict()
+    return {name: values[name] for name in _EXPECTED_FIELDS}
+
+
 def _cache_dir() -> Path:
+    if _memo_dir is not None:
+        return _memo_dir
     configured = os.environ.get(CACHE_DIR_ENV)
     if configured:
         return Path(configured)
@@ -268,7 +295,7 @@ def _save_memo(path: Path, files: dict[str, Any]) -> None:
     # Other virtualenvs share the memo; drop only entries whose library is gone.
     files = {p: e for p, e in files.items() if os.path.exists(p)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # readers see the old memo or the new one, never half of one
         write_atomic(path, json.dumps({"version": _MEMO_VERSION, "files": files}, sort_keys=True, indent=1))
     except OSError:

@@ -133,14 +133,35 @@ def set_default(handler: Handler | None) -> None:
 
 
 def mark(fn: Callable, handler: Handler) -> Callable:
-    """A wrapper of ``fn`` (same name, signature and behaviour) whose jit compiles go to ``handler``."""
+    """A wrapper of ``fn`` (same signature and behaviour) whose jit compiles go to ``handler``.
+
+    Its ``__name__`` / ``__qualname__`` are what ``jax.jit`` would name ``fn`` itself (a
+    ``functools.partial`` is named after the function it wraps, a callable object without ``__name__``
+    ``<unnamed function>``), so the module name — part of JAX's cache key — and therefore the key are the
+    same as ``jax.jit(fn)``'s: an entry written through ``mark`` serves transparent mode and back.
+    """
 
     @functools.wraps(fn)
     def marked(*args, **kwargs):
         return fn(*args, **kwargs)
 
+    marked.__name__, marked.__qualname__ = _jit_names(fn)
     setattr(marked, _MARK, handler)
     return marked
+
+
+def _jit_names(fn: Callable) -> tuple[str, str]:
+    """``(name, qualname)`` as ``jax._src.util.fun_name`` / ``fun_qual_name`` compute them for ``jax.jit``."""
+    try:
+        from jax._src import util
+
+        return util.fun_name(fn), util.fun_qual_name(fn)
+    except (ImportError, AttributeError):  # pragma: no cover - the same rule, written out
+        inner = fn
+        while isinstance(inner, functools.partial) and not hasattr(inner, "__name__"):
+            inner = inner.func
+        name = getattr(inner, "__name__", "<unnamed function>")
+        return name, getattr(inner, "__qualname__", name)
 
 
 def handler_of(fn: Callable) -> Handler | None:

@@ -28,7 +28,7 @@ One event per action, never two (the rules that keep the three layers apart):
 * While xlakit's store answers JAX's cache hooks (transparent mode or an ExecutableCache route), JAX still
   logs "cache hit"/"CACHE MISS" and fires ``cache_hits`` for xlakit's lookups. Those belong to the xlakit
   layer, which recorded them itself, so they are ignored. A compile step is on xlakit's layer when the
-  current handler of :mod:`xlakit._jax.hooks` (else ``xlakit._jax.persistent.active()``) is set as the
+  current handler of :mod:`xlakit._jax.hooks` is set as the
   step begins, or when xlakit appends a lookup event on the compiling thread during the step.
 * ``backend_compile_duration`` spans JAX's whole compile step (cache lookup + compile or load + cache
   write), and JAX reports it even when the step raised. It becomes a ``compile`` event only when the step
@@ -57,101 +57,51 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from xlakit import events as _events
+from xlakit._jax.jax_signals import (  # noqa: F401 - the names JAX signals are read by
+    _BACKEND_COMPILE,
+    _CACHE_HITS,
+    _CACHE_WRITES,
+    _LOGGERS,
+    _LOWER,
+    _MSG_CALLBACKS,
+    _MSG_EVICT,
+    _MSG_HIT,
+    _MSG_MISS,
+    _MSG_NO_CACHE,
+    _MSG_NOT_PROCESS_0,
+    _MSG_TOO_FAST,
+    _MSG_TOO_SMALL,
+    _MSG_TOOK,
+    _MSG_WRITING,
+    _RETRIEVAL,
+    _SAVED,
+    _TRACE,
+    _TRACING_MISS,
+    _USE_CACHE,
+    _compiled_unrecorded,
+    _jax_cache_enabled,
+    _miss_reason,
+    _name_from_key,
+    _registered,
+    _Step,
+    module_name,
+)
+
+
+class Sink(Protocol):
+    """Where the listeners write: an :class:`xlakit.events.EventLog` (or anything with these two methods).
+    Given by the caller (:func:`xlakit.events.install_listeners`), so this adapter never imports the events
+    package."""
+
+    def emit(self, kind: str, **fields: Any) -> Any: ...
+
+    def subscribe(self, observer: Callable[[Any], None]) -> Callable[[], None]: ...
 
 __all__ = ["JaxListeners", "install", "uninstall", "installed", "acquire"]
 
-# jax.monitoring names (jax._src.dispatch / compiler / compilation_cache).
-_TRACE = "/jax/core/compile/jaxpr_trace_duration"
-_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
-_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
-_USE_CACHE = "/jax/compilation_cache/compile_requests_use_cache"
-_CACHE_HITS = "/jax/compilation_cache/cache_hits"
-_CACHE_WRITES = "/jax/compilation_cache/cache_misses"  # JAX fires it only when an entry is written
-_SAVED = "/jax/compilation_cache/compile_time_saved_sec"
-_RETRIEVAL = "/jax/compilation_cache/cache_retrieval_time_sec"
-
-# Logger -> the level a record must reach to be created there (what we need to see).
-_LOGGERS = {
-    "jax._src.compiler": logging.DEBUG,
-    "jax._src.compilation_cache": logging.DEBUG,
-    "jax._src.lru_cache": logging.DEBUG,
-    "jax._src.interpreters.partial_eval": logging.WARNING,  # TRACING CACHE MISS (jax 0.10)
-    "jax._src.pjit": logging.WARNING,  # where other JAX versions explain tracing-cache misses
-}
-
-# JAX's log message templates (``record.msg``), matched exactly.
-_MSG_HIT = "Persistent compilation cache hit for '%s' with key %r"
-_MSG_MISS = "PERSISTENT COMPILATION CACHE MISS for '%s' with key %r"
-_MSG_TOOK = "'%s' took at least %.2f seconds to compile (%.2fs)"
-_MSG_TOO_FAST = ("Not writing persistent cache entry for '%s' because it took < %.2f seconds to compile "
-                 "(%.2fs)")
-_MSG_CALLBACKS = ("Not writing persistent cache entry for '%s' because it uses host callbacks (e.g. from "
-                  "jax.debug.print or breakpoint)")
-_MSG_NOT_PROCESS_0 = "Not writing persistent cache entry since process_id != 0"
-_MSG_WRITING = "Writing %s to persistent compilation cache with key %r"
-_MSG_TOO_SMALL = ("Not writing persistent cache entry with key %r since its size (%d bytes) is less than "
-                  "threshold (%d bytes)")
-_MSG_NO_CACHE = "get_executable_and_time: cache is disabled/not initialized"
-_MSG_EVICT = "Evicting cache entry %r: file size %d bytes, target cache size %d bytes"
-_TRACING_MISS = "TRACING CACHE MISS "
-
 _MAX_ERRORS = 100
-
-
-def module_name(fun_name: str | None, wrap: str | None = None) -> str | None:
-    """The name JAX gives the module it compiles for ``fun_name`` (``jit(f)`` -> ``jit_f``).
-
-    Mirrors ``jax._src.interpreters.mlir.sanitize_name(...).rstrip("_")``; ``wrap`` adds the transform
-    (``"jit"``) for names JAX reports before it wraps them (the traced function's own name).
-    """
-    if not fun_name:
-        return None
-    if wrap and not re.fullmatch(r"\w+\(.*\)", fun_name):
-        fun_name = f"{wrap}({fun_name})"
-    return re.sub(r"[^\w.-]", "_", fun_name).rstrip("_") or None
-
-
-def _registered(monitoring: Any, getter: str, callback: Callable[..., None]) -> bool:
-    """Whether ``callback`` is in JAX's listener list (read through ``getter``, or the private list)."""
-    get = getattr(monitoring, getter, None)
-    if get is not None:
-        return callback in get()
-    private = {"get_event_listeners": "_event_listeners",
-               "get_event_duration_listeners": "_event_duration_secs_listeners"}[getter]
-    return callback in getattr(monitoring, private, ())
-
-
-def _name_from_key(key: Any) -> str | None:
-    """JAX's keys are ``<module name>-<sha256 hex>``."""
-    if isinstance(key, str) and "-" in key:
-        return key.rsplit("-", 1)[0] or None
-    return None
-
-
-class _Step:
-    """What one thread has seen of one JAX compile step (cache lookup ... backend compile duration)."""
-
-    __slots__ = ("layer", "keyed", "missed", "served", "compile_recorded", "xlakit_compiled", "xlakit_elsewhere",
-                 "hit_name", "hit_key", "jax_saved_s", "hit_pending", "write_name", "write_key", "pending")
-
-    def __init__(self, layer: str | None, keyed: bool = False, xlakit_elsewhere: bool = False) -> None:
-        self.layer = layer  # "xlakit", "jax-persistent", or None (no persistent cache in use)
-        self.keyed = keyed  # JAX computed a cache key and asked a cache before compiling
-        self.missed = False  # JAX logged a persistent-cache miss: the lookup returned, a compile follows
-        self.served = False  # a cache hit: the step loaded a program instead of compiling it
-        self.compile_recorded = False  # the listeners already emitted this step's compile
-        self.xlakit_compiled = False  # xlakit's handler recorded the compile (seen on the log)
-        self.xlakit_elsewhere = xlakit_elsewhere  # xlakit's handler writes to another log: trust it
-        self.hit_name: str | None = None
-        self.hit_key: str | None = None
-        self.jax_saved_s: float | None = None
-        self.hit_pending: dict[str, Any] | None = None  # a hit waiting for a name
-        self.write_name: str | None = None
-        self.write_key: str | None = None
-        self.pending: list[dict[str, Any]] = []  # events to emit after this step's compile
 
 
 class _Capture(logging.Filter):
@@ -187,7 +137,7 @@ class JaxListeners:
       errors: ``"signal: ExcType: message"`` for signals that could not be turned into events (newest 100).
     """
 
-    def __init__(self, log: _events.EventLog) -> None:
+    def __init__(self, log: Sink) -> None:
         self.log = log
         self.errors: collections.deque[str] = collections.deque(maxlen=_MAX_ERRORS)
         self._local = threading.local()
@@ -204,7 +154,7 @@ class JaxListeners:
         if not _registered(monitoring, "get_event_listeners", self._on_event):
             monitoring.register_event_listener(self._on_event)
         if not _registered(monitoring, "get_event_duration_listeners", self._on_duration):
-            monitoring.register_event_duration_secs_listener(self._on_duration)
+            monitoring.register_event_duration_secs_listener(self._on_duration)  # type: ignore[arg-type]
         for name, needed in _LOGGERS.items():
             logger = logging.getLogger(name)
             if name in self._filters:  # installed before: put back only what someone removed
@@ -293,7 +243,7 @@ class JaxListeners:
             self._emit(fields.pop("kind"), "jax-persistent", **{"name": name, **fields})
         step.pending = []
 
-    def _observe(self, event: _events.Event) -> None:
+    def _observe(self, event: Any) -> None:
         """Log observer: an xlakit event on this thread means xlakit answers the compile in progress."""
         step = getattr(self._local, "step", None)  # only inside a compile step JAX has begun
         if step is not None and event.source == "xlakit":
@@ -360,7 +310,7 @@ class JaxListeners:
         msg = record.msg
         if not isinstance(msg, str):
             return
-        args = record.args if isinstance(record.args, tuple) else ()
+        args: tuple[Any, ...] = record.args if isinstance(record.args, tuple) else ()
         if msg.startswith(_TRACING_MISS):
             self._tracing_miss(record.getMessage())
             return
@@ -427,47 +377,12 @@ _PERSISTENT_MESSAGES = frozenset({_MSG_HIT, _MSG_MISS, _MSG_TOOK, _MSG_TOO_FAST,
                                   _MSG_WRITING, _MSG_TOO_SMALL, _MSG_NO_CACHE, _MSG_EVICT})
 
 
-def _compiled_unrecorded(step: _Step) -> bool:
-    """Whether a step ending now compiled a program that no event records yet.
-
-    JAX reports the backend-compile duration even when the step loaded a program (a hit) or the lookup
-    raised (xlakit's explain probe stops a compile that way, before JAX logs a miss).
-    """
-    if step.served or step.compile_recorded:
-        return False
-    if step.layer == "xlakit":
-        if step.xlakit_compiled or step.xlakit_elsewhere:
-            return False  # xlakit's handler recorded JAX's measured compile seconds itself
-        return step.missed or not step.keyed  # e.g. a pass-through handler: a compile nobody recorded
-    return True
-
-
 def _xlakit_handler() -> Any:
     """The xlakit handler that answers a compile starting now on this thread, or None (JAX's own cache)."""
-    hooks = sys.modules.get("xlakit._jax.hooks")
+    hooks = sys.modules.get("xlakit._jax.hooks")  # transparent mode is the hooks' default handler
     if hooks is not None and hooks.installed():
         return hooks.current_handler()
-    persistent = sys.modules.get("xlakit._jax.persistent")
-    active = getattr(persistent, "active", None)
-    return active() if callable(active) else None
-
-
-def _jax_cache_enabled() -> bool:
-    """Whether JAX's own persistent cache is configured (it may still fail to initialise)."""
-    import jax
-    from jax._src import compilation_cache
-
-    enabled = getattr(compilation_cache, "is_persistent_cache_enabled", None)
-    if enabled is not None:
-        return bool(enabled())
-    return jax.config.jax_compilation_cache_dir is not None and jax.config.jax_enable_compilation_cache
-
-
-def _miss_reason() -> str:
-    import jax
-
-    return (f"no entry for this key in JAX's persistent cache at {jax.config.jax_compilation_cache_dir} "
-            "(JAX does not say whether it was absent or unreadable)")
+    return None
 
 
 _lock = threading.RLock()
@@ -481,7 +396,7 @@ def installed() -> JaxListeners | None:
     return _installed
 
 
-def _ensure(log: _events.EventLog) -> JaxListeners:
+def _ensure(log: Sink) -> JaxListeners:
     global _installed
     if _installed is not None and _installed.log is not log:
         _installed.uninstall()
@@ -492,15 +407,17 @@ def _ensure(log: _events.EventLog) -> JaxListeners:
     return _installed
 
 
-def install(log: _events.EventLog | None = None) -> JaxListeners:
-    """Install the listeners, writing to ``log`` (default: :func:`xlakit.events.log`); see the module docstring.
+def install(log: Sink) -> JaxListeners:
+    """Install the listeners, writing to ``log`` (an event sink such as :func:`xlakit.events.log`); see the module docstring.
 
     Idempotent: a second call adds nothing (and re-adds a callback that ``clear_event_listeners`` removed).
     With another ``log``, the listeners move to it.
     """
     global _explicit
     with _lock:
-        listeners = _ensure(log if log is not None else _events.log())
+        if log is None:
+            raise TypeError("install() needs the event log to write to, e.g. xlakit.events.log()")
+        listeners = _ensure(log)
         _explicit = True
         return listeners
 
@@ -522,7 +439,7 @@ def uninstall() -> bool:
         return True
 
 
-def acquire(log: _events.EventLog | None = None) -> Callable[[], None]:
+def acquire(log: Sink) -> Callable[[], None]:
     """Install the listeners for a :func:`xlakit.events.record` block; returns the matching release.
 
     The listeners stay installed while any block holds them or :func:`install` was called explicitly.
@@ -530,7 +447,7 @@ def acquire(log: _events.EventLog | None = None) -> Callable[[], None]:
     global _record_users
     with _lock:
         # Listeners installed explicitly on another log stay there: a record block never moves them.
-        _ensure(_installed.log if _installed is not None else log if log is not None else _events.log())
+        _ensure(_installed.log if _installed is not None else log)
         _record_users += 1
         generation = _installed
 

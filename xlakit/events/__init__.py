@@ -100,7 +100,7 @@ def record(*, jax_signals: bool = True, maxlen: int = 100_000) -> Iterator[Event
         from xlakit._jax import listeners
 
         release = listeners.acquire(_LOG)
-    unsubscribe = _LOG.subscribe(captured.append)
+    unsubscribe = _LOG.subscribe(captured.append)  # type: ignore[arg-type]
     try:
         yield captured
     finally:

@@ -48,6 +48,9 @@ class Event:
       source: one of :data:`SOURCES` — the layer the event belongs to.
       saved_s: for a hit, the entry's recorded compile seconds minus the measured load seconds, floored
         at 0 (never JAX's ``compile_time_saved_sec``, which is negative on CPU); None otherwise.
+      folder: the xlakit cache folder that answered (``str``), or None (JAX's own layers, no store).
+      memory: for an xlakit ``store`` or ``hit``, the program's compiled memory as recorded at compile time
+        (``get_compiled_memory_stats()`` field -> bytes); None otherwise or when the backend reports none.
       time: wall-clock seconds since the epoch (``time.time()``) when the event was recorded — for an
         action with a duration, its end.
       monotonic: ``time.monotonic()`` seconds at the same moment, for ordering and intervals within one
@@ -66,6 +69,8 @@ class Event:
     partition: str | None = None
     source: str = "xlakit"
     saved_s: float | None = None
+    folder: str | None = None
+    memory: dict[str, int] | None = None
     time: float = dataclasses.field(default_factory=_time.time)
     monotonic: float = dataclasses.field(default_factory=_time.monotonic)
 

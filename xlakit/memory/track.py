@@ -12,9 +12,10 @@ Where the programs come from, and the limitation:
   and seconds and **no byte breakdown**.
 * When xlakit's cache answers JAX's compiles (``xlakit.enable_cache()`` or an ``ExecutableCache``), every
   compile is stored with its ``get_compiled_memory_stats()`` in the entry header, and every load is a hit
-  on such an entry. The tracker listens to :func:`xlakit.events.log` for those ``store`` and ``hit``
-  events and reads the headers when the block ends, so those programs come with their bytes. A program
-  compiled but not stored (a ``skip``: host callbacks, under the minimum compile time) has no bytes.
+  on such an entry. The ``store`` and ``hit`` events on :func:`xlakit.events.log` carry those figures
+  (``Event.memory``) and the cache folder (``Event.folder``), so those programs come with their bytes and
+  nothing is read back from disk. A program compiled but not stored (a ``skip``: host callbacks, under the
+  minimum compile time) has no bytes.
 * :meth:`Tracker.add` attaches the breakdown of any program you have in hand (a Compiled, or a function
   with example arguments).
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 import threading
 import time
 from typing import Any
@@ -65,18 +65,6 @@ def _module_name(fun_name: str) -> str:
     return re.sub(r"[^\w.-]", "_", fun_name).rstrip("_") or fun_name
 
 
-def _store_now() -> Any:
-    """The store of the cache handler answering compiles on this thread, if any (read during an event)."""
-    hooks = sys.modules.get("xlakit._jax.hooks")
-    current = (getattr(hooks, "current_handler", None) or getattr(hooks, "_current", None)) if hooks else None
-    handler = current() if callable(current) else None
-    if handler is None:
-        persistent = sys.modules.get("xlakit._jax.persistent")
-        active = getattr(persistent, "active", None) if persistent else None
-        handler = active() if callable(active) else None
-    return getattr(handler, "store", None)
-
-
 class Tracker:
     """The record of one :func:`track` block (see the module docstring). Read it after the block ends.
 
@@ -89,24 +77,24 @@ class Tracker:
 
     def __init__(self, reset: bool = True) -> None:
         self._reset_wanted = reset
-        self.before = self.after = None
-        self.reset = None
+        self.before: Any = None
+        self.after: Any = None
+        self.reset: Any = None
         self.seconds: float | None = None
         self._lock = threading.Lock()
-        self._xla: list[tuple[str, Any, Any]] = []  # (kind, event, store) from xlakit's log
+        self._xla: list[tuple[str, Any]] = []  # (kind, event) from xlakit's log
         self._jax: list[tuple[str, float]] = []  # (module name, seconds) from jax.monitoring
         self._added: list[TrackedProgram] = []
         self._programs: tuple[TrackedProgram, ...] | None = None
-        self._unsubscribe = None
+        self._unsubscribe: Any = None
         self._start = 0.0
 
     # -- recording ------------------------------------------------------------------------------------
     def _on_event(self, event: Any) -> None:
         if getattr(event, "source", None) != "xlakit" or event.kind not in ("compile", "store", "hit", "skip"):
             return
-        store = _store_now() if event.kind in ("store", "hit") else None
         with self._lock:
-            self._xla.append((event.kind, event, store))
+            self._xla.append((event.kind, event))
 
     def _on_duration(self, name: str, seconds: float, **kwargs: Any) -> None:
         if name == _COMPILE_METRIC:
@@ -122,7 +110,7 @@ class Tracker:
         self.before = allocator_stats()
         self.reset = reset_peak() if self._reset_wanted else None
         self._unsubscribe = events.log().subscribe(self._on_event)
-        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)  # type: ignore[arg-type]
         self._start = time.perf_counter()
         return self
 
@@ -132,7 +120,7 @@ class Tracker:
         from xlakit.memory.allocator import allocator_stats
 
         self.seconds = time.perf_counter() - self._start
-        jax.monitoring.unregister_event_duration_listener(self._on_duration)
+        jax.monitoring.unregister_event_duration_listener(self._on_duration)  # type: ignore[arg-type]
         if self._unsubscribe is not None:
             self._unsubscribe()
         self.after = allocator_stats()
@@ -156,10 +144,9 @@ class Tracker:
         with self._lock:
             xla, jax_compiles, added = list(self._xla), list(self._jax), list(self._added)
         out: list[TrackedProgram] = []
-        headers: dict[tuple[int, str | None], dict[str, Any]] = {}
         seen_compiles: dict[str, int] = {}
         pending: dict[str, int] = {}  # key -> index in out of a compile waiting for its store/skip
-        for kind, event, store in xla:
+        for kind, event in xla:
             if kind in ("compile", "hit"):  # JAX's compile-step duration fires for both
                 seen_compiles[event.name] = seen_compiles.get(event.name, 0) + 1
             if kind == "compile":
@@ -173,7 +160,7 @@ class Tracker:
                     out[i] = dataclasses.replace(
                         out[i], note=f"not stored ({event.reason}), so no memory stats were recorded")
                 continue
-            memory, note = self._entry_memory(store, event, headers)
+            memory, note = self._event_memory(event)
             if kind == "store":
                 i = pending.pop(event.key, None)
                 if i is not None:
@@ -192,20 +179,15 @@ class Tracker:
         return tuple(out + added)
 
     @staticmethod
-    def _entry_memory(store: Any, event: Any, cache: dict) -> tuple[CompiledMemory | None, str | None]:
-        if store is None:
-            return None, "the cache's store could not be found when the event happened"
-        key = (id(store), event.partition)
-        if key not in cache:
-            try:
-                cache[key] = {info.key: info for info in store.entries(event.partition)}
-            except Exception as exc:  # noqa: BLE001 - a vanished store must not break the report
-                return None, f"could not list cache entries: {type(exc).__name__}: {exc}"
-        info = cache[key].get(event.key)
-        if info is None:
-            return None, "the cache entry is gone (evicted or removed) before it could be read"
+    def _event_memory(event: Any) -> tuple[CompiledMemory | None, str | None]:
+        """The compiled memory a ``store`` / ``hit`` event carries (recorded at compile time)."""
+        figures = getattr(event, "memory", None)
+        if not figures:
+            return None, "the cache recorded no compiled memory for this program (the backend reports none)"
         try:
-            return compiled_memory(info), None
+            platform = (event.partition or "").split("-", 1)[0] or None  # partitions start with the platform
+            return compiled_memory({"name": event.name, "memory": dict(figures),
+                                    "environment": {"platform": platform}}), None
         except (TypeError, ValueError) as exc:
             return None, str(exc)
 

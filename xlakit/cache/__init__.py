@@ -1,0 +1,24 @@
+"""The cache feature: xlakit's store as JAX's compilation cache, explicitly or transparently.
+
+Modules, one concept each:
+
+* :mod:`.decision` — :class:`Decision`, the outcome of one lookup or publish, as a value.
+* :mod:`.path` — :class:`CachePath`, the one fetch/publish path (transparent mode, ExecutableCache, bundles).
+* :mod:`.entry` — what an entry holds: payload kinds, header fields, module text packing.
+* :mod:`.handler` — :class:`StoreHandler`, the answers to JAX's compile hooks.
+* :mod:`.transparent` — :class:`TransparentCache` and :func:`enable` / :func:`disable` / :func:`active`.
+* :mod:`.executable` — :class:`ExecutableCache` (jit, compile, load, explain).
+* :mod:`.explaining` — explanations of a lookup against a store.
+* :mod:`.folder` — :class:`CacheFolder`: a cache folder as data, without JAX (CLI, report, widgets).
+
+Importing this package imports neither JAX nor pandas.
+"""
+
+from xlakit.cache.decision import DECISION_KINDS, Decision
+from xlakit.cache.executable import CacheEvent, ExecutableCache
+from xlakit.cache.folder import CacheFolder
+from xlakit.cache.path import CachePath
+from xlakit.cache.transparent import TransparentCache, active, disable, enable
+
+__all__ = ["Decision", "DECISION_KINDS", "CachePath", "CacheFolder", "ExecutableCache", "CacheEvent",
+           "TransparentCache", "enable", "disable", "active"]

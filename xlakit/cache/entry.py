@@ -1,0 +1,105 @@
+"""What one cache entry holds: its payload kinds and the header fields every writer records.
+
+One key, one entry. Its payload is one of two kinds (``header["payload_kind"]``):
+
+=========================  ==================================================================================
+``pjrt-executable``        XLA's serialized executable (``LoadedExecutable.serialize()``): what every
+                           ``jax.jit`` lookup needs. Written by transparent mode and ``ExecutableCache.jit``.
+``jax-compiled-pickle``    the JAX-level executable (:func:`xlakit._jax.serialize.serialize_compiled`: shardings,
+                           pytrees and the same XLA bytes inside), plus ``header["placement"]``. Loadable onto
+                           other devices by ``ExecutableCache.load``, and still serves plain lookups: the XLA bytes
+                           are taken out of it without unpickling. Written by ``ExecutableCache.compile`` and bundles.
+=========================  ==================================================================================
+
+Header fields written for every program, whichever mode stored it (besides the store's own integrity fields):
+``name``, ``payload_kind``, ``compile_s`` (seconds), ``created`` (unix seconds), ``environment``, ``key_parts``
+(JAX's per-part key hashes), ``memory`` (compiled memory, bytes), ``signature`` (per-argument shape, dtype,
+sharding, donation of ``@main``) and ``module_text_zstd`` (base64 of the zstd-compressed module text without
+debug locations, at most :data:`MAX_PACKED_TEXT` bytes; read back only from an authenticated header, and
+decompressed to at most :data:`MAX_TEXT` bytes).
+
+Entries named ``<key>-aot`` come from xlakit 0.1's separate loadable copies; they are not programs of their own
+and :data:`LEGACY_SUFFIX` lets the folder listing leave them out (one place).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import time
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["KIND_XLA", "KIND_JAX", "LEGACY_SUFFIX", "MAX_PACKED_TEXT", "MAX_TEXT", "program_header", "loadable",
+           "pack_text", "unpack_text", "xla_payload"]
+
+KIND_XLA = "pjrt-executable"
+KIND_JAX = "jax-compiled-pickle"
+LEGACY_SUFFIX = "-aot"
+MAX_PACKED_TEXT = 4 << 20  # bytes of compressed module text kept per entry
+MAX_TEXT = 64 << 20  # bytes a module text may decompress to when read back
+
+
+def loadable(header: Mapping[str, Any] | None) -> bool:
+    """Whether an entry holds the JAX-level executable (placeable on other devices)."""
+    if not header:
+        return False
+    return header.get("payload_kind") == KIND_JAX and isinstance(header.get("placement"), dict)
+
+
+def xla_payload(header: Mapping[str, Any], payload: bytes) -> bytes:
+    """The XLA executable bytes of an entry of either kind.
+
+    Raises:
+      pickle.UnpicklingError: a ``jax-compiled-pickle`` payload the restricted scanner refuses.
+      ValueError: an unknown payload kind.
+    """
+    kind = header.get("payload_kind", KIND_XLA)
+    if kind == KIND_XLA:
+        return payload
+    if kind == KIND_JAX:
+        from xlakit._jax.executables import executable_bytes
+
+        return executable_bytes(payload)
+    raise ValueError(f"unknown payload kind {kind!r}")
+
+
+def pack_text(text: str | None) -> str | None:
+    """Module text -> base64 of its zstd compression, or None when absent or over :data:`MAX_PACKED_TEXT`."""
+    if text is None:
+        return None
+    import zstandard
+
+    packed = zstandard.ZstdCompressor(level=9).compress(text.encode())
+    return base64.b64encode(packed).decode("ascii") if len(packed) <= MAX_PACKED_TEXT else None
+
+
+def unpack_text(packed: Any, limit: int = MAX_TEXT) -> str | None:
+    """The inverse of :func:`pack_text`, reading at most ``limit`` decompressed bytes (a frame that declares
+    or produces more is refused: None). Only call it on an authenticated header."""
+    if not isinstance(packed, str) or not packed or len(packed) > 2 * MAX_PACKED_TEXT:
+        return None
+    import zstandard
+
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(base64.b64decode(packed))) as reader:
+            data = reader.read(limit + 1)
+        if len(data) > limit:
+            return None
+        return data.decode()
+    except Exception:  # noqa: BLE001 - an unreadable explanation aid is not an error
+        return None
+
+
+def program_header(*, name: str | None, compile_s: float, environment: dict, key_parts: dict | None,
+                   memory: dict | None, module_text: str | None, kind: str = KIND_XLA) -> dict[str, Any]:
+    """The header of a program entry (see the module docstring for each field)."""
+    from xlakit._jax.signature import main_signature
+
+    header: dict[str, Any] = {"name": name, "payload_kind": kind, "compile_s": float(compile_s),
+                              "created": time.time(), "environment": environment, "key_parts": key_parts or {},
+                              "memory": memory, "signature": main_signature(module_text)}
+    packed = pack_text(module_text)
+    if packed is not None:
+        header["module_text_zstd"] = packed
+    return header

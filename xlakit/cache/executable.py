@@ -1,0 +1,232 @@
+"""ExecutableCache: compile and jit through xlakit's store explicitly, explain misses, load onto other devices.
+
+Transparent mode (:func:`xlakit.enable_cache`) serves every ``jax.jit`` in the process. An
+:class:`ExecutableCache` serves only what goes through it — an ahead-of-time workflow, a serving loop, a
+program moved to another device — on the same store format, keys and events.
+
+How each path works:
+
+* :meth:`ExecutableCache.jit` returns a real ``jax.jit`` object over a marked copy of the function (named as
+  ``jax.jit`` names the function, so keys equal transparent mode's). Only when that object misses its
+  in-memory dispatch cache does xlakit's hook route the compile to this cache (load on a hit, compile-and-store
+  on a miss); every later call dispatches through ``jax.jit``'s C++ path, so there is no hashing per call.
+* :meth:`ExecutableCache.compile` lowers (if needed) and compiles under this cache and gets the
+  :class:`~xlakit.cache.decision.Decision` back as a value. A program it stores is one entry whose payload is
+  the JAX-level executable (shardings and pytrees, XLA bytes inside), so :meth:`load` can place it on other
+  devices and plain ``jax.jit`` lookups of the same key still hit it. A program JAX already holds in memory
+  (it ran in this process) is compiled again past JAX's in-process memo, so it is stored from an executable
+  that never ran, and the decision says ``store`` — never a hit that did not come from the store.
+* :meth:`ExecutableCache.explain` computes the key a lookup would use — without compiling — and compares
+  its parts with the nearest entry of the same function (:mod:`xlakit.cache.explaining`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from xlakit.cache import entry as _entry
+from xlakit.cache.decision import Decision
+from xlakit.cache.handler import StoreHandler, _Capture
+
+__all__ = ["ExecutableCache", "CacheEvent"]
+
+CacheEvent = Decision  # what compile() returns; kept under its old name
+
+
+class _NotLoadable(KeyError):
+    pass
+
+
+class ExecutableCache(StoreHandler):
+    """A persistent cache of compiled XLA executables that you call explicitly.
+
+    Args:
+      path: cache folder; default ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder.
+      max_bytes: byte cap for everything under ``path`` (measured on disk), least recently used evicted.
+      min_compile_time_s: programs compiled faster than this (seconds) are not stored (recorded as ``skip``).
+      secret: HMAC key; default ``$XLAKIT_CACHE_SECRET`` or the secret file in the user config folder.
+      log: event log; default the process-wide :func:`xlakit.events.log`.
+
+    Raises:
+      xlakit.UnsupportedJaxVersion: the installed JAX lacks the hooks this relies on.
+      RuntimeError: ``jax_enable_compilation_cache`` is False (JAX then computes no key to cache by).
+    """
+
+    def __init__(self, path: str | Path | None = None, max_bytes: int | None = None, *,
+                 min_compile_time_s: float = 0.0, secret: bytes | None = None, log: Any = None) -> None:
+        import jax
+
+        from xlakit._jax import hooks
+        from xlakit._jax.environment import use_memo_dir
+        from xlakit.store import LocalStore
+
+        if max_bytes is not None and max_bytes <= 0:
+            raise ValueError(f"max_bytes must be a positive number of bytes or None, got {max_bytes}")
+        if not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
+            raise RuntimeError("ExecutableCache needs JAX to compute cache keys: set "
+                               "jax.config.update('jax_enable_compilation_cache', True) first.")
+        super().__init__(LocalStore(path, max_bytes=max_bytes, secret=secret), min_compile_time_s, log)
+        hooks.acquire()
+        use_memo_dir(self.store.root)  # the jaxlib fingerprint memo lives beside the cache in use
+        self._finalizer = weakref.finalize(self, _detach, self.store.root)
+
+    def close(self) -> None:
+        """Detach from JAX (also happens when the cache is garbage-collected). Idempotent."""
+        self._finalizer()
+
+    # -- compile paths ---------------------------------------------------------------------------------
+    def jit(self, fn: Callable, **jit_kwargs: Any):
+        """``jax.jit(fn, **jit_kwargs)`` whose compiles go through this cache.
+
+        Returns a genuine ``jax.jit`` object (``.lower``, ``.trace``, ``.eval_shape`` work as usual); results
+        are bit-identical to ``jax.jit(fn)``'s since the same program runs, and the program's name and key are
+        ``jax.jit(fn)``'s (also for a ``functools.partial`` or a callable object).
+        """
+        import jax
+
+        from xlakit._jax import hooks
+
+        return jax.jit(hooks.mark(fn, self), **jit_kwargs)
+
+    def compile(self, lowered_or_jitted: Any, *args: Any, devices: Sequence[Any] | None = None,
+                **kwargs: Any) -> tuple[Any, Decision]:
+        """Compile through this cache: load on a hit, compile and store on a miss.
+
+        Args:
+          lowered_or_jitted: a ``jax.stages.Lowered``, a ``jax.jit`` object, or a plain function (jitted here).
+          *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``) unless already lowered.
+          devices: place the compiled program on these devices instead (same count and kind as the
+            devices it was lowered for; a permutation works). Checked before anything reaches XLA.
+
+        Returns:
+          ``(jax.stages.Compiled, decision)``; ``decision`` (:class:`~xlakit.cache.decision.Decision`) is
+          ``hit`` (loaded from this store), ``store``, ``skip`` or ``store_error``; ``decision.loadable`` says
+          whether :meth:`load` can place the entry on other devices.
+
+        Raises:
+          xlakit.DevicePlacementError: ``devices`` do not match the program's placement.
+        """
+        import jax
+
+        from xlakit._jax import fresh, hooks
+
+        lowered = self._lower(lowered_or_jitted, *args, **kwargs)
+        with self.capture(defer=True) as capture, hooks.route(self):
+            compiled = lowered.compile()
+        if not capture.decisions:
+            # JAX answered from its in-process memo (the program ran here before): nothing reached the store.
+            with self.capture(defer=True) as capture:
+                compiled = fresh.compile_fresh(lowered, handler=self)
+        decision = self._settle(lowered, compiled, capture)
+        if devices is not None and decision.key:
+            compiled = self.load(decision.key, devices)
+        assert isinstance(compiled, jax.stages.Compiled)
+        return compiled, decision
+
+    def _settle(self, lowered: Any, compiled: Any, capture: _Capture) -> Decision:
+        """Publish what the compile left pending as one loadable entry, or make a hit's entry loadable."""
+        from xlakit._jax import fresh, serialize
+
+        decisions = capture.decisions
+        final = next((d for d in reversed(decisions) if d.kind in ("hit", "store", "skip", "store_error")),
+                     decisions[-1] if decisions else None)
+        if capture.pending is not None:
+            partition, key, header, xla_payload = capture.pending
+            try:  # ``compiled`` was just compiled by XLA here and has never run
+                payload, placement = serialize.serialize_compiled(compiled)
+            except serialize.NotSerializable as exc:
+                return self.io.publish(partition, key, header, xla_payload,
+                                       reason=f"stored for these devices only; not loadable onto other devices: "
+                                              f"{exc.reason}")
+            header = dict(header, payload_kind=_entry.KIND_JAX, placement=placement.to_dict())
+            return self.io.publish(partition, key, header, payload)
+        if final is None:
+            raise RuntimeError("the compile reached neither JAX's cache hooks nor its in-process memo")
+        if (final.kind == "hit" and not final.loadable and final.header is not None and final.key
+                and final.partition):
+            # Stored by jit or transparent mode: add the JAX-level executable, from a compile that never ran
+            # (re-serializing an executable loaded from a cache is unreliable).
+            try:
+                payload, placement = serialize.serialize_compiled(fresh.compile_fresh(lowered))
+            except serialize.NotSerializable as exc:
+                return final.replace(reason=f"not loadable onto other devices: {exc.reason}")
+            header = {k: v for k, v in final.header.items() if k not in _SEALED_FIELDS}
+            header.update(payload_kind=_entry.KIND_JAX, placement=placement.to_dict())
+            stored = self.io.publish(final.partition, final.key, header, payload, replace=True,
+                                     reason="made loadable onto other devices", quiet=True)
+            if stored.kind == "store":
+                return final.replace(loadable=True, reason="made loadable onto other devices")
+        return final
+
+    def load(self, entry: Any, devices: Sequence[Any] | None = None):
+        """Load a program stored by :meth:`compile` as a ``jax.stages.Compiled``, optionally on other devices.
+
+        Args:
+          entry: an :class:`~xlakit.store.EntryInfo`, a key, or a row of :meth:`entries`.
+          devices: devices to run on (same count and kinds as stored; a permutation or another set of the
+            same kind works). Default: the devices it was compiled for.
+
+        Raises:
+          KeyError: no loadable entry with that key (entries stored by ``jit`` or transparent mode keep only
+            the XLA executable until :meth:`compile` of the same program makes them loadable).
+          xlakit.DevicePlacementError: ``devices`` do not match; raised before XLA is called.
+        """
+        from xlakit._jax import serialize
+        from xlakit._jax.environment import current_environment, expectations
+
+        key = entry if isinstance(entry, str) else getattr(entry, "key", None) or entry["key"]
+        key = key.removesuffix(_entry.LEGACY_SUFFIX)
+        env = current_environment()
+        partition = env.partition_name()
+
+        def place(header, payload):
+            if not _entry.loadable(header):
+                raise _NotLoadable(key)
+            return serialize.load_compiled(payload, serialize.Placement.from_dict(header["placement"]), devices)
+
+        try:
+            compiled, decision = self.io.fetch(partition, key, name=None, load=place, expect=expectations(env),
+                                               reraise=(serialize.DevicePlacementError, _NotLoadable))
+        except _NotLoadable:
+            decision = None
+            compiled = None
+        if compiled is None:
+            why = f"{decision.kind}: {decision.reason}" if decision is not None else "it holds no JAX-level executable"
+            raise KeyError(f"no loadable entry {key!r} in partition {partition} ({why}); entries stored by cache.jit "
+                           "or transparent mode keep only the XLA executable — use cache.compile(...) to store a "
+                           "program that load() can place on other devices")
+        return compiled
+
+    # -- explanations -----------------------------------------------------------------------------------
+    def explain(self, fn_or_lowered: Any, *args: Any, **kwargs: Any):
+        """Would this program hit? If not, which parts differ from the nearest entry of the same function.
+
+        Computes the key exactly as a compile would (JAX's own key code) but stops before compiling.
+        Compares JAX's per-part key hashes, the environment (versions, XLA flags, devices, CPU), the
+        entry signature (shape, dtype, sharding, donation per argument) and the module text. Returns an
+        :class:`xlakit.Explanation`.
+        """
+        from xlakit.cache.explaining import explain_lowered
+
+        return explain_lowered(self.store, self._lower(fn_or_lowered, *args, **kwargs))
+
+    # -- internals --------------------------------------------------------------------------------------
+    def _lower(self, x: Any, *args: Any, **kwargs: Any):
+        from xlakit.cache.explaining import lower_program
+
+        return lower_program(x, *args, **kwargs)
+
+
+def _detach(folder: Path) -> None:
+    from xlakit._jax import hooks
+    from xlakit._jax.environment import use_memo_dir
+
+    use_memo_dir(None, only_if=folder)
+    hooks.release()
+
+
+# Fields the store and the envelope set when sealing; an upgraded entry gets fresh ones.
+_SEALED_FIELDS = frozenset({"key", "partition", "format_version", "payload_sha256", "payload_bytes", "raw_bytes"})

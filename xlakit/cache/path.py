@@ -1,0 +1,205 @@
+"""The one fetch/publish path of xlakit's store: every lookup and every write returns a :class:`Decision`.
+
+Transparent mode and :class:`~xlakit.cache.ExecutableCache` (through :class:`~xlakit.cache.handler.StoreHandler`)
+and bundles call :meth:`CachePath.fetch` and :meth:`CachePath.publish`; nothing else turns store results into
+hits, misses, saved seconds or failures. Each call records the matching event(s) in the log it was given
+(``source="xlakit"``, with ``folder`` and, for stores and hits, ``memory``) and returns the decision as a value.
+
+Nothing here raises into the user's program: store and load failures become decisions (``load_error``,
+``corrupt``, ``store_error``) and the caller compiles. Only the exception types a caller names in ``reraise``
+pass through (e.g. a device placement the caller must refuse).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from xlakit.cache import entry as _entry
+from xlakit.cache.decision import Decision
+
+__all__ = ["CachePath"]
+
+T = TypeVar("T")
+
+
+class CachePath:
+    """Fetch from and publish to one store, recording each outcome.
+
+    Args:
+      store: a :class:`~xlakit.store.LocalStore` (``get``, ``put``, ``remove``, ``write_partition_info``,
+        ``root``, ``max_bytes``).
+      log: an event sink with ``emit(kind, **fields)`` (an :class:`~xlakit.events.EventLog`).
+    """
+
+    def __init__(self, store: Any, log: Any) -> None:
+        self.store = store
+        self.log = log
+        self._warned: set[str] = set()
+        self._partitions: set[str] = set()
+
+    @property
+    def folder(self) -> str:
+        return str(self.store.root)
+
+    # -- reading ---------------------------------------------------------------------------------------
+    def fetch(self, partition: str, key: str, *, name: str | None, load: Callable[[Mapping, bytes], T],
+              expect: Mapping[str, Any] | None = None,
+              reraise: tuple[type[BaseException], ...] = ()) -> tuple[T | None, Decision]:
+        """Look ``key`` up in ``partition`` and turn a verified entry into a program with ``load``.
+
+        Args:
+          load: ``(authenticated header, payload bytes) -> program``; called only after the envelope's SHA-256,
+            HMAC and ``expect`` checks pass. If it raises (other than ``reraise``), the entry is removed and
+            the decision is ``load_error``.
+          expect: header/environment fields the entry must carry (:func:`xlakit._jax.environment.expectations`).
+
+        Returns:
+          ``(program, decision)``: the program only on a ``hit``; else None and a ``miss``, ``corrupt`` or
+          ``load_error`` decision (``load_s`` = seconds spent).
+        """
+        start = time.perf_counter()
+        try:
+            found = self.store.get(partition, key, expect=dict(expect or {}))
+        except Exception as exc:  # noqa: BLE001 - the cache fails open
+            return None, self._record("load_error", name, key, partition, reason=_describe(exc),
+                                      load_s=time.perf_counter() - start)
+        if found.status == "hit":
+            header = found.header or {}
+            name = name or (header.get("name") if isinstance(header.get("name"), str) else None)
+            try:
+                program = load(header, found.payload)
+            except reraise:
+                raise
+            except Exception as exc:  # noqa: BLE001 - integrity held but the program did not load: drop it
+                try:
+                    self.store.remove(partition, key)
+                except Exception:  # noqa: BLE001
+                    pass
+                return None, self._record("load_error", name, key, partition,
+                                          reason=f"could not load the entry: {_describe(exc)}; removed, compiling",
+                                          load_s=time.perf_counter() - start)
+            load_s = time.perf_counter() - start
+            compile_s = _number(header.get("compile_s"))
+            memory = header.get("memory") if isinstance(header.get("memory"), dict) else None
+            decision = Decision("hit", None, key, name, partition, self.folder, _int(header.get("payload_bytes")),
+                                load_s, compile_s, max(0.0, (compile_s or 0.0) - load_s), memory,
+                                _entry.loadable(header), header)
+            self._emit(decision, duration_s=load_s, saved_s=decision.saved_s)
+            return program, decision
+
+        took = time.perf_counter() - start
+        reason = found.reason
+        first = None
+        if found.status in ("corrupt", "unauthenticated"):
+            first = self._record("corrupt", name, key, partition, load_s=took,
+                                 reason=f"{found.reason}; moved to {found.quarantined_to}")
+        elif found.status == "error":
+            first = self._record("load_error", name, key, partition, load_s=took, reason=found.reason)
+            self._warn_once("read", f"xlakit could not read its cache at {self.folder}: {found.reason}. "
+                                    "Programs still run; they are compiled instead.")
+        if found.status != "mismatch":
+            reason = (f"no entry for this key in partition {partition}" if found.status == "absent"
+                      else f"entry unusable ({found.status})")
+        miss = self._record("miss", name, key, partition, load_s=took, reason=reason)
+        return None, first or miss
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def publish(self, partition: str, key: str, header: dict[str, Any], payload: bytes, *,
+                replace: bool = False, reason: str | None = None, quiet: bool = False) -> Decision:
+        """Seal and store one entry; record ``store`` (with evictions) or ``store_error``.
+
+        Args:
+          header: the entry header (``name``, ``compile_s``, ``memory`` are read back into the decision).
+          replace: remove an existing entry with this key first (an entry upgraded to another payload kind).
+          reason: a note for the ``store`` decision and event (e.g. why the entry is not loadable elsewhere).
+          quiet: record no ``store`` event (an entry rewritten with more in it after a hit was already recorded);
+            failures and evictions are recorded all the same.
+        Returns:
+          ``store`` (``bytes`` = the entry's size as written, ``header`` = the header given plus ``key`` and
+          ``partition``) or ``store_error``.
+        """
+        name = header.get("name")
+        compile_s = _number(header.get("compile_s"))
+        memory = header.get("memory") if isinstance(header.get("memory"), dict) else None
+        start = time.perf_counter()
+        try:
+            if replace:
+                self.store.remove(partition, key)
+            result = self.store.put(partition, key, header, payload)
+        except Exception as exc:  # noqa: BLE001 - the cache fails open
+            return self._record("store_error", name, key, partition, reason=_describe(exc),
+                                compile_s=compile_s)
+        took = time.perf_counter() - start
+        for gone in result.evicted:
+            self.log.emit("evict", name=gone.name, key=gone.key, partition=gone.partition, bytes=gone.size_bytes,
+                          reason=f"least recently used; cap {self.store.max_bytes} bytes", source="xlakit",
+                          folder=self.folder)
+        if not result.stored:
+            decision = self._record("store_error", name, key, partition, reason=result.reason,
+                                    compile_s=compile_s, duration_s=took)
+            self._warn_once("write", f"xlakit could not write to its cache at {self.folder}: {result.reason}. "
+                                     "Programs still run; they are compiled each time. Each failure is recorded "
+                                     "as a 'store_error' event.")
+            return decision
+        sealed = dict(header, key=key, partition=partition)
+        decision = Decision("store", reason, key, name, partition, self.folder,
+                            result.size_bytes, None, compile_s, None, memory, _entry.loadable(header), sealed)
+        if not quiet:
+            self._emit(decision, duration_s=took)
+        return decision
+
+    def skip(self, partition: str | None, key: str | None, name: str | None, reason: str,
+             compile_s: float | None = None) -> Decision:
+        """Record a program compiled but deliberately not stored."""
+        return self._record("skip", name, key, partition, reason=reason, compile_s=compile_s)
+
+    def failed(self, kind: str, partition: str | None, key: str | None, name: str | None, reason: str) -> Decision:
+        """Record a ``store_error`` or ``load_error`` that happened outside fetch/publish."""
+        return self._record(kind, name, key, partition, reason=reason)
+
+    def compiled(self, partition: str | None, key: str | None, name: str | None, seconds: float) -> None:
+        """Record that XLA compiled a program (JAX's measured seconds)."""
+        self.log.emit("compile", name=name, key=key, partition=partition, duration_s=seconds, source="xlakit",
+                      folder=self.folder)
+
+    def ensure_partition(self, partition: str, info: dict[str, Any]) -> None:
+        """Write the partition's ``partition.json`` once per process (failures are the store's to ignore)."""
+        if partition not in self._partitions:
+            try:
+                self.store.write_partition_info(partition, info)
+            except Exception:  # noqa: BLE001 - a description file never fails a compile
+                return
+            self._partitions.add(partition)
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _record(self, kind: str, name, key, partition, *, reason: str | None = None, load_s: float | None = None,
+                compile_s: float | None = None, duration_s: float | None = None) -> Decision:
+        decision = Decision(kind, reason, key, name, partition, self.folder, load_s=load_s, compile_s=compile_s)
+        self._emit(decision, duration_s=duration_s if duration_s is not None else load_s)
+        return decision
+
+    def _emit(self, d: Decision, **fields: Any) -> None:
+        memory = dict(d.memory) if d.memory is not None and d.kind in ("hit", "store") else None
+        byte_count = d.bytes if d.kind in ("hit", "store") else None
+        self.log.emit(d.kind, name=d.name, key=d.key, partition=d.partition, reason=d.reason, bytes=byte_count,
+                      source="xlakit", folder=d.folder, memory=memory, **fields)
+
+    def _warn_once(self, topic: str, message: str) -> None:
+        if topic not in self._warned:
+            self._warned.add(topic)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

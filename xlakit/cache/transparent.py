@@ -1,0 +1,102 @@
+"""Transparent mode: xlakit's store becomes the persistent compilation cache of every ``jax.jit``.
+
+:class:`TransparentCache` is a :class:`~xlakit.cache.handler.StoreHandler` installed as the default handler of
+xlakit's hooks (:mod:`xlakit._jax.hooks`), with the JAX settings of :mod:`xlakit._jax.persistent` applied while
+it is enabled (restored by :meth:`TransparentCache.uninstall`). Being a
+:class:`~xlakit.cache.folder.CacheFolder`, it lists its own entries (``entries()``, ``stats()``, ...).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from xlakit.cache.handler import StoreHandler
+
+__all__ = ["TransparentCache", "enable", "disable", "active"]
+
+
+class TransparentCache(StoreHandler):
+    """The installed transparent cache: answers every compile no explicit cache claims.
+
+    Use :func:`xlakit.enable_cache` to create one. Attributes ``store``, ``min_compile_time_s``, ``log``, ``path``
+    and the folder methods ``entries()`` / ``stats()`` / ``verify()`` / ``prune()`` / ``clear()`` are those of
+    :class:`~xlakit.cache.handler.StoreHandler`.
+    """
+
+    _saved_config: dict[str, Any] | None = None
+
+    def install(self) -> None:
+        """Hook into JAX. Raises :class:`xlakit.UnsupportedJaxVersion` on an unsupported JAX."""
+        from xlakit._jax import hooks, persistent
+
+        hooks.acquire()
+        self._saved_config = persistent.apply_config()
+        hooks.set_default(self)
+
+    def explain(self, fn_or_lowered: Any, *args: Any, **kwargs: Any):
+        """Would this program hit this cache? :meth:`xlakit.ExecutableCache.explain`, for transparent mode.
+
+        Raises:
+          RuntimeError: the cache is not installed (its hooks compute the key).
+        """
+        from xlakit.cache.explaining import explain_lowered, lower_program
+
+        if self._saved_config is None:
+            raise RuntimeError("this transparent cache is not enabled; call xlakit.enable_cache() first")
+        return explain_lowered(self.store, lower_program(fn_or_lowered, *args, **kwargs))
+
+    def uninstall(self) -> None:
+        """Restore JAX's functions, settings and logger exactly as :meth:`install` found them."""
+        if self._saved_config is None:
+            return
+        from xlakit._jax import hooks, persistent
+        from xlakit._jax.environment import use_memo_dir
+
+        use_memo_dir(None, only_if=self.store.root)
+        hooks.set_default(None)
+        persistent.restore_config(self._saved_config)
+        self._saved_config = None
+        hooks.release()
+
+
+_lock = threading.Lock()
+_active: TransparentCache | None = None
+
+
+def active() -> TransparentCache | None:
+    """The installed :class:`TransparentCache`, or None."""
+    return _active
+
+
+def enable(path: str | Path | None = None, max_bytes: int | None = None, min_compile_time_s: float = 0.0,
+           *, secret: bytes | None = None) -> TransparentCache:
+    """See :func:`xlakit.enable_cache`."""
+    global _active
+    from xlakit._jax.environment import use_memo_dir
+    from xlakit.store import LocalStore
+
+    if max_bytes is not None and max_bytes <= 0:
+        raise ValueError(f"max_bytes must be a positive number of bytes or None, got {max_bytes}")
+    store = LocalStore(path, max_bytes=max_bytes, secret=secret)
+    cache = TransparentCache(store, min_compile_time_s=min_compile_time_s)
+    with _lock:
+        if _active is not None:
+            _active.uninstall()
+            _active = None
+        cache.install()
+        use_memo_dir(store.root)  # the jaxlib fingerprint memo lives beside the cache in use
+        _active = cache
+    return cache
+
+
+def disable() -> bool:
+    """See :func:`xlakit.disable_cache`. Returns True if a cache was enabled."""
+    global _active
+    with _lock:
+        if _active is None:
+            return False
+        _active.uninstall()
+        _active = None
+        return True
