@@ -11,6 +11,7 @@ Importing this module is cheap: JAX is imported inside the functions that need i
 from __future__ import annotations
 
 from xlakit._atomic import write_atomic
+from xlakit.store.layout import FINGERPRINT_MEMO
 
 import dataclasses
 import functools
@@ -29,7 +30,7 @@ from typing import Any, Iterable
 __all__ = ["Environment", "current_environment", "jaxlib_build_fingerprint", "use_memo_dir", "expectations"]
 
 CACHE_DIR_ENV = "XLAKIT_CACHE_DIR"
-MEMO_FILENAME = "jaxlib_fingerprints.json"
+MEMO_FILENAME = FINGERPRINT_MEMO
 _MEMO_VERSION = 1
 
 # Shared libraries: foo.so, libfoo.so.12, plus the macOS/Windows spellings.

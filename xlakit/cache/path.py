@@ -100,9 +100,10 @@ class CachePath:
             first = self._record("load_error", name, key, partition, load_s=took, reason=found.reason)
             self._warn_once("read", f"xlakit could not read its cache at {self.folder}: {found.reason}. "
                                     "Programs still run; they are compiled instead.")
-        if found.status != "mismatch":
-            reason = (f"no entry for this key in partition {partition}" if found.status == "absent"
-                      else f"entry unusable ({found.status})")
+        if found.status == "absent":
+            reason = f"no entry for this key in partition {partition}"
+        elif found.status not in ("mismatch", "foreign", "stale"):  # those carry their own reason from the store
+            reason = f"entry unusable ({found.status}: {found.reason})"
         miss = self._record("miss", name, key, partition, load_s=took, reason=reason)
         return None, first or miss
 

@@ -6,6 +6,7 @@ Layout under the root folder::
       CACHEDIR.TAG                        marks the folder as a cache (Cache Directory Tagging standard)
       .lock                               filelock, taken only to evict/prune/clear
       module_hashes.json                  (a bundle's .cache only) the bundle's module-hash record
+      jaxlib_fingerprints.json            memo of the jaxlib build fingerprint (see xlakit._jax.environment)
       <partition>/                        one folder per environment partition
         partition.json                    environment description
         <file_stem>.xlk                   entries (see envelope.py)
@@ -74,6 +75,7 @@ TAG_TEXT = (
     b"# For information about cache directory tags, see: https://bford.info/cachedir/\n"
 )
 BUNDLE_RECORD = "module_hashes.json"  # a bundle's .cache holds its module-hash record beside the partitions
+FINGERPRINT_MEMO = "jaxlib_fingerprints.json"  # per-file digests of the jaxlib build, kept beside the cache in use
 STALE_TEMP_S = 3600.0  # a temp whose writer's pid is unknown is stale after this many seconds
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -226,7 +228,7 @@ def is_xlakit_shaped(root: Path) -> str | None:
         with _fs.dir_fd(os.path.realpath(root)) as fd:
             for d in _fs.scandir(fd):
                 name = d.name
-                if name in (TAG_NAME, LOCK_NAME, BUNDLE_RECORD) or is_temp_name(name):
+                if name in (TAG_NAME, LOCK_NAME, BUNDLE_RECORD, FINGERPRINT_MEMO) or is_temp_name(name):
                     if not d.is_file(follow_symlinks=False):
                         return f"{name} is not a plain file"
                     continue
