@@ -85,8 +85,8 @@ def _perturb_row0(x: Any) -> Any:
     if is_extended(x.dtype):
         import jax.numpy as jnp
 
-        fresh = jax.random.split(jax.random.key(20240611), 1)
-        return jnp.concatenate([fresh.astype(x.dtype) if fresh.dtype == x.dtype else fresh, x[1:]])
+        fresh = jax.random.split(jax.random.key(20240611, impl=jax.random.key_impl(x)), 1)
+        return jnp.concatenate([fresh, x[1:]])
     host = np.array(x)
     if host.dtype.kind == "b":
         host[0] = ~host[0]
