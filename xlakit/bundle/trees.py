@@ -195,7 +195,10 @@ def _resolve(qualified: str) -> type | None:
     for part in qual.split("."):
         if part.startswith("<") or not part.isidentifier():
             return None
-        obj = getattr(obj, part, None)
+        try:  # the namespace itself, never a module __getattr__ hook (which may import)
+            obj = vars(obj).get(part)
+        except TypeError:
+            return None
         if obj is None:
             return None
     return obj if isinstance(obj, type) else None
