@@ -216,7 +216,13 @@ def apply(bundle: Path, outside: Path, target: str, mutation: str, rng: random.R
     p = target_path(bundle, target, rng)
     if mutation == "kind" or target == "cache":
         kind = kind or rng.choice(KINDS if target != "cache" else ("outside_dir", "dangling", "fifo", "empty",
-                                                                   "directory"))
+                                                                   "directory", "quarantine"))
+        if target == "cache" and kind == "quarantine":  # quarantine symlinked outside, and a corrupt entry
+            plant_kind(p / "quarantine", "outside_dir", outside)
+            parts = [d for d in p.iterdir() if d.is_dir() and not d.is_symlink()]
+            entry = sorted(parts[0].glob("*.xlk"))[0]
+            entry.write_bytes(mutate_bytes(entry.read_bytes(), "bitflip", rng))
+            return "cache/quarantine -> outside_dir, one entry bit-flipped"
         if target == "cache" and kind == "directory":  # a partition folder that is a symlink outside
             parts = [d for d in p.iterdir() if d.is_dir() and d.name != "quarantine"]
             plant_kind(parts[0], "outside_dir", outside)

@@ -161,6 +161,17 @@ def test_symlinked_partition_and_record_are_not_followed(bundle, tmp_path):
     assert loaded.counts()["miss"] == 2 and snapshot(outside) == before
     os.unlink(bundle / ".cache" / part)
 
+    load(bundle)                                           # a real partition again, with two entries
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, bundle / ".cache" / "quarantine")
+    entry = next((bundle / ".cache" / part).glob("*.xlk"))
+    entry.write_bytes(entry.read_bytes()[:-10] + b"corrupted!")  # would be quarantined... into `elsewhere`
+    with pytest.warns(RuntimeWarning, match="never followed"):
+        load(bundle)
+    assert list(elsewhere.iterdir()) == [] and entry.exists()
+    os.unlink(bundle / ".cache" / "quarantine")
+
     secret_file = tmp_path / "users-file.json"
     secret_file.write_text("precious")
     (bundle / ".cache" / RECORD).unlink()

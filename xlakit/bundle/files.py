@@ -205,16 +205,22 @@ def remove_stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TE
 def cache_problem(cache_dir: str | os.PathLike, partition: str | None = None) -> str | None:
     """Why ``<bundle>/.cache`` (or its ``partition`` folder) must not be used, or None when it may.
 
-    A ``.cache`` (or partition folder) that is a symlink may point at the user's own xlakit cache or any other
-    folder: reconciling the module-hash record would delete its entries and stores would write into it. So
-    it is never followed; a missing ``.cache`` is fine (it is created as a folder).
+    A ``.cache`` (or its partition or quarantine folder) that is a symlink may point at the user's own xlakit
+    cache or any other folder: reconciling the module-hash record would delete its entries, stores would
+    write into it, and quarantining a corrupt entry would move it there. So it is never followed; a missing
+    folder is fine (it is created as a folder).
     """
     cache_dir = Path(cache_dir)
-    for p in ((cache_dir,) if partition is None else (cache_dir, cache_dir / partition)):
+    checks = [cache_dir, cache_dir / "quarantine"]
+    if partition is not None:
+        checks += [cache_dir / partition, cache_dir / "quarantine" / partition]
+    for p in checks:
         try:
             st = os.lstat(p)
         except FileNotFoundError:
-            return None
+            if p == cache_dir:
+                return None
+            continue
         except OSError as e:
             return f"{p} cannot be inspected ({e})"
         if stat.S_ISLNK(st.st_mode):
