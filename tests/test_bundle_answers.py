@@ -237,3 +237,27 @@ def test_load_on_any_same_kind_device_hits(tmp_path):
     assert [got[k]["dev"] for k in ("cold1", "warm0", "warm_id1")] == [[1], [0], [1]]
     assert got["cold1"]["y"] == got["warm0"]["y"] == got["warm_id1"]["y"]
     assert got["warm0"]["m"] == pytest.approx(4.0)
+
+
+def test_version_1_bundle_still_loads_and_warns_before_padding(tmp_path):
+    """A bundle written before row coupling was recorded (format_version 1: modules return the pytree
+    itself) loads; a padded call warns once that the answer may be wrong for coupled rows."""
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "v1"
+    path.mkdir()
+    exp = jax.export.export(jax.jit(lambda w, x: {"y": x @ w["w"]}))(
+        {"w": jax.ShapeDtypeStruct((3, 2), jnp.float32)}, jax.ShapeDtypeStruct((2, 3), jnp.float32))
+    (path / "model.b2.jaxexp").write_bytes(exp.serialize())
+    save_file(W, str(path / "weights.safetensors"))
+    (path / "manifest.json").write_text(json.dumps({
+        "format": "xlakit.bundle", "format_version": 1, "name": "v1",
+        "inputs": [{"name": "x", "shape": ["batch", 3], "dtype": "float32"}],
+        "outputs": {"default": [{"name": "y", "shape": ["batch", 2], "dtype": "float32"}]},
+        "batch_sizes": [2], "variants": ["default"],
+        "weights": {"file": "weights.safetensors", "tensors": {"w": {"shape": [3, 2], "dtype": "float32"}}}}))
+    lb = load(path)
+    np.testing.assert_array_equal(np.asarray(lb(X4[:2])["y"]), X4[:2] @ W["w"])
+    with pytest.warns(RuntimeWarning, match="Re-export it"):
+        got = lb(X4[:1])
+    np.testing.assert_allclose(np.asarray(got["y"]), X4[:1] @ W["w"], rtol=1e-6)

@@ -13,6 +13,7 @@ rewritten (a weights-only update touches only ``weights.safetensors``, so a watc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -344,6 +345,9 @@ def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
                               ": they are not this bundle's files, so export_bundle will not replace them even "
                               "with overwrite=True; move them or choose another path")
     if not differs and not stale:
+        if marked:
+            with contextlib.suppress(OSError):
+                os.unlink(path / MARKER)
         return
     path.mkdir(parents=True, exist_ok=True)
     write_atomic(path / MARKER, json.dumps({"pid": os.getpid(), "files": sorted(files)}).encode("utf-8"))
