@@ -6,19 +6,25 @@
       manifest.json        name, inputs/outputs (shapes with a named batch axis, dtypes), batch sizes, variants
       model.b1.jaxexp      jax.export module at batch size 1 (one file per batch size and variant)
       model.b8.jaxexp
+      model.bpoly.jaxexp   only where rows couple: batch axis symbolic, exact sizes compiled from it
       weights.safetensors  parameters; tensor names are the flattened pytree paths
       .cache/              compiled programs per environment partition, and module_hashes.json
 
 * :func:`export_bundle` writes one (``jax.export`` + safetensors; compiles nothing).
 * :func:`load_bundle` returns a :class:`LoadedBundle`: programs loaded from ``.cache`` (no tracing, no
-  model code) or compiled and stored there; ``loaded(x)`` pads to the smallest fitting batch size.
+  model code) or compiled and stored there; ``loaded(x)`` gives the original function's answer for any
+  batch size (padding or chunking only where rows are independent) as the original output pytree.
 * :class:`BundleWatcher` reports bundles added, changed, renamed or removed in a folder of bundles.
 * :func:`check_bundle` says what a bundle holds and what a load would drop, without JAX.
 
-Modules: :mod:`~xlakit.bundle.manifest` (format), :mod:`~xlakit.bundle.weights` (safetensors),
+Modules: :mod:`~xlakit.bundle.manifest` (format), :mod:`~xlakit.bundle.files` (bounded reads, bounded
+JSON, temps, ``.cache`` symlinks), :mod:`~xlakit.bundle.weights` (safetensors), :mod:`~xlakit.bundle.trees`
+(output pytrees as data), :mod:`~xlakit.bundle.rows` (row-coupling test, padding),
 :mod:`~xlakit.bundle.export`, :mod:`~xlakit.bundle.hashes` (module-hash record),
-:mod:`~xlakit.bundle.loader`, :mod:`~xlakit.bundle.progress` (the bar), :mod:`~xlakit.bundle.watcher`,
-:mod:`~xlakit.bundle.check`, :mod:`~xlakit.bundle.errors`. Importing this package does not import JAX.
+:mod:`~xlakit.bundle.loader`, :mod:`~xlakit.bundle.programs` (one module: load or compile),
+:mod:`~xlakit.bundle.loaded` (calling), :mod:`~xlakit.bundle.reports`, :mod:`~xlakit.bundle.progress` (the
+bar), :mod:`~xlakit.bundle.watcher`, :mod:`~xlakit.bundle.check`, :mod:`~xlakit.bundle.errors`. Importing
+this package does not import JAX.
 """
 
 from xlakit.bundle.check import BundleCheck, ModuleCheck, check_bundle

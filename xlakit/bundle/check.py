@@ -6,6 +6,12 @@ partitions of ``.cache`` and which of them hold a program for each module's curr
 weights file's header (names, shapes, dtypes) against the manifest, and lists the programs a load would
 remove (:func:`xlakit.bundle.hashes.plan_drops`). Modules are not deserialized (that needs JAX): a file
 that is not a ``jax.export`` artifact is found by ``load_bundle``.
+
+The one thing it changes: temp files left in the bundle folder by a killed ``export_bundle`` (writer gone,
+or older than :data:`xlakit.bundle.files.STALE_TEMP_S`) are removed and listed in ``removed_temps``. A module
+that is not a regular file (FIFO, device, folder, symlink to ``/dev/zero``) or is over
+:data:`~xlakit.bundle.files.MAX_MODULE_BYTES` is never opened for reading; it is a problem naming the file.
+A ``.cache`` that is a symlink is never followed (a problem says so).
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.bundle.errors import BundleError
-from xlakit.bundle.hashes import Drop, plan_drops, program_key, read_record, sha256_hex
+from xlakit.bundle.files import MAX_MODULE_BYTES, cache_problem, read_regular, remove_stale_temps
+from xlakit.bundle.hashes import RECORD, Drop, RecordState, _is_entry, plan_drops, program_key, read_record, sha256_hex
 from xlakit.bundle.manifest import CACHE_DIR, Manifest
 from xlakit.bundle.weights import check_weights, read_weight_specs
 
@@ -34,11 +41,12 @@ class ModuleCheck:
       state: ``"unchanged"``, ``"changed"`` (its programs will be dropped), ``"new"`` (not recorded yet) or
         ``"missing"`` (the file is gone).
       partitions: partitions of ``.cache`` holding a program compiled from the current bytes.
+      batch_size is None for a shape-polymorphic module (``model.bpoly.jaxexp``).
     """
 
     file: str
     variant: str
-    batch_size: int
+    batch_size: int | None
     size_bytes: int | None
     sha256: str | None
     recorded: str | None
@@ -48,7 +56,10 @@ class ModuleCheck:
 
 @dataclass(frozen=True)
 class BundleCheck:
-    """The result of :func:`check_bundle`. ``ok`` is True when nothing would fail to load."""
+    """The result of :func:`check_bundle`. ``ok`` is True when nothing would fail to load.
+
+    ``removed_temps``: stale temp files of a killed export that were removed; ``cache_problem``: why
+    ``.cache`` is not used (a symlink, not a folder), else None."""
 
     path: Path
     manifest: Manifest | None
@@ -58,6 +69,8 @@ class BundleCheck:
     partitions: dict[str, int] = field(default_factory=dict)
     drops: tuple[Drop, ...] = ()
     problems: tuple[str, ...] = ()
+    removed_temps: tuple[str, ...] = ()
+    cache_problem: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -77,7 +90,8 @@ class BundleCheck:
                 "modules": [{**m.__dict__, "partitions": list(m.partitions)} for m in self.modules],
                 "record": {"status": self.record_status, "reason": self.record_reason},
                 "partitions": dict(self.partitions),
-                "would_drop": [d.__dict__ for d in self.drops]}
+                "would_drop": [d.__dict__ for d in self.drops], "removed_temps": list(self.removed_temps),
+                "cache_problem": self.cache_problem}
 
     def __repr__(self) -> str:
         name = self.manifest.name if self.manifest else "?"
@@ -86,14 +100,19 @@ class BundleCheck:
 
 
 def check_bundle(path: str | os.PathLike) -> BundleCheck:
-    """Inspect a bundle folder; never raises for the bundle's content (problems are listed instead)."""
+    """Inspect a bundle folder; never raises for the bundle's content (problems are listed instead).
+
+    Reads are bounded and non-blocking (see the module docstring); the only change made is the removal of
+    stale temps of a killed export. Raises nothing for a bad bundle; an OSError only when ``path`` itself
+    cannot be listed."""
     from xlakit.store import LocalStore
 
     path = Path(path)
+    removed = tuple(str(p) for p in remove_stale_temps(path))
     try:
         manifest = Manifest.read(path)
     except BundleError as e:
-        return BundleCheck(path, None, problems=(str(e),))
+        return BundleCheck(path, None, problems=(str(e),), removed_temps=removed)
     problems: list[str] = []
     try:
         wfile = path / manifest.weights_file
@@ -101,24 +120,32 @@ def check_bundle(path: str | os.PathLike) -> BundleCheck:
     except BundleError as e:
         problems.append(str(e))
 
-    store = LocalStore(path / CACHE_DIR)
-    record = read_record(store.root)
+    cache_dir = path / CACHE_DIR
+    unusable = cache_problem(cache_dir)
+    if unusable:
+        problems.append(f"{unusable}; a load compiles every module and stores nothing")
+        store = None
+        record = RecordState("missing", {}, None, cache_dir / RECORD)
+    else:
+        store = LocalStore(cache_dir)
+        record = read_record(cache_dir)
     if record.status == "unreadable":
         problems.append(f"{record.path}: unreadable ({record.reason}); a load rewrites it")
+    specs = manifest.modules + manifest.poly_modules
     current: dict[str, str | None] = {}
     sizes: dict[str, int | None] = {}
-    for spec in manifest.modules:
+    for spec in specs:
         try:
-            data = (path / spec.file).read_bytes()
+            data = read_regular(path / spec.file, MAX_MODULE_BYTES)
         except OSError as e:
             current[spec.file], sizes[spec.file] = None, None
             problems.append(f"{path / spec.file}: {'missing' if isinstance(e, FileNotFoundError) else e}")
             continue
         current[spec.file], sizes[spec.file] = sha256_hex(data), len(data)
 
-    partitions = store.partitions()
+    partitions = [p for p in store.partitions() if cache_problem(cache_dir, p) is None] if store else []
     modules = []
-    for spec in manifest.modules:
+    for spec in specs:
         sha = current[spec.file]
         recorded = record.hashes.get(spec.file)
         if sha is None:
@@ -127,9 +154,10 @@ def check_bundle(path: str | os.PathLike) -> BundleCheck:
             state = "new"
         else:
             state = "unchanged" if recorded == sha else "changed"
-        held = tuple(p for p in partitions if sha and store.entry_path(p, program_key(spec.file, sha)).exists())
+        held = tuple(p for p in partitions if sha and _is_entry(store.entry_path(p, program_key(spec.file, sha))))
         modules.append(ModuleCheck(spec.file, spec.variant, spec.batch_size, sizes[spec.file], sha, recorded, state,
                                    held))
     counts = {p: len(store.entries(p)) for p in partitions}
-    return BundleCheck(path, manifest, tuple(modules), record.status, record.reason, counts,
-                       tuple(plan_drops(store, record, current)), tuple(problems))
+    drops = tuple(plan_drops(store, record, current)) if store else ()
+    return BundleCheck(path, manifest, tuple(modules), record.status, record.reason, counts, drops,
+                       tuple(problems), removed, unusable)

@@ -13,14 +13,21 @@ rewritten (a weights-only update touches only ``weights.safetensors``, so a watc
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlakit.bundle.manifest import (BATCH, CACHE_DIR, DEFAULT_VARIANT, MANIFEST, MODULE_SUFFIX, WEIGHTS,
-                                    Manifest, TensorSpec, write_atomic)
+from xlakit.bundle.errors import BundleError
+from xlakit.bundle.files import loads_bounded, read_regular, remove_stale_temps
+from xlakit.bundle.manifest import (BATCH, CACHE_DIR, DEFAULT_VARIANT, MANIFEST, WEIGHTS, Manifest, TensorSpec,
+                                    dtype_name, module_file, write_atomic)
+from xlakit.bundle.rows import detect_rows_independent
+from xlakit.bundle.trees import encode_tree
 from xlakit.bundle.weights import flatten_params, to_numpy, weights_file_bytes
 
 __all__ = ["export_bundle"]
@@ -31,40 +38,53 @@ _VARIANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path: str | os.PathLike,
                   batch_sizes: Sequence[int] = (1,), variants: Mapping[str, Callable[..., Any]] | None = None, *,
                   name: str | None = None, overwrite: bool = False,
-                  platforms: Sequence[str] | None = None) -> Manifest:
+                  platforms: Sequence[str] | None = None,
+                  rows_independent: bool | Mapping[str, bool] | None = None) -> Manifest:
     """Write ``fn`` and ``params`` as a bundle folder at ``path``.
 
     Args:
       fn: ``fn(params, *inputs) -> outputs`` (with a dict of example inputs: ``fn(params, **inputs)``); a
-        plain or ``jax.jit``-wrapped function. Outputs may be any pytree of arrays.
+        plain or ``jax.jit``-wrapped function. Outputs may be any pytree of arrays: dicts (str or int keys),
+        lists, tuples, namedtuples, registered dataclasses, ``flax.struct`` dataclasses, custom nodes. They
+        are flattened by path like the parameters; the tree is kept in the manifest as plain data
+        (:mod:`xlakit.bundle.trees`). Typed PRNG keys (``jax.random.key``) may be inputs or outputs.
       params: any pytree of arrays (nested dicts, ``flax.nnx.State``, dataclasses...). Stored in
         ``weights.safetensors`` under their flattened path names.
       example_inputs: one array, a tuple of arrays (positional inputs named ``x0``, ``x1``...; a single
-        array is named ``x``) or a dict name -> array. Arrays or ``jax.ShapeDtypeStruct``; only shapes and
-        dtypes are used. Axis 0 of every input is the batch axis; its size here does not matter.
+        array is named ``x``) or a dict name -> array. Arrays or ``jax.ShapeDtypeStruct``. Axis 0 of every
+        input is the batch axis. Their values feed the row test (see ``rows_independent``).
       path: the bundle folder (created if missing).
       batch_sizes: batch sizes to export, one module each (default ``(1,)``).
       variants: more functions with ``fn``'s signature, by name (e.g. ``{"fast": fn_bf16}``); each becomes
         ``model.<name>.b<n>.jaxexp``. ``fn`` itself is the variant ``"default"``.
       name: the bundle's name in the manifest (default: the folder's name).
-      overwrite: replace a *different* bundle (or a non-empty folder) at ``path``. Re-exporting identical
-        content never needs it. Files that are not bundle files, and ``.cache/``, are left in place.
+      overwrite: replace a *different* bundle at ``path``. Re-exporting identical content never needs it.
+        Only the files the old manifest names are replaced or removed; other files (a user's own
+        ``*.jaxexp`` included) and ``.cache/`` are left in place. Into a non-empty folder that is not a
+        bundle (no valid ``manifest.json``) the bundle is written beside the user's files, deleting nothing,
+        and refused when one of its file names is already taken there.
       platforms: ``jax.export`` platforms (e.g. ``["cpu", "cuda"]``); default: the default backend's.
+      rows_independent: whether each output row depends only on its own input row (a bool for every
+        variant, or a dict by variant name). None (default): detected by running each variant on the
+        example input (:func:`xlakit.bundle.rows.detect_rows_independent`; two small compiles per variant).
+        Independent variants are padded up to an exported size and split into chunks above the largest.
+        Coupled (or unsure) variants are never padded: a shape-polymorphic module ``model.bpoly.jaxexp`` is
+        kept, from which a loaded bundle compiles the exact batch size of a call.
 
     Returns:
       The written :class:`~xlakit.bundle.manifest.Manifest`.
 
     Raises:
-      FileExistsError: ``path`` holds a different bundle, or a non-empty non-bundle folder, and
-        ``overwrite`` is False; nothing was written. The message says what differs.
+      FileExistsError: ``path`` holds a different bundle and ``overwrite`` is False, or is a non-empty
+        folder that is not a bundle and ``overwrite`` is False or one of the bundle's file names is taken
+        there; nothing was written. The message says what differs.
       ValueError: bad ``batch_sizes``/``variants``/inputs, parameters that are not arrays, two parameter
-        paths with the same name, or outputs whose leading axis does not follow the batch size
-        consistently.
+        paths with the same name, an output dict key that is not plain data, or outputs whose leading axis
+        does not follow the batch size consistently.
       TypeError: ``fn`` or a variant is not callable.
       Errors from tracing ``fn`` pass through.
     """
     import jax
-    import numpy as np
 
     import xlakit
 
@@ -74,6 +94,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
     for vname, f in functions.items():
         if not callable(f):
             raise TypeError(f"variant {vname!r}: expected a callable fn(params, *inputs), got {type(f).__name__}")
+    declared = _declared(rows_independent, functions)
     input_names, input_avals, by_keyword = _inputs(example_inputs)
     bundle_name = name or path.resolve().name
 
@@ -86,6 +107,9 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
 
     modules: dict[str, bytes] = {}
     outputs: dict[str, tuple[TensorSpec, ...]] = {}
+    trees: dict[str, Any] = {}
+    independent: dict[str, bool] = {}
+    polymorphic: dict[str, str] = {}
     exported_platforms: tuple[str, ...] = ()
     for vname, f in functions.items():
         # Named after the function (as jax.jit names it), never after the folder: a renamed or re-exported
@@ -96,19 +120,31 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
             avals = [jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype) for a in input_avals]
             with _no_source_locations():
                 exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
-            modules[_module_name(vname, b)] = exp.serialize()
+            modules[module_file(vname, b)] = exp.serialize()
             exported_platforms = tuple(exp.platforms)
-            per_size[b] = exp
+            per_size[b] = (wrapped.out_paths, exp.out_avals)
+            trees[vname] = wrapped.out_tree
         outputs[vname] = _output_specs(vname, per_size)
+        if vname in declared:
+            independent[vname] = declared[vname]
+        else:
+            independent[vname], _ = detect_rows_independent(wrapped, host, _input_values(example_inputs),
+                                                            input_avals)
+        if not independent[vname]:
+            poly = _export_polymorphic(vname, wrapped, weight_avals, input_avals, outputs[vname], platforms)
+            if poly is not None:
+                modules[module_file(vname, None)] = poly
+                polymorphic[vname] = module_file(vname, None)
 
     manifest = Manifest(
         name=bundle_name,
-        inputs=tuple(TensorSpec(n, (BATCH, *a.shape[1:]), np.dtype(a.dtype).name)
+        inputs=tuple(TensorSpec(n, (BATCH, *a.shape[1:]), dtype_name(a.dtype))
                      for n, a in zip(input_names, input_avals)),
         outputs=outputs, batch_sizes=sizes, variants=tuple(functions),
         weights=tuple(sorted((TensorSpec(n, tuple(a.shape), a.dtype.name) for n, a in host.items()),
                              key=lambda s: s.name)),
-        platforms=exported_platforms, created_with={"jax": jax.__version__, "xlakit": xlakit.__version__})
+        platforms=exported_platforms, created_with={"jax": jax.__version__, "xlakit": xlakit.__version__},
+        output_trees=trees, rows_independent=independent, polymorphic=polymorphic)
     weights_bytes = weights_file_bytes(host)
     files = {**modules, WEIGHTS: weights_bytes, MANIFEST: manifest.to_json().encode("utf-8")}
     _write(path, files, overwrite)
@@ -117,34 +153,87 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
 
 # -- pieces ---------------------------------------------------------------------------------------------
 
+def _input_values(example_inputs) -> list[Any]:
+    """The example inputs' values in input order (the order of :func:`_inputs`)."""
+    if isinstance(example_inputs, Mapping):
+        return list(example_inputs.values())
+    if isinstance(example_inputs, (tuple, list)):
+        return list(example_inputs)
+    return [example_inputs]
+
+
+def _declared(rows_independent, functions) -> dict[str, bool]:
+    if rows_independent is None:
+        return {}
+    if isinstance(rows_independent, bool):
+        return {v: rows_independent for v in functions}
+    if not isinstance(rows_independent, Mapping):
+        raise ValueError(f"rows_independent must be None, a bool or a dict variant -> bool, got "
+                         f"{type(rows_independent).__name__}")
+    unknown = sorted(set(rows_independent) - set(functions), key=str)
+    if unknown:
+        raise ValueError(f"rows_independent names unknown variants {unknown}; variants are {list(functions)}")
+    for v, flag in rows_independent.items():
+        if not isinstance(flag, bool):
+            raise ValueError(f"rows_independent[{v!r}] must be True or False, got {flag!r}")
+    return dict(rows_independent)
+
+
 def _bundle_fn(f, names, treedef, input_names, by_keyword, fun_name):
+    """The exported function: flat weights in, a flat tuple of output leaves out. The output tree and leaf
+    paths of the latest trace are kept on the function (``out_tree``, ``out_paths``) for the manifest."""
+    import jax
+
     def bundle_fn(weights, *inputs):
         params = treedef.unflatten([weights[n] for n in names])
         if by_keyword:
-            return f(params, **dict(zip(input_names, inputs)))
-        return f(params, *inputs)
+            out = f(params, **dict(zip(input_names, inputs)))
+        else:
+            out = f(params, *inputs)
+        paths, _ = jax.tree_util.tree_flatten_with_path(out)
+        tree, count = encode_tree(out)
+        if count != len(paths):
+            raise ValueError(f"output tree: {count} leaves encoded, {len(paths)} flattened")
+        bundle_fn.out_tree, bundle_fn.out_paths = tree, [p for p, _ in paths]
+        return tuple(leaf for _, leaf in paths)
 
     bundle_fn.__name__ = bundle_fn.__qualname__ = fun_name
     return bundle_fn
 
 
-def _no_source_locations():
-    """Lower without Python source locations (file:line of the caller's frames) in the module.
+def _export_polymorphic(vname, wrapped, weight_avals, input_avals, specs, platforms) -> bytes | None:
+    """The variant exported with a symbolic batch axis, or None (with a RuntimeWarning) when the program
+    does not allow it; its outputs must be batched exactly where the fixed-size modules' are."""
+    import warnings
 
-    JAX records the user's stack in every op's location, so the same function exported from another line
-    (or another script) would give other module bytes — and a module whose bytes change loses its compiled
-    programs. With the traceback-in-locations limit at 0 only op names remain, and the bytes depend on the
-    function alone. A thread-local JAX config context (private, from ``jax._src.config`` in 0.9-0.12);
-    where it is missing the export still works, only less deterministically.
-    """
-    import contextlib
+    import jax
 
     try:
-        from jax._src import config
+        (batch,) = jax.export.symbolic_shape(BATCH)
+        avals = [jax.ShapeDtypeStruct((batch, *a.shape[1:]), a.dtype) for a in input_avals]
+        with _no_source_locations():
+            exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
+        for spec, aval in zip(specs, exp.out_avals):
+            dims = tuple(aval.shape)
+            if spec.batched != (bool(dims) and not isinstance(dims[0], int)) or any(
+                    not isinstance(d, int) for d in dims[1:]):
+                raise ValueError(f"output {spec.name!r} has shape {dims} with a symbolic batch")
+        return exp.serialize()
+    except Exception as e:  # noqa: BLE001 - shape polymorphism has many limits; fixed sizes still work
+        warnings.warn(f"variant {vname!r} couples rows (or it could not be told), so calls are never padded; "
+                      f"it could not be exported with a symbolic batch axis ({type(e).__name__}: "
+                      f"{str(e)[:200]}), so only the exported batch sizes can be called", RuntimeWarning,
+                      stacklevel=3)
+        return None
 
-        return config.traceback_in_locations_limit(0)
-    except Exception:  # noqa: BLE001 - another JAX layout: export with locations
-        return contextlib.nullcontext()
+
+def _no_source_locations():
+    """Lower without Python source locations in the module (see
+    :func:`xlakit._jax.export_compat.no_source_locations`): the same function exported from another line
+    or script then gives the same module bytes, and keeps its compiled programs."""
+    from xlakit._jax.export_compat import no_source_locations
+
+    return no_source_locations()
 
 
 def _batch_sizes(batch_sizes) -> tuple[int, ...]:
@@ -198,16 +287,13 @@ def _inputs(example_inputs) -> tuple[list[str], list[Any], bool]:
 
 
 def _output_specs(variant: str, per_size: dict) -> tuple[TensorSpec, ...]:
-    """Output leaf specs with the batch axis named, checked to be consistent across batch sizes."""
-    import jax
-    import numpy as np
+    """Output leaf specs with the batch axis named, checked to be consistent across batch sizes.
 
+    ``per_size``: batch size -> (leaf key paths, leaf avals) from the trace at that size."""
     from xlakit.bundle.weights import _path_name
 
-    leaves_by_size = {}
-    for b, exp in per_size.items():
-        paths, _ = jax.tree_util.tree_flatten_with_path(exp.out_tree.unflatten(exp.out_avals))
-        leaves_by_size[b] = [(_path_name(p) if p else "output", aval) for p, aval in paths]
+    leaves_by_size = {b: [(_path_name(p) if p else "output", aval) for p, aval in zip(paths, avals)]
+                      for b, (paths, avals) in per_size.items()}
     first_b, first = next(iter(leaves_by_size.items()))
     specs = []
     for i, (oname, aval) in enumerate(first):
@@ -220,56 +306,100 @@ def _output_specs(variant: str, per_size: dict) -> tuple[TensorSpec, ...]:
                 raise ValueError(f"variant {variant!r}: output {oname!r} has shape {list(leaves[i][1].shape)} at batch "
                                  f"size {b} but {list(aval.shape)} at batch size {first_b}; only axis 0 may follow "
                                  "the batch size")
-        specs.append(TensorSpec(oname, (BATCH, *rest) if batched else rest, np.dtype(aval.dtype).name))
+        specs.append(TensorSpec(oname, (BATCH, *rest) if batched else rest, dtype_name(aval.dtype)))
     return tuple(specs)
-
-
-def _module_name(variant: str, batch_size: int) -> str:
-    from xlakit.bundle.manifest import module_file
-
-    return module_file(variant, batch_size)
 
 
 def _ident(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text) or "bundle"
 
 
+MARKER = ".xlakit-export.json"  # the files an export in progress writes; removed when it completes
+
+
 def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
-    """Write only what changed, modules first and the manifest last; refuse to replace another bundle."""
-    existing = _existing(path)
-    differs = [n for n, data in files.items() if existing.get(n) != data]
-    stale = sorted(n for n in existing if n.endswith(MODULE_SUFFIX) and n not in files)
-    if existing and (differs or stale) and not overwrite:
-        if MANIFEST not in existing:
-            raise FileExistsError(f"{path} is a non-empty folder without {MANIFEST}, not a bundle; "
-                                  "pass overwrite=True to write a bundle into it anyway, or choose another path")
+    """Write only what changed, modules first and the manifest last; refuse to replace another bundle or
+    any file that is not the bundle's; remove only files the old manifest names; remove stale temps.
+
+    A file is the bundle's when the old manifest names it, or when a killed export's marker
+    (:data:`MARKER`, written before the files and removed after the manifest) names it."""
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} exists and is not a folder")
+    remove_stale_temps(path)  # a killed export's temps (writer gone, or older than the bound)
+    visible = _visible(path)
+    old, why_not = _old_manifest(path, visible)
+    marked = _marked(path)
+    owned = set(old.files if old else ()) | marked
+    partial = old is None and bool(marked) and visible <= marked  # a killed export's files only
+    differs = [n for n in files if not _same_bytes(path / n, files[n])]
+    stale = sorted(n for n in (old.files if old else ()) if n not in files and n in visible)
+    if visible and old is None and not partial and not overwrite:
+        raise FileExistsError(f"{path} is a non-empty folder that is not a bundle ({why_not}); pass "
+                              "overwrite=True to write a bundle beside its files, or choose another path")
+    if old is not None and (differs or stale) and not overwrite:
         what = ", ".join(differs + [f"{n} (no longer exported)" for n in stale])
         raise FileExistsError(f"{path} holds a different bundle ({what} differ); pass overwrite=True to replace it")
+    taken = sorted(n for n in differs if n in visible and n not in owned)
+    if taken:
+        raise FileExistsError(f"{path} already holds {taken[:5]}, which {'its manifest does not name' if old else why_not}"
+                              ": they are not this bundle's files, so export_bundle will not replace them even "
+                              "with overwrite=True; move them or choose another path")
+    if not differs and not stale:
+        if marked:
+            with contextlib.suppress(OSError):
+                os.unlink(path / MARKER)
+        return
     path.mkdir(parents=True, exist_ok=True)
+    write_atomic(path / MARKER, json.dumps({"pid": os.getpid(), "files": sorted(files)}).encode("utf-8"))
     order = sorted(n for n in differs if n != MANIFEST) + ([MANIFEST] if MANIFEST in differs else [])
     for n in order:
         write_atomic(path / n, files[n])
-    for n in stale:
+    for n in stale:  # named by the old manifest and no longer exported; unlink never follows a link
         try:
             os.unlink(path / n)
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
             pass
+    try:
+        os.unlink(path / MARKER)
+    except OSError:
+        pass
 
 
-def _existing(path: Path) -> dict[str, bytes | None]:
-    """Bundle-relevant files already at ``path``: modules, weights and manifest with their bytes; any other
-    visible file with None (it only makes the folder non-empty)."""
-    if not path.exists():
-        return {}
-    if not path.is_dir():
-        raise FileExistsError(f"{path} exists and is not a folder")
-    found: dict[str, bytes | None] = {}
-    for entry in os.scandir(path):
-        if entry.name == CACHE_DIR or entry.name.startswith("."):
-            continue
-        if entry.is_file() and (entry.name in (MANIFEST, WEIGHTS) or entry.name.endswith(MODULE_SUFFIX)):
-            with open(entry.path, "rb") as f:
-                found[entry.name] = f.read()
-        else:
-            found[entry.name] = None
-    return found
+def _marked(path: Path) -> set[str]:
+    """File names a killed export's marker says it was writing (empty when there is no usable marker)."""
+    try:
+        data = loads_bounded(read_regular(path / MARKER, 1 << 20, follow_symlinks=False), max_depth=4)
+    except (OSError, ValueError):
+        return set()
+    names = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(names, list):
+        return set()
+    return {n for n in names if isinstance(n, str) and "/" not in n and not n.startswith(".")}
+
+
+def _visible(path: Path) -> set[str]:
+    """Names in ``path`` that are not hidden (``.cache`` and temps are hidden)."""
+    try:
+        return {e.name for e in os.scandir(path) if not e.name.startswith(".")}
+    except FileNotFoundError:
+        return set()
+
+
+def _old_manifest(path: Path, visible: set[str]) -> tuple[Manifest | None, str]:
+    if MANIFEST not in visible:
+        return None, f"no {MANIFEST}"
+    try:
+        return Manifest.read(path), ""
+    except BundleError as e:
+        return None, f"its {MANIFEST} is not valid: {e.problem}"
+
+
+def _same_bytes(file: Path, data: bytes) -> bool:
+    """True when ``file`` is a regular file holding exactly ``data`` (read only when the sizes agree)."""
+    try:
+        st = os.lstat(file)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
+            return False
+        return read_regular(file, max(len(data), 0), follow_symlinks=False) == data
+    except OSError:
+        return False

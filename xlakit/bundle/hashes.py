@@ -1,13 +1,15 @@
 """The module-hash record ``<bundle>/.cache/module_hashes.json`` and what it says to drop.
 
 Compiled programs are stored under the key ``<module stem>-<SHA-256 of the module file>`` (e.g.
-``model.b8-3f2a...``) in every environment partition of ``<bundle>/.cache``, so a program is only ever
+``model.b8-3f2a...``; a program compiled at batch size 3 from a shape-polymorphic module is
+``model.bpoly-3f2a...-b3``) in every environment partition of ``<bundle>/.cache``, so a program is only ever
 loaded for the exact module bytes it was compiled from. The record remembers each module file's hash at the
 last load; when a module's hash changed, or its file disappeared, every program of its old hash is removed
 from every partition (programs of other environments included: they were compiled from a module that no
 longer exists). Weights never enter a key, so a weights-only update keeps every program.
 
-An unreadable record (not JSON, wrong shape, bad hash strings) is never trusted: the drop decision then comes
+An unreadable record (not JSON, nested too deep, non-finite numbers, wrong shape, bad hash strings, a
+symlink, a FIFO or any other non-regular file, over 16 MiB) is never trusted: the drop decision then comes
 from the store itself — every entry whose key is not the key of a current module is removed — and the
 record is rewritten. A missing record (first load, or a copied ``.cache`` without it) is handled the same
 way, silently.
@@ -21,13 +23,17 @@ No JAX here.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from xlakit.bundle.files import MAX_JSON_BYTES, loads_bounded, read_regular
 from xlakit.bundle.manifest import MODULE_SUFFIX, write_atomic
 
 __all__ = ["RECORD", "RecordState", "Drop", "sha256_hex", "program_key", "read_record", "write_record",
@@ -43,10 +49,36 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def program_key(module_file: str, sha256: str) -> str:
-    """The store key of the program compiled from ``module_file`` whose bytes hash to ``sha256``."""
+def program_key(module_file: str, sha256: str, batch_size: int | None = None) -> str:
+    """The store key of the program compiled from ``module_file`` whose bytes hash to ``sha256``; with
+    ``batch_size``, of the program compiled at that batch size from a shape-polymorphic module."""
     stem = module_file[: -len(MODULE_SUFFIX)] if module_file.endswith(MODULE_SUFFIX) else module_file
-    return f"{stem}-{sha256}"
+    return f"{stem}-{sha256}" + (f"-b{batch_size}" if batch_size is not None else "")
+
+
+def _derived(key: str, base: str) -> bool:
+    """True when ``key`` is ``base`` or a batch-size instance of it (``<base>-b<n>``)."""
+    return key == base or (key.startswith(base + "-b") and key[len(base) + 2:].isdigit())
+
+
+def _is_entry(path: Path) -> bool:
+    """A regular file (never a symlink) at ``path``."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _keys_from(store, partition: str, base: str) -> list[str]:
+    """Keys in ``partition`` that are ``base`` or its batch-size instances (file names only; no reads)."""
+    pdir = Path(store.root) / partition
+    try:
+        if not stat.S_ISDIR(os.lstat(pdir).st_mode):
+            return []
+        names = [e.name for e in os.scandir(pdir) if e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+    return sorted(n[:-4] for n in names if n.endswith(".xlk") and _derived(n[:-4], base))
 
 
 @dataclass(frozen=True)
@@ -80,13 +112,15 @@ def read_record(cache_dir: str | Path) -> RecordState:
     """Read the record; never raises for its content (a bad one is ``unreadable`` with the reason)."""
     path = Path(cache_dir) / RECORD
     try:
-        text = path.read_bytes()
+        text = read_regular(path, MAX_JSON_BYTES, follow_symlinks=False)
     except FileNotFoundError:
         return RecordState("missing", {}, None, path)
     except OSError as e:
-        return RecordState("unreadable", {}, f"OSError: {e}", path)
+        if getattr(e, "errno", None) == errno.ELOOP:  #: O_NOFOLLOW met a symlink
+            return RecordState("unreadable", {}, "a symlink (never followed)", path)
+        return RecordState("unreadable", {}, f"{type(e).__name__}: {e}", path)
     try:
-        data = json.loads(text)
+        data = loads_bounded(text)
     except ValueError as e:
         return RecordState("unreadable", {}, f"not valid JSON: {e}", path)
     if not isinstance(data, dict) or data.get("format_version") != _VERSION:
@@ -96,7 +130,9 @@ def read_record(cache_dir: str | Path) -> RecordState:
         return RecordState("unreadable", {}, "field 'modules' is missing or not an object", path)
     for name, digest in modules.items():
         if not (isinstance(digest, str) and _HEX64.match(digest)):
-            return RecordState("unreadable", {}, f"field 'modules.{name}' is not a SHA-256 hex digest", path)
+            return RecordState("unreadable", {}, f"field 'modules.{name[:80]}' is not a SHA-256 hex digest", path)
+        if not name.endswith(MODULE_SUFFIX) or "/" in name or "\\" in name or name.startswith("."):
+            return RecordState("unreadable", {}, f"field 'modules.{name[:80]}' is not a module file name", path)
     return RecordState("ok", dict(modules), None, path)
 
 
@@ -135,16 +171,16 @@ def plan_drops(store, record: RecordState, current: Mapping[str, str | None]) ->
                 why = f"{module} disappeared"
             else:
                 why = f"{module} changed (sha256 {old[:12]}… -> {new[:12]}…)"
-            key = program_key(module, old)
+            base = program_key(module, old)
             for part in partitions:
-                if store.entry_path(part, key).exists():
+                for key in _keys_from(store, part, base):
                     drops.append(Drop(part, key, module, why))
         return drops
     keep = {program_key(m, h) for m, h in current.items() if h}
     why = ("no module-hash record" if record.status == "missing"
            else f"module-hash record unreadable ({record.reason}); kept only programs of current modules")
     for info in store.entries():
-        if info.key not in keep:
+        if not any(_derived(info.key, k) for k in keep):
             module = info.header.get("module_file") if isinstance(info.header, dict) else None
             drops.append(Drop(info.partition, info.key, module if isinstance(module, str) else None,
                               f"not compiled from any current module; {why}"))

@@ -9,7 +9,7 @@ A bundle folder::
       weights.safetensors    parameters; tensor names are the flattened pytree paths
       .cache/                compiled programs per environment partition, and module_hashes.json
 
-The manifest (``format_version`` 1)::
+The manifest (``format_version`` 2; version 1 files, written before the fields marked *v2*, still load)::
 
     {"format": "xlakit.bundle", "format_version": 1, "name": "my_model",
      "inputs": [{"name": "x", "shape": ["batch", 784], "dtype": "float32"}],
@@ -17,7 +17,18 @@ The manifest (``format_version`` 1)::
      "batch_sizes": [1, 8], "variants": ["default"],
      "weights": {"file": "weights.safetensors",
                  "tensors": {"layers.0.kernel": {"shape": [784, 512], "dtype": "float32"}, ...}},
-     "platforms": ["cpu"], "created_with": {"jax": "0.10.2", "xlakit": "0.1.0"}}
+     "platforms": ["cpu"], "created_with": {"jax": "0.10.2", "xlakit": "0.1.0"},
+     "output_trees": {"default": {"leaf": 0}},                      (v2)
+     "rows_independent": {"default": true},                         (v2)
+     "polymorphic": {"default": "model.bpoly.jaxexp"}}              (v2, only variants that have one)
+
+*v2*: modules return their outputs as a flat tuple of leaves (in ``outputs`` order) and ``output_trees``
+says how to rebuild the pytree (:mod:`xlakit.bundle.trees`), so any pytree works, namedtuples and
+dataclasses included. ``rows_independent`` says whether each output row depends only on its own input row
+(detected at export, or declared): only then may a call pad a batch or split it into chunks. A variant
+whose rows are coupled keeps a shape-polymorphic module (batch axis symbolic), from which the exact batch
+size of a call is compiled. Dtypes are NumPy names, or JAX's extended dtype names such as ``key<fry>``
+(typed PRNG keys).
 
 Shapes name their batch axis ``"batch"``; only axis 0 can be the batch axis. Every input is batched; an
 output whose leading size does not follow the batch size (a scalar, a per-model statistic) has plain
@@ -27,8 +38,6 @@ so the manifest lists no file twice. Weight tensors carry no batch axis.
 
 from __future__ import annotations
 
-from xlakit import _atomic
-
 import json
 import os
 import re
@@ -37,12 +46,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from xlakit.bundle.errors import ManifestError
+from xlakit.bundle.files import MAX_JSON_BYTES, loads_bounded, read_regular, temp_name
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "CACHE_DIR", "MODULE_SUFFIX", "BATCH",
-           "DEFAULT_VARIANT", "TensorSpec", "ModuleSpec", "Manifest", "module_file", "write_atomic"]
+           "DEFAULT_VARIANT", "READABLE_VERSIONS", "dtype_name", "TensorSpec", "ModuleSpec", "Manifest", "module_file", "write_atomic"]
 
 FORMAT = "xlakit.bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.safetensors"
 CACHE_DIR = ".cache"
@@ -54,11 +65,22 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # variant names: they become part 
 _REQUIRED = ("format", "format_version", "name", "inputs", "outputs", "batch_sizes", "variants", "weights")
 
 
-def module_file(variant: str, batch_size: int) -> str:
+def dtype_name(dtype: Any) -> str:
+    """The manifest's name of a dtype: NumPy's (``"float32"``, ``"bfloat16"``), or ``str(dtype)`` for a JAX
+    extended dtype NumPy cannot represent (``"key<fry>"`` for typed PRNG keys)."""
+    import numpy as np
+
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)
+
+
+def module_file(variant: str, batch_size: int | None) -> str:
     """File name of one module: ``model.b8.jaxexp`` for the default variant, ``model.<variant>.b8.jaxexp``
-    otherwise."""
+    otherwise; ``batch_size=None`` names the shape-polymorphic module (``model.bpoly.jaxexp``)."""
     stem = "model" if variant == DEFAULT_VARIANT else f"model.{variant}"
-    return f"{stem}.b{batch_size}{MODULE_SUFFIX}"
+    return f"{stem}.b{'poly' if batch_size is None else batch_size}{MODULE_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -68,7 +90,8 @@ class TensorSpec:
     Attributes:
       name: input/output name, or a weight's flattened pytree path (``"layers.0.kernel"``).
       shape: dimensions; axis 0 may be the string ``"batch"`` (the batch axis), all others are ints >= 0.
-      dtype: NumPy dtype name (``"float32"``, ``"bfloat16"``, ``"int32"``...).
+      dtype: NumPy dtype name (``"float32"``, ``"bfloat16"``, ``"int32"``...) or a JAX extended dtype name
+        (``"key<fry>"`` for a typed PRNG key array made by ``jax.random.key``).
     """
 
     name: str
@@ -121,11 +144,12 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class ModuleSpec:
-    """One module file: the program of ``variant`` at ``batch_size``."""
+    """One module file: the program of ``variant`` at ``batch_size`` (None: the shape-polymorphic module,
+    whose batch axis is symbolic)."""
 
     file: str
     variant: str
-    batch_size: int
+    batch_size: int | None
 
     @property
     def stem(self) -> str:
@@ -148,6 +172,12 @@ class Manifest:
       weights_file: the safetensors file name, relative to the bundle.
       platforms: platforms the modules were exported for (``jax.export``'s ``platforms``).
       created_with: versions that wrote the bundle (information only).
+      output_trees: variant -> the JSON form of the output pytree (:mod:`xlakit.bundle.trees`); empty for a
+        version-1 bundle, whose modules return the pytree themselves.
+      rows_independent: variant -> True when every output row depends only on its input row (padding and
+        chunking are exact), False when rows are coupled or it is unknown (never padded).
+      polymorphic: variant -> file name of its shape-polymorphic module (coupled variants only).
+      format_version: the file's version (1 or 2).
     """
 
     name: str
@@ -159,11 +189,29 @@ class Manifest:
     weights_file: str = WEIGHTS
     platforms: tuple[str, ...] = ()
     created_with: Mapping[str, str] = field(default_factory=dict)
+    output_trees: Mapping[str, Any] = field(default_factory=dict)
+    rows_independent: Mapping[str, bool] = field(default_factory=dict)
+    polymorphic: Mapping[str, str] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
 
     @property
     def modules(self) -> tuple[ModuleSpec, ...]:
-        """Every module, variant by variant, batch sizes ascending."""
+        """Every fixed-size module, variant by variant, batch sizes ascending."""
         return tuple(ModuleSpec(module_file(v, b), v, b) for v in self.variants for b in self.batch_sizes)
+
+    @property
+    def poly_modules(self) -> tuple[ModuleSpec, ...]:
+        """The shape-polymorphic modules (``batch_size`` None), one per coupled variant that has one."""
+        return tuple(ModuleSpec(self.polymorphic[v], v, None) for v in self.variants if v in self.polymorphic)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file the manifest names: modules (fixed and polymorphic), weights, the manifest itself."""
+        return tuple(m.file for m in self.modules + self.poly_modules) + (self.weights_file, MANIFEST)
+
+    def independent(self, variant: str) -> bool:
+        """True only when ``variant``'s rows were detected or declared independent."""
+        return bool(self.rows_independent.get(variant, False))
 
     def module(self, variant: str, batch_size: int) -> ModuleSpec:
         return ModuleSpec(module_file(variant, batch_size), variant, batch_size)
@@ -177,6 +225,8 @@ class Manifest:
             "weights": {"file": self.weights_file,
                         "tensors": {s.name: s.to_dict(with_name=False) for s in self.weights}},
             "platforms": list(self.platforms), "created_with": dict(self.created_with),
+            "output_trees": dict(self.output_trees), "rows_independent": dict(self.rows_independent),
+            "polymorphic": dict(self.polymorphic),
         }
 
     def to_json(self) -> str:
@@ -193,9 +243,10 @@ class Manifest:
                 raise ManifestError(file, name, "missing (required: " + ", ".join(_REQUIRED) + ")")
         if d["format"] != FORMAT:
             raise ManifestError(file, "format", f"expected {FORMAT!r}, got {d['format']!r}: not an xlakit bundle")
-        if d["format_version"] != FORMAT_VERSION:
-            raise ManifestError(file, "format_version", f"this xlakit reads version {FORMAT_VERSION}, the bundle "
-                                f"says {d['format_version']!r}; re-export it or upgrade xlakit")
+        version = d["format_version"]
+        if not isinstance(version, int) or isinstance(version, bool) or version not in READABLE_VERSIONS:
+            raise ManifestError(file, "format_version", f"this xlakit reads versions {list(READABLE_VERSIONS)}, the "
+                                f"bundle says {version!r}; re-export it or upgrade xlakit")
         name = d["name"]
         if not isinstance(name, str) or not name:
             raise ManifestError(file, "name", "expected a non-empty string")
@@ -259,24 +310,26 @@ class Manifest:
         if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
             raise ManifestError(file, "platforms", f"expected a list of platform names, got {platforms!r}")
         created = d.get("created_with", {})
+        trees, independent, poly = _v2_fields(d, file, variants, outputs, version)
         return cls(name=name, inputs=inputs, outputs=outputs, batch_sizes=tuple(sorted(sizes)),
                    variants=tuple(variants), weights=tuple(sorted(wspecs, key=lambda s: s.name)),
                    weights_file=wfile, platforms=tuple(platforms),
-                   created_with=dict(created) if isinstance(created, Mapping) else {})
+                   created_with=dict(created) if isinstance(created, Mapping) else {}, output_trees=trees,
+                   rows_independent=independent, polymorphic=poly, format_version=version)
 
     @classmethod
     def read(cls, bundle: str | os.PathLike) -> Manifest:
         """Read ``<bundle>/manifest.json``. Raises :class:`ManifestError` (missing, not JSON, bad field)."""
         file = Path(bundle) / MANIFEST
         try:
-            text = file.read_text(encoding="utf-8")
+            text = read_regular(file, MAX_JSON_BYTES)
         except FileNotFoundError:
             raise ManifestError(file, None, "missing: not a bundle folder (export one with "
                                 "xlakit.export_bundle)") from None
-        except (OSError, UnicodeDecodeError) as e:
+        except OSError as e:
             raise ManifestError(file, None, f"unreadable: {e}") from None
         try:
-            data = json.loads(text)
+            data = loads_bounded(text)
         except ValueError as e:
             raise ManifestError(file, None, f"not valid JSON: {e}") from None
         return cls.from_dict(data, file)
@@ -295,8 +348,66 @@ class Manifest:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a hidden temp file in the same folder and a rename, so a reader
-    (or a watcher) never sees a half-written file. Raises OSError; leaves no temp file behind."""
-    _atomic.write_atomic(path, data)
+    (or a watcher) never sees a half-written file. The temp (``.<name>.<pid>.<random>.tmp``, created with
+    ``O_EXCL|O_NOFOLLOW``) names its writer, so a killed writer's temp is found and removed later
+    (:func:`xlakit.bundle.files.remove_stale_temps`). The rename replaces a symlink at ``path`` itself, never
+    its target. Raises OSError; leaves no temp file behind unless the process is killed."""
+    path = Path(path)
+    tmp = path.parent / temp_name(path.name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _v2_fields(d: Mapping[str, Any], file: Path, variants: list, outputs: Mapping[str, tuple],
+               version: int) -> tuple[dict, dict, dict]:
+    """``output_trees``, ``rows_independent`` and ``polymorphic``, validated (absent in version 1)."""
+    from xlakit.bundle.trees import TreeError, tree_leaf_count
+
+    if version == 1:
+        return {}, {}, {}
+    fields = {}
+    for name in ("output_trees", "rows_independent", "polymorphic"):
+        value = d.get(name)
+        if not isinstance(value, Mapping):
+            raise ManifestError(file, name, f"missing or not an object variant -> value (got {_kind(value)})")
+        extra = sorted(set(value) - set(variants), key=str)
+        if extra:
+            raise ManifestError(file, f"{name}.{extra[0]}", "not a variant of this bundle")
+        fields[name] = value
+    trees = {}
+    for v in variants:
+        if v not in fields["output_trees"]:
+            raise ManifestError(file, f"output_trees.{v}", "missing: every variant needs its output tree")
+        try:
+            n = tree_leaf_count(fields["output_trees"][v])
+        except TreeError as e:
+            raise ManifestError(file, f"output_trees.{v}", str(e)) from None
+        if n != len(outputs[v]):
+            raise ManifestError(file, f"output_trees.{v}", f"has {n} leaves, outputs.{v} lists {len(outputs[v])}")
+        trees[v] = fields["output_trees"][v]
+    independent = {}
+    for v, flag in fields["rows_independent"].items():
+        if not isinstance(flag, bool):
+            raise ManifestError(file, f"rows_independent.{v}", f"expected true or false, got {flag!r}")
+        independent[v] = flag
+    poly = {}
+    for v, fname in fields["polymorphic"].items():
+        if fname != module_file(v, None):
+            raise ManifestError(file, f"polymorphic.{v}", f"expected {module_file(v, None)!r}, got {fname!r}")
+        poly[v] = fname
+    return trees, independent, poly
 
 
 def _kind(x: Any) -> str:

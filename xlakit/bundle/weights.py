@@ -92,8 +92,7 @@ def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
     from safetensors import safe_open
 
     path = Path(path)
-    if not path.is_file():
-        raise WeightsError(path, None, "missing")
+    _regular(path)
     try:
         with safe_open(str(path), framework="numpy") as f:
             return {name: f.get_tensor(name) for name in f.keys()}
@@ -106,8 +105,7 @@ def read_weight_specs(path: str | os.PathLike) -> dict[str, TensorSpec]:
     from safetensors import safe_open
 
     path = Path(path)
-    if not path.is_file():
-        raise WeightsError(path, None, "missing")
+    _regular(path)
     try:
         with safe_open(str(path), framework="numpy") as f:
             out = {}
@@ -117,6 +115,20 @@ def read_weight_specs(path: str | os.PathLike) -> dict[str, TensorSpec]:
             return out
     except Exception as e:  # noqa: BLE001
         raise WeightsError(path, None, f"not a readable safetensors file: {type(e).__name__}: {e}") from None
+
+
+def _regular(path: Path) -> None:
+    """Raise WeightsError unless ``path`` is a regular file (a FIFO or device is never opened)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise WeightsError(path, None, "missing") from None
+    except OSError as e:
+        raise WeightsError(path, None, f"unreadable: {e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise WeightsError(path, None, "not a regular file (a FIFO, device, folder or socket); it was not read")
 
 
 # safetensors' dtype codes -> NumPy names, for header-only reads

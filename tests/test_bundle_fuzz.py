@@ -1,0 +1,76 @@
+"""Hypothesis mutates a valid, warm bundle's files (manifest.json, module_hashes.json, the safetensors header,
+module files, .cache itself) by truncation, bit flips, deep nesting, huge and non-finite numbers, wrong types,
+dropped and added fields, and other file kinds (FIFO, symlink to /dev/zero, folder, symlinks outside, a 2 GiB
+sparse file). Only documented errors escape ``check_bundle`` (none), ``load_bundle`` (``BundleError``) and
+``xlakit bundle check`` (exit 0/1/2, no "unexpected error"); no case runs past its time bound; nothing
+outside the bundle folder changes. The mutations live in ``benchmarks/fuzz_bundle.py``, which runs 10,000.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+_spec = importlib.util.spec_from_file_location("fuzz_bundle", Path(__file__).parent.parent / "benchmarks" / "fuzz_bundle.py")
+fuzz = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fuzz)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz")
+    return fuzz.make_pristine(root), fuzz.make_outside(root), root
+
+
+def _fresh(pristine: Path, root: Path) -> Path:
+    work = root / "case"
+    if work.exists() or work.is_symlink():
+        shutil.rmtree(work)
+    shutil.copytree(pristine, work, symlinks=True)
+    return work
+
+
+def _check(setup, target, mutation, seed, load):
+    pristine, outside, root = setup
+    work = _fresh(pristine, root)
+    rng = random.Random(seed)
+    try:
+        what = fuzz.apply(work, outside, target, mutation, rng, allow_flip_modules=not load)
+    except (ValueError, IndexError, KeyError, TypeError):
+        return  # the mutation does not apply to this file (e.g. no dict to drop a key from)
+    findings = fuzz.run_case(work, outside, load, timeout_s=30)
+    assert findings == [], f"{what}: {findings}"
+
+
+_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], derandomize=True)
+
+
+@settings(max_examples=250, **_SETTINGS)
+@given(target=st.sampled_from(("manifest", "record", "weights")),
+       mutation=st.sampled_from(fuzz.JSON_MUTATIONS + ("header_len",)), seed=st.integers(0, 2 ** 32))
+def test_json_and_header_mutations_check_and_cli(setup, target, mutation, seed):
+    if mutation == "header_len" and target != "weights":
+        mutation = "truncate"
+    _check(setup, target, mutation, seed, load=False)
+
+
+@settings(max_examples=100, **_SETTINGS)
+@given(target=st.sampled_from(("module", "cache")), mutation=st.sampled_from(("truncate", "bitflip", "kind")),
+       seed=st.integers(0, 2 ** 32))
+def test_module_and_cache_mutations_check_and_cli(setup, target, mutation, seed):
+    _check(setup, target, "kind" if target == "cache" else mutation, seed, load=False)
+
+
+@settings(max_examples=80, **_SETTINGS)
+@given(target=st.sampled_from(fuzz.TARGETS), mutation=st.sampled_from(fuzz.JSON_MUTATIONS),
+       seed=st.integers(0, 2 ** 32))
+def test_mutations_through_load_bundle(setup, target, mutation, seed):
+    if target == "module":
+        mutation = "kind" if mutation == "kind" else "truncate"
+    _check(setup, target, mutation, seed, load=True)

@@ -1,0 +1,235 @@
+"""Reading and writing a bundle's files without trusting the folder: bounded reads of regular files only,
+JSON with bounded depth and finite numbers, temp files that name their writer, and a ``.cache`` that is
+used only when it is a real folder.
+
+A bundle may come from an archive or another user, so every file in it can be something else than it says:
+a FIFO (an ``open`` + ``read`` blocks forever), a symlink to ``/dev/zero`` (read until memory runs out), a
+huge sparse file, a folder, or JSON nested 100,000 deep (``RecursionError``) or holding ``1e999``. The
+functions here turn each of those into an ``OSError``/``ValueError`` with a reason, at once. No JAX here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["NotRegularFile", "MAX_MODULE_BYTES", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "STALE_TEMP_S",
+           "read_regular", "loads_bounded", "temp_name", "stale_temps", "remove_stale_temps", "cache_problem"]
+
+# Bounds. A module holds StableHLO without weights (they are arguments), so even large models stay far
+# below 1 GiB; manifests and records are a few kB (16 MiB leaves room for huge output trees). Depth 100
+# is 20x a manifest's own depth and leaves room for deeply nested output pytrees.
+MAX_MODULE_BYTES = 1 << 30
+MAX_JSON_BYTES = 16 << 20
+MAX_JSON_DEPTH = 100
+# A temp file older than this (seconds) is stale even when its writer's pid is alive (pid reuse, another
+# host on a shared folder); one whose writer is gone is stale at once.
+STALE_TEMP_S = 3600.0
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{6,}\.tmp$")
+_LEGACY_TEMP = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{6,}\.tmp$")
+
+
+class NotRegularFile(OSError):
+    """The path is a FIFO, device, socket, folder or dangling link, or is larger than its bound."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: str | os.PathLike, max_bytes: int, *, follow_symlinks: bool = True) -> bytes:
+    """All bytes of ``path`` if it is a regular file of at most ``max_bytes`` bytes; never blocks.
+
+    The file is stat'ed before it is opened (a FIFO or device is never opened), opened non-blocking (and
+    with ``O_NOFOLLOW`` when ``follow_symlinks`` is False), and ``fstat`` must again say regular file (the
+    path may have been swapped in between). At most ``max_bytes + 1`` bytes are read.
+
+    Raises:
+      FileNotFoundError: missing. NotRegularFile: not a regular file, or larger than ``max_bytes``.
+      OSError: unreadable (permissions, IO error).
+    """
+    path = os.fspath(path)
+    st = os.stat(path) if follow_symlinks else os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(f"{path} is {_kind(st.st_mode)}, not a regular file; it was not read")
+    if st.st_size > max_bytes:
+        raise NotRegularFile(f"{path} is {st.st_size} bytes, over the {max_bytes}-byte bound; it was not read")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"{path} is {_kind(st.st_mode)}, not a regular file; it was not read")
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise NotRegularFile(f"{path} grew past the {max_bytes}-byte bound while being read; it was not used")
+    return data
+
+
+def _constant(name: str):
+    raise ValueError(f"non-finite number {name} is not allowed")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range (not a finite float)")
+    return value
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > 30:
+        raise ValueError(f"integer {text[:40]}... has more than 30 digits")
+    return int(text)
+
+
+def loads_bounded(data: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` that refuses nesting deeper than ``max_depth``, NaN/Infinity, floats that overflow to
+    infinity and integers of more than 30 digits. Raises ``ValueError`` (never ``RecursionError``)."""
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            data = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"not UTF-8: {e}") from None
+    depth = _bracket_depth(data)
+    if depth > max_depth:
+        raise ValueError(f"nested {depth} levels deep, over the bound of {max_depth}")
+    try:
+        return json.loads(data, parse_constant=_constant, parse_float=_float, parse_int=_int)
+    except RecursionError:  # the bracket count above missed a case: still an answer, never a crash
+        raise ValueError(f"nested deeper than the bound of {max_depth}") from None
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest bracket nesting outside strings (regexes do the scanning; the loop sees brackets only)."""
+    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
+    depth = deepest = 0
+    for ch in brackets:
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        else:
+            depth -= 1
+    return deepest
+
+
+# -- temp files ------------------------------------------------------------------------------------------
+
+def temp_name(final: str) -> str:
+    """A hidden temp name for ``final`` that names this process: ``.<final>.<pid>.<random>.tmp``."""
+    import secrets
+
+    return f".{final}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: someone else's live process
+        return True
+    return True
+
+
+def stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S, now: float | None = None) -> list[Path]:
+    """Temp files in ``folder`` (not below it) left by a killed writer: regular files named like
+    :func:`temp_name` whose writer pid is gone, or any ``.<name>.<random>.tmp`` older than ``older_than_s``
+    seconds. Symlinks and other file kinds are never listed."""
+    now = time.time() if now is None else now
+    found = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for e in entries:
+        if not (e.name.startswith(".") and e.name.endswith(".tmp")):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        m = _TEMP.match(e.name)
+        old = now - st.st_mtime > older_than_s
+        if (m and not _pid_alive(int(m.group("pid")))) or (old and (m or _LEGACY_TEMP.match(e.name))):
+            found.append(Path(e.path))
+    return sorted(found)
+
+
+def remove_stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S) -> list[Path]:
+    """Remove :func:`stale_temps` of ``folder``; returns those removed (unlink never follows a link)."""
+    removed = []
+    for p in stale_temps(folder, older_than_s):
+        try:
+            os.unlink(p)
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
+# -- .cache ----------------------------------------------------------------------------------------------
+
+def cache_problem(cache_dir: str | os.PathLike, partition: str | None = None) -> str | None:
+    """Why ``<bundle>/.cache`` (or its ``partition`` folder) must not be used, or None when it may.
+
+    A ``.cache`` (or its partition or quarantine folder) that is a symlink may point at the user's own xlakit
+    cache or any other folder: reconciling the module-hash record would delete its entries, stores would
+    write into it, and quarantining a corrupt entry would move it there. So it is never followed; a missing
+    folder is fine (it is created as a folder).
+    """
+    cache_dir = Path(cache_dir)
+    checks = [cache_dir, cache_dir / "quarantine"]
+    if partition is not None:
+        checks += [cache_dir / partition, cache_dir / "quarantine" / partition]
+    for p in checks:
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            if p == cache_dir:
+                return None
+            continue
+        except OSError as e:
+            return f"{p} cannot be inspected ({e})"
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(p)
+            except OSError:
+                target = "?"
+            return (f"{p} is a symlink (to {target}); it is never followed, so nothing there is read, written "
+                    "or deleted. Replace it with a folder to keep compiled programs")
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{p} is {_kind(st.st_mode)}, not a folder; it is not used"
+    return None
