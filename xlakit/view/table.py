@@ -122,8 +122,9 @@ class Table:
         if self.more:
             body += f"<tr><td colspan='{len(cols)}'>… {self.more} more row(s)</td></tr>"
         cap = f"<caption>{escape(self.caption)}</caption>" if self.caption else ""
+        thead = f"<thead><tr>{head}</tr></thead>" if any(c.header for c in cols) else ""
         return (f"<div class='xlakit-table-wrap'><table class='xlakit-table {escape(self.css_class)}'>{cap}"
-                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+                f"{thead}<tbody>{body}</tbody></table></div>")
 
     def _repr_html_(self) -> str:
         from xlakit.view.theme import STYLE

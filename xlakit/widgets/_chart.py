@@ -85,10 +85,6 @@ class Chart(widgets.Output):
     def data(self) -> Any:
         return self.figure.data
 
-    @property
-    def layout_(self) -> Any:
-        return self.figure.layout
-
     def show(self, fig: Any) -> None:
         """Replace the figure with ``fig`` (a complete ``go.Figure``) in one ``outputs`` message."""
         import plotly.io as pio
@@ -101,6 +97,10 @@ class Chart(widgets.Output):
         self.outputs = ({"output_type": "display_data", "metadata": {},
                          "data": {PLOTLY_MIME: spec, "text/plain": f"<plotly figure {self.chart_id}: "
                                                                    f"{len(fig.data)} trace(s)>"}},)
+
+    def close(self) -> None:
+        _charts.pop(self.chart_id, None)
+        super().close()
 
     def traces(self) -> list[dict[str, Any]]:
         """What the figure holds: one ``{"type", "name", "points"}`` per trace (for checking a drawing)."""
