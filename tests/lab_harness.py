@@ -182,10 +182,12 @@ def run_all(lab: Lab, browser: Any, run: int, *, width: int = 1400, timeout: flo
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], "
                                ".jp-Toolbar-kernelStatus, .jp-DebuggerBugButton", timeout=60_000)
+        _accept_kernel_dialog(page, wait_s=3)
         _wait_kernel_idle(page, 90)
         # Run > Run All Cells. Right after the page opens the command can be a no-op while the kernel
         # connection settles; click again only while no cell has started (a UI retry, never a re-run).
         for _attempt in range(4):
+            _accept_kernel_dialog(page)
             page.locator(".jp-Notebook").first.click()
             page.locator(".lm-MenuBar-item", has_text="Run").first.click()
             page.locator(".lm-Menu-item[data-command='runmenu:run-all']").first.click()
@@ -234,6 +236,20 @@ def run_all(lab: Lab, browser: Any, run: int, *, width: int = 1400, timeout: flo
         page.close()
         lab.shutdown_kernels()
     return result
+
+
+def _accept_kernel_dialog(page: Any, wait_s: float = 0) -> None:
+    """Accept JupyterLab's "Select Kernel" dialog (shown when the server is slow to start the notebook's
+    kernel) with its default, the notebook's own kernel."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        dialog = page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
+        if dialog.count():
+            dialog.first.click()
+            return
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.3)
 
 
 def _wait_started(page: Any, timeout: float) -> bool:

@@ -5,7 +5,8 @@ JupyterLab, Notebook 7 and Voilà draw with the plotly renderer that ships with 
 Unlike a ``plotly.graph_objects.FigureWidget`` it is never created empty and filled later (the front-end
 receives the complete figure with the widget's first state), an update replaces the whole figure in one
 ``outputs`` message, and its saved widget state is the figure's JSON, not ~5 MB of widget code per chart.
-Charts offer no click events; selections go through the widgets' menus.
+Charts offer no click events; selections go through the widgets' menus. ``Chart(fig)`` also shows any plotly
+figure this way in a notebook (a static copy comes with it for saved notebooks).
 
 :func:`on_kernel_thread` runs a function on the kernel's main thread (the IPython kernel's event loop), so
 refresh threads never touch widgets themselves.
@@ -101,6 +102,20 @@ class Chart(widgets.Output):
     def close(self) -> None:
         _charts.pop(self.chart_id, None)
         super().close()
+
+    def _ipython_display_(self) -> None:
+        """Displayed on its own: the live chart, then a static copy (hidden in live front-ends) that a saved
+        notebook or ``nbconvert --to html`` draws without a kernel or network."""
+        from IPython.display import display
+
+        from xlakit.view.plotly_html import figure_html
+        from xlakit.widgets._base import static_output
+
+        live = dict(super()._repr_mimebundle_() or {})
+        live["text/plain"] = f"Chart({self.chart_id}: {len(self.figure.data)} trace(s))"
+        display(live, raw=True)
+        display({"text/html": static_output(figure_html(self.figure, "once")), "text/plain": live["text/plain"]},
+                raw=True)
 
     def traces(self) -> list[dict[str, Any]]:
         """What the figure holds: one ``{"type", "name", "points"}`` per trace (for checking a drawing)."""
