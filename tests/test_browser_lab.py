@@ -114,3 +114,71 @@ def test_dark_theme_and_an_800px_window(lab):
     assert c["reset_visible"], c
     assert c["partition_name_lines"] and max(c["partition_name_lines"]) <= 1, c
     assert c["clipped_legends"] == 0, c
+
+
+#: ``jupyter nbconvert --to html --execute`` of the widget notebook stays under this (bytes); it was 62 MB
+#: when each FigureWidget saved ~5 MB of widget code and the widget cells were empty offline.
+CONVERTED_BUDGET_BYTES = 5_000_000
+
+_STATIC_JS = """() => Array.from(document.querySelectorAll('.xlakit-static')).map(s => ({
+  visible: s.offsetParent !== null,
+  charts: Array.from(s.querySelectorAll('.xlakit-chart')).map(gd => ({
+    traces: (gd.data || []).length,
+    drawn: gd.querySelectorAll('.scatterlayer .trace, .barlayer .trace, .treemaplayer .slice').length})),
+}))"""
+
+
+def test_converted_notebook_shows_every_snapshot_offline_and_stays_small(lab, tmp_path):
+    """``jupyter nbconvert --to html --execute``: one static snapshot per displayed widget, each chart drawn
+    from plotly.js carried once in the document, with every network request refused; at most 5 MB."""
+    import os
+    import subprocess
+    import sys
+
+    server, browser = lab
+    nb = tmp_path / "widgets.ipynb"
+    nb.write_bytes(harness.NOTEBOOK.read_bytes())
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(harness.ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("XLA_FLAGS", None)
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", str(nb),
+                    "--output", "widgets.html"], cwd=tmp_path, env=env, check=True, timeout=300,
+                   capture_output=True)
+    html_path = tmp_path / "widgets.html"
+    size = html_path.stat().st_size
+    text = html_path.read_text()
+    print(f"converted widget notebook: {size:,} bytes")
+    assert size <= CONVERTED_BUDGET_BYTES, f"{size:,} bytes"
+    assert text.count("DecompressionStream") == 1  # plotly.js once per document, not per chart
+    assert "cdn.plot.ly" not in text
+
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    refused: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith("file:"):
+            r.continue_()
+        else:
+            refused.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(html_path.as_uri())
+        snapshots = []
+        for _ in range(40):
+            snapshots = page.evaluate(_STATIC_JS)
+            charts = [c for s in snapshots for c in s["charts"]]
+            if charts and all(c["traces"] and c["drawn"] for c in charts):
+                break
+            page.wait_for_timeout(250)
+    finally:
+        page.close()
+    # dashboard, MemoryBreakdown, CacheTimeline, LiveArrays, CacheBrowser: five snapshots, all shown.
+    assert len(snapshots) == 5 and all(s["visible"] for s in snapshots), snapshots
+    charts = [c for s in snapshots for c in s["charts"]]
+    assert len(charts) >= 7, charts  # dashboard: bars, timeline, treemap; breakdown: bars, liveness; +2
+    assert all(c["traces"] > 0 and c["drawn"] > 0 for c in charts), charts
+    assert not errors, errors[:3]
