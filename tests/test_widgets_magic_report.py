@@ -131,3 +131,17 @@ def test_report_build_and_cli(tmp_path):
         assert f"data-bytes='{s}'" in text
     assert f"{len(log)} of {len(log)} events" in text
     assert main(["report", "--path", str(tmp_path)]) == 2  # --out is required
+
+
+def test_live_arrays_created_at_names_the_cell(ip):
+    """LiveArrays' "created at" pointed at IPython's temporary file (``/tmp/ipykernel_…py:7``); it names the
+    cell: ``In [n], line l``."""
+    from xlakit.memory import live_arrays
+    from xlakit.view.live import live_table
+
+    ip.run_cell("import jax.numpy as jnp\n_x = 1\nmarker_array = jnp.ones((3, 71))")
+    count = ip.execution_count  # run_cell without history: the cell keeps the current count
+    table = live_table(live_arrays(), top=None)
+    row = table[table["array"] == "float32[3,71]"].iloc[0]
+    assert row["created_at"].startswith(f"In [{count}], line 3"), row["created_at"]
+    ip.run_cell("del marker_array")
