@@ -125,9 +125,11 @@ def partitions_html(totals) -> str:
     rows = frame_records(totals)
     if not rows:
         return ""
-    return Table([Column("partition", "partition"), Column("entries", "entries", "count"),
-                  Column("size_bytes", "bytes on disk", "bytes"), Column("compile_s", "compile", "seconds"),
-                  Column("hits", "hits (this process)", "count")], rows, caption="Per partition",
+    columns = [Column("partition", "partition"), Column("entries", "entries", "count"),
+               Column("size_bytes", "bytes on disk", "bytes"), Column("compile_s", "compile", "seconds"),
+               Column("hits", "hits (this process)", "count")]
+    present = {"partition", *totals.columns}
+    return Table([c for c in columns if c.key in present], rows, caption="Per partition",
                  css_class="xlakit-partitions").to_html()
 
 
