@@ -40,7 +40,8 @@ _DRAWN_JS = """() => {
     visible: gd.offsetParent !== null,
     traces: (gd.data || []).map(t => ({type: t.type, name: t.name,
         points: Math.max(len(t.x), len(t.y), len(t.values), len(t.labels))})),
-    drawn: gd.querySelectorAll('.scatterlayer .trace, .barlayer .trace, .treemaplayer .slice, .gl-container canvas').length,
+    drawn: gd.querySelectorAll('.scatterlayer .trace, .barlayer .trace, .treemaplayer .slice, '
+                               + '.gl-container canvas').length,
     calc: (gd.calcdata || []).length,
   }));
 }"""
@@ -86,7 +87,8 @@ class Lab:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyterlab exited with {self.proc.returncode}: {self.log_path.read_text()[-2000:]}")
+                log = self.log_path.read_text()[-2000:]
+                raise RuntimeError(f"jupyterlab exited with {self.proc.returncode}: {log}")
             try:
                 self.api("GET", "api/status")
                 return

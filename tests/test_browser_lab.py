@@ -16,9 +16,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import pytest
-
 import lab_harness as harness
+import pytest
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -55,7 +54,8 @@ _LAYOUT_JS = """() => {
   const lum = c => { const m = c.match(/[\\d.]+/g).map(Number); const [r, g, b] = m.slice(0, 3).map(v => {
       v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
     return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
-  const contrast = (a, b) => { const x = lum(a), y = lum(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
+  const contrast = (a, b) => { const x = lum(a), y = lum(b);
+                               return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
   const bgOf = el => { for (let e = el; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor;
       if (c && !c.startsWith('rgba(0, 0, 0, 0)') && c !== 'transparent') return c; } return 'rgb(255, 255, 255)'; };
   const out = {};
@@ -64,7 +64,8 @@ _LAYOUT_JS = """() => {
   const note = document.querySelector('.xlakit-cache-browser .xlakit-note');
   out.note_contrast = note ? contrast(getComputedStyle(note).color, bgOf(note)) : null;
   const svgText = document.querySelector('.xlakit-memory-breakdown .js-plotly-plot .main-svg .gtitle');
-  out.chart_text_contrast = svgText ? contrast(getComputedStyle(svgText).fill, bgOf(svgText.closest('.js-plotly-plot'))) : null;
+  out.chart_text_contrast = svgText
+    ? contrast(getComputedStyle(svgText).fill, bgOf(svgText.closest('.js-plotly-plot'))) : null;
   const svg = document.querySelector('.xlakit-memory-breakdown .js-plotly-plot .main-svg');
   out.chart_background = svg ? getComputedStyle(svg).backgroundColor : null;
   const panel = document.querySelector('.jp-NotebookPanel').getBoundingClientRect();

@@ -164,7 +164,8 @@ class CellSummary:
             scope = f"{self.peak_kind}; not reset by this cell"
             if self.peak_before_bytes is not None:
                 rose = self.peak_bytes - self.peak_before_bytes
-                scope += f"; rose by {fmt_bytes(rose)} during the cell" if rose > 0 else "; did not rise during the cell"
+                scope += (f"; rose by {fmt_bytes(rose)} during the cell" if rose > 0
+                          else "; did not rise during the cell")
         return f"{what} {fmt_bytes(self.peak_bytes)} on {self.peak_device} ({scope})"
 
     def _in_use_text(self) -> str:
@@ -188,7 +189,8 @@ class CellSummary:
                  ("misses", str(self.misses)),
                  ("cell", fmt_seconds(self.seconds) + (" — failed" if self.failed else ""))]
         body = "".join(f"<span style='margin-right:14px'><b>{escape(k)}</b> {escape(v)}</span>" for k, v in cells)
-        body += f"<span class='xlakit-cell-in-use' style='margin-right:14px'{change_attr}>{escape(self._in_use_text())}</span>"
+        body += (f"<span class='xlakit-cell-in-use' style='margin-right:14px'{change_attr}>"
+                 f"{escape(self._in_use_text())}</span>")
         body += f"<span class='xlakit-cell-peak'{peak_attr}><b>peak</b> {escape(self._peak_text())}</span>"
         return (f"<div class='xlakit-cell-summary' style='font-size:12px;color:var(--jp-ui-font-color1,#333);"
                 f"border-top:1px solid var(--jp-border-color2,#ddd);padding-top:2px'>xlakit · {body}</div>")

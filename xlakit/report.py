@@ -151,14 +151,14 @@ def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: 
                                           else cv.partition_totals(entries.assign(hits=0)).drop(columns=["hits"]),
                                           max_rows=10_000, folder=folder))
     finally:
-        if created:
+        if created and browse is not None:
             browse.close()
     pid = os.getpid()
     if allocator:
+        import jax
+
         from xlakit.memory import allocator_stats
         from xlakit.view.allocator import allocator_html, allocator_rows
-
-        import jax
 
         devs = devices if devices is not None else jax.local_devices()
         rows = allocator_rows([allocator_stats(d) for d in devs])

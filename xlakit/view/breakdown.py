@@ -52,13 +52,14 @@ BASE_LAYOUT = dict(margin=dict(l=60, r=20, t=90, b=40), template=PLOTLY_TEMPLATE
 
 def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None = None) -> list[str]:
     """Readable, unique labels: a repeated name gets ``[first 8 hex digits of its key's hash]`` (or ``#n``)."""
-    names = [n or "?" for n in names]
-    keys = list(keys) if keys is not None else [None] * len(names)
+    labels: list[str] = [n or "?" for n in names]
+    key_list: list[str | None] = list(keys) if keys is not None else [None] * len(labels)
     counts: dict[str, int] = {}
-    for n in names:
+    for n in labels:
         counts[n] = counts.get(n, 0) + 1
-    out, seen = [], set()
-    for i, (n, k) in enumerate(zip(names, keys)):
+    out: list[str] = []
+    seen: set[str] = set()
+    for i, (n, k) in enumerate(zip(labels, key_list)):
         label = n if counts[n] == 1 else (f"{n} [{k.rsplit('-', 1)[-1][:8]}]" if k else f"{n} #{i}")
         while label in seen:
             label += "'"
@@ -182,8 +183,8 @@ def breakdown_figure(frame, unit: str = "bytes"):
     fig.update_layout(**BASE_LAYOUT, barmode="relative", title="Compiled memory per program",
                       yaxis_title="% of the program's total" if pct else "bytes", legend=LEGEND)
     if not pct and len(frame):
-        extents = [int(t) for t in frame["total_bytes"]] + [-(int(t) - int(n)) for t, n in
-                                                             zip(frame["total_bytes"], frame["net_bytes"])]
+        extents: list[float | None] = [float(t) for t in frame["total_bytes"]]
+        extents += [-(float(t) - float(n)) for t, n in zip(frame["total_bytes"], frame["net_bytes"])]
         extents += [v for v in values["peak"] + values["footprint"] if v is not None]
         apply_byte_axis(fig, extents)
     return fig

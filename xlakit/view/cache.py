@@ -21,7 +21,8 @@ ENTRY_COLUMNS = (Column("name", "name"), Column("signature", "arguments (dtype[s
                  Column("key", "key"), Column("partition", "partition"), Column("size_bytes", "size", "bytes"),
                  Column("compile_s", "compile", "seconds"), Column("hits", "hits (this process)", "count"),
                  Column("loadable", "loadable"), Column("argument_size_in_bytes", "arguments", "bytes"),
-                 Column("output_size_in_bytes", "outputs", "bytes"), Column("temp_size_in_bytes", "temporaries", "bytes"),
+                 Column("output_size_in_bytes", "outputs", "bytes"),
+                 Column("temp_size_in_bytes", "temporaries", "bytes"),
                  Column("last_used", "last used", "datetime"))
 
 

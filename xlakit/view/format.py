@@ -111,7 +111,7 @@ def byte_ticks(values: Sequence[float | None], target: int = 5) -> tuple[list[fl
     largest magnitude, e.g. 0, 1 MiB, 2 MiB, ... — what a chart's axis shows instead of plotly's decimal
     ``k``/``M``. Empty input gives ``([0.0], ["0 B"])``.
     """
-    vals = [float(v) for v in values if not _missing(v)]
+    vals = [float(v) for v in values if v is not None and not _missing(v)]
     lo, hi = min([0.0, *vals]), max([0.0, *vals])
     span = hi - lo
     if span <= 0:

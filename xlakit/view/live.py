@@ -92,7 +92,7 @@ def treemap_nodes(frame) -> dict[str, list[Any]]:
             "text": [f"{fmt_bytes(nodes[i]['value'])}, {nodes[i]['arrays']} array(s)" for i in ids]}
 
 
-def treemap_figure(nodes: dict[str, list[Any]]):
+def treemap_figure(nodes: Mapping[str, list[Any]]):
     """Treemap device -> memory kind -> dtype[shape], area = bytes (labels in binary units)."""
     import plotly.graph_objects as go
 

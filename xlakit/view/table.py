@@ -59,12 +59,14 @@ class Table:
     css_class: str = ""
 
     def __post_init__(self) -> None:
-        self.columns = _columns(self.columns)
+        self.cols: tuple[Column, ...] = _columns(self.columns)
+        self.columns = self.cols
         self.rows = list(self.rows)
 
     @property
     def shown(self) -> list[Mapping[str, Any]]:
-        return self.rows if self.max_rows is None else self.rows[: self.max_rows]
+        rows = list(self.rows)
+        return rows if self.max_rows is None else rows[: self.max_rows]
 
     @property
     def more(self) -> int:
@@ -81,7 +83,7 @@ class Table:
 
     def to_text(self) -> str:
         """Aligned plain text: numbers right-aligned, text left-aligned, a rule under the header."""
-        cols = self.columns
+        cols = self.cols
         grid = [[c.header for c in cols]] + [[self.cell_text(c, r) for c in cols] for r in self.shown]
         widths = [max(len(line[i]) for line in grid) for i in range(len(cols))]
         right = [c.kind in ("bytes", "seconds", "count", "float") for c in cols]
@@ -96,7 +98,7 @@ class Table:
         return "\n".join(out)
 
     def _td(self, column: Column, row: Mapping[str, Any]) -> str:
-        v = row.get(column.key)
+        v: Any = row.get(column.key)
         cls = ["xlakit-num" if column.kind in ("bytes", "seconds", "count", "float") else "xlakit-text"]
         if column.nowrap:
             cls.append("xlakit-nowrap")
@@ -115,7 +117,7 @@ class Table:
     def to_html(self) -> str:
         """An HTML table (class ``xlakit-table``) themed by :data:`xlakit.view.theme.STYLE`, inside a
         horizontally scrolling wrapper so a narrow window scrolls the table as one, header included."""
-        cols = self.columns
+        cols = self.cols
         head = "".join(f"<th class='{'xlakit-num' if c.kind in ('bytes', 'seconds', 'count', 'float') else ''}'>"
                        f"{escape(c.header)}</th>" for c in cols)
         body = "".join("<tr>" + "".join(self._td(c, r) for c in cols) + "</tr>" for r in self.shown)

@@ -17,32 +17,39 @@ MUTED = "var(--jp-ui-font-color2, #555)"
 BORDER = "var(--jp-border-color2, #d8d8d8)"
 
 #: One stylesheet for every xlakit table, note, chart and widget (idempotent: safe to include many times).
-STYLE = """<style class='xlakit-style'>
-.xlakit-snapshot, .xlakit-view {color: var(--jp-ui-font-color1, #1a1a1a); font-family: var(--jp-ui-font-family, sans-serif); max-width: 100%;}
-.xlakit-snapshot h4 {margin: 4px 0; color: var(--jp-ui-font-color0, #000);}
-.xlakit-table-wrap {max-width: 100%; overflow-x: auto;}
-.xlakit-table {border-collapse: collapse; font-size: 12px; color: var(--jp-ui-font-color1, #1a1a1a); background: transparent;}
-.xlakit-table th, .xlakit-table td {padding: 2px 8px; border-bottom: 1px solid var(--jp-border-color2, #e0e0e0); text-align: left; vertical-align: top;}
-.xlakit-table th {background: var(--jp-layout-color2, #f2f2f2); color: var(--jp-ui-font-color0, #000); font-weight: 600; white-space: nowrap;}
-.xlakit-table caption {text-align: left; font-weight: 600; padding: 2px 0;}
-.xlakit-table .xlakit-num {text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums;}
-.xlakit-table .xlakit-nowrap {white-space: nowrap;}
-.xlakit-na {color: var(--jp-ui-font-color3, #999);}
-.xlakit-note {color: var(--jp-ui-font-color2, #555); font-size: 12px; margin: 2px 0;}
-.xlakit-error {border: 1px solid var(--jp-error-color1, #d62728); background: var(--jp-error-color3, #fff5f5); color: var(--jp-ui-font-color1, #1a1a1a); padding: 4px 8px; font-size: 12px;}
-.xlakit-chart {width: 100%; min-width: 0;}
-.xlakit-chart .main-svg {background: transparent !important;}
-.xlakit-chart .main-svg text {fill: var(--jp-ui-font-color1, #1a1a1a) !important;}
-.xlakit-chart .main-svg .gridlayer path, .xlakit-chart .main-svg .zerolinelayer path {stroke: var(--jp-border-color2, #e0e0e0) !important;}
-.xlakit-chart .main-svg .legend .bg {fill: transparent !important;}
-.xlakit-chart .main-svg .hoverlayer .hovertext text {fill: #111 !important;}
-.xlakit-chart .main-svg .hoverlayer .hovertext path {fill: #fff !important;}
-.xlakit-chart .main-svg .treemaplayer .slicetext text {fill: #111 !important;}
-.xlakit-chart .modebar-btn path {fill: var(--jp-ui-font-color2, #555) !important;}
-.xlakit-controls {display: flex; flex-wrap: wrap; gap: 4px 8px; align-items: center;}
-.xlakit-spark polyline {stroke: var(--jp-brand-color1, #1f77b4);}
-.xlakit-spark circle {fill: var(--jp-brand-color1, #1f77b4);}
-</style>"""
+_RULES = (
+    ('.xlakit-snapshot, .xlakit-view {color: var(--jp-ui-font-color1, #1a1a1a); '
+     'font-family: var(--jp-ui-font-family, sans-serif); max-width: 100%;}'),
+    '.xlakit-snapshot h4 {margin: 4px 0; color: var(--jp-ui-font-color0, #000);}',
+    '.xlakit-table-wrap {max-width: 100%; overflow-x: auto;}',
+    ('.xlakit-table {border-collapse: collapse; font-size: 12px; color: var(--jp-ui-font-color1, #1a1a1a); '
+     'background: transparent;}'),
+    ('.xlakit-table th, .xlakit-table td {padding: 2px 8px; '
+     'border-bottom: 1px solid var(--jp-border-color2, #e0e0e0); text-align: left; vertical-align: top;}'),
+    ('.xlakit-table th {background: var(--jp-layout-color2, #f2f2f2); color: var(--jp-ui-font-color0, '
+     '#000); font-weight: 600; white-space: nowrap;}'),
+    '.xlakit-table caption {text-align: left; font-weight: 600; padding: 2px 0;}',
+    '.xlakit-table .xlakit-num {text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums;}',
+    '.xlakit-table .xlakit-nowrap {white-space: nowrap;}',
+    '.xlakit-na {color: var(--jp-ui-font-color3, #999);}',
+    '.xlakit-note {color: var(--jp-ui-font-color2, #555); font-size: 12px; margin: 2px 0;}',
+    ('.xlakit-error {border: 1px solid var(--jp-error-color1, #d62728); background: var(--jp-error-color3, '
+     '#fff5f5); color: var(--jp-ui-font-color1, #1a1a1a); padding: 4px 8px; font-size: 12px;}'),
+    '.xlakit-chart {width: 100%; min-width: 0;}',
+    '.xlakit-chart .main-svg {background: transparent !important;}',
+    '.xlakit-chart .main-svg text {fill: var(--jp-ui-font-color1, #1a1a1a) !important;}',
+    ('.xlakit-chart .main-svg .gridlayer path, .xlakit-chart .main-svg .zerolinelayer path '
+     '{stroke: var(--jp-border-color2, #e0e0e0) !important;}'),
+    '.xlakit-chart .main-svg .legend .bg {fill: transparent !important;}',
+    '.xlakit-chart .main-svg .hoverlayer .hovertext text {fill: #111 !important;}',
+    '.xlakit-chart .main-svg .hoverlayer .hovertext path {fill: #fff !important;}',
+    '.xlakit-chart .main-svg .treemaplayer .slicetext text {fill: #111 !important;}',
+    '.xlakit-chart .modebar-btn path {fill: var(--jp-ui-font-color2, #555) !important;}',
+    '.xlakit-controls {display: flex; flex-wrap: wrap; gap: 4px 8px; align-items: center;}',
+    '.xlakit-spark polyline {stroke: var(--jp-brand-color1, #1f77b4);}',
+    '.xlakit-spark circle {fill: var(--jp-brand-color1, #1f77b4);}',
+)
+STYLE = "<style class='xlakit-style'>\n" + "\n".join(_RULES) + "\n</style>"
 
 
 def plotly_template() -> dict:

@@ -239,7 +239,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
 
     a = columns.arrays()
     total = a["time"].size
-    lanes = tuple(sorted(columns.lanes, key=columns.lanes.get))
+    lanes = tuple(sorted(columns.lanes, key=lambda name: columns.lanes[name]))
     if total == 0:
         empty = np.zeros(0)
         return TimelineData(None, lanes, {}, empty, empty, 0, 0, 0, 0.0)

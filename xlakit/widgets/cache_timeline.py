@@ -229,7 +229,8 @@ class CacheTimeline(View, widgets.VBox):
             sampled = f", {data.shown:,} drawn (down-sampled)" if data.downsampled else ""
             self.status.value = (f"<small><span class='xlakit-event-count' data-events='{data.total}'>"
                                  f"{data.total:,} events</span>, {data.matched:,} match{sampled}; "
-                                 f"{len(data.lanes)} function(s); seconds saved by hits: {fmt_seconds(data.saved_s)}</small>")
+                                 f"{len(data.lanes)} function(s); seconds saved by hits: "
+                                 f"{fmt_seconds(data.saved_s)}</small>")
 
     def explain_miss(self, index: int | None) -> str:
         """Show why the miss at row ``index`` of :attr:`columns` happened (its recorded reason, key and

@@ -24,7 +24,8 @@ class MemoryBreakdown(View, widgets.VBox):
     the host twins stacked upwards; aliased (donated) bytes, counted in both arguments and outputs, drawn
     below zero as a reduction, so the net height is what one run reserves. A dash marks XLA's peak; on CPU,
     where XLA:CPU's peak leaves out temporaries, it is labelled so and a second dash marks the footprint.
-    Fields the backend does not report get no bar (never a fake 0). Selecting a program (the dropdown) shows its largest buffers at the peak (:meth:`xlakit.memory.BufferAssignment.largest`) and
+    Fields the backend does not report get no bar (never a fake 0). Selecting a program (the dropdown) shows
+    its largest buffers at the peak (:meth:`xlakit.memory.BufferAssignment.largest`) and
     its live bytes over program order (:meth:`~xlakit.memory.BufferAssignment.live_bytes_by_step`).
 
     Args:
