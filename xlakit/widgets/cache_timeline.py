@@ -31,10 +31,11 @@ class CacheTimeline(View, widgets.VBox):
     Hovering a marker shows the function, layer, duration, seconds saved, bytes, key, partition and reason.
     Filters by kind, by function name (substring) and by source. New events arrive through
     :meth:`xlakit.events.EventLog.subscribe` (push, not poll): the observer only queues them; a daemon
-    thread redraws at most every :attr:`throttle_s` seconds, so a burst of compiles never waits on the view.
-    Large logs stay responsive: WebGL traces (``scattergl``) and down-sampling to :attr:`max_points`
-    markers that keeps each lane's shape and its slowest events
-    (:func:`xlakit.widgets._data.downsample`).
+    thread waits at most :attr:`throttle_s` seconds for a burst to end, then hands one redraw to the kernel's
+    thread (inside a kernel, the redraw runs when the running cell finishes or yields; widget messages are
+    never sent from the thread). Large logs stay responsive: WebGL traces (``scattergl``) above 2,000
+    markers and down-sampling to :attr:`max_points` markers that keeps each lane's shape and its slowest
+    events (:func:`xlakit.view.timeline.downsample`).
 
     The process-wide log holds what xlakit's caches do; :func:`xlakit.events.install_listeners` adds JAX's own
     compiles, traces, lowerings and persistent-cache activity to it.
