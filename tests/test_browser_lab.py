@@ -183,3 +183,20 @@ def test_converted_notebook_shows_every_snapshot_offline_and_stays_small(lab, tm
     assert len(charts) >= 7, charts  # dashboard: bars, timeline, treemap; breakdown: bars, liveness; +2
     assert all(c["traces"] > 0 and c["drawn"] > 0 for c in charts), charts
     assert not errors, errors[:3]
+
+
+def test_the_comparison_flags_a_blank_or_partial_chart():
+    """The check itself can fail: an empty grid (no traces), a chart with traces but nothing drawn, a chart
+    missing from the page, and a trace with other points are all reported."""
+    want = {"c1": [{"type": "bar", "name": "a", "points": 2}], "c2": [{"type": "scatter", "name": "s", "points": 3}],
+            "c3": [{"type": "treemap", "name": "t", "points": 4}]}
+    drawn = [{"id": "c1", "traces": [], "drawn": 0, "calc": 0, "visible": True},
+             {"id": "c2", "traces": [{"type": "scatter", "name": "s", "points": 3}], "drawn": 0, "calc": 0,
+              "visible": True}]
+    problems = harness.compare(drawn, want)
+    assert any(p.startswith("c1: page has []") for p in problems)
+    assert any(p.startswith("c2: traces present but not drawn") for p in problems)
+    assert "c3: not in the page" in problems
+    ok = [{"id": "c1", "traces": want["c1"], "drawn": 1, "calc": 1, "visible": True}]
+    assert harness.compare(ok, {"c1": want["c1"]}) == []
+    assert harness.compare([{**ok[0], "traces": [{"type": "bar", "name": "a", "points": 1}]}], {"c1": want["c1"]})
