@@ -10,6 +10,7 @@ import ipywidgets as widgets
 import traitlets
 
 from xlakit.memory._display import fmt_bytes
+from xlakit.view.allocator import bytes_span
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View
 
@@ -24,9 +25,7 @@ _HEAD = {"device": "device", "in_use": "in use", "peak": "peak", "limit": "limit
 
 
 def _bytes_html(n: int | None) -> str:
-    if n is None:
-        return "<span class='xlakit-na' style='color:#999'>not reported</span>"
-    return f"<span class='xlakit-bytes' data-bytes='{int(n)}' title='{int(n)} bytes'>{fmt_bytes(int(n))}</span>"
+    return bytes_span(n)
 
 
 def _cell_layout(column: str) -> widgets.Layout:
