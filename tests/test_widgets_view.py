@@ -153,3 +153,25 @@ def test_report_says_what_it_leaves_out(tmp_path):
     assert "of the process that wrote this report (pid" in html
     source = open(xlakit.report.__file__).read()
     assert not re.search(r"^\s*(from|import) xlakit\.widgets", source, re.M)  # no widget internals
+
+
+def test_plotly_js_once_per_document_and_again_when_its_cell_reruns(monkeypatch):
+    """plotly.js goes with the first figure only; re-running the cell that carried it sends it again (its
+    old output is replaced), while other cells and a second figure of the same run do not."""
+    import plotly.graph_objects as go
+
+    from xlakit.view import plotly_html
+
+    fig = go.Figure(go.Bar(x=["a"], y=[1]))
+    request = {"cell": "cell-A", "msg": "m1"}
+    monkeypatch.setattr(plotly_html, "_current_request", lambda: (request["cell"], request["msg"]))
+    plotly_html.reset_once()
+    has = lambda html: "DecompressionStream" in html  # noqa: E731
+    assert has(plotly_html.figure_html(fig))            # first figure: the loader
+    assert not has(plotly_html.figure_html(fig))        # same run of the same cell
+    request.update(cell="cell-B", msg="m2")
+    assert not has(plotly_html.figure_html(fig))        # another cell
+    request.update(cell="cell-A", msg="m3")
+    assert has(plotly_html.figure_html(fig))            # the loader's cell again: its output is replaced
+    assert not has(plotly_html.figure_html(fig, False)) and has(plotly_html.figure_html(fig, True))
+    plotly_html.reset_once()

@@ -79,18 +79,47 @@ def loader_html() -> str:
             f"<script type='text/javascript'>{_LOADER_JS % {'id': uid}}</script>")
 
 
+_owner: tuple[str | None, str | None] = (None, None)  # (notebook cell id, request id) whose output has it
+
+
 def reset_once() -> None:
     """Forget that the loader was sent ("once" mode sends it again with the next figure)."""
-    global _sent
+    global _sent, _owner
     with _lock:
-        _sent = False
+        _sent, _owner = False, (None, None)
+
+
+def _current_request() -> tuple[str | None, str | None]:
+    """(cell id, message id) of the execute request running now in an IPython kernel, else (None, None)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return None, None
+    kernel = getattr(get_ipython(), "kernel", None)
+    get_parent = getattr(kernel, "get_parent", None)
+    try:
+        parent = get_parent() if callable(get_parent) else None
+    except Exception:  # noqa: BLE001 - no request context: behave as outside a kernel
+        parent = None
+    if not isinstance(parent, dict):
+        return None, None
+    meta = parent.get("metadata") or {}
+    return meta.get("cellId"), (parent.get("header") or {}).get("msg_id")
 
 
 def _take_once() -> bool:
-    global _sent
+    """True for the first figure of the process, and again when the cell that carried the loader runs anew
+    (its old output, loader included, is being replaced)."""
+    global _sent, _owner
+    cell, request = _current_request()
     with _lock:
-        first, _sent = not _sent, True
-    return first
+        if not _sent:
+            _sent, _owner = True, (cell, request)
+            return True
+        if cell is not None and cell == _owner[0] and request != _owner[1]:
+            _owner = (cell, request)
+            return True
+        return False
 
 
 def figure_html(fig: Any, include_plotlyjs: bool | str = "once", *, height: int | None = None) -> str:
