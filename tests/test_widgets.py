@@ -105,7 +105,13 @@ def test_memory_breakdown_bars_units_sorting_and_selection(programs):
     assert bars["arguments"].type == "bar" and list(bars["arguments"].x) == ["matmul", "scale"]
     assert bars["arguments"].y == (float(matmul.argument_bytes), float(scale.argument_bytes))
     assert bars["aliases (reused)"].y[1] == -float(scale.alias_bytes)  # a reduction, below zero
-    assert bars["peak (XLA)"].y == (float(matmul.peak_bytes), float(scale.peak_bytes))
+    # On CPU XLA's peak leaves out temporaries: the dash says so, and a second dash marks the footprint.
+    assert bars["peak (XLA:CPU, no temporaries)"].y == (float(matmul.peak_bytes), float(scale.peak_bytes))
+    assert bars["footprint (one run reserves)"].y == (float(matmul.footprint_bytes), float(scale.footprint_bytes))
+    # The byte axis and tooltips use binary units (MiB), never plotly's decimal k/M.
+    ticks = list(w.figure.layout.yaxis.ticktext)
+    assert any(t.endswith("MiB") for t in ticks) and not any(t.endswith(("kB", "MB", "M", "k")) for t in ticks)
+    assert bars["arguments"].customdata[1] == "4.0 MiB" and "%{y" not in bars["arguments"].hovertemplate
 
     w._unit_toggle.value = "percent"  # the toggle, as a click sets it
     assert w.unit == "percent"
@@ -129,10 +135,8 @@ def test_memory_breakdown_bars_units_sorting_and_selection(programs):
     assert "Largest buffers at the peak: matmul" in w.details.value
     assert len(w.detail_figure.data) >= 1
 
-    bar = next(t for t in w.figure.data if t.type == "bar")
-    bar._dispatch_on_click(Points(point_inds=[1], xs=["scale"], ys=[1.0], trace_name=bar.name, trace_index=0),
-                           InputDeviceState())
-    assert w.selected == "scale"
+    w.select("scale")
+    assert w.selected == "scale" and w._program_menu.value == "scale"
     w._program_menu.value = w._program_menu.options[0][1]  # "—": no program
     assert w.selected is None and w.largest is None
     w._program_menu.value = "scale"
@@ -280,14 +284,30 @@ def _events(n, t0=1_700_000_000.0):
                   saved_s=0.25 if i % 4 == 0 else None, time=t0 + 0.01 * i) for i in range(n)]
 
 
+def saved_axis_ok(fig) -> bool:
+    """The seconds-saved curve is on its own y axis (a second panel) whose ticks carry a unit."""
+    saved = next(t for t in fig.data if t.name.startswith("seconds saved"))
+    axis = fig.layout["yaxis" + saved.yaxis[1:]]
+    return saved.yaxis != "y" and axis.ticksuffix in (" ms", " s") and axis.overlaying is None
+
+
 def test_cache_timeline_draws_filters_and_follows_the_log():
     log = EventLog()
     log.extend(_events(40))
     w = CacheTimeline(log, throttle_s=0.01)
     assert w.data.total == 40 and w.data.lanes == ("jit_f0", "jit_f1", "jit_f2")
-    assert {t.type for t in w.figure.data} == {"scattergl"}
+    assert {t.type for t in w.figure.data} == {"scatter"}  # SVG below 2,000 markers (WebGL above)
     names = [t.name for t in w.figure.data]
-    assert set(names) == {"hit", "miss", "compile", "store", "seconds saved (cumulative)"}
+    assert set(names) == {"hit", "miss", "compile", "store", "seconds saved (cumulative)", "compile (span)",
+                          "hit (span)"}
+    # Every kind sits at its own height in its lane: a hit right after a compile is never hidden under it.
+    ys = {t.name: set(t.y) for t in w.figure.data if t.name in ("hit", "compile")}
+    assert not ys["hit"] & ys["compile"]
+    # Compiles are spans from start to end (Event.time is the end), not points at their end.
+    span = next(t for t in w.figure.data if t.name == "compile (span)")
+    assert span.x[1] - span.x[0] == pytest.approx(0.02, abs=1e-6)  # event 2: duration 0.02 s
+    # Seconds saved has its own panel and axis, in readable units.
+    assert saved_axis_ok(w.figure)
     saved = next(t for t in w.figure.data if t.name.startswith("seconds saved"))
     assert saved.y[-1] == pytest.approx(0.25 * 10)
     assert tuple(w.figure.layout.yaxis.ticktext) == ("jit_f0", "jit_f1", "jit_f2")
@@ -307,7 +327,7 @@ def test_cache_timeline_draws_filters_and_follows_the_log():
     _wait(lambda: w.data.total == 41, what="the live update")
     assert "jit_new" in w.data.lanes and "evict" in w.data.points
     hover = w.data.points["evict"]["hover"][0]
-    assert "123456" in hover and "over the cap" in hover and "jit_new-1" in hover
+    assert "120.6 KiB (123,456 bytes)" in hover and "over the cap" in hover and "jit_new-1" in hover
 
     html = w._repr_mimebundle_()["text/html"]
     assert "41 of 41 events" in html and "jit_new" in html
@@ -474,10 +494,14 @@ def test_dashboard_tabs_snapshot_and_close(cache):
     assert d.titles == ("Memory", "Allocator", "Timeline", "Cache", "Live arrays")
     assert d.browser is not None and set(d.breakdown.program_names) == {"jit_square", "jit_cube"}
     assert d.threads_alive >= 2  # allocator auto-refresh, timeline live updates
+    from xlakit.view import plotly_html
+
+    plotly_html.reset_once()
     html = d._repr_mimebundle_()["text/html"]
     for title in ("Memory breakdown", "Allocator", "Cache timeline", "Cache (2 entries)", "Live arrays"):
         assert title in html
-    assert html.count("cdn.plot.ly") == 1
+    assert html.count("DecompressionStream") == 1  # plotly.js once for every chart of the snapshot
+    assert "cdn.plot.ly" not in html  # no network needed
     d.close()
     assert d.threads_alive == 0 and not log._observers
     assert all(v.closed for v in d.views)

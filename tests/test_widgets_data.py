@@ -105,7 +105,7 @@ def test_timeline_data_filters_counts_hover_and_saved_seconds():
     assert data.saved_s == pytest.approx(0.5 * 10)
     assert data.saved_y[-1] == pytest.approx(5.0) and np.all(np.diff(data.saved_y) >= 0)
     hover = data.points["store"]["hover"][0]
-    assert "key: jit_f" in hover and "partition: cpu-p" in hover and "bytes:" in hover and "(1003)" in hover
+    assert "key: jit_f" in hover and "partition: cpu-p" in hover and "bytes: 1003 B" in hover
     assert "reason: no entry" in data.points["miss"]["hover"][0]
     assert sum(sum(c.values()) for c in data.counts.values()) == 40
     only_hits = _data.timeline_data(cols, kinds=["hit"])

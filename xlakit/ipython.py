@@ -7,13 +7,16 @@
 
     %%xlakit
     state = train_step(state, batch)
-    # under the cell: compiles, hits, misses, compile/load/saved seconds, the cell's seconds, peak bytes
+    # under the cell: compiles, hits, misses, compile/load/saved seconds, the cell's seconds, bytes in use
+    # before and after (the change), and the peak with what kind of peak it is
 
 The cell magic runs the cell inside :func:`xlakit.events.record` (every cache and compile event of the cell,
-JAX's own signals included) and :func:`xlakit.memory.track` (the memory peak is reset when the cell starts,
-so the peak shown is the cell's own: exact after a ``native`` or ``clear_refs`` reset — on CPU the process
-resident high-water mark — and an upper bound after a ``baseline`` reset). Options: ``%%xlakit --no-reset``
-keeps the peak as it is (the summary then shows the peak since the last reset).
+JAX's own signals included) and :func:`xlakit.memory.track`. By default it does **not** reset the memory
+peak (a reset is process-wide: on CPU it resets the process high-water mark, which an AllocatorPanel shows
+too), so the peak shown is the peak since the last reset or since the process started, and the summary says
+so and whether it rose during the cell. ``%%xlakit --reset-peak`` resets it when the cell starts, so the peak
+is the cell's own (exact after a ``native`` or ``clear_refs`` reset, an upper bound after ``baseline``), and
+the summary says that it reset. ``--no-reset`` is accepted and is the default.
 
 Importing this module imports IPython, not JAX or the widget libraries; each command imports what it needs.
 """
@@ -29,9 +32,9 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from xlakit.memory._display import fmt_bytes
+from xlakit.view.format import fmt_bytes, fmt_seconds
 
-__all__ = ["load_ipython_extension", "unload_ipython_extension", "XlakitMagics", "CellSummary", "COMMANDS"]
+__all__ = ["load_ipython_extension", "unload_ipython_extension", "XlakitMagics", "CellSummary", "COMMANDS", "StatsView"]
 
 #: ``%xlakit <command>``: what each line command returns.
 COMMANDS = {
@@ -41,8 +44,40 @@ COMMANDS = {
     "timeline": "CacheTimeline of the process-wide event log",
     "cache": "CacheBrowser of the enabled cache",
     "live": "LiveArrays",
-    "stats": "xlakit.cache_stats(): totals of the process-wide event log",
+    "stats": "xlakit.cache_stats(): totals of the process-wide event log, formatted",
 }
+
+
+class StatsView:
+    """``%xlakit stats``: :func:`xlakit.cache_stats` as a two-column table (text and HTML) of formatted
+    values; counts that are 0 are left out. ``stats`` is the :class:`~xlakit.events.CacheStats`."""
+
+    def __init__(self, stats: Any) -> None:
+        self.stats = stats
+        self.counts = stats.counts
+
+    def rows(self) -> list[dict[str, str]]:
+        s = self.stats
+        rows = [{"what": f"{k} events", "value": f"{v:,}"} for k, v in s.counts.items() if v]
+        rows += [{"what": "compile time", "value": fmt_seconds(s.compile_s)},
+                 {"what": "load time on hits", "value": fmt_seconds(s.load_s)},
+                 {"what": "time saved by hits", "value": fmt_seconds(s.saved_s)},
+                 {"what": "bytes stored", "value": fmt_bytes(s.stored_bytes)},
+                 {"what": "trace time", "value": fmt_seconds(s.trace_s)},
+                 {"what": "lowering time", "value": fmt_seconds(s.lower_s)},
+                 {"what": "events from", "value": s.source or "every layer (xlakit, JAX persistent cache, jit)"}]
+        return rows
+
+    def _table(self) -> Any:
+        from xlakit.view.table import Column, Table
+
+        return Table([Column("what", "process-wide event log"), Column("value", "", nowrap=False)], self.rows())
+
+    def __repr__(self) -> str:
+        return self._table().to_text()
+
+    def _repr_html_(self) -> str:
+        return self._table()._repr_html_()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,9 +88,15 @@ class CellSummary:
       compiles: XLA compiles (int). hits / misses: cache hits and misses on every layer (int).
       compile_s, load_s, saved_s: seconds compiling, loading on hits, and saved by hits (float).
       seconds: wall seconds of the cell (float).
-      peak_bytes: the largest peak since the reset at the cell's start over the devices (int bytes), or None
-        when no device reports one. peak_device: the device it belongs to. peak_exact: True when exact,
-        False when an upper bound (baseline reset), None when unknown. peak_method: the reset method.
+      peak_bytes: the largest peak over the devices at the cell's end (int bytes), or None when no device
+        reports one: with ``reset`` the peak since the reset at the cell's start (the cell's own), else the
+        peak since the last reset or since the process started. peak_device: its device. peak_exact: True
+        when exact, False when an upper bound (baseline reset), None when unknown. peak_method: the reset
+        method that defines it (None: never reset). peak_kind: what the number is, in words.
+      peak_before_bytes: the same peak at the cell's start (int | None); a higher ``peak_bytes`` means the
+        cell raised it.
+      reset: whether the cell reset the peak (``--reset-peak``).
+      in_use_before_bytes, in_use_after_bytes: bytes in use at the start and end, summed over devices.
       in_use_change_bytes: change of bytes in use over the cell, summed over devices (int), or None.
       failed: the cell raised.
       events: the :class:`~xlakit.events.EventLog` of the cell; tracker: the :class:`~xlakit.memory.Tracker`.
@@ -76,57 +117,94 @@ class CellSummary:
     failed: bool = False
     events: Any = dataclasses.field(default=None, repr=False, compare=False)
     tracker: Any = dataclasses.field(default=None, repr=False, compare=False)
+    peak_kind: str = ""
+    peak_before_bytes: int | None = None
+    reset: bool = False
+    in_use_before_bytes: int | None = None
+    in_use_after_bytes: int | None = None
 
     @classmethod
-    def of(cls, events: Any, tracker: Any, seconds: float, failed: bool = False) -> CellSummary:
+    def of(cls, events: Any, tracker: Any, seconds: float, failed: bool = False, *, reset: bool = False) -> CellSummary:
         """Build from a recorded :class:`~xlakit.events.EventLog` and a finished tracker."""
+        from xlakit.view.allocator import displayed_peak
+
         stats = events.stats()
-        peak = device = exact = method = None
-        change = None
+        peak = device = exact = method = before_peak = None
+        kind = ""
+        change = in_before = in_after = None
         if tracker is not None and tracker.after is not None:
+            before_by_device = {s.device: s for s in tracker.before or ()}
             for s in tracker.after:
-                value = s.peak_since_reset_bytes
+                value, what = displayed_peak(s)
                 if value is not None and (peak is None or value > peak):
-                    peak, device, exact, method = value, s.device, s.peak_since_reset_exact, s.reset_method
-            before = {s.device: s.bytes_in_use for s in tracker.before or ()}
-            deltas = [s.bytes_in_use - before[s.device] for s in tracker.after
-                      if s.bytes_in_use is not None and before.get(s.device) is not None]
-            change = sum(deltas) if deltas else None
+                    peak, device, kind = value, s.device, what
+                    exact = s.peak_since_reset_exact if s.peak_since_reset_bytes is not None else None
+                    method = s.reset_method
+                    prior = before_by_device.get(s.device)
+                    before_peak = displayed_peak(prior)[0] if prior is not None else None
+            pairs = [(before_by_device[s.device].bytes_in_use, s.bytes_in_use) for s in tracker.after
+                     if s.bytes_in_use is not None and s.device in before_by_device
+                     and before_by_device[s.device].bytes_in_use is not None]
+            if pairs:
+                in_before, in_after = sum(b for b, _ in pairs), sum(a for _, a in pairs)
+                change = in_after - in_before
         return cls(stats.counts["compile"], stats.hits, stats.misses, stats.compile_s, stats.load_s, stats.saved_s,
-                   seconds, peak, device, exact, method, change, failed, events, tracker)
+                   seconds, peak, device, exact, method, change, failed, events, tracker, kind, before_peak, reset,
+                   in_before, in_after)
 
     def _peak_text(self) -> str:
         if self.peak_bytes is None:
             return "peak not reported"
-        how = {True: "exact", False: "at most"}.get(self.peak_exact, "?")
-        what = "process high-water mark" if self.peak_method == "clear_refs" else "peak"
-        return f"{what} {fmt_bytes(self.peak_bytes)} on {self.peak_device} ({how}, {self.peak_method} reset)"
+        how = {True: "exact", False: "at most"}.get(self.peak_exact, "")
+        what = "process high-water mark" if self.peak_method == "clear_refs" or "high-water" in self.peak_kind \
+            else "peak"
+        if self.reset:
+            scope = f"the cell's own: reset at its start ({self.peak_method}{', ' + how if how else ''})"
+        else:
+            scope = f"{self.peak_kind}; not reset by this cell"
+            if self.peak_before_bytes is not None:
+                rose = self.peak_bytes - self.peak_before_bytes
+                scope += (f"; rose by {fmt_bytes(rose)} during the cell" if rose > 0
+                          else "; did not rise during the cell")
+        return f"{what} {fmt_bytes(self.peak_bytes)} on {self.peak_device} ({scope})"
+
+    def _in_use_text(self) -> str:
+        if self.in_use_change_bytes is None:
+            return "in use: not reported"
+        sign = "+" if self.in_use_change_bytes >= 0 else "-"
+        return (f"in use {fmt_bytes(self.in_use_before_bytes)} -> {fmt_bytes(self.in_use_after_bytes)} "
+                f"({sign}{fmt_bytes(abs(self.in_use_change_bytes))})")
 
     def __repr__(self) -> str:
-        change = "" if self.in_use_change_bytes is None else f", in use {self.in_use_change_bytes:+,} B"
-        return (f"xlakit: {self.compiles} compile(s) {self.compile_s:.3f} s, {self.hits} hit(s) "
-                f"(load {self.load_s:.3f} s, saved {self.saved_s:.3f} s), {self.misses} miss(es); "
-                f"cell {self.seconds:.3f} s{' (failed)' if self.failed else ''}; {self._peak_text()}{change}")
+        return (f"xlakit: {self.compiles} compile(s) {fmt_seconds(self.compile_s)}, {self.hits} hit(s) "
+                f"(load {fmt_seconds(self.load_s)}, saved {fmt_seconds(self.saved_s)}), {self.misses} miss(es); "
+                f"cell {fmt_seconds(self.seconds)}{' (failed)' if self.failed else ''}; {self._in_use_text()}; "
+                f"{self._peak_text()}")
 
     def _repr_html_(self) -> str:
         peak_attr = f" data-bytes='{self.peak_bytes}'" if self.peak_bytes is not None else ""
-        cells = [("compiles", f"{self.compiles} ({self.compile_s:.3f} s)"),
-                 ("hits", f"{self.hits} (load {self.load_s:.3f} s, saved {self.saved_s:.3f} s)"),
-                 ("misses", str(self.misses)), ("cell", f"{self.seconds:.3f} s" + (" — failed" if self.failed else ""))]
+        change_attr = (f" data-bytes='{self.in_use_change_bytes}'" if self.in_use_change_bytes is not None else "")
+        cells = [("compiles", f"{self.compiles} ({fmt_seconds(self.compile_s)})"),
+                 ("hits", f"{self.hits} (load {fmt_seconds(self.load_s)}, saved {fmt_seconds(self.saved_s)})"),
+                 ("misses", str(self.misses)),
+                 ("cell", fmt_seconds(self.seconds) + (" — failed" if self.failed else ""))]
         body = "".join(f"<span style='margin-right:14px'><b>{escape(k)}</b> {escape(v)}</span>" for k, v in cells)
+        body += (f"<span class='xlakit-cell-in-use' style='margin-right:14px'{change_attr}>"
+                 f"{escape(self._in_use_text())}</span>")
         body += f"<span class='xlakit-cell-peak'{peak_attr}><b>peak</b> {escape(self._peak_text())}</span>"
-        return (f"<div class='xlakit-cell-summary' style='font-size:12px;color:#333;border-top:1px solid #ddd;"
-                f"padding-top:2px'>xlakit · {body}</div>")
+        return (f"<div class='xlakit-cell-summary' style='font-size:12px;color:var(--jp-ui-font-color1,#333);"
+                f"border-top:1px solid var(--jp-border-color2,#ddd);padding-top:2px'>xlakit · {body}</div>")
 
 
 @magics_class
 class XlakitMagics(Magics):
-    """``%xlakit <command>`` (see :data:`COMMANDS`) and ``%%xlakit [--no-reset]``."""
+    """``%xlakit <command>`` (see :data:`COMMANDS`) and ``%%xlakit [--reset-peak]``."""
 
     @line_cell_magic
     def xlakit(self, line: str, cell: str | None = None) -> Any:
         """``%xlakit dashboard|memory|allocator|timeline|cache|live|stats`` returns that view;
-        ``%%xlakit [--no-reset]`` runs the cell and shows what it compiled, hit, missed and its memory peak."""
+        ``%%xlakit [--reset-peak]`` runs the cell and shows what it compiled, hit, missed, its in-use change
+        and the memory peak (and what kind of peak)."""
         if cell is None:
             return self._line(line)
         return self._cell(line, cell)
@@ -135,7 +213,7 @@ class XlakitMagics(Magics):
         words = shlex.split(line)
         if not words or words[0] in ("help", "-h", "--help"):
             print("%xlakit COMMAND\n" + "\n".join(f"  {k:<10} {v}" for k, v in COMMANDS.items())
-                  + "\n%%xlakit [--no-reset]  record a cell's events and memory peak")
+                  + "\n%%xlakit [--reset-peak]  record a cell's events, in-use change and memory peak")
             return None
         command, rest = words[0], words[1:]
         if command not in COMMANDS:
@@ -145,7 +223,7 @@ class XlakitMagics(Magics):
         if command == "stats":
             import xlakit
 
-            return xlakit.cache_stats()
+            return StatsView(xlakit.cache_stats())
         from xlakit import widgets
         from xlakit._jax import persistent
 
@@ -163,19 +241,21 @@ class XlakitMagics(Magics):
 
     def _cell(self, line: str, cell: str) -> CellSummary:
         words = shlex.split(line)
-        unknown = [w for w in words if w != "--no-reset"]
+        unknown = [w for w in words if w not in ("--no-reset", "--reset-peak")]
         if unknown:
-            raise UsageError(f"%%xlakit takes only --no-reset, got {' '.join(unknown)!r}")
+            raise UsageError(f"%%xlakit takes only --reset-peak (or --no-reset, the default), got "
+                             f"{' '.join(unknown)!r}")
+        reset = "--reset-peak" in words
         from IPython.display import display
 
         from xlakit import events
         from xlakit.memory import track
 
         start = time.perf_counter()
-        with events.record() as recorded, track(reset="--no-reset" not in words) as tracker:
+        with events.record() as recorded, track(reset=reset) as tracker:
             result = self.shell.run_cell(cell)
         summary = CellSummary.of(recorded, tracker, time.perf_counter() - start,
-                                 failed=not getattr(result, "success", True))
+                                 failed=not getattr(result, "success", True), reset=reset)
         self.shell.user_ns["_xlakit_cell"] = summary
         display(summary)
         return None

@@ -7,43 +7,79 @@
     import xlakit.report
     xlakit.report.write("report.html", cache=cache, log=xlakit.events.log(), programs={"step": compiled})
 
-Sections (each the static snapshot its widget shows, built by the same functions): a summary of the
-events' totals, the memory breakdown (of ``programs``, else of the cache's entries), the cache timeline (of
-``log``), the cache entries with per-partition totals, the allocator numbers of this process's devices, and
-the live arrays of this process. The file is one page; with ``include_plotlyjs=True`` (the default) it
-inlines plotly.js and needs no network.
+Sections (each the static snapshot its widget shows, built by the same :mod:`xlakit.view` functions): a
+summary of the events' totals, the memory breakdown (of ``programs``, else of the cache's entries), the cache
+timeline (of ``log``), the cache entries with per-partition totals, the allocator numbers and the live arrays
+of the process that writes the report (labelled so: from the command line that is the report's own process,
+not your program's). A last section lists what the report leaves out and why (no timeline without an event
+log; hits counted from the event log only). The file is one page; with ``include_plotlyjs=True`` (the
+default) it carries plotly.js once, compressed, and needs no network.
 
-Needs the ``widgets`` extra (plotly); the allocator and live-array sections import JAX.
+Needs the ``widgets`` extra (plotly); the allocator and live-array sections import JAX. Imports no widget
+code (ipywidgets is not needed).
 """
 
 from __future__ import annotations
 
-from xlakit._atomic import write_atomic
-
-import html
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+from xlakit._atomic import write_atomic
+
 __all__ = ["build", "write"]
 
 
-def _summary(log: Any, cache: Any) -> str:
-    from xlakit.widgets import _data
-    from xlakit.widgets._html import snapshot
+def _summary(log: Any, folder: str | None) -> str:
+    from xlakit.view.format import fmt_seconds
+    from xlakit.view.html import snapshot
+    from xlakit.view.table import Column, Table
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     if log is not None:
         stats = log.stats()
-        rows = [{"what": k, "value": v} for k, v in stats.counts.items() if v]
-        rows += [{"what": "compile seconds", "value": f"{stats.compile_s:.3f}"},
-                 {"what": "load seconds (hits)", "value": f"{stats.load_s:.3f}"},
-                 {"what": "seconds saved", "value": f"{stats.saved_s:.3f}"}]
-    table = _data.table_html(rows, [("what", "events"), ("value", "")]) if rows else ""
-    where = f"<p>cache folder: <code>{html.escape(str(cache.store.root))}</code></p>" if cache is not None else ""
-    when = time.strftime("%Y-%m-%d %H:%M:%S")
-    return snapshot(f"xlakit report — {when}", where + table)
+        rows = [{"what": f"{k} events", "value": f"{v:,}"} for k, v in stats.counts.items() if v]
+        rows += [{"what": "compile time", "value": fmt_seconds(stats.compile_s)},
+                 {"what": "load time (hits)", "value": fmt_seconds(stats.load_s)},
+                 {"what": "time saved by hits", "value": fmt_seconds(stats.saved_s)}]
+    table = Table([Column("what", "from the event log"), Column("value", "")], rows).to_html() if rows else ""
+    where = f"<p class='xlakit-note'>cache folder: <code>{folder}</code></p>" if folder else ""
+    return snapshot(f"xlakit report — {time.strftime('%Y-%m-%d %H:%M:%S')}", where + table)
+
+
+def _left_out(items: list[str]) -> str:
+    from xlakit.view.html import note, snapshot
+
+    if not items:
+        return ""
+    return snapshot("What this report leaves out", "".join(note(i) for i in items))
+
+
+def _hits_from(log: Any, entries: Any) -> Any:
+    """The entries frame with ``hits`` counted from ``log`` (the report's own process has none)."""
+    if entries is None or entries.empty:
+        return entries
+    counts: dict[str, int] = {}
+    for e in log.events("hit"):
+        if e.key:
+            counts[e.key] = counts.get(e.key, 0) + 1
+    out = entries.copy()
+    out["hits"] = [counts.get(k, 0) for k in out["key"]]
+    return out
+
+
+def _browse(cache: Any) -> tuple[Any, bool]:
+    """An object with ``entries()`` and ``store.root`` for ``cache`` (an ExecutableCache is used as is)."""
+    if hasattr(cache, "entries") and hasattr(cache, "store"):
+        return cache, False
+    from xlakit.cache import ExecutableCache
+
+    store = getattr(cache, "store", None)
+    if store is None or not hasattr(store, "root"):
+        raise TypeError(f"report: cache must be an ExecutableCache or the cache xlakit.enable_cache() returns; "
+                        f"got {type(cache).__name__}")
+    return ExecutableCache(store.root, getattr(store, "max_bytes", None), secret=getattr(store, "secret", None)), True
 
 
 def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: Any = None,
@@ -54,67 +90,100 @@ def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: 
     Args:
       cache: an ``ExecutableCache`` (or the cache ``xlakit.enable_cache()`` returns) for the cache section and,
         without ``programs``, the memory breakdown. None: no cache sections.
-      log: an :class:`~xlakit.events.EventLog` for the summary and the timeline; None: no timeline.
+      log: an :class:`~xlakit.events.EventLog` for the summary, the timeline and the entries' hit counts;
+        None: no timeline and no hit counts (the report says so).
       programs: what the memory breakdown shows (anything :class:`~xlakit.widgets.MemoryBreakdown` takes).
       devices: devices of the allocator section (default: every local device).
-      allocator, live: include the allocator and live-array sections of this process (bool, default True).
-      include_plotlyjs: True inlines plotly.js once (works offline, ~4 MB); "cdn" links it.
+      allocator, live: include the allocator and live-array sections of the process writing the report
+        (bool, default True; titled as that process's numbers).
+      include_plotlyjs: True carries plotly.js once (compressed, ~1.9 MB, works offline); "cdn" links it.
       title: the page title.
+
+    Raises:
+      TypeError: ``cache`` is not a cache.
     """
-    from xlakit.widgets import _data, _snapshots
-    from xlakit.widgets._html import page
-    from xlakit.widgets._sources import collect_programs
+    from xlakit.view import breakdown as bd
+    from xlakit.view import cache as cv
+    from xlakit.view import live as lv
+    from xlakit.view import timeline as tl
+    from xlakit.view.html import page
+    from xlakit.view.programs import collect_programs
 
     browse = None
+    created = False
     if cache is not None:
-        from xlakit.widgets.cache_browser import _as_cache
-
-        browse, created = _as_cache(cache)
-    sections = [_summary(log, browse)]
-    js = include_plotlyjs
+        browse, created = _browse(cache)
+    folder = str(browse.store.root) if browse is not None else None
+    sections = [_summary(log, folder)]
+    left_out: list[str] = []
+    js: bool | str = include_plotlyjs
 
     def plotly_js() -> bool | str:
         nonlocal js
-        current, js = js, False
+        current = js
+        if js is True or js == "cdn":
+            js = False
         return current
 
-    source = programs if programs is not None else cache
-    if source is not None:
-        found = collect_programs(source)
-        frame = _data.breakdown_frame(found.memories, "name")
-        sections.append(_snapshots.breakdown_html(frame, "bytes", include_plotlyjs=plotly_js() if len(frame) else False,
-                                                  notes=[f"programs from {found.origin}"]))
-    if log is not None:
-        columns = _data.EventColumns(max(len(log), 1))
-        columns.extend(log.events())
-        data = _data.timeline_data(columns)
-        sections.append(_snapshots.timeline_html(data, include_plotlyjs=plotly_js() if data.total else False))
-    if browse is not None:
-        entries = browse.entries()
-        sections.append(_snapshots.cache_html(entries, _data.partition_totals(entries), max_rows=10_000,
-                                              folder=str(browse.store.root)))
-        if created:
+    try:
+        source = programs if programs is not None else cache
+        if source is not None:
+            found = collect_programs(source)
+            frame = bd.breakdown_frame(found.memories, "name")
+            sections.append(bd.breakdown_html(frame, "bytes", include_plotlyjs=plotly_js() if len(frame) else False,
+                                              notes=[f"programs from {found.origin}"]))
+        if log is not None:
+            columns = tl.EventColumns(max(len(log), 1))
+            columns.extend(log.events())
+            data = tl.timeline_data(columns)
+            sections.append(tl.timeline_html(data, include_plotlyjs=plotly_js() if data.total else False))
+        else:
+            left_out.append("The cache timeline: no event log was given (xlakit report --events FILE, or "
+                            "build(log=...)).")
+        if browse is not None:
+            entries = browse.entries()
+            if log is not None:
+                entries = _hits_from(log, entries)
+            elif not entries.empty and "hits" in entries.columns:
+                entries = entries.drop(columns=["hits"])
+                left_out.append("Hits per entry: they are counted from an event log, and none was given.")
+            sections.append(cv.cache_html(entries, cv.partition_totals(entries) if "hits" in entries.columns
+                                          else cv.partition_totals(entries.assign(hits=0)).drop(columns=["hits"]),
+                                          max_rows=10_000, folder=folder))
+    finally:
+        if created and browse is not None:
             browse.close()
+    pid = os.getpid()
     if allocator:
-        from xlakit.memory import allocator_stats
-        from xlakit.widgets.allocator_panel import _resolve_devices
+        import jax
 
-        stats = [allocator_stats(d) for d in _resolve_devices(devices)]
-        rows = _data.allocator_rows(stats)
-        histories = {r["device"]: [r["in_use"]] for r in rows}
-        sections.append(_snapshots.allocator_html(rows, histories, {},
-                                                  notes=["measured in the process that wrote this report"]))
+        from xlakit.memory import allocator_stats
+        from xlakit.view.allocator import allocator_html, allocator_rows
+
+        devs = devices if devices is not None else jax.local_devices()
+        rows = allocator_rows([allocator_stats(d) for d in devs])
+        sections.append(allocator_html(rows, {r["device"]: [r["in_use"]] for r in rows}, {},
+                                       title=f"Allocator of the process that wrote this report (pid {pid})",
+                                       notes=["These are the numbers of the report-writing process, not of the "
+                                              "program that filled the cache; call xlakit.report.write() from your "
+                                              "program (or use AllocatorPanel) to see its own."]))
+    else:
+        left_out.append("Allocator numbers (allocator=False).")
     if live:
         from xlakit.memory import live_arrays
 
         frame = live_arrays()
-        table = _data.live_table(frame)
+        table = lv.live_table(frame)
         total = int(frame["bytes"].sum()) if not frame.empty else 0
         count = int(frame["array"].nunique()) if not frame.empty else 0
-        sections.append(_snapshots.live_html(table, _data.treemap_nodes(frame),
-                                             include_plotlyjs=plotly_js() if not table.empty else False,
-                                             total_bytes=total, arrays=count))
-    return page(title, sections)
+        sections.append(lv.live_html(table, lv.treemap_nodes(frame),
+                                     include_plotlyjs=plotly_js() if not table.empty else False,
+                                     total_bytes=total, arrays=count,
+                                     title=f"Live arrays of the process that wrote this report (pid {pid})"))
+    else:
+        left_out.append("Live arrays (live=False).")
+    sections.append(_left_out(left_out))
+    return page(title, [s for s in sections if s])
 
 
 def write(path: str | os.PathLike, **kwargs: Any) -> Path:

@@ -1,32 +1,26 @@
-"""Shared display helpers for the memory objects: byte formatting and small HTML tables (no dependencies)."""
+"""Display helpers of the memory objects: the one byte formatter and table model of :mod:`xlakit.view`.
+
+``fmt_bytes`` is :func:`xlakit.view.format.fmt_bytes` (binary units); ``html_table`` renders a two-column
+:class:`xlakit.view.table.Table`. :mod:`xlakit.view.format` and :mod:`xlakit.view.table` import nothing from
+xlakit, so the memory feature can use them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from html import escape
 from typing import Any
 
-__all__ = ["fmt_bytes", "html_table", "record_repr"]
+from xlakit.view.format import fmt_bytes, fmt_seconds
+from xlakit.view.table import Column, Table
 
-
-def fmt_bytes(n: int | None) -> str:
-    """``1536`` -> ``"1.5 KiB"``; None -> ``"not reported"``. Binary units, as allocators count."""
-    if n is None:
-        return "not reported"
-    sign, n_abs = ("-" if n < 0 else ""), abs(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n_abs < 1024 or unit == "TiB":
-            return f"{sign}{n_abs} B" if unit == "B" else f"{sign}{n_abs:.1f} {unit}"
-        n_abs /= 1024
-    raise AssertionError("unreachable")
+__all__ = ["fmt_bytes", "fmt_seconds", "html_table", "record_repr"]
 
 
 def html_table(rows: Iterable[tuple[str, Any]], title: str | None = None) -> str:
     """A two-column HTML table (name, value); values pass through ``str`` and are escaped."""
-    cells = "".join(f"<tr><th style='text-align:left'>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>"
-                    for k, v in rows)
-    caption = f"<caption style='text-align:left'><b>{escape(title)}</b></caption>" if title else ""
-    return f"<table>{caption}{cells}</table>"
+    records = [{"name": str(k), "value": str(v)} for k, v in rows]
+    return Table([Column("name", ""), Column("value", "", nowrap=False)], records, caption=title,
+                 css_class="xlakit-record").to_html()
 
 
 def record_repr(name: str, parts: Iterable[str]) -> str:

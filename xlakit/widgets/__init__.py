@@ -8,12 +8,17 @@
 :class:`CacheBrowser`      the entries of an executable cache; verify, evict, explain
 :class:`LiveArrays`        live JAX arrays as a table and a treemap
 :func:`dashboard`          all of them in tabs
+:class:`Chart`             one plotly figure, drawn complete (what every widget's charts are)
 ========================== ===============================================================================
 
-Every widget's ``_repr_mimebundle_`` carries a static HTML snapshot (plotly HTML plus a table with the
-numbers) next to the live view, so a saved notebook still shows it without a kernel; ``to_html()`` gives the
-snapshot and ``save_html(path)`` a standalone page. Errors in callbacks appear inside the widget (and in
-``widget.errors``). Refresh threads are daemons that stop on ``close()``.
+Charts are sent complete in one message and replaced whole (never a plotly ``FigureWidget`` filled later),
+and refresh threads hand their updates to the kernel's thread, so a chart is drawn after *Run All* every
+time. Displaying a widget also outputs its static snapshot (charts with plotly.js once per document,
+compressed; tables with the numbers), hidden in live JupyterLab, Notebook 7 and Voila, shown by a saved
+notebook, ``jupyter nbconvert --to html`` or GitHub with no kernel and no network; ``to_html()`` gives the
+snapshot and ``save_html(path)`` a standalone page. Colours follow JupyterLab's light or dark theme. Errors
+in callbacks appear inside the widget (and in ``widget.errors``). Refresh threads are daemons that stop on
+``close()``. Rendering (formatting, tables, figures, snapshots) lives in :mod:`xlakit.view`.
 
 Needs the ``widgets`` extra: ``pip install 'xlakit[widgets]'``. ``import xlakit`` never imports this package.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 # Eager (not lazy): ``dashboard`` is both a submodule and the function; binding the names after the
 # submodules are imported keeps ``xlakit.widgets.dashboard`` the function.
+from xlakit.widgets._chart import Chart
 from xlakit.widgets.allocator_panel import AllocatorPanel
 from xlakit.widgets.cache_browser import CacheBrowser
 from xlakit.widgets.cache_timeline import CacheTimeline
@@ -30,4 +36,4 @@ from xlakit.widgets.live_arrays import LiveArrays
 from xlakit.widgets.memory_breakdown import MemoryBreakdown
 
 __all__ = ["MemoryBreakdown", "AllocatorPanel", "CacheTimeline", "CacheBrowser", "LiveArrays", "Dashboard",
-           "dashboard"]
+           "dashboard", "Chart"]

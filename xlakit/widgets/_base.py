@@ -8,7 +8,11 @@
   ``xlakit.widgets`` logger — never swallowed, never raised into ipywidgets' message loop.
 * :class:`Worker` is a daemon thread that calls a function every ``interval_s`` seconds and/or when poked
   (throttled); it waits on a ``threading.Event`` so ``close()`` stops it at once. It never runs on the kernel's
-  main thread, so it never blocks cell execution.
+  main thread, so it never blocks cell execution; what it changes in a widget it hands to the kernel's
+  thread (:meth:`View._on_kernel`), so widget messages are only ever sent from there.
+* Displaying a view (``_ipython_display_``) gives two outputs: the live widget, and its static snapshot
+  (class ``xlakit-static``) that a live JupyterLab, Notebook 7 or Voilà page hides, and that a saved
+  notebook, ``jupyter nbconvert --to html`` or GitHub shows — charts included, plotly.js once per document.
 """
 
 from __future__ import annotations
@@ -24,9 +28,24 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from xlakit.view import plotly_html
+from xlakit.view.theme import STYLE
+from xlakit.widgets._chart import kernel_loop, on_kernel_thread
 from xlakit.widgets._html import page
 
-__all__ = ["View", "Worker", "page"]
+__all__ = ["View", "Worker", "page", "static_output"]
+
+# Hides a snapshot output where the live widget is drawn: JupyterLab (.jp-LabShell), Notebook 7
+# (.jp-NotebookShell) and Voila (body[data-voila]); a saved notebook rendered elsewhere keeps it.
+_HIDE_IN_LIVE = ("<style>.jp-LabShell .xlakit-static, .jp-NotebookShell .xlakit-static, body[data-voila] "
+                 ".xlakit-static {display: none !important;} .jp-LabShell .jp-OutputArea-child:has(.xlakit-static), "
+                 ".jp-NotebookShell .jp-OutputArea-child:has(.xlakit-static), body[data-voila] "
+                 ".jp-OutputArea-child:has(.xlakit-static) {display: none !important;}</style>")
+
+
+def static_output(snapshot_html: str) -> str:
+    """A snapshot as the ``text/html`` of its own output: themed, and hidden where the live view is drawn."""
+    return f"{_HIDE_IN_LIVE}<div class='{plotly_html.STATIC_CLASS}'>{STYLE}{snapshot_html}</div>"
 
 log = logging.getLogger("xlakit.widgets")
 _MAX_ERRORS = 50
@@ -92,6 +111,9 @@ class View:
         self.errors: list[str] = []
         self.error_area = widgets.HTML(layout=widgets.Layout(display="none"))
         self.error_area.add_class("xlakit-errors")
+        # The theme stylesheet (JupyterLab CSS variables); a hidden element's <style> still applies.
+        self._style = widgets.HTML(STYLE, layout=widgets.Layout(display="none"))
+        self._loop = kernel_loop()  # the kernel's IO loop when built in a kernel (None in a script)
         self._workers: list[Worker] = []
         self._cleanups: list[Callable[[], Any]] = []
         self._owned: list[widgets.Widget] = []
@@ -127,7 +149,7 @@ class View:
         del self.errors[:-_MAX_ERRORS]
         items = "".join(f"<li><code>{html.escape(e)}</code></li>" for e in self.errors[-5:])
         self.error_area.value = (
-            "<div style='border:1px solid #d62728;background:#fff5f5;padding:4px 8px;font-size:12px'>"
+            "<div class='xlakit-error'>"
             f"<b>Error in a callback</b> ({len(self.errors)} so far; newest last)<ul>{items}</ul>"
             f"<details><summary>traceback of the newest</summary><pre>{html.escape(tb)}</pre></details></div>")
         self.error_area.layout.display = ""
@@ -139,9 +161,16 @@ class View:
         self.error_area.layout.display = "none"
 
     # -- workers and cleanup ------------------------------------------------------------------------------
+    def _on_kernel(self, fn: Callable[[], Any], where: str = "update") -> None:
+        """Run ``fn`` (guarded) on the kernel's main thread: now when called there, else queued on the
+        kernel's loop. Without a kernel (a script, a test) it runs now on the calling thread."""
+        on_kernel_thread(self._loop, self._guard(fn, where))
+
     def _start_worker(self, fn: Callable[[], Any], interval_s: float | None = None, *, throttle_s: float = 0.0,
                       where: str = "refresh") -> Worker:
-        worker = Worker(self._guard(fn, where), interval_s, throttle_s=throttle_s,
+        """A worker that calls ``fn`` on the kernel's thread (see :meth:`_on_kernel`) every ``interval_s``
+        seconds and/or when poked; the worker thread itself only waits."""
+        worker = Worker(lambda: self._on_kernel(fn, where), interval_s, throttle_s=throttle_s,
                         name=f"xlakit-{type(self).__name__}-{where}")
         self._workers.append(worker)
         return worker
@@ -180,12 +209,13 @@ class View:
         super().close()  # type: ignore[misc]
 
     # -- display ------------------------------------------------------------------------------------------
-    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:  # pragma: no cover - each widget has one
+    def to_html(self, include_plotlyjs: bool | str = "once") -> str:  # pragma: no cover - each widget has one
         """A static HTML snapshot of what the widget shows now (plotly HTML and tables with the numbers).
 
         Args:
-          include_plotlyjs: True inlines plotly.js (~4 MB, works offline), "cdn" links it (default), False
-            leaves it out (the page already has it).
+          include_plotlyjs: "once" (default) includes plotly.js (compressed, ~1.9 MB, no network) with the
+            first chart this process renders; True with this one; False never (the page has it); "cdn"
+            links it (needs network). See :func:`xlakit.view.plotly_html.figure_html`.
         """
         raise NotImplementedError
 
@@ -195,13 +225,28 @@ class View:
             fh.write(page(self._title, [self.to_html(include_plotlyjs)]))
         return path
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
-        data = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
-        data = dict(data or {})
+    def _snapshot_html(self, include_plotlyjs: bool | str = "once") -> str:
         try:
-            data["text/html"] = self.to_html("cdn")
+            return self.to_html(include_plotlyjs)
         except Exception as exc:  # noqa: BLE001 - the live view must still display
             self._show_error("static snapshot", exc)
-            data["text/html"] = f"<pre>{html.escape(type(self).__name__)}: snapshot failed: {html.escape(str(exc))}</pre>"
+            return f"<pre>{html.escape(type(self).__name__)}: snapshot failed: {html.escape(str(exc))}</pre>"
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """The live view and, as ``text/html``, the static snapshot (one output)."""
+        data = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
+        data = dict(data or {})
+        data["text/html"] = static_output(self._snapshot_html())
         data["text/plain"] = repr(self)
         return data
+
+    def _ipython_display_(self) -> None:
+        """Two outputs: the live widget view, then the static snapshot. A notebook converter prefers a
+        widget view over ``text/html`` in one output (and draws nothing offline), so the snapshot gets an
+        output of its own, which live front-ends hide."""
+        from IPython.display import display
+
+        live = dict(super()._repr_mimebundle_() or {})  # type: ignore[misc]
+        live["text/plain"] = repr(self)
+        display(live, raw=True)
+        display({"text/html": static_output(self._snapshot_html()), "text/plain": repr(self)}, raw=True)

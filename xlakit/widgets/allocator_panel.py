@@ -10,27 +10,26 @@ import ipywidgets as widgets
 import traitlets
 
 from xlakit.memory._display import fmt_bytes
+from xlakit.view.allocator import bytes_span
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View
 
 __all__ = ["AllocatorPanel"]
 
-_WIDTHS = {"device": "140px", "in_use": "150px", "peak": "270px", "limit": "100px", "largest": "110px",
-           "count": "100px", "spark": "140px", "reset": "100px", "method": "auto"}
+# Column order puts the Reset peak button next to the device, so it is on screen in an 800 px window; the
+# header and the rows sit in one box that scrolls sideways as a whole (they stay aligned).
+_WIDTHS = {"device": "120px", "reset": "100px", "in_use": "170px", "peak": "250px", "limit": "100px",
+           "largest": "110px", "count": "100px", "spark": "140px", "method": "260px"}
 _HEAD = {"device": "device", "in_use": "in use", "peak": "peak", "limit": "limit", "largest": "largest alloc.",
          "count": "allocations", "spark": "in use over time", "reset": "", "method": "last reset"}
 
 
 def _bytes_html(n: int | None) -> str:
-    if n is None:
-        return "<span class='xlakit-na' style='color:#999'>not reported</span>"
-    return f"<span class='xlakit-bytes' data-bytes='{int(n)}' title='{int(n)} bytes'>{fmt_bytes(int(n))}</span>"
+    return bytes_span(n)
 
 
 def _cell_layout(column: str) -> widgets.Layout:
-    """Fixed-width cells that neither grow nor shrink (so header and rows line up); the last one takes the rest."""
-    if _WIDTHS[column] == "auto":
-        return widgets.Layout(flex="1 1 auto", width="auto")
+    """Fixed-width cells that neither grow nor shrink, so the header and the rows line up."""
     return widgets.Layout(flex="0 0 auto", width=_WIDTHS[column])
 
 
@@ -51,7 +50,8 @@ class _Row:
         self.button.add_class(f"xlakit-reset-peak-{index}")
         self.button.on_click(on_reset)
         order = [self.cells[k] if k != "reset" else self.button for k in _WIDTHS]
-        self.box = widgets.HBox(order, layout=widgets.Layout(align_items="center"))
+        self.box = widgets.HBox(order, layout=widgets.Layout(align_items="center", width="max-content",
+                                                             overflow="visible"))
 
     def widgets(self) -> list[widgets.Widget]:
         return [*self.cells.values(), self.button, self.box]
@@ -108,7 +108,8 @@ class AllocatorPanel(View, widgets.VBox):
         self.reset_all_result = None
         self._worker = None
 
-        header = widgets.HBox([widgets.HTML(f"<b>{_HEAD[k]}</b>", layout=_cell_layout(k)) for k in _WIDTHS])
+        header = widgets.HBox([widgets.HTML(f"<b>{_HEAD[k]}</b>", layout=_cell_layout(k)) for k in _WIDTHS],
+                              layout=widgets.Layout(width="max-content", overflow="visible"))
         self._rows = [_Row(i, d, self._guard(lambda _b, d=d: self.reset(d), f"reset {d}"))
                       for i, d in enumerate(self.devices)]
         self.reset_all_button = widgets.Button(description="Reset all peaks", button_style="warning",
@@ -128,12 +129,15 @@ class AllocatorPanel(View, widgets.VBox):
         self.updated = widgets.HTML()
         self.updated.add_class("xlakit-updated")
         controls = widgets.HBox([self.reset_all_button, self.refresh_button, self._auto_box, self._interval,
-                                 self.updated])
+                                 self.updated], layout=widgets.Layout(flex_flow="row wrap"))
+        self._rows_box = widgets.VBox([header, *(r.box for r in self._rows)],
+                                      layout=widgets.Layout(width="100%", overflow="auto hidden"))
+        self._rows_box.add_class("xlakit-allocator-rows")
         self._owned = [header, *(w for r in self._rows for w in r.widgets()), self.reset_all_button,
                        self.refresh_button, self._auto_box, self._interval, self.reset_all_label, self.notes,
-                       self.updated, controls, self.error_area]
-        super().__init__(children=[controls, self.reset_all_label, self.error_area, header,
-                                   *(r.box for r in self._rows), self.notes],
+                       self.updated, controls, self.error_area, self._style, self._rows_box]
+        super().__init__(children=[self._style, controls, self.reset_all_label, self.error_area, self._rows_box,
+                                   self.notes],
                          refresh_s=refresh_s, auto_refresh=auto_refresh, history_len=history_len,
                          layout=layout or widgets.Layout(width="100%"))
         self.add_class("xlakit-allocator-panel")
@@ -193,7 +197,7 @@ class AllocatorPanel(View, widgets.VBox):
                 c = row.cells
                 c["in_use"].value = _bytes_html(r["in_use"]) + (
                     "" if r["process_rss"] is None else
-                    f" <small style='color:#666' title='resident set of the whole process (VmRSS)'>process "
+                    f" <small class='xlakit-note' title='resident set of the whole process (VmRSS)'>process "
                     f"{fmt_bytes(r['process_rss'])}</small>")
                 c["peak"].value = _snapshots.peak_cell(r)
                 c["limit"].value = _bytes_html(r["limit"])
@@ -242,7 +246,7 @@ class AllocatorPanel(View, widgets.VBox):
 
     # -- display ----------------------------------------------------------------------------------------
     def _notes_html(self) -> str:
-        return "".join(f"<p style='color:#555;font-size:11px;margin:1px 0'>{n}</p>" for n in self._notes())
+        return "".join(f"<p class='xlakit-note'>{n}</p>" for n in self._notes())
 
     def _notes(self) -> list[str]:
         if not self.stats:
@@ -254,7 +258,7 @@ class AllocatorPanel(View, widgets.VBox):
                        "to /proc/self/clear_refs; limit, largest allocation and count are not reported on CPU")
         return out
 
-    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+    def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: one table row per device (exact bytes) with its sparkline and last reset."""
         histories = {k: [b for _, b in v] for k, v in self._history.items()}
         return _snapshots.allocator_html(self.rows, histories, self.last_reset, self.reset_all_result,

@@ -9,6 +9,7 @@ import ipywidgets as widgets
 import traitlets
 
 from xlakit.memory._display import fmt_bytes
+from xlakit.view import cache as _cache_view
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View
 from xlakit.widgets._sources import AOT_SUFFIX
@@ -90,9 +91,9 @@ class CacheBrowser(View, widgets.VBox):
         self._name_box = widgets.Text(value=name_filter, description="name", placeholder="substring",
                                       layout=widgets.Layout(width="260px"))
         self._partition_menu = widgets.Dropdown(options=[("all partitions", "")], value="", description="partition",
-                                                layout=widgets.Layout(width="420px"))
+                                                layout=widgets.Layout(width="auto", max_width="100%"))
         self._selector = widgets.SelectMultiple(options=[], rows=8, description="select",
-                                                layout=widgets.Layout(width="98%"))
+                                                layout=widgets.Layout(width="98%", min_width="0"))
         self._selector.add_class("xlakit-entry-select")
         self.verify_button = widgets.Button(description="Verify", icon="check",
                                             tooltip="open every entry; quarantine bad ones")
@@ -108,12 +109,14 @@ class CacheBrowser(View, widgets.VBox):
         self.result = widgets.HTML()
         self.result.add_class("xlakit-cache-result")
         self.status = widgets.HTML()
-        filters = widgets.HBox([self._name_box, self._partition_menu])
-        buttons = widgets.HBox([self.verify_button, self.evict_button, self.explain_button, self.refresh_button])
+        filters = widgets.HBox([self._name_box, self._partition_menu], layout=widgets.Layout(flex_flow="row wrap"))
+        buttons = widgets.HBox([self.verify_button, self.evict_button, self.explain_button, self.refresh_button],
+                               layout=widgets.Layout(flex_flow="row wrap"))
         self._owned = [self._name_box, self._partition_menu, self._selector, self.verify_button,
                        self.evict_button, self.explain_button, self.refresh_button, self.totals_html,
-                       self.table_html, self.result, self.status, filters, buttons, self.error_area]
-        super().__init__(children=[self.status, self.totals_html, filters, self._selector, buttons, self.error_area,
+                       self.table_html, self.result, self.status, filters, buttons, self.error_area, self._style]
+        super().__init__(children=[self._style, self.status, self.totals_html, filters, self._selector, buttons,
+                                   self.error_area,
                                    self.result, self.table_html],
                          name_filter=name_filter, partition=partition, max_rows=max_rows,
                          layout=layout or widgets.Layout(width="100%"))
@@ -143,10 +146,24 @@ class CacheBrowser(View, widgets.VBox):
                            f"partition={self.partition!r}")
         self.selected = tuple(picked)
 
+    def _signatures(self) -> dict[tuple[str, str], str]:
+        """(partition, key) -> argument signature text, from the entries' headers (empty when unreadable)."""
+        try:
+            infos = self.cache.store.entries()
+        except Exception:  # noqa: BLE001 - a listing problem shows in the entries table, not here
+            return {}
+        return {(i.partition, i.key): _cache_view.signature_text((getattr(i, "header", None) or {}).get("signature"))
+                for i in infos}
+
     def refresh(self) -> None:
         """Read the entries again and redraw."""
         with self._lock:
-            self.entries = self.cache.entries()
+            entries = self.cache.entries()
+            if not entries.empty and "signature" not in entries.columns:
+                sigs = self._signatures()
+                entries.insert(1, "signature", [sigs.get((p, k), "") for p, k in
+                                                zip(entries["partition"], entries["key"])])
+            self.entries = entries
             self.totals = _data.partition_totals(self.entries)
             partitions = sorted(self.totals.index) if not self.totals.empty else []
             options = [("all partitions", ""), *((p, p) for p in partitions)]
@@ -160,18 +177,21 @@ class CacheBrowser(View, widgets.VBox):
         with self._lock:
             self.frame = _data.filter_entries(self.entries, self.name_filter, self.partition or None)
             rows = _data.frame_records(self.frame)
-            options = [(f"{r['name'] or '?'} · {r['key'][:20]}… · {fmt_bytes(r['size_bytes'])} · {r['partition']}",
-                        (r["partition"], r["key"])) for r in rows]
+            options = [(_cache_view.entry_label(r), (r["partition"], r["key"])) for r in rows]
             keep = tuple(v for v in self.selected if v in {o[1] for o in options})
             self._selector.options = options
             self.selected = keep
             self._selector.value = keep
             self.table_html.value = _snapshots.entries_html(self.frame, self.max_rows)
             self.totals_html.value = _snapshots.partitions_html(self.totals)
-            stats = self.cache.stats()
-            cap = f" of {fmt_bytes(stats['max_bytes'])}" if stats.get("max_bytes") else ""
-            self.status.value = (f"<small>{html.escape(stats['folder'])}: {stats['entries']} entries, "
-                                 f"{fmt_bytes(stats['bytes'])}{cap} on disk; {len(self.frame)} shown</small>")
+            # One on-disk total: the sum of the entries' files, the same number the partition table adds up.
+            total = _cache_view.disk_total(self.entries)
+            cap_bytes = getattr(self.cache.store, "max_bytes", None)
+            cap = f" (cap {fmt_bytes(cap_bytes)})" if cap_bytes else ""
+            n = 0 if self.entries is None else len(self.entries)
+            self.status.value = (f"<small class='xlakit-note'>{html.escape(str(self.cache.store.root))}: {n} entries, "
+                                 f"<span data-bytes='{total}'>{fmt_bytes(total)}</span> on disk{cap}; "
+                                 f"{len(self.frame)} shown</small>")
 
     # -- actions ----------------------------------------------------------------------------------------
     def verify(self) -> list[tuple[Any, str | None]]:
@@ -236,7 +256,7 @@ class CacheBrowser(View, widgets.VBox):
         return explanation
 
     # -- display ----------------------------------------------------------------------------------------
-    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+    def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: per-partition totals and the (filtered) entries with exact sizes."""
         return _snapshots.cache_html(self.frame, _data.partition_totals(self.frame), max_rows=self.max_rows,
                                      folder=str(self.cache.store.root), status=self.result.value or None)

@@ -7,12 +7,13 @@ from collections.abc import Iterable
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 import traitlets
 
 from xlakit.events import KINDS, SOURCES, Event, EventLog
+from xlakit.view.format import fmt_seconds
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View
+from xlakit.widgets._chart import Chart
 
 __all__ = ["CacheTimeline"]
 
@@ -22,16 +23,19 @@ _ALL = "\x00all"  # the source menu's "every source" value (a Dropdown shows Non
 
 
 class CacheTimeline(View, widgets.VBox):
-    """Events over time: one lane per function, a marker shape and colour per kind, marker size by duration,
-    and the cumulative seconds saved by cache hits (right axis).
+    """Events over time: one lane per function; compiles and loads drawn as spans from start to end; every
+    kind at its own height within the lane (nothing hides under a compile); marker size by duration; and the
+    cumulative seconds saved by cache hits in a panel of its own. The **misses** menu shows why a miss
+    happened.
 
     Hovering a marker shows the function, layer, duration, seconds saved, bytes, key, partition and reason.
     Filters by kind, by function name (substring) and by source. New events arrive through
     :meth:`xlakit.events.EventLog.subscribe` (push, not poll): the observer only queues them; a daemon
-    thread redraws at most every :attr:`throttle_s` seconds, so a burst of compiles never waits on the view.
-    Large logs stay responsive: WebGL traces (``scattergl``) and down-sampling to :attr:`max_points`
-    markers that keeps each lane's shape and its slowest events
-    (:func:`xlakit.widgets._data.downsample`).
+    thread waits at most :attr:`throttle_s` seconds for a burst to end, then hands one redraw to the kernel's
+    thread (inside a kernel, the redraw runs when the running cell finishes or yields; widget messages are
+    never sent from the thread). Large logs stay responsive: WebGL traces (``scattergl``) above 2,000
+    markers and down-sampling to :attr:`max_points` markers that keeps each lane's shape and its slowest
+    events (:func:`xlakit.view.timeline.downsample`).
 
     The process-wide log holds what xlakit's caches do; :func:`xlakit.events.install_listeners` adds JAX's own
     compiles, traces, lowerings and persistent-cache activity to it.
@@ -101,12 +105,20 @@ class CacheTimeline(View, widgets.VBox):
                                           layout=widgets.Layout(width="80px"))
         self.status = widgets.HTML()
         self.status.add_class("xlakit-timeline-status")
-        self.figure = go.FigureWidget()
+        # Why a miss happened: pick one (newest first) and its recorded reason shows below the chart.
+        self._miss_menu = widgets.Dropdown(options=[("— explain a miss —", -1)], value=-1, description="misses",
+                                           layout=widgets.Layout(width="auto", max_width="100%"))
+        self._miss_menu.add_class("xlakit-miss-menu")
+        self.miss_explanation = widgets.HTML()
+        self.miss_explanation.add_class("xlakit-miss-explanation")
+        #: the timeline (:class:`~xlakit.widgets._chart.Chart`); ``figure`` is its plotly Figure.
+        self.chart = Chart()
         controls = widgets.HBox([self._kind_menu, widgets.VBox([self._name_box, self._source_menu,
                                                                 self._live_box])])
         self._owned = [self._kind_menu, self._name_box, self._source_menu, self._live_box, self.status,
-                       self.figure, controls, self.error_area]
-        super().__init__(children=[controls, self.error_area, self.status, self.figure],
+                       self.chart, controls, self.error_area, self._style, self._miss_menu, self.miss_explanation]
+        super().__init__(children=[self._style, controls, self.error_area, self.status, self.chart, self._miss_menu,
+                                   self.miss_explanation],
                          kinds=tuple(kinds or KINDS), name_filter=name_filter, source=source, max_points=max_points,
                          live=live, throttle_s=throttle_s, layout=layout or widgets.Layout(width="100%"))
         self.add_class("xlakit-cache-timeline")
@@ -118,6 +130,7 @@ class CacheTimeline(View, widgets.VBox):
         self.observe(self._guard(lambda _c: self._redraw(), "filter"), names=["kinds", "name_filter", "source",
                                                                                "max_points"])
         self.observe(self._guard(self._on_live, "live"), names=["live", "throttle_s"])
+        self._miss_menu.observe(self._guard(lambda c: self.explain_miss(c["new"]), "explain miss"), names=["value"])
         self._cleanups.append(self._detach)
         if self.event_log is not None:
             self._attach()
@@ -125,6 +138,11 @@ class CacheTimeline(View, widgets.VBox):
             self.columns.extend(fixed)
         self._redraw()
         self._on_live(None)
+
+    @property
+    def figure(self) -> Any:
+        """The timeline's ``plotly.graph_objects.Figure``."""
+        return self.chart.figure
 
     # -- validation -------------------------------------------------------------------------------------
     @traitlets.validate("kinds")
@@ -203,14 +221,36 @@ class CacheTimeline(View, widgets.VBox):
             data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter,
                                        source=self.source, max_points=self.max_points)
             self.data = data
-            _figures.sync_figure(self.figure, _figures.timeline_figure(data))
+            self.chart.show(_figures.timeline_figure(data))
+            options = [("— explain a miss —", -1), *((m["label"], m["index"]) for m in data.misses)]
+            if list(self._miss_menu.options) != options:
+                keep = self._miss_menu.value if any(v == self._miss_menu.value for _, v in options) else -1
+                self._miss_menu.options = options
+                self._miss_menu.value = keep
             sampled = f", {data.shown:,} drawn (down-sampled)" if data.downsampled else ""
             self.status.value = (f"<small><span class='xlakit-event-count' data-events='{data.total}'>"
                                  f"{data.total:,} events</span>, {data.matched:,} match{sampled}; "
-                                 f"{len(data.lanes)} function(s); seconds saved by hits: {data.saved_s:.3f}</small>")
+                                 f"{len(data.lanes)} function(s); seconds saved by hits: "
+                                 f"{fmt_seconds(data.saved_s)}</small>")
+
+    def explain_miss(self, index: int | None) -> str:
+        """Show why the miss at row ``index`` of :attr:`columns` happened (its recorded reason, key and
+        partition); -1 or None clears. Returns the text shown."""
+        import html as _html
+
+        if index is None or index < 0:
+            self.miss_explanation.value = ""
+            return ""
+        a = self.columns.arrays()
+        if index >= a["kind"].size or a["kind"][index] != "miss":
+            raise ValueError(f"row {index} is not a miss")
+        text = (f"{a['name'][index]} missed: {a['reason'][index] or 'no reason recorded'} "
+                f"(key {a['key'][index] or '—'}, partition {a['partition'][index] or '—'})")
+        self.miss_explanation.value = f"<p class='xlakit-note'>{_html.escape(text)}</p>"
+        return text
 
     # -- display ----------------------------------------------------------------------------------------
-    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+    def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: the timeline figure (at most :data:`SNAPSHOT_POINTS` markers, so a saved notebook
         stays small), the counts, and a per-function table of event kinds, with the current filters."""
         data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter, source=self.source,

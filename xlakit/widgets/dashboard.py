@@ -45,7 +45,7 @@ class Dashboard(View, widgets.Tab):
         no_cache = widgets.HTML("<p>No cache: call <code>xlakit.enable_cache()</code> or pass "
                                 "<code>dashboard(cache=ExecutableCache(...))</code>.</p>")
         self.views = [v for v in (self.breakdown, self.allocator, self.timeline, self.browser, self.live) if v]
-        self._owned = [*self.views, no_cache, self.error_area]
+        self._owned = [*self.views, no_cache, self.error_area, self._style]
         children = [self.breakdown, self.allocator, self.timeline, self.browser or no_cache, self.live]
         super().__init__(children=children, titles=("Memory", "Allocator", "Timeline", "Cache", "Live arrays"),
                          layout=layout or widgets.Layout(width="100%"))
@@ -53,40 +53,39 @@ class Dashboard(View, widgets.Tab):
         self.observe(self._guard(self._on_tab, "tab"), names=["selected_index"])
 
     def _on_tab(self, change) -> None:
-        # A plotly figure drawn in a hidden tab has no width to fill, so plotly falls back to its default
-        # size (and plotly's widget gets no "shown" event here); relayout {autosize: true} when its tab is
-        # shown makes plotly.js measure the container again (what plotly's own Plots.resize does).
+        # A chart drawn in a hidden tab had no width to fill, so plotly used its default size; sending the
+        # complete figure again when its tab is shown makes the front-end draw it at the visible width.
         index = change["new"]
         if index is None or index >= len(self.children):
             return
-        for figure in _figures_in(self.children[index]):
-            if figure.layout.autosize:
-                figure.layout.autosize = False
-            figure.layout.autosize = True
+        for chart in _charts_in(self.children[index]):
+            chart.show(chart.figure)
 
     @property
     def threads_alive(self) -> int:
         """Worker threads still running in all views (int)."""
         return sum(v.threads_alive for v in self.views)
 
-    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
-        """Static snapshot: every view's snapshot, one after another (plotly.js included once)."""
+    def to_html(self, include_plotlyjs: bool | str = "once") -> str:
+        """Static snapshot: every view's snapshot, one after another (plotly.js included at most once)."""
         parts = []
-        for i, view in enumerate(self.views):
-            parts.append(view.to_html(include_plotlyjs if i == 0 else False))
+        for view in self.views:
+            parts.append(view.to_html(include_plotlyjs))
+            if include_plotlyjs is True:
+                include_plotlyjs = False
         return snapshot("xlakit dashboard", "".join(parts))
 
     def __repr__(self) -> str:
         return "Dashboard(" + "; ".join(repr(v) for v in self.views) + ")"
 
 
-def _figures_in(widget: Any) -> list[Any]:
-    """The plotly ``FigureWidget`` objects inside a widget tree."""
-    import plotly.graph_objects as go
+def _charts_in(widget: Any) -> list[Any]:
+    """The :class:`~xlakit.widgets._chart.Chart` widgets inside a widget tree."""
+    from xlakit.widgets._chart import Chart
 
-    if isinstance(widget, go.FigureWidget):
+    if isinstance(widget, Chart):
         return [widget]
-    return [f for child in getattr(widget, "children", ()) for f in _figures_in(child)]
+    return [c for child in getattr(widget, "children", ()) for c in _charts_in(child)]
 
 
 def dashboard(*, log: Any = None, cache: Any = None, programs: Any = None, devices: Any = None,

@@ -5,19 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 import traitlets
 
 from xlakit.memory._display import fmt_bytes
+from xlakit.view.live import LIVE_COLUMNS
+from xlakit.view.table import Table
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View
+from xlakit.widgets._chart import Chart
 
 __all__ = ["LiveArrays"]
 
 
 class LiveArrays(View, widgets.VBox):
     """Live JAX arrays: a treemap by device → memory kind (``device``, ``pinned_host``, ``unpinned_host``) →
-    dtype[shape], and a table of the same groups (arrays, bytes, where the first was created), largest first.
+    dtype[shape], and a table of the same groups (arrays, bytes, where the first was created — a notebook cell
+    reads ``In [7], line 3``), largest first.
 
     A view over :func:`xlakit.memory.live_arrays` (exact array bytes per shard; allocator rounding and XLA
     temporaries not included). Reads on :meth:`refresh` (the button), or every ``refresh_s`` seconds on a
@@ -53,10 +56,13 @@ class LiveArrays(View, widgets.VBox):
         self.refresh_button.on_click(self._guard(lambda _b: self.refresh(), "refresh"))
         self.summary = widgets.HTML()
         self.summary.add_class("xlakit-live-summary")
-        self.figure = go.FigureWidget()
+        #: the treemap (:class:`~xlakit.widgets._chart.Chart`); ``figure`` is its plotly Figure.
+        self.chart = Chart()
         self.table_html = widgets.HTML()
-        self._owned = [self.refresh_button, self.summary, self.figure, self.table_html, self.error_area]
-        super().__init__(children=[widgets.HBox([self.refresh_button, self.summary]), self.error_area, self.figure,
+        top_row = widgets.HBox([self.refresh_button, self.summary], layout=widgets.Layout(flex_flow="row wrap"))
+        self._owned = [self.refresh_button, self.summary, self.chart, self.table_html, self.error_area, self._style,
+                       top_row]
+        super().__init__(children=[self._style, top_row, self.error_area, self.chart,
                                    self.table_html],
                          top=top, refresh_s=refresh_s, layout=layout or widgets.Layout(width="100%"))
         self.add_class("xlakit-live-arrays")
@@ -70,6 +76,11 @@ class LiveArrays(View, widgets.VBox):
         if proposal["value"] is not None and proposal["value"] <= 0:
             raise traitlets.TraitError(f"refresh_s must be > 0 seconds or None, got {proposal['value']}")
         return proposal["value"]
+
+    @property
+    def figure(self) -> Any:
+        """The treemap's ``plotly.graph_objects.Figure``."""
+        return self.chart.figure
 
     @property
     def total_bytes(self) -> int:
@@ -95,15 +106,12 @@ class LiveArrays(View, widgets.VBox):
     def _draw(self) -> None:
         with self._lock:
             self.table = _data.live_table(self.frame, self.top)
-            _figures.sync_figure(self.figure, _figures.treemap_figure(_data.treemap_nodes(self.frame)))
+            self.chart.show(_figures.treemap_figure(_data.treemap_nodes(self.frame)))
             total = self.total_bytes
             self.summary.value = (f"<span data-bytes='{total}'>{self.array_count} live array(s), "
                                   f"{fmt_bytes(total)}</span>")
-            self.table_html.value = _data.table_html(
-                _data.frame_records(self.table), [("device", "device"), ("memory_kind", "memory kind"),
-                                                  ("array", "array"), ("arrays", "count"), ("bytes", "bytes"),
-                                                  ("created_at", "created at")],
-                byte_columns=["bytes"], css_class="xlakit-live")
+            self.table_html.value = Table(LIVE_COLUMNS, _data.frame_records(self.table),
+                                          css_class="xlakit-live").to_html()
 
     def _on_interval(self, _change: Any) -> None:
         self._stop_worker(self._worker)
@@ -111,7 +119,7 @@ class LiveArrays(View, widgets.VBox):
         if self.refresh_s is not None and not self._closed:
             self._worker = self._start_worker(self.refresh, self.refresh_s, where="auto-refresh")
 
-    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+    def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: the treemap and the grouped table with exact bytes."""
         return _snapshots.live_html(self.table, _data.treemap_nodes(self.frame), include_plotlyjs=include_plotlyjs,
                                     total_bytes=self.total_bytes, arrays=self.array_count)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 import traitlets
 
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View
+from xlakit.widgets._chart import Chart
 from xlakit.widgets._sources import collect_programs
 
 __all__ = ["MemoryBreakdown"]
@@ -22,9 +22,10 @@ class MemoryBreakdown(View, widgets.VBox):
 
     Bars per program (from :func:`xlakit.memory.compiled_memory`): arguments, outputs, temporaries, code and
     the host twins stacked upwards; aliased (donated) bytes, counted in both arguments and outputs, drawn
-    below zero as a reduction, so the net height is what one run reserves. A black dash marks XLA's peak.
-    Fields the backend does not report get no bar (never a fake 0). Selecting a program (dropdown or a click
-    on its bar) shows its largest buffers at the peak (:meth:`xlakit.memory.BufferAssignment.largest`) and
+    below zero as a reduction, so the net height is what one run reserves. A dash marks XLA's peak; on CPU,
+    where XLA:CPU's peak leaves out temporaries, it is labelled so and a second dash marks the footprint.
+    Fields the backend does not report get no bar (never a fake 0). Selecting a program (the dropdown) shows
+    its largest buffers at the peak (:meth:`xlakit.memory.BufferAssignment.largest`) and
     its live bytes over program order (:meth:`~xlakit.memory.BufferAssignment.live_bytes_by_step`).
 
     Args:
@@ -71,15 +72,19 @@ class MemoryBreakdown(View, widgets.VBox):
         self._program_menu = widgets.Dropdown(options=self._menu_options(), value=_NONE, description="program",
                                               layout=widgets.Layout(width="420px"))
         self._program_menu.add_class("xlakit-program-menu")
-        self.figure = go.FigureWidget()
-        self.detail_figure = go.FigureWidget()
-        self._detail_box = widgets.Box([self.detail_figure], layout=widgets.Layout(display="none"))
+        #: the bar chart (:class:`~xlakit.widgets._chart.Chart`); ``figure`` is its plotly Figure.
+        self.chart = Chart()
+        #: live bytes over program order of the selected program.
+        self.detail_chart = Chart()
+        self._detail_box = widgets.Box([self.detail_chart], layout=widgets.Layout(display="none", width="100%"))
         self.details = widgets.HTML()
         self.status = widgets.HTML()
-        self._owned = [self._unit_toggle, self._sort_menu, self._program_menu, self.figure, self.detail_figure,
-                       self._detail_box, self.details, self.status, self.error_area]
-        super().__init__(children=[widgets.HBox([self._unit_toggle, self._sort_menu, self._program_menu]),
-                                   self.error_area, self.figure, self.status, self.details, self._detail_box],
+        controls = widgets.HBox([self._unit_toggle, self._sort_menu, self._program_menu],
+                                layout=widgets.Layout(flex_flow="row wrap"))
+        self._owned = [self._unit_toggle, self._sort_menu, self._program_menu, self.chart, self.detail_chart,
+                       self._detail_box, self.details, self.status, self.error_area, self._style, controls]
+        super().__init__(children=[self._style, controls, self.error_area, self.chart, self.status, self.details,
+                                   self._detail_box],
                          unit=unit, sort=sort, top=top, layout=layout or widgets.Layout(width="100%"))
         self.add_class("xlakit-memory-breakdown")
         widgets.link((self._unit_toggle, "value"), (self, "unit"))
@@ -94,6 +99,16 @@ class MemoryBreakdown(View, widgets.VBox):
             self.selected = selected
 
     # -- state ------------------------------------------------------------------------------------------
+    @property
+    def figure(self) -> Any:
+        """The bar chart's ``plotly.graph_objects.Figure`` (what the page draws)."""
+        return self.chart.figure
+
+    @property
+    def detail_figure(self) -> Any:
+        """The selected program's liveness ``Figure``."""
+        return self.detail_chart.figure
+
     @property
     def program_names(self) -> tuple[str, ...]:
         """Program labels in display (sorted) order."""
@@ -133,18 +148,11 @@ class MemoryBreakdown(View, widgets.VBox):
     def _redraw(self) -> None:
         with self._lock:
             self.frame = _data.breakdown_frame(self._programs.memories, self.sort)
-            _figures.sync_figure(self.figure, _figures.breakdown_figure(self.frame, self.unit))
-            for trace in self.figure.data:
-                if trace.type == "bar":
-                    trace.on_click(self._guard(self._on_bar_click, "bar click"))
+            self.chart.show(_figures.breakdown_figure(self.frame, self.unit))
             n = len(self.frame)
             self.status.value = (f"<small>{n} program(s) from {self._programs.origin}; "
                                  f"{'percent of each program total' if self.unit == 'percent' else 'bytes'}, "
                                  f"sorted by {self.sort}</small>")
-
-    def _on_bar_click(self, trace: Any, points: Any, selector: Any) -> None:
-        if points.xs:
-            self.selected = str(points.xs[0])
 
     def _show_selected(self) -> None:
         with self._lock:
@@ -170,7 +178,8 @@ class MemoryBreakdown(View, widgets.VBox):
                 notes.append(f"liveness: {self.liveness.attrs['source']}")
             self.detail_note = "; ".join(notes) or None
             self.details.value = _snapshots.details_html(name, self.largest, self.detail_note)
-            _figures.sync_figure(self.detail_figure, _figures.liveness_figure(self.liveness, name))
+            if self.liveness is not None:
+                self.detail_chart.show(_figures.liveness_figure(self.liveness, name))
             self._detail_box.layout.display = "" if self.liveness is not None else "none"
 
     def _assignment(self, name: str, notes: list[str]) -> Any:
@@ -191,7 +200,7 @@ class MemoryBreakdown(View, widgets.VBox):
         return assignment
 
     # -- display ----------------------------------------------------------------------------------------
-    def to_html(self, include_plotlyjs: bool | str = "cdn") -> str:
+    def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: the bar chart, one table row per program (exact bytes), and the selection."""
         return _snapshots.breakdown_html(self.frame, self.unit, include_plotlyjs=include_plotlyjs,
                                          selected=self.selected, largest=self.largest, liveness=self.liveness,

@@ -1,0 +1,202 @@
+"""Real-browser test in JupyterLab: after *Run All*, every chart is drawn with the traces Python holds.
+
+The fault it proves absent: charts that came up as an empty grid after *Run All* (a plotly ``FigureWidget``
+created empty and filled later, partly from worker threads, lost its first messages about one time in five).
+One JupyterLab server (127.0.0.1, token) serves the module; Debian's ``chromium`` runs headless through
+Playwright (``executable_path``). Each run opens a fresh copy of ``tests/notebooks/widgets_run_all.ipynb``
+(``dashboard()``, ``MemoryBreakdown``, ``CacheTimeline``, ``LiveArrays``, ``CacheBrowser``), runs *Run All
+Cells*, and compares for every chart — each dashboard tab shown in turn — the traces plotly drew (type, name,
+number of points, drawn SVG groups) with ``live_charts()`` in the kernel. Two runs in the light theme at
+1400 px, one in the dark theme at 800 px that also checks contrast and narrow-window layout.
+``benchmarks/widgets_run_all.py`` does 10 runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import lab_harness as harness
+import pytest
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def lab():
+    if harness.chromium() is None:
+        pytest.skip("chromium is not installed: `make browser` as root runs `apt-get install chromium`")
+    pytest.importorskip("jupyterlab")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    folder = Path(tempfile.mkdtemp(prefix="xlakit-lab-"))
+    server = harness.Lab(folder)
+    pw = sync_api.sync_playwright().start()
+    browser = pw.chromium.launch(executable_path=harness.chromium(), headless=True, args=harness.CHROMIUM_ARGS)
+    try:
+        yield server, browser
+    finally:
+        browser.close()
+        pw.stop()
+        server.stop()
+
+
+def test_run_all_draws_every_chart_with_the_traces_python_holds(lab):
+    server, browser = lab
+    server.set_theme("JupyterLab Light")
+    results = [harness.run_all(server, browser, run) for run in range(2)]
+    for r in results:
+        assert r["charts"] >= 7, r  # 3 in the dashboard (+ its liveness chart), breakdown x2, timeline, treemap
+        assert r["ok"], f"charts not drawn as Python holds them: {r['problems'][:5]}"
+        assert not r["errors"], r["errors"][:3]
+
+
+_LAYOUT_JS = """() => {
+  const lum = c => { const m = c.match(/[\\d.]+/g).map(Number); const [r, g, b] = m.slice(0, 3).map(v => {
+      v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const contrast = (a, b) => { const x = lum(a), y = lum(b);
+                               return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
+  const bgOf = el => { for (let e = el; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor;
+      if (c && !c.startsWith('rgba(0, 0, 0, 0)') && c !== 'transparent') return c; } return 'rgb(255, 255, 255)'; };
+  const out = {};
+  const th = document.querySelector('.xlakit-cache-browser .xlakit-table th');
+  out.header_contrast = th ? contrast(getComputedStyle(th).color, bgOf(th)) : null;
+  const note = document.querySelector('.xlakit-cache-browser .xlakit-note');
+  out.note_contrast = note ? contrast(getComputedStyle(note).color, bgOf(note)) : null;
+  const svgText = document.querySelector('.xlakit-memory-breakdown .js-plotly-plot .main-svg .gtitle');
+  out.chart_text_contrast = svgText
+    ? contrast(getComputedStyle(svgText).fill, bgOf(svgText.closest('.js-plotly-plot'))) : null;
+  const svg = document.querySelector('.xlakit-memory-breakdown .js-plotly-plot .main-svg');
+  out.chart_background = svg ? getComputedStyle(svg).backgroundColor : null;
+  const panel = document.querySelector('.jp-NotebookPanel').getBoundingClientRect();
+  const reset = document.querySelector('.xlakit-allocator-panel .xlakit-reset-peak-0');
+  const r = reset ? reset.getBoundingClientRect() : null;
+  out.reset_visible = !!r && r.width > 0 && r.left >= panel.left && r.right <= panel.right;
+  const names = Array.from(document.querySelectorAll('.xlakit-cache-browser .xlakit-partitions td:first-child'));
+  out.partition_name_lines = names.map(td => Math.round(td.getBoundingClientRect().height /
+      parseFloat(getComputedStyle(td).lineHeight || '16')));
+  out.clipped_legends = Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .filter(gd => gd.offsetParent !== null && !gd.closest('.xlakit-static') && gd.querySelector('.legend'))
+    .filter(gd => { const s = gd.querySelector('.main-svg').getBoundingClientRect();
+                    const l = gd.querySelector('.legend').getBoundingClientRect();
+                    return l.left < s.left - 1 || l.right > s.right + 1; }).length;
+  out.theme = document.body.dataset.jpThemeName;
+  return out;
+}"""
+
+
+def _dark_narrow_checks(page):
+    # The Allocator tab of the dashboard, with the left sidebar collapsed (an 800 px window).
+    page.locator(".xlakit-dashboard .lm-TabBar-tab", has_text="Allocator").first.click()
+    if page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").count():
+        page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").first.click()
+    page.wait_for_timeout(800)
+    page.locator(".xlakit-allocator-panel .xlakit-reset-peak-0").first.scroll_into_view_if_needed()
+    return page.evaluate(_LAYOUT_JS)
+
+
+def test_dark_theme_and_an_800px_window(lab):
+    server, browser = lab
+    server.set_theme("JupyterLab Dark")
+    try:
+        r = harness.run_all(server, browser, 10, width=800, check=_dark_narrow_checks)
+    finally:
+        server.set_theme("JupyterLab Light")
+    c = r["checks"]
+    print(f"dark/800 px checks: {c}; run {r['seconds']:.1f} s; screenshots in {server.folder}")
+    assert r["ok"], r["problems"][:5]
+    assert c["theme"] == "JupyterLab Dark"
+    # Table headers and notes readable on the dark background (WCAG: 4.5 for text, 3 for small notes).
+    assert c["header_contrast"] >= 4.5 and c["note_contrast"] >= 3.0, c
+    # Charts: transparent background, text in the theme's font colour.
+    assert c["chart_background"] in ("rgba(0, 0, 0, 0)", "transparent"), c
+    assert c["chart_text_contrast"] >= 4.5, c
+    # 800 px: Reset peak on screen, partition names on one line, no legend clipped.
+    assert c["reset_visible"], c
+    assert c["partition_name_lines"] and max(c["partition_name_lines"]) <= 1, c
+    assert c["clipped_legends"] == 0, c
+
+
+#: ``jupyter nbconvert --to html --execute`` of the widget notebook stays under this (bytes); it was 62 MB
+#: when each FigureWidget saved ~5 MB of widget code and the widget cells were empty offline.
+CONVERTED_BUDGET_BYTES = 5_000_000
+
+_STATIC_JS = """() => Array.from(document.querySelectorAll('.xlakit-static')).map(s => ({
+  visible: s.offsetParent !== null,
+  charts: Array.from(s.querySelectorAll('.xlakit-chart')).map(gd => ({
+    traces: (gd.data || []).length,
+    drawn: gd.querySelectorAll('.scatterlayer .trace, .barlayer .trace, .treemaplayer .slice').length})),
+}))"""
+
+
+def test_converted_notebook_shows_every_snapshot_offline_and_stays_small(lab, tmp_path):
+    """``jupyter nbconvert --to html --execute``: one static snapshot per displayed widget, each chart drawn
+    from plotly.js carried once in the document, with every network request refused; at most 5 MB."""
+    import os
+    import subprocess
+    import sys
+
+    server, browser = lab
+    nb = tmp_path / "widgets.ipynb"
+    nb.write_bytes(harness.NOTEBOOK.read_bytes())
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(harness.ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("XLA_FLAGS", None)
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", str(nb),
+                    "--output", "widgets.html"], cwd=tmp_path, env=env, check=True, timeout=300,
+                   capture_output=True)
+    html_path = tmp_path / "widgets.html"
+    size = html_path.stat().st_size
+    text = html_path.read_text()
+    print(f"converted widget notebook: {size:,} bytes")
+    assert size <= CONVERTED_BUDGET_BYTES, f"{size:,} bytes"
+    assert text.count("DecompressionStream") == 1  # plotly.js once per document, not per chart
+    assert "cdn.plot.ly" not in text
+
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    refused: list[str] = []
+
+    def route(r):
+        if r.request.url.startswith("file:"):
+            r.continue_()
+        else:
+            refused.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(html_path.as_uri())
+        snapshots = []
+        for _ in range(40):
+            snapshots = page.evaluate(_STATIC_JS)
+            charts = [c for s in snapshots for c in s["charts"]]
+            if charts and all(c["traces"] and c["drawn"] for c in charts):
+                break
+            page.wait_for_timeout(250)
+    finally:
+        page.close()
+    # dashboard, MemoryBreakdown, CacheTimeline, LiveArrays, CacheBrowser: five snapshots, all shown.
+    assert len(snapshots) == 5 and all(s["visible"] for s in snapshots), snapshots
+    charts = [c for s in snapshots for c in s["charts"]]
+    assert len(charts) >= 7, charts  # dashboard: bars, timeline, treemap; breakdown: bars, liveness; +2
+    assert all(c["traces"] > 0 and c["drawn"] > 0 for c in charts), charts
+    assert not errors, errors[:3]
+
+
+def test_the_comparison_flags_a_blank_or_partial_chart():
+    """The check itself can fail: an empty grid (no traces), a chart with traces but nothing drawn, a chart
+    missing from the page, and a trace with other points are all reported."""
+    want = {"c1": [{"type": "bar", "name": "a", "points": 2}], "c2": [{"type": "scatter", "name": "s", "points": 3}],
+            "c3": [{"type": "treemap", "name": "t", "points": 4}]}
+    drawn = [{"id": "c1", "traces": [], "drawn": 0, "calc": 0, "visible": True},
+             {"id": "c2", "traces": [{"type": "scatter", "name": "s", "points": 3}], "drawn": 0, "calc": 0,
+              "visible": True}]
+    problems = harness.compare(drawn, want)
+    assert any(p.startswith("c1: page has []") for p in problems)
+    assert any(p.startswith("c2: traces present but not drawn") for p in problems)
+    assert "c3: not in the page" in problems
+    ok = [{"id": "c1", "traces": want["c1"], "drawn": 1, "calc": 1, "visible": True}]
+    assert harness.compare(ok, {"c1": want["c1"]}) == []
+    assert harness.compare([{**ok[0], "traces": [{"type": "bar", "name": "a", "points": 1}]}], {"c1": want["c1"]})

@@ -1,0 +1,177 @@
+"""Rendering separated from the widgets (``xlakit.view``): one formatter, one table model, charts that are
+sent complete, updates on the kernel's thread, and the views' content fixes (signatures, one disk total,
+miss explanations, what a report leaves out)."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import jax.numpy as jnp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import xlakit
+from xlakit.events import Event, EventLog
+from xlakit.view import Column, Table, byte_ticks, fmt_bytes, fmt_seconds
+from xlakit.widgets import CacheBrowser, CacheTimeline, Chart
+
+
+def test_one_byte_formatter_in_binary_units_and_seconds_with_three_digits():
+    assert [fmt_bytes(n) for n in (0, 512, 1536, 3 * 2**20, -4 * 2**20, None)] == \
+        ["0 B", "512 B", "1.5 KiB", "3.0 MiB", "-4.0 MiB", "not reported"]
+    # %xlakit stats printed compile_s 2.4176840130003256: seconds read 2.42 s, 12.3 ms, 45 µs, 2 min 5 s.
+    assert [fmt_seconds(s) for s in (2.4176840130003256, 0.0123, 4.5e-5, 125.0, 0, None)] == \
+        ["2.42 s", "12.3 ms", "45 µs", "2 min 5 s", "0 s", "not reported"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=-(2**40), max_value=2**40), min_size=1, max_size=6))
+def test_byte_axis_ticks_are_binary_units_covering_the_data(values):
+    """Charts said kB/MB (decimal) while tables said KiB/MiB: axis ticks are round binary-unit values."""
+    vals, text = byte_ticks(values)
+    assert len(vals) == len(text) and len(vals) <= 12
+    for v, t in zip(vals, text):
+        m = re.fullmatch(r"(-?[\d.]+) (B|KiB|MiB|GiB|TiB)", t)
+        assert m, t
+        unit = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}[m.group(2)]
+        assert float(m.group(1)) * unit == pytest.approx(v)
+    hi, lo = max([0, *values]), min([0, *values])
+    if hi > lo and len(vals) > 1:
+        step = vals[1] - vals[0]
+        assert vals[0] <= lo and vals[-1] >= hi - step  # the ticks span the data, to within one step
+
+
+def test_table_renders_the_same_cells_as_text_and_html():
+    t = Table([Column("name", "name"), Column("size", "size", "bytes"), Column("s", "compile", "seconds")],
+              [{"name": "jit_f", "size": 1572864, "s": 2.4176840130003256}, {"name": "jit_g", "size": None}],
+              caption="entries", max_rows=1)
+    text = t.to_text()
+    assert "1.5 MiB" in text and "2.42 s" in text and "1 more row(s)" in text and "None" not in text
+    html = t.to_html()
+    assert "data-bytes='1572864'" in html and "1.5 MiB" in html and "xlakit-table-wrap" in html
+    assert "jit_g" not in html  # max_rows
+    assert "2.4176840130003256" not in text
+
+
+def test_chart_is_sent_complete_in_one_outputs_message():
+    """A FigureWidget was created empty and filled later (blank charts after Run All). A Chart's only state
+    is one complete plotly output, replaced whole by show()."""
+    import plotly.graph_objects as go
+
+    sent = []
+    c = Chart()
+    c.observe(lambda ch: sent.append(ch["new"]), names=["outputs"])
+    c.show(go.Figure(go.Bar(x=["a", "b"], y=[1, 2], name="bars")))
+    c.show(go.Figure([go.Bar(x=["a"], y=[3], name="bars"), go.Scatter(x=[0], y=[1], name="line")]))
+    assert len(sent) == 2  # one message per update
+    (out,) = sent[-1]
+    spec = out["data"]["application/vnd.plotly.v1+json"]
+    assert [t["name"] for t in spec["data"]] == ["bars", "line"]
+    assert spec["layout"]["meta"]["xlakit_chart"] == c.chart_id
+    assert c.traces() == [{"type": "bar", "name": "bars", "points": 1}, {"type": "scatter", "name": "line",
+                                                                         "points": 1}]
+    state = c.get_state()
+    assert "_esm" not in state and len(str(state)) < 20_000  # no widget code in the saved state
+    c.close()
+
+
+class _Loop:
+    """Stands in for the kernel's IO loop: records callbacks instead of running them."""
+
+    def __init__(self):
+        self.callbacks = []
+
+    def add_callback(self, fn):
+        self.callbacks.append((threading.current_thread().name, fn))
+
+
+def test_refresh_threads_hand_widget_updates_to_the_kernel_thread():
+    """Updates used to be sent from worker threads; a worker now only queues them on the kernel's loop."""
+    log = EventLog()
+    w = CacheTimeline(log, throttle_s=0.0)
+    loop = _Loop()
+    w._loop = loop
+    drawn_before = w.data.total
+    log.emit("miss", name="jit_late", key="jit_late-1", reason="no entry")
+    for _ in range(200):
+        if loop.callbacks:
+            break
+        threading.Event().wait(0.01)
+    assert loop.callbacks and loop.callbacks[0][0].startswith("xlakit-CacheTimeline")
+    assert w.data.total == drawn_before  # nothing drawn from the worker thread
+    loop.callbacks[0][1]()  # the kernel's thread runs it
+    assert w.data.total == drawn_before + 1
+    w.close()
+
+
+def test_timeline_menu_explains_a_miss():
+    log = EventLog()
+    log.extend([Event(kind="miss", name="jit_f", key="jit_f-1", reason="no entry with this key", time=1.0),
+                Event(kind="compile", name="jit_f", duration_s=0.5, time=1.6)])
+    w = CacheTimeline(log, live=False)
+    options = [v for _, v in w._miss_menu.options if v != -1]
+    assert options == [0]
+    w._miss_menu.value = 0
+    assert "no entry with this key" in w.miss_explanation.value and "jit_f-1" in w.miss_explanation.value
+    w.close()
+
+
+def test_cache_browser_shows_signatures_and_one_disk_total(tmp_path):
+    cache = xlakit.ExecutableCache(tmp_path / "cache", log=EventLog())
+    try:
+        f = cache.jit(lambda x: x * 2)
+        f(jnp.ones((8, 4)))
+        f(jnp.ones((16, 4)))
+        b = CacheBrowser(cache)
+        labels = [label for label, _ in b._selector.options]
+        assert any("float32[8,4]" in label or "f32[8,4]" in label for label in labels), labels
+        assert any("[16,4]" in label for label in labels), labels
+        assert len(set(labels)) == 2
+        assert "arguments (dtype[shape]" in b.table_html.value
+        status_total = int(re.search(r"data-bytes='(\d+)'", b.status.value).group(1))
+        assert status_total == int(b.totals["size_bytes"].sum())  # the status line and the table agree
+        assert "white-space: nowrap" in xlakit.view.theme.STYLE and "xlakit-nowrap" in b.totals_html.value
+        b.close()
+    finally:
+        cache.close()
+
+
+def test_report_says_what_it_leaves_out(tmp_path):
+    import xlakit.report
+
+    cache = xlakit.ExecutableCache(tmp_path / "cache", log=EventLog())
+    try:
+        cache.jit(lambda x: x + 1)(jnp.ones((5,)))
+        html = xlakit.report.build(cache=cache, log=None, include_plotlyjs=False)
+    finally:
+        cache.close()
+    assert "What this report leaves out" in html
+    assert "The cache timeline: no event log was given" in html
+    assert "Hits per entry" in html and "hits (this process)" not in html
+    assert "of the process that wrote this report (pid" in html
+    source = open(xlakit.report.__file__).read()
+    assert not re.search(r"^\s*(from|import) xlakit\.widgets", source, re.M)  # no widget internals
+
+
+def test_plotly_js_once_per_document_and_again_when_its_cell_reruns(monkeypatch):
+    """plotly.js goes with the first figure only; re-running the cell that carried it sends it again (its
+    old output is replaced), while other cells and a second figure of the same run do not."""
+    import plotly.graph_objects as go
+
+    from xlakit.view import plotly_html
+
+    fig = go.Figure(go.Bar(x=["a"], y=[1]))
+    request = {"cell": "cell-A", "msg": "m1"}
+    monkeypatch.setattr(plotly_html, "_current_request", lambda: (request["cell"], request["msg"]))
+    plotly_html.reset_once()
+    has = lambda html: "DecompressionStream" in html  # noqa: E731
+    assert has(plotly_html.figure_html(fig))            # first figure: the loader
+    assert not has(plotly_html.figure_html(fig))        # same run of the same cell
+    request.update(cell="cell-B", msg="m2")
+    assert not has(plotly_html.figure_html(fig))        # another cell
+    request.update(cell="cell-A", msg="m3")
+    assert has(plotly_html.figure_html(fig))            # the loader's cell again: its output is replaced
+    assert not has(plotly_html.figure_html(fig, False)) and has(plotly_html.figure_html(fig, True))
+    plotly_html.reset_once()

@@ -1,0 +1,264 @@
+"""The memory breakdown view: compiled memory per program as a frame, bar heights, figures and HTML.
+
+Pure functions of :class:`~xlakit.memory.CompiledMemory` objects (pandas and plotly imported where used),
+shared by :class:`xlakit.widgets.MemoryBreakdown`, its snapshot and :mod:`xlakit.report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+from xlakit.view.format import byte_ticks, fmt_bytes
+from xlakit.view.html import frame_records, missing, note, snapshot
+from xlakit.view.table import Column, Table
+from xlakit.view.theme import PLOTLY_TEMPLATE
+
+__all__ = ["BREAKDOWN_PARTS", "SORT_KEYS", "UNITS", "breakdown_frame", "breakdown_values", "unique_labels",
+           "breakdown_figure", "liveness_figure", "breakdown_html", "details_html", "PART_COLORS", "BASE_LAYOUT",
+           "LEGEND", "apply_byte_axis"]
+
+#: (CompiledMemory field, label, sign). Aliased (donated) bytes are counted in both arguments and outputs, so
+#: they are drawn as a reduction (negative bar): the stack's net height is what one run reserves.
+BREAKDOWN_PARTS: tuple[tuple[str, str, int], ...] = (
+    ("argument_bytes", "arguments", 1),
+    ("output_bytes", "outputs", 1),
+    ("temp_bytes", "temporaries", 1),
+    ("generated_code_bytes", "code", 1),
+    ("host_argument_bytes", "host arguments", 1),
+    ("host_output_bytes", "host outputs", 1),
+    ("host_temp_bytes", "host temporaries", 1),
+    ("host_generated_code_bytes", "host code", 1),
+    ("alias_bytes", "aliases (reused)", -1),
+    ("host_alias_bytes", "host aliases (reused)", -1),
+)
+#: Sort orders of :func:`breakdown_frame`: ``name`` ascending, the others largest first.
+SORT_KEYS = ("name", "total", "footprint", "peak", "argument", "output", "temp")
+#: Units of :func:`breakdown_values`.
+UNITS = ("bytes", "percent")
+_SORT_COLUMN = {"total": "total_bytes", "footprint": "footprint_bytes", "peak": "peak_bytes",
+                "argument": "argument_bytes", "output": "output_bytes", "temp": "temp_bytes"}
+PART_COLORS = {
+    "arguments": "#1f77b4", "outputs": "#ff7f0e", "temporaries": "#2ca02c", "code": "#9467bd",
+    "host arguments": "#aec7e8", "host outputs": "#ffbb78", "host temporaries": "#98df8a", "host code": "#c5b0d5",
+    "aliases (reused)": "#7f7f7f", "host aliases (reused)": "#c7c7c7",
+}
+#: Legend above the plot, wrapping within the width: long tick labels below never collide with it, and a
+#: narrow window gets more legend rows instead of clipped entries.
+LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0)
+BASE_LAYOUT = dict(margin=dict(l=60, r=20, t=90, b=40), template=PLOTLY_TEMPLATE, height=380, autosize=True)
+
+
+def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None = None) -> list[str]:
+    """Readable, unique labels: a repeated name gets ``[first 8 hex digits of its key's hash]`` (or ``#n``)."""
+    labels: list[str] = [n or "?" for n in names]
+    key_list: list[str | None] = list(keys) if keys is not None else [None] * len(labels)
+    counts: dict[str, int] = {}
+    for n in labels:
+        counts[n] = counts.get(n, 0) + 1
+    out: list[str] = []
+    seen: set[str] = set()
+    for i, (n, k) in enumerate(zip(labels, key_list)):
+        label = n if counts[n] == 1 else (f"{n} [{k.rsplit('-', 1)[-1][:8]}]" if k else f"{n} #{i}")
+        while label in seen:
+            label += "'"
+        seen.add(label)
+        out.append(label)
+    return out
+
+
+def breakdown_frame(memories: Mapping[str, Any], sort: str = "name"):
+    """One row per program: the byte fields of its ``CompiledMemory``, totals, in display order.
+
+    Args:
+      memories: label -> :class:`~xlakit.memory.CompiledMemory`.
+      sort: one of :data:`SORT_KEYS`; ``name`` ascending, the others largest first (not reported last).
+
+    Returns:
+      ``pandas.DataFrame`` indexed by label with every field of :data:`BREAKDOWN_PARTS`, ``peak_bytes``,
+      ``footprint_bytes`` (nullable Int64; <NA> = not reported), ``total_bytes`` (sum of the positive parts
+      reported, 0 when none) and ``net_bytes`` (total minus aliases); ``attrs["platforms"]`` holds each
+      program's platform (``"cpu"``, ``"gpu"``, ... or None).
+
+    Raises:
+      ValueError: an unknown ``sort``.
+    """
+    import pandas as pd
+
+    if sort not in SORT_KEYS:
+        raise ValueError(f"sort must be one of {SORT_KEYS}, got {sort!r}")
+    fields = [f for f, _, _ in BREAKDOWN_PARTS]
+    rows = []
+    for label, m in memories.items():
+        row = {"program": label, **{f: getattr(m, f) for f in fields}, "peak_bytes": m.peak_bytes,
+               "footprint_bytes": m.footprint_bytes}
+        row["total_bytes"] = sum(getattr(m, f) or 0 for f, _, sign in BREAKDOWN_PARTS if sign > 0)
+        row["net_bytes"] = row["total_bytes"] - sum(getattr(m, f) or 0 for f, _, sign in BREAKDOWN_PARTS if sign < 0)
+        rows.append(row)
+    columns = ["program", *fields, "peak_bytes", "footprint_bytes", "total_bytes", "net_bytes"]
+    frame = pd.DataFrame(rows, columns=columns).set_index("program")
+    for c in columns[1:]:
+        frame[c] = frame[c].astype("Int64")
+    if sort == "name":
+        frame = frame.sort_index(kind="stable")
+    else:
+        frame = frame.sort_values(_SORT_COLUMN[sort], ascending=False, na_position="last", kind="stable")
+    frame.attrs["platforms"] = {label: getattr(m, "platform", None) for label, m in memories.items()}
+    return frame
+
+
+def breakdown_values(frame, unit: str = "bytes") -> dict[str, list[float | None]]:
+    """Bar heights per part label (and ``"peak"``) in ``unit``, in the frame's row order.
+
+    ``bytes``: as reported (aliases negative). ``percent``: of each program's ``total_bytes``. A part not
+    reported is None (no bar), never a fake 0.
+
+    Raises:
+      ValueError: an unknown ``unit``.
+    """
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    totals = [int(t) for t in frame["total_bytes"]] if len(frame) else []
+
+    def scale(values, sign: int = 1) -> list[float | None]:
+        out: list[float | None] = []
+        for v, total in zip(values, totals):
+            if missing(v):
+                out.append(None)
+            elif unit == "bytes":
+                out.append(float(sign * int(v)))
+            else:
+                out.append((sign * 100.0 * int(v) / total if int(v) else 0.0) if total else None)
+        return out
+
+    values = {label: scale(frame[field].tolist(), sign) for field, label, sign in BREAKDOWN_PARTS}
+    values["peak"] = scale(frame["peak_bytes"].tolist())
+    values["footprint"] = scale(frame["footprint_bytes"].tolist())
+    return values
+
+
+def apply_byte_axis(fig: Any, values: Sequence[float | None], axis: str = "yaxis") -> None:
+    """Binary-unit ticks (0, 1 MiB, 2 MiB...) on ``axis`` of ``fig`` spanning ``values``."""
+    vals, text = byte_ticks(values)
+    fig.update_layout({axis: dict(tickmode="array", tickvals=vals, ticktext=text)})
+
+
+def _bytes_text(values: Sequence[Any]) -> list[str]:
+    return [fmt_bytes(None if missing(v) else int(v)) for v in values]
+
+
+def breakdown_figure(frame, unit: str = "bytes"):
+    """Stacked bars per program (``barmode="relative"``: aliases below zero) and a peak marker per program.
+
+    On CPU, XLA's peak leaves out temporaries, so the dash is labelled "peak (XLA:CPU, no temporaries)" and
+    a second dash marks the footprint (what one run reserves). Axes and tooltips in binary units."""
+    import plotly.graph_objects as go
+
+    values = breakdown_values(frame, unit)
+    programs = [str(p) for p in frame.index]
+    fig = go.Figure()
+    pct = unit == "percent"
+    for field, label, _sign in BREAKDOWN_PARTS:
+        ys = values[label]
+        if all(v is None for v in ys):
+            continue
+        text = _bytes_text(frame[field].tolist())
+        extra = " (%{y:.1f}% of the total)" if pct else ""
+        fig.add_bar(x=programs, y=ys, name=label, marker_color=PART_COLORS[label], customdata=text,
+                    hovertemplate=f"%{{x}}<br>{label}: %{{customdata}}{extra}<extra></extra>")
+    platforms = frame.attrs.get("platforms", {})
+    on_cpu = any(platforms.get(p) == "cpu" for p in programs)
+    peak_name = "peak (XLA:CPU, no temporaries)" if on_cpu else "peak (XLA)"
+    if any(v is not None for v in values["peak"]):
+        fig.add_scatter(x=programs, y=values["peak"], mode="markers", name=peak_name,
+                        marker=dict(symbol="line-ew-open", size=28, color="#444", line=dict(width=3)),
+                        customdata=_bytes_text(frame["peak_bytes"].tolist()),
+                        hovertemplate=f"%{{x}}<br>{peak_name}: %{{customdata}}<extra></extra>")
+    if on_cpu and any(v is not None for v in values["footprint"]):
+        fig.add_scatter(x=programs, y=values["footprint"], mode="markers", name="footprint (one run reserves)",
+                        marker=dict(symbol="line-ew-open", size=28, color="#d62728", line=dict(width=2)),
+                        customdata=_bytes_text(frame["footprint_bytes"].tolist()),
+                        hovertemplate="%{x}<br>footprint: %{customdata}<extra></extra>")
+    fig.update_layout(**BASE_LAYOUT, barmode="relative", title="Compiled memory per program",
+                      yaxis_title="% of the program's total" if pct else "bytes", legend=LEGEND)
+    if not pct and len(frame):
+        extents: list[float | None] = [float(t) for t in frame["total_bytes"]]
+        extents += [-(float(t) - float(n)) for t, n in zip(frame["total_bytes"], frame["net_bytes"])]
+        extents += [v for v in values["peak"] + values["footprint"] if v is not None]
+        apply_byte_axis(fig, extents)
+    return fig
+
+
+def liveness_figure(frame, name: str, max_points: int = 4000):
+    """Live bytes over program order (``BufferAssignment.live_bytes_by_step()``): stacked by kind when the
+    frame has kind columns (reconstructed liveness), else one line per heap-simulator trace."""
+    import plotly.graph_objects as go
+
+    from xlakit.view.timeline import downsample_series
+
+    fig = go.Figure()
+    tops: list[float] = []
+    if frame is not None and not frame.empty:
+        if "trace" in frame.columns:
+            for t, part in frame.groupby("trace"):
+                x, y = downsample_series(range(len(part)), part["live_bytes"], max_points)
+                tops.append(float(max(y, default=0)))
+                fig.add_scatter(x=x, y=y, mode="lines", name=f"trace {t} (allocation {part['allocation'].iloc[0]})",
+                                customdata=_bytes_text(y), hovertemplate="step %{x}: %{customdata}<extra></extra>")
+        else:
+            total = None
+            for kind in ("parameter", "output", "temporary", "constant"):
+                if kind in frame.columns and frame[kind].any():
+                    x, y = downsample_series(frame["step"], frame[kind], max_points)
+                    total = y if total is None else total + y
+                    fig.add_scatter(x=x, y=y, mode="lines", name=kind, stackgroup="live",
+                                    customdata=_bytes_text(y),
+                                    hovertemplate=f"step %{{x}}: {kind} %{{customdata}}<extra></extra>")
+            if total is not None:
+                tops.append(float(max(total, default=0)))
+    fig.update_layout(**{**BASE_LAYOUT, "height": 320}, title=f"Live bytes over program order: {name}",
+                      xaxis_title="step (instruction in schedule order)", yaxis_title="bytes", legend=LEGEND)
+    apply_byte_axis(fig, tops)
+    return fig
+
+
+def details_html(selected: str | None, largest, note_text: str | None = None) -> str:
+    """The largest-buffers table of the selected program (or the note saying why there is none)."""
+    if selected is None:
+        return note("Select a program to see its largest buffers and live bytes over program order.")
+    parts = [f"<h5 style='margin:6px 0'>Largest buffers at the peak: {escape(selected)}</h5>"]
+    if note_text:
+        parts.append(note(note_text))
+    if largest is not None and not largest.empty:
+        rows = frame_records(largest)
+        for r in rows:
+            r["shape"] = "×".join(str(d) for d in (r.get("shape") or ())) if r.get("shape") is not None else None
+        cols = [Column("instruction", "instruction"), Column("opcode", "opcode"), Column("dtype", "dtype"),
+                Column("shape", "shape"), Column("bytes", "bytes", "bytes"), Column("kind", "allocation kind"),
+                Column("allocation", "allocation")]
+        parts.append(Table(cols, rows, css_class="xlakit-largest").to_html())
+        if largest.attrs.get("source"):
+            parts.append(note(f"source: {largest.attrs['source']}"))
+    return "".join(parts)
+
+
+def breakdown_html(frame, unit: str = "bytes", *, include_plotlyjs: bool | str = "once", selected: str | None = None,
+                   largest=None, liveness=None, detail_note: str | None = None, notes: Sequence[str] = ()) -> str:
+    """Snapshot of a memory breakdown: the bar chart, one table row per program, and the selection's detail."""
+    from xlakit.view.plotly_html import figure_html
+
+    if frame.empty:
+        return snapshot("Memory breakdown", note("No programs."))
+    fig = breakdown_figure(frame, unit)
+    used = [Column(f, label, "bytes") for f, label, _ in BREAKDOWN_PARTS if frame[f].notna().any()]
+    cols = [Column("program", "program"), *used, Column("peak_bytes", "peak (XLA)", "bytes"),
+            Column("footprint_bytes", "footprint", "bytes"), Column("total_bytes", "total", "bytes")]
+    table = Table(cols, frame_records(frame), css_class="xlakit-breakdown").to_html()
+    body = [figure_html(fig, include_plotlyjs), table]
+    body += [note(n) for n in notes]
+    if selected is not None:
+        body.append(details_html(selected, largest, detail_note))
+        if liveness is not None and not liveness.empty:
+            body.append(figure_html(liveness_figure(liveness, selected), False))
+    return snapshot(f"Memory breakdown ({len(frame)} programs, {unit})", "".join(body))

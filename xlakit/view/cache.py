@@ -1,0 +1,143 @@
+"""The cache browser view: entries filtered and totalled per partition, argument signatures, explanations.
+
+Pure functions of the entries frame (``ExecutableCache.entries()``) and entry headers; shared by
+:class:`xlakit.widgets.CacheBrowser`, its snapshot and :mod:`xlakit.report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from xlakit.view.format import fmt_bytes, fmt_count
+from xlakit.view.html import frame_records, note, snapshot
+from xlakit.view.table import Column, Table
+
+__all__ = ["filter_entries", "partition_totals", "explain_entry", "signature_text", "entries_html",
+           "partitions_html", "cache_html", "ENTRY_COLUMNS", "entry_label", "disk_total"]
+
+#: The entries table: (frame column, header, kind).
+ENTRY_COLUMNS = (Column("name", "name"), Column("signature", "arguments (dtype[shape] sharding)"),
+                 Column("key", "key"), Column("partition", "partition"), Column("size_bytes", "size", "bytes"),
+                 Column("compile_s", "compile", "seconds"), Column("hits", "hits (this process)", "count"),
+                 Column("loadable", "loadable"), Column("argument_size_in_bytes", "arguments", "bytes"),
+                 Column("output_size_in_bytes", "outputs", "bytes"),
+                 Column("temp_size_in_bytes", "temporaries", "bytes"),
+                 Column("last_used", "last used", "datetime"))
+
+
+def signature_text(signature: Sequence[dict[str, Any]] | None, limit: int = 120) -> str:
+    """An entry's argument signature as ``f32[8,4], f32[4] donated, ...`` (sharding when recorded), cut to
+    ``limit`` characters; "" when the entry records none."""
+    if not signature:
+        return ""
+    parts = []
+    for arg in signature:
+        if not isinstance(arg, dict):
+            parts.append(str(arg))
+            continue
+        shape = arg.get("shape")
+        dims = "" if shape in (None, "scalar") else str(shape).replace("x", ",")
+        text = f"{arg.get('dtype') or '?'}[{dims}]"
+        sharding = arg.get("sharding")
+        if sharding:
+            text += f" {sharding}"
+        if arg.get("donation"):
+            text += " donated"
+        parts.append(text)
+    out = ", ".join(parts)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+def entry_label(row: dict[str, Any]) -> str:
+    """One selector line: name, argument signature, size, partition, short key — entries of one function
+    with different arguments read differently."""
+    sig = row.get("signature") or "arguments not recorded"
+    return (f"{row.get('name') or '?'}({sig}) · {fmt_bytes(row.get('size_bytes'))} · {row.get('partition')} · "
+            f"{str(row.get('key') or '')[-12:]}")
+
+
+def filter_entries(frame, name_filter: str = "", partition: str | None = None):
+    """Rows of an ``ExecutableCache.entries()`` frame whose name contains ``name_filter`` (case-insensitive)
+    and, if given, in ``partition``."""
+    if frame.empty:
+        return frame
+    mask = frame["partition"].notna()
+    if name_filter:
+        mask &= frame["name"].fillna("").str.lower().str.contains(name_filter.lower(), regex=False)
+    if partition:
+        mask &= frame["partition"] == partition
+    return frame[mask]
+
+
+def partition_totals(frame):
+    """Per partition: entries, bytes on disk, recorded compile seconds, hits in this process (a DataFrame
+    indexed by partition; empty without entries)."""
+    import pandas as pd
+
+    columns = ["entries", "size_bytes", "compile_s", "hits"]
+    if frame.empty:
+        return pd.DataFrame(columns=["partition", *columns]).set_index("partition")
+    out = frame.groupby("partition").agg(entries=("key", "size"), size_bytes=("size_bytes", "sum"),
+                                         compile_s=("compile_s", "sum"), hits=("hits", "sum"))
+    return out[columns]
+
+
+def disk_total(frame) -> int:
+    """Bytes on disk of the entries in ``frame`` (the sum the partition table shows; int)."""
+    return 0 if frame is None or frame.empty else int(frame["size_bytes"].fillna(0).sum())
+
+
+def explain_entry(info: Any, environment: Any):
+    """Could this cache entry be loaded here? Its recorded environment against ``environment`` (the current
+    one), as an :class:`~xlakit.explain.Explanation` (status ``hit`` when nothing differs and the partition is
+    this one, else ``miss`` with the differing fields).
+
+    Uses :func:`xlakit.explain.compare` with the entry's own key parts and signature, so only the
+    environment can differ (the program itself is not known to a cache browser; ``ExecutableCache.explain``
+    compares a function you pass).
+    """
+    from xlakit.explain import Explanation, compare
+
+    header = dict(getattr(info, "header", None) or {})
+    now = {"key_parts": header.get("key_parts"), "environment": environment.to_dict(),
+           "signature": header.get("signature"), "module_text": None}
+    diffs, _ = compare(now, header)
+    here = environment.partition_name()
+    status = "hit" if not diffs and info.partition == here else "miss"
+    nearest = {"key": info.key, "partition": info.partition, "created": info.created}
+    return Explanation(info.name or "?", info.key, here, status, nearest=nearest if status == "miss" else None,
+                       differences=tuple(diffs))
+
+
+def entries_html(frame, max_rows: int = 200) -> str:
+    """The entries of an ``ExecutableCache.entries()`` frame as a table (sizes exact in ``data-bytes``)."""
+    rows = frame_records(frame)
+    for r in rows:
+        if r.get("key"):
+            r["key"] = r["key"] if len(r["key"]) <= 24 else "…" + r["key"][-23:]
+    columns = [c for c in ENTRY_COLUMNS if frame is not None and c.key in frame.columns]
+    return (Table(columns, rows, max_rows=max_rows, css_class="xlakit-entries").to_html()
+            if rows else note("No entries."))
+
+
+def partitions_html(totals) -> str:
+    """Per-partition totals (:func:`partition_totals`) as a table; partition names never wrap."""
+    rows = frame_records(totals)
+    if not rows:
+        return ""
+    columns = [Column("partition", "partition"), Column("entries", "entries", "count"),
+               Column("size_bytes", "bytes on disk", "bytes"), Column("compile_s", "compile", "seconds"),
+               Column("hits", "hits (this process)", "count")]
+    present = {"partition", *totals.columns}
+    return Table([c for c in columns if c.key in present], rows, caption="Per partition",
+                 css_class="xlakit-partitions").to_html()
+
+
+def cache_html(frame, totals, *, max_rows: int = 200, folder: str | None = None, status: str | None = None) -> str:
+    """Snapshot of the cache browser: one on-disk total, per-partition totals and the entries table."""
+    n = 0 if frame is None else len(frame)
+    head = note(f"folder: {folder}: {fmt_count(n)} entries, {fmt_bytes(disk_total(frame))} on disk "
+                "(the sum of the entries' files, as in the partition table)") if folder else ""
+    return snapshot(f"Cache ({n} entries)", head + partitions_html(totals) + entries_html(frame, max_rows)
+                    + (status or ""))

@@ -1,0 +1,132 @@
+"""One formatter for bytes, seconds and counts, used by every table, chart axis, tooltip, repr, report and the CLI.
+
+Bytes use binary units (KiB = 1024 bytes, MiB, GiB, TiB), as allocators and XLA count; seconds pick µs, ms,
+s or min so that three significant digits show. No dependencies (not even on the rest of xlakit): the memory
+reprs, the widgets, the report and the CLI all import it.
+
+>>> fmt_bytes(1536), fmt_bytes(512), fmt_bytes(None)
+('1.5 KiB', '512 B', 'not reported')
+>>> fmt_seconds(2.4176840130003256), fmt_seconds(0.0123), fmt_seconds(125.0)
+('2.42 s', '12.3 ms', '2 min 5 s')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["fmt_bytes", "fmt_seconds", "fmt_count", "fmt_value", "byte_ticks", "NOT_REPORTED", "BINARY_UNITS"]
+
+#: What a missing number reads as, everywhere.
+NOT_REPORTED = "not reported"
+#: (unit, bytes) from the largest down.
+BINARY_UNITS: tuple[tuple[str, int], ...] = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10),
+                                             ("B", 1))
+
+
+def _missing(v: object) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(v != v)  # NaN, pandas.NA raises in bool() -> handled below
+    except TypeError:
+        return True
+
+
+def fmt_bytes(n: int | float | None, missing: str = NOT_REPORTED) -> str:
+    """A byte count in binary units: ``1536`` -> ``"1.5 KiB"``, ``512`` -> ``"512 B"``, negative keeps its sign.
+
+    Args:
+      n: bytes (int or float; None, NaN or ``pandas.NA`` = not reported).
+      missing: the text for a missing value (default ``"not reported"``).
+    """
+    if _missing(n):
+        return missing
+    n = float(n)  # type: ignore[arg-type]
+    sign, a = ("-" if n < 0 else ""), abs(n)
+    for unit, size in BINARY_UNITS:
+        if a >= size or unit == "B":
+            if unit == "B":
+                return f"{sign}{int(round(a))} B"
+            return f"{sign}{a / size:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def fmt_seconds(s: float | None, missing: str = NOT_REPORTED) -> str:
+    """Seconds with three significant digits in a readable unit: ``2.4177`` -> ``"2.42 s"``, ``0.0123`` ->
+    ``"12.3 ms"``, ``4.5e-05`` -> ``"45 µs"``, ``125`` -> ``"2 min 5 s"``; 0 -> ``"0 s"``."""
+    if _missing(s):
+        return missing
+    s = float(s)  # type: ignore[arg-type]
+    sign, a = ("-" if s < 0 else ""), abs(s)
+    if a == 0:
+        return "0 s"
+    if a >= 60:
+        minutes, rest = divmod(round(a), 60)
+        return f"{sign}{minutes} min {rest} s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if a >= scale or unit == "µs":
+            v = a / scale
+            text = f"{v:.3g}" if v < 1000 else f"{v:.0f}"
+            return f"{sign}{text} {unit}"
+    raise AssertionError("unreachable")
+
+
+def fmt_count(n: int | None, missing: str = NOT_REPORTED) -> str:
+    """An integer count with thousands separators: ``1234567`` -> ``"1,234,567"``."""
+    if _missing(n):
+        return missing
+    return f"{int(n):,}"  # type: ignore[arg-type]
+
+
+def fmt_value(v: object, kind: str = "text", missing: str = "") -> str:
+    """``v`` as text for a table cell of ``kind``: ``bytes``, ``seconds``, ``count``, ``float`` (4 significant
+    digits), ``datetime`` (to the second; a ``time.time()`` float or a datetime) or ``text``."""
+    if _missing(v):
+        return missing
+    if kind == "bytes":
+        return fmt_bytes(v)  # type: ignore[arg-type]
+    if kind == "seconds":
+        return fmt_seconds(v)  # type: ignore[arg-type]
+    if kind == "count":
+        return fmt_count(v)  # type: ignore[arg-type]
+    if kind == "datetime":
+        if isinstance(v, (int, float)):
+            import time
+
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(v))
+        if hasattr(v, "strftime"):
+            return v.strftime("%Y-%m-%d %H:%M:%S")  # type: ignore[union-attr]
+    if hasattr(v, "strftime"):  # datetimes (pandas Timestamps) in any column: to the second
+        return v.strftime("%Y-%m-%d %H:%M:%S")  # type: ignore[union-attr]
+    if kind == "float" or isinstance(v, float):
+        return f"{float(v):.4g}"  # type: ignore[arg-type]
+    return str(v)
+
+
+def byte_ticks(values: Sequence[float | None], target: int = 5) -> tuple[list[float], list[str]]:
+    """Tick positions and labels in binary units for a byte axis spanning ``values`` (and 0).
+
+    Returns ``(tickvals, ticktext)``: steps of 1, 2 or 5 (times a power of ten) of the unit that fits the
+    largest magnitude, e.g. 0, 1 MiB, 2 MiB, ... — what a chart's axis shows instead of plotly's decimal
+    ``k``/``M``. Empty input gives ``([0.0], ["0 B"])``.
+    """
+    vals = [float(v) for v in values if v is not None and not _missing(v)]
+    lo, hi = min([0.0, *vals]), max([0.0, *vals])
+    span = hi - lo
+    if span <= 0:
+        return [0.0], ["0 B"]
+    top = max(abs(lo), abs(hi))
+    unit, size = next((u, s) for u, s in BINARY_UNITS if top >= s or u == "B")
+    raw = span / size / max(target, 1)
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    if unit == "B":
+        step = max(1, round(step))
+    first = math.floor(lo / size / step) * step
+    ticks, v = [], first
+    while v < hi / size + step - step * 1e-9:
+        ticks.append(v)
+        v = round(v + step, 12)
+    labels = [f"{'-' if t < 0 else ''}{abs(t):g} {unit}" if t else "0 B" for t in ticks]
+    return [t * size for t in ticks], labels

@@ -1,0 +1,128 @@
+"""Turn what a user hands a view into the programs it shows (no widget or plotting library here).
+
+Used by :class:`xlakit.widgets.MemoryBreakdown` and :mod:`xlakit.report`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from xlakit.view.breakdown import unique_labels
+
+__all__ = ["Programs", "collect_programs", "cache_store", "AOT_SUFFIX"]
+
+AOT_SUFFIX = "-aot"  # ExecutableCache's loadable twin of an entry (same program): not a program of its own
+
+
+class Programs:
+    """Programs to break down: label -> ``CompiledMemory``, and label -> the object a buffer assignment can be
+    decoded from (a ``jax.stages.Compiled`` or a ``CompiledMemory`` carrying the proto), or None with a note."""
+
+    def __init__(self) -> None:
+        self.memories: dict[str, Any] = {}
+        self.programs: dict[str, Any] = {}
+        self.notes: dict[str, str] = {}
+        self.origin: str = ""
+
+    def add(self, label: str, memory: Any, program: Any = None, note: str | None = None) -> None:
+        self.memories[label] = memory
+        self.programs[label] = program
+        if note:
+            self.notes[label] = note
+
+
+def cache_store(obj: Any) -> Any | None:
+    """The ``LocalStore`` behind an ExecutableCache, a TransparentCache (``enable_cache()``) or a store itself."""
+    store = getattr(obj, "store", None)
+    if store is not None and hasattr(store, "entries"):
+        return store
+    if hasattr(obj, "entries") and hasattr(obj, "root") and hasattr(obj, "partitions"):
+        return obj
+    return None
+
+
+def _is_program(value: Any) -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(value, (jax.stages.Compiled, jax.stages.Lowered))
+
+
+def collect_programs(source: Any) -> Programs:
+    """Programs from ``source``:
+
+    * a ``jax.stages.Compiled`` (or ``Lowered``, compiled here) or a ``CompiledMemory``;
+    * a mapping name -> any of those (or anything :func:`xlakit.memory.compiled_memory` takes);
+    * an ``ExecutableCache``, the cache ``xlakit.enable_cache()`` returns, or a ``LocalStore``: every entry,
+      with the memory recorded in its header at compile time (no load);
+    * a :class:`~xlakit.bundle.LoadedBundle` (its ``programs``, labelled by module file), or any object with a
+      ``programs`` mapping attribute (tuple keys are joined with ``/``);
+    * any object with a ``__xlakit_programs__()`` method returning such a mapping (how another container of
+      compiled programs plugs in; it takes precedence).
+
+    Raises:
+      TypeError: ``source`` is none of these.
+    """
+    from xlakit.memory import CompiledMemory, compiled_memory
+
+    out = Programs()
+    if source is None:
+        out.origin = "no programs"
+        return out
+    hook = getattr(source, "__xlakit_programs__", None)
+    if callable(hook):
+        mapping = hook()
+        out.origin = f"{type(source).__name__}.__xlakit_programs__()"
+        return _from_mapping(out, mapping)
+    store = cache_store(source)
+    if store is not None:
+        out.origin = f"cache entries in {getattr(store, 'root', '?')}"
+        infos = [i for i in store.entries() if not i.key.endswith(AOT_SUFFIX)]
+        infos.sort(key=lambda i: (i.name or "", i.key))
+        labels = unique_labels([i.name for i in infos], [i.key for i in infos])
+        for label, info in zip(labels, infos):
+            try:
+                memory = compiled_memory(info)
+            except (TypeError, ValueError) as exc:
+                memory = CompiledMemory(name=info.name, source=f"cache entry {info.key[:16]}…",
+                                        notes=(str(exc),))
+            out.add(label, memory, None, "a cache entry records the memory totals, not the buffer assignment: "
+                    "pass the compiled program (e.g. cache.compile(...)[0] or cache.load(key)) to see its buffers")
+        return out
+    if isinstance(source, Mapping):
+        out.origin = "mapping"
+        return _from_mapping(out, source)
+    programs = getattr(source, "programs", None)
+    if isinstance(programs, Mapping):
+        # A LoadedBundle: (variant, batch_size) -> Compiled, labelled by module file from its reports.
+        names = {(r.variant, r.batch_size): r.module for r in getattr(source, "reports", ())
+                 if hasattr(r, "module") and hasattr(r, "variant") and hasattr(r, "batch_size")}
+        out.origin = f"{type(source).__name__}.programs"
+        return _from_mapping(out, {names.get(k, _label(k)): v for k, v in programs.items()})
+    if isinstance(source, CompiledMemory) or _is_program(source):
+        memory = compiled_memory(source)
+        out.origin = "one program"
+        out.add(memory.name or "program", memory, source if _is_program(source) else memory)
+        return out
+    raise TypeError("MemoryBreakdown takes a jax.stages.Compiled, a dict of name -> Compiled (or CompiledMemory), "
+                    "an ExecutableCache / enable_cache() cache / LocalStore, a LoadedBundle, or an object with "
+                    f"__xlakit_programs__(); got {type(source).__name__}")
+
+
+def _from_mapping(out: Programs, mapping: Mapping[str, Any]) -> Programs:
+    from xlakit.memory import CompiledMemory, compiled_memory
+
+    for name, value in mapping.items():
+        memory = compiled_memory(value)
+        program = value if _is_program(value) else (value if isinstance(value, CompiledMemory) else None)
+        note = None if program is not None else ("no compiled program to decode a buffer assignment from; pass "
+                                                 "the jax.stages.Compiled")
+        out.add(_label(name), memory, program, note)
+    return out
+
+
+def _label(key: Any) -> str:
+    """A mapping key as a label: tuples such as ``("default", 8)`` become ``default/8``."""
+    if isinstance(key, tuple):
+        return "/".join(str(k) for k in key)
+    return str(key)

@@ -1,0 +1,363 @@
+"""The cache timeline view: events kept as columns, filtered and down-sampled, drawn as lanes of spans and
+markers with the seconds saved by hits in a panel of their own.
+
+Pure functions (numpy, and plotly for the figure); shared by :class:`xlakit.widgets.CacheTimeline`, its
+snapshot and :mod:`xlakit.report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterable
+from html import escape
+from typing import Any
+
+from xlakit.events import KINDS, Event
+from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
+from xlakit.view.html import note, snapshot
+from xlakit.view.table import Column, Table
+
+__all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
+           "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD"]
+
+#: kind -> (plotly marker symbol, colour). Symbols are ones WebGL scatter traces draw.
+KIND_STYLE: dict[str, tuple[str, str]] = {
+    "hit": ("circle", "#2ca02c"), "miss": ("x", "#d62728"), "compile": ("square", "#1f77b4"),
+    "store": ("triangle-up", "#9467bd"), "skip": ("diamond", "#7f7f7f"), "corrupt": ("star", "#e377c2"),
+    "evict": ("triangle-down", "#8c564b"), "load_error": ("cross", "#ff7f0e"), "store_error": ("cross", "#bcbd22"),
+    "trace": ("circle-open", "#17becf"), "lower": ("square-open", "#aec7e8"),
+}
+_NO_NAME = "(no name)"
+#: Vertical offset of each kind within its lane, so a hit 60 ms after a compile is never hidden under it.
+KIND_OFFSET: dict[str, float] = {
+    "compile": 0.0, "hit": 0.3, "miss": -0.3, "store": 0.15, "skip": -0.15, "corrupt": -0.4, "evict": 0.4,
+    "load_error": -0.22, "store_error": 0.22, "trace": -0.07, "lower": 0.07,
+}
+#: Kinds with a duration drawn as a span from its start to its end (``Event.time`` is the end): compiles,
+#: and hits (the load).
+SPAN_KINDS = ("compile", "hit")
+#: Markers above which a kind is drawn with WebGL (``scattergl``); below it, SVG (crisper, no GPU needed).
+GL_THRESHOLD = 2000
+
+
+class EventColumns:
+    """The events a timeline shows, kept as columns (appended incrementally, bounded, thread-safe).
+
+    Lanes (one per function name) are assigned on append in order of first appearance and never change.
+
+    Args:
+      maxlen: keep the newest ``maxlen`` events (int, default 100,000).
+    """
+
+    FIELDS = ("time", "kind", "name", "source", "duration_s", "bytes", "key", "partition", "reason", "saved_s")
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        if maxlen < 1:
+            raise ValueError(f"maxlen must be at least 1, got {maxlen}")
+        self.maxlen = maxlen
+        self.lanes: dict[str, int] = {}
+        self._cols: dict[str, list[Any]] = {f: [] for f in (*self.FIELDS, "lane")}
+        self._lock = threading.Lock()
+        self._arrays: dict[str, Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self._cols["time"])
+
+    def extend(self, events: Iterable[Event]) -> int:
+        """Append events; returns how many."""
+        n = 0
+        with self._lock:
+            cols, lanes = self._cols, self.lanes
+            for e in events:
+                name = e.name or _NO_NAME
+                lane = lanes.get(name)
+                if lane is None:
+                    lane = lanes[name] = len(lanes)
+                for f in self.FIELDS:
+                    cols[f].append(getattr(e, f))
+                cols["name"][-1] = name
+                cols["lane"].append(lane)
+                n += 1
+            extra = len(cols["time"]) - self.maxlen
+            if extra > 0:
+                for f in cols:
+                    del cols[f][:extra]
+            if n:
+                self._arrays = None
+        return n
+
+    def arrays(self) -> dict[str, Any]:
+        """The columns as numpy arrays (cached until the next append): numbers as float64 (NaN = None)."""
+        import numpy as np
+
+        with self._lock:
+            if self._arrays is None:
+                c = self._cols
+                out = {"time": np.asarray(c["time"], dtype=float), "lane": np.asarray(c["lane"], dtype=np.int64)}
+                for f in ("duration_s", "bytes", "saved_s"):
+                    out[f] = np.asarray([np.nan if v is None else v for v in c[f]], dtype=float)
+                for f in ("kind", "name", "source", "key", "partition", "reason"):
+                    out[f] = np.asarray(c[f], dtype=object)
+                self._arrays = out
+            return self._arrays
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineData:
+    """What a timeline draws after filters and down-sampling.
+
+    Attributes:
+      t0: wall-clock seconds (``time.time()``) of the first kept event; x values are seconds after it.
+      lanes: lane names, by lane index (y values are lane indexes).
+      points: kind -> dict with numpy arrays ``x`` (s), ``y`` (lane), ``size`` (px), ``index`` (row in the
+        columns) and ``hover`` (list of str), for the kinds that pass the filter and have points.
+      saved_x, saved_y: the cumulative seconds-saved curve (x in s after ``t0``; y in s), down-sampled.
+      misses: the matched misses, newest first (at most 200): dicts with ``index`` (row in the columns),
+        ``label`` (time, function) and ``reason`` (why it missed, as recorded).
+      total: events kept. matched: events passing the filters. shown: points drawn (after down-sampling).
+      saved_s: total seconds saved by the matched hits.
+      counts: lane name -> {kind: events} over the matched events (every event, not only those drawn).
+    """
+
+    t0: float | None
+    lanes: tuple[str, ...]
+    points: dict[str, dict[str, Any]]
+    saved_x: Any
+    saved_y: Any
+    total: int
+    matched: int
+    shown: int
+    saved_s: float
+    counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    misses: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def downsampled(self) -> bool:
+        return self.shown < self.matched
+
+
+def marker_sizes(durations, *, smallest: float = 5.0, largest: float = 22.0, max_duration: float | None = None):
+    """Marker diameters (px) growing with the square root of the duration; NaN (no duration) -> ``smallest``."""
+    import numpy as np
+
+    d = np.nan_to_num(np.asarray(durations, dtype=float), nan=0.0).clip(min=0.0)
+    top = max_duration if max_duration is not None else (float(d.max()) if d.size else 0.0)
+    if top <= 0:
+        return np.full(d.shape, smallest)
+    return smallest + (largest - smallest) * np.sqrt(np.minimum(d, top) / top)
+
+
+def downsample(x, weight, group, max_points: int, *, min_per_group: int = 20):
+    """Indices (sorted) of at most about ``max_points`` points that keep each group's shape and its outliers.
+
+    Groups (e.g. lane x kind) share the budget in proportion to their size, at least ``min_per_group`` each.
+    A group over its budget is cut into time bins; in each bin the points of smallest and largest ``weight``
+    (e.g. duration: the slow compiles stay visible) are kept, plus the group's first and last point. Groups
+    within budget are kept whole. Deterministic.
+
+    Args:
+      x: positions (float array, e.g. seconds). weight: per point (NaN = 0). group: int group ids.
+      max_points: the budget (int > 0).
+    """
+    import numpy as np
+
+    x = np.asarray(x, dtype=float)
+    n = x.size
+    if n <= max_points:
+        return np.arange(n)
+    w = np.nan_to_num(np.asarray(weight, dtype=float), nan=0.0)
+    group = np.asarray(group)
+    keep = []
+    uniq, inverse, counts = np.unique(group, return_inverse=True, return_counts=True)
+    for g in range(uniq.size):
+        idx = np.flatnonzero(inverse == g)
+        budget = max(min_per_group, int(max_points * counts[g] / n))
+        if idx.size <= budget:
+            keep.append(idx)
+            continue
+        gx = x[idx]
+        lo, hi = gx.min(), gx.max()
+        bins = max(1, budget // 2 - 1)
+        b = np.zeros(idx.size, dtype=np.int64) if hi <= lo else \
+            np.minimum(((gx - lo) / (hi - lo) * bins).astype(np.int64), bins - 1)
+        order = np.lexsort((w[idx], b))  # by bin, then weight
+        sorted_bins = b[order]
+        starts = np.flatnonzero(np.r_[True, sorted_bins[1:] != sorted_bins[:-1]])
+        ends = np.r_[starts[1:], order.size] - 1
+        keep.append(idx[order[starts]])
+        keep.append(idx[order[ends]])
+        keep.append(idx[[0, -1]])
+    return np.unique(np.concatenate(keep))
+
+
+def downsample_series(x, y, max_points: int):
+    """(x, y) with at most about ``max_points`` points for a line: per bin the min and max of ``y``."""
+    import numpy as np
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size <= max_points:
+        return x, y
+    idx = downsample(x, y, np.zeros(x.size, dtype=np.int64), max_points, min_per_group=max_points)
+    return x[idx], y[idx]
+
+
+def _hover(a: dict[str, Any], i: int) -> str:
+    parts = [f"<b>{escape(str(a['kind'][i]))}</b> {escape(str(a['name'][i]))} [{escape(str(a['source'][i]))}]"]
+    d = a["duration_s"][i]
+    if d == d:  # not NaN
+        parts.append(f"duration: {fmt_seconds(float(d))}")
+    s = a["saved_s"][i]
+    if s == s:
+        parts.append(f"saved: {fmt_seconds(float(s))}")
+    b = a["bytes"][i]
+    if b == b:
+        exact = "" if abs(b) < 1024 else f" ({int(b):,} bytes)"
+        parts.append(f"bytes: {fmt_bytes(int(b))}{exact}")
+    else:
+        parts.append("bytes: —")
+    parts.append(f"key: {escape(str(a['key'][i] or '—'))}")
+    parts.append(f"partition: {escape(str(a['partition'][i] or '—'))}")
+    reason = a["reason"][i]
+    if reason:
+        text = " ".join(str(reason).split())
+        parts.append("reason: " + escape(text if len(text) <= 160 else text[:157] + "..."))
+    return "<br>".join(parts)
+
+
+def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, name_filter: str = "",
+                  source: str | None = None, max_points: int = 5000) -> TimelineData:
+    """Filter and down-sample ``columns`` for drawing.
+
+    Args:
+      kinds: the kinds to show (None: all). The seconds-saved curve ignores this filter (only hits save).
+      name_filter: case-insensitive substring of the function name ("" = all).
+      source: one event source, or None for all.
+      max_points: budget of drawn event markers (int; the curve has its own budget of the same size).
+    """
+    import numpy as np
+
+    a = columns.arrays()
+    total = a["time"].size
+    lanes = tuple(sorted(columns.lanes, key=lambda name: columns.lanes[name]))
+    if total == 0:
+        empty = np.zeros(0)
+        return TimelineData(None, lanes, {}, empty, empty, 0, 0, 0, 0.0)
+    t0 = float(np.nanmin(a["time"] - np.nan_to_num(a["duration_s"], nan=0.0).clip(min=0.0)))
+    x = a["time"] - t0
+    base = np.ones(total, dtype=bool)
+    if name_filter:
+        needle = name_filter.lower()
+        lane_ok = np.array([needle in name.lower() for name in lanes], dtype=bool)
+        base &= lane_ok[a["lane"]]
+    if source:
+        base &= a["source"] == source
+    kind_set = set(KINDS if kinds is None else kinds)
+    mask = base & np.isin(a["kind"], list(kind_set))
+    sel = np.flatnonzero(mask)
+    kind_ids = {k: i for i, k in enumerate(KINDS)}
+    group = a["lane"][sel] * len(KINDS) + np.array([kind_ids[k] for k in a["kind"][sel]], dtype=np.int64)
+    picked = sel[downsample(x[sel], a["duration_s"][sel], group, max_points)] if sel.size else sel
+    top = float(np.nanmax(a["duration_s"][sel])) if sel.size and not np.all(np.isnan(a["duration_s"][sel])) else 0.0
+    points = {}
+    for k in KINDS:
+        idx = picked[a["kind"][picked] == k]
+        if idx.size:
+            dur = np.nan_to_num(a["duration_s"][idx], nan=0.0).clip(min=0.0)
+            points[k] = {"x": x[idx], "y": a["lane"][idx] + KIND_OFFSET.get(k, 0.0),
+                         "size": marker_sizes(a["duration_s"][idx], smallest=7.0, largest=14.0, max_duration=top),
+                         "start": x[idx] - dur, "index": idx, "hover": [_hover(a, int(i)) for i in idx]}
+    hits = np.flatnonzero(base & (a["kind"] == "hit"))
+    saved = np.nan_to_num(a["saved_s"][hits], nan=0.0).clip(min=0.0)
+    order = np.argsort(x[hits], kind="stable")
+    sx, sy = x[hits][order], np.cumsum(saved[order])
+    if sx.size:
+        sx, sy = np.r_[0.0, sx, x.max()], np.r_[0.0, sy, sy[-1]]
+        sx, sy = downsample_series(sx, sy, max_points)
+    counts: dict[str, dict[str, int]] = {}
+    if sel.size:
+        pairs, n = np.unique(np.stack([a["lane"][sel], group % len(KINDS)]), axis=1, return_counts=True)
+        for (lane, kind), c in zip(pairs.T, n):
+            counts.setdefault(lanes[int(lane)], {})[KINDS[int(kind)]] = int(c)
+    miss_idx = sel[a["kind"][sel] == "miss"][::-1][:200]
+    misses = tuple({"index": int(i), "label": f"{x[i]:.2f} s: {a['name'][i]}",
+                    "reason": str(a["reason"][i] or "no reason recorded"), "key": a["key"][i]} for i in miss_idx)
+    return TimelineData(t0, lanes, points, sx, sy, total, int(sel.size), int(picked.size),
+                        float(saved.sum()), counts, misses)
+
+
+def _seconds_axis(values: Any) -> tuple[float, str]:
+    """(scale, unit) for a seconds axis: ms below one second, so ticks read 5 ms, 10 ms, not 0.00549."""
+    top = float(max(values, default=0.0)) if len(values) else 0.0
+    return (1e3, "ms") if top < 1.0 else (1.0, "s")
+
+
+def timeline_figure(data: TimelineData):
+    """Lanes of events (compiles and loads as spans from start to end, every kind at its own height in the
+    lane, marker size by duration) over a second panel with the cumulative seconds saved by hits."""
+    import numpy as np
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from xlakit.view.breakdown import BASE_LAYOUT, LEGEND
+
+    has_saved = bool(data.saved_x.size)
+    fig = make_subplots(rows=2 if has_saved else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        row_heights=[0.72, 0.28] if has_saved else None)
+    n_points = sum(len(p["x"]) for p in data.points.values())
+    Scatter = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
+    for kind, p in data.points.items():
+        symbol, color = KIND_STYLE[kind]
+        if kind in SPAN_KINDS:
+            spans = np.flatnonzero(p["x"] - p["start"] > 0)
+            if spans.size:
+                xs = np.column_stack([p["start"][spans], p["x"][spans], np.full(spans.size, np.nan)]).ravel()
+                ys = np.column_stack([p["y"][spans], p["y"][spans], np.full(spans.size, np.nan)]).ravel()
+                fig.add_trace(Scatter(x=xs, y=ys, mode="lines", name=f"{kind} (span)", legendgroup=kind,
+                                      showlegend=False, hoverinfo="skip", connectgaps=False,
+                                      line=dict(color=color, width=5)), row=1, col=1)
+        fig.add_trace(Scatter(x=p["x"], y=p["y"], mode="markers", name=kind, legendgroup=kind,
+                              customdata=p["index"], hovertext=p["hover"], hoverinfo="text",
+                              marker=dict(symbol=symbol, color=color, size=p["size"], opacity=0.9,
+                                          line=dict(width=1, color=color))), row=1, col=1)
+    if has_saved:
+        scale, unit = _seconds_axis(data.saved_y)
+        fig.add_trace(Scatter(x=data.saved_x, y=np.asarray(data.saved_y) * scale, mode="lines",
+                              name="seconds saved (cumulative)", line=dict(color="#2ca02c", width=2, shape="hv"),
+                              customdata=[fmt_seconds(float(v)) for v in data.saved_y],
+                              hovertemplate="%{x:.2f} s: %{customdata} saved<extra></extra>"), row=2, col=1)
+        fig.update_yaxes(title_text=f"saved ({unit})", rangemode="tozero", tickformat="~g", ticksuffix=f" {unit}",
+                         nticks=4, row=2, col=1)
+    lanes = list(data.lanes)
+    title = f"Cache events: {data.matched:,} of {data.total:,}"
+    if data.downsampled:
+        title += f" (drawn: {data.shown:,}, down-sampled)"
+    height = max(320, 90 + 40 * len(lanes)) + (140 if has_saved else 0)
+    fig.update_layout(**{**BASE_LAYOUT, "height": height}, title=title, legend=LEGEND)
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=lanes,
+                     range=[-0.6, max(len(lanes), 1) - 0.4], autorange=False, row=1, col=1)
+    fig.update_xaxes(title_text="seconds since the first event", row=2 if has_saved else 1, col=1)
+    return fig
+
+
+def timeline_html(data: TimelineData, *, include_plotlyjs: bool | str = "once") -> str:
+    """Snapshot of the cache timeline: the figure and per-function event counts."""
+    import datetime as _dt
+
+    from xlakit.view.plotly_html import figure_html
+
+    if data.total == 0:
+        return snapshot("Cache timeline", note("No events yet."))
+    used = [k for k in KINDS if any(k in c for c in data.counts.values())]
+    rows = [{"name": name, **{k: c.get(k, 0) for k in used}} for name, c in sorted(data.counts.items())]
+    table = Table([Column("name", "function"), *(Column(k, k, "count") for k in used)], rows,
+                  css_class="xlakit-timeline").to_html()
+    start = _dt.datetime.fromtimestamp(data.t0).strftime("%Y-%m-%d %H:%M:%S") if data.t0 else "?"
+    summary = note(f"{fmt_count(data.matched)} of {fmt_count(data.total)} events match the filters; "
+                   f"{fmt_count(data.shown)} drawn{' (down-sampled)' if data.downsampled else ''}; first event at "
+                   f"{start}; seconds saved by hits: {fmt_seconds(data.saved_s)}")
+    misses = ""
+    if data.misses:
+        misses = Table([Column("label", "miss"), Column("reason", "why it missed", nowrap=False)],
+                       list(data.misses[:20]), caption="Latest misses and why", css_class="xlakit-misses").to_html()
+    return snapshot("Cache timeline", figure_html(timeline_figure(data), include_plotlyjs) + summary + table + misses)
