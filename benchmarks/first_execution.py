@@ -22,14 +22,44 @@ Scenarios:
 * ``warm-up on zeros``: ``xlakit._jax.warmup.warm_up`` (one run on zero inputs of the program's avals), then
                      run 1 on the real input: does a run on zeros pay the cost for the user?
 
-What the first execution does (findings; fill-in numbers are from the run recorded in notes/restart.md)
--------------------------------------------------------------------------------------------------------
-Measured on the reference machine (2-core AMD EPYC, jaxlib 0.10.2 CPU, load average 8-13 from other jobs:
-wall times are noisy, CPU times and ratios are the numbers to read). See FINDINGS below, filled from
-``python benchmarks/first_execution.py`` and ``perf record -F 20000 -k CLOCK_MONOTONIC`` windows of run 1 and
-run 2 (symbol profile of ``libjax_common.so``, which ships with symbols):
+What the first execution does (findings)
+---------------------------------------
+Reference machine: 2-core AMD EPYC (AVX-512), jaxlib 0.10.2 CPU, shared with other jobs (load average 8-13),
+so wall times are noisy and the CPU column is the one to read. Medians of 5 interleaved rounds (2026-11-30):
 
-FINDINGS
+  scenario                              run 1 wall / CPU ms                      run 2 CPU ms
+  compiled                              29.8 / 10.3                              1.8 (run 1: 5.7x)
+  deserialized (load_compiled)          19.0 / 10.5                              1.9 (5.5x)
+  YNNPACK fusions off                   80.7 / 23.8                              1.9 (12.5x)
+  Eigen single-threaded                 37.5 / 10.6                              1.8 (5.8x)
+  batch 2 first, then batch 1           b2: 27.5 / 11.9, then b1: 16.7 / 8.8     2.0
+  2nd executable of the same program    1.5 / 1.5 (after the 1st one ran)        1.5
+  raw LoadedExecutable.execute_sharded  33.0 / 10.4, then Compiled run 1: 2.5    1.5
+  warm-up on zeros (xlakit warm_up)     48.0 / 13.6, then run 1: 2.0 / 2.0       1.6
+
+1. It is native kernel preparation, not Python and not the thread pool. ``perf record`` of run 1 vs run 2
+   (compiled, default flags; 281 vs 63 samples of 50 us): in run 1, 54 % of the CPU samples are in
+   ``slinky::`` (YNNPACK's pipeline builder: ``slinky::simplify``, ``pipeline_builder::make_loop``,
+   ``bounds_of``...), i.e. YNNPACK building the execution pipeline of each ``__ynn_fusion`` the first time it
+   runs; 21 % malloc/free and first-touch page faults; 7 % the YNNPACK kernels themselves; Python 5 %. Run 2
+   has no slinky (1.6 %) and is kernels + Eigen thread-pool work. With YNNPACK fusions off
+   (``--xla_cpu_experimental_ynn_fusion_type=``) the first run costs *more* (23.8 ms CPU): its dots go to
+   oneDNN, which JIT-generates its sgemm kernels with Xbyak on first use (over 50 % of run-1 samples in
+   ``Xbyak::CodeGenerator`` and ``xbyak_gemm_t::generate``). Eigen's thread pool is not it: single-threaded
+   Eigen pays the same 10.6 ms. ``--xla_cpu_use_thunk_runtime`` is gone from jaxlib 0.10 (no legacy runtime).
+2. The prepared state is cached process-wide by what is computed, not per executable: a second executable
+   of the same program, compiled separately, pays nothing on its first run (1.5 ms = a second run). Another
+   batch size of the same model pays most of it again (8.8 ms after batch 2 ran: other shapes, other
+   pipelines); about 1.5 ms of the first program's cost is process-wide (first allocations, pages).
+3. JAX's own first-call work is small: ``jax.stages.Compiled`` builds its C++ dispatch path on call 1
+   (~1 ms: run 1 through ``Compiled`` after a raw run costs 2.5 ms vs 1.5 ms).
+4. A run on zeros pays it: after ``warm_up`` (one run on zero-filled inputs of the program's avals, 13.6 ms
+   CPU), the real input's first run costs 2.0 ms CPU, a second run's cost. None of the preparation depends on
+   input values. So an opt-in ``load_bundle(..., warmup=True)`` that runs each loaded program once on zeros
+   in the background moves ~8-12 ms CPU per distinct program (transformer, batch 1 here; 20-60 ms of wall on
+   this busy machine) off the user's first call, at the price of that CPU spent whether or not the program
+   is ever called. It is safe for donated arguments (the zeros are fresh) and for fixed-trip-count loops; a
+   program whose ``while_loop`` depends on input values could run longer on zeros (hence opt-in).
 
 Usage: python benchmarks/first_execution.py [--rounds 5]
 """
@@ -67,7 +97,7 @@ def _program(batch: int):
     import numpy as np
     from flax import nnx
 
-    from xlakit.demo.workloads import _Transformer, _init
+    from xlakit.demo.workloads import _init, _Transformer
 
     graphdef, params = _init(_Transformer, seed=0)
 
@@ -144,7 +174,8 @@ def run(args: list[str], flags: str = "") -> dict:
     env.pop("XLA_FLAGS", None)
     if flags:
         env["XLA_FLAGS"] = flags
-    proc = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env,
+                          check=False)
     if proc.returncode != 0:
         raise SystemExit(f"child {args} {flags} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
