@@ -308,6 +308,7 @@ def main() -> int:
 
     ready = {k: median(v, "ready_s") for k, v in cols.items()}
     ready_cpu = {k: median(v, "ready_cpu_s") for k, v in cols.items()}
+    ready_min = {k: min(x["ready_s"] for x in v) for k, v in cols.items()}
     total = {k: median(v, "total_s") for k, v in cols.items()}
     first_s = {k: median(v, "total_s") for k, v in firsts.items()}
     bundle_warm = cols["bwarm"]
@@ -320,7 +321,8 @@ def main() -> int:
     for col in ("", "cold (jax.jit)", "JAX cache warm", "bundle cold", "bundle warm", "floor (XLA load)",
                 "bundle warm / floor", "cold / bundle warm", "JAX warm / bundle warm"):
         table.add_column(col, justify="left" if not col else "right")
-    for label, d in (("programs ready", ready), ("programs ready, process CPU s", ready_cpu),
+    for label, d in (("programs ready", ready), ("programs ready, best of rounds", ready_min),
+                     ("programs ready, process CPU s", ready_cpu),
                      ("ready + one run of each", total)):
         table.add_row(label, *(f"{d[k]:.3f}" for k in cols), f"{d['bwarm'] / d['floor']:.2f}x",
                       f"{d['cold'] / d['bwarm']:.1f}x", f"{d['jax'] / d['bwarm']:.1f}x")
@@ -360,6 +362,8 @@ def main() -> int:
               (f"bundle warm >= 3x faster than JAX's persistent cache warm, programs ready ({j / bw:.1f}x)",
                j / bw >= 3.0),
               (f"bundle warm <= 1.5x the floor, programs ready ({bw / fl:.2f}x; goal of issue 15)", bw / fl <= 1.5),
+              ((f"bundle warm <= 1.5x the floor, programs ready, process CPU time (steadier on a shared machine: "
+               f"{ready_cpu['bwarm'] / ready_cpu['floor']:.2f}x)"), ready_cpu["bwarm"] / ready_cpu["floor"] <= 1.5),
               ("bundle warm outputs == bundle cold outputs == floor outputs",
                bundle_warm[0]["digests"] == cols["bcold"][0]["digests"] and same_floor)]
     for text, ok in checks:

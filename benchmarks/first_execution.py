@@ -46,7 +46,8 @@ so wall times are noisy and the CPU column is the one to read. Medians of 5 inte
    (``--xla_cpu_experimental_ynn_fusion_type=``) the first run costs *more* (23.8 ms CPU): its dots go to
    oneDNN, which JIT-generates its sgemm kernels with Xbyak on first use (over 50 % of run-1 samples in
    ``Xbyak::CodeGenerator`` and ``xbyak_gemm_t::generate``). Eigen's thread pool is not it: single-threaded
-   Eigen pays the same 10.6 ms. ``--xla_cpu_use_thunk_runtime`` is gone from jaxlib 0.10 (no legacy runtime).
+   Eigen pays the same 10.6 ms. ``--xla_cpu_use_thunk_runtime=false`` only logs "no longer supported" in
+   jaxlib 0.10: there is no legacy runtime to compare with.
 2. The prepared state is cached process-wide by what is computed, not per executable: a second executable
    of the same program, compiled separately, pays nothing on its first run (1.5 ms = a second run). Another
    batch size of the same model pays most of it again (8.8 ms after batch 2 ran: other shapes, other

@@ -23,6 +23,8 @@ def test_warm_up_runs_a_donating_program_and_leaves_it_usable():
     # Donated inputs: warm_up must build its own buffers, so the caller's array is still alive afterwards.
     compiled = jax.jit(lambda x, y: (x + y, y * 2), donate_argnums=0).lower(
         jnp.zeros((4,), jnp.int32), jnp.zeros((4,), jnp.int32)).compile()
+    first, second = zero_arguments(compiled)[0][0], zero_arguments(compiled)[0][0]
+    assert first is not second  # fresh buffers per call: a donated zero is never reused
     mine = jnp.arange(4, dtype=jnp.int32)
     result = warm_up(compiled)
     assert result.ok, result.reason

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WarmupResult", "zero_arguments", "warm_up"]
+__all__ = ["WarmupResult", "warm_up", "zero_arguments"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,6 @@ def zero_arguments(compiled: Any) -> tuple[tuple, dict]:
     import jax
     import numpy as np
     from jax import dtypes
-
     from jax._src.stages import ArgInfo
 
     infos, treedef = jax.tree_util.tree_flatten(compiled.args_info, is_leaf=lambda x: isinstance(x, ArgInfo))
