@@ -43,7 +43,7 @@ def child(mode: str, cache: str) -> None:
 def run(mode: str, cache: Path) -> dict[str, float]:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, __file__, "--child", mode, str(cache)], capture_output=True, text=True,
-                          env=env)
+                          env=env, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
