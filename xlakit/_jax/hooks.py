@@ -219,7 +219,11 @@ def _run_python_pjit(p, args_flat, fun, args, kwargs):
 
 def _context(module_name: str, cache_key: str) -> CompileContext:
     ctx = getattr(_local, "ctx", None)
-    if ctx is not None and ctx.key == cache_key:
+    # The read's context serves the write of the same compile. Placement-free keys are shared by lowerings on
+    # other devices (JAX may even reuse one ir.Module for them), so the context must come from the last key
+    # computation itself (else a stale context of another lookup, e.g. one a probe abandoned, would lend its
+    # devices and key arguments).
+    if ctx is not None and ctx.key == cache_key and ctx.key_call is getattr(_local, "key_call", None):
         return ctx
     computed = getattr(_local, "key_parts", None)
     parts = dict(computed[1]) if computed is not None and computed[0] == cache_key else {}
