@@ -9,7 +9,10 @@ persistent-cache machinery has computed a key — calls two module-level functio
 Two more wrappers gather context for those calls, on the compiling thread:
 
 * ``jax._src.cache_key.get`` — records the ``ir.Module`` being keyed (for module text in entries and
-  explanations) and, through a logger filter on ``jax._src.cache_key``, JAX's own per-part key hashes.
+  explanations). While an xlakit handler will answer the compile, it returns xlakit's placement-free key
+  (:mod:`xlakit._jax.keys`: no concrete device ids, so one entry serves every same-kind placement and every
+  process of a ``jax.distributed`` job) with its per-part hashes; otherwise JAX's own key, untouched (JAX's
+  per-part hashes then come from a logger filter on ``jax._src.cache_key``).
 * ``jax._src.pjit._run_python_pjit`` — runs only when a ``jax.jit`` object misses its C++ dispatch cache;
   if the jitted function is one of :func:`mark`'s, the compile is routed to that function's handler. The
   C++ fast path is untouched, so a routed ``jax.jit`` dispatches at ``jax.jit`` speed.
