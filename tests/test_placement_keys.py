@@ -116,3 +116,30 @@ def test_processes_of_a_distributed_job_get_one_key_and_share_the_entry(tmp_path
     assert r1["run_events"][0]["key"] == r0["run_events"][0]["key"]
     assert r1["run_value"] == r0["run_value"]
     assert r1["run_device"] == r1["local_ids"][0]
+
+
+class _Dev:
+    def __init__(self, kind: str, process: int) -> None:
+        self.device_kind, self.process_index = kind, process
+
+
+def test_placement_part_names_count_kinds_and_process_layout_not_ids():
+    """Which processes hold the devices is renumbered (a job's processes 2 and 5 look like 0 and 1), but a
+    different layout, count, kind or mesh shape is a different placement part (so a different key)."""
+    import numpy as np
+
+    from xlakit._jax.keys import placement_descriptor
+
+    def desc(procs, kind="cpu", shape=None):
+        arr = np.empty(len(procs), dtype=object)
+        arr[:] = [_Dev(kind, p) for p in procs]
+        return placement_descriptor(arr.reshape(shape or (len(procs),)), "cpu", True)
+
+    assert desc([2, 2, 5, 5]) == desc([0, 0, 1, 1])
+    assert desc([7]) == desc([0])
+    assert desc([0, 1, 0, 1]) != desc([0, 0, 1, 1])  # another process layout
+    assert desc([0, 0, 0]) != desc([0, 0, 0, 0])  # another count
+    assert desc([0, 0], kind="TPU v5e") != desc([0, 0])  # another kind
+    assert desc([0, 0, 0, 0], shape=(2, 2)) != desc([0, 0, 0, 0])  # another mesh shape
+    assert desc([0, 0, 1, 1]).endswith("count=4;shape=(4,);kinds=cpu,cpu,cpu,cpu;processes=0,0,1,1;"
+                                       "assignment=stripped")

@@ -254,7 +254,8 @@ def _cache_write(cache_key, compile_time_secs, module_name, backend, executable,
         return _saved["write"](cache_key, compile_time_secs, module_name, backend, executable, *rest)
     ctx = _context(module_name, cache_key)
     ctx.parts()  # while the module is still JAX's to hash
-    _local.ctx = _local.module = _local.devices = _local.key_call = _local.key_parts = None  # do not keep a compiled module alive
+    # do not keep a compiled module alive
+    _local.ctx = _local.module = _local.devices = _local.key_call = _local.key_parts = None
     host_callbacks = rest[0] if rest else ()
     return handler.write(ctx, compile_time_secs, backend, executable, host_callbacks)
 

@@ -22,7 +22,8 @@ the same parts with JAX's own helpers, except:
 * ``accelerator_config`` on CPU hashes each device's kind in order (JAX's own fallback for backends without a
   topology); on other platforms it is JAX's topology fingerprint (the slice's topology, which stays in).
 * a ninth part, ``placement``, names what any set of devices must share to run the entry: platform, device
-  count, the device array's shape (the mesh shape), each device's kind, and which devices share a process
+  count, the device array's shape as JAX passes it (1-D from ``jax.jit``; the mesh shape itself is in the
+  module's shardings and the compile options' partition count), each device's kind, and which devices share a process
   (process indices renumbered in order of first appearance: ``(0, 0, 1, 1)`` for 2 devices in each of 2
   processes, whatever the processes' ids), plus whether the assignment was stripped.
 
@@ -43,8 +44,15 @@ import hashlib
 import inspect
 from typing import Any
 
-__all__ = ["KEY_FORMAT", "PLACEMENT_FREE_PLATFORMS", "placement_free_key", "placement_descriptor",
-           "supported", "check_loadable", "PlacementMismatch"]
+__all__ = [
+    "KEY_FORMAT",
+    "PLACEMENT_FREE_PLATFORMS",
+    "PlacementMismatch",
+    "check_loadable",
+    "placement_descriptor",
+    "placement_free_key",
+    "supported",
+]
 
 KEY_FORMAT = "xlakit-key-2"  # hashed into the ``placement`` part; bump when the key's definition changes
 PLACEMENT_FREE_PLATFORMS = frozenset({"cpu", "gpu", "cuda", "rocm"})
@@ -67,7 +75,7 @@ class _Tee:
         self.part.update(data)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def supported() -> bool:
     """Whether this JAX has every private helper of ``jax._src.cache_key`` the key is built from (memoized)."""
     try:
@@ -88,8 +96,8 @@ def _flat(devices: Any) -> list:
 def placement_descriptor(devices: Any, platform: str, stripped: bool) -> str:
     """The text of the ``placement`` part: what every device set that shares an entry has in common.
 
-    ``devices``: the device array JAX keys (``numpy.ndarray`` of ``jax.Device``; shape = the mesh's device
-    array shape as JAX passes it). Example: ``xlakit-key-2;platform=cpu;count=4;shape=(4,);kinds=cpu,cpu,cpu,
+    ``devices``: the device array JAX keys (``numpy.ndarray`` of ``jax.Device``, in device-assignment order).
+    Example: ``xlakit-key-2;platform=cpu;count=4;shape=(4,);kinds=cpu,cpu,cpu,
     cpu;processes=0,0,0,0;assignment=stripped``.
     """
     flat = _flat(devices)
