@@ -22,6 +22,7 @@ _PART_KINDS = {
     "XLA flags": "flags",
     "compile_options": "compile options",
     "accelerator_config": "devices",
+    "placement": "devices",  # device count, kinds, mesh shape and process layout (never concrete ids)
     "compression": "compression",
     "custom_hook": "custom hook",
 }
