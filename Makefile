@@ -6,10 +6,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY312 ?= $(shell for p in $$HOME/.pyenv/versions/3.12*/bin/python python3.12; do $$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && echo $$p && break; done)
 VENV312 ?= .venv-312
-CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_environment.py tests/test_api.py \
-              tests/test_transparent.py tests/test_executable_cache.py tests/test_serialize.py
+CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_store_entries.py tests/test_store_folder.py \
+              tests/test_store_hostile.py tests/test_secret.py tests/test_environment.py tests/test_api.py \
+              tests/test_transparent.py tests/test_executable_cache.py tests/test_cache_decisions.py \
+              tests/test_placement_keys.py tests/test_serialize.py tests/test_fleet_coordinate.py
 
-.PHONY: demo test test-default test-py312 venv benchmark clean browser
+.PHONY: demo test lint test-default test-py312 venv benchmark clean browser
 
 $(VENV)/.installed-%: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +22,12 @@ $(VENV)/.installed-%: pyproject.toml
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/xlakit demo
 
-test: test-default test-py312
+test: lint test-default test-py312
+
+# ruff (rules in pyproject.toml) and mypy over the package; both must be clean.
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check xlakit tests benchmarks
+	$(VENV)/bin/mypy xlakit
 
 test-default: $(VENV)/.installed-test browser
 	XLAKIT_TEST_BINDER=1 $(VENV)/bin/python -m pytest -q
