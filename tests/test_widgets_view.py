@@ -192,6 +192,22 @@ def test_cache_browser_lists_a_folder_without_jax_hooks_and_says_when_arguments_
     assert "f32[8,4]" in html and str(info.size_bytes) in html and len(made) == 1
 
 
+def test_signature_text_names_dtype_shape_sharding_and_donation():
+    """The selector and the table show each argument's dtype[shape], sharding and donation; a header recorded
+    by a 2-device program (Shardy sharding) reads ``f32[8,4] @mesh[{"x"}, {}]``."""
+    from xlakit.view.cache import entry_label, signature_text
+    from xlakit.view.folder import NO_SIGNATURE, signature_of
+
+    recorded = [{"donation": None, "dtype": "f32", "shape": "8x4", "sharding": '#sdy.sharding<@mesh, [{"x"}, {}]>'},
+                {"donation": "true", "dtype": "i32", "shape": "scalar", "sharding": "{devices=[2]<=[2]}"}]
+    assert signature_text(recorded) == 'f32[8,4] @mesh[{"x"}, {}], i32[] {devices=[2]<=[2]} donated'
+    assert signature_of({"signature": recorded}) == signature_text(recorded)
+    assert signature_of({}) == signature_of({"signature": "f32[2]"}) == NO_SIGNATURE == "arguments not recorded"
+    assert signature_of({"signature": []}) == "no arguments"
+    label = entry_label({"name": "n" * 500, "signature": None, "size_bytes": 2048, "partition": "p", "key": "k"})
+    assert label == "n" * 79 + "…(arguments not recorded) · 2.0 KiB · p · k"
+
+
 def test_report_says_what_it_leaves_out(tmp_path):
     import xlakit.report
 

@@ -68,9 +68,9 @@ class CacheBrowser(View, widgets.VBox):
         self._setup_view()
         #: the :class:`~xlakit.cache.CacheFolder` shown (``cache`` itself when it is one).
         self.cache = _folder.as_folder(cache, who="CacheBrowser")
-        self.entries = None  # every entry (DataFrame)
-        self.frame = None  # the filtered entries shown
-        self.totals = None  # per-partition totals
+        self.entries: Any = None  # every entry (DataFrame, with a signature column)
+        self.frame: Any = None  # the filtered entries shown
+        self.totals: Any = None  # per-partition totals
         #: the result of the last action: ("verify" | "evict" | "explain", value) or None.
         self.last_action: tuple[str, Any] | None = None
 
