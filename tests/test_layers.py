@@ -163,6 +163,15 @@ def test_views_import_no_private_module_of_another_package():
     assert found == []
 
 
+#: Rendering leaves that import nothing from xlakit (checked below): the memory reprs may format with them.
+VIEW_LEAVES = ("xlakit.view.format", "xlakit.view.table", "xlakit.view.theme")
+
+
+def test_features_import_no_view_but_the_dependency_free_leaves():
+    assert [e for e in _edges(VIEW_LEAVES, "xlakit") if not e.endswith(VIEW_LEAVES)] == []
+    assert [e for e in _edges(FEATURES, VIEWS) if not e.endswith(VIEW_LEAVES)] == []
+
+
 def test_store_imports_no_jax_and_nothing_above_it():
     assert _edges("xlakit.store", ("jax", "jaxlib")) == []
     above = ("xlakit._jax", *FEATURES, *VIEWS, "xlakit.explain")
