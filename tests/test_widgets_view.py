@@ -185,6 +185,10 @@ def test_cache_browser_lists_a_folder_without_jax_hooks_and_says_when_arguments_
     (explanation,) = b.explain_selected()
     assert explanation.status == "hit" and len(made) == 1 and hooks._users == users  # made, then closed
     b.close()
+    board = xlakit.widgets.dashboard(cache=folder)  # a path: the Cache and Memory tabs read the folder
+    assert list(board.browser.frame["name"]) == ["jit__lambda"] and len(made) == 1
+    assert list(board.breakdown.memories) == ["jit__lambda"]
+    board.close()
 
     from xlakit import report
 
