@@ -138,6 +138,80 @@ def test_cache_browser_shows_signatures_and_one_disk_total(tmp_path):
         cache.close()
 
 
+def _count_executable_caches(monkeypatch) -> list:
+    """Records every ExecutableCache construction (each installs JAX hooks)."""
+    made: list = []
+    init = xlakit.ExecutableCache.__init__
+
+    def counting(self, *args, **kwargs):
+        made.append(args)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(xlakit.ExecutableCache, "__init__", counting)
+    return made
+
+
+def test_cache_browser_lists_a_folder_without_jax_hooks_and_says_when_arguments_are_not_recorded(
+        tmp_path, monkeypatch):
+    """CacheBrowser made an ExecutableCache (installing JAX's compile hooks) just to list, verify and evict, and
+    showed a blank where an entry records no argument signature. It lists through the folder API, makes an
+    ExecutableCache only to explain (closed after), and writes "arguments not recorded"."""
+    from xlakit._jax import hooks
+    from xlakit.store import LocalStore
+
+    folder = tmp_path / "cache"
+    writer = xlakit.ExecutableCache(folder, log=EventLog())
+    writer.jit(lambda x: x * 2)(jnp.ones((8, 4)))
+    writer.close()
+    store = LocalStore(folder)
+    (info,) = store.entries()
+    store.put(info.partition, "0" * 64, {"name": "jit_old", "compile_s": 0.5}, b"an entry without a signature")
+    store.put(info.partition, info.key + "-aot", {"name": "jit__lambda"}, b"xlakit 0.1's loadable twin")
+    users = hooks._users
+    made = _count_executable_caches(monkeypatch)
+
+    b = CacheBrowser(str(folder))
+    assert made == [] and hooks._users == users
+    labels = sorted(label for label, _ in b._selector.options)
+    assert len(labels) == 2  # the legacy "-aot" twin is no program of its own
+    assert labels[0].startswith("jit__lambda(f32[8,4])") and labels[1].startswith("jit_old(arguments not recorded)")
+    assert "f32[8,4]" in b.table_html.value and "arguments not recorded" in b.table_html.value
+    assert all(reason is None for _, reason in b.verify()) and "0 bad" in b.result.value
+    b.select("0" * 64)
+    assert b.evict_selected() == [(info.partition, "0" * 64)] and list(b.frame["name"]) == ["jit__lambda"]
+    assert made == [] and hooks._users == users  # verify and evict installed nothing either
+
+    b.select(info.key)
+    (explanation,) = b.explain_selected()
+    assert explanation.status == "hit" and len(made) == 1 and hooks._users == users  # made, then closed
+    b.close()
+    board = xlakit.widgets.dashboard(cache=folder)  # a path: the Cache and Memory tabs read the folder
+    assert list(board.browser.frame["name"]) == ["jit__lambda"] and len(made) == 1
+    assert list(board.breakdown.memories) == ["jit__lambda"]
+    board.close()
+
+    from xlakit import report
+
+    html = report.build(cache=folder, log=None, allocator=False, live=False, include_plotlyjs=False)
+    assert "f32[8,4]" in html and str(info.size_bytes) in html and len(made) == 1
+
+
+def test_signature_text_names_dtype_shape_sharding_and_donation():
+    """The selector and the table show each argument's dtype[shape], sharding and donation; a header recorded
+    by a 2-device program (Shardy sharding) reads ``f32[8,4] @mesh[{"x"}, {}]``."""
+    from xlakit.view.cache import entry_label, signature_text
+    from xlakit.view.folder import NO_SIGNATURE, signature_of
+
+    recorded = [{"donation": None, "dtype": "f32", "shape": "8x4", "sharding": '#sdy.sharding<@mesh, [{"x"}, {}]>'},
+                {"donation": "true", "dtype": "i32", "shape": "scalar", "sharding": "{devices=[2]<=[2]}"}]
+    assert signature_text(recorded) == 'f32[8,4] @mesh[{"x"}, {}], i32[] {devices=[2]<=[2]} donated'
+    assert signature_of({"signature": recorded}) == signature_text(recorded)
+    assert signature_of({}) == signature_of({"signature": "f32[2]"}) == NO_SIGNATURE == "arguments not recorded"
+    assert signature_of({"signature": []}) == "no arguments"
+    label = entry_label({"name": "n" * 500, "signature": None, "size_bytes": 2048, "partition": "p", "key": "k"})
+    assert label == "n" * 79 + "…(arguments not recorded) · 2.0 KiB · p · k"
+
+
 def test_report_says_what_it_leaves_out(tmp_path):
     import xlakit.report
 

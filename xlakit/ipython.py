@@ -225,12 +225,12 @@ class XlakitMagics(Magics):
 
             return StatsView(xlakit.cache_stats())
         from xlakit import widgets
-        from xlakit._jax import persistent
+        from xlakit.cache import active
 
         if command == "dashboard":
             return widgets.dashboard()
         if command == "memory":
-            return widgets.MemoryBreakdown(persistent.active())
+            return widgets.MemoryBreakdown(active())
         if command == "allocator":
             return widgets.AllocatorPanel()
         if command == "timeline":

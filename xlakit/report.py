@@ -69,27 +69,16 @@ def _hits_from(log: Any, entries: Any) -> Any:
     return out
 
 
-def _browse(cache: Any) -> tuple[Any, bool]:
-    """An object with ``entries()`` and ``store.root`` for ``cache`` (an ExecutableCache is used as is)."""
-    if hasattr(cache, "entries") and hasattr(cache, "store"):
-        return cache, False
-    from xlakit.cache import ExecutableCache
-
-    store = getattr(cache, "store", None)
-    if store is None or not hasattr(store, "root"):
-        raise TypeError(f"report: cache must be an ExecutableCache or the cache xlakit.enable_cache() returns; "
-                        f"got {type(cache).__name__}")
-    return ExecutableCache(store.root, getattr(store, "max_bytes", None), secret=getattr(store, "secret", None)), True
-
-
 def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: Any = None,
           allocator: bool = True, live: bool = True, include_plotlyjs: bool | str = True,
           title: str = "xlakit report") -> str:
     """The report as one HTML page (str).
 
     Args:
-      cache: an ``ExecutableCache`` (or the cache ``xlakit.enable_cache()`` returns) for the cache section and,
-        without ``programs``, the memory breakdown. None: no cache sections.
+      cache: an ``ExecutableCache``, the cache ``xlakit.enable_cache()`` returns, a
+        :class:`~xlakit.cache.CacheFolder` or a cache folder path (read through the folder API: no JAX hooks
+        are installed) for the cache section and, without ``programs``, the memory breakdown. None: no cache
+        sections.
       log: an :class:`~xlakit.events.EventLog` for the summary, the timeline and the entries' hit counts;
         None: no timeline and no hit counts (the report says so).
       programs: what the memory breakdown shows (anything :class:`~xlakit.widgets.MemoryBreakdown` takes).
@@ -100,19 +89,17 @@ def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: 
       title: the page title.
 
     Raises:
-      TypeError: ``cache`` is not a cache.
+      TypeError: ``cache`` is not a cache (see :func:`xlakit.view.folder.as_folder`).
     """
     from xlakit.view import breakdown as bd
     from xlakit.view import cache as cv
     from xlakit.view import live as lv
     from xlakit.view import timeline as tl
+    from xlakit.view.folder import as_folder, entries_frame
     from xlakit.view.html import page
     from xlakit.view.programs import collect_programs
 
-    browse = None
-    created = False
-    if cache is not None:
-        browse, created = _browse(cache)
+    browse = as_folder(cache, who="report") if cache is not None else None
     folder = str(browse.store.root) if browse is not None else None
     sections = [_summary(log, folder)]
     left_out: list[str] = []
@@ -125,34 +112,30 @@ def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: 
             js = False
         return current
 
-    try:
-        source = programs if programs is not None else cache
-        if source is not None:
-            found = collect_programs(source)
-            frame = bd.breakdown_frame(found.memories, "name")
-            sections.append(bd.breakdown_html(frame, "bytes", include_plotlyjs=plotly_js() if len(frame) else False,
-                                              notes=[f"programs from {found.origin}"]))
+    source = programs if programs is not None else browse
+    if source is not None:
+        found = collect_programs(source)
+        frame = bd.breakdown_frame(found.memories, "name")
+        sections.append(bd.breakdown_html(frame, "bytes", include_plotlyjs=plotly_js() if len(frame) else False,
+                                          notes=[f"programs from {found.origin}"]))
+    if log is not None:
+        columns = tl.EventColumns(max(len(log), 1))
+        columns.extend(log.events())
+        data = tl.timeline_data(columns)
+        sections.append(tl.timeline_html(data, include_plotlyjs=plotly_js() if data.total else False))
+    else:
+        left_out.append("The cache timeline: no event log was given (xlakit report --events FILE, or "
+                        "build(log=...)).")
+    if browse is not None:
+        entries = entries_frame(browse)
         if log is not None:
-            columns = tl.EventColumns(max(len(log), 1))
-            columns.extend(log.events())
-            data = tl.timeline_data(columns)
-            sections.append(tl.timeline_html(data, include_plotlyjs=plotly_js() if data.total else False))
-        else:
-            left_out.append("The cache timeline: no event log was given (xlakit report --events FILE, or "
-                            "build(log=...)).")
-        if browse is not None:
-            entries = browse.entries()
-            if log is not None:
-                entries = _hits_from(log, entries)
-            elif not entries.empty and "hits" in entries.columns:
-                entries = entries.drop(columns=["hits"])
-                left_out.append("Hits per entry: they are counted from an event log, and none was given.")
-            sections.append(cv.cache_html(entries, cv.partition_totals(entries) if "hits" in entries.columns
-                                          else cv.partition_totals(entries.assign(hits=0)).drop(columns=["hits"]),
-                                          max_rows=10_000, folder=folder))
-    finally:
-        if created and browse is not None:
-            browse.close()
+            entries = _hits_from(log, entries)
+        elif not entries.empty and "hits" in entries.columns:
+            entries = entries.drop(columns=["hits"])
+            left_out.append("Hits per entry: they are counted from an event log, and none was given.")
+        sections.append(cv.cache_html(entries, cv.partition_totals(entries) if "hits" in entries.columns
+                                      else cv.partition_totals(entries.assign(hits=0)).drop(columns=["hits"]),
+                                      max_rows=10_000, folder=folder))
     pid = os.getpid()
     if allocator:
         import jax

@@ -5,6 +5,8 @@
 * :mod:`xlakit.view.theme` — CSS on JupyterLab's theme variables and a plotly template that follows them.
 * :mod:`xlakit.view.plotly_html` — a plotly figure as self-contained static HTML (plotly.js once per
   document, compressed) for snapshots, saved notebooks and the report.
+* :mod:`xlakit.view.folder` — a cache as the views see it, on the JAX-free folder API
+  (:class:`xlakit.cache.CacheFolder`): entries with signatures, evict, an ExecutableCache only to explain.
 
 ``format``, ``table`` and ``theme`` import nothing from xlakit (the memory reprs use them);
 ``plotly_html`` imports plotly.

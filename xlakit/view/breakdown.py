@@ -13,7 +13,7 @@ from typing import Any
 from xlakit.view.format import byte_ticks, fmt_bytes
 from xlakit.view.html import frame_records, missing, note, snapshot
 from xlakit.view.table import Column, Table
-from xlakit.view.theme import PLOTLY_TEMPLATE
+from xlakit.view.theme import BASE_LAYOUT, LEGEND, PLOTLY_TEMPLATE  # noqa: F401 - re-exported
 
 __all__ = ["BREAKDOWN_PARTS", "SORT_KEYS", "UNITS", "breakdown_frame", "breakdown_values", "unique_labels",
            "breakdown_figure", "liveness_figure", "breakdown_html", "details_html", "PART_COLORS", "BASE_LAYOUT",
@@ -46,8 +46,6 @@ PART_COLORS = {
 }
 #: Legend above the plot, wrapping within the width: long tick labels below never collide with it, and a
 #: narrow window gets more legend rows instead of clipped entries.
-LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0)
-BASE_LAYOUT = dict(margin=dict(l=60, r=20, t=90, b=40), template=PLOTLY_TEMPLATE, height=380, autosize=True)
 
 
 def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None = None) -> list[str]:

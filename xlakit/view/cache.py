@@ -1,6 +1,7 @@
 """The cache browser view: entries filtered and totalled per partition, argument signatures, explanations.
 
-Pure functions of the entries frame (``ExecutableCache.entries()``) and entry headers; shared by
+Pure functions of the entries frame (:func:`xlakit.view.folder.entries_frame`: ``CacheFolder.entries()`` with
+signatures) and entry headers; shared by
 :class:`xlakit.widgets.CacheBrowser`, its snapshot and :mod:`xlakit.report`.
 """
 
@@ -13,7 +14,7 @@ from xlakit.view.format import fmt_bytes, fmt_count
 from xlakit.view.html import frame_records, note, snapshot
 from xlakit.view.table import Column, Table
 
-__all__ = ["filter_entries", "partition_totals", "explain_entry", "signature_text", "entries_html",
+__all__ = ["filter_entries", "partition_totals", "explain_entry", "signature_text", "sharding_text", "entries_html",
            "partitions_html", "cache_html", "ENTRY_COLUMNS", "entry_label", "disk_total"]
 
 #: The entries table: (frame column, header, kind).
@@ -26,9 +27,19 @@ ENTRY_COLUMNS = (Column("name", "name"), Column("signature", "arguments (dtype[s
                  Column("last_used", "last used", "datetime"))
 
 
+def sharding_text(sharding: str) -> str:
+    """A recorded sharding, shorter: Shardy's ``#sdy.sharding<@mesh, [{"x"}, {}]>`` reads
+    ``@mesh[{"x"}, {}]``; GSPMD's ``{devices=[2,1]<=[2]}`` is kept as it is."""
+    text = sharding.strip()
+    if text.startswith("#sdy.sharding<") and text.endswith(">"):
+        text = text[len("#sdy.sharding<"):-1].replace(", [", "[", 1)
+    return text
+
+
 def signature_text(signature: Sequence[dict[str, Any]] | None, limit: int = 120) -> str:
-    """An entry's argument signature as ``f32[8,4], f32[4] donated, ...`` (sharding when recorded), cut to
-    ``limit`` characters; "" when the entry records none."""
+    """An entry's argument signature as ``f32[8,4] @mesh[{"x"}, {}], f32[4] donated, ...`` (dtype[shape], then
+    the sharding when recorded, see :func:`sharding_text`), cut to ``limit`` characters; "" when the entry
+    records none (:func:`xlakit.view.folder.signature_of` says so in words)."""
     if not signature:
         return ""
     parts = []
@@ -41,7 +52,7 @@ def signature_text(signature: Sequence[dict[str, Any]] | None, limit: int = 120)
         text = f"{arg.get('dtype') or '?'}[{dims}]"
         sharding = arg.get("sharding")
         if sharding:
-            text += f" {sharding}"
+            text += f" {sharding_text(str(sharding))}"
         if arg.get("donation"):
             text += " donated"
         parts.append(text)
@@ -53,12 +64,14 @@ def entry_label(row: dict[str, Any]) -> str:
     """One selector line: name, argument signature, size, partition, short key — entries of one function
     with different arguments read differently."""
     sig = row.get("signature") or "arguments not recorded"
-    return (f"{row.get('name') or '?'}({sig}) · {fmt_bytes(row.get('size_bytes'))} · {row.get('partition')} · "
+    name = str(row.get("name") or "?")
+    name = name if len(name) <= 80 else name[:79] + "…"
+    return (f"{name}({sig}) · {fmt_bytes(row.get('size_bytes'))} · {row.get('partition')} · "
             f"{str(row.get('key') or '')[-12:]}")
 
 
 def filter_entries(frame, name_filter: str = "", partition: str | None = None):
-    """Rows of an ``ExecutableCache.entries()`` frame whose name contains ``name_filter`` (case-insensitive)
+    """Rows of an entries frame whose name contains ``name_filter`` (case-insensitive)
     and, if given, in ``partition``."""
     if frame.empty:
         return frame
@@ -111,7 +124,7 @@ def explain_entry(info: Any, environment: Any):
 
 
 def entries_html(frame, max_rows: int = 200) -> str:
-    """The entries of an ``ExecutableCache.entries()`` frame as a table (sizes exact in ``data-bytes``)."""
+    """The entries of an entries frame as a table (sizes exact in ``data-bytes``)."""
     rows = frame_records(frame)
     for r in rows:
         if r.get("key"):

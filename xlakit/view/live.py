@@ -96,7 +96,7 @@ def treemap_figure(nodes: Mapping[str, list[Any]]):
     """Treemap device -> memory kind -> dtype[shape], area = bytes (labels in binary units)."""
     import plotly.graph_objects as go
 
-    from xlakit.view.breakdown import BASE_LAYOUT
+    from xlakit.view.theme import BASE_LAYOUT
 
     fig = go.Figure(go.Treemap(ids=nodes["ids"], labels=nodes["labels"], parents=nodes["parents"],
                                values=nodes["values"], text=nodes["text"], branchvalues="total", name="live arrays",

@@ -11,9 +11,7 @@ from typing import Any
 
 from xlakit.view.breakdown import unique_labels
 
-__all__ = ["Programs", "collect_programs", "cache_store", "AOT_SUFFIX"]
-
-AOT_SUFFIX = "-aot"  # ExecutableCache's loadable twin of an entry (same program): not a program of its own
+__all__ = ["Programs", "collect_programs", "cache_folder"]
 
 
 class Programs:
@@ -33,13 +31,15 @@ class Programs:
             self.notes[label] = note
 
 
-def cache_store(obj: Any) -> Any | None:
-    """The ``LocalStore`` behind an ExecutableCache, a TransparentCache (``enable_cache()``) or a store itself."""
-    store = getattr(obj, "store", None)
-    if store is not None and hasattr(store, "entries"):
-        return store
-    if hasattr(obj, "entries") and hasattr(obj, "root") and hasattr(obj, "partitions"):
+def cache_folder(obj: Any) -> Any | None:
+    """The :class:`~xlakit.cache.CacheFolder` for an ExecutableCache, a TransparentCache (``enable_cache()``),
+    a CacheFolder or a ``LocalStore``; None for anything else (no JAX is imported, no hook installed)."""
+    from xlakit.cache import CacheFolder
+
+    if isinstance(obj, CacheFolder):
         return obj
+    if all(hasattr(obj, a) for a in ("entries", "root", "partitions", "remove")):
+        return CacheFolder(store=obj)
     return None
 
 
@@ -53,8 +53,9 @@ def collect_programs(source: Any) -> Programs:
 
     * a ``jax.stages.Compiled`` (or ``Lowered``, compiled here) or a ``CompiledMemory``;
     * a mapping name -> any of those (or anything :func:`xlakit.memory.compiled_memory` takes);
-    * an ``ExecutableCache``, the cache ``xlakit.enable_cache()`` returns, or a ``LocalStore``: every entry,
-      with the memory recorded in its header at compile time (no load);
+    * an ``ExecutableCache``, the cache ``xlakit.enable_cache()`` returns, a ``CacheFolder`` or a
+      ``LocalStore``: every program of the folder (:meth:`~xlakit.cache.CacheFolder.infos`), with the memory
+      recorded in its header at compile time (no load);
     * a :class:`~xlakit.bundle.LoadedBundle` (its ``programs``, labelled by module file), or any object with a
       ``programs`` mapping attribute (tuple keys are joined with ``/``);
     * any object with a ``__xlakit_programs__()`` method returning such a mapping (how another container of
@@ -74,10 +75,10 @@ def collect_programs(source: Any) -> Programs:
         mapping = hook()
         out.origin = f"{type(source).__name__}.__xlakit_programs__()"
         return _from_mapping(out, mapping)
-    store = cache_store(source)
-    if store is not None:
-        out.origin = f"cache entries in {getattr(store, 'root', '?')}"
-        infos = [i for i in store.entries() if not i.key.endswith(AOT_SUFFIX)]
+    folder = cache_folder(source)
+    if folder is not None:
+        out.origin = f"cache entries in {folder.store.root}"
+        infos = folder.infos()
         infos.sort(key=lambda i: (i.name or "", i.key))
         labels = unique_labels([i.name for i in infos], [i.key for i in infos])
         for label, info in zip(labels, infos):
@@ -105,8 +106,8 @@ def collect_programs(source: Any) -> Programs:
         out.add(memory.name or "program", memory, source if _is_program(source) else memory)
         return out
     raise TypeError("MemoryBreakdown takes a jax.stages.Compiled, a dict of name -> Compiled (or CompiledMemory), "
-                    "an ExecutableCache / enable_cache() cache / LocalStore, a LoadedBundle, or an object with "
-                    f"__xlakit_programs__(); got {type(source).__name__}")
+                    "an ExecutableCache / enable_cache() cache / CacheFolder / LocalStore, a LoadedBundle, or an "
+                    f"object with __xlakit_programs__(); got {type(source).__name__}")
 
 
 def _from_mapping(out: Programs, mapping: Mapping[str, Any]) -> Programs:

@@ -10,7 +10,7 @@ inline styles). No dependencies.
 
 from __future__ import annotations
 
-__all__ = ["STYLE", "PLOTLY_TEMPLATE", "plotly_template", "FONT", "MUTED", "BORDER"]
+__all__ = ["STYLE", "PLOTLY_TEMPLATE", "plotly_template", "LEGEND", "BASE_LAYOUT", "FONT", "MUTED", "BORDER"]
 
 FONT = "var(--jp-ui-font-color1, #1a1a1a)"
 MUTED = "var(--jp-ui-font-color2, #555)"
@@ -71,3 +71,8 @@ def plotly_template() -> dict:
 
 #: :func:`plotly_template` as a constant.
 PLOTLY_TEMPLATE = plotly_template()
+
+#: Legend placement of every chart: above the plot, left-aligned, wrapping (never over the data at 800 px).
+LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0)
+#: Layout every chart starts from: margins in pixels, :data:`PLOTLY_TEMPLATE`, 380 px high, width of its cell.
+BASE_LAYOUT = dict(margin=dict(l=60, r=20, t=90, b=40), template=PLOTLY_TEMPLATE, height=380, autosize=True)

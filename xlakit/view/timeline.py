@@ -299,7 +299,7 @@ def timeline_figure(data: TimelineData):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from xlakit.view.breakdown import BASE_LAYOUT, LEGEND
+    from xlakit.view.theme import BASE_LAYOUT, LEGEND
 
     has_saved = bool(data.saved_x.size)
     fig = make_subplots(rows=2 if has_saved else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,

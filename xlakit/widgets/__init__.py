@@ -5,7 +5,7 @@
                            buffers and live bytes over program order
 :class:`AllocatorPanel`    per-device bytes in use, peak, limit, a sparkline, **Reset peak** buttons
 :class:`CacheTimeline`     cache and compile events over time, one lane per function, live
-:class:`CacheBrowser`      the entries of an executable cache; verify, evict, explain
+:class:`CacheBrowser`      the entries of a cache folder (no JAX hooks to list); verify, evict, explain
 :class:`LiveArrays`        live JAX arrays as a table and a treemap
 :func:`dashboard`          all of them in tabs
 :class:`Chart`             one plotly figure, drawn complete (what every widget's charts are)

@@ -28,24 +28,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from xlakit.view import plotly_html
 from xlakit.view.theme import STYLE
 from xlakit.widgets._chart import kernel_loop, on_kernel_thread
-from xlakit.widgets._html import page
+from xlakit.widgets._html import page, static_output
 
 __all__ = ["View", "Worker", "page", "static_output"]
-
-# Hides a snapshot output where the live widget is drawn: JupyterLab (.jp-LabShell), Notebook 7
-# (.jp-NotebookShell) and Voila (body[data-voila]); a saved notebook rendered elsewhere keeps it.
-_HIDE_IN_LIVE = ("<style>.jp-LabShell .xlakit-static, .jp-NotebookShell .xlakit-static, body[data-voila] "
-                 ".xlakit-static {display: none !important;} .jp-LabShell .jp-OutputArea-child:has(.xlakit-static), "
-                 ".jp-NotebookShell .jp-OutputArea-child:has(.xlakit-static), body[data-voila] "
-                 ".jp-OutputArea-child:has(.xlakit-static) {display: none !important;}</style>")
-
-
-def static_output(snapshot_html: str) -> str:
-    """A snapshot as the ``text/html`` of its own output: themed, and hidden where the live view is drawn."""
-    return f"{_HIDE_IN_LIVE}<div class='{plotly_html.STATIC_CLASS}'>{STYLE}{snapshot_html}</div>"
 
 log = logging.getLogger("xlakit.widgets")
 _MAX_ERRORS = 50

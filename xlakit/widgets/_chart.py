@@ -109,7 +109,7 @@ class Chart(widgets.Output):
         from IPython.display import display
 
         from xlakit.view.plotly_html import figure_html
-        from xlakit.widgets._base import static_output
+        from xlakit.widgets._html import static_output
 
         live = dict(super()._repr_mimebundle_() or {})
         live["text/plain"] = f"Chart({self.chart_id}: {len(self.figure.data)} trace(s))"

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from xlakit.view.programs import AOT_SUFFIX, Programs, cache_store, collect_programs
+from xlakit.view.programs import Programs, cache_folder, collect_programs
 
-__all__ = ["Programs", "collect_programs", "cache_store", "AOT_SUFFIX"]
+__all__ = ["Programs", "collect_programs", "cache_folder"]

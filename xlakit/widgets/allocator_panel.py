@@ -9,8 +9,8 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
-from xlakit.memory._display import fmt_bytes
 from xlakit.view.allocator import bytes_span
+from xlakit.view.format import fmt_bytes
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View
 

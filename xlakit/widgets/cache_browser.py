@@ -1,4 +1,8 @@
-""":class:`CacheBrowser`: the entries of an executable cache, per-partition totals, verify / evict / explain."""
+""":class:`CacheBrowser`: the entries of a cache folder, per-partition totals, verify / evict / explain.
+
+Stands on the JAX-free folder API (:class:`xlakit.cache.CacheFolder`, through :mod:`xlakit.view.folder`):
+browsing a cache installs no JAX hooks; only explaining makes an ``ExecutableCache``, closed right after.
+"""
 
 from __future__ import annotations
 
@@ -8,55 +12,38 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
-from xlakit.memory._display import fmt_bytes
 from xlakit.view import cache as _cache_view
+from xlakit.view import folder as _folder
+from xlakit.view.format import fmt_bytes
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View
-from xlakit.widgets._sources import AOT_SUFFIX
 
 __all__ = ["CacheBrowser"]
 
 
-def _as_cache(cache: Any) -> tuple[Any, bool]:
-    """(ExecutableCache, created here). None -> the transparent cache's folder; a TransparentCache (the value
-    of ``xlakit.enable_cache()``) -> an ExecutableCache over the same folder, secret and log."""
-    from xlakit.cache import ExecutableCache
-
-    if isinstance(cache, ExecutableCache):
-        return cache, False
-    if cache is None:
-        from xlakit._jax import persistent
-
-        cache = persistent.active()
-        if cache is None:
-            raise ValueError("no cache to browse: pass an ExecutableCache, or call xlakit.enable_cache() first")
-    store = getattr(cache, "store", None)
-    if store is None or not hasattr(store, "entries"):
-        raise TypeError(f"CacheBrowser takes an ExecutableCache or the cache xlakit.enable_cache() returns; "
-                        f"got {type(cache).__name__}")
-    return ExecutableCache(store.root, store.max_bytes, secret=store.secret,
-                           log=getattr(cache, "log", None)), True
-
-
 class CacheBrowser(View, widgets.VBox):
-    """The entries of an executable cache as a table, with filters, per-partition totals and actions.
+    """The entries of a cache folder as a table, with filters, per-partition totals and actions.
 
-    A view over :meth:`xlakit.ExecutableCache.entries`: name, key, partition, size on disk, recorded compile
-    seconds, hits in this process, whether it is loadable onto other devices, and the compiled memory
-    recorded at compile time. Actions (each result is shown under the buttons):
+    A view over :meth:`xlakit.cache.CacheFolder.entries` (no JAX hooks are installed to list a cache): name,
+    argument signature (dtype, shape, sharding and donation per argument, from the entry header's ``signature``
+    field; "arguments not recorded" when the header has none), key, partition, size on disk, recorded compile
+    seconds, hits in this process, whether it is loadable onto other devices, and the compiled memory recorded
+    at compile time. Actions (each result is shown under the buttons):
 
-    * **Verify**: :meth:`~xlakit.ExecutableCache.verify` opens every entry; bad ones are quarantined and
+    * **Verify**: :meth:`~xlakit.cache.CacheFolder.verify` opens every entry; bad ones are quarantined and
       listed with their reason (each is a ``corrupt`` event).
-    * **Evict selected**: removes the selected entries (and their loadable twin) from the store; each is an
-      ``evict`` event in the cache's log.
+    * **Evict selected**: removes the selected entries from the store; each is an ``evict`` event in the
+      folder's log.
     * **Explain selected**: compares each selected entry's recorded environment with the current one
       (jax/jaxlib versions and build, backend, devices, CPU, XLA flags): could it be loaded here, and if not,
-      which fields differ (:func:`xlakit.widgets._data.explain_entry`). To explain a *function* (would it
-      hit, which key part differs), call :meth:`explain` with the function and example arguments.
+      which fields differ (:func:`xlakit.view.cache.explain_entry`). This needs JAX: an ``ExecutableCache``
+      over the folder is made for the click and closed after. To explain a *function* (would it hit, which
+      key part differs), call :meth:`explain` with the function and example arguments.
 
     Args:
-      cache: an :class:`~xlakit.ExecutableCache`, or the cache :func:`xlakit.enable_cache` returns, or None
-        for the enabled transparent cache. Default None.
+      cache: an :class:`~xlakit.ExecutableCache`, the :class:`~xlakit.TransparentCache`
+        :func:`xlakit.enable_cache` returns, a :class:`~xlakit.cache.CacheFolder`, a cache folder path, or
+        None for the enabled transparent cache. Default None.
       name_filter, partition, max_rows: initial values of those traits.
       layout: an ``ipywidgets.Layout`` for the box.
 
@@ -79,12 +66,11 @@ class CacheBrowser(View, widgets.VBox):
     def __init__(self, cache: Any = None, *, name_filter: str = "", partition: str = "", max_rows: int = 200,
                  layout: widgets.Layout | None = None) -> None:
         self._setup_view()
-        self.cache, created = _as_cache(cache)
-        if created:
-            self._cleanups.append(self.cache.close)
-        self.entries = None  # every entry (DataFrame)
-        self.frame = None  # the filtered entries shown
-        self.totals = None  # per-partition totals
+        #: the :class:`~xlakit.cache.CacheFolder` shown (``cache`` itself when it is one).
+        self.cache = _folder.as_folder(cache, who="CacheBrowser")
+        self.entries: Any = None  # every entry (DataFrame, with a signature column)
+        self.frame: Any = None  # the filtered entries shown
+        self.totals: Any = None  # per-partition totals
         #: the result of the last action: ("verify" | "evict" | "explain", value) or None.
         self.last_action: tuple[str, Any] | None = None
 
@@ -146,24 +132,10 @@ class CacheBrowser(View, widgets.VBox):
                            f"partition={self.partition!r}")
         self.selected = tuple(picked)
 
-    def _signatures(self) -> dict[tuple[str, str], str]:
-        """(partition, key) -> argument signature text, from the entries' headers (empty when unreadable)."""
-        try:
-            infos = self.cache.store.entries()
-        except Exception:  # noqa: BLE001 - a listing problem shows in the entries table, not here
-            return {}
-        return {(i.partition, i.key): _cache_view.signature_text((getattr(i, "header", None) or {}).get("signature"))
-                for i in infos}
-
     def refresh(self) -> None:
         """Read the entries again and redraw."""
         with self._lock:
-            entries = self.cache.entries()
-            if not entries.empty and "signature" not in entries.columns:
-                sigs = self._signatures()
-                entries.insert(1, "signature", [sigs.get((p, k), "") for p, k in
-                                                zip(entries["partition"], entries["key"])])
-            self.entries = entries
+            self.entries = _folder.entries_frame(self.cache)
             self.totals = _data.partition_totals(self.entries)
             partitions = sorted(self.totals.index) if not self.totals.empty else []
             options = [("all partitions", ""), *((p, p) for p in partitions)]
@@ -195,7 +167,7 @@ class CacheBrowser(View, widgets.VBox):
 
     # -- actions ----------------------------------------------------------------------------------------
     def verify(self) -> list[tuple[Any, str | None]]:
-        """:meth:`ExecutableCache.verify` every entry, show the bad ones, refresh. Returns its result."""
+        """:meth:`CacheFolder.verify` every entry, show the bad ones, refresh. Returns its result."""
         results = self.cache.verify()
         bad = [(info, reason) for info, reason in results if reason]
         rows = [{"name": i.name, "key": i.key, "partition": i.partition, "reason": r} for i, r in bad]
@@ -208,8 +180,8 @@ class CacheBrowser(View, widgets.VBox):
         return results
 
     def evict_selected(self) -> list[tuple[str, str]]:
-        """Remove the selected entries (and their loadable twins) from the store; each removal is an
-        ``evict`` event. Returns the (partition, key) pairs removed."""
+        """Remove the selected entries from the store; each removal is an ``evict`` event. Returns the
+        (partition, key) pairs removed."""
         if not self.selected:
             self.result.value = "<b>Evict</b>: nothing selected."
             self.last_action = ("evict", [])
@@ -217,12 +189,10 @@ class CacheBrowser(View, widgets.VBox):
         info = {(r["partition"], r["key"]): r for r in _data.frame_records(self.entries)}
         removed = []
         for partition, key in self.selected:
-            if self.cache.store.remove(partition, key):
+            row = info.get((partition, key), {})
+            if _folder.evict(self.cache, partition, key, name=row.get("name"), size_bytes=row.get("size_bytes"),
+                             reason="evicted by hand in CacheBrowser"):
                 removed.append((partition, key))
-                row = info.get((partition, key), {})
-                self.cache.log.emit("evict", name=row.get("name"), key=key, partition=partition,
-                                    bytes=row.get("size_bytes"), reason="evicted by hand in CacheBrowser")
-            self.cache.store.remove(partition, key + AOT_SUFFIX)
         names = ", ".join(html.escape(f"{info.get(pk, {}).get('name') or '?'} ({pk[1][:16]}…)") for pk in removed)
         self.result.value = f"<b>Evict</b>: removed {len(removed)} of {len(self.selected)} selected: {names}"
         self.last_action = ("evict", removed)
@@ -232,25 +202,28 @@ class CacheBrowser(View, widgets.VBox):
 
     def explain_selected(self) -> list[Any]:
         """Compare each selected entry's recorded environment with the current one; show and return the
-        :class:`~xlakit.explain.Explanation` of each."""
-        from xlakit._jax.environment import current_environment
-
+        :class:`~xlakit.explain.Explanation` of each. Makes an ``ExecutableCache`` for this (JAX computes the
+        environment) and closes it after, unless the browser shows one already."""
         if not self.selected:
             self.result.value = "<b>Explain</b>: nothing selected."
             self.last_action = ("explain", [])
             return []
         wanted = set(self.selected)
-        infos = [i for i in self.cache.store.entries() if (i.partition, i.key) in wanted]
-        env = current_environment()
-        explanations = [_data.explain_entry(i, env) for i in infos]
+        infos = [i for i in self.cache.infos() if (i.partition, i.key) in wanted]
+        with _folder.explainer(self.cache):
+            env = _folder.current_environment()
+        explanations = [_cache_view.explain_entry(i, env) for i in infos]
         self.result.value = "<b>Explain against the current environment</b>" + "".join(
             f"<div class='xlakit-explanation'>{e._repr_html_()}</div>" for e in explanations)
         self.last_action = ("explain", explanations)
         return explanations
 
     def explain(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`ExecutableCache.explain` for a function and example arguments; shows and returns it."""
-        explanation = self.cache.explain(fn, *args, **kwargs)
+        """:meth:`ExecutableCache.explain` for a function and example arguments; shows and returns it (an
+        ``ExecutableCache`` over the folder is made for the call and closed after, unless the browser shows
+        one already)."""
+        with _folder.explainer(self.cache) as cache:
+            explanation = cache.explain(fn, *args, **kwargs)
         self.result.value = f"<div class='xlakit-explanation'>{explanation._repr_html_()}</div>"
         self.last_action = ("explain", [explanation])
         return explanation

@@ -33,17 +33,18 @@ class Dashboard(View, widgets.Tab):
     def __init__(self, *, log: Any = None, cache: Any = None, programs: Any = None, devices: Any = None,
                  refresh_s: float = 1.0, layout: widgets.Layout | None = None) -> None:
         self._setup_view()
-        if cache is None:
-            from xlakit._jax import persistent
+        from xlakit.cache import active
+        from xlakit.view.folder import as_folder
 
-            cache = persistent.active()
+        # The folder API (no JAX hooks): a path or a store is opened as a CacheFolder, None is the enabled cache.
+        cache = as_folder(cache, who="dashboard") if cache is not None else active()
         self.breakdown = MemoryBreakdown(programs if programs is not None else cache)
         self.allocator = AllocatorPanel(devices, refresh_s)
         self.timeline = CacheTimeline(log)
         self.browser = CacheBrowser(cache) if cache is not None else None
         self.live = LiveArrays()
         no_cache = widgets.HTML("<p>No cache: call <code>xlakit.enable_cache()</code> or pass "
-                                "<code>dashboard(cache=ExecutableCache(...))</code>.</p>")
+                                "<code>dashboard(cache=PATH)</code>.</p>")
         self.views = [v for v in (self.breakdown, self.allocator, self.timeline, self.browser, self.live) if v]
         self._owned = [*self.views, no_cache, self.error_area, self._style]
         children = [self.breakdown, self.allocator, self.timeline, self.browser or no_cache, self.live]
@@ -94,13 +95,14 @@ def dashboard(*, log: Any = None, cache: Any = None, programs: Any = None, devic
 
     Args:
       log: the :class:`~xlakit.events.EventLog` for the timeline (default: the process-wide log).
-      cache: an :class:`~xlakit.ExecutableCache` or the cache ``xlakit.enable_cache()`` returns (default: the
-        enabled transparent cache, if any) for the Cache tab and, without ``programs``, the Memory tab.
+      cache: an :class:`~xlakit.ExecutableCache`, the cache ``xlakit.enable_cache()`` returns, a
+        :class:`~xlakit.cache.CacheFolder` or a cache folder path (default: the enabled transparent cache, if
+        any) for the Cache tab and, without ``programs``, the Memory tab.
       programs: what :class:`MemoryBreakdown` shows (default: the cache's entries).
       devices: the devices of the allocator panel (default: every local device).
       refresh_s: the allocator panel's auto-refresh interval (float seconds, default 1.0).
 
     Raises:
-      TypeError: an unknown keyword argument.
+      TypeError: an unknown keyword argument, or ``cache`` is not a cache.
     """
     return Dashboard(log=log, cache=cache, programs=programs, devices=devices, refresh_s=refresh_s)

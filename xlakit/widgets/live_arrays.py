@@ -7,7 +7,7 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
-from xlakit.memory._display import fmt_bytes
+from xlakit.view.format import fmt_bytes
 from xlakit.view.live import LIVE_COLUMNS
 from xlakit.view.table import Table
 from xlakit.widgets import _data, _figures, _snapshots

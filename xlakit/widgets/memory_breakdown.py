@@ -7,10 +7,10 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from xlakit.view.programs import collect_programs
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View
 from xlakit.widgets._chart import Chart
-from xlakit.widgets._sources import collect_programs
 
 __all__ = ["MemoryBreakdown"]
 
