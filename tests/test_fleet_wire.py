@@ -1,0 +1,182 @@
+"""The cache wired to a shared bucket: enable_cache(remote=...) against a real S3 server (SeaweedFS on loopback).
+
+Machines are subprocesses with their own empty local folders and the same bucket prefix (as users would set
+it: XLAKIT_CACHE_REMOTE*); requests are counted on the wire by a proxy. The trust tests run the cache's one
+fetch path (CachePath over a SharedStore) in-process, with a load function that records whether any program
+bytes reached it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import worker_env
+from s3_server import CountingProxy, s3_server  # noqa: F401  (fixture)
+
+from xlakit.cache.path import CachePath
+from xlakit.cache.remote import RefusedObjectWarning, SharedStore, open_store
+from xlakit.events import EventLog
+from xlakit.store import LocalStore
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "fleet_wire_worker.py"
+PROGRAMS = ("add_one", "matmul", "mlp")
+SECRET = b"fleet-wire-secret-0123456789abcdef"
+PARTITION = "cpu-test"
+
+
+def run_machine(cache: Path, url: str, options: dict, *programs: str, mode: str = "rw") -> dict:
+    env = worker_env({"XLAKIT_CACHE_REMOTE": url, "XLAKIT_CACHE_REMOTE_MODE": mode,
+                      "XLAKIT_CACHE_REMOTE_OPTIONS": json.dumps(options),
+                      "XLAKIT_CACHE_SECRET": SECRET.hex()})
+    proc = subprocess.run([sys.executable, str(WORKER), "--cache", str(cache), *programs], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, f"worker failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def of(report: dict, kind: str) -> list[dict]:
+    return [e for e in report["events"] if e["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def machine_a(s3_server, tmp_path_factory):  # noqa: F811
+    """Machine A ran the programs cold with its own empty folder and uploaded them: (url, report)."""
+    url = s3_server.url(f"wire-{uuid.uuid4().hex[:8]}")
+    report = run_machine(tmp_path_factory.mktemp("machine-a"), url, s3_server.storage_options(), *PROGRAMS)
+    return url, report
+
+
+def test_machine_b_starts_warm_from_the_bucket(machine_a, s3_server, tmp_path):  # noqa: F811
+    """Fault: a second machine compiles everything again. B (another empty folder, same bucket) must get every
+    program with one remote_hit and no compile, with bit-identical results."""
+    url, a = machine_a
+    assert len(of(a, "compile")) == len(PROGRAMS)
+    uploads = of(a, "upload")
+    assert len(uploads) == len(PROGRAMS) and all(e["reason"] is None and e["bytes"] > 0 for e in uploads)
+    assert all(e["folder"] == url for e in uploads)
+
+    b = run_machine(tmp_path / "machine-b", url, s3_server.storage_options(), *PROGRAMS)
+    assert of(b, "compile") == [] and of(b, "miss") == []
+    assert sorted(e["name"] for e in of(b, "remote_hit")) == sorted(e["name"] for e in of(a, "compile"))
+    assert len(of(b, "hit")) == len(PROGRAMS)
+    assert b["results"] == a["results"]
+    # kept locally: B's next start is a local hit without a remote request
+    again = run_machine(tmp_path / "machine-b", url, s3_server.storage_options(), *PROGRAMS)
+    assert of(again, "remote_hit") == [] and of(again, "remote_miss") == [] and len(of(again, "hit")) == 3
+
+
+def test_ro_worker_sends_no_write_request(machine_a, s3_server, tmp_path):  # noqa: F811
+    """Fault: a read-only (untrusted) worker uploads what it compiles. Counted on the wire: no PUT/POST/DELETE,
+    while it still reads shared programs and caches its own locally."""
+    url, _ = machine_a
+    proxy = CountingProxy(s3_server.port)
+    try:
+        ro = run_machine(tmp_path / "student", url, s3_server.storage_options(proxy.endpoint), "add_one", "sin3",
+                         mode="ro")
+    finally:
+        proxy.close()
+    assert proxy.writes() == 0, proxy.requests
+    assert proxy.counts["GET"] >= 2  # add_one and sin3 were looked up
+    assert [e["name"] for e in of(ro, "remote_hit")] == ["jit_add_one"]
+    assert [e["name"] for e in of(ro, "compile")] == ["jit_sin"] and len(of(ro, "store")) == 1
+    assert of(ro, "upload") == [] and of(ro, "upload_error") == []
+
+
+# -- trust, in-process over the real bucket -------------------------------------------------------------------
+
+def _shared(root: Path, url: str, opts: dict, secret: bytes = SECRET, mode: str = "rw") -> tuple[SharedStore, EventLog]:
+    log = EventLog()
+    return SharedStore(root, remote=url, mode=mode, storage_options=opts, secret=secret, log=log), log
+
+
+def _published(tmp_path: Path, url: str, opts: dict, key: str) -> bytes:
+    """Machine A publishes one entry and uploads it (synchronously); returns the object's bytes."""
+    a, _ = _shared(tmp_path / "a", url, opts)
+    with a.sync_uploads():
+        assert a.put(PARTITION, key, {"name": "jit_f", "compile_s": 1.0}, b"\x01program bytes" * 100).stored
+    blob = a.remote.get(PARTITION, key, 1 << 20)
+    assert blob is not None
+    a.close()
+    return blob
+
+
+def test_tampered_object_is_refused_never_loaded_and_remembered(s3_server, tmp_path):  # noqa: F811
+    """Fault: a modified object in the bucket reaches XLA. It must be refused before any byte is decompressed or
+    loaded, reported (corrupt event, one warning), remembered (no second GET), not kept locally, and left in
+    the bucket (a reader never deletes)."""
+    proxy = CountingProxy(s3_server.port)
+    url, opts = s3_server.url(f"tamper-{uuid.uuid4().hex[:8]}"), s3_server.storage_options(proxy.endpoint)
+    key = "jit_f-" + "a" * 64
+    blob = _published(tmp_path, url, opts, key)
+    bad = bytearray(blob)
+    bad[-5] ^= 0xFF  # inside the compressed payload
+    b, log = _shared(tmp_path / "b", url, opts)
+    b.remote.fs.pipe_file(b.remote.object_name(PARTITION, key), bytes(bad))  # the attacker overwrites it
+    loaded = []
+    path = CachePath(b, log)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            program, decision = path.fetch(PARTITION, key, name="jit_f", load=lambda h, p: loaded.append(p) or p)
+            gets = proxy.counts["GET"]
+            again, second = path.fetch(PARTITION, key, name="jit_f", load=lambda h, p: loaded.append(p) or p)
+        assert program is None and again is None and loaded == []
+        assert decision.kind == "miss" and "refused" in decision.reason and "HMAC mismatch" in decision.reason
+        corrupt = log.events("corrupt")
+        assert len(corrupt) == 1 and corrupt[0].folder == url and "left in the bucket" in corrupt[0].reason
+        assert sum(issubclass(w.category, RefusedObjectWarning) for w in caught) == 1
+        assert proxy.counts["GET"] == gets  # remembered: the second lookup sent no request
+        assert b.objects.get(PARTITION, key, 1 << 20) is None  # never kept locally
+        assert proxy.counts["DELETE"] == 0 and b.remote.get(PARTITION, key, 1 << 20) == bytes(bad)
+    finally:
+        proxy.close()
+        b.close()
+
+
+def test_another_secret_is_a_miss_that_leaves_the_object(s3_server, tmp_path):  # noqa: F811
+    """Fault: a reader with another secret deletes or quarantines an object its owners can use. It must see a
+    miss "signed with another key" (remote_miss event and decision), and the object stays byte-identical."""
+    url, opts = s3_server.url(f"foreign-{uuid.uuid4().hex[:8]}"), s3_server.storage_options()
+    key = "jit_f-" + "b" * 64
+    blob = _published(tmp_path, url, opts, key)
+    other, log = _shared(tmp_path / "other", url, opts, secret=b"another secret, another team")
+    try:
+        loaded = []
+        program, decision = CachePath(other, log).fetch(PARTITION, key, name="jit_f",
+                                                        load=lambda h, p: loaded.append(p) or p)
+        assert program is None and loaded == [] and decision.kind == "miss"
+        assert decision.reason.startswith("signed with another key")
+        misses = log.events("remote_miss")
+        assert len(misses) == 1 and "signed with another key" in misses[0].reason
+        assert log.events("corrupt") == []
+        assert other.remote.get(PARTITION, key, 1 << 20) == blob
+        # the owners still read it
+        owner, owner_log = _shared(tmp_path / "owner", url, opts)
+        found, hit = CachePath(owner, owner_log).fetch(PARTITION, key, name="jit_f", load=lambda h, p: p)
+        assert hit.kind == "hit" and found == b"\x01program bytes" * 100
+        owner.close()
+    finally:
+        other.close()
+
+
+def test_settings_come_from_arguments_or_environment(tmp_path, monkeypatch):
+    """Fault: XLAKIT_CACHE_REMOTE is ignored, or a bad mode is accepted silently."""
+    monkeypatch.delenv("XLAKIT_CACHE_REMOTE", raising=False)
+    assert type(open_store(tmp_path / "plain", secret=SECRET)) is LocalStore
+    monkeypatch.setenv("XLAKIT_CACHE_REMOTE", f"file://{tmp_path / 'bucket'}")
+    monkeypatch.setenv("XLAKIT_CACHE_REMOTE_MODE", "ro")
+    store = open_store(tmp_path / "local", secret=SECRET)
+    assert isinstance(store, SharedStore) and store.mode == "ro" and store.remote_url.endswith("bucket")
+    store.close()
+    with pytest.raises(ValueError, match="remote_mode"):
+        open_store(tmp_path / "x", secret=SECRET, remote="file:///tmp/b", remote_mode="rwx")
+    monkeypatch.setenv("XLAKIT_CACHE_REMOTE_OPTIONS", "[1]")
+    with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_OPTIONS"):
+        open_store(tmp_path / "y", secret=SECRET)
