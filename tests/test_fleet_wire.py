@@ -180,3 +180,134 @@ def test_settings_come_from_arguments_or_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("XLAKIT_CACHE_REMOTE_OPTIONS", "[1]")
     with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_OPTIONS"):
         open_store(tmp_path / "y", secret=SECRET)
+
+
+# -- one compile per program across processes -------------------------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_job(tmp_path: Path, url: str, options: dict, n: int, *programs: str) -> list[dict]:
+    """``n`` processes of one jax.distributed job, each with its own empty local folder, started together."""
+    port = _free_port()
+    env = worker_env({"XLAKIT_CACHE_REMOTE": url, "XLAKIT_CACHE_REMOTE_OPTIONS": json.dumps(options),
+                      "XLAKIT_CACHE_SECRET": SECRET.hex(), "XLAKIT_CACHE_WAIT_S": "60"})
+    procs = [subprocess.Popen([sys.executable, str(WORKER), "--cache", str(tmp_path / f"p{i}"),
+                               "--distributed", str(port), str(n), str(i), *programs],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(n)]
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=400)
+        assert p.returncode == 0, f"process failed:\n{out[-2000:]}\n{err[-4000:]}"
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports
+
+
+def _same_key_everywhere() -> str | None:
+    """None when xlakit's keys are the same in every process of a job, else why coordination cannot help yet."""
+    from xlakit._jax import keys  # noqa: F401  (the placement-independent keys)
+
+    return None
+
+
+try:
+    _PLACEMENT = _same_key_everywhere()
+except ImportError:
+    _PLACEMENT = ("xlakit's keys still contain concrete device ids (JAX's own key differs in every process of a "
+                  "jax.distributed job), so every process claims its own key; needs xlakit/_jax/keys.py")
+
+
+@pytest.mark.skipif(_PLACEMENT is not None, reason=_PLACEMENT or "")
+def test_four_processes_compile_each_program_once(s3_server, tmp_path):  # noqa: F811
+    """Fault: every process of a job compiles every program. Four processes with jax.distributed start cold
+    together (own empty folders, one bucket): exactly one compile per program across all four, the others
+    wait and load it; every result equal."""
+    url = s3_server.url(f"job-{uuid.uuid4().hex[:8]}")
+    reports = run_job(tmp_path, url, s3_server.storage_options(), 4, *PROGRAMS)
+    compiles = sorted(e["name"] for r in reports for e in of(r, "compile"))
+    assert compiles == sorted({e["name"] for r in reports for e in of(r, "hit")} | set(compiles)), compiles
+    assert len(compiles) == len(PROGRAMS) and len(set(compiles)) == len(PROGRAMS)
+    assert sum(len(of(r, "claim")) for r in reports) == len(PROGRAMS)
+    assert sum(len(of(r, "wait")) for r in reports) == 3 * len(PROGRAMS)
+    assert all(e["reason"] == f"compiled by process {e['reason'].split()[-1]}" for r in reports for e in of(r, "wait"))
+    assert all(r["results"] == reports[0]["results"] for r in reports)
+
+
+def _process(tmp_path: Path, url: str, kv, pid: int):
+    from xlakit._jax.coordinate import Coordinator
+    from xlakit.cache.coordinated import CoordinatedCompiles
+
+    store, log = _shared(tmp_path / f"local{pid}", url, {})
+    path = CachePath(store, log)
+    coord = CoordinatedCompiles(store, path, log, coordinator=Coordinator(kv, pid, wait_s=20, poll_s=0.05),
+                                wait_s=20)
+    return store, log, path, coord
+
+
+def test_claimant_compiles_waiter_loads_its_entry(tmp_path):
+    """Fault: the waiting half of the hook protocol never loads what the claimant stored (or waits for nothing).
+    Process 0 claims on its miss and publishes after its "compile"; process 1, which missed too, waits and then
+    loads the entry from the shared store: a wait event naming process 0, then a hit; no compile of its own.
+    (Runs the real CachePath and SharedStore; only the key-value store is a double.)"""
+    import threading
+    import time
+
+    from test_fleet_coordinate import FakeKV
+
+    url, kv, key = f"file://{tmp_path / 'bucket'}", FakeKV(), "jit_f-" + "c" * 64
+    s0, log0, path0, coord0 = _process(tmp_path, url, kv, 0)
+    s1, log1, path1, coord1 = _process(tmp_path, url, kv, 1)
+    load = lambda h, p: p  # noqa: E731
+    _, miss0 = path0.fetch(PARTITION, key, name="jit_f", load=load)
+    assert coord0.on_miss(PARTITION, key, "jit_f", load, None, miss0) == (None, miss0) and coord0.claimed(PARTITION, key)
+    got = {}
+
+    def waiter():
+        _, miss1 = path1.fetch(PARTITION, key, name="jit_f", load=load)
+        got["result"] = coord1.on_miss(PARTITION, key, "jit_f", load, None, miss1)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.5)  # the compile
+    stored = coord0.publish(PARTITION, key, lambda: path0.publish(PARTITION, key, {"name": "jit_f", "compile_s": 0.5},
+                                                                  b"the program"))
+    t.join(30)
+    assert stored.kind == "store" and not coord0.claimed(PARTITION, key)
+    program, decision = got["result"]
+    assert program == b"the program" and decision.kind == "hit"
+    assert [e.reason for e in log1.events("wait")] == ["compiled by process 0"]
+    assert log1.events("wait")[0].duration_s >= 0.4 and len(log0.events("claim")) == 1
+    s0.close(), s1.close()
+
+
+def test_claimant_that_does_not_store_releases_the_waiters_at_once(tmp_path):
+    """Fault: a program the claimant cannot store (unserializable, under the threshold) leaves the others waiting
+    the whole bound. They must be told at once and compile themselves."""
+    import threading
+    import time
+
+    from test_fleet_coordinate import FakeKV
+
+    url, kv, key = f"file://{tmp_path / 'bucket'}", FakeKV(), "jit_g-" + "d" * 64
+    s0, log0, path0, coord0 = _process(tmp_path, url, kv, 0)
+    s1, log1, path1, coord1 = _process(tmp_path, url, kv, 1)
+    load = lambda h, p: p  # noqa: E731
+    _, miss0 = path0.fetch(PARTITION, key, name="jit_g", load=load)
+    coord0.on_miss(PARTITION, key, "jit_g", load, None, miss0)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("r", coord1.on_miss(PARTITION, key, "jit_g", load, None, miss0)))
+    start = time.perf_counter()
+    t.start()
+    time.sleep(0.2)
+    coord0.give_up(PARTITION, key, "XLA cannot serialize this executable")
+    t.join(30)
+    assert got["r"] == (None, miss0) and time.perf_counter() - start < 5  # not the 20 s bound
+    [wait] = log1.events("wait")
+    assert "did not store it" in wait.reason and "cannot serialize" in wait.reason
+    assert "not stored" in log0.events("claim")[0].reason
+    s0.close(), s1.close()
