@@ -196,6 +196,7 @@ KIND_STYLE: dict[str, tuple[str, str]] = {
     "store": ("triangle-up", "#9467bd"), "skip": ("diamond", "#7f7f7f"), "corrupt": ("star", "#e377c2"),
     "evict": ("triangle-down", "#8c564b"), "load_error": ("cross", "#ff7f0e"), "store_error": ("cross", "#bcbd22"),
     "trace": ("circle-open", "#17becf"), "lower": ("square-open", "#aec7e8"),
+    "remote_hit": ("diamond-open", "#2ca02c"), "remote_miss": ("x-open", "#d62728"), "upload": ("triangle-up-open", "#9467bd"), "upload_error": ("cross-open", "#bcbd22"), "claim": ("star-open", "#1f77b4"), "wait": ("triangle-right", "#7f7f7f"),  # noqa: E501
 }
 _NO_NAME = "(no name)"
 
