@@ -311,3 +311,24 @@ def test_claimant_that_does_not_store_releases_the_waiters_at_once(tmp_path):
     assert "did not store it" in wait.reason and "cannot serialize" in wait.reason
     assert "not stored" in log0.events("claim")[0].reason
     s0.close(), s1.close()
+
+
+def test_fleet_events_in_stats_and_prometheus():
+    """Fault: remote reads, uploads, claims and waits are invisible to the metrics. Their counts, seconds and
+    bytes must reach CacheStats and the Prometheus collector."""
+    pytest.importorskip("prometheus_client")
+    from xlakit.events import prometheus_collector
+
+    log = EventLog()
+    log.emit("remote_hit", name="jit_f", duration_s=0.25, bytes=1000, folder="s3://b/p")
+    log.emit("remote_hit", name="jit_g", duration_s=0.5, bytes=3000, folder="s3://b/p")
+    log.emit("upload", name="jit_h", duration_s=1.0, bytes=500)
+    log.emit("wait", name="jit_h", duration_s=2.0)
+    stats = log.stats()
+    assert stats.counts["remote_hit"] == 2 and stats.fleet_s["remote_hit"] == 0.75
+    assert stats.fleet_bytes["remote_hit"] == 4000 and stats.fleet_bytes["upload"] == 500
+    samples = {(m.name, s.labels.get("kind")): s.value for m in prometheus_collector(log).collect()
+               for s in m.samples if m.name.startswith("xlakit_fleet")}
+    assert samples[("xlakit_fleet_events", "remote_hit")] == 2
+    assert samples[("xlakit_fleet_seconds", "wait")] == 2.0
+    assert samples[("xlakit_fleet_bytes", "upload")] == 500
