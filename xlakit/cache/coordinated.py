@@ -19,7 +19,9 @@ in every process — when it is not (JAX's own key contains device ids under ``j
 claims its own key and compiles, as without coordination. A claimant that dies before publishing leaves the
 others waiting ``wait_s`` seconds, then they compile.
 
-Without ``jax.distributed`` nothing here does anything: each process may compile a program, and with a shared
+Coordination needs a shared store (``remote=``; for a folder shared over NFS use ``remote="file:///nfs/path"``):
+with only per-process local folders a waiter could not load what the claimant stored, so nothing is claimed.
+Without ``jax.distributed`` nothing here does anything either: each process may compile a program, and with a shared
 store the first upload wins (the others' uploads are told "already exists", which is success).
 """
 
@@ -66,6 +68,8 @@ class CoordinatedCompiles:
     def coordinator(self) -> Any:
         """The coordinator in use, or None without ``jax.distributed`` (looked up once, after initialization)."""
         if not self._looked:
+            if getattr(self.store, "sync_uploads", None) is None:
+                return None  # no shared store: a waiter could not load the claimant's program, only wait for it
             from xlakit._jax.coordinate import Coordinator, distributed_client
 
             if distributed_client() is None:
