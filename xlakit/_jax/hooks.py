@@ -9,7 +9,10 @@ persistent-cache machinery has computed a key — calls two module-level functio
 Two more wrappers gather context for those calls, on the compiling thread:
 
 * ``jax._src.cache_key.get`` — records the ``ir.Module`` being keyed (for module text in entries and
-  explanations) and, through a logger filter on ``jax._src.cache_key``, JAX's own per-part key hashes.
+  explanations). While an xlakit handler will answer the compile, it returns xlakit's placement-free key
+  (:mod:`xlakit._jax.keys`: no concrete device ids, so one entry serves every same-kind placement and every
+  process of a ``jax.distributed`` job) with its per-part hashes; otherwise JAX's own key, untouched (JAX's
+  per-part hashes then come from a logger filter on ``jax._src.cache_key``).
 * ``jax._src.pjit._run_python_pjit`` — runs only when a ``jax.jit`` object misses its C++ dispatch cache;
   if the jitted function is one of :func:`mark`'s, the compile is routed to that function's handler. The
   C++ fast path is untouched, so a routed ``jax.jit`` dispatches at ``jax.jit`` speed.
@@ -29,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from xlakit._jax import versions
+from xlakit._jax import keys, versions
 
 __all__ = ["CompileContext", "Handler", "acquire", "release", "route", "set_default", "mark", "handler_of",
            "current_handler", "installed"]
@@ -43,10 +46,13 @@ class CompileContext:
 
     Attributes:
       module_name: HLO module name, e.g. ``jit_train_step``.
-      key: JAX's persistent-cache key (``<module_name>-<sha256 hex>``).
-      key_parts: JAX's per-part hashes (``computation``, ``jax_lib version``, ``backend version``,
-        ``XLA flags``, ``compile_options``, ``accelerator_config``, ``compression``, ``custom_hook``);
-        filled by :meth:`parts`.
+      key: the cache key (``<module_name>-<sha256 hex>``): xlakit's placement-free key
+        (:func:`xlakit._jax.keys.placement_free_key`: no concrete device ids, so permuted or shifted devices of
+        the same kind and count share it, and so do the processes of a ``jax.distributed`` job), or JAX's own
+        key on a JAX whose key helpers xlakit does not know.
+      key_parts: per-part hashes (``computation``, ``jax_lib version``, ``backend version``,
+        ``XLA flags``, ``compile_options``, ``accelerator_config``, ``compression``, ``custom_hook`` and, for
+        xlakit's key, ``placement``); computed with the key, or by :meth:`parts` for JAX's.
       module: the ``ir.Module`` JAX keyed, or None.
       devices: the device array JAX keyed (``numpy.ndarray`` of devices), or None.
     """
@@ -170,9 +176,19 @@ def handler_of(fn: Callable) -> Handler | None:
 
 # -- the wrappers installed into JAX -----------------------------------------------------------------
 def _key_get(module, devices, *args, **kwargs):
+    """JAX's ``cache_key.get``; while an xlakit handler will answer this compile, xlakit's placement-free key
+    (:mod:`xlakit._jax.keys`) instead, with its per-part hashes kept for the handler."""
     _local.module, _local.devices = module, devices
     _local.key_call = ((module, devices, *args), kwargs)
-    return _saved["key_get"](module, devices, *args, **kwargs)
+    _local.key_parts = None
+    if _current() is None or not keys.supported():
+        return _saved["key_get"](module, devices, *args, **kwargs)
+    try:
+        key, parts = keys.placement_free_key(_saved["key_get"], (module, devices, *args), kwargs)
+    except Exception:  # noqa: BLE001 - a JAX whose helpers changed: its own (placement-bound) key is still right
+        return _saved["key_get"](module, devices, *args, **kwargs)
+    _local.key_parts = (key, parts)
+    return key
 
 
 _level_lock = threading.Lock()
@@ -206,9 +222,15 @@ def _run_python_pjit(p, args_flat, fun, args, kwargs):
 
 def _context(module_name: str, cache_key: str) -> CompileContext:
     ctx = getattr(_local, "ctx", None)
-    if ctx is not None and ctx.key == cache_key:
+    # The read's context serves the write of the same compile. Placement-free keys are shared by lowerings on
+    # other devices (JAX may even reuse one ir.Module for them), so the context must come from the last key
+    # computation itself (else a stale context of another lookup, e.g. one a probe abandoned, would lend its
+    # devices and key arguments).
+    if ctx is not None and ctx.key == cache_key and ctx.key_call is getattr(_local, "key_call", None):
         return ctx
-    return CompileContext(module_name, cache_key, {}, getattr(_local, "module", None),
+    computed = getattr(_local, "key_parts", None)
+    parts = dict(computed[1]) if computed is not None and computed[0] == cache_key else {}
+    return CompileContext(module_name, cache_key, parts, getattr(_local, "module", None),
                           getattr(_local, "devices", None), getattr(_local, "key_call", None))
 
 
@@ -222,7 +244,7 @@ def _cache_read(module_name, cache_key, compile_options, backend, executable_dev
     if result[0] is not None:
         # A hit has no write to follow: let go of the module now, or the next compile pays for freeing it
         # (24 ms for a small transformer's MLIR module, measured) inside its own lookup.
-        _local.ctx = _local.module = _local.devices = _local.key_call = None
+        _local.ctx = _local.module = _local.devices = _local.key_call = _local.key_parts = None
     return result
 
 
@@ -232,7 +254,8 @@ def _cache_write(cache_key, compile_time_secs, module_name, backend, executable,
         return _saved["write"](cache_key, compile_time_secs, module_name, backend, executable, *rest)
     ctx = _context(module_name, cache_key)
     ctx.parts()  # while the module is still JAX's to hash
-    _local.ctx = _local.module = _local.devices = _local.key_call = None  # do not keep a compiled module alive
+    # do not keep a compiled module alive
+    _local.ctx = _local.module = _local.devices = _local.key_call = _local.key_parts = None
     host_callbacks = rest[0] if rest else ()
     return handler.write(ctx, compile_time_secs, backend, executable, host_callbacks)
 

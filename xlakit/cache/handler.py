@@ -70,7 +70,7 @@ class StoreHandler(CacheFolder):
     def read(self, ctx: Any, compile_options: Any, backend: Any, executable_devices: Any,
              host_callbacks: Any = ()) -> tuple[Any, int | None]:
         """Answer JAX's ``_cache_read``: ``(executable, compile_seconds)`` on a hit, else ``(None, None)``."""
-        from xlakit._jax import executables
+        from xlakit._jax import executables, keys
         from xlakit._jax.environment import current_environment, expectations
 
         partition = expect = None
@@ -85,8 +85,13 @@ class StoreHandler(CacheFolder):
             return None, None
 
         def load(header, payload):
-            return executables.deserialize(backend, _entry.xla_payload(header, payload), executable_devices,
-                                           compile_options, host_callbacks)
+            # The key holds no device ids: the executable may have been compiled for other devices of the same
+            # kind. Check its stored assignment against the caller's before XLA sees it (a wrong count aborts
+            # the process); the caller's compile options carry the caller's assignment, so XLA places the
+            # loaded program on the caller's devices.
+            xla_bytes = _entry.xla_payload(header, payload)
+            keys.check_loadable(xla_bytes, compile_options, executable_devices)
+            return executables.deserialize(backend, xla_bytes, executable_devices, compile_options, host_callbacks)
 
         executable, decision = self.io.fetch(partition, ctx.key, name=ctx.module_name, load=load, expect=expect)
         if executable is None and decision.kind == "miss":
