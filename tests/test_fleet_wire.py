@@ -337,3 +337,31 @@ def test_fleet_events_in_stats_and_prometheus():
     assert samples[("xlakit_fleet_events", "remote_hit")] == 2
     assert samples[("xlakit_fleet_seconds", "wait")] == 2.0
     assert samples[("xlakit_fleet_bytes", "upload")] == 500
+
+
+def test_load_bundle_shares_modules_through_the_remote(tmp_path):
+    """Fault: load_bundle(remote=...) ignores the remote. A bundle copy with an empty .cache on another machine
+    loads every module from the shared store (remote_hit, report status hit) with identical outputs."""
+    import shutil
+
+    import numpy as np
+    from test_bundle import tiny_model, xs
+
+    import xlakit
+    from xlakit.bundle import load_bundle
+
+    fn, state = tiny_model()
+    pristine = tmp_path / "pristine"
+    xlakit.export_bundle(fn, state, xs(2), pristine, batch_sizes=(1,))
+    url = f"file://{tmp_path / 'bucket'}"
+    copies = [tmp_path / "machine-a", tmp_path / "machine-b"]
+    for c in copies:
+        shutil.copytree(pristine, c)
+    log_a, log_b = EventLog(), EventLog()
+    a = load_bundle(copies[0], progress=False, remote=url, log=log_a)
+    assert [r.status for r in a.reports] == ["miss"] and a._context.store.close() == 0
+    assert len(log_a.events("upload")) == 1
+    b = load_bundle(copies[1], progress=False, remote=url, log=log_b)
+    assert [r.status for r in b.reports] == ["hit"] and len(log_b.events("remote_hit")) == 1
+    assert np.array_equal(np.asarray(a(xs(1))), np.asarray(b(xs(1))))
+    b._context.store.close()
