@@ -35,8 +35,9 @@ def main() -> None:
         port, n, me = args.distributed
         jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=me, initialization_timeout=120)
 
-    import xlakit
     from jaxworker import programs
+
+    import xlakit
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -8,7 +8,6 @@ bytes reached it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -126,7 +125,7 @@ def test_tampered_object_is_refused_never_loaded_and_remembered(s3_server, tmp_p
             warnings.simplefilter("always")
             program, decision = path.fetch(PARTITION, key, name="jit_f", load=lambda h, p: loaded.append(p) or p)
             gets = proxy.counts["GET"]
-            again, second = path.fetch(PARTITION, key, name="jit_f", load=lambda h, p: loaded.append(p) or p)
+            again, _ = path.fetch(PARTITION, key, name="jit_f", load=lambda h, p: loaded.append(p) or p)
         assert program is None and again is None and loaded == []
         assert decision.kind == "miss" and "refused" in decision.reason and "HMAC mismatch" in decision.reason
         corrupt = log.events("corrupt")

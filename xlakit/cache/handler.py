@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.cache import entry as _entry
+from xlakit.cache.coordinated import CoordinatedCompiles
 from xlakit.cache.decision import Decision
 from xlakit.cache.folder import CacheFolder
-from xlakit.cache.coordinated import CoordinatedCompiles
 from xlakit.cache.path import CachePath
 
 __all__ = ["StoreHandler"]
