@@ -88,6 +88,21 @@ def test_ro_worker_sends_no_write_request(machine_a, s3_server, tmp_path):  # no
     assert of(ro, "upload") == [] and of(ro, "upload_error") == []
 
 
+
+def test_dead_server_never_fails_a_program(machine_a, s3_server, tmp_path):  # noqa: F811
+    """Fault: an unreachable bucket fails or slows every program. With the S3 endpoint refusing connections the
+    programs still compile, store locally and give machine A's results; the remote is switched off after 3
+    errors with one warning, and each error is an event."""
+    _, a = machine_a
+    options = dict(s3_server.storage_options(), endpoint_url=f"http://127.0.0.1:{_free_port()}")  # nothing listens
+    dead = run_machine(tmp_path / "offline", s3_server.url("offline"), options, *PROGRAMS)
+    assert dead["results"] == a["results"]
+    assert len(of(dead, "compile")) == len(PROGRAMS) and len(of(dead, "store")) == len(PROGRAMS)
+    assert [w for w in dead["warnings"] if "off for this process" in w] and len(dead["warnings"]) == 1
+    errors = [e for e in of(dead, "load_error") if e["folder"] == s3_server.url("offline")]
+    assert 1 <= len(errors) <= 4 and any("off for this process" in e["reason"] for e in errors)
+    assert of(dead, "upload") == []
+
 # -- trust, in-process over the real bucket -------------------------------------------------------------------
 
 def _shared(root: Path, url: str, opts: dict, secret: bytes = SECRET, mode: str = "rw") -> tuple[SharedStore, EventLog]:
