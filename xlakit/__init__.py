@@ -45,7 +45,8 @@ __version__ = "0.1.0"
 
 
 def enable_cache(path: str | Path | None = None, max_bytes: int | None = None,
-                 min_compile_time_s: float = 0.0) -> TransparentCache:
+                 min_compile_time_s: float = 0.0, *, remote: str | None = None, remote_mode: str | None = None,
+                 remote_options: dict | None = None) -> TransparentCache:
     """Serve every ``jax.jit`` compile in this process from xlakit's persistent executable store.
 
     The store becomes the backend of JAX's own persistent compilation cache: before each XLA compile JAX
@@ -63,7 +64,23 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | None = None,
       max_bytes: byte cap for everything under ``path`` (measured on disk); None for no cap.
       min_compile_time_s: programs that compiled in fewer seconds are not stored; each is recorded as a
         ``skip`` event naming this threshold. Default 0.0 stores everything (JAX's default drops programs
-        under 1 s without a word).
+        under 1 s without a word). The same threshold decides which programs are uploaded to ``remote``.
+      remote: share the cache through object storage: ``"s3://bucket/prefix"`` (``pip install 'xlakit[s3]'``),
+        ``"gs://bucket/prefix"`` (``[gcs]``), ``"file:///shared/folder"``, ``"memory://name"``. Default
+        ``$XLAKIT_CACHE_REMOTE`` (unset or empty: no remote). A local miss is read from
+        ``<prefix>/v1/<partition>/<key>`` (one GET; verified — key id, HMAC, partition, key — before any byte
+        is decompressed or reaches XLA; then kept in ``path``); a program stored locally is uploaded in the
+        background, create-only (the first upload wins; pending uploads get up to 10 s at exit). A failing
+        remote never fails a program: errors are events, and after 3 in a row the remote is off for the
+        process (one warning). The HMAC secret never leaves the machine: every machine sharing the bucket
+        needs the same ``XLAKIT_CACHE_SECRET``; objects signed with another are a ``remote_miss`` "signed with
+        another key" and are left alone. Under ``jax.distributed`` one process compiles each program and the
+        others wait for it (see ``notes/fleet.md``); without it, each process may compile a program and the
+        first upload wins.
+      remote_mode: ``"rw"`` (default; ``$XLAKIT_CACHE_REMOTE_MODE``) or ``"ro"``: read only, no write request
+        is ever sent (untrusted workers, e.g. students on a JupyterHub).
+      remote_options: fsspec storage options such as ``{"endpoint_url": "http://minio:9000"}``; default
+        ``$XLAKIT_CACHE_REMOTE_OPTIONS`` (a JSON object).
 
     Returns:
       The installed :class:`xlakit.TransparentCache` (``.path``, ``.store``, ``.entries()``, ``.stats()``).
@@ -71,14 +88,17 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | None = None,
     Raises:
       xlakit.UnsupportedJaxVersion: this JAX lacks the private hooks used here; the message names the
         supported versions.
-      ValueError: ``max_bytes`` <= 0 or ``min_compile_time_s`` < 0.
+      ValueError: ``max_bytes`` <= 0, ``min_compile_time_s`` < 0, or a bad ``remote``/``remote_mode``/
+        ``remote_options`` (or environment variable; the message names it).
+      ImportError: the package for the remote's protocol is missing (the message names the extra).
 
     Calling it again replaces the previous configuration. :func:`disable_cache` restores JAX's settings.
     Programs already compiled in this process stay in JAX's in-memory cache and are not re-read.
     """
     from xlakit.cache import transparent
 
-    return transparent.enable(path, max_bytes=max_bytes, min_compile_time_s=min_compile_time_s)
+    return transparent.enable(path, max_bytes=max_bytes, min_compile_time_s=min_compile_time_s, remote=remote,
+                              remote_mode=remote_mode, remote_options=remote_options)
 
 
 def disable_cache() -> bool:

@@ -194,6 +194,10 @@ def _label(info) -> str:
 # -- commands -----------------------------------------------------------------------------------------
 
 def _cmd_ls(args: argparse.Namespace) -> int:
+    if getattr(args, "remote", None):
+        from xlakit import cli_remote
+
+        return cli_remote.ls(args)
     store = _store(args)
     _check_partition(store, args.partition)
     entries = store.entries(args.partition)
@@ -251,6 +255,10 @@ def _quarantined(root: Path) -> tuple[int, int]:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    if getattr(args, "remote", None):
+        from xlakit import cli_remote
+
+        return cli_remote.stats(args)
     store = _store(args)
     exists = store.root.is_dir()
     entries = store.entries() if exists else []
@@ -296,6 +304,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    if getattr(args, "remote", None):
+        from xlakit import cli_remote
+
+        return cli_remote.verify(args)
     store = _store(args)
     _check_partition(store, args.partition)
     if not store.root.is_dir():
@@ -328,6 +340,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
+    if getattr(args, "remote", None):
+        from xlakit import cli_remote
+
+        return cli_remote.prune(args)
+    if args.max_bytes is None:
+        raise CliError("prune needs --max-bytes N for the local folder (--older-than is for --remote URL)")
     try:
         limit = parse_size(args.max_bytes)
     except ValueError as e:
@@ -527,6 +545,13 @@ def _build_parser() -> argparse.ArgumentParser:
     common.add_argument("--path", metavar="DIR",
                         help="cache folder (default: $XLAKIT_CACHE_DIR, else the user cache folder)")
     common.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--remote", metavar="URL", help="act on a shared bucket (s3://bucket/prefix, gs://..., "
+                        "file:///...) instead of the local folder")
+    shared.add_argument("--remote-options", metavar="JSON",
+                        help="fsspec storage options (default: $XLAKIT_CACHE_REMOTE_OPTIONS)")
+    shared.add_argument("--remote-mode", choices=("rw", "ro"),
+                        help="ro refuses to delete (default: $XLAKIT_CACHE_REMOTE_MODE, else rw)")
 
     parser = _Parser(prog=PROG, description="Inspect and maintain xlakit's persistent XLA executable cache.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -535,23 +560,27 @@ def _build_parser() -> argparse.ArgumentParser:
     cache = commands.add_parser("cache", help="inspect and maintain the cache")
     cache_cmds = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND", parser_class=_Parser)
 
-    ls = cache_cmds.add_parser("ls", parents=[common], help="list entries")
+    ls = cache_cmds.add_parser("ls", parents=[common, shared], help="list entries")
     ls.add_argument("--partition", metavar="P", help="only this partition")
     ls.add_argument("--sort", choices=_SORT_KEYS, default="last_used",
                     help="order (default: last_used, most recent first)")
     ls.set_defaults(func=_cmd_ls)
 
-    stats = cache_cmds.add_parser("stats", parents=[common], help="sizes, counts and environments")
+    stats = cache_cmds.add_parser("stats", parents=[common, shared], help="sizes, counts and environments")
     stats.set_defaults(func=_cmd_stats)
 
-    verify = cache_cmds.add_parser("verify", parents=[common],
+    verify = cache_cmds.add_parser("verify", parents=[common, shared],
                                    help="open every entry fully; move bad ones to quarantine (exit 1)")
     verify.add_argument("--partition", metavar="P", help="only this partition")
+    verify.add_argument("--fix", action="store_true", help="with --remote: delete bad objects (rw only)")
     verify.set_defaults(func=_cmd_verify)
 
-    prune = cache_cmds.add_parser("prune", parents=[common],
+    prune = cache_cmds.add_parser("prune", parents=[common, shared],
                                   help="evict least-recently-used entries down to a size")
-    prune.add_argument("--max-bytes", metavar="N", required=True,
+    prune.add_argument("--older-than", metavar="AGE", help="with --remote: delete objects created more than AGE "
+                       "ago (30d, 12h, 90m, 2w)")
+    prune.add_argument("--dry-run", action="store_true", help="with --remote: list what would be deleted")
+    prune.add_argument("--max-bytes", metavar="N",
                        help="target size: bytes, or with a unit: 10k, 500MB, 2GiB (k/MB/GB = 1000s, KiB/MiB/GiB = 1024s)")
     prune.set_defaults(func=_cmd_prune)
 

@@ -67,7 +67,8 @@ DEFAULT_MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, max_workers: int | None = None,
                 progress: bool = True, *, secret: bytes | None = None,
-                log: _events.EventLog | None = None) -> LoadedBundle:
+                log: _events.EventLog | None = None, remote: str | None = None, remote_mode: str | None = None,
+                remote_options: dict | None = None) -> LoadedBundle:
     """Load a bundle's programs and weights onto a device, compiling only what ``.cache`` lacks.
 
     Args:
@@ -82,6 +83,9 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
         A ``.cache`` copied from a machine with another secret fails authentication: its entries are
         quarantined and the modules compiled again (set the same ``XLAKIT_CACHE_SECRET`` on both to share).
       log: event log (default :func:`xlakit.events.log`).
+      remote, remote_mode, remote_options: a shared store behind ``.cache`` (default ``$XLAKIT_CACHE_REMOTE``
+        and its mode/options variables), as for :func:`xlakit.enable_cache`: modules missing from ``.cache``
+        are read from it, modules compiled here are uploaded (``rw``).
 
     Returns:
       A :class:`LoadedBundle`; modules that failed are in its ``errors`` and ``reports`` (and one
@@ -97,7 +101,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     import jax
 
     from xlakit._jax.environment import current_environment
-    from xlakit.store import LocalStore
+    from xlakit.cache.remote import open_store
 
     start = time.perf_counter()
     path = Path(path)
@@ -120,7 +124,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     partition = env.partition_name()
     cache_dir = path / CACHE_DIR
     unusable = cache_problem(cache_dir, partition)
-    store = NullStore(cache_dir, unusable) if unusable else LocalStore(cache_dir, secret=secret)
+    store = NullStore(cache_dir, unusable) if unusable else open_store(
+        cache_dir, secret=secret, remote=remote, remote_mode=remote_mode, remote_options=remote_options, log=log)
     ctx = Context(path, manifest, device, env, partition, store, log)
     if unusable:
         ctx.emit("store_error", ".cache", None, reason=unusable)

@@ -49,6 +49,10 @@ class ExecutableCache(StoreHandler):
       min_compile_time_s: programs compiled faster than this (seconds) are not stored (recorded as ``skip``).
       secret: HMAC key; default ``$XLAKIT_CACHE_SECRET`` or the secret file in the user config folder.
       log: event log; default the process-wide :func:`xlakit.events.log`.
+      remote: a shared store in front of which ``path`` sits (``s3://bucket/prefix``, ``gs://...``,
+        ``file:///...``); default ``$XLAKIT_CACHE_REMOTE``. See :func:`xlakit.enable_cache`.
+      remote_mode: ``"rw"`` (default, ``$XLAKIT_CACHE_REMOTE_MODE``) or ``"ro"`` (never writes to the remote).
+      remote_options: fsspec storage options (default ``$XLAKIT_CACHE_REMOTE_OPTIONS``, a JSON object).
 
     Raises:
       xlakit.UnsupportedJaxVersion: the installed JAX lacks the hooks this relies on.
@@ -56,22 +60,26 @@ class ExecutableCache(StoreHandler):
     """
 
     def __init__(self, path: str | Path | None = None, max_bytes: int | None = None, *,
-                 min_compile_time_s: float = 0.0, secret: bytes | None = None, log: Any = None) -> None:
+                 min_compile_time_s: float = 0.0, secret: bytes | None = None, log: Any = None,
+                 remote: str | None = None, remote_mode: str | None = None,
+                 remote_options: dict | None = None) -> None:
         import jax
 
         from xlakit._jax import hooks
         from xlakit._jax.environment import use_memo_dir
-        from xlakit.store import LocalStore
+        from xlakit.cache.remote import open_store
 
         if max_bytes is not None and max_bytes <= 0:
             raise ValueError(f"max_bytes must be a positive number of bytes or None, got {max_bytes}")
         if not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
             raise RuntimeError("ExecutableCache needs JAX to compute cache keys: set "
                                "jax.config.update('jax_enable_compilation_cache', True) first.")
-        super().__init__(LocalStore(path, max_bytes=max_bytes, secret=secret), min_compile_time_s, log)
+        store = open_store(path, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
+                           remote_options=remote_options, log=log, min_upload_compile_s=min_compile_time_s)
+        super().__init__(store, min_compile_time_s, log)
         hooks.acquire()
         use_memo_dir(self.store.root)  # the jaxlib fingerprint memo lives beside the cache in use
-        self._finalizer = weakref.finalize(self, _detach, self.store.root)
+        self._finalizer = weakref.finalize(self, _detach, self.store.root, getattr(self.store, "close", None))
 
     def close(self) -> None:
         """Detach from JAX (also happens when the cache is garbage-collected). Idempotent."""
@@ -220,10 +228,12 @@ class ExecutableCache(StoreHandler):
         return lower_program(x, *args, **kwargs)
 
 
-def _detach(folder: Path) -> None:
+def _detach(folder: Path, close: Callable[[], Any] | None = None) -> None:
     from xlakit._jax import hooks
     from xlakit._jax.environment import use_memo_dir
 
+    if close is not None:  # a SharedStore: finish (bounded) pending uploads
+        close()
     use_memo_dir(None, only_if=folder)
     hooks.release()
 

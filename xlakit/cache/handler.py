@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.cache import entry as _entry
+from xlakit.cache.coordinated import CoordinatedCompiles
 from xlakit.cache.decision import Decision
 from xlakit.cache.folder import CacheFolder
 from xlakit.cache.path import CachePath
@@ -58,6 +59,7 @@ class StoreHandler(CacheFolder):
         self.min_compile_time_s = float(min_compile_time_s)
         self.io = CachePath(self.store, self.log)
         self._local = threading.local()
+        self.coordination = CoordinatedCompiles(self.store, self.io, self.log)
 
     @property
     def path(self) -> Path:
@@ -92,6 +94,10 @@ class StoreHandler(CacheFolder):
             return executables.deserialize(backend, xla_bytes, executable_devices, compile_options, host_callbacks)
 
         executable, decision = self.io.fetch(partition, ctx.key, name=ctx.module_name, load=load, expect=expect)
+        if executable is None and decision.kind == "miss":
+            # Missed in every tier: under jax.distributed one process compiles, the others wait for its entry.
+            executable, decision = self.coordination.on_miss(partition, ctx.key, ctx.module_name, load, expect,
+                                                             decision)
         self._keep(decision)
         if executable is None:
             return None, None
@@ -105,11 +111,13 @@ class StoreHandler(CacheFolder):
         from xlakit._jax.signature import module_text
 
         name, key, partition = ctx.module_name, ctx.key, None
+        claimed = False
         try:
             env = current_environment(backend.platform)
             partition = env.partition_name()
             self.io.compiled(partition, key, name, compile_time_secs)
-            reason = self._skip_reason(compile_time_secs, host_callbacks)
+            claimed = self.coordination.claimed(partition, key)
+            reason = self._skip_reason(compile_time_secs, host_callbacks, claimed)
             if reason:
                 self._keep(self.io.skip(partition, key, name, reason, compile_time_secs))
                 return
@@ -123,12 +131,21 @@ class StoreHandler(CacheFolder):
                                            key_parts=ctx.parts(), memory=executables.memory_stats(executable),
                                            module_text=module_text(ctx.module))
             capture = self._capture_now()
-            if capture is not None and capture.defer:
+            if capture is not None and capture.defer and not claimed:
                 capture.pending = (partition, key, header, payload)  # published by the caller, with more in it
                 return
-            self._keep(self.io.publish(partition, key, header, payload))
+            if claimed:  # the waiters load what is in the shared store once this returns
+                decision = self.coordination.publish(partition, key, lambda: self.io.publish(partition, key, header,
+                                                                                              payload))
+                claimed = False
+            else:
+                decision = self.io.publish(partition, key, header, payload)
+            self._keep(decision)
         except Exception as exc:  # noqa: BLE001 - the cache fails open
             self._keep(self.io.failed("store_error", partition, key, name, f"{type(exc).__name__}: {exc}"))
+        finally:
+            if claimed:  # compiled but not stored: tell the waiters at once to compile themselves
+                self.coordination.give_up(partition, key, "the claimant compiled it but did not store it")
 
     # -- decisions as values ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -158,11 +175,11 @@ class StoreHandler(CacheFolder):
             capture.decisions.append(decision)
 
     # -- policy ----------------------------------------------------------------------------------------
-    def _skip_reason(self, compile_time_secs: float, host_callbacks: Any) -> str | None:
+    def _skip_reason(self, compile_time_secs: float, host_callbacks: Any, claimed: bool = False) -> str | None:
         from xlakit._jax.executables import process_index
 
         index = process_index()
-        if index != 0:
+        if index != 0 and not claimed:  # a coordination claimant stores for every process
             return f"only process 0 writes the cache (this is process {index})"
         if host_callbacks:  # only passed by JAX <= 0.10, which cannot rebind callbacks on load
             return ("the program uses host callbacks (jax.debug.print, io_callback, pure_callback); "

@@ -101,7 +101,9 @@ class CachePath:
             self._warn_once("read", f"xlakit could not read its cache at {self.folder}: {found.reason}. "
                                     "Programs still run; they are compiled instead.")
         if found.status == "absent":
-            reason = f"no entry for this key in partition {partition}"
+            remote_reason = getattr(self.store, "remote_reason", None)  # a SharedStore: why the bucket's copy
+            reason = (remote_reason(partition, key) if remote_reason is not None else None) \
+                or f"no entry for this key in partition {partition}"
         elif found.status not in ("mismatch", "foreign", "stale"):  # those carry their own reason from the store
             reason = f"entry unusable ({found.status}: {found.reason})"
         miss = self._record("miss", name, key, partition, load_s=took, reason=reason)

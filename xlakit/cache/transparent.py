@@ -56,6 +56,9 @@ class TransparentCache(StoreHandler):
 
         use_memo_dir(None, only_if=self.store.root)
         hooks.set_default(None)
+        close = getattr(self.store, "close", None)  # a SharedStore: finish (bounded) pending uploads
+        if close is not None:
+            close()
         persistent.restore_config(self._saved_config)
         self._saved_config = None
         hooks.release()
@@ -71,15 +74,17 @@ def active() -> TransparentCache | None:
 
 
 def enable(path: str | Path | None = None, max_bytes: int | None = None, min_compile_time_s: float = 0.0,
-           *, secret: bytes | None = None) -> TransparentCache:
+           *, secret: bytes | None = None, remote: str | None = None, remote_mode: str | None = None,
+           remote_options: dict | None = None) -> TransparentCache:
     """See :func:`xlakit.enable_cache`."""
     global _active
     from xlakit._jax.environment import use_memo_dir
-    from xlakit.store import LocalStore
+    from xlakit.cache.remote import open_store
 
     if max_bytes is not None and max_bytes <= 0:
         raise ValueError(f"max_bytes must be a positive number of bytes or None, got {max_bytes}")
-    store = LocalStore(path, max_bytes=max_bytes, secret=secret)
+    store = open_store(path, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
+                       remote_options=remote_options, min_upload_compile_s=min_compile_time_s)
     cache = TransparentCache(store, min_compile_time_s=min_compile_time_s)
     with _lock:
         if _active is not None:

@@ -22,6 +22,15 @@ load_error  an entry passed its checks but XLA refused to load it, or the store 
 store_error the store could not be written (read-only folder, full disk, ...)
 trace       JAX traced a Python function to a jaxpr; ``duration_s`` from ``jax.monitoring``
 lower       JAX lowered a jaxpr to a StableHLO module; ``duration_s`` from ``jax.monitoring``
+remote_hit  a program missing locally was read from the shared (remote) store, verified and kept locally;
+            ``duration_s`` = the GET's seconds, ``bytes`` = object size, ``folder`` = the remote URL
+remote_miss the remote store has no usable object (absent, or ``reason``: "signed with another key")
+upload      an entry was uploaded (create-only); ``reason`` says "already existed" when another process won
+upload_error an upload failed (or was abandoned at exit); the program is unaffected
+claim       under ``jax.distributed``, this process claimed a program and compiled it for all processes;
+            ``duration_s`` = claim + compile + upload seconds
+wait        this process waited for another's compile; ``duration_s`` = seconds waited; ``reason`` is set
+            when the wait ended without a program (timeout, claimant failed) and this process compiled
 =========== ===========================================================================================
 
 Sources (``Event.source``, a closed set — the three cache layers stay distinguishable):
@@ -45,13 +54,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from xlakit.events._log import EventLog, Observer
-from xlakit.events._model import CACHE_SOURCES, FAILURE_KINDS, KINDS, SOURCES, Event
+from xlakit.events._model import CACHE_SOURCES, FAILURE_KINDS, FLEET_KINDS, KINDS, SOURCES, Event
 from xlakit.events._stats import CacheStats, Summary, SummaryRow
 
 if TYPE_CHECKING:
     from xlakit._jax.listeners import JaxListeners
 
-__all__ = ["KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event", "EventLog", "Observer", "CacheStats",
+__all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event", "EventLog", "Observer", "CacheStats",
            "Summary", "SummaryRow", "log", "cache_stats", "record", "load", "install_listeners",
            "uninstall_listeners", "prometheus_collector"]
 

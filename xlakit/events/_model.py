@@ -7,11 +7,15 @@ import time as _time
 from html import escape
 from typing import Any
 
-__all__ = ["KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event"]
+__all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event"]
 
 #: Every ``Event.kind``, in the order tables and frames list them. See the table in :mod:`xlakit.events`.
 KINDS = ("hit", "miss", "compile", "store", "skip", "corrupt", "evict", "load_error", "store_error", "trace",
-         "lower")
+         "lower", "remote_hit", "remote_miss", "upload", "upload_error", "claim", "wait")
+
+#: Kinds of a shared (remote) tier and of coordination across processes; their seconds and bytes are summed
+#: per kind (:attr:`xlakit.events.CacheStats.fleet_s`, ``fleet_bytes``).
+FLEET_KINDS = ("remote_hit", "remote_miss", "upload", "upload_error", "claim", "wait")
 
 #: Every ``Event.source`` (a closed set): which layer or hook an event came from.
 #:

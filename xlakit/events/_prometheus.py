@@ -18,6 +18,11 @@ Exposed series (every one labelled ``source`` = the layer, see :data:`~xlakit.ev
 ``xlakit_executable_cache_stored_bytes_total``          bytes written (xlakit only; JAX reports no sizes)
 ``xlakit_compiles_total``                               XLA compiles (xlakit, jax), each counted once
 ``xlakit_compile_seconds_total``                        seconds of those compiles
+``xlakit_fleet_events_total``                           + label ``kind``: remote_hit, remote_miss, upload,
+                                                        upload_error, claim, wait (shared tier, coordination)
+``xlakit_fleet_seconds_total``                          + label ``kind``: seconds of those (GETs, uploads,
+                                                        claim+compile, waits)
+``xlakit_fleet_bytes_total``                            + label ``kind``: bytes read or uploaded
 ======================================================= ===============================================
 """
 
@@ -27,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from xlakit.events._log import EventLog
+from xlakit.events._model import FLEET_KINDS
 
 __all__ = ["collector"]
 
@@ -99,6 +105,17 @@ def collector(log: EventLog):
                          lambda s: s.counts["compile"])
             yield family("xlakit_compile_seconds", "Seconds XLA spent compiling.", _COMPILE_SOURCES,
                          lambda s: s.compile_s)
+            fleet = stats["xlakit"]
+            for name, doc, values in (
+                    ("xlakit_fleet_events", "Shared-store reads and uploads, coordination claims and waits.",
+                     fleet.counts),
+                    ("xlakit_fleet_seconds", "Seconds of shared-store reads and uploads, claims and waits.",
+                     fleet.fleet_s),
+                    ("xlakit_fleet_bytes", "Bytes read from or uploaded to the shared store.", fleet.fleet_bytes)):
+                metric = counter_family(name, doc, labels=["source", "kind"])
+                for kind in FLEET_KINDS:
+                    metric.add_metric(["xlakit", kind], values[kind])
+                yield metric
 
         def __repr__(self) -> str:
             return f"XlakitCollector({self.log!r})"

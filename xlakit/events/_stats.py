@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from html import escape
 from typing import Any
 
-from xlakit.events._model import KINDS, SOURCES, Event
+from xlakit.events._model import FLEET_KINDS, KINDS, SOURCES, Event
 
 __all__ = ["CacheStats", "Summary", "SummaryRow"]
 
@@ -38,6 +38,9 @@ class CacheStats:
       trace_s: seconds JAX spent tracing Python to jaxprs (sum of ``trace`` durations).
       lower_s: seconds JAX spent lowering jaxprs to StableHLO (sum of ``lower`` durations).
       source: the one source (layer) these numbers describe, or None for all sources together.
+      fleet_s: per fleet kind (:data:`~xlakit.events.FLEET_KINDS`: remote_hit, remote_miss, upload,
+        upload_error, claim, wait), the sum of its events' ``duration_s`` (seconds).
+      fleet_bytes: per fleet kind, the sum of its events' ``bytes``.
     """
 
     counts: dict[str, int]
@@ -48,6 +51,8 @@ class CacheStats:
     trace_s: float = 0.0
     lower_s: float = 0.0
     source: str | None = None
+    fleet_s: dict[str, float] = dataclasses.field(default_factory=lambda: dict.fromkeys(FLEET_KINDS, 0.0))
+    fleet_bytes: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(FLEET_KINDS, 0))
 
     @property
     def hits(self) -> int:
@@ -88,15 +93,21 @@ class CacheStats:
 class _Tally:
     """Mutable running totals for one source (or for a merge of several)."""
 
-    __slots__ = ("counts", "compile_s", "load_s", "saved_s", "stored_bytes", "trace_s", "lower_s")
+    __slots__ = ("counts", "compile_s", "load_s", "saved_s", "stored_bytes", "trace_s", "lower_s", "fleet_s",
+                 "fleet_bytes")
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(KINDS, 0)
+        self.fleet_s = dict.fromkeys(FLEET_KINDS, 0.0)
+        self.fleet_bytes = dict.fromkeys(FLEET_KINDS, 0)
         self.compile_s = self.load_s = self.saved_s = self.trace_s = self.lower_s = 0.0
         self.stored_bytes = 0
 
     def add(self, e: Event) -> None:
         self.counts[e.kind] += 1
+        if e.kind in self.fleet_s:
+            self.fleet_s[e.kind] += e.duration_s or 0.0
+            self.fleet_bytes[e.kind] += e.bytes or 0
         if e.kind == "compile":
             self.compile_s += e.duration_s or 0.0
         elif e.kind == "hit":
@@ -112,12 +123,15 @@ class _Tally:
     def merge(self, other: _Tally) -> None:
         for k, v in other.counts.items():
             self.counts[k] += v
+        for k in FLEET_KINDS:
+            self.fleet_s[k] += other.fleet_s[k]
+            self.fleet_bytes[k] += other.fleet_bytes[k]
         for f in ("compile_s", "load_s", "saved_s", "stored_bytes", "trace_s", "lower_s"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 
     def snapshot(self, source: str | None) -> CacheStats:
         return CacheStats(dict(self.counts), self.compile_s, self.load_s, self.saved_s, self.stored_bytes,
-                          self.trace_s, self.lower_s, source)
+                          self.trace_s, self.lower_s, source, dict(self.fleet_s), dict(self.fleet_bytes))
 
 
 class Totals:

@@ -6,6 +6,9 @@
 - :mod:`.entries`: entries over any Store (seal, open, expectations, quarantine): :class:`EntryLayer`.
 - :mod:`.layout`, :mod:`.folder`, :mod:`.quarantine`, :mod:`.evict`: the local folder, its raw Store,
   quarantine and byte cap; :mod:`.local`: :class:`LocalStore`, which composes them.
+- :mod:`.remote`: :class:`RemoteStore` (object storage through fsspec, create-only), :func:`verify_object`,
+  :func:`remote_settings`; :mod:`.tiered`: :class:`TieredStore` (local in front of remote, failing open).
+  Neither imports fsspec until a store is built.
 """
 
 from .base import MemoryStore, ObjectRefused, ObjectStat, Store
@@ -36,7 +39,9 @@ from .local import (
     resolve_root,
     validate_partition,
 )
+from .remote import RemoteStore, remote_settings, verify_object
 from .secret import SecretUnavailable, load_secret, secret_location
+from .tiered import TieredStore, TierEvent
 
 __all__ = [
     "FORMAT_VERSION",
@@ -54,9 +59,12 @@ __all__ = [
     "ObjectRefused",
     "ObjectStat",
     "PutResult",
+    "RemoteStore",
     "SecretUnavailable",
     "StaleEntry",
     "Store",
+    "TierEvent",
+    "TieredStore",
     "UnauthenticatedEntry",
     "decompress_bounded",
     "file_stem",
@@ -65,8 +73,10 @@ __all__ = [
     "open_envelope",
     "read_header",
     "read_header_file",
+    "remote_settings",
     "resolve_root",
     "seal",
     "secret_location",
     "validate_partition",
+    "verify_object",
 ]

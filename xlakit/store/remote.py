@@ -39,7 +39,7 @@ from typing import Any
 
 from .base import ObjectRefused, ObjectStat
 
-__all__ = ["RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune"]
+__all__ = ["verify_object", "RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune"]
 
 LAYOUT = "v1"
 _NAME = re.compile(r"[A-Za-z0-9_.=-]{1,255}")
@@ -398,6 +398,44 @@ def remote_settings(url: str | None = None, mode: str | None = None, storage_opt
         if not isinstance(storage_options, dict):
             raise ValueError("XLAKIT_CACHE_REMOTE_OPTIONS must be a JSON object of fsspec storage options")
     return url, mode, dict(storage_options)
+
+
+def verify_object(blob: bytes, partition: str, key: str, secret: bytes) -> str | None:
+    """Whether a remote object may be used as entry ``key`` of ``partition``: None if so, else
+    ``"<kind>: <reason>"`` (kind as in :mod:`xlakit.store.entries`: ``foreign``, ``stale``, ``corrupt``,
+    ``unauthenticated``, ``mismatch``).
+
+    Checks, in order, without decompressing a byte or parsing an unauthenticated one: magic and format version,
+    key id (another key -> ``"foreign: signed with another key (key id ..., this process ...)"``), header MAC,
+    the header's ``partition`` and ``key`` against the requested ones (an object copied under another name is
+    refused), the total length, and the full MAC over header and payload. The secret is only used here, on this
+    machine; nothing derived from it but the public key id is ever sent anywhere."""
+    import hashlib
+    import hmac
+
+    from .envelope import MAC_BYTES, PREFIX_BYTES, EntryError, read_header
+
+    try:
+        header = read_header(bytes(blob), secret)
+    except EntryError as e:
+        return f"{e.kind}: {e.reason}"
+    if header.get("partition") != partition:
+        return f"mismatch: the object names partition {header.get('partition')!r}, not {partition!r}"
+    if header.get("key") != key:
+        return f"corrupt: the object names key {header.get('key')!r}, not {key!r}"
+    length = int.from_bytes(blob[16:20], "big")
+    body = PREFIX_BYTES + length
+    payload_bytes = header.get("payload_bytes")
+    if not isinstance(payload_bytes, int) or isinstance(payload_bytes, bool) or payload_bytes < 0:
+        return "corrupt: header lacks a valid payload_bytes"
+    if len(blob) != body + MAC_BYTES + payload_bytes:
+        return f"corrupt: object is {len(blob)} bytes, its header says {body + MAC_BYTES + payload_bytes}"
+    view = memoryview(blob)
+    mac = hmac.new(secret, view[:body], hashlib.sha256)
+    mac.update(view[body + MAC_BYTES:])
+    if not hmac.compare_digest(mac.digest(), bytes(view[body:body + MAC_BYTES])):
+        return "unauthenticated: HMAC mismatch: the object was modified"
+    return None
 
 
 def plan_prune(objects: Iterable[ObjectStat], *, older_than_s: float | None = None, max_bytes: int | None = None,

@@ -309,6 +309,21 @@ class TieredStore:
         self._schedule(partition, key, bytes(blob), compile_s, sync)
         return created
 
+    def upload(self, partition: str, key: str, blob: bytes, *, compile_s: float | None = None,
+               sync: bool = False) -> None:
+        """Upload a blob already in the local tier (a store that publishes locally on its own, then calls this):
+        the same thresholds, modes and events as :meth:`put`'s upload. Never raises for remote problems."""
+        self._schedule(partition, key, bytes(blob), compile_s, sync)
+
+    def quarantine_object(self, partition: str, key: str, reason: str):
+        """Quarantine the *local* copy (the entry layer's reject hook); remote objects are never touched by a
+        reader. Falls back to deleting the local copy when the local tier has no quarantine."""
+        quarantine = getattr(self.local, "quarantine_object", None)
+        if quarantine is not None:
+            return quarantine(partition, key, reason)
+        self.local.delete(partition, key)
+        return None
+
     def _schedule(self, partition: str, key: str, blob: bytes, compile_s: float | None, sync: bool = False) -> None:
         skip = None
         if self.mode == "ro":

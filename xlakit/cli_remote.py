@@ -1,0 +1,122 @@
+"""``xlakit cache ls|stats|verify|prune --remote URL``: the shared bucket's housekeeping, printed.
+
+The work is done by :mod:`xlakit.cache.remote_maintenance` (no JAX); this module only parses the settings
+and prints. See :mod:`xlakit.cli` for the rest of the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from xlakit.cli import CliError, _console, _emit_json, _human, _local_time, _table, parse_size
+
+__all__ = ["ls", "stats", "verify", "prune"]
+def _remote(args: argparse.Namespace):
+    """(RemoteStore, mode) for ``--remote`` with ``--remote-options`` / ``--remote-mode`` or their variables."""
+    from xlakit.cache import remote_maintenance
+    from xlakit.store.remote import remote_settings
+
+    try:
+        options = json.loads(args.remote_options) if args.remote_options else None
+        if options is not None and not isinstance(options, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise CliError(f"--remote-options: {e}; use a JSON object such as '{{\"endpoint_url\": \"http://host:9000\"}}'")
+    try:
+        url, mode, options = remote_settings(args.remote, args.remote_mode, options)  # type: ignore[misc]
+        return remote_maintenance.open_remote(url, options), mode
+    except (ValueError, ImportError) as e:
+        raise CliError(str(e)) from None
+
+
+def ls(args: argparse.Namespace) -> int:
+    from xlakit.cache import remote_maintenance as rm
+
+    remote, _ = _remote(args)
+    objects = rm.listing(remote, args.partition)
+    objects.reverse()  # newest first
+    total = sum(o.size_bytes for o in objects)
+    if args.json:
+        _emit_json({"remote": remote.url, "count": len(objects), "total_bytes": total,
+                    "objects": [{"partition": o.partition, "key": o.key, "size_bytes": o.size_bytes,
+                                 "created": o.mtime} for o in objects]})
+        return 0
+    if not objects:
+        print(f"No objects in {remote.url}")
+        return 0
+    rows = [(o.key.rpartition("-")[0] or o.key, o.partition, _human(o.size_bytes), _local_time(o.mtime))
+            for o in objects]
+    _console().print(_table(remote.url, (("name", "left"), ("partition", "left"), ("size", "right"),
+                                         ("created", "left")), rows))
+    print(f"{len(objects)} objects, {_human(total)} ({total} bytes)")
+    return 0
+
+
+def stats(args: argparse.Namespace) -> int:
+    from xlakit.cache import remote_maintenance as rm
+
+    remote, mode = _remote(args)
+    stats = dict(rm.totals(rm.listing(remote)), remote=remote.url, mode=mode)
+    if args.json:
+        _emit_json(stats)
+        return 0
+    print(f"remote      {remote.url} (mode {mode})")
+    print(f"objects     {stats['count']}, {_human(stats['total_bytes'])} ({stats['total_bytes']} bytes)")
+    print(f"created     {_local_time(stats['oldest'])} .. {_local_time(stats['newest'])}")
+    for name, p in sorted(stats["partitions"].items()):
+        print(f"partition   {name}: {p['count']} objects, {_human(p['bytes'])}")
+    return 0
+
+
+def verify(args: argparse.Namespace) -> int:
+    from xlakit.cache import remote_maintenance as rm
+    from xlakit.store import load_secret
+
+    remote, mode = _remote(args)
+    try:
+        found = rm.verify(remote, load_secret(), fix=args.fix, mode=mode, partition=args.partition)
+    except PermissionError as e:
+        raise CliError(str(e)) from None
+    skipped = [r for r in found if r.reason and r.reason.startswith(("foreign:", "stale:", "absent:"))]
+    bad = [r for r in found if r.reason and r not in skipped]
+    if args.json:
+        _emit_json({"remote": remote.url, "verified": len(found), "ok": len(found) - len(bad) - len(skipped),
+                    "bad": [r.to_dict() for r in bad], "skipped": [r.to_dict() for r in skipped]})
+        return 1 if bad else 0
+    for r in skipped:
+        print(f"SKIPPED {r.partition} [{r.key}]: {r.reason} (left in place)")
+    for r in bad:
+        print(f"BAD {r.partition} [{r.key}]: {r.reason}" + (" (deleted)" if r.deleted else ""))
+    if bad:
+        done = sum(r.deleted for r in bad)
+        print(f"{len(bad)} of {len(found)} objects failed verification; " +
+              (f"{done} deleted" if args.fix else "readers refuse them; --fix deletes them (rw only)"))
+        return 1
+    print(f"{len(found) - len(skipped)} objects verified" + (f", {len(skipped)} skipped" if skipped else ""))
+    return 0
+
+
+def prune(args: argparse.Namespace) -> int:
+    from xlakit.cache import remote_maintenance as rm
+
+    try:
+        older = rm.parse_age(args.older_than) if args.older_than else None
+        limit = parse_size(args.max_bytes) if args.max_bytes else None
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    remote, mode = _remote(args)
+    try:
+        gone = rm.prune(remote, older_than_s=older, max_bytes=limit, mode=mode, dry_run=args.dry_run)
+    except (PermissionError, ValueError) as e:
+        raise CliError(str(e)) from None
+    if args.json:
+        _emit_json({"remote": remote.url, "dry_run": args.dry_run, "deleted": [r.to_dict() for r in gone],
+                    "bytes_deleted": sum(r.size_bytes for r in gone)})
+        return 0
+    verb = "would delete" if args.dry_run else "deleted"
+    for r in gone:
+        print(f"{verb} {r.partition} [{r.key}] ({_human(r.size_bytes)}, created {_local_time(r.created)})")
+    print(f"{verb.capitalize()} {len(gone)} objects, {_human(sum(r.size_bytes for r in gone))} from {remote.url}")
+    return 0
+
