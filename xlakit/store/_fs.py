@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,11 +26,13 @@ __all__ = [
     "ensure_dir",
     "fsync_dir",
     "lstat",
+    "make_dir_at",
     "open_dir",
     "open_regular",
     "read_bounded",
     "scandir",
     "unlink_at",
+    "write_at",
 ]
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -140,6 +143,8 @@ def scandir(path: str | os.PathLike | int) -> list[os.DirEntry]:
 def ensure_dir(path: Path) -> None:
     """Create ``path`` and missing parents with mode 0700 (existing folders keep theirs).
 
+    The mode is set through a descriptor of each new folder opened without following a link (``fchmod``),
+    never through a path, so a folder swapped for a link meanwhile never has its target's mode changed.
     Raises OSError; ObjectRefused when ``path`` exists as a symlink or another non-folder.
     """
     st = lstat(path)
@@ -155,12 +160,90 @@ def ensure_dir(path: Path) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
     for p in missing:
         try:
-            os.chmod(p, 0o700)  # makedirs' mode is filtered by the umask
-        except FileNotFoundError:
-            pass
+            fd = open_dir(p)
+        except OSError:
+            continue  # gone or swapped for a link meanwhile: never chmod through it
+        try:
+            os.fchmod(fd, 0o700)  # makedirs' mode is filtered by the umask
+        finally:
+            os.close(fd)
     st = lstat(path)
     if st is None or not stat.S_ISDIR(st.st_mode):
         raise ObjectRefused(f"{path} was replaced while being created; refused")
+
+
+def make_dir_at(name: str, at: int) -> int:
+    """A descriptor of folder ``name`` inside folder descriptor ``at``, created (mode 0700, set with
+    ``fchmod``) if missing; never through a link. Raises ObjectRefused (a link or another kind of file
+    holds the name), OSError."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=at)
+        created = True
+    except FileExistsError:
+        created = False
+    fd = open_dir(name, at=at)
+    if created:
+        try:
+            os.fchmod(fd, 0o700)
+        except OSError:
+            pass
+    return fd
+
+
+def write_at(at: int, name: str, data: bytes, *, replace: bool = True, durable: bool = False) -> None:
+    """Publish ``data`` as file ``name`` in folder descriptor ``at``, atomically: a hidden temp
+    ``.<name>.<pid>.<random>.tmp`` is created relative to ``at`` with ``O_EXCL | O_NOFOLLOW`` (mode 0600,
+    set with ``fchmod``), written, fsynced, then renamed (``replace=True``) or hard-linked create-only
+    (``replace=False``, FileExistsError if the name exists) relative to the same descriptor. No path is
+    resolved after ``at`` was opened, so swapping a folder for a link meanwhile cannot redirect the write.
+
+    A folder at ``name`` is never replaced (IsADirectoryError). ``durable=True`` fsyncs the folder after.
+    Raises OSError and leaves no temp behind.
+    """
+    tmp = ""
+    for _ in range(16):
+        tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         0o600, dir_fd=at)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temp name", name)
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            os.rename(tmp, name, src_dir_fd=at, dst_dir_fd=at)
+        else:
+            try:
+                os.link(tmp, name, src_dir_fd=at, dst_dir_fd=at, follow_symlinks=False)
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                    raise
+                if lstat(name, at=at) is not None:  # no hard links here: check, then rename
+                    raise FileExistsError(errno.EEXIST, "File exists", name) from None
+                os.rename(tmp, name, src_dir_fd=at, dst_dir_fd=at)
+            else:
+                os.unlink(tmp, dir_fd=at)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=at)
+        except OSError:
+            pass
+        raise
+    if durable:
+        try:
+            os.fsync(at)
+        except OSError:
+            pass
 
 
 def fsync_dir(path: str | os.PathLike) -> None:

@@ -3,7 +3,10 @@
 Object ``(partition, key)`` is the file ``<root>/<partition>/<file_stem(key)>.xlk`` (see :mod:`.layout`).
 Reads open the file with ``O_NOFOLLOW | O_NONBLOCK`` relative to the partition folder's descriptor (itself
 opened without following a link), require a regular file, and refuse one over the byte bound before
-reading; writes publish atomically with :func:`xlakit._atomic.write_atomic` (create-only for ``put``).
+reading; writes publish atomically with :func:`xlakit.store._fs.write_at` (create-only for ``put``): the root
+is opened once, the partition folder opened (or created) relative to it with ``O_DIRECTORY | O_NOFOLLOW``,
+and the temp file, its mode, its fsync and the rename all work relative to that descriptor, so a partition
+folder swapped for a symlink mid-write is never written into.
 Listing and stat never follow a link. Nothing here parses an envelope.
 """
 
@@ -14,8 +17,6 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-
-from xlakit._atomic import write_atomic
 
 from . import _fs
 from .base import ObjectRefused, ObjectStat
@@ -78,9 +79,27 @@ class FolderStore:
     def ensure_partition(self, partition: str) -> Path:
         """Create ``<root>/<partition>`` (0700) if missing; raises OSError, ObjectRefused if it is a link."""
         self.ensure_root()
-        pdir = self.root / validate_partition(partition)
-        _fs.ensure_dir(pdir)
-        return pdir
+        with _fs.dir_fd(os.path.realpath(self.root)) as rfd:
+            os.close(_fs.make_dir_at(validate_partition(partition), rfd))
+        return self.root / partition
+
+    def write_file(self, partition: str, name: str, data: bytes, *, replace: bool = True) -> None:
+        """Publish ``data`` as ``<root>/<partition>/<name>`` through folder descriptors (see the module
+        docstring), creating the folders if missing. Raises FileExistsError (``replace=False`` and the name
+        exists), ObjectRefused (the partition is a link), IsADirectoryError, OSError."""
+        validate_partition(partition)
+        for attempt in (0, 1):
+            self.ensure_root()
+            with _fs.dir_fd(os.path.realpath(self.root)) as rfd:
+                pfd = _fs.make_dir_at(partition, rfd)
+                try:
+                    _fs.write_at(pfd, name, data, replace=replace, durable=True)
+                    return
+                except FileNotFoundError:
+                    if attempt:
+                        raise  # clear() removed the empty partition folder just now: try once more
+                finally:
+                    os.close(pfd)
 
     # -- the Store contract -----------------------------------------------------------------------------
     def get(self, partition: str, key: str, max_bytes: int) -> bytes | None:
@@ -115,25 +134,15 @@ class FolderStore:
 
     def put(self, partition: str, key: str, blob: bytes) -> bool:
         """Create the object atomically; False (nothing written) if the name exists. Raises OSError."""
-        path = self.path(partition, key)
-        self.ensure_partition(partition)
         try:
-            write_atomic(path, blob, replace=False, durable=True)
+            self.write_file(partition, file_stem(key) + ENTRY_SUFFIX, blob, replace=False)
         except FileExistsError:
             return False
         return True
 
     def replace(self, partition: str, key: str, blob: bytes) -> None:
         """Publish the object atomically, replacing what is there (readers see old or new). Raises OSError."""
-        path = self.path(partition, key)
-        for attempt in (0, 1):
-            self.ensure_partition(partition)
-            try:
-                write_atomic(path, blob, replace=True, durable=True)
-                return
-            except FileNotFoundError:
-                if attempt:
-                    raise  # clear() removed the empty partition folder just now: try once more
+        self.write_file(partition, file_stem(key) + ENTRY_SUFFIX, blob)
 
     def delete(self, partition: str, key: str) -> bool:
         """Remove the object's file (a link there is removed, never followed); True if it existed."""

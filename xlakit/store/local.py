@@ -271,10 +271,7 @@ class LocalStore:
         except OSError:
             pass
         try:
-            from xlakit._atomic import write_atomic
-
-            self.objects.ensure_partition(partition)
-            write_atomic(path, data, durable=True)
+            self.objects.write_file(partition, PARTITION_INFO, data)
         except OSError:
             return False
         return True
