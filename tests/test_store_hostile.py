@@ -246,6 +246,7 @@ def test_destructive_operations_refuse_a_folder_that_is_not_a_cache(tmp_path):
 
 
 def test_untagged_round_one_cache_is_adopted(store):
+    assert store.write_partition_info(PART, {"backend": "cpu"})
     (store.root / TAG_NAME).unlink()
     (store.root / "quarantine" / PART).mkdir(parents=True)
     (store.root / "quarantine" / PART / "x.1.xlk").write_bytes(b"old")

@@ -13,6 +13,7 @@ import errno
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from .base import ObjectRefused
 __all__ = [
     "dir_fd",
     "disk_bytes",
+    "clear_way",
     "ensure_dir",
     "fsync_dir",
     "lstat",
@@ -40,11 +42,11 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "an unknown kind of file"
 
 
 def _open_fd(path: str | os.PathLike, *, at: int | None = None) -> int:
@@ -275,3 +277,31 @@ def unlink_at(name: str, at: int | None = None) -> bool:
 def disk_bytes(st: os.stat_result) -> int:
     """Bytes a file occupies: the larger of its size and its allocated blocks (``st_blocks * 512``)."""
     return max(st.st_size, st.st_blocks * 512)
+
+
+def clear_way(name: str, at: int) -> str | None:
+    """Get a folder out of the way of a file the store owns (``.lock``, an entry, its ``.used``).
+
+    If ``name`` (in folder descriptor ``at``) is a folder: remove it when empty, else rename the folder
+    itself to ``.<name>.<unix_ms>.in-the-way`` beside it (never entering it, never following a link).
+    Returns a sentence saying what was done (for an event or a message), or None if ``name`` is not a
+    folder. Never raises: a folder that can be neither removed nor renamed is reported as left in place.
+    """
+    st = lstat(name, at=at)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return None
+    try:
+        os.rmdir(name, dir_fd=at)
+        return f"an empty folder at {name!r} (where the store keeps a file) was removed"
+    except OSError:
+        pass
+    for _ in range(4):
+        moved = f".{name}.{int(time.time() * 1000)}.{secrets.token_hex(2)}.in-the-way"
+        if lstat(moved, at=at) is not None:
+            continue
+        try:
+            os.rename(name, moved, src_dir_fd=at, dst_dir_fd=at)
+        except OSError as e:
+            return f"a folder at {name!r} (where the store keeps a file) could not be moved: {e}; left in place"
+        return f"a folder at {name!r} (where the store keeps a file) was moved out of the way to {moved!r}"
+    return f"a folder at {name!r} (where the store keeps a file) could not be moved; left in place"

@@ -24,7 +24,7 @@ from .layout import (
     ENTRY_SUFFIX,
     file_stem,
     has_tag,
-    is_xlakit_shaped,
+    adoption_problem,
     validate_partition,
     write_tag,
 )
@@ -43,9 +43,16 @@ class FolderStore:
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
         self._seen = threading.local()
-        self._ready = False  # root created and tagged (or found holding foreign files) by this object  # (partition, key) -> (st_dev, st_ino) of the last read, per thread
+        self._ready = False  # root created and tagged (or found holding foreign files) by this object
+        self.displaced: list[str] = []  # what was done about folders found where the store keeps a file
 
     # -- names ------------------------------------------------------------------------------------------
+    def note_displaced(self, where: str, note: str | None) -> None:
+        """Remember (the last 100) sentences from :func:`xlakit.store._fs.clear_way`, prefixed by where."""
+        if note is not None:
+            del self.displaced[:-99]
+            self.displaced.append(f"{where}: {note}")
+
     def path(self, partition: str, key: str) -> Path:
         """Where the object lives (whether or not it exists). Raises ValueError for a bad partition/key."""
         return self.root / validate_partition(partition) / (file_stem(key) + ENTRY_SUFFIX)
@@ -62,7 +69,8 @@ class FolderStore:
             os.close(root)
 
     def ensure_root(self) -> None:
-        """Create the root folder (0700) and its CACHEDIR.TAG when it is new, empty or xlakit-shaped.
+        """Create the root folder (0700) and its CACHEDIR.TAG when it is new, holds only the layout's own root
+        files and no partition, or is provably an xlakit cache (:func:`~xlakit.store.layout.adoption_problem`).
 
         A folder that holds other files is used without a tag (writes are not destructive), so clear/prune
         will refuse it. Raises OSError.
@@ -72,7 +80,7 @@ class FolderStore:
         fresh = _fs.lstat(self.root) is None
         if not self.root.is_dir():  # the root itself may be a link the user made; folders under it may not
             _fs.ensure_dir(self.root)
-        if fresh or (not has_tag(self.root) and is_xlakit_shaped(self.root) is None):
+        if fresh or (not has_tag(self.root) and adoption_problem(self.root) in (None, "empty")):
             write_tag(self.root)
         self._ready = True
 
@@ -93,7 +101,15 @@ class FolderStore:
             with _fs.dir_fd(os.path.realpath(self.root)) as rfd:
                 pfd = _fs.make_dir_at(partition, rfd)
                 try:
-                    _fs.write_at(pfd, name, data, replace=replace, durable=True)
+                    try:
+                        _fs.write_at(pfd, name, data, replace=replace, durable=True)
+                    except IsADirectoryError:
+                        # A folder holds the name: get it out of the way (never entered), then write once more.
+                        note = _fs.clear_way(name, pfd)
+                        self.note_displaced(str(self.root / partition), note)
+                        if note is None or "left in place" in note:
+                            raise
+                        _fs.write_at(pfd, name, data, replace=replace, durable=True)
                     return
                 except FileNotFoundError:
                     if attempt:
@@ -105,6 +121,9 @@ class FolderStore:
     def get(self, partition: str, key: str, max_bytes: int) -> bytes | None:
         """The object's bytes, or None when absent. Raises ObjectRefused (link, FIFO, device, folder, over
         ``max_bytes``), OSError for other read errors, ValueError for a bad partition name or empty key.
+
+        A folder at the entry's name is removed if empty, else renamed to ``.<name>.<ms>.in-the-way`` (see
+        :func:`xlakit.store._fs.clear_way`); the ObjectRefused says which, and ``displaced`` records it.
         """
         name = file_stem(key) + ENTRY_SUFFIX
         try:
@@ -115,6 +134,11 @@ class FolderStore:
             data, st = _fs.read_bounded(name, max_bytes, at=pfd)
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            # A folder at an entry's name would fail every read and write forever: move it out of the way.
+            note = _fs.clear_way(name, pfd) or "it is gone now"
+            self.note_displaced(str(self.root / partition), note)
+            raise ObjectRefused(f"{name} is a folder, not an entry: {note}") from None
         finally:
             os.close(pfd)
         self._remember(partition, key, st)
