@@ -283,7 +283,7 @@ def clear_way(name: str, at: int) -> str | None:
     """Get a folder out of the way of a file the store owns (``.lock``, an entry, its ``.used``).
 
     If ``name`` (in folder descriptor ``at``) is a folder: remove it when empty, else rename the folder
-    itself to ``.<name>.<unix_ms>.in-the-way`` beside it (never entering it, never following a link).
+    itself to ``.<name>.<unix_ms>.<rand>.in-the-way`` beside it (one leading dot) (never entering it, never following a link).
     Returns a sentence saying what was done (for an event or a message), or None if ``name`` is not a
     folder. Never raises: a folder that can be neither removed nor renamed is reported as left in place.
     """
@@ -296,7 +296,8 @@ def clear_way(name: str, at: int) -> str | None:
     except OSError:
         pass
     for _ in range(4):
-        moved = f".{name}.{int(time.time() * 1000)}.{secrets.token_hex(2)}.in-the-way"
+        hidden = name if name.startswith(".") else "." + name
+        moved = f"{hidden}.{int(time.time() * 1000)}.{secrets.token_hex(2)}.in-the-way"
         if lstat(moved, at=at) is not None:
             continue
         try:

@@ -278,7 +278,7 @@ def _check_integrity_fields(header: dict) -> None:
     secret may carry anything, so nothing reaches ``compare_digest`` or arithmetic unchecked."""
     version = header["format_version"]
     if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:
-        raise CorruptEntry(f"header says format version {_short_repr(version)}, magic says {FORMAT_VERSION}")
+        raise CorruptEntry(f"header format_version is {_short_repr(version)}, magic says {FORMAT_VERSION}")
     lengths = (header["payload_bytes"], header["raw_bytes"])
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths):
         raise CorruptEntry(f"header has invalid lengths payload_bytes={_short_repr(lengths[0])} "

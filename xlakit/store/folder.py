@@ -122,7 +122,7 @@ class FolderStore:
         """The object's bytes, or None when absent. Raises ObjectRefused (link, FIFO, device, folder, over
         ``max_bytes``), OSError for other read errors, ValueError for a bad partition name or empty key.
 
-        A folder at the entry's name is removed if empty, else renamed to ``.<name>.<ms>.in-the-way`` (see
+        A folder at the entry's name is removed if empty, else renamed to ``.<name>.<ms>.<rand>.in-the-way`` (see
         :func:`xlakit.store._fs.clear_way`); the ObjectRefused says which, and ``displaced`` records it.
         """
         name = file_stem(key) + ENTRY_SUFFIX

@@ -30,7 +30,7 @@ still refuse it.
 
 Folders where the store expects its own file (``.lock``, an entry's ``.xlk``, its ``.used``): the store
 never enters them. An empty one is removed; a non-empty one is renamed out of the way to
-``.<name>.<unix_ms>.in-the-way`` beside it (a rename of the folder itself, never recursing into it or
+``.<name>.<unix_ms>.<rand>.in-the-way`` beside it (a rename of the folder itself, never recursing into it or
 following a link), and the operation says so (``LocalStore.displaced``, the clear/prune message).
 """
 
