@@ -316,12 +316,12 @@ def _check_after(op: str, root: Path, case: Case, capped: bool, result: Result) 
     entry = root / _partition_of(case.target) / f"{case.target}.xlk"
     if case.kind == "directory" and op == "get" and entry.is_dir() and not entry.is_symlink():
         result.findings.append("a folder at an entry's name survived a read")
-    if case.kind == "lock_dir" and (op in ("prune", "clear", "cli_prune", "cli_clear") or (op == "put" and capped)):
-        if (root / ".lock").is_dir():
-            result.findings.append(f"a folder at .lock survived {op}")
-    if case.kind == "root_temp" and op in ("prune", "verify", "clear", "cli_prune", "cli_verify", "cli_clear"):
-        if any(os.path.lexists(root / name) for name in ROOT_TEMPS):
-            result.findings.append(f"a killed writer's root-level temp survived {op}")
+    met_lock = op in ("prune", "clear", "cli_prune", "cli_clear") or (op == "put" and capped)
+    if case.kind == "lock_dir" and met_lock and (root / ".lock").is_dir():
+        result.findings.append(f"a folder at .lock survived {op}")
+    sweeps = op in ("prune", "verify", "clear", "cli_prune", "cli_verify", "cli_clear")
+    if case.kind == "root_temp" and sweeps and any(os.path.lexists(root / name) for name in ROOT_TEMPS):
+        result.findings.append(f"a killed writer's root-level temp survived {op}")
 
 
 ENTRIES_WRITTEN: dict[tuple[str, str], bytes] = {}

@@ -10,10 +10,6 @@ Importing this module is cheap: JAX is imported inside the functions that need i
 
 from __future__ import annotations
 
-from xlakit.store import _fs as store_fs
-from xlakit.store import safejson
-from xlakit.store.layout import FINGERPRINT_MEMO
-
 import dataclasses
 import functools
 import hashlib
@@ -28,7 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["Environment", "current_environment", "jaxlib_build_fingerprint", "use_memo_dir", "expectations"]
+from xlakit.store import _fs as store_fs
+from xlakit.store import safejson
+from xlakit.store.layout import FINGERPRINT_MEMO
+
+__all__ = ["Environment", "current_environment", "expectations", "jaxlib_build_fingerprint", "use_memo_dir"]
 
 CACHE_DIR_ENV = "XLAKIT_CACHE_DIR"
 MEMO_FILENAME = FINGERPRINT_MEMO

@@ -22,9 +22,9 @@ from typing import BinaryIO
 from .base import ObjectRefused
 
 __all__ = [
+    "clear_way",
     "dir_fd",
     "disk_bytes",
-    "clear_way",
     "ensure_dir",
     "fsync_dir",
     "lstat",
@@ -42,7 +42,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
         if test(mode):
             return name
@@ -283,7 +284,8 @@ def clear_way(name: str, at: int) -> str | None:
     """Get a folder out of the way of a file the store owns (``.lock``, an entry, its ``.used``).
 
     If ``name`` (in folder descriptor ``at``) is a folder: remove it when empty, else rename the folder
-    itself to ``.<name>.<unix_ms>.<rand>.in-the-way`` beside it (one leading dot) (never entering it, never following a link).
+    itself to ``.<name>.<unix_ms>.<rand>.in-the-way`` beside it (one leading dot; never entering it, never
+    following a link).
     Returns a sentence saying what was done (for an event or a message), or None if ``name`` is not a
     folder. Never raises: a folder that can be neither removed nor renamed is reported as left in place.
     """

@@ -22,9 +22,9 @@ from . import _fs
 from .base import ObjectRefused, ObjectStat
 from .layout import (
     ENTRY_SUFFIX,
+    adoption_problem,
     file_stem,
     has_tag,
-    adoption_problem,
     validate_partition,
     write_tag,
 )

@@ -184,7 +184,8 @@ def load_secret(config_dir: str | os.PathLike | None = None) -> bytes:
                                     f"least {MIN_SECRET_BYTES} characters (e.g. 64 hex digits)") from None
         if len(from_env) < MIN_SECRET_BYTES:
             raise SecretUnavailable(f"{ENV_SECRET} is {len(from_env)} bytes long, fewer than {MIN_SECRET_BYTES} "
-                                    f"(surrounding whitespace is not counted); set it to a longer secret (e.g. 64 hex digits)")
+                                    "(surrounding whitespace is not counted); set it to a longer secret "
+                                    "(e.g. 64 hex digits)")
         return from_env
     path = secret_path(config_dir)
     _check_folder(path.parent, config_dir)
