@@ -167,7 +167,11 @@ def _make_private_dir(path: Path) -> None:
     if path.is_dir():
         return
     os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)  # makedirs' mode is filtered by the umask
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # never chmod a link's target
+    try:
+        os.fchmod(fd, 0o700)  # makedirs' mode is filtered by the umask
+    finally:
+        os.close(fd)
 
 
 def load_secret(config_dir: str | os.PathLike | None = None) -> bytes:
