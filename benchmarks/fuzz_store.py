@@ -10,7 +10,11 @@ every public operation (get, entries, verify, prune, clear, put, touch, remove, 
 - no hang: each case runs under a SIGALRM timeout;
 - nothing outside the cache folder changes: a sentinel folder (the target of planted links) is hashed
   before and after;
-- every ``--json`` output is strict JSON (no NaN/Infinity).
+- every ``--json`` output is strict JSON (no NaN/Infinity);
+- the jaxlib fingerprint memo planted as a FIFO, a link (to /dev/zero or a user file) or deeply nested JSON
+  gives the same fingerprint as no memo, at once; a folder planted at ``.lock`` or an entry's name is out of
+  the way after the operation that met it; a hard-linked ``.used`` never has its target touched (the
+  sentinel's mtimes are hashed); killed writers' root-level temps are gone after prune/verify/clear.
 
 Run: ``python benchmarks/fuzz_store.py [--cases 10000] [--seed 0]``; prints the count and any findings.
 ``tests/test_fuzz_store.py`` drives the same :func:`run_case` from hypothesis.
@@ -49,7 +53,9 @@ TIMEOUT_S = 10
 
 KINDS = ("truncate", "bitflip", "header", "old_header", "other_key", "fifo", "link_file", "link_dir",
          "directory", "dev_zero", "sparse", "link_partition", "link_quarantine", "link_used", "link_lock",
-         "link_note", "junk_file", "dead_temp", "remove_tag")
+         "link_note", "junk_file", "dead_temp", "remove_tag", "memo_fifo", "memo_link", "memo_nested",
+         "redos_info", "lock_dir", "hard_used", "root_temp")
+ROOT_TEMPS = (".jaxlib_fingerprints.json.999999999.abcd.tmp", ".module_hashes.json.999999999.abcd.tmp")
 TARGETS = ("k1", "k2", "k3")
 
 
@@ -179,6 +185,33 @@ def mutate(case: Case, root: Path, sentinel: Path) -> None:
         (root / part / "notes.txt").write_text("a user's file in a partition")
     elif kind == "dead_temp":
         (root / part / f".{case.target}.xlk.999999999.abcd.tmp").write_bytes(b"t" * 5000)
+    elif kind in ("memo_fifo", "memo_link", "memo_nested"):
+        memo = root / "jaxlib_fingerprints.json"
+        if kind == "memo_fifo":
+            os.mkfifo(memo)
+        elif kind == "memo_link":
+            os.symlink("/dev/zero" if case.bit % 2 else sentinel / "precious.txt", memo)
+        else:
+            depth = [100, 100_000][case.bit % 2]
+            memo.write_bytes(b'{"version":1,"files":' + b"[" * depth + b"]" * depth + b"}")
+    elif kind == "redos_info":
+        # a quote then many escaped quotes: quadratic for the old string regex (128 kB took 35 s)
+        n = 50_000 + case.position * 50
+        (root / part / "partition.json").write_bytes(b'{"a":"' + b'\\"' * n + (b'"}' if case.bit % 2 else b""))
+    elif kind == "lock_dir":
+        lock = root / ".lock"
+        if os.path.lexists(lock):
+            lock.unlink()
+        (lock / "sub").mkdir(parents=True)
+        if case.bit % 2:
+            (lock / "sub" / "user.txt").write_text("a user's file")
+    elif kind == "hard_used":
+        used = entry.with_suffix(".used")
+        used.unlink()
+        os.link(sentinel / "precious.txt", used)
+    elif kind == "root_temp":
+        for name in ROOT_TEMPS:
+            (root / name).write_bytes(b"t" * 5000)
     elif kind == "remove_tag":
         (root / "CACHEDIR.TAG").unlink()
         (root / "README.md").write_text("not xlakit's")
@@ -216,7 +249,7 @@ def run_ops(root: Path, case: Case, result: Result) -> None:
                        lock_timeout_s=2.0)
     tolerated = (NotACacheFolder,) if case.kind == "remove_tag" else ()
     ops = ["get", "entries", "verify", "prune", "clear", "put", "touch", "remove", "total", "cli_ls", "cli_stats",
-           "cli_verify", "cli_prune", "cli_clear"]
+           "cli_verify", "cli_prune", "cli_clear", "memo"]
     rng.shuffle(ops)
     for op in ops[: rng.randint(4, len(ops))]:
         result.operations += 1
@@ -246,6 +279,8 @@ def run_ops(root: Path, case: Case, result: Result) -> None:
             elif op == "total":
                 if store.total_bytes() < 0:
                     result.findings.append("total_bytes() < 0")
+            elif op == "memo":
+                _check_memo(root, result)
             else:
                 cmd = op.removeprefix("cli_")
                 extra = {"prune": ["--max-bytes", "1k"], "clear": ["--yes"]}.get(cmd, [])
@@ -255,11 +290,38 @@ def run_ops(root: Path, case: Case, result: Result) -> None:
                 elif not (code == 2 and tolerated):
                     result.findings.append(f"`cache {cmd}` exited {code}")
         except tolerated:
-            pass
+            continue
         except _Timeout:
             raise
         except Exception as e:  # noqa: BLE001 - a finding, not a crash of the fuzzer
             result.findings.append(f"{op} raised {type(e).__name__}: {str(e)[:120]}")
+            continue
+        _check_after(op, root, case, capped, result)
+
+
+def _check_memo(root: Path, result: Result) -> None:
+    from xlakit._jax import environment
+
+    libs = root.parent / "libs"
+    if not libs.exists():
+        (libs / "jaxlib").mkdir(parents=True)
+        (libs / "jaxlib" / "_core.so").write_bytes(b"\x7fELF fake library")
+    memo = root / "jaxlib_fingerprints.json"
+    if environment._fingerprint_dirs([libs / "jaxlib"], memo) != environment._fingerprint_dirs([libs / "jaxlib"], None):
+        result.findings.append("the memo changed the jaxlib fingerprint")
+
+
+def _check_after(op: str, root: Path, case: Case, capped: bool, result: Result) -> None:
+    """The kind-specific promises, checked after an operation that met the planted file."""
+    entry = root / _partition_of(case.target) / f"{case.target}.xlk"
+    if case.kind == "directory" and op == "get" and entry.is_dir() and not entry.is_symlink():
+        result.findings.append("a folder at an entry's name survived a read")
+    met_lock = op in ("prune", "clear", "cli_prune", "cli_clear") or (op == "put" and capped)
+    if case.kind == "lock_dir" and met_lock and (root / ".lock").is_dir():
+        result.findings.append(f"a folder at .lock survived {op}")
+    sweeps = op in ("prune", "verify", "clear", "cli_prune", "cli_verify", "cli_clear")
+    if case.kind == "root_temp" and sweeps and any(os.path.lexists(root / name) for name in ROOT_TEMPS):
+        result.findings.append(f"a killed writer's root-level temp survived {op}")
 
 
 ENTRIES_WRITTEN: dict[tuple[str, str], bytes] = {}
@@ -313,6 +375,8 @@ def random_header(rng: random.Random) -> bytes:
     if choice == 4:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
     if choice == 5:
+        if rng.random() < 0.5:
+            return b'{"a":"' + b'\\"' * rng.randrange(1, 200_000) + rng.choice([b'"}', b""])  # escaped quotes
         return b'{"a":"' + b"\\" * rng.randrange(1, 9) + b'"}'
     return b'{"key":"k1","created":' + str(rng.uniform(-1e18, 1e18)).encode() + b"}"
 

@@ -220,6 +220,37 @@ def test_fingerprint_survives_bad_or_unwritable_memo(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
+@pytest.mark.parametrize("kind", ["fifo", "devzero", "deep", "huge-number"])
+def test_planted_memo_is_refused_unread_and_rewritten(tmp_path, kind):
+    """A FIFO at the memo's name used to hang jax.jit, a link to /dev/zero was read whole, a deeply nested
+    memo raised RecursionError forever: each is now refused without blocking or reading it, the fingerprint
+    is recomputed, and a regular memo replaces the planted name (a link's target is never written)."""
+    pkg = _fake_package(tmp_path)
+    expected = envmod._fingerprint_dirs([pkg], None)
+    memo = tmp_path / "memo.json"
+    if kind == "fifo":
+        os.mkfifo(memo)
+    elif kind == "devzero":
+        memo.symlink_to("/dev/zero")
+    elif kind == "deep":
+        memo.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        memo.write_text('{"version": 1, "files": {"x": ' + "9" * 5000 + "}}")
+    assert envmod._load_memo(memo) == {}
+    assert envmod._fingerprint_dirs([pkg], memo) == expected
+    assert not memo.is_symlink() and memo.is_file()
+    assert json.loads(memo.read_text())["version"] == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_memo_at_a_folder_is_left_and_fingerprint_still_computed(tmp_path):
+    pkg = _fake_package(tmp_path)
+    memo = tmp_path / "memo.json"
+    (memo / "inner").mkdir(parents=True)
+    assert envmod._fingerprint_dirs([pkg], memo) == envmod._fingerprint_dirs([pkg], None)
+    assert (memo / "inner").is_dir()
+
+
 def test_module_import_does_not_import_jax():
     code = ("import sys, xlakit; before = set(sys.modules); import xlakit._jax.environment; "
             "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('jax', 'jaxlib')))")

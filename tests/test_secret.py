@@ -82,6 +82,35 @@ def test_short_secrets_are_refused(tmp_path, monkeypatch):
         load_secret()
 
 
+def test_whitespace_secret_is_refused_alike_from_env_and_file(tmp_path, monkeypatch):
+    """16 spaces in XLAKIT_CACHE_SECRET were accepted while a secret file of spaces was refused."""
+    cfg = tmp_path / "cfg"
+    cfg.mkdir(mode=0o700)
+    (cfg / "secret").write_text(" " * 16 + "abc\n")
+    with pytest.raises(SecretUnavailable, match="holds 3 bytes, fewer than 16"):
+        load_secret(cfg)
+    monkeypatch.setenv("XLAKIT_CACHE_SECRET", " " * 16)
+    with pytest.raises(SecretUnavailable, match="XLAKIT_CACHE_SECRET is 0 bytes long, fewer than 16"):
+        load_secret()
+    monkeypatch.setenv("XLAKIT_CACHE_SECRET", "  0123456789abcdef\n")
+    assert load_secret() == b"0123456789abcdef"  # the same value a file holding it gives
+
+
+def test_symlinked_secret_beside_the_cache_is_reported_as_a_symlink(tmp_path, monkeypatch):
+    """The link is the first thing wrong; it used to be reported as an overlap with the cache."""
+    from xlakit.store.secret import check_secret_outside
+
+    monkeypatch.delenv("XLAKIT_CACHE_SECRET", raising=False)
+    cache, cfg = tmp_path / "cache", tmp_path / "cfg"
+    cache.mkdir()
+    cfg.mkdir(mode=0o700)
+    (cache / "secret").write_text("0123456789abcdef0123456789abcdef")
+    os.symlink(cache / "secret", cfg / "secret")
+    with pytest.raises(SecretUnavailable, match="is a symlink") as info:
+        check_secret_outside(cache, cfg)
+    assert "overlap" not in str(info.value)
+
+
 def test_non_utf8_env_secret_is_named(tmp_path):
     """A secret with a byte that is not UTF-8 is refused naming the variable: put reports it, verify exits 2."""
     env = dict(os.environb)

@@ -246,6 +246,7 @@ def test_destructive_operations_refuse_a_folder_that_is_not_a_cache(tmp_path):
 
 
 def test_untagged_round_one_cache_is_adopted(store):
+    assert store.write_partition_info(PART, {"backend": "cpu"})
     (store.root / TAG_NAME).unlink()
     (store.root / "quarantine" / PART).mkdir(parents=True)
     (store.root / "quarantine" / PART / "x.1.xlk").write_bytes(b"old")
@@ -288,3 +289,180 @@ def test_untagged_bundle_cache_is_adopted(tmp_path):
     store = LocalStore(cache, secret=SECRET)
     assert store.put(PART, "k", {}, b"x").stored
     assert (cache / TAG_NAME).exists() and store.clear() == 1
+
+
+def test_fake_home_whose_names_fit_the_layout_is_never_adopted(tmp_path):
+    """A home folder with Downloads/model.xlk, Music/playlist.used and an empty Documents/ fits the layout's
+    names; it was tagged and emptied by clear. Names alone never prove a cache: nothing is deleted or tagged."""
+    home = tmp_path / "home"
+    (home / "Documents").mkdir(parents=True)
+    (home / "Music").mkdir()
+    (home / "Downloads").mkdir()
+    (home / "Music" / "playlist.used").write_text("my favourite songs")
+    (home / "Downloads" / "model.xlk").write_text("data")
+    before = tree_digest(home)
+    store = LocalStore(home, secret=SECRET)
+    for op in (store.clear, lambda: store.prune(0), store.verify):
+        with pytest.raises(NotACacheFolder, match="home is not an xlakit cache folder"):
+            op()
+    assert store.put("cpu-other", "k", {}, b"x").stored  # a write is not destructive: allowed, but untagged
+    assert not (home / TAG_NAME).exists()
+    assert store.remove("cpu-other", "k")  # the entry and its .used
+    (home / "cpu-other").rmdir()
+    assert tree_digest(home) == before
+
+
+def test_empty_untagged_folder_is_not_adopted_by_a_destructive_op(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    store = LocalStore(empty, secret=SECRET)
+    assert store.clear() == 0 and store.prune(0) == [] and store.verify() == []
+    assert list(empty.iterdir()) == []  # no tag, no lock
+
+
+def test_empty_path_is_a_clear_error_not_the_default_cache(monkeypatch):
+    from xlakit.store.layout import resolve_root
+
+    with pytest.raises(ValueError, match="empty string"):
+        LocalStore("", secret=SECRET)
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", "")
+    with pytest.raises(ValueError, match="XLAKIT_CACHE_DIR is set but empty"):
+        resolve_root()
+
+
+def test_killed_writers_root_level_temps_are_swept(tmp_path):
+    """A killed memo writer's .jaxlib_fingerprints.json.<pid>.<rand>.tmp at the root was never removed."""
+    store = LocalStore(tmp_path / "cache", max_bytes=10**6, secret=SECRET)
+    assert store.put(PART, "a", {}, b"x").stored
+    memo_temp = store.root / f".jaxlib_fingerprints.json.{dead_pid()}.abcd1234.tmp"
+    record_temp = store.root / f".module_hashes.json.{dead_pid()}.abcd1234.tmp"
+    live = store.root / f".module_hashes.json.{os.getpid()}.abcd1234.tmp"
+    for op in (lambda s: s.put(PART, "b", {}, b"y"), lambda s: s.prune(10**9), lambda s: s.verify(),
+               lambda s: s.clear(), lambda s: LocalStore(s.root, secret=SECRET).put(PART, "c", {}, b"z")):
+        for t in (memo_temp, record_temp, live):
+            t.write_bytes(b"left behind")
+        op(store)
+        assert not memo_temp.exists() and not record_temp.exists(), op
+        assert live.exists()  # a live writer's temp is left alone
+
+
+def test_folder_at_lock_is_moved_aside_and_capped_puts_work(tmp_path):
+    """A planted folder at .lock failed every capped put, clear and prune."""
+    store = LocalStore(tmp_path / "cache", max_bytes=10**6, secret=SECRET)
+    assert store.put(PART, "a", {}, b"x").stored
+    (store.root / ".lock").unlink()
+    (store.root / ".lock" / "sub").mkdir(parents=True)
+    (store.root / ".lock" / "sub" / "user.txt").write_text("mine")
+    assert store.put(PART, "b", {}, b"y").stored
+    moved = [p for p in store.root.iterdir() if p.name.startswith(".lock.") and p.name.endswith(".in-the-way")]
+    assert len(moved) == 1 and (moved[0] / "sub" / "user.txt").read_text() == "mine"
+    assert any(".lock" in note and "moved out of the way" in note for note in store.displaced)
+    assert store.prune(10**9) == [] and store.clear() == 2
+    (store.root / ".lock").unlink()
+    (store.root / ".lock").mkdir()  # an empty one is simply removed
+    assert store.prune(10**9) == [] and (store.root / ".lock").is_file()
+
+
+def test_clear_moves_a_folder_at_an_entry_name_aside(store):
+    (store.root / PART / "planted.xlk" / "x").mkdir(parents=True)
+    (store.root / PART / "planted.used").mkdir()
+    assert store.clear() == 1
+    assert not (store.root / PART / "planted.xlk").exists() and not (store.root / PART / "planted.used").exists()
+    assert any("planted.xlk" in note for note in store.displaced)
+    assert any("planted.used" in note and "empty folder" in note for note in store.displaced)
+
+
+def test_hard_linked_used_file_is_never_touched(store, tmp_path):
+    """A <stem>.used hard-linked to a user's file had its mtime changed by every read."""
+    user = tmp_path / "userfile.txt"
+    user.write_text("mine")
+    os.utime(user, (1_000_000, 1_000_000))
+    used = store.root / PART / "good.used"
+    used.unlink()
+    os.link(user, used)
+    assert store.get(PART, "good").hit
+    assert user.stat().st_mtime == 1_000_000 and user.read_text() == "mine" and user.stat().st_nlink == 1
+    assert used.stat().st_nlink == 1 and used.stat().st_mtime > 1_000_000  # a fresh file of the store's own
+
+
+def test_partition_swapped_for_a_link_mid_write_is_never_written_into(store, tmp_path):
+    """Writes work relative to the partition folder's descriptor: a folder swapped for a symlink after it was
+    opened cannot redirect the temp, its mode change, or the rename (the race, made deterministic)."""
+    from xlakit.store import _fs
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    real_write_at = _fs.write_at
+
+    def swap_then_write(at, name, data, **kw):
+        os.rename(store.root / PART, store.root / "moved")
+        os.symlink(victim, store.root / PART)
+        return real_write_at(at, name, data, **kw)
+
+    _fs.write_at = swap_then_write
+    try:
+        store.put(PART, "k", {}, b"v")
+        store.write_partition_info(PART, {"n": 1})
+    finally:
+        _fs.write_at = real_write_at
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
+    assert (store.root / "moved" / "k.xlk").is_file()
+
+
+def test_write_atomic_refuses_a_symlinked_final_component(tmp_path):
+    from xlakit._atomic import write_atomic
+    from xlakit.store import ObjectRefused
+
+    target = tmp_path / "user.txt"
+    target.write_text("mine")
+    (tmp_path / "events.jsonl").symlink_to(target)
+    with pytest.raises(ObjectRefused, match="is a symlink"):
+        write_atomic(tmp_path / "events.jsonl", b"x")
+    assert target.read_text() == "mine"
+    assert write_atomic(tmp_path / "plain.txt", "ok").read_text() == "ok"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_corrupt_entry_in_a_read_only_cache_says_where_it_stayed(store):
+    data = bytearray((store.root / PART / "good.xlk").read_bytes())
+    data[-1] ^= 1  # a bit flip in the payload
+    (store.root / PART / "good.xlk").write_bytes(bytes(data))
+    os.chmod(store.root / PART, 0o500)
+    try:
+        found = store.get(PART, "good")
+    finally:
+        os.chmod(store.root / PART, 0o700)
+    assert found.status in ("corrupt", "unauthenticated")
+    if os.geteuid() != 0:  # root can write anyway
+        assert found.quarantined_to is None and found.disposition.startswith("left in place: ")
+    assert "None" not in found.disposition
+
+
+def test_plain_file_where_a_folder_is_expected_is_named_as_a_regular_file(tmp_path):
+    from xlakit.store import ObjectRefused, _fs
+
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(ObjectRefused, match="is a regular file, not a folder"):
+        _fs.ensure_dir(f)
+
+
+@pytest.mark.parametrize("field,value", [("payload_sha256", "é" * 64), ("payload_sha256", 5),
+                                         ("payload_sha256", "A" * 64), ("format_version", "2"),
+                                         ("format_version", True), ("raw_bytes", -1), ("payload_bytes", 1.5),
+                                         ("key_id", ["x"])])
+def test_signed_header_with_a_wrong_field_type_is_corrupt(store, field, value):
+    """A non-ASCII payload_sha256 in an authenticated header raised TypeError out of compare_digest."""
+    import json
+
+    import zstandard
+
+    payload = zstandard.ZstdCompressor(write_content_size=True).compress(b"hello")
+    header = {"format_version": 2, "key_id": key_id(SECRET).hex(), "payload_bytes": len(payload), "raw_bytes": 5,
+              "payload_sha256": hashlib.sha256(payload).hexdigest(), "key": "good", "partition": PART}
+    header[field] = value
+    (store.root / PART / "good.xlk").write_bytes(signed(json.dumps(header).encode(), payload))
+    found = store.get(PART, "good")
+    assert found.status == "corrupt" and field in found.reason
+    assert [p for _, p in store.verify()] == []  # quarantined by the read

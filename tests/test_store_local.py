@@ -259,10 +259,18 @@ def test_verify(store):
     assert [problem for _, problem in store.verify()] == [None, None]
 
 
-def test_io_error_on_read_is_reported(store):
-    (store.root / PART / "k.xlk").mkdir(parents=True)  # reading a folder fails with an OSError
+def test_folder_at_entry_name_is_moved_aside_so_the_key_works_again(store):
+    """A folder at an entry's name used to make every read an error and every write fail, forever."""
+    (store.root / PART / "k.xlk" / "inner").mkdir(parents=True)
+    (store.root / PART / "k.xlk" / "inner" / "user.txt").write_text("mine")
     res = store.get(PART, "k")
-    assert res.status == "error" and res.reason.startswith("OSError")
+    assert res.status == "corrupt" and "is a folder" in res.reason and "in-the-way" in res.reason
+    moved = [p for p in (store.root / PART).iterdir() if p.name.endswith(".in-the-way")]
+    assert len(moved) == 1 and (moved[0] / "inner" / "user.txt").read_text() == "mine"  # never entered
+    assert any("k.xlk" in note for note in store.displaced)
+    assert store.put(PART, "k", _header(), b"v").stored and store.get(PART, "k").payload == b"v"
+    (store.root / PART / "j.xlk").mkdir()  # an empty one is simply removed by the write
+    assert store.put(PART, "j", _header(), b"w").stored and store.get(PART, "j").payload == b"w"
 
 
 # -- failures never raise -------------------------------------------------------

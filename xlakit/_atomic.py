@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import tempfile
+import stat
 from pathlib import Path
 
+from xlakit.store import _fs
+from xlakit.store.base import ObjectRefused
+
 __all__ = ["write_atomic"]
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on folders; durability is best effort
-    finally:
-        os.close(fd)
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str, *, replace: bool = True, durable: bool = False) -> Path:
@@ -28,41 +17,25 @@ def write_atomic(path: str | os.PathLike, data: bytes | str, *, replace: bool = 
 
     The temp file is hidden, ``.<name>.<pid>.<random>.tmp``, mode 0600, in the same folder, so watchers and
     listings skip it, the rename stays on one filesystem, and a later cleanup can tell from the pid whether
-    its writer is gone. ``replace=True`` replaces an existing file (rename); ``replace=False`` is
-    create-only (hard link, which fails if the name exists, even as a link) and raises FileExistsError,
-    leaving the existing file untouched. ``durable=True`` also fsyncs the folder after the rename.
+    its writer is gone. The folder is opened once and the temp, the rename and the mode change all work
+    relative to that descriptor (see :func:`xlakit.store._fs.write_at`). ``replace=True`` replaces an
+    existing file (rename); ``replace=False`` is create-only (hard link, which fails if the name exists,
+    even as a link) and raises FileExistsError, leaving the existing file untouched. ``durable=True`` also
+    fsyncs the folder after the rename.
 
-    Raises OSError (folder missing, read-only, disk full) and leaves no temp file behind.
+    Raises ObjectRefused (an OSError) when ``path`` is a symlink (a link is never replaced nor written
+    through: remove it first if it is yours), IsADirectoryError for a folder, OSError (folder missing,
+    read-only, disk full); leaves no temp file behind.
     """
     path = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    folder = path.parent
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        if replace:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path, follow_symlinks=False)
-            except OSError as e:
-                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-                    raise
-                # No hard links on this filesystem: check, then rename (a race can still replace a file
-                # created in between, which is the same program under the same key).
-                if os.path.lexists(path):
-                    raise FileExistsError(errno.EEXIST, "File exists", str(path)) from None
-                os.rename(tmp, path)
-            else:
-                os.unlink(tmp)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if durable:
-        _fsync_dir(path.parent)
+        st = _fs.lstat(path.name, at=fd)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise ObjectRefused(f"{path} is a symlink; refused (write_atomic never replaces or follows a link)")
+        _fs.write_at(fd, path.name, payload, replace=replace, durable=durable)
+    finally:
+        os.close(fd)
     return path

@@ -10,9 +10,6 @@ Importing this module is cheap: JAX is imported inside the functions that need i
 
 from __future__ import annotations
 
-from xlakit._atomic import write_atomic
-from xlakit.store.layout import FINGERPRINT_MEMO
-
 import dataclasses
 import functools
 import hashlib
@@ -27,7 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["Environment", "current_environment", "jaxlib_build_fingerprint", "use_memo_dir", "expectations"]
+from xlakit.store import _fs as store_fs
+from xlakit.store import safejson
+from xlakit.store.layout import FINGERPRINT_MEMO
+
+__all__ = ["Environment", "current_environment", "expectations", "jaxlib_build_fingerprint", "use_memo_dir"]
 
 CACHE_DIR_ENV = "XLAKIT_CACHE_DIR"
 MEMO_FILENAME = FINGERPRINT_MEMO
@@ -280,11 +281,17 @@ def _fingerprint_dirs(roots: Iterable[str | os.PathLike], memo_path: str | os.Pa
     return total.hexdigest()[:16]
 
 
+_MAX_MEMO_BYTES = 8 * 1024 * 1024  # a memo of ~200 libraries is ~40 kB; anything near this bound is not ours
+
+
 def _load_memo(path: str | os.PathLike) -> dict[str, Any]:
+    """The memo's per-file digests, or {} (recompute, then rewrite) when it is absent, a link, a FIFO, a
+    device, a folder, over 8 MiB, not bounded JSON (too deep, huge numbers) or not the memo's shape.
+
+    Read with the store's primitives: never follows a link, never blocks, size-bounded before reading."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):  # absent, unreadable or corrupt: recompute
+        data = safejson.load_file(path, _MAX_MEMO_BYTES)
+    except (OSError, ValueError):  # absent, unreadable, refused or corrupt: recompute and rewrite
         return {}
     if not isinstance(data, dict) or data.get("version") != _MEMO_VERSION or not isinstance(data.get("files"), dict):
         return {}
@@ -292,13 +299,19 @@ def _load_memo(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _save_memo(path: Path, files: dict[str, Any]) -> None:
-    """Atomically replace the memo; every OSError is ignored so a read-only disk only costs speed."""
+    """Atomically replace the memo; every OSError is ignored so a read-only disk only costs speed.
+
+    Written relative to the folder's descriptor (temp created O_EXCL|O_NOFOLLOW, renamed over the name), so a
+    planted link, FIFO or file at the memo's name is replaced, never written through; a folder there is
+    left alone (the memo is then recomputed each process)."""
     # Other virtualenvs share the memo; drop only entries whose library is gone.
     files = {p: e for p, e in files.items() if os.path.exists(p)}
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # readers see the old memo or the new one, never half of one
-        write_atomic(path, json.dumps({"version": _MEMO_VERSION, "files": files}, sort_keys=True, indent=1))
+        store_fs.ensure_dir(path.parent)
+        with store_fs.dir_fd(os.path.realpath(path.parent)) as fd:
+            # readers see the old memo or the new one, never half of one
+            data = json.dumps({"version": _MEMO_VERSION, "files": files}, sort_keys=True, indent=1)
+            store_fs.write_at(fd, path.name, data.encode("utf-8"))
     except OSError:
         pass
 

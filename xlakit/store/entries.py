@@ -85,10 +85,20 @@ class GetResult:
     reason: str | None
     path: Path | None
     quarantined_to: Path | None
+    left_why: str | None = None  # why a rejected object stayed where it was (read-only folder, vanished...)
 
     @property
     def hit(self) -> bool:
         return self.status == "hit"
+
+    @property
+    def disposition(self) -> str:
+        """What happened to a rejected object, for messages: ``"moved to <path>"`` or
+        ``"left in place: <why>"`` (a read-only cache, an object that changed or vanished, a tier that
+        deletes instead: ``"deleted"``)."""
+        if self.quarantined_to is not None:
+            return f"moved to {self.quarantined_to}"
+        return f"left in place: {self.left_why or 'nothing was moved'}"
 
 
 def _reason(e: BaseException) -> str:
@@ -181,15 +191,19 @@ class EntryLayer:
                header: dict | None) -> GetResult:
         """Quarantine (or delete) the object and return the result saying so."""
         quarantine = getattr(self.store, "quarantine_object", None)
-        moved = None
+        moved, why = None, None
         try:
             if quarantine is not None:
                 moved = quarantine(partition, key, f"{status}: {reason}")
+                if moved is None:
+                    why = ("it could not be moved to the quarantine (a read-only or full folder, or the file "
+                           "changed or vanished since it was read)")
             else:
                 self.store.delete(partition, key)
-        except OSError:
-            pass  # the reader still gets its miss; the next reader tries again
-        return GetResult(status, header, None, reason, path, moved)
+                why = "deleted (this tier has no quarantine)"
+        except OSError as e:
+            why = f"it could not be moved: {e}"  # the reader still gets its miss; the next reader tries again
+        return GetResult(status, header, None, reason, path, moved, why)
 
     def seal(self, partition: str, key: str, header: dict, raw_payload: bytes) -> tuple[bytes, dict]:
         """The envelope for one entry and the header it carries (with key, partition, created set).

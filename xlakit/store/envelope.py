@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import struct
 
 import zstandard
@@ -262,6 +263,34 @@ def decompress_bounded(data: bytes, max_bytes: int) -> bytes:
     return out
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_integrity_fields(header: dict) -> None:
+    """Raise CorruptEntry unless every field :func:`open_envelope` uses has its type and format:
+    format_version the int FORMAT_VERSION, payload_bytes/raw_bytes ints >= 0 (not bool), payload_sha256
+    64 lowercase hex digits (a str), key_id 16 hex digits when present. A header signed by any holder of the
+    secret may carry anything, so nothing reaches ``compare_digest`` or arithmetic unchecked."""
+    version = header["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:
+        raise CorruptEntry(f"header format_version is {_short_repr(version)}, magic says {FORMAT_VERSION}")
+    lengths = (header["payload_bytes"], header["raw_bytes"])
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths):
+        raise CorruptEntry(f"header has invalid lengths payload_bytes={_short_repr(lengths[0])} "
+                           f"raw_bytes={_short_repr(lengths[1])}")
+    sha = header["payload_sha256"]
+    if not isinstance(sha, str) or not _HEX64.fullmatch(sha):
+        raise CorruptEntry(f"header payload_sha256 is {_short_repr(sha)}, not 64 lowercase hex digits")
+    kid = header.get("key_id")
+    if kid is not None and not (isinstance(kid, str) and re.fullmatch(r"[0-9a-f]{16}", kid)):
+        raise CorruptEntry(f"header key_id is {_short_repr(kid)}, not 16 lowercase hex digits")
+
+
 def open_envelope(blob: bytes, secret: bytes) -> tuple[dict, bytes]:
     """Verify ``blob`` completely and return ``(header, raw_payload)``.
 
@@ -283,11 +312,8 @@ def open_envelope(blob: bytes, secret: bytes) -> tuple[dict, bytes]:
     missing = [k for k in _INTEGRITY_FIELDS if k not in header]
     if missing:
         raise CorruptEntry(f"header lacks {', '.join(missing)}")
-    if header["format_version"] != FORMAT_VERSION:
-        raise CorruptEntry(f"header says format version {header['format_version']!r}, magic says {FORMAT_VERSION}")
+    _check_integrity_fields(header)
     payload_bytes, raw_bytes, want_sha = header["payload_bytes"], header["raw_bytes"], header["payload_sha256"]
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (payload_bytes, raw_bytes)):
-        raise CorruptEntry(f"header has invalid lengths payload_bytes={payload_bytes!r} raw_bytes={raw_bytes!r}")
     expected = body + MAC_BYTES + payload_bytes
     if len(view) != expected:
         what = "truncated" if len(view) < expected else "trailing bytes"
@@ -297,8 +323,8 @@ def open_envelope(blob: bytes, secret: bytes) -> tuple[dict, bytes]:
 
     payload = view[body + MAC_BYTES :]
     got_sha = hashlib.sha256(payload).hexdigest()
-    if not isinstance(want_sha, str) or not hmac.compare_digest(got_sha, want_sha):
-        raise CorruptEntry(f"payload SHA-256 mismatch (expected {_short(str(want_sha))}, got {_short(got_sha)})")
+    if not hmac.compare_digest(got_sha, want_sha):
+        raise CorruptEntry(f"payload SHA-256 mismatch (expected {_short(want_sha)}, got {_short(got_sha)})")
 
     mac = hmac.new(secret, view[:body], hashlib.sha256)
     mac.update(payload)

@@ -55,6 +55,14 @@ class Scan:
     temps: list[tuple[float, int, Path]] = field(default_factory=list)  # stale temps only
 
 
+def _valid_partition(name: str) -> bool:
+    try:
+        validate_partition(name)
+        return True
+    except ValueError:
+        return False
+
+
 def _walk_bytes(path: str) -> int:
     total = 0
     for dirpath, _, files in os.walk(path):  # os.walk does not enter links to folders
@@ -77,12 +85,18 @@ def scan(root: Path, now: float | None = None) -> Scan:
         if st is None:
             continue
         if not stat.S_ISDIR(st.st_mode):
-            if stat.S_ISREG(st.st_mode) and not is_temp_name(top.name):
+            if is_temp_name(top.name):
+                if is_stale_temp(top.name, st, now):
+                    result.temps.append((st.st_mtime, _fs.disk_bytes(st), root / top.name))
+            elif stat.S_ISREG(st.st_mode):
                 result.total += _fs.disk_bytes(st)
             continue
         if top.name == QUARANTINE:
             result.quarantined = quarantined_files(root)
             result.total += sum(size for _, size, _ in result.quarantined)
+            continue
+        if not _valid_partition(top.name):  # e.g. a folder moved out of the way: counted, never evicted from
+            result.total += _walk_bytes(top.path)
             continue
         _scan_partition(Path(top.path), result, now)
     return result
@@ -135,15 +149,32 @@ def remove_file(root: Path, partition: str, name: str) -> bool:
 
 def remove_scanned(root: Path, path: Path) -> bool:
     """Remove a file found by :func:`scan` (an entry, .used, temp or quarantined file)."""
+    if path.parent == root:  # a root-level temp
+        try:
+            with _fs.dir_fd(os.path.realpath(root)) as rfd:
+                return _fs.unlink_at(path.name, rfd)
+        except OSError:
+            return False
     if path.parent.parent.name == QUARANTINE:
         return remove_quarantined(path, root)
     return remove_file(root, path.parent.name, path.name)
 
 
 def remove_stale_temps(root: Path, partitions: list[str], older_than_s: float = STALE_TEMP_S) -> int:
-    """Delete temps of writers that are gone (pid gone, or older than ``older_than_s``); returns how many."""
+    """Delete temps of writers that are gone (pid gone, or older than ``older_than_s``) in the root folder
+    itself (e.g. a killed memo or module-record writer's ``.jaxlib_fingerprints.json.<pid>.<rand>.tmp``)
+    and in ``partitions``; returns how many."""
     removed = 0
     now = time.time()
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as rfd:
+            for d in _fs.scandir(rfd):
+                if is_temp_name(d.name):
+                    st = _fs.lstat(d.name, at=rfd)
+                    if st is not None and is_stale_temp(d.name, st, now, older_than_s):
+                        removed += _fs.unlink_at(d.name, rfd)
+    except OSError:
+        pass
     for part in partitions:
         for d in _fs.scandir(root / part):
             if not is_temp_name(d.name):
@@ -154,9 +185,11 @@ def remove_stale_temps(root: Path, partitions: list[str], older_than_s: float = 
     return removed
 
 
-def clear_partition(root: Path, partition: str) -> int:
+def clear_partition(root: Path, partition: str, notes: list[str] | None = None) -> int:
     """Remove the partition's entries, .used files, temps and partition.json (only those names), then the
-    folder if empty; returns the number of entries removed. A partition that is a link is left alone."""
+    folder if empty; returns the number of entries removed. A partition that is a link is left alone. A
+    folder at one of those names is removed if empty, else moved out of the way, never entered
+    (:func:`_fs.clear_way`); the sentence saying so is appended to ``notes``."""
     removed = 0
     try:
         with _fs.dir_fd(os.path.realpath(root)) as rfd:
@@ -167,11 +200,18 @@ def clear_partition(root: Path, partition: str) -> int:
             try:
                 for d in _fs.scandir(pfd):
                     name = d.name
-                    if is_temp_name(name) or name.endswith(USED_SUFFIX) or name == PARTITION_INFO:
-                        if not d.is_dir(follow_symlinks=False):
-                            _fs.unlink_at(name, pfd)
-                    elif name.endswith(ENTRY_SUFFIX) and not d.is_dir(follow_symlinks=False):
+                    ours = is_temp_name(name) or name.endswith((USED_SUFFIX, ENTRY_SUFFIX)) or name == PARTITION_INFO
+                    if not ours:
+                        continue
+                    if d.is_dir(follow_symlinks=False):
+                        if not is_temp_name(name):
+                            note = _fs.clear_way(name, pfd)
+                            if note is not None and notes is not None:
+                                notes.append(f"{partition}/: {note}")
+                    elif name.endswith(ENTRY_SUFFIX) and not name.startswith("."):
                         removed += _fs.unlink_at(name, pfd)
+                    else:
+                        _fs.unlink_at(name, pfd)
             finally:
                 os.close(pfd)
             try:
@@ -183,19 +223,27 @@ def clear_partition(root: Path, partition: str) -> int:
     return removed
 
 
-def touch_used(root: Path, entry: Path) -> None:
+def touch_used(root: Path, entry: Path) -> str | None:
     """Mark ``entry`` as just used: set the mtime of its ``.used`` file, creating it if missing.
 
-    Never follows a link and never fails: a ``.used`` name that is not a regular file is replaced.
+    Never follows a link and never fails. A ``.used`` name that is not a regular file, or a regular file
+    with more than one hard link (its inode may be a user's file outside the cache), is replaced by a fresh
+    file created relative to the partition folder's descriptor, so only a file the store alone holds is
+    touched. A folder there is removed if empty, else moved out of the way (:func:`_fs.clear_way`);
+    returns that sentence, else None.
     """
     used = entry.name.removesuffix(ENTRY_SUFFIX) + USED_SUFFIX
+    note = None
     try:
         with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(entry.parent.name, at=rfd) as pfd:
             st = _fs.lstat(used, at=pfd)
-            if st is not None and not stat.S_ISREG(st.st_mode):
-                if stat.S_ISDIR(st.st_mode):
-                    return
-                _fs.unlink_at(used, pfd)  # a planted link or FIFO: drop the name, never touch its target
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                note = _fs.clear_way(used, pfd)
+                st = _fs.lstat(used, at=pfd)
+                if st is not None:
+                    return note  # could not be moved; LRU falls back to the entry's mtime
+            elif st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1):
+                _fs.unlink_at(used, pfd)  # a planted link, FIFO or hard link: drop the name, never its target
                 st = None
             if st is None:
                 fd = os.open(used, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600,
@@ -205,6 +253,7 @@ def touch_used(root: Path, entry: Path) -> None:
                 os.utime(used, dir_fd=pfd, follow_symlinks=False)
     except OSError:
         pass  # LRU bookkeeping must never fail a read
+    return note
 
 
 def evict_to(root: Path, budget: int, evicted: list, info: Callable[[str, Path], Any], *,

@@ -3,7 +3,10 @@
 Object ``(partition, key)`` is the file ``<root>/<partition>/<file_stem(key)>.xlk`` (see :mod:`.layout`).
 Reads open the file with ``O_NOFOLLOW | O_NONBLOCK`` relative to the partition folder's descriptor (itself
 opened without following a link), require a regular file, and refuse one over the byte bound before
-reading; writes publish atomically with :func:`xlakit._atomic.write_atomic` (create-only for ``put``).
+reading; writes publish atomically with :func:`xlakit.store._fs.write_at` (create-only for ``put``): the root
+is opened once, the partition folder opened (or created) relative to it with ``O_DIRECTORY | O_NOFOLLOW``,
+and the temp file, its mode, its fsync and the rename all work relative to that descriptor, so a partition
+folder swapped for a symlink mid-write is never written into.
 Listing and stat never follow a link. Nothing here parses an envelope.
 """
 
@@ -15,15 +18,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from xlakit._atomic import write_atomic
-
 from . import _fs
 from .base import ObjectRefused, ObjectStat
 from .layout import (
     ENTRY_SUFFIX,
+    adoption_problem,
     file_stem,
     has_tag,
-    is_xlakit_shaped,
     validate_partition,
     write_tag,
 )
@@ -42,9 +43,16 @@ class FolderStore:
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
         self._seen = threading.local()
-        self._ready = False  # root created and tagged (or found holding foreign files) by this object  # (partition, key) -> (st_dev, st_ino) of the last read, per thread
+        self._ready = False  # root created and tagged (or found holding foreign files) by this object
+        self.displaced: list[str] = []  # what was done about folders found where the store keeps a file
 
     # -- names ------------------------------------------------------------------------------------------
+    def note_displaced(self, where: str, note: str | None) -> None:
+        """Remember (the last 100) sentences from :func:`xlakit.store._fs.clear_way`, prefixed by where."""
+        if note is not None:
+            del self.displaced[:-99]
+            self.displaced.append(f"{where}: {note}")
+
     def path(self, partition: str, key: str) -> Path:
         """Where the object lives (whether or not it exists). Raises ValueError for a bad partition/key."""
         return self.root / validate_partition(partition) / (file_stem(key) + ENTRY_SUFFIX)
@@ -61,7 +69,8 @@ class FolderStore:
             os.close(root)
 
     def ensure_root(self) -> None:
-        """Create the root folder (0700) and its CACHEDIR.TAG when it is new, empty or xlakit-shaped.
+        """Create the root folder (0700) and its CACHEDIR.TAG when it is new, holds only the layout's own root
+        files and no partition, or is provably an xlakit cache (:func:`~xlakit.store.layout.adoption_problem`).
 
         A folder that holds other files is used without a tag (writes are not destructive), so clear/prune
         will refuse it. Raises OSError.
@@ -71,21 +80,50 @@ class FolderStore:
         fresh = _fs.lstat(self.root) is None
         if not self.root.is_dir():  # the root itself may be a link the user made; folders under it may not
             _fs.ensure_dir(self.root)
-        if fresh or (not has_tag(self.root) and is_xlakit_shaped(self.root) is None):
+        if fresh or (not has_tag(self.root) and adoption_problem(self.root) in (None, "empty")):
             write_tag(self.root)
         self._ready = True
 
     def ensure_partition(self, partition: str) -> Path:
         """Create ``<root>/<partition>`` (0700) if missing; raises OSError, ObjectRefused if it is a link."""
         self.ensure_root()
-        pdir = self.root / validate_partition(partition)
-        _fs.ensure_dir(pdir)
-        return pdir
+        with _fs.dir_fd(os.path.realpath(self.root)) as rfd:
+            os.close(_fs.make_dir_at(validate_partition(partition), rfd))
+        return self.root / partition
+
+    def write_file(self, partition: str, name: str, data: bytes, *, replace: bool = True) -> None:
+        """Publish ``data`` as ``<root>/<partition>/<name>`` through folder descriptors (see the module
+        docstring), creating the folders if missing. Raises FileExistsError (``replace=False`` and the name
+        exists), ObjectRefused (the partition is a link), IsADirectoryError, OSError."""
+        validate_partition(partition)
+        for attempt in (0, 1):
+            self.ensure_root()
+            with _fs.dir_fd(os.path.realpath(self.root)) as rfd:
+                pfd = _fs.make_dir_at(partition, rfd)
+                try:
+                    try:
+                        _fs.write_at(pfd, name, data, replace=replace, durable=True)
+                    except IsADirectoryError:
+                        # A folder holds the name: get it out of the way (never entered), then write once more.
+                        note = _fs.clear_way(name, pfd)
+                        self.note_displaced(str(self.root / partition), note)
+                        if note is None or "left in place" in note:
+                            raise
+                        _fs.write_at(pfd, name, data, replace=replace, durable=True)
+                    return
+                except FileNotFoundError:
+                    if attempt:
+                        raise  # clear() removed the empty partition folder just now: try once more
+                finally:
+                    os.close(pfd)
 
     # -- the Store contract -----------------------------------------------------------------------------
     def get(self, partition: str, key: str, max_bytes: int) -> bytes | None:
         """The object's bytes, or None when absent. Raises ObjectRefused (link, FIFO, device, folder, over
         ``max_bytes``), OSError for other read errors, ValueError for a bad partition name or empty key.
+
+        A folder at the entry's name is removed if empty, else renamed to ``.<name>.<ms>.<rand>.in-the-way`` (see
+        :func:`xlakit.store._fs.clear_way`); the ObjectRefused says which, and ``displaced`` records it.
         """
         name = file_stem(key) + ENTRY_SUFFIX
         try:
@@ -96,6 +134,11 @@ class FolderStore:
             data, st = _fs.read_bounded(name, max_bytes, at=pfd)
         except FileNotFoundError:
             return None
+        except IsADirectoryError:
+            # A folder at an entry's name would fail every read and write forever: move it out of the way.
+            note = _fs.clear_way(name, pfd) or "it is gone now"
+            self.note_displaced(str(self.root / partition), note)
+            raise ObjectRefused(f"{name} is a folder, not an entry: {note}") from None
         finally:
             os.close(pfd)
         self._remember(partition, key, st)
@@ -115,25 +158,15 @@ class FolderStore:
 
     def put(self, partition: str, key: str, blob: bytes) -> bool:
         """Create the object atomically; False (nothing written) if the name exists. Raises OSError."""
-        path = self.path(partition, key)
-        self.ensure_partition(partition)
         try:
-            write_atomic(path, blob, replace=False, durable=True)
+            self.write_file(partition, file_stem(key) + ENTRY_SUFFIX, blob, replace=False)
         except FileExistsError:
             return False
         return True
 
     def replace(self, partition: str, key: str, blob: bytes) -> None:
         """Publish the object atomically, replacing what is there (readers see old or new). Raises OSError."""
-        path = self.path(partition, key)
-        for attempt in (0, 1):
-            self.ensure_partition(partition)
-            try:
-                write_atomic(path, blob, replace=True, durable=True)
-                return
-            except FileNotFoundError:
-                if attempt:
-                    raise  # clear() removed the empty partition folder just now: try once more
+        self.write_file(partition, file_stem(key) + ENTRY_SUFFIX, blob)
 
     def delete(self, partition: str, key: str) -> bool:
         """Remove the object's file (a link there is removed, never followed); True if it existed."""

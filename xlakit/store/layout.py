@@ -18,9 +18,20 @@ Layout under the root folder::
 
 Destructive operations (clear, prune, verify's quarantining) run only in a folder that carries
 ``CACHEDIR.TAG``. A folder without it (a round-1 cache, or one created by hand) is adopted — the tag is
-written, on the first write or the first destructive operation — only when every name in it is one this
-layout produces (see :func:`is_xlakit_shaped`); any other
-folder raises :class:`NotACacheFolder` and nothing is deleted.
+written — only when it is *provably* an xlakit cache (:func:`adoption_problem`): every name in it is one
+this layout produces, there is at least one partition folder, every partition folder holds a
+``partition.json`` that is a JSON object and at least one ``.xlk`` entry that starts with xlakit's magic
+bytes, and no folder sits where the layout expects a file. Names alone never suffice (a home folder with
+``Downloads/model.xlk`` and ``Music/playlist.used`` fits the names). An empty folder, or one with no
+partition, is never adopted by a destructive operation (there is nothing to remove); any other folder
+raises :class:`NotACacheFolder` and nothing is deleted. A first *write* tags a folder it creates, an
+existing empty folder, or a provable cache; it writes into any other folder untagged, so clear/prune will
+still refuse it.
+
+Folders where the store expects its own file (``.lock``, an entry's ``.xlk``, its ``.used``): the store
+never enters them. An empty one is removed; a non-empty one is renamed out of the way to
+``.<name>.<unix_ms>.<rand>.in-the-way`` beside it (a rename of the folder itself, never recursing into it or
+following a link), and the operation says so (``LocalStore.displaced``, the clear/prune message).
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ __all__ = [
     "TEMP_SUFFIX",
     "USED_SUFFIX",
     "NotACacheFolder",
+    "adoption_problem",
     "file_stem",
     "has_tag",
     "is_stale_temp",
@@ -97,8 +109,21 @@ class NotACacheFolder(ValueError):
 
 
 def resolve_root(path: str | os.PathLike | None = None) -> Path:
-    """Cache root: ``path``, else env ``XLAKIT_CACHE_DIR``, else the user cache dir. Creates nothing."""
-    return Path(path or os.environ.get(ENV_CACHE_DIR) or platformdirs.user_cache_dir("xlakit"))
+    """Cache root: ``path``, else env ``XLAKIT_CACHE_DIR``, else the user cache dir. Creates nothing.
+
+    Raises ValueError for an empty ``path`` (``--path ""``) or an empty ``XLAKIT_CACHE_DIR`` that is set:
+    an empty string is a mistake, not a request for the default cache.
+    """
+    if path is not None:
+        if not os.fspath(path):
+            raise ValueError("the cache path is an empty string; give a folder (or omit it for the default cache)")
+        return Path(path)
+    env = os.environ.get(ENV_CACHE_DIR)
+    if env is not None:
+        if not env.strip():
+            raise ValueError(f"{ENV_CACHE_DIR} is set but empty; set it to a folder or unset it for the default cache")
+        return Path(env)
+    return Path(platformdirs.user_cache_dir("xlakit"))
 
 
 def file_stem(key: str) -> str:
@@ -244,12 +269,60 @@ def is_xlakit_shaped(root: Path) -> str | None:
     return None
 
 
-def require_cache_folder(root: Path) -> bool:
-    """Check that ``root`` may be changed destructively; adopt an xlakit-shaped folder without a tag.
+_MAGIC_STEM = b"XLAKIT\x00"  # the envelope's magic without its version byte (see envelope.py)
+_MAX_INFO_BYTES = 1024 * 1024
 
-    Returns False when ``root`` does not exist (nothing to do), True when it is a cache folder (tagged now
-    if it was not). Raises NotACacheFolder when it is a link, not a folder, or holds files xlakit does not
-    write; OSError if the tag cannot be written.
+
+def _partition_proof(fd: int, name: str) -> str | None:
+    """None if the partition folder (descriptor ``fd``) holds a partition.json that is a JSON object and at
+    least one regular ``.xlk`` file starting with xlakit's magic bytes; else why not."""
+    from . import safejson
+
+    try:
+        info = safejson.load_file(PARTITION_INFO, _MAX_INFO_BYTES, at=fd)
+    except (OSError, ValueError):
+        return f"{name}/ has no readable {PARTITION_INFO} written by xlakit"
+    if not isinstance(info, dict):
+        return f"{name}/{PARTITION_INFO} is not an xlakit partition description"
+    for d in _fs.scandir(fd):
+        if d.name.endswith(ENTRY_SUFFIX) and d.is_file(follow_symlinks=False):
+            try:
+                with _fs.open_regular(d.name, at=fd) as f:
+                    if f.read(len(_MAGIC_STEM)) == _MAGIC_STEM:
+                        return None
+            except OSError:
+                continue
+    return f"{name}/ holds no xlakit entry"
+
+
+def adoption_problem(root: Path) -> str | None:
+    """None if ``root`` (without a tag) is provably an xlakit cache (rule in the module docstring), else
+    why not. ``"empty"`` when it holds no partition folder at all. Never follows a link."""
+    why = is_xlakit_shaped(root)
+    if why is not None:
+        return why
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as fd:
+            parts = [d.name for d in _fs.scandir(fd) if d.name != QUARANTINE and d.is_dir(follow_symlinks=False)]
+            if not parts:
+                return "empty"
+            for name in parts:
+                with _fs.dir_fd(name, at=fd) as sub:
+                    why = _partition_proof(sub, name)
+                if why is not None:
+                    return why
+    except OSError as e:
+        return f"cannot be read as a folder: {e}"
+    return None
+
+
+def require_cache_folder(root: Path) -> bool:
+    """Check that ``root`` may be changed destructively; adopt a provable xlakit cache without a tag.
+
+    Returns False when ``root`` does not exist or is an untagged folder with no partition (nothing to do;
+    no tag is written), True when it is a cache folder (tagged now if it was not). Raises NotACacheFolder
+    when it is not a folder, or is untagged and not provably xlakit's (see the module docstring); OSError
+    if the tag cannot be written.
     """
     st = _fs.lstat(root)
     if st is None:
@@ -258,7 +331,9 @@ def require_cache_folder(root: Path) -> bool:
         raise NotACacheFolder(root, "it is not a folder")
     if has_tag(root):
         return True
-    why = is_xlakit_shaped(root)
+    why = adoption_problem(root)
+    if why == "empty":
+        return False
     if why is not None:
         raise NotACacheFolder(root, f"no {TAG_NAME}, and {why}")
     write_tag(root)

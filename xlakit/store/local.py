@@ -129,6 +129,13 @@ class LocalStore:
         return f"LocalStore({str(self.root)!r}, max_bytes={self.max_bytes})"
 
     @property
+    def displaced(self) -> list[str]:
+        """Sentences about folders found where the store keeps a file (``.lock``, an entry, a ``.used``) and
+        what was done: removed if empty, else renamed to ``.<name>.<unix_ms>.<rand>.in-the-way`` beside it,
+        never entered. Oldest first, the last 100. Callers report them (an event, a CLI message)."""
+        return self.objects.displaced
+
+    @property
     def secret(self) -> bytes:
         """The HMAC secret. Raises SecretUnavailable (OSError) on first use if none can be had, or if the
         secret file would live inside this cache folder (or the cache inside the config folder)."""
@@ -152,7 +159,14 @@ class LocalStore:
     def _lockfile(self) -> filelock.FileLock:
         # filelock opens with O_TRUNC: a planted link at .lock would truncate its target, so drop it first.
         st = _fs.lstat(self.root / LOCK_NAME)
-        if st is not None and not stat.S_ISREG(st.st_mode):
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            # A folder at .lock would fail every capped put, clear and prune: out of the way, never entered.
+            try:
+                with _fs.dir_fd(os.path.realpath(self.root)) as rfd:
+                    self.objects.note_displaced(str(self.root), _fs.clear_way(LOCK_NAME, rfd))
+            except OSError:
+                pass
+        elif st is not None and not stat.S_ISREG(st.st_mode):
             _fs.unlink_at(str(self.root / LOCK_NAME))
         if self._lock is None:
             self._lock = filelock.FileLock(self.root / LOCK_NAME, timeout=self.lock_timeout_s, mode=0o600)
@@ -170,7 +184,8 @@ class LocalStore:
         """
         found = self.layer.get(partition, key, expect=expect)
         if found.status == "hit":
-            evict.touch_used(self.root, self.entry_path(partition, key))
+            self.objects.note_displaced(str(self.root / partition),
+                                        evict.touch_used(self.root, self.entry_path(partition, key)))
         return found
 
     def touch(self, partition: str, key: str) -> None:
@@ -202,7 +217,7 @@ class LocalStore:
         if keep is not None:
             return keep
         self.objects.replace(partition, key, blob)
-        evict.touch_used(self.root, path)
+        self.objects.note_displaced(str(self.root / partition), evict.touch_used(self.root, path))
         return None
 
     def put(self, partition: str, key: str, header: dict, raw_payload: bytes) -> PutResult:
@@ -271,10 +286,7 @@ class LocalStore:
         except OSError:
             pass
         try:
-            from xlakit._atomic import write_atomic
-
-            self.objects.ensure_partition(partition)
-            write_atomic(path, data, durable=True)
+            self.objects.write_file(partition, PARTITION_INFO, data)
         except OSError:
             return False
         return True
@@ -370,8 +382,9 @@ class LocalStore:
         partition=None also the quarantine. Returns the number of entries removed. Only names the store
         produces are removed, and no link is followed.
 
-        Raises NotACacheFolder (a ValueError) for a folder that is not an xlakit cache,
-        filelock.Timeout if the lock isn't free within lock_timeout_s.
+        A folder at a store name (an entry, ``.used``, ``partition.json``) is removed if empty, else renamed
+        out of the way (never entered) and named in :attr:`displaced`. Raises NotACacheFolder (a ValueError)
+        for a folder that is not an xlakit cache, filelock.Timeout if the lock isn't free within lock_timeout_s.
         """
         parts = [validate_partition(partition)] if partition is not None else None
         if not require_cache_folder(self.root):
@@ -379,8 +392,12 @@ class LocalStore:
         parts = parts if parts is not None else self.partitions()
         removed = 0
         with self._lockfile():
+            notes: list[str] = []
             for part in parts:
-                removed += evict.clear_partition(self.root, part)
+                removed += evict.clear_partition(self.root, part, notes)
+            for note in notes:
+                self.objects.note_displaced(str(self.root), note)
+            evict.remove_stale_temps(self.root, [], older_than_s=STALE_TEMP_S)
             if partition is None:
                 from .quarantine import clear_quarantine
 

@@ -140,12 +140,21 @@ def check_secret_outside(cache_root: str | os.PathLike, config_dir: str | os.Pat
     """Refuse a secret file inside the cache folder, or a cache folder inside the config folder.
 
     Anyone who can read the cache could then re-sign entries. Paths are compared resolved. Nothing to
-    check when the secret comes from ``XLAKIT_CACHE_SECRET``. Raises SecretUnavailable naming both paths.
+    check when the secret comes from ``XLAKIT_CACHE_SECRET``. Raises SecretUnavailable naming both paths,
+    or naming the secret file when it is a symlink (reported first, wherever the link points).
     """
     if os.environ.get(ENV_SECRET):
         return
+    named = secret_path(config_dir)
+    try:
+        if stat.S_ISLNK(os.lstat(named).st_mode):  # say the first thing wrong: a link is refused wherever it points
+            raise SecretUnavailable(f"secret file {named} (from {_setting(config_dir)}) is a symlink; refused "
+                                    f"(it must be a private file); remove the link to regenerate, or {_hint()}")
+    except OSError as e:
+        if isinstance(e, SecretUnavailable):
+            raise
     cache = Path(os.path.realpath(cache_root))
-    secret_file = Path(os.path.realpath(secret_path(config_dir)))
+    secret_file = Path(os.path.realpath(named))
     config = secret_file.parent
     if secret_file.is_relative_to(cache) or cache.is_relative_to(config):
         raise SecretUnavailable(
@@ -158,7 +167,11 @@ def _make_private_dir(path: Path) -> None:
     if path.is_dir():
         return
     os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)  # makedirs' mode is filtered by the umask
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # never chmod a link's target
+    try:
+        os.fchmod(fd, 0o700)  # makedirs' mode is filtered by the umask
+    finally:
+        os.close(fd)
 
 
 def load_secret(config_dir: str | os.PathLike | None = None) -> bytes:
@@ -169,13 +182,14 @@ def load_secret(config_dir: str | os.PathLike | None = None) -> bytes:
     env = os.environ.get(ENV_SECRET)
     if env:
         try:
-            from_env = env.encode("utf-8")
+            from_env = env.encode("utf-8").strip()  # stripped like the secret file, so both follow one rule
         except UnicodeEncodeError:
             raise SecretUnavailable(f"{ENV_SECRET} is not valid UTF-8 text; set it to a printable secret of at "
                                     f"least {MIN_SECRET_BYTES} characters (e.g. 64 hex digits)") from None
         if len(from_env) < MIN_SECRET_BYTES:
-            raise SecretUnavailable(f"{ENV_SECRET} is {len(from_env)} bytes long, fewer than {MIN_SECRET_BYTES}; "
-                                    "set it to a longer secret (e.g. 64 hex digits)")
+            raise SecretUnavailable(f"{ENV_SECRET} is {len(from_env)} bytes long, fewer than {MIN_SECRET_BYTES} "
+                                    "(surrounding whitespace is not counted); set it to a longer secret "
+                                    "(e.g. 64 hex digits)")
         return from_env
     path = secret_path(config_dir)
     _check_folder(path.parent, config_dir)
