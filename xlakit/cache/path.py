@@ -95,7 +95,7 @@ class CachePath:
         first = None
         if found.status in ("corrupt", "unauthenticated"):
             first = self._record("corrupt", name, key, partition, load_s=took,
-                                 reason=f"{found.reason}; moved to {found.quarantined_to}")
+                                 reason=f"{found.reason}; {found.disposition}")
         elif found.status == "error":
             first = self._record("load_error", name, key, partition, load_s=took, reason=found.reason)
             self._warn_once("read", f"xlakit could not read its cache at {self.folder}: {found.reason}. "
