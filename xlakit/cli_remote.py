@@ -22,7 +22,8 @@ def _remote(args: argparse.Namespace):
         if options is not None and not isinstance(options, dict):
             raise ValueError("not a JSON object")
     except ValueError as e:
-        raise CliError(f"--remote-options: {e}; use a JSON object such as '{{\"endpoint_url\": \"http://host:9000\"}}'")
+        example = '{"endpoint_url": "http://host:9000"}'
+        raise CliError(f"--remote-options: {e}; use a JSON object such as '{example}'") from e
     try:
         url, mode, options = remote_settings(args.remote, args.remote_mode, options)  # type: ignore[misc]
         return remote_maintenance.open_remote(url, options), mode

@@ -98,8 +98,8 @@ class ProbeResult:
     the measurement reads low). tolerance_bytes: the agreement needed for ``exact``. runtime_calls: code in
     the program that allocates outside XLA's buffer assignment (library fusions, custom calls, Eigen dots).
     first_run_scratch_bytes: the scratch of the warm-up run (``warmup=True``), None without one; above
-    ``scratch_bytes`` by the runtime state a first execution leaves resident. name / platform / device: the program and where it ran. run_s: seconds of the measured run. notes:
-    caveats.
+    ``scratch_bytes`` by the runtime state a first execution leaves resident. name / platform / device: the
+    program and where it ran. run_s: seconds of the measured run. notes: caveats.
     """
 
     peak_bytes: int | None

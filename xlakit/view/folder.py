@@ -78,7 +78,7 @@ def entries_frame(folder: Any, partition: str | None = None):
     frame = folder.entries(partition)
     signatures = {(i.partition, i.key): signature_of(i.header) for i in folder.infos(partition)}
     frame.insert(1, "signature", [signatures.get((p, k), NO_SIGNATURE)
-                                  for p, k in zip(frame["partition"], frame["key"])])
+                                  for p, k in zip(frame["partition"], frame["key"], strict=True)])
     return frame
 
 

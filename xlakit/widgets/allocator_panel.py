@@ -190,10 +190,10 @@ class AllocatorPanel(View, widgets.VBox):
                 return
             self.stats = tuple(allocator_stats(d) for d in self.devices)
             now = time.time()
-            for s, row in zip(self.stats, self._rows):
+            for s, row in zip(self.stats, self._rows, strict=True):
                 self._history.setdefault(str(row.device), collections.deque(maxlen=self.history_len)).append(
                     (now, s.bytes_in_use))
-            for r, row in zip(self.rows, self._rows):
+            for r, row in zip(self.rows, self._rows, strict=True):
                 c = row.cells
                 c["in_use"].value = _bytes_html(r["in_use"]) + (
                     "" if r["process_rss"] is None else
