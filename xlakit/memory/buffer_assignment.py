@@ -395,21 +395,21 @@ class BufferAssignment:
             if not steps:
                 continue
             end = max(steps)
-            for iid, _ in locations:
-                for user in users.get(iid, ()) if iid is not None else ():
+            for loc_iid, _ in locations:
+                for user in users.get(loc_iid, ()) if loc_iid is not None else ():
                     p = pos(user)
                     if p is not None:
                         end = max(end, p)
-                if iid == root_id:
+                if loc_iid == root_id:
                     end = last
             ranges[b.id] = (min(steps), end)
 
         # Sweep: at each step, the union of byte ranges of live slices, per allocation.
         starts: dict[int, list[int]] = {}
         ends: dict[int, list[int]] = {}
-        for bid, (a, b) in ranges.items():
-            starts.setdefault(a, []).append(bid)
-            ends.setdefault(b + 1, []).append(bid)
+        for bid, (first, last_step) in ranges.items():
+            starts.setdefault(first, []).append(bid)
+            ends.setdefault(last_step + 1, []).append(bid)
         active: dict[int, set[int]] = {}
         occupied: dict[int, int] = {}
         alloc_by_index = {a.index: a for a in self.allocations}
@@ -615,7 +615,7 @@ def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, re
 
     allocations = []
     for al in ba.messages(_F.BA_ALLOCATIONS):
-        index = al.int(_F.AL_INDEX)
+        al_index = al.int(_F.AL_INDEX)
         flags = {"parameter": al.bool(_F.AL_PARAMETER), "thread_local": al.bool(_F.AL_THREAD_LOCAL),
                  "live_out": al.bool(_F.AL_LIVE_OUT), "constant": al.bool(_F.AL_CONSTANT),
                  "tuple": al.bool(_F.AL_TUPLE), "aliased": al.bool(_F.AL_ALIASED)}
@@ -643,12 +643,12 @@ def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, re
                                                     slice_dtype.get(bid), 0)
             slices.append(Slice(buf, asg.int(_F.AS_OFFSET), asg.int(_F.AS_SIZE)))
         allocations.append(Allocation(
-            index=index, size=al.int(_F.AL_SIZE), kind=kind, kinds=tuple(kinds),
+            index=al_index, size=al.int(_F.AL_SIZE), kind=kind, kinds=tuple(kinds),
             parameter_number=al.int(_F.AL_PARAMETER_NUMBER) if flags["parameter"] else None,
             parameter_shape_index=tuple(al.ints(_F.AL_PARAMETER_INDEX)), aliased_with_output=flags["aliased"],
             maybe_live_out=flags["live_out"], is_thread_local=flags["thread_local"], is_constant=flags["constant"],
             is_tuple=flags["tuple"], color=al.int(_F.AL_COLOR), slices=tuple(slices),
-            peak_buffer_ids=peaks.get(index, ())))
+            peak_buffer_ids=peaks.get(al_index, ())))
 
     traces = []
     for tr in ba.messages(_F.BA_TRACES):
