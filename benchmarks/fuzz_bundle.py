@@ -226,7 +226,7 @@ def apply(bundle: Path, outside: Path, target: str, mutation: str, rng: random.R
         if target == "cache" and kind == "directory":  # a partition folder that is a symlink outside
             parts = [d for d in p.iterdir() if d.is_dir() and d.name != "quarantine"]
             plant_kind(parts[0], "outside_dir", outside)
-            return f"cache/partition -> outside_dir"
+            return "cache/partition -> outside_dir"
         plant_kind(p, kind, outside)
         return f"{target} -> {kind}"
     data = p.read_bytes()

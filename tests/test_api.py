@@ -10,7 +10,8 @@ from conftest import run_python
 def test_import_is_light_and_changes_nothing():
     out = run_python(
         "import sys, xlakit\n"
-        "heavy = [m for m in ('jax', 'jaxlib', 'ipywidgets', 'plotly', 'pandas', 'rich', 'anywidget') if m in sys.modules]\n"
+        "heavy = [m for m in ('jax', 'jaxlib', 'ipywidgets', 'plotly', 'pandas', 'rich', 'anywidget')\n"
+        "         if m in sys.modules]\n"
         "print(repr(heavy))")
     assert out == "[]"
 
@@ -30,11 +31,13 @@ import xlakit
 cache = xlakit.enable_cache({str(tmp_path / 'c')!r})
 during = {{n: getattr(jax.config, n) for n in names}}
 from xlakit._jax import hooks
-hooked = compiler._cache_read is hooks._cache_read and compiler._cache_write is hooks._cache_write and hooks._default is cache
+hooked = (compiler._cache_read is hooks._cache_read and compiler._cache_write is hooks._cache_write
+          and hooks._default is cache)
 print(xlakit.disable_cache(), xlakit.disable_cache(), file=__import__('sys').stderr)
 after = {{n: getattr(jax.config, n) for n in names}}
 print(json.dumps({{'before': before, 'during': during, 'after': after, 'hooked': hooked,
-                  'restored': (compiler._cache_read, compiler._cache_write, __import__("jax._src.pjit")._src.pjit._run_python_pjit) == originals,
+                  'restored': (compiler._cache_read, compiler._cache_write,
+                               __import__("jax._src.pjit")._src.pjit._run_python_pjit) == originals,
                   'level_restored': logging.getLogger('jax._src.cache_key').level == level}}))
 """
     r = json.loads(run_python(code))

@@ -82,7 +82,8 @@ def test_reset_peak_in_a_browser_lowers_the_displayed_peak():
     pytest.importorskip("voila")
     ARTIFACTS.mkdir(exist_ok=True)
     port = _free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("XLA_FLAGS", None)
     log_path = ARTIFACTS / "browser-voila.log"
     timings = {}

@@ -279,3 +279,33 @@ def test_adapters_import_nothing_above_them():
                     assert not name.startswith("xlakit._jax"), (path.name, name)
                 else:
                     assert name.startswith(allowed), (path.name, name)
+
+
+def test_folder_api_gives_signatures_removal_events_and_the_current_partition(cache):
+    """Fault: the views reached around the folder API (re-reading headers for the argument signature, removing
+    files through the store and emitting the evict event themselves, importing xlakit._jax for the current
+    environment). The folder API answers all three: a ``signature`` column, ``remove`` recording ``evict``,
+    and ``xlakit.cache.current_partition``."""
+    from xlakit.cache import CacheFolder, current_environment, current_partition
+    from xlakit.events import EventLog
+
+    cache.jit(lambda x: x + 1)(jnp.ones((3, 2), jnp.float32))
+    (info,) = cache.store.entries()
+    assert info.partition == current_partition() == current_environment().partition_name()
+    cache.store.put(info.partition, "0" * 64, {"name": "jit_old", "compile_s": 0.5}, b"written before signatures")
+    old_bytes = next(i.size_bytes for i in cache.store.entries() if i.key == "0" * 64)
+
+    log = EventLog()
+    folder = CacheFolder(store=cache.store, log=log)
+    frame = folder.entries().set_index("key")
+    (arg,) = frame.loc[info.key, "signature"]
+    assert arg["dtype"] == "f32" and arg["shape"] in ("3x2", [3, 2], (3, 2)), arg
+    assert frame.loc["0" * 64, "signature"] is None
+
+    assert folder.remove(info.partition, "0" * 64, "evicted by hand in a test") is True
+    [event] = log.events("evict")
+    assert (event.key, event.partition, event.name, event.reason) == (
+        "0" * 64, info.partition, "jit_old", "evicted by hand in a test")
+    assert event.bytes == old_bytes > 0
+    assert folder.remove(info.partition, "0" * 64, "again") is False and len(log.events("evict")) == 1
+    assert [i.key for i in cache.store.entries()] == [info.key]

@@ -289,7 +289,8 @@ def test_module_entry_point_and_no_jax(cache, tmp_path):
     assert proc.stdout.strip() == "False"
 
     proc = subprocess.run([sys.executable, "-m", "xlakit.cli", "cache", "prune", "--max-bytes", "abc",
-                           "--path", str(cache.root)], capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
+                           "--path", str(cache.root)],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 

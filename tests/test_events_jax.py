@@ -109,12 +109,12 @@ def test_jax_persistent_cache_layer_with_names(tmp_path):
                               ("compile", "jax", mm), ("store", "jax-persistent", mm)]
     assert str(cache) in only(cold, "miss")[0]["reason"]
     stored_keys = [e["key"] for e in only(cold, "store")]
-    assert all(k.startswith(n + "-") for k, n in zip(stored_keys, (ADD, mm)))
+    assert all(k.startswith(n + "-") for k, n in zip(stored_keys, (ADD, mm), strict=True))
 
     warm = run(cache, "add_one", "matmul", layer="jax")
     assert timeline(warm) == [*TRACED, ("hit", "jax-persistent", ADD), ("trace", "jax", mm),
                               ("lower", "jax", mm), ("hit", "jax-persistent", mm)]
-    for hit, key in zip(only(warm, "hit"), stored_keys):
+    for hit, key in zip(only(warm, "hit"), stored_keys, strict=True):
         assert hit["key"] == key and hit["duration_s"] > 0
         # recorded compile seconds (whole seconds in JAX's entry: 0 here) minus load, floored: never negative
         assert hit["saved_s"] == 0.0 and "JAX recorded 0 s" in hit["reason"]

@@ -35,7 +35,7 @@ def same_tree(a, b) -> bool:
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     return (jax.tree.structure(a) == jax.tree.structure(b) and len(la) == len(lb)
             and all(np.asarray(x).dtype == np.asarray(y).dtype and np.asarray(x).tobytes() == np.asarray(y).tobytes()
-                    for x, y in zip(la, lb)))
+                    for x, y in zip(la, lb, strict=True)))
 
 
 def test_jit_is_bit_identical_to_jax_jit_on_pytrees_static_donated_and_kwargs(cache):

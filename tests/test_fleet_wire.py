@@ -283,7 +283,8 @@ def test_claimant_compiles_waiter_loads_its_entry(tmp_path):
     s1, log1, path1, coord1 = _process(tmp_path, url, kv, 1)
     load = lambda h, p: p  # noqa: E731
     _, miss0 = path0.fetch(PARTITION, key, name="jit_f", load=load)
-    assert coord0.on_miss(PARTITION, key, "jit_f", load, None, miss0) == (None, miss0) and coord0.claimed(PARTITION, key)
+    assert coord0.on_miss(PARTITION, key, "jit_f", load, None, miss0) == (None, miss0)
+    assert coord0.claimed(PARTITION, key)
     got = {}
 
     def waiter():

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import worker_env
+
 from xlakit.memory import AllocatorStats, allocator_stats, parse_memory_stats, process_memory, reset_peak
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "gpu_memory_stats.json").read_text())

@@ -33,7 +33,8 @@ ENTRY %main.2 (v.1: f32[10000]) -> f32[10000] {
   %v.1 = f32[10000]{0} parameter(0), metadata={op_name="v"}
   %d = f32[100,100]{1,0} dot(%x, %y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   %cc = f32[4]{0} custom-call(%v.1), custom_call_target="lapack_sgetrf_ffi"
-  ROOT %ynn_fusion = f32[10000]{0} fusion(%v.1), kind=kCustom, calls=%fused_computation, backend_config={"fusion_config":{"kind":"__ynn_fusion"},"outer_dimension_partitions":[]}
+  ROOT %ynn_fusion = f32[10000]{0} fusion(%v.1), kind=kCustom, calls=%fused_computation, \
+backend_config={"fusion_config":{"kind":"__ynn_fusion"},"outer_dimension_partitions":[]}
 }
 """
 

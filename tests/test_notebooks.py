@@ -10,7 +10,6 @@ jax, flax, jupyterlab, ... takes minutes even from a warm pip cache).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess

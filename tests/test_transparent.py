@@ -149,9 +149,9 @@ def test_entry_from_another_build_is_never_loaded(tmp_path, field, value):
 
 
 def test_program_with_host_callback_runs_prints_and_is_recorded(tmp_path):
-    from xlakit._jax import versions
-
     import numpy as np
+
+    from xlakit._jax import versions
 
     report = run_worker(tmp_path / "c", "debug_print")
 

@@ -9,13 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import traitlets
-from plotly.callbacks import InputDeviceState, Points
 
 import xlakit
 from xlakit.events import Event, EventLog
 from xlakit.memory import compiled_memory
-from xlakit.widgets import AllocatorPanel, CacheBrowser, CacheTimeline, LiveArrays, MemoryBreakdown, dashboard
-from xlakit.widgets import _data
+from xlakit.widgets import AllocatorPanel, CacheBrowser, CacheTimeline, LiveArrays, MemoryBreakdown, _data, dashboard
 
 MiB = 2**20
 
@@ -511,6 +509,7 @@ def test_import_xlakit_stays_light_and_has_the_ipython_hook():
     from conftest import run_python
 
     out = run_python("import sys, xlakit\n"
-                     "heavy = [m for m in ('IPython', 'ipywidgets', 'plotly', 'xlakit.widgets', 'jax') if m in sys.modules]\n"
+                     "heavy = [m for m in ('IPython', 'ipywidgets', 'plotly', 'xlakit.widgets', 'jax')\n"
+                     "         if m in sys.modules]\n"
                      "print(repr((heavy, callable(xlakit.load_ipython_extension))))")
     assert out == "([], True)"

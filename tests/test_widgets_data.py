@@ -174,10 +174,10 @@ def test_live_table_and_treemap_nodes():
     row = table[table["array"] == "float32[10,10]"].iloc[0]
     assert row["arrays"] == 2 and row["bytes"] == 800 and row["created_at"] == "a.py:1"
     nodes = _data.treemap_nodes(frame)
-    values = dict(zip(nodes["ids"], nodes["values"]))
+    values = dict(zip(nodes["ids"], nodes["values"], strict=True))
     assert values["cpu:0"] == 805 and values["cpu:0/device"] == 800 and values["cpu:0/pinned_host"] == 5
     assert values["cpu:1/device/float64[1000]"] == 8000
-    assert dict(zip(nodes["ids"], nodes["parents"]))["cpu:0/device/float32[10,10]"] == "cpu:0/device"
+    assert dict(zip(nodes["ids"], nodes["parents"], strict=True))["cpu:0/device/float32[10,10]"] == "cpu:0/device"
     assert _data.treemap_nodes(frame.iloc[:0])["ids"] == []
 
 

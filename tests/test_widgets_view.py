@@ -32,7 +32,7 @@ def test_byte_axis_ticks_are_binary_units_covering_the_data(values):
     """Charts said kB/MB (decimal) while tables said KiB/MiB: axis ticks are round binary-unit values."""
     vals, text = byte_ticks(values)
     assert len(vals) == len(text) and len(vals) <= 12
-    for v, t in zip(vals, text):
+    for v, t in zip(vals, text, strict=True):
         m = re.fullmatch(r"(-?[\d.]+) (B|KiB|MiB|GiB|TiB)", t)
         assert m, t
         unit = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}[m.group(2)]

@@ -29,7 +29,7 @@ def test_runs_finite_and_deterministic(name):
     fn, args = WORKLOADS[name].build()  # a second build: new jit function, same seeds
     again = jax.tree.leaves(fn(*args))
     assert len(again) == len(leaves)
-    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(leaves, again))
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(leaves, again, strict=True))
 
 
 def test_mlp_batch_sizes():
@@ -70,7 +70,7 @@ def test_zero_opt_state_equals_optax_init(tx):
     _, params = W._init(W._MLP, seed=0)
     ours, theirs = W._zeros_opt_state(tx, params), tx.init(params)
     assert jax.tree.structure(ours) == jax.tree.structure(theirs)
-    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
 
 

@@ -122,7 +122,7 @@ def _signature_differences(now: list | None, entry: list | None) -> list[Differe
     if len(now) != len(entry):
         return [Difference("shape", "arguments", f"{len(now)} arguments", f"{len(entry)} arguments")]
     out = []
-    for i, (a, b) in enumerate(zip(now, entry)):
+    for i, (a, b) in enumerate(zip(now, entry, strict=True)):
         for field in ("shape", "dtype", "sharding", "donation"):
             if a.get(field) != b.get(field):
                 out.append(Difference(field, f"argument {i}", a.get(field), b.get(field)))

@@ -155,7 +155,7 @@ class CellSummary:
     def _peak_text(self) -> str:
         if self.peak_bytes is None:
             return "peak not reported"
-        how = {True: "exact", False: "at most"}.get(self.peak_exact, "")
+        how = "" if self.peak_exact is None else ("exact" if self.peak_exact else "at most")
         what = "process high-water mark" if self.peak_method == "clear_refs" or "high-water" in self.peak_kind \
             else "peak"
         if self.reset:
@@ -239,7 +239,7 @@ class XlakitMagics(Magics):
             return widgets.CacheBrowser()
         return widgets.LiveArrays()
 
-    def _cell(self, line: str, cell: str) -> CellSummary:
+    def _cell(self, line: str, cell: str) -> None:
         words = shlex.split(line)
         unknown = [w for w in words if w not in ("--no-reset", "--reset-peak")]
         if unknown:
@@ -251,12 +251,15 @@ class XlakitMagics(Magics):
         from xlakit import events
         from xlakit.memory import track
 
+        shell = self.shell
+        if shell is None:
+            raise UsageError("%%xlakit runs inside an IPython shell (load it with %load_ext xlakit)")
         start = time.perf_counter()
         with events.record() as recorded, track(reset=reset) as tracker:
-            result = self.shell.run_cell(cell)
+            result = shell.run_cell(cell)
         summary = CellSummary.of(recorded, tracker, time.perf_counter() - start,
                                  failed=not getattr(result, "success", True), reset=reset)
-        self.shell.user_ns["_xlakit_cell"] = summary
+        shell.user_ns["_xlakit_cell"] = summary
         display(summary)
         return None
 

@@ -408,7 +408,9 @@ def _ensure(log: Sink) -> JaxListeners:
 
 
 def install(log: Sink) -> JaxListeners:
-    """Install the listeners, writing to ``log`` (an event sink such as :func:`xlakit.events.log`); see the module docstring.
+    """Install the listeners, writing to ``log`` (an event sink such as :func:`xlakit.events.log`).
+
+    See the module docstring.
 
     Idempotent: a second call adds nothing (and re-adds a callback that ``clear_event_listeners`` removed).
     With another ``log``, the listeners move to it.

@@ -60,7 +60,7 @@ def zero_arguments(compiled: Any) -> tuple[tuple, dict]:
     if len(shardings) != len(infos):
         shardings = [None] * len(infos)
     leaves = []
-    for i, (info, sharding) in enumerate(zip(infos, shardings)):
+    for i, (info, sharding) in enumerate(zip(infos, shardings, strict=True)):
         try:
             shape, dtype = tuple(info.shape), info.dtype
         except TypeError as e:

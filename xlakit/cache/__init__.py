@@ -10,15 +10,17 @@ Modules, one concept each:
 * :mod:`.executable` — :class:`ExecutableCache` (jit, compile, load, explain).
 * :mod:`.explaining` — explanations of a lookup against a store.
 * :mod:`.folder` — :class:`CacheFolder`: a cache folder as data, without JAX (CLI, report, widgets).
+* :mod:`.environment` — :func:`current_environment` / :func:`current_partition` of this process (JAX).
 
 Importing this package imports neither JAX nor pandas.
 """
 
 from xlakit.cache.decision import DECISION_KINDS, Decision
+from xlakit.cache.environment import current_environment, current_partition
 from xlakit.cache.executable import CacheEvent, ExecutableCache
 from xlakit.cache.folder import CacheFolder
 from xlakit.cache.path import CachePath
 from xlakit.cache.transparent import TransparentCache, active, disable, enable
 
 __all__ = ["Decision", "DECISION_KINDS", "CachePath", "CacheFolder", "ExecutableCache", "CacheEvent",
-           "TransparentCache", "enable", "disable", "active"]
+           "TransparentCache", "enable", "disable", "active", "current_environment", "current_partition"]

@@ -39,7 +39,7 @@ def signature_distance(now: list | None, entry: list | None) -> int:
     if len(now) != len(entry):
         return 10**6
     total = 0
-    for a, b in zip(now, entry):
+    for a, b in zip(now, entry, strict=True):
         if not isinstance(a, dict) or not isinstance(b, dict):
             total += 1000
             continue
@@ -47,7 +47,7 @@ def signature_distance(now: list | None, entry: list | None) -> int:
         if da is None or db is None or len(da) != len(db) or a.get("dtype") != b.get("dtype"):
             total += 1000 if a.get("shape") != b.get("shape") or a.get("dtype") != b.get("dtype") else 0
         else:
-            total += sum(x != y for x, y in zip(da, db))
+            total += sum(x != y for x, y in zip(da, db, strict=True))
         total += (a.get("sharding") != b.get("sharding")) + (a.get("donation") != b.get("donation"))
     return total
 

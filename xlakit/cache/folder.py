@@ -25,7 +25,7 @@ MEMORY_COLUMNS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_
                   "peak_memory_in_bytes")
 #: The columns of :meth:`CacheFolder.entries`, in order (also when the cache is empty).
 ENTRY_COLUMNS = ("name", "key", "partition", "size_bytes", "compile_s", "created", "last_used", "hits", "loadable",
-                 *MEMORY_COLUMNS)
+                 "signature", *MEMORY_COLUMNS)
 
 
 class CacheFolder:
@@ -63,7 +63,9 @@ class CacheFolder:
         """The entries as a ``pandas.DataFrame`` with :data:`ENTRY_COLUMNS`: name, key, partition, size_bytes
         (on disk), compile_s (seconds, recorded at compile time), created, last_used (datetimes), hits (in
         this process, from the event log), loadable (holds the JAX-level executable, see
-        :meth:`ExecutableCache.load`), and the compiled memory fields :data:`MEMORY_COLUMNS` (bytes, recorded
+        :meth:`ExecutableCache.load`), signature (the argument signature the entry's header records: a list of
+        ``{"shape", "dtype", "sharding", "donation"}`` dicts, one per argument; None when it records none, as
+        entries written before signatures were), and the compiled memory fields :data:`MEMORY_COLUMNS` (bytes, recorded
         at compile time). The columns are there when the cache is empty too."""
         import pandas as pd
 
@@ -75,11 +77,13 @@ class CacheFolder:
         for info in self.infos(partition):
             memory = info.header.get("memory")
             memory = memory if isinstance(memory, dict) else {}
+            signature = info.header.get("signature")
             rows.append({"name": info.name, "key": info.key, "partition": info.partition,
                          "size_bytes": info.size_bytes, "compile_s": info.compile_s,
                          "created": pd.to_datetime(info.created, unit="s") if info.created else pd.NaT,
                          "last_used": pd.to_datetime(info.last_used, unit="s"),
                          "hits": hits.get(info.key, 0), "loadable": _entry.loadable(info.header),
+                         "signature": signature if isinstance(signature, list) else None,
                          **{c: memory.get(c) for c in MEMORY_COLUMNS}})
         return pd.DataFrame(rows, columns=list(ENTRY_COLUMNS))
 
@@ -108,6 +112,26 @@ class CacheFolder:
                 self.log.emit("corrupt", name=info.name, key=info.key, partition=info.partition, reason=reason,
                               source="xlakit", folder=str(self.store.root))
         return results
+
+    def remove(self, partition: str, key: str, reason: str = "removed by hand", *, name: str | None = None,
+               size_bytes: int | None = None) -> bool:
+        """Remove one entry (all its payload kinds are one file) and record an ``evict`` event with ``reason``
+        in :attr:`log`. ``name`` / ``size_bytes`` (bytes on disk) go into the event; read from the entry's
+        header when not given. Returns whether the entry was there (nothing is recorded when it was not).
+
+        Raises:
+          OSError: the folder is read-only or the file cannot be removed (nothing is recorded then).
+        """
+        if name is None or size_bytes is None:
+            info = next((i for i in self.infos(partition) if i.key == key), None)
+            if info is not None:
+                name = info.name if name is None else name
+                size_bytes = info.size_bytes if size_bytes is None else size_bytes
+        if not self.store.remove(partition, key):
+            return False
+        self.log.emit("evict", name=name, key=key, partition=partition, bytes=size_bytes, reason=reason,
+                      source="xlakit", folder=str(self.store.root))
+        return True
 
     def clear(self, partition: str | None = None) -> int:
         """Remove the entries of one partition, or all; returns how many."""

@@ -144,7 +144,7 @@ class StoreHandler(CacheFolder):
         except Exception as exc:  # noqa: BLE001 - the cache fails open
             self._keep(self.io.failed("store_error", partition, key, name, f"{type(exc).__name__}: {exc}"))
         finally:
-            if claimed:  # compiled but not stored: tell the waiters at once to compile themselves
+            if claimed and partition is not None:  # compiled but not stored: the waiters compile themselves now
                 self.coordination.give_up(partition, key, "the claimant compiled it but did not store it")
 
     # -- decisions as values ---------------------------------------------------------------------------

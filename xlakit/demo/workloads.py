@@ -11,10 +11,12 @@ any cache statistics measured around the first call.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -57,7 +59,7 @@ def workloads() -> list[Workload]:
                  "flax.nnx decoder-only transformer (4 layers stacked with nnx.vmap, run with nnx.scan; d_model 128, "
                  "4 heads, seq 64, vocab 512), batch 8, optax adamw step", _build_transformer_train_step),
         *[Workload(f"mlp_infer_b{b}", f"flax.nnx MLP 784-512-512-10 inference, batch {b}",
-                   lambda b=b: _build_mlp_infer(b)) for b in (1, 8, 64)],
+                   functools.partial(_build_mlp_infer, b)) for b in (1, 8, 64)],
     ]
 
 
@@ -213,7 +215,7 @@ def _init(module_cls, seed: int):
     named in ``module_cls._stacked`` hold one slice per layer on axis 0 (made by ``nnx.vmap``); their fan-in
     leaves that axis out."""
     abstract = nnx.eval_shape(lambda: module_cls(rngs=nnx.Rngs(0)))
-    graphdef, state, rest = nnx.split(abstract, nnx.Param, ...)
+    graphdef, state, *rest = nnx.split(abstract, nnx.Param, ...)
     if jax.tree.leaves(rest):  # the pure functions merge Params only; other state would silently go missing
         raise ValueError(f"{module_cls.__name__} holds state other than nnx.Param")
     rng = np.random.default_rng(seed)

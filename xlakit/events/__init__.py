@@ -60,8 +60,8 @@ from xlakit.events._stats import CacheStats, Summary, SummaryRow
 if TYPE_CHECKING:
     from xlakit._jax.listeners import JaxListeners
 
-__all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event", "EventLog", "Observer", "CacheStats",
-           "Summary", "SummaryRow", "log", "cache_stats", "record", "load", "install_listeners",
+__all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event", "EventLog", "Observer",
+           "CacheStats", "Summary", "SummaryRow", "log", "cache_stats", "record", "load", "install_listeners",
            "uninstall_listeners", "prometheus_collector"]
 
 _LOG = EventLog()

@@ -7,14 +7,13 @@ event log, or it was damaged), reported with its line number.
 
 from __future__ import annotations
 
-from xlakit import _atomic
-
 import json
 import os
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
+from xlakit import _atomic
 from xlakit.events._model import _FIELD_NAMES, Event
 
 __all__ = ["write", "read"]

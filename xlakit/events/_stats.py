@@ -234,8 +234,8 @@ class Summary:
             return "Summary(no events)"
         header, body = self._table()
         widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in body]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

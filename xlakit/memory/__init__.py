@@ -21,11 +21,23 @@ from __future__ import annotations
 # Eager re-exports: the submodules import JAX and pandas only inside functions, so this stays cheap. Eager
 # (not lazy) because three functions share their module's name (buffer_assignment, probe, track): binding
 # the functions after the submodules are imported keeps ``xlakit.memory.probe`` the function.
-from xlakit.memory.allocator import (AllocatorStats, AllocatorStatsList, ResetResult, allocator_stats,
-                                     parse_memory_stats, process_memory, reset_peak)
+from xlakit.memory.allocator import (
+    AllocatorStats,
+    AllocatorStatsList,
+    ResetResult,
+    allocator_stats,
+    parse_memory_stats,
+    process_memory,
+    reset_peak,
+)
 from xlakit.memory.budget import Budget, weight_budget
-from xlakit.memory.buffer_assignment import (Allocation, BufferAssignment, LogicalBuffer, buffer_assignment,
-                                             decode_buffer_assignment)
+from xlakit.memory.buffer_assignment import (
+    Allocation,
+    BufferAssignment,
+    LogicalBuffer,
+    buffer_assignment,
+    decode_buffer_assignment,
+)
 from xlakit.memory.compiled import CompiledMemory, compiled_memory
 from xlakit.memory.live import MoveResult, live_arrays, live_bytes, move
 from xlakit.memory.probe import ProbeResult, probe

@@ -134,7 +134,7 @@ def judge(scratch: int | None, expected: dict[str, int] | None, *, devices: int,
         return {**base, "exact": False, "reason": f"no peak could be measured ({peak_reason})"}
     if not peak_exact:
         return {**base, "exact": False, "reason": f"upper bound: {peak_reason}"}
-    if xla is None:
+    if expected is None or xla is None or outside is None:
         return {**base, "exact": False,
                 "reason": "the backend reports no buffer assignment to check the measurement against; the peak "
                           f"itself was measured after a real reset ({peak_reason})"}

@@ -13,6 +13,7 @@ still decodes.
 
 from __future__ import annotations
 
+import builtins  # Message has methods named int/bool/str; annotations in its body name the builtins
 from collections.abc import Iterator
 
 __all__ = ["ProtoDecodeError", "Message", "iter_fields", "parse", "to_int64", "unpack_varints"]
@@ -54,6 +55,7 @@ def iter_fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | bytes
         field, wire = key >> 3, key & 7
         if field == 0:
             raise ProtoDecodeError("field number 0")
+        value: int | bytes
         if wire == VARINT:
             value, pos = _varint(view, pos)
         elif wire == LEN:
@@ -96,15 +98,15 @@ class Message:
     __slots__ = ("_fields",)
 
     def __init__(self, buf: bytes | memoryview) -> None:
-        fields: dict[int, list[int | bytes]] = {}
+        fields: dict[builtins.int, list[builtins.int | bytes]] = {}
         for number, _wire, value in iter_fields(buf):
             fields.setdefault(number, []).append(value)
         self._fields = fields
 
-    def has(self, number: int) -> bool:
+    def has(self, number: builtins.int) -> builtins.bool:
         return number in self._fields
 
-    def int(self, number: int, default: int = 0) -> int:
+    def int(self, number: builtins.int, default: builtins.int = 0) -> builtins.int:
         values = self._fields.get(number)
         if not values:
             return default
@@ -113,10 +115,10 @@ class Message:
             raise ProtoDecodeError(f"field {number}: expected a scalar, found bytes")
         return to_int64(value)
 
-    def bool(self, number: int) -> bool:
+    def bool(self, number: builtins.int) -> builtins.bool:
         return bool(self.int(number))
 
-    def str(self, number: int, default: str = "") -> str:
+    def str(self, number: builtins.int, default: builtins.str = "") -> builtins.str:
         values = self._fields.get(number)
         if not values:
             return default
@@ -125,13 +127,13 @@ class Message:
             raise ProtoDecodeError(f"field {number}: expected a string, found a scalar")
         return value.decode("utf-8", errors="replace")
 
-    def ints(self, number: int) -> list[int]:
-        out: list[int] = []
+    def ints(self, number: builtins.int) -> list[builtins.int]:
+        out: list[builtins.int] = []
         for value in self._fields.get(number, ()):
             out.extend(unpack_varints(value) if isinstance(value, bytes) else [to_int64(value)])
         return out
 
-    def messages(self, number: int) -> list[Message]:
+    def messages(self, number: builtins.int) -> list[Message]:
         out = []
         for value in self._fields.get(number, ()):
             if not isinstance(value, bytes):
@@ -139,11 +141,11 @@ class Message:
             out.append(Message(value))
         return out
 
-    def message(self, number: int) -> Message | None:
+    def message(self, number: builtins.int) -> Message | None:
         found = self.messages(number)
         return found[-1] if found else None
 
-    def numbers(self) -> list[int]:
+    def numbers(self) -> list[builtins.int]:
         return sorted(self._fields)
 
 

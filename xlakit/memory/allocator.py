@@ -188,7 +188,7 @@ def parse_memory_stats(stats: Mapping[str, Any] | None, *, device: str = "?", de
     if not isinstance(stats, Mapping):
         raise TypeError(f"memory_stats must be a dict, got {type(stats).__name__}; None means the backend "
                         "reports no allocator stats (CPU): call allocator_stats(device) instead")
-    values: dict[str, int | None] = {}
+    values: dict[str, Any] = {}  # the STATS_KEYS fields, each int or None (keyword arguments below)
     sources: dict[str, str] = {}
     for key in STATS_KEYS:
         raw = stats.get(key)
@@ -290,7 +290,7 @@ def _device_stats(device: Any) -> dict | None:
         stats = device.memory_stats()
     except Exception:  # noqa: BLE001 - an unimplemented stats call is "no stats", not a failure
         return None
-    return stats if isinstance(stats, Mapping) else None
+    return dict(stats) if isinstance(stats, Mapping) else None
 
 
 def reset_peak(device: Any = None) -> ResetResult:

@@ -29,8 +29,9 @@ def _internal_roots() -> tuple[str, ...]:
     roots = [sysconfig.get_paths().get("stdlib", ""), sysconfig.get_paths().get("platstdlib", "")]
     for name in ("jax", "jaxlib", "xlakit"):
         mod = sys.modules.get(name)
-        if mod is not None and getattr(mod, "__file__", None):
-            roots.append(os.path.dirname(os.path.abspath(mod.__file__)))
+        file = getattr(mod, "__file__", None)
+        if file:
+            roots.append(os.path.dirname(os.path.abspath(file)))
     return tuple(r for r in roots if r)
 
 
@@ -216,7 +217,8 @@ def move(arrays: Any, memory_kind: str = "pinned_host", *, donate: bool = False)
     for leaf in leaves:
         if isinstance(leaf, jax.Array):
             for device in leaf.sharding.device_set:
-                kinds = [m.kind for m in device.addressable_memories()]
+                # jaxlib's Device stub does not declare addressable_memories (a real method of every device)
+                kinds = [m.kind for m in device.addressable_memories()]  # type: ignore[attr-defined]
                 if memory_kind not in kinds:
                     raise ValueError(f"{device} has no memory kind {memory_kind!r}; it offers {kinds}")
     start = time.perf_counter()

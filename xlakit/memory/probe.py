@@ -98,8 +98,8 @@ class ProbeResult:
     the measurement reads low). tolerance_bytes: the agreement needed for ``exact``. runtime_calls: code in
     the program that allocates outside XLA's buffer assignment (library fusions, custom calls, Eigen dots).
     first_run_scratch_bytes: the scratch of the warm-up run (``warmup=True``), None without one; above
-    ``scratch_bytes`` by the runtime state a first execution leaves resident. name / platform / device: the program and where it ran. run_s: seconds of the measured run. notes:
-    caveats.
+    ``scratch_bytes`` by the runtime state a first execution leaves resident. name / platform / device: the
+    program and where it ran. run_s: seconds of the measured run. notes: caveats.
     """
 
     peak_bytes: int | None
@@ -265,10 +265,8 @@ def measure(run: Any, devices: list[Any], keep: list | None = None) -> dict[str,
         settled, _ = _settle_rss()
         _trim_heap()
     reset = reset_peak(devices[0]) if len(devices) == 1 else reset_peak(None)
-    if on_cpu:
-        baseline = process_memory().rss_bytes
-    else:
-        baseline = {d: _one(d).bytes_in_use for d in devices}
+    cpu_baseline = process_memory().rss_bytes if on_cpu else None
+    baselines = {} if on_cpu else {d: _one(d).bytes_in_use for d in devices}
     start = time.perf_counter()
     out = jax.block_until_ready(run())
     run_s = time.perf_counter() - start
@@ -278,14 +276,14 @@ def measure(run: Any, devices: list[Any], keep: list | None = None) -> dict[str,
     common = {"method": reset.method, "run_s": run_s, "platform": devices[0].platform, "settled": settled}
     if on_cpu:
         after = _one(devices[0])
-        return {**common, "peak": after.peak_since_reset_bytes, "baseline": baseline,
+        return {**common, "peak": after.peak_since_reset_bytes, "baseline": cpu_baseline,
                 "peak_exact": bool(after.peak_since_reset_exact),
                 "peak_reason": after.sources.get("peak_since_reset_bytes", ""),
                 "device": str(devices[0]), "devices": len(devices)}  # one process holds every CPU device
-    best = None
+    best: dict[str, Any] | None = None
     for d in devices:
         s = _one(d)
-        base = baseline[d]
+        base = baselines[d]
         scratch = None if s.peak_since_reset_bytes is None or base is None else s.peak_since_reset_bytes - base
         if best is None or (scratch or 0) > (best["scratch"] or 0):
             best = {"peak": s.peak_since_reset_bytes, "baseline": base, "scratch": scratch, "device": str(d),

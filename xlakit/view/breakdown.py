@@ -57,7 +57,7 @@ def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None
         counts[n] = counts.get(n, 0) + 1
     out: list[str] = []
     seen: set[str] = set()
-    for i, (n, k) in enumerate(zip(labels, key_list)):
+    for i, (n, k) in enumerate(zip(labels, key_list, strict=True)):
         label = n if counts[n] == 1 else (f"{n} [{k.rsplit('-', 1)[-1][:8]}]" if k else f"{n} #{i}")
         while label in seen:
             label += "'"
@@ -121,7 +121,7 @@ def breakdown_values(frame, unit: str = "bytes") -> dict[str, list[float | None]
 
     def scale(values, sign: int = 1) -> list[float | None]:
         out: list[float | None] = []
-        for v, total in zip(values, totals):
+        for v, total in zip(values, totals, strict=True):
             if missing(v):
                 out.append(None)
             elif unit == "bytes":
@@ -182,7 +182,7 @@ def breakdown_figure(frame, unit: str = "bytes"):
                       yaxis_title="% of the program's total" if pct else "bytes", legend=LEGEND)
     if not pct and len(frame):
         extents: list[float | None] = [float(t) for t in frame["total_bytes"]]
-        extents += [-(float(t) - float(n)) for t, n in zip(frame["total_bytes"], frame["net_bytes"])]
+        extents += [-(float(t) - float(n)) for t, n in zip(frame["total_bytes"], frame["net_bytes"], strict=True)]
         extents += [v for v in values["peak"] + values["footprint"] if v is not None]
         apply_byte_axis(fig, extents)
     return fig

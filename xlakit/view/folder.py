@@ -5,12 +5,11 @@ evict entries through a :class:`~xlakit.cache.CacheFolder`: listing a cache neve
 changes how the process compiles. An :class:`~xlakit.cache.ExecutableCache` is made only to explain (the key
 and the current environment need JAX), and closed right after.
 
-This module is an adapter over the folder API for what it does not offer yet (each is a candidate for
-``xlakit.cache.folder``):
+What the views add to the folder API:
 
-* :func:`entries_frame` — ``CacheFolder.entries()`` plus a ``signature`` column read from the headers;
-* :func:`evict` — remove one entry by hand, recorded as an ``evict`` event;
-* :func:`current_environment` — the environment an entry is explained against.
+* :func:`entries_frame` — ``CacheFolder.entries()`` with its ``signature`` column as text;
+* :func:`evict` — ``CacheFolder.remove``: one entry removed by hand, recorded as an ``evict`` event;
+* :func:`current_environment` — ``xlakit.cache.current_environment``: what an entry is explained against.
 """
 
 from __future__ import annotations
@@ -69,32 +68,27 @@ def signature_of(header: Any) -> str:
 
 
 def entries_frame(folder: Any, partition: str | None = None):
-    """``folder.entries(partition)`` with a ``signature`` column after ``name`` (text from each header's
-    ``signature`` field: ``f32[8,4] {devices=[2,1]<=[2]}, ...``; :data:`NO_SIGNATURE` where none is recorded).
+    """``folder.entries(partition)`` with its ``signature`` column (after ``name``) as text:
+    ``f32[8,4] {devices=[2,1]<=[2]}, ...``; :data:`NO_SIGNATURE` where none is recorded.
 
-    Returns a ``pandas.DataFrame`` with the columns of :data:`xlakit.cache.folder.ENTRY_COLUMNS` plus
-    ``signature`` (also when the folder is empty).
+    Returns a ``pandas.DataFrame`` with the columns of :data:`xlakit.cache.folder.ENTRY_COLUMNS`, signature
+    moved second (also when the folder is empty).
     """
     frame = folder.entries(partition)
-    signatures = {(i.partition, i.key): signature_of(i.header) for i in folder.infos(partition)}
-    frame.insert(1, "signature", [signatures.get((p, k), NO_SIGNATURE)
-                                  for p, k in zip(frame["partition"], frame["key"])])
+    text = [signature_of({"signature": s}) for s in frame.pop("signature")]
+    frame.insert(1, "signature", text)
     return frame
 
 
 def evict(folder: Any, partition: str, key: str, *, name: str | None = None, size_bytes: int | None = None,
           reason: str = "evicted by hand") -> bool:
-    """Remove one entry (its payload kinds are one file: nothing else to remove). A removal is an ``evict``
-    event in ``folder.log`` with ``reason``; returns whether the entry was there.
+    """Remove one entry: :meth:`xlakit.cache.CacheFolder.remove` (an ``evict`` event in ``folder.log`` with
+    ``reason``); returns whether the entry was there.
 
     Raises:
       OSError: the folder is read-only or the file cannot be removed (nothing is recorded then).
     """
-    if not folder.store.remove(partition, key):
-        return False
-    folder.log.emit("evict", name=name, key=key, partition=partition, bytes=size_bytes, reason=reason,
-                    source="xlakit", folder=str(folder.store.root))
-    return True
+    return bool(folder.remove(partition, key, reason, name=name, size_bytes=size_bytes))
 
 
 @contextlib.contextmanager
@@ -126,10 +120,9 @@ def explainer(folder: Any) -> Iterator[Any]:
 def current_environment() -> Any:
     """The environment of this process (its partition name and recorded fields), to explain an entry against.
 
-    Call it inside :func:`explainer` so the jaxlib fingerprint memo beside the cache is used. The one JAX
-    adapter a view reaches: ``xlakit.cache`` offers no public accessor yet (the layer test allows this single
-    import, in this module only).
+    Call it inside :func:`explainer` so the jaxlib fingerprint memo beside the cache is used
+    (:func:`xlakit.cache.current_environment`).
     """
-    from xlakit._jax.environment import current_environment as _current
+    from xlakit.cache import current_environment as _current
 
     return _current()

@@ -58,7 +58,7 @@ def live_table(frame, top: int | None = 50):
     columns = ["device", "memory_kind", "array", "arrays", "bytes", "created_at"]
     if frame.empty:
         return pd.DataFrame(columns=columns)
-    f = frame.assign(array_label=[_shape_label(d, s) for d, s in zip(frame["dtype"], frame["shape"])],
+    f = frame.assign(array_label=[_shape_label(d, s) for d, s in zip(frame["dtype"], frame["shape"], strict=True)],
                      memory_kind=frame["memory_kind"].fillna("device"))
     out = (f.groupby(["device", "memory_kind", "array_label"], dropna=False, sort=False)
            .agg(arrays=("array", "nunique"), bytes=("bytes", "sum"), created_at=("created_at", "first"))

@@ -81,7 +81,7 @@ def collect_programs(source: Any) -> Programs:
         infos = folder.infos()
         infos.sort(key=lambda i: (i.name or "", i.key))
         labels = unique_labels([i.name for i in infos], [i.key for i in infos])
-        for label, info in zip(labels, infos):
+        for label, info in zip(labels, infos, strict=True):
             try:
                 memory = compiled_memory(info)
             except (TypeError, ValueError) as exc:

@@ -89,7 +89,8 @@ class Table:
         right = [c.kind in ("bytes", "seconds", "count", "float") for c in cols]
 
         def fmt(line: list[str]) -> str:
-            return "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(line, widths, right)).rstrip()
+            cells = zip(line, widths, right, strict=True)
+            return "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in cells).rstrip()
 
         out = ([self.caption] if self.caption else []) + [fmt(grid[0]), "  ".join("-" * w for w in widths)]
         out += [fmt(line) for line in grid[1:]]

@@ -282,7 +282,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     counts: dict[str, dict[str, int]] = {}
     if sel.size:
         pairs, n = np.unique(np.stack([a["lane"][sel], group % len(KINDS)]), axis=1, return_counts=True)
-        for (lane, kind), c in zip(pairs.T, n):
+        for (lane, kind), c in zip(pairs.T, n, strict=True):
             counts.setdefault(lanes[int(lane)], {})[KINDS[int(kind)]] = int(c)
     miss_idx = sel[a["kind"][sel] == "miss"][::-1][:200]
     misses = tuple({"index": int(i), "label": f"{x[i]:.2f} s: {a['name'][i]}",

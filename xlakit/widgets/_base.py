@@ -111,7 +111,7 @@ class View:
     def _guard(self, fn: Callable[..., Any], where: str | None = None) -> Callable[..., Any]:
         """``fn`` wrapped so an exception shows in the widget instead of escaping (holds only a weak
         reference to the widget, so a worker thread does not keep it alive)."""
-        label = where or getattr(fn, "__name__", "callback")
+        label = where or str(getattr(fn, "__name__", "callback"))
         ref = weakref.ref(self)
 
         @functools.wraps(fn)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 import traitlets
@@ -12,7 +12,10 @@ import traitlets
 from xlakit.view.allocator import bytes_span
 from xlakit.view.format import fmt_bytes
 from xlakit.widgets import _data, _snapshots
-from xlakit.widgets._base import View
+from xlakit.widgets._base import View, Worker
+
+if TYPE_CHECKING:
+    from xlakit.memory import ResetResult
 
 __all__ = ["AllocatorPanel"]
 
@@ -105,8 +108,8 @@ class AllocatorPanel(View, widgets.VBox):
         #: device name -> the :class:`~xlakit.memory.ResetResult` of its last reset from this panel.
         self.last_reset: dict[str, Any] = {}
         #: the :class:`~xlakit.memory.ResetResult` of the last "Reset all" (or None).
-        self.reset_all_result = None
-        self._worker = None
+        self.reset_all_result: ResetResult | None = None
+        self._worker: Worker | None = None
 
         header = widgets.HBox([widgets.HTML(f"<b>{_HEAD[k]}</b>", layout=_cell_layout(k)) for k in _WIDTHS],
                               layout=widgets.Layout(width="max-content", overflow="visible"))
@@ -190,10 +193,10 @@ class AllocatorPanel(View, widgets.VBox):
                 return
             self.stats = tuple(allocator_stats(d) for d in self.devices)
             now = time.time()
-            for s, row in zip(self.stats, self._rows):
+            for s, row in zip(self.stats, self._rows, strict=True):
                 self._history.setdefault(str(row.device), collections.deque(maxlen=self.history_len)).append(
                     (now, s.bytes_in_use))
-            for r, row in zip(self.rows, self._rows):
+            for r, row in zip(self.rows, self._rows, strict=True):
                 c = row.cells
                 c["in_use"].value = _bytes_html(r["in_use"]) + (
                     "" if r["process_rss"] is None else

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import ipywidgets as widgets
@@ -12,7 +12,7 @@ import traitlets
 from xlakit.events import KINDS, SOURCES, Event, EventLog
 from xlakit.view.format import fmt_seconds
 from xlakit.widgets import _data, _figures, _snapshots
-from xlakit.widgets._base import View
+from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart
 
 __all__ = ["CacheTimeline"]
@@ -90,8 +90,8 @@ class CacheTimeline(View, widgets.VBox):
         self.columns = _data.EventColumns(maxlen or (self.event_log.maxlen if self.event_log is not None else 100_000))
         self._pending: list[Event] = []
         self._pending_lock = threading.Lock()
-        self._unsubscribe = None
-        self._worker = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self._worker: Worker | None = None
         self.data: _data.TimelineData | None = None
 
         self._kind_menu = widgets.SelectMultiple(options=list(KINDS), value=tuple(kinds or KINDS), rows=6,
@@ -167,8 +167,11 @@ class CacheTimeline(View, widgets.VBox):
     # -- following the log ------------------------------------------------------------------------------
     def _attach(self) -> None:
         # Subscribe first, then copy the log: an event appended in between arrives twice and is dropped once.
-        self._unsubscribe = self.event_log.subscribe(self._on_event)
-        existing = self.event_log.events()
+        log = self.event_log
+        if log is None:
+            return
+        self._unsubscribe = log.subscribe(self._on_event)
+        existing = log.events()
         self.columns.extend(existing)
         with self._pending_lock:
             if self._pending:
@@ -192,11 +195,12 @@ class CacheTimeline(View, widgets.VBox):
         self._stop_worker(self._worker)
         self._worker = None
         if self.live and self.event_log is not None and not self._closed:
-            self._worker = self._start_worker(self._flush_and_redraw, None, throttle_s=self.throttle_s,
-                                              where="live update")
+            worker = self._start_worker(self._flush_and_redraw, None, throttle_s=self.throttle_s,
+                                        where="live update")
+            self._worker = worker
             with self._pending_lock:
                 if self._pending:
-                    self._worker.poke()
+                    worker.poke()
 
     def _flush(self) -> int:
         with self._pending_lock:

@@ -11,7 +11,7 @@ from xlakit.view.format import fmt_bytes
 from xlakit.view.live import LIVE_COLUMNS
 from xlakit.view.table import Table
 from xlakit.widgets import _data, _figures, _snapshots
-from xlakit.widgets._base import View
+from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart
 
 __all__ = ["LiveArrays"]
@@ -50,7 +50,7 @@ class LiveArrays(View, widgets.VBox):
         self.frame = None
         #: the grouped rows shown (DataFrame).
         self.table = None
-        self._worker = None
+        self._worker: Worker | None = None
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
         self.refresh_button.add_class("xlakit-live-refresh")
         self.refresh_button.on_click(self._guard(lambda _b: self.refresh(), "refresh"))

@@ -163,7 +163,7 @@ class MemoryBreakdown(View, widgets.VBox):
                 self.details.value = _snapshots.details_html(None, None)
                 self._detail_box.layout.display = "none"
                 return
-            notes = []
+            notes: list[str] = []
             assignment = self._assignment(name, notes)
             if assignment is not None:
                 try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from xlakit.cli import CliError, _console, _emit_json, _human, _local_time, _table, parse_size
+from xlakit.cli._common import CliError, Column, emit_json, human, local_time, parse_size, print_table
 
 __all__ = ["ls", "stats", "verify", "prune"]
 def _remote(args: argparse.Namespace):
@@ -22,7 +22,8 @@ def _remote(args: argparse.Namespace):
         if options is not None and not isinstance(options, dict):
             raise ValueError("not a JSON object")
     except ValueError as e:
-        raise CliError(f"--remote-options: {e}; use a JSON object such as '{{\"endpoint_url\": \"http://host:9000\"}}'")
+        example = '{"endpoint_url": "http://host:9000"}'
+        raise CliError(f"--remote-options: {e}; use a JSON object such as '{example}'") from e
     try:
         url, mode, options = remote_settings(args.remote, args.remote_mode, options)  # type: ignore[misc]
         return remote_maintenance.open_remote(url, options), mode
@@ -38,18 +39,19 @@ def ls(args: argparse.Namespace) -> int:
     objects.reverse()  # newest first
     total = sum(o.size_bytes for o in objects)
     if args.json:
-        _emit_json({"remote": remote.url, "count": len(objects), "total_bytes": total,
+        emit_json({"remote": remote.url, "count": len(objects), "total_bytes": total,
                     "objects": [{"partition": o.partition, "key": o.key, "size_bytes": o.size_bytes,
                                  "created": o.mtime} for o in objects]})
         return 0
     if not objects:
         print(f"No objects in {remote.url}")
         return 0
-    rows = [(o.key.rpartition("-")[0] or o.key, o.partition, _human(o.size_bytes), _local_time(o.mtime))
-            for o in objects]
-    _console().print(_table(remote.url, (("name", "left"), ("partition", "left"), ("size", "right"),
-                                         ("created", "left")), rows))
-    print(f"{len(objects)} objects, {_human(total)} ({total} bytes)")
+    columns = [Column("name", "name"), Column("partition", "partition"), Column("size_bytes", "size", "bytes"),
+               Column("created", "created")]
+    rows = [{"name": o.key.rpartition("-")[0] or o.key, "partition": o.partition, "size_bytes": o.size_bytes,
+             "created": local_time(o.mtime)} for o in objects]
+    print_table(remote.url, columns, rows)
+    print(f"{len(objects)} objects, {human(total)} ({total} bytes)")
     return 0
 
 
@@ -59,13 +61,13 @@ def stats(args: argparse.Namespace) -> int:
     remote, mode = _remote(args)
     stats = dict(rm.totals(rm.listing(remote)), remote=remote.url, mode=mode)
     if args.json:
-        _emit_json(stats)
+        emit_json(stats)
         return 0
     print(f"remote      {remote.url} (mode {mode})")
-    print(f"objects     {stats['count']}, {_human(stats['total_bytes'])} ({stats['total_bytes']} bytes)")
-    print(f"created     {_local_time(stats['oldest'])} .. {_local_time(stats['newest'])}")
+    print(f"objects     {stats['count']}, {human(stats['total_bytes'])} ({stats['total_bytes']} bytes)")
+    print(f"created     {local_time(stats['oldest'])} .. {local_time(stats['newest'])}")
     for name, p in sorted(stats["partitions"].items()):
-        print(f"partition   {name}: {p['count']} objects, {_human(p['bytes'])}")
+        print(f"partition   {name}: {p['count']} objects, {human(p['bytes'])}")
     return 0
 
 
@@ -81,7 +83,7 @@ def verify(args: argparse.Namespace) -> int:
     skipped = [r for r in found if r.reason and r.reason.startswith(("foreign:", "stale:", "absent:"))]
     bad = [r for r in found if r.reason and r not in skipped]
     if args.json:
-        _emit_json({"remote": remote.url, "verified": len(found), "ok": len(found) - len(bad) - len(skipped),
+        emit_json({"remote": remote.url, "verified": len(found), "ok": len(found) - len(bad) - len(skipped),
                     "bad": [r.to_dict() for r in bad], "skipped": [r.to_dict() for r in skipped]})
         return 1 if bad else 0
     for r in skipped:
@@ -111,12 +113,12 @@ def prune(args: argparse.Namespace) -> int:
     except (PermissionError, ValueError) as e:
         raise CliError(str(e)) from None
     if args.json:
-        _emit_json({"remote": remote.url, "dry_run": args.dry_run, "deleted": [r.to_dict() for r in gone],
+        emit_json({"remote": remote.url, "dry_run": args.dry_run, "deleted": [r.to_dict() for r in gone],
                     "bytes_deleted": sum(r.size_bytes for r in gone)})
         return 0
     verb = "would delete" if args.dry_run else "deleted"
     for r in gone:
-        print(f"{verb} {r.partition} [{r.key}] ({_human(r.size_bytes)}, created {_local_time(r.created)})")
-    print(f"{verb.capitalize()} {len(gone)} objects, {_human(sum(r.size_bytes for r in gone))} from {remote.url}")
+        print(f"{verb} {r.partition} [{r.key}] ({human(r.size_bytes)}, created {local_time(r.created)})")
+    print(f"{verb.capitalize()} {len(gone)} objects, {human(sum(r.size_bytes for r in gone))} from {remote.url}")
     return 0
 

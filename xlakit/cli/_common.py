@@ -1,0 +1,97 @@
+"""What every ``xlakit`` command shares: the usage error, size parsing, JSON output and the text table.
+
+Tables and byte/second figures come from the one formatter (:mod:`xlakit.view.format`,
+:class:`xlakit.view.table.Table`), so the CLI reads like the widgets and the report. No JAX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from xlakit.view.format import fmt_bytes, fmt_seconds
+from xlakit.view.table import Column, Table
+
+__all__ = ["PROG", "CliError", "Parser", "parse_size", "human", "local_time", "seconds", "emit_json",
+           "print_table", "Column"]
+
+PROG = "xlakit"
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors are one line on stderr (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"1048576"``, ``"500MB"``, ``"2GiB"``, ``"10k"``, ``"1.5G"``.
+
+    k/KB/M/MB/G/GB/T/TB are powers of 1000; KiB/MiB/GiB/TiB powers of 1024 (case-insensitive).
+    Raises ValueError for anything else, including negative numbers.
+    """
+    m = _SIZE_RE.match(text)
+    unit = m.group(2).lower() if m else None
+    if not m or unit is None or unit not in _UNITS:
+        raise ValueError(f"invalid size {text!r}: use a number of bytes, optionally with a unit "
+                         "(k, MB, GiB, ...), e.g. 500MB or 2GiB")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def human(n: int | float | None) -> str:
+    """Bytes in binary units (:func:`xlakit.view.format.fmt_bytes`); "-" when not known."""
+    return fmt_bytes(n, missing="-")
+
+
+def local_time(t: float | None) -> str:
+    """A unix time as local date and time; "-" for None and for values no calendar can show."""
+    try:
+        return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (OverflowError, ValueError, OSError):
+        return "-"
+
+
+def seconds(s: float | None) -> str:
+    """Seconds as :func:`xlakit.view.format.fmt_seconds` writes them; "-" for None, NaN and infinities (a
+    corrupt header may record any number)."""
+    return "-" if s is None or not math.isfinite(s) else fmt_seconds(s)
+
+
+def _finite(data: Any) -> Any:
+    """``data`` with every non-finite float (NaN, Infinity) replaced by None, so the output is valid JSON."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {str(k): _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
+
+
+def emit_json(data: Any) -> None:
+    """Print ``data`` as JSON that any parser accepts (no NaN/Infinity: they become null)."""
+    print(json.dumps(_finite(data), indent=2, default=str, allow_nan=False))
+
+
+def print_table(caption: str | None, columns: Sequence[Column], rows: Sequence[Mapping[str, Any]]) -> None:
+    """Print rows under columns as aligned text (:meth:`xlakit.view.table.Table.to_text`): numbers right,
+    text left, the caption first. Cells are plain text (a name with brackets is printed as it is)."""
+    print(Table(columns, rows, caption=caption).to_text())

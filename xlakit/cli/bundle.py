@@ -1,0 +1,96 @@
+"""``xlakit bundle warm|check``: load a model bundle (imports JAX) or inspect one (no compile).
+
+The work is done by :mod:`xlakit.bundle`; this module parses the path and prints the per-module report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xlakit.cli._common import CliError, Column, emit_json, print_table, seconds
+
+__all__ = ["warm", "check"]
+
+
+def _bundle_path(args: argparse.Namespace) -> Path:
+    path = Path(args.bundle)
+    if not path.is_dir():
+        raise CliError(f"{path} is not a folder; pass the path of a bundle folder (one with manifest.json)")
+    return path
+
+
+def warm(args: argparse.Namespace) -> int:
+    """``xlakit bundle warm PATH``: load the bundle, compiling what its .cache lacks; exit 1 if a module
+    failed."""
+    from xlakit.bundle import BundleError, load_bundle
+
+    path = _bundle_path(args)
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    try:
+        import warnings
+
+        with warnings.catch_warnings():  # failed modules are shown in the table and the exit status
+            warnings.simplefilter("ignore", RuntimeWarning)
+            loaded = load_bundle(path, max_workers=args.workers,
+                                 progress=not args.no_progress and not args.json and sys.stderr.isatty())
+    except BundleError as e:
+        raise CliError(str(e)) from None
+    counts = loaded.counts()
+    if args.json:
+        emit_json({"bundle": loaded.manifest.name, "path": str(path), "total_s": loaded.total_s,
+                   "weights_s": loaded.weights_s, "counts": counts,
+                   "dropped": [d.__dict__ for d in loaded.dropped], "record_problem": loaded.record_problem,
+                   "modules": [r.to_dict() for r in loaded.reports]})
+        return 1 if counts["error"] else 0
+    columns = [Column("module", "module"), Column("status", "status"), Column("load_s", "load", "seconds"),
+               Column("compile_s", "compile"), Column("module_bytes", "module", "bytes"),
+               Column("program_bytes", "program", "bytes"), Column("footprint_bytes", "memory/run", "bytes"),
+               Column("reason", "why not a hit", nowrap=False)]
+    rows = [{"module": r.module, "status": r.status, "load_s": r.load_s, "compile_s": seconds(r.compile_s),
+             "module_bytes": r.module_bytes, "program_bytes": r.program_bytes,
+             "footprint_bytes": r.footprint_bytes, "reason": r.reason or ""} for r in loaded.reports]
+    print_table(f"Bundle {loaded.manifest.name} on {loaded.device}", columns, rows)
+    print(f"{len(loaded.programs)} programs in {loaded.total_s:.3f} s: {counts['hit']} loaded from .cache, "
+          f"{counts['miss']} compiled, {counts['error']} failed; weights {loaded.weights_s:.3f} s")
+    for d in loaded.dropped:
+        print(f"dropped {d.key} from {d.partition}: {d.reason}")
+    if loaded.record_problem:
+        print(f"module_hashes.json was unreadable ({loaded.record_problem}); rewritten")
+    return 1 if counts["error"] else 0
+
+
+def check(args: argparse.Namespace) -> int:
+    """``xlakit bundle check PATH``: manifest, module hashes, partitions, what a load would drop (no JAX
+    compile); exit 1 on a problem."""
+    from xlakit.bundle import check_bundle
+
+    result = check_bundle(_bundle_path(args))
+    if args.json:
+        emit_json(result.to_dict())
+        return 0 if result.ok else 1
+    m = result.manifest
+    if m is not None:
+        ins = ", ".join(f"{s.name}: {s.describe()}" for s in m.inputs)
+        print(f"Bundle {m.name}: inputs {ins}; batch sizes {list(m.batch_sizes)}; variants {list(m.variants)}; "
+              f"{len(m.weights)} weight tensors; exported for {', '.join(m.platforms) or '?'}")
+        columns = [Column("file", "module"), Column("state", "vs record"), Column("size_bytes", "size", "bytes"),
+                   Column("sha256", "sha256"), Column("partitions", "compiled in partitions")]
+        rows = [{"file": c.file, "state": c.state, "size_bytes": c.size_bytes, "sha256": (c.sha256 or "-")[:12],
+                 "partitions": ", ".join(c.partitions) or "-"} for c in result.modules]
+        print_table("Modules", columns, rows)
+        reason = f" ({result.record_reason})" if result.record_reason else ""
+        print(f"module_hashes.json: {result.record_status}{reason}")
+        for part, n in result.partitions.items():
+            print(f"partition {part}: {n} program(s)")
+        if not result.partitions:
+            print("no compiled programs yet (.cache is empty or missing)")
+        for d in result.drops:
+            print(f"a load would drop {d.key} from {d.partition}: {d.reason}")
+        if not result.drops:
+            print("a load would drop nothing")
+    for problem in result.problems:
+        print(f"problem: {problem}")
+    return 0 if result.ok else 1

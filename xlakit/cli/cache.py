@@ -1,0 +1,315 @@
+"""``xlakit cache ls|stats|verify|prune|clear|where``: the local cache folder, listed and maintained.
+
+Each command reads the folder through :class:`xlakit.store.LocalStore` (no JAX); ``--remote URL`` hands
+ls/stats/verify/prune to :mod:`xlakit.cli.remote`. ``--json`` prints machine-readable output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from xlakit.cli._common import PROG, CliError, Column, emit_json, human, local_time, parse_size, print_table
+
+__all__ = ["SORT_KEYS", "open_store", "ls", "stats", "verify", "prune", "clear", "where"]
+
+SORT_KEYS = ("last_used", "size", "name", "created")
+
+
+def _finite(x: float | None) -> float | None:
+    """``x``, or None when it is not a finite number (a corrupt header may record NaN or Infinity)."""
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def open_store(args: argparse.Namespace):
+    """The LocalStore for ``--path``, after checking the folder is usable (a missing one is fine)."""
+    from xlakit.store import LocalStore, resolve_root
+
+    root = resolve_root(args.path)
+    if root.exists():
+        if not root.is_dir():
+            raise CliError(f"cache path {root} is not a folder; pass --path DIR with a cache folder")
+        if not os.access(root, os.R_OK | os.X_OK):
+            raise CliError(f"cannot read cache folder {root} (permission denied); "
+                           "fix its permissions or pass --path DIR")
+    return LocalStore(root)
+
+
+def _check_partition(store, partition: str | None) -> None:
+    """Raise CliError if ``partition`` is given and the (existing) cache folder has no such partition."""
+    from xlakit.store import validate_partition
+
+    if partition is None:
+        return
+    try:
+        validate_partition(partition)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    if not store.root.exists():
+        return
+    known = store.partitions()
+    if partition not in known:
+        listed = ", ".join(known) if known else "none"
+        raise CliError(f"unknown partition {partition!r} in {store.root} (partitions: {listed}); "
+                       "see 'xlakit cache stats'")
+
+
+def _entry_dict(info) -> dict[str, Any]:
+    header = info.header if isinstance(info.header, dict) else {}
+    row = {
+        "name": info.name,
+        "partition": info.partition,
+        "key": info.key,
+        "path": str(info.path),
+        "size_bytes": info.size_bytes,
+        "created": info.created,
+        "last_used": info.last_used,
+        "compile_s": info.compile_s,
+        "memory": header.get("memory"),
+    }
+    if info.name is None and "error" in header:
+        row["error"] = header["error"]
+    return row
+
+
+def _label(info) -> str:
+    if info.name is not None:
+        return info.name
+    error = info.header.get("error") if isinstance(info.header, dict) else None
+    return f"(unreadable: {error})" if error else "(unnamed)"
+
+
+def ls(args: argparse.Namespace) -> int:
+    """``xlakit cache ls``: one line per entry, most recently used first (``--sort``)."""
+    if getattr(args, "remote", None):
+        from xlakit.cli import remote
+
+        return remote.ls(args)
+    store = open_store(args)
+    _check_partition(store, args.partition)
+    entries = store.entries(args.partition)
+    sorters = {
+        "last_used": (lambda i: i.last_used, True),
+        "size": (lambda i: i.size_bytes, True),
+        "name": (lambda i: (_label(i), i.partition, i.key), False),
+        "created": (lambda i: i.created if i.created is not None else float("-inf"), True),
+    }
+    key, reverse = sorters[args.sort]
+    entries.sort(key=key, reverse=reverse)
+    total = sum(i.size_bytes for i in entries)
+    if args.json:
+        emit_json({"folder": str(store.root), "count": len(entries), "total_bytes": total,
+                   "entries": [_entry_dict(i) for i in entries]})
+        return 0
+
+    if not entries:
+        where = f" in partition {args.partition}" if args.partition else ""
+        print(f"No entries{where} in {store.root}")
+        return 0
+    columns = [Column("name", "name"), Column("partition", "partition"), Column("size", "size", "bytes"),
+               Column("created", "created"), Column("last_used", "last used"),
+               Column("compile_s", "compile", "seconds")]
+    rows = [{"name": _label(i), "partition": i.partition, "size": i.size_bytes, "created": local_time(i.created),
+             "last_used": local_time(i.last_used), "compile_s": _finite(i.compile_s)} for i in entries]
+    print_table(str(store.root), columns, rows)
+    print(f"{len(entries)} entries, {human(total)} ({total} bytes)")
+    return 0
+
+
+def _environment_summary(info: dict | None) -> dict[str, Any] | None:
+    if not info:
+        return None
+    nested = info.get("environment")
+    env = nested if isinstance(nested, dict) else info
+    keys = ("jax_version", "jaxlib_version", "platform", "device_kinds", "device_count")
+    return {k: env.get(k) for k in keys}
+
+
+def _describe_env(env: dict[str, Any] | None) -> str:
+    if not env:
+        return "environment unknown (no partition.json)"
+    kinds = env.get("device_kinds")
+    kinds = ", ".join(kinds) if isinstance(kinds, (list, tuple)) else (kinds or "?")
+    return (f"jax {env.get('jax_version') or '?'} / jaxlib {env.get('jaxlib_version') or '?'}, "
+            f"{env.get('platform') or '?'}, {env.get('device_count') or '?'} x {kinds}")
+
+
+def _quarantined(root: Path) -> tuple[int, int]:
+    """(entries, bytes) of the ``.xlk`` files under ``<root>/quarantine`` (never entering a link)."""
+    from xlakit.store.quarantine import quarantined_files
+
+    found = [(size, path) for _, size, path in quarantined_files(root) if path.name.endswith(".xlk")]
+    return len(found), sum(size for size, _ in found)
+
+
+def stats(args: argparse.Namespace) -> int:
+    """``xlakit cache stats``: totals on disk, the quarantine, and one line per partition."""
+    if getattr(args, "remote", None):
+        from xlakit.cli import remote
+
+        return remote.stats(args)
+    store = open_store(args)
+    exists = store.root.is_dir()
+    entries = store.entries() if exists else []
+    partitions = []
+    for name in (store.partitions() if exists else []):
+        mine = [i for i in entries if i.partition == name]
+        partitions.append({
+            "name": name,
+            "entries": len(mine),
+            "bytes": sum(i.size_bytes for i in mine),
+            "compile_s": sum(i.compile_s or 0.0 for i in mine),
+            "environment": _environment_summary(store.read_partition_info(name)),
+        })
+    q_count, q_bytes = _quarantined(store.root) if exists else (0, 0)
+    summary = {
+        "folder": str(store.root),
+        "exists": exists,
+        "total_bytes": store.total_bytes() if exists else 0,
+        "entries": len(entries),
+        "entry_bytes": sum(i.size_bytes for i in entries),
+        "compile_s": sum(i.compile_s or 0.0 for i in entries),
+        "quarantined": q_count,
+        "quarantined_bytes": q_bytes,
+        "partitions": partitions,
+    }
+    if args.json:
+        emit_json(summary)
+        return 0
+
+    state = "" if exists else " (does not exist yet)"
+    print(f"Cache folder: {summary['folder']}{state}")
+    print(f"On disk:      {human(summary['total_bytes'])} ({summary['total_bytes']} bytes)")
+    print(f"Entries:      {summary['entries']} ({human(summary['entry_bytes'])}), "
+          f"recorded compile time {summary['compile_s']:.2f} s")
+    print(f"Quarantined:  {q_count} ({human(q_bytes)})")
+    if partitions:
+        columns = [Column("name", "partition"), Column("entries", "entries", "count"),
+                   Column("bytes", "size", "bytes"), Column("compile_s", "compile", "seconds"),
+                   Column("environment", "environment")]
+        rows = [dict(p, compile_s=_finite(p["compile_s"]), environment=_describe_env(p["environment"]))
+                for p in partitions]
+        print_table("Partitions", columns, rows)
+    return 0
+
+
+def verify(args: argparse.Namespace) -> int:
+    """``xlakit cache verify``: open every entry fully; bad ones go to the quarantine (exit 1)."""
+    if getattr(args, "remote", None):
+        from xlakit.cli import remote
+
+        return remote.verify(args)
+    store = open_store(args)
+    _check_partition(store, args.partition)
+    if not store.root.is_dir():
+        results = []
+    else:
+        _ = store.secret  # raises SecretUnavailable (an OSError) now rather than failing every entry
+        results = _destructive(store.verify, args.partition)
+    # Entries of another key or format are someone else's: reported, left in place, not failures.
+    skipped = [(info, reason) for info, reason in results if reason and reason.startswith(("foreign:", "stale:"))]
+    bad = [(info, reason) for info, reason in results
+           if reason is not None and not reason.startswith(("foreign:", "stale:"))]
+    moved = {str(info.path) for info, _ in bad if not info.path.exists()}
+    quarantine = store.root / "quarantine"
+    if args.json:
+        emit_json({"folder": str(store.root), "verified": len(results), "ok": len(results) - len(bad),
+                   "bad": [dict(_entry_dict(i), reason=r, quarantined=str(i.path) in moved) for i, r in bad],
+                   "skipped": [dict(_entry_dict(i), reason=r) for i, r in skipped],
+                   "quarantine": str(quarantine)})
+        return 1 if bad else 0
+    for info, reason in skipped:
+        print(f"SKIPPED {info.partition} [{info.key}]: {reason} (left in place)")
+    for info, reason in bad:
+        print(f"BAD {info.partition}/{info.name or '(unreadable)'} [{info.key}]: {reason}")
+    if bad:
+        print(f"{len(bad)} of {len(results)} entries failed verification; "
+              f"{len(moved)} moved to {quarantine} (they will not be loaded)")
+        return 1
+    print(f"{len(results) - len(skipped)} entries verified" + (f", {len(skipped)} skipped" if skipped else ""))
+    return 0
+
+
+def prune(args: argparse.Namespace) -> int:
+    """``xlakit cache prune --max-bytes N``: evict least-recently-used entries down to N bytes."""
+    if getattr(args, "remote", None):
+        from xlakit.cli import remote
+
+        return remote.prune(args)
+    if args.max_bytes is None:
+        raise CliError("prune needs --max-bytes N for the local folder (--older-than is for --remote URL)")
+    try:
+        limit = parse_size(args.max_bytes)
+    except ValueError as e:
+        raise CliError(f"--max-bytes: {e}") from None
+    store = open_store(args)
+    before = store.total_bytes() if store.root.is_dir() else 0
+    evicted = _destructive(store.prune, limit)
+    after = store.total_bytes() if store.root.is_dir() else 0
+    if args.json:
+        emit_json({"folder": str(store.root), "max_bytes": limit, "bytes_before": before, "bytes_after": after,
+                   "within_limit": after <= limit,
+                   "evicted": [_entry_dict(i) for i in evicted]})
+        return 0
+    for info in evicted:
+        print(f"evicted {info.partition}/{_label(info)} ({human(info.size_bytes)}, "
+              f"last used {local_time(info.last_used)})")
+    print(f"Evicted {len(evicted)} entries; {store.root} now holds {human(after)} ({after} bytes), "
+          f"limit {human(limit)} ({limit} bytes)")
+    if after > limit:
+        print(f"{PROG}: warning: still over the limit: the remaining {after} bytes are not evictable entries "
+              "(partition descriptions, foreign files, entries being written)", file=sys.stderr)
+    return 0
+
+
+def _destructive(operation, *args):
+    """Run a store operation that deletes; a folder that is not an xlakit cache becomes a CliError (exit 2)."""
+    from xlakit.store import NotACacheFolder
+
+    try:
+        return operation(*args)
+    except NotACacheFolder as e:
+        raise CliError(str(e)) from None
+
+
+def _confirm(question: str) -> bool:
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def clear(args: argparse.Namespace) -> int:
+    """``xlakit cache clear``: remove the entries of one partition or all (asks first on a terminal)."""
+    store = open_store(args)
+    _check_partition(store, args.partition)
+    what = f"partition {args.partition}" if args.partition else "all partitions and the quarantine"
+    if not args.yes and store.root.is_dir() and sys.stdin is not None and sys.stdin.isatty():
+        count = len(store.entries(args.partition))
+        if not _confirm(f"Remove {count} entries ({what}) from {store.root}?"):
+            print("Aborted; nothing removed.", file=sys.stderr)
+            return 1
+    removed = _destructive(store.clear, args.partition)
+    if args.json:
+        emit_json({"folder": str(store.root), "partition": args.partition, "removed": removed})
+    else:
+        print(f"Removed {removed} entries ({what}) from {store.root}")
+    return 0
+
+
+def where(args: argparse.Namespace) -> int:
+    """``xlakit cache where``: the cache folder and where the HMAC secret comes from."""
+    from xlakit.store import resolve_root
+    from xlakit.store.secret import secret_location
+
+    root = resolve_root(args.path)
+    info = {"folder": str(root), "exists": root.is_dir(), "secret": secret_location()}
+    if args.json:
+        emit_json(info)
+        return 0
+    print(f"Cache folder: {info['folder']} ({'exists' if info['exists'] else 'does not exist yet'})")
+    print(f"HMAC secret:  {info['secret']}")
+    return 0

@@ -1,0 +1,54 @@
+"""``xlakit demo`` and ``xlakit report``: the two commands that import JAX.
+
+``report`` reads the cache folder through :class:`xlakit.cache.CacheFolder` (no JAX hooks are installed,
+nothing about how this process compiles changes); JAX is imported for the allocator and live-array sections.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from xlakit.cli._common import CliError
+
+__all__ = ["demo", "report"]
+
+
+def demo(args: argparse.Namespace) -> int:
+    """``xlakit demo``: cold vs warm start on real workloads (needs the ``demo`` extra)."""
+    try:
+        from xlakit.demo.runner import run_demo
+    except ImportError as e:
+        if (e.name or "").startswith("xlakit"):
+            raise CliError(f"the demo is not part of this xlakit install ({e})") from None
+        raise CliError(f"the demo needs {e.name or e}: pip install 'xlakit[demo]'") from None
+    return int(run_demo(keep_cache=args.keep_cache, quick=args.quick) or 0)
+
+
+def report(args: argparse.Namespace) -> int:
+    """``xlakit report --out FILE``: the widgets' views as one standalone HTML file."""
+    try:
+        import plotly  # noqa: F401 - the report's figures
+
+        from xlakit import report as html_report
+    except ImportError as e:
+        raise CliError(f"the report needs {e.name or e}: pip install 'xlakit[widgets]'") from None
+    log = None
+    if args.events:
+        from xlakit import events
+
+        try:
+            log = events.load(args.events)
+        except ValueError as e:
+            raise CliError(f"--events {args.events}: {e}") from None
+    from xlakit.cli.cache import open_store
+
+    store = open_store(args)
+    folder = None
+    if store.root.exists():
+        from xlakit.cache import CacheFolder
+
+        folder = CacheFolder(store=store)
+    out = html_report.write(args.out, cache=folder, log=log, include_plotlyjs="cdn" if args.cdn else True)
+    print(f"wrote {out} ({out.stat().st_size:,} bytes): cache {store.root}"
+          f"{'' if folder is not None else ' (no such folder)'}, {len(log) if log is not None else 0} events")
+    return 0
