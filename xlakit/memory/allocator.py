@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
+from xlakit.view.format import fmt_count
 
 __all__ = ["AllocatorStats", "AllocatorStatsList", "ResetResult", "ProcessMemory", "allocator_stats",
            "parse_memory_stats", "process_memory", "reset_peak", "STATS_KEYS", "NATIVE_RESET_NAMES"]
@@ -146,12 +147,17 @@ class AllocatorStats:
         return self.sources.get("peak_since_reset_bytes", "no reset_peak() yet")
 
     def _repr_html_(self) -> str:
-        rows = [(k, f"{fmt_bytes(getattr(self, k))}  [{self.sources.get(k, '')}]") for k in self._NUMBERS
+        rows = [(k, f"{_fmt_stat(k, getattr(self, k))}  [{self.sources.get(k, '')}]") for k in self._NUMBERS
                 if getattr(self, k) is not None or k in ("bytes_in_use", "peak_bytes_in_use")]
         if self.peak_since_reset_bytes is not None:
             verdict = "yes" if self.peak_since_reset_exact else "no"
             rows.append(("peak since reset exact", f"{verdict}: {self.exact_reason}"))
         return html_table(rows, title=f"Allocator stats: {self.device}")
+
+
+def _fmt_stat(key: str, value: int | None) -> str:
+    """num_allocs is a count of allocations; every other allocator stat is bytes."""
+    return fmt_count(value) if key == "num_allocs" else fmt_bytes(value)
 
 
 class AllocatorStatsList(tuple):
