@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import worker_env
+
 from xlakit._jax import environment as envmod
 from xlakit._jax.environment import Environment, codegen_xla_flags, current_environment, jaxlib_build_fingerprint
 

@@ -38,7 +38,8 @@ HEADER = {"key": "jit_f-abc", "name": "f", "compile_s": 1.5, "environment": {"ja
 
 def _assemble(header: dict | bytes, payload: bytes, secret: bytes = SECRET) -> bytes:
     """Build an envelope by hand, so tests can sign arbitrary (bad) contents with the real key."""
-    encoded = header if isinstance(header, bytes) else json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    encoded = (header if isinstance(header, bytes)
+               else json.dumps(header, sort_keys=True, separators=(",", ":")).encode())
     fixed = MAGIC + key_id(secret) + struct.pack(">I", len(encoded))
     header_mac = hmac.new(secret, b"xlakit header\x00" + fixed + encoded, hashlib.sha256).digest()
     signed = fixed + header_mac + encoded

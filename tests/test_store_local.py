@@ -448,7 +448,7 @@ def test_stale_temp_is_evicted_under_the_cap(tmp_path):
 def _worker(root: str, cap: int | None, seed: int, queue) -> None:
     store = LocalStore(root, max_bytes=cap, secret=SECRET)
     statuses = []
-    for round_ in range(2):
+    for _round in range(2):
         for j in range(20):
             key = f"key{(j + seed) % 20:02d}"
             payload = (key.encode() * 1000)[:8000] + os.urandom(2000)

@@ -20,9 +20,10 @@ import platform as _platform
 import re
 import shlex
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from xlakit.store import _fs as store_fs
 from xlakit.store import safejson

@@ -89,7 +89,8 @@ def quarantine_file(root: Path, partition: str, name: str, reason: str,
                 else:
                     return None
                 _fs.unlink_at(stem + USED_SUFFIX, pfd)
-                note = f"{reason}\noriginal: {root / part / name}\nquarantined: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n"
+                when = time.strftime('%Y-%m-%dT%H:%M:%S%z')
+                note = f"{reason}\noriginal: {root / part / name}\nquarantined: {when}\n"
                 try:
                     fd = os.open(candidate + REASON_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                                  0o600, dir_fd=qpfd)
