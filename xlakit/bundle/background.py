@@ -51,10 +51,14 @@ class ProgramLoader:
       workers: threads (>= 1).
       on_done: called as ``on_done(report)`` on the worker after each program resolves (the progress bar).
       warmup: run each loaded program once on zeros, in the worker, after it is ready.
+      head_start: load the best-ranked program alone, then the others ``workers`` at a time. For a background
+        load whose first call is most likely that program: on a 2-core machine, loading others beside it (and
+        the weights placed meanwhile) slowed its first result ~2x (GIL and cores shared; notes/restart.md).
     """
 
     def __init__(self, ctx: Any, specs: Sequence[ModuleSpec], blobs: dict, current: dict, order: Sequence[str],
-                 workers: int, on_done: Callable[[ModuleReport], None] | None = None, warmup: bool = False) -> None:
+                 workers: int, on_done: Callable[[ModuleReport], None] | None = None, warmup: bool = False,
+                 head_start: bool = False) -> None:
         self._ctx = ctx
         self._blobs, self._current = blobs, current
         self._on_done = on_done
@@ -74,11 +78,14 @@ class ProgramLoader:
             self.finished_at = time.perf_counter()
             self._all_done.set()
             return
-        pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(specs))),
-                                                     thread_name_prefix="xlakit-bundle")
-        for _ in specs:
-            pool.submit(self._take_next)
-        pool.shutdown(wait=False)  # queued tasks still run; the threads end after the last one
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(specs))),
+                                                           thread_name_prefix="xlakit-bundle")
+        held = len(specs) - 1 if head_start else 0
+        self._held = held  # slots submitted by the worker that resolves the first program
+        for _ in range(len(specs) - held):
+            self._pool.submit(self._take_next)
+        if not held:  # (a local: the first worker may already have taken self._held)
+            self._pool.shutdown(wait=False)  # queued tasks still run; the threads end after the last one
 
     # -- callers ----------------------------------------------------------------------------------------
     def result(self, file: str, timeout: float | None = None) -> tuple[ModuleReport, Any]:
@@ -114,10 +121,13 @@ class ProgramLoader:
     # -- workers ----------------------------------------------------------------------------------------
     def _take_next(self) -> None:
         with self._lock:
-            if not self._pending:
-                return
-            file = min(self._pending, key=self._rank.__getitem__)
-            spec = self._pending.pop(file)
+            empty = not self._pending
+            if not empty:
+                file = min(self._pending, key=self._rank.__getitem__)
+                spec = self._pending.pop(file)
+        if empty:  # cancelled
+            self._release_held()
+            return
         start = time.perf_counter()
         try:
             report, compiled = self._ctx.load_module(spec, self._blobs[file], self._current[file])
@@ -128,18 +138,30 @@ class ProgramLoader:
                 self._ctx.errors[file] = err
             report, compiled = ModuleReport(spec.file, spec.variant, spec.batch_size, "error",
                                             time.perf_counter() - start, reason=str(err)), None
-        self._resolve(report, compiled)
+        try:
+            self._resolve(report, compiled)
+        finally:
+            self._release_held()
         if self._warmup and compiled is not None and file not in self._used:
             from xlakit._jax.warmup import warm_up
 
             self.warmups[file] = warm_up(compiled)  # never raises
+
+    def _release_held(self) -> None:
+        """After the head start: queue the slots of the other programs, then let the pool wind down."""
+        with self._lock:
+            held, self._held = self._held, 0
+        if held:
+            for _ in range(held):
+                self._pool.submit(self._take_next)
+            self._pool.shutdown(wait=False)
 
     def _resolve(self, report: ModuleReport, compiled: Any) -> None:
         self.futures[report.module].set_result((report, compiled))
         if self._on_done is not None:
             try:
                 self._on_done(report)
-            except Exception:  # noqa: BLE001 - a progress bar never fails a load
+            except Exception:  # noqa: BLE001, S110 - a progress bar never fails a load
                 pass
         with self._lock:
             self._left -= 1

@@ -106,7 +106,7 @@ class LoadedBundle:
         if not self._loader.wait(timeout):
             raise TimeoutError(f"bundle {self.manifest.name!r}: programs still loading after {timeout} s")
         if self._finished is None:
-            for (variant, batch), file in self._files.items():
+            for variant, batch in self._files:
                 self._get(variant, batch)
             self._finished = max(self._loader_finished(), self._started + self.ready_s)
         self._surface(stacklevel=3)
@@ -183,7 +183,7 @@ class LoadedBundle:
     @property
     def total_s(self) -> float:
         self.wait()
-        return float(self._finished - self._started)
+        return float((self._finished or self._started) - self._started)
 
     # -- calling ----------------------------------------------------------------------------------------
     def __call__(self, *inputs: Any, variant: str = DEFAULT_VARIANT, **named: Any) -> Any:

@@ -9,15 +9,27 @@ an ordinary :class:`~xlakit.store.LocalStore` (SHA-256 + HMAC envelope, atomic p
   traced, lowered or compiled, and no Python model code is needed: read weights, read module bytes, hash,
   ``store.get``, ``load_compiled``.
 * **Miss** (the cold path): ``jax.export.deserialize`` the module, check its platform and signature against
-  the manifest, ``jax.jit(exported.call).lower(*avals).compile()`` on the device (bypassing every other
-  cache, so the stored program is a fresh compile), and store the AOT pickle.
+  the manifest, compile ``jax.jit(exported.call).lower(*avals)`` on the device with
+  :func:`xlakit._jax.fresh.compile_fresh` (bypassing every other cache, so the stored program is a fresh
+  compile that never ran), and store the AOT pickle.
 * **Fails open**: an entry that passes its checks but cannot be loaded is removed, recorded as a
   ``load_error`` event, and the module is compiled instead.
 
+Lookups and stores go through the cache's one fetch/publish path (:class:`xlakit.cache.path.CachePath`), which
+records ``hit`` / ``miss`` / ``corrupt`` / ``load_error`` / ``store`` / ``store_error`` / ``skip`` and returns a
+:class:`~xlakit.cache.decision.Decision` whose sizes, seconds and compiled memory fill the report.
+
 Before loading, the module-hash record drops programs of changed or vanished modules
 (:mod:`xlakit.bundle.hashes`). Every action is an event in :func:`xlakit.events.log` (``source="xlakit"``,
-``name="<bundle>/<module stem>"``): ``hit``, ``miss``, ``compile``, ``store``, ``store_error``, ``skip``,
-``evict`` (a dropped program), ``corrupt``, ``load_error`` (including a module that fails).
+``name="<bundle>/<module stem>"``, ``folder`` = the bundle's ``.cache``): ``hit``, ``miss``, ``compile``,
+``store``, ``store_error``, ``skip``, ``evict`` (a dropped program), ``corrupt``, ``load_error`` (including a
+module that fails).
+
+Order of work (measured in ``notes/restart.md``): manifest, device, environment, module reads and hashes, the
+record's drops; then the programs start loading in worker threads (:mod:`xlakit.bundle.background`) while the
+calling thread reads, checks and places the weights. By default ``load_bundle`` then waits for every program
+(largest first, so no worker is left alone with the biggest one); with ``background=True`` it returns at once
+and the programs load most-likely-called first while calls wait only for their own program.
 
 Nothing in the folder is trusted: module files are read only when they are regular files under
 :data:`~xlakit.bundle.files.MAX_MODULE_BYTES` (a FIFO, a device or a huge file fails alone, at once, named),
@@ -37,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from xlakit import events as _events
+from xlakit.bundle.background import ProgramLoader
 from xlakit.bundle.errors import BundleError, ModuleError
 from xlakit.bundle.files import MAX_MODULE_BYTES, cache_problem, read_regular
 from xlakit.bundle.hashes import RECORD, RecordState, read_record, sha256_hex
-from xlakit.bundle.background import ProgramLoader
 from xlakit.bundle.loaded import LoadedBundle
 from xlakit.bundle.manifest import CACHE_DIR, DEFAULT_VARIANT, Manifest, ModuleSpec
 from xlakit.bundle.programs import Context, NullStore
@@ -143,7 +155,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     order = _order(manifest, blobs, usage if background else None, background)
     bar = progress_bar(len(manifest.modules), f"{manifest.name}", enabled=progress)
     loader = ProgramLoader(ctx, manifest.modules, blobs, current, order, max_workers or DEFAULT_MAX_WORKERS,
-                           on_done=_bar_updater(bar, len(manifest.modules)), warmup=warmup)
+                           on_done=_bar_updater(bar, len(manifest.modules)), warmup=warmup, head_start=background)
     try:  # the weights are read, checked and placed while the workers load programs
         weights, weights_s = _place_weights(path, manifest, device)
     except BaseException:
@@ -154,7 +166,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     loaded = LoadedBundle(path=path, manifest=manifest, device=device, weights=weights, loader=loader,
                           specs=tuple(manifest.modules), dropped=tuple(dropped),
                           record_problem=record.reason if record.status == "unreadable" else None,
-                          weights_s=weights_s, started=start, ready_s=0.0, context=ctx, poly=poly,
+                          weights_s=weights_s, started=start, ready_s=time.perf_counter() - start, context=ctx, poly=poly,
                           treedefs=treedefs, tree_notes=tuple(notes), cache_problem=unusable,
                           usage=None if unusable else _UsageRecorder(cache_dir, usage or []))
     if not background:

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.bundle.errors import BundleError, ModuleError
-from xlakit.bundle.hashes import Drop, RecordState, plan_drops, program_key, write_record
+from xlakit.bundle.hashes import (
+    Drop,
+    RecordState,
+    plan_drops,
+    program_key,
+    write_record,
+)
 from xlakit.bundle.manifest import ModuleSpec, TensorSpec, dtype_name
 from xlakit.bundle.reports import ModuleReport
 
@@ -241,8 +247,6 @@ class Context:
 
 
 def _same(file: Path, field: str, aval: Any, spec: TensorSpec, batch_size: int | None) -> None:
-    import numpy as np
-
     shape = tuple(aval.shape)
     dtype = dtype_name(aval.dtype)
     want = spec.concrete(batch_size) if batch_size is not None else tuple(spec.shape)
