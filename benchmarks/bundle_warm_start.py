@@ -167,12 +167,15 @@ def child_bundle(root: str, workers: int, first: str = "-", mode: str = "sync") 
     import jax.extend.backend
 
     import xlakit
+    import xlakit._jax.environment
+    import xlakit._jax.executables
     import xlakit._jax.fresh
     import xlakit._jax.serialize
     import xlakit._jax.warmup
     import xlakit.bundle
     import xlakit.cache.path
     import xlakit.memory.compiled
+    import xlakit.store
 
     todo = _which(first)
     models = sorted({m for m, _ in todo}, key=MODELS.index)
