@@ -63,7 +63,7 @@ from xlakit.bundle.trees import TreeError, build_treedef
 from xlakit.bundle.usage import read_usage, write_usage
 from xlakit.bundle.weights import check_weights, read_weight_specs, read_weights
 
-__all__ = ["load_bundle", "LoadedBundle", "ModuleReport", "DEFAULT_MAX_WORKERS"]
+__all__ = ["DEFAULT_MAX_WORKERS", "LoadedBundle", "ModuleReport", "load_bundle"]
 
 # Threads that load/compile modules at once when max_workers is None. XLA releases the GIL while it
 # deserializes (a pure-Python thread kept ~half its speed during Client.deserialize_executable on 2 busy
