@@ -100,7 +100,29 @@ def _resolve_global(module: str, name: str):
     ExtendedDType subclasses in ``jax``/``jaxlib``; NumPy scalar and dtype classes in ``numpy``/``ml_dtypes``;
     for any other module that is *already imported* (never imported on a payload's behalf — imports run
     code): namedtuple classes and classes registered as pytree nodes (treedefs name them).
+
+    Positive answers for builtins and the ``jax``/``jaxlib``/``numpy``/``ml_dtypes`` packages are remembered per
+    ``(module, name)`` and reused while ``sys.modules[module]`` is the same module object (the allow-list is
+    static): every program of a bundle names the same few dozen globals, and the first answer costs a
+    ``_prng_functions()`` walk and subclass checks. Refusals and classes of other modules (a notebook may
+    redefine a namedtuple or pytree class) are decided afresh each time.
     """
+    hit = _RESOLVED.get((module, name))
+    if hit is not None and sys.modules.get(module) is hit[0]:
+        return hit[1]
+    obj = _resolve_uncached(module, name)
+    if module == "builtins" or _top(module) in _JAX_PACKAGES + _DTYPE_PACKAGES:
+        mod = sys.modules.get(module)
+        if mod is not None:
+            _RESOLVED[(module, name)] = (mod, obj)
+    return obj
+
+
+# (module, name) -> (the module object it was resolved in, the allowed object); see _resolve_global.
+_RESOLVED: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def _resolve_uncached(module: str, name: str):
     def refuse(why: str):
         raise pickle.UnpicklingError(f"refusing to load global {module}.{name}: {why}")
 

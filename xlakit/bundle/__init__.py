@@ -12,7 +12,9 @@
 
 * :func:`export_bundle` writes one (``jax.export`` + safetensors; compiles nothing).
 * :func:`load_bundle` returns a :class:`LoadedBundle`: programs loaded from ``.cache`` (no tracing, no
-  model code) or compiled and stored there; ``loaded(x)`` gives the original function's answer for any
+  model code) or compiled and stored there (``background=True``: returns once the weights are placed and each
+  call waits only for its own program; ``warmup=True``: each program runs once on zeros after it loads);
+  ``loaded(x)`` gives the original function's answer for any
   batch size (padding or chunking only where rows are independent) as the original output pytree.
 * :class:`BundleWatcher` reports bundles added, changed, renamed or removed in a folder of bundles.
 * :func:`check_bundle` says what a bundle holds and what a load would drop, without JAX.
@@ -22,6 +24,7 @@ JSON, temps, ``.cache`` symlinks), :mod:`~xlakit.bundle.weights` (safetensors), 
 (output pytrees as data), :mod:`~xlakit.bundle.rows` (row-coupling test, padding),
 :mod:`~xlakit.bundle.export`, :mod:`~xlakit.bundle.hashes` (module-hash record),
 :mod:`~xlakit.bundle.loader`, :mod:`~xlakit.bundle.programs` (one module: load or compile),
+:mod:`~xlakit.bundle.background` (the ranked loading threads), :mod:`~xlakit.bundle.usage` (first-call order),
 :mod:`~xlakit.bundle.loaded` (calling), :mod:`~xlakit.bundle.reports`, :mod:`~xlakit.bundle.progress` (the
 bar), :mod:`~xlakit.bundle.watcher`, :mod:`~xlakit.bundle.check`, :mod:`~xlakit.bundle.errors`. Importing
 this package does not import JAX.

@@ -18,7 +18,9 @@ Outputs come back as the exported function's pytree (:mod:`xlakit.bundle.trees`)
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
+import time
 import warnings
 from html import escape
 from pathlib import Path
@@ -38,6 +40,13 @@ class LoadedBundle:
     exact for every batch size (padding or chunking only where rows are independent) and returns the
     outputs as the original function's pytree.
 
+    Loaded with ``background=True``, the programs are still loading when you get this object: a call waits
+    only for the program it runs (moving it to the front of the queue), and every attribute that describes all
+    programs (``programs``, ``reports``, ``errors``, ``total_s``, ``batch_sizes()``, ``counts()``,
+    ``report()``, the repr) waits for all of them. A program that failed to load in the background is in
+    ``errors`` and ``reports``, and a ``RuntimeWarning`` names it on the next call or :meth:`wait`; a call
+    that needed it uses the next larger loaded size, as if it had never been exported.
+
     Attributes:
       path: the bundle folder. manifest: its :class:`~xlakit.bundle.manifest.Manifest`.
       device: the ``jax.Device`` the programs and weights are on.
@@ -51,38 +60,136 @@ class LoadedBundle:
       record_problem: why ``.cache/module_hashes.json`` was unreadable (it was rewritten), else None.
       cache_problem: why ``.cache`` was not used (e.g. it is a symlink), else None.
       tree_notes: output classes that come back as dicts (not defined in this process), and why.
-      weights_s: seconds reading, checking and placing the weights. total_s: seconds for the whole load.
+      weights_s: seconds reading, checking and placing the weights. ready_s: seconds until ``load_bundle``
+        returned. total_s: seconds until every program was loaded (or failed), from the start of the load.
     """
 
-    def __init__(self, *, path: Path, manifest: Manifest, device: Any, weights: dict[str, Any],
-                 programs: dict[tuple[str, int], Any], reports: tuple[ModuleReport, ...],
-                 errors: dict[str, BundleError], dropped: tuple, record_problem: str | None,
-                 weights_s: float, total_s: float, context: Any = None, poly: dict | None = None,
-                 treedefs: dict | None = None, tree_notes: tuple[str, ...] = (),
-                 cache_problem: str | None = None) -> None:
+    def __init__(self, *, path: Path, manifest: Manifest, device: Any, weights: dict[str, Any], loader: Any,
+                 specs: tuple[ModuleSpec, ...], dropped: tuple, record_problem: str | None, weights_s: float,
+                 started: float, ready_s: float, context: Any = None, poly: dict | None = None,
+                 treedefs: dict | None = None, tree_notes: tuple[str, ...] = (), cache_problem: str | None = None,
+                 usage: Any = None) -> None:
         self.path = path
         self.manifest = manifest
         self.device = device
         self.weights = weights
-        self.programs = programs
-        self.reports = reports
-        self.errors = errors
         self.dropped = dropped
         self.record_problem = record_problem
         self.cache_problem = cache_problem
         self.weights_s = weights_s
-        self.total_s = total_s
+        self.ready_s = ready_s
         self.tree_notes = tree_notes
-        self._exported = {k for k in programs}
+        self._loader = loader
+        self._specs = specs
+        self._files = {(s.variant, s.batch_size): s.file for s in specs}
+        self._started = started
+        self._finished: float | None = None
+        self._programs: dict[tuple[str, int], Any] = {}
+        self._extra_reports: tuple[ModuleReport, ...] = ()
         self._context = context
         self._poly = poly or {}  # variant -> (ModuleSpec, bytes | BundleError, sha256 | None)
         self._treedefs = treedefs or {}
+        self._usage = usage  # (record first call: (variant, batch) -> None) or None
+        self._called: set[tuple[str, int]] = set()
+        self._warned_errors: set[str] = set()
         self._lock = threading.Lock()
+        self._exact_lock = threading.Lock()
         self._warned_v1 = False
+
+    # -- waiting ----------------------------------------------------------------------------------------
+    def wait(self, timeout: float | None = None) -> LoadedBundle:
+        """Block until every program has loaded or failed; returns ``self`` (so ``load_bundle(p).wait()``).
+
+        Raises:
+          TimeoutError: ``timeout`` seconds passed first (the load goes on).
+        """
+        if not self._loader.wait(timeout):
+            raise TimeoutError(f"bundle {self.manifest.name!r}: programs still loading after {timeout} s")
+        if self._finished is None:
+            for variant, batch in self._files:
+                self._get(variant, batch)
+            self._finished = max(self._loader_finished(), self._started + self.ready_s)
+        self._surface(stacklevel=3)
+        return self
+
+    def ready(self, batch_size: int, variant: str = DEFAULT_VARIANT) -> bool:
+        """Whether the exported program for ``batch_size`` rows of ``variant`` has finished loading (or
+        failed: then :attr:`errors` says why). Never waits."""
+        file = self._files.get((variant, batch_size))
+        return file is not None and self._loader.done(file)
+
+    def wait_for(self, batch_size: int, variant: str = DEFAULT_VARIANT, timeout: float | None = None) -> bool:
+        """Wait for one exported program (moved to the front of the queue); True if it loaded, False if it
+        failed. Raises KeyError for a size or variant the manifest does not export, TimeoutError after
+        ``timeout`` seconds."""
+        if (variant, batch_size) not in self._files:
+            raise KeyError(f"bundle {self.manifest.name!r} exports no program of variant {variant!r} at batch size "
+                           f"{batch_size}; it exports {sorted(self._files)}")
+        try:
+            return self._get(variant, batch_size, timeout) is not None
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"program {variant!r} at batch size {batch_size} still loading after {timeout} s") from None
+
+    def _get(self, variant: str, batch: int, timeout: float | None = None) -> Any:
+        """The exported program for ``(variant, batch)``, waiting for it alone; None if it failed."""
+        program = self._programs.get((variant, batch))
+        if program is not None:
+            return program
+        file = self._files[(variant, batch)]
+        _, compiled = self._loader.result(file, timeout)
+        if compiled is not None:
+            with self._lock:
+                self._programs.setdefault((variant, batch), compiled)
+        return compiled
+
+    def _loader_finished(self) -> float:
+        return self._loader.finished_at or time.perf_counter()
+
+    def _results(self) -> list[tuple[ModuleReport, Any]]:
+        return [self._loader.result(s.file) for s in self._specs]
+
+    def _surface(self, stacklevel: int = 2) -> None:
+        """Warn, once per module, about modules that failed (from the caller's thread)."""
+        errors = self._context.errors if self._context is not None else {}
+        with self._lock:
+            new = {f: e for f, e in list(errors.items()) if f not in self._warned_errors}
+            self._warned_errors.update(new)
+        if not new:
+            return
+        total = len(self._specs)
+        if self._finished is not None and len(new) == len(errors):
+            head = f"{len(new)} of {total} modules failed to load; the others are usable"
+        else:
+            head = f"{len(new)} module(s) failed to load (of {total}); the others are usable"
+        warnings.warn(f"bundle {self.manifest.name!r}: {head}:\n  " + "\n  ".join(str(e) for e in new.values()),
+                      RuntimeWarning, stacklevel=stacklevel + 1)
+
+    # -- everything (waits for all programs) ------------------------------------------------------------
+    @property
+    def programs(self) -> dict[tuple[str, int], Any]:
+        self.wait()
+        return self._programs
+
+    @property
+    def reports(self) -> tuple[ModuleReport, ...]:
+        self.wait()
+        return tuple(self._loader.report(r.module, r) for r, _ in self._results()) + self._extra_reports
+
+    @property
+    def errors(self) -> dict[str, BundleError]:
+        self.wait()
+        return dict(self._context.errors) if self._context is not None else {}
+
+    @property
+    def total_s(self) -> float:
+        self.wait()
+        return float((self._finished or self._started) - self._started)
 
     # -- calling ----------------------------------------------------------------------------------------
     def __call__(self, *inputs: Any, variant: str = DEFAULT_VARIANT, **named: Any) -> Any:
         """Run ``variant`` on ``inputs`` (positional in manifest order, or by name).
+
+        With a background load, waits only for the program this batch runs on.
 
         Raises:
           TypeError: wrong number or names of inputs, or an input's dtype differs from the manifest's.
@@ -94,27 +201,55 @@ class LoadedBundle:
         """
         arrays = self._arrange(inputs, named)
         n = int(arrays[0].shape[0])
-        sizes = self._sizes(variant)
-        if (variant, n) in self.programs:
-            return self._rebuild(variant, self._run(variant, n, arrays, n))
+        self._check_variant(variant)
+        try:
+            if (variant, n) in self._files and self._get(variant, n) is not None:
+                return self._rebuild(variant, self._run(variant, n, arrays, n))
+            return self._rebuild(variant, self._route(variant, arrays, n))
+        finally:
+            self._surface()
+
+    def _route(self, variant: str, arrays: list, n: int) -> list:
+        """``n`` is not an exported size that loaded: pad, chunk or compile the exact size."""
         independent = self.manifest.independent(variant) if self.manifest.format_version >= 2 else None
         if independent is None and not self._warned_v1:
+            self._largest(variant)  # no program at all: the KeyError comes first
             self._warned_v1 = True
             warnings.warn(f"bundle {self.manifest.name!r} was exported by an older xlakit that did not record "
                           "whether rows are independent; batches are padded as before, which is wrong for "
                           "outputs that couple rows (batch means, sorts). Re-export it.", RuntimeWarning,
-                          stacklevel=2)
+                          stacklevel=4)
         if independent is False:
-            if n > sizes[-1]:
-                raise ValueError(f"batch of {n} exceeds the largest loaded batch size {sizes[-1]} of variant "
+            largest = self._largest(variant)
+            if n > largest:
+                raise ValueError(f"batch of {n} exceeds the largest loaded batch size {largest} of variant "
                                  f"{variant!r}, and its rows are coupled (an output depends on several rows), so "
                                  "it cannot be split: export a larger batch size")
             self._exact(variant, n)
-            return self._rebuild(variant, self._run(variant, n, arrays, n))
-        if n <= sizes[-1]:
-            batch = next(b for b in sizes if b >= n)
-            return self._rebuild(variant, self._run(variant, batch, arrays, n))
-        return self._rebuild(variant, self._chunks(variant, sizes[-1], arrays, n))
+            return self._run(variant, n, arrays, n)
+        batch = self._fit(variant, n)
+        if batch is not None:
+            return self._run(variant, batch, arrays, n)
+        return self._chunks(variant, self._largest(variant), arrays, n)
+
+    def _candidates(self, variant: str) -> list[int]:
+        return sorted(b for v, b in self._files if v == variant)
+
+    def _fit(self, variant: str, m: int) -> int | None:
+        """The smallest exported size >= ``m`` whose program loaded (waiting for each in turn), or None."""
+        for b in self._candidates(variant):
+            if b >= m and self._get(variant, b) is not None:
+                return b
+        return None
+
+    def _largest(self, variant: str) -> int:
+        """The largest exported size whose program loaded. Raises KeyError when none did."""
+        for b in reversed(self._candidates(variant)):
+            if self._get(variant, b) is not None:
+                return b
+        errors = self._context.errors if self._context is not None else {}
+        failed = "; ".join(str(e) for e in errors.values())
+        raise KeyError(f"no program of variant {variant!r} loaded: {failed}")
 
     def _run(self, variant: str, batch: int, arrays: list, n: int) -> list:
         """Flat output leaves of the ``batch`` program on ``arrays`` (``n`` rows, padded up to ``batch``),
@@ -123,7 +258,9 @@ class LoadedBundle:
 
         from xlakit.bundle.rows import pad_rows
 
-        compiled = self.programs[(variant, batch)]
+        compiled = self._programs[(variant, batch)]
+        if (variant, batch) not in self._called:
+            self._first_call(variant, batch)
         args = []
         for x in arrays:
             if n == batch and isinstance(x, jax.Array) and x.devices() == {self.device}:
@@ -146,7 +283,7 @@ class LoadedBundle:
         parts = []
         for start in range(0, n, size):
             m = min(size, n - start)
-            batch = next(b for b in self._sizes(variant) if b >= m)
+            batch = self._fit(variant, m)
             parts.append(self._run(variant, batch, [x[start:start + m] for x in arrays], m))
         specs = self.manifest.outputs[variant]
         return [jnp.concatenate([p[i] for p in parts]) if i < len(specs) and specs[i].batched else leaf
@@ -160,10 +297,13 @@ class LoadedBundle:
         """Make sure ``programs[(variant, n)]`` exists: loaded from ``.cache`` or compiled from the
         shape-polymorphic module, and stored. Raises ValueError / ModuleError."""
         with self._lock:
-            if (variant, n) in self.programs:
+            if (variant, n) in self._programs:
+                return
+        with self._exact_lock:
+            if (variant, n) in self._programs:
                 return
             if variant not in self._poly or self._context is None:
-                sizes = self._sizes(variant)
+                sizes = self.batch_sizes(variant)
                 raise ValueError(f"batch of {n} is not an exported batch size of variant {variant!r} ({list(sizes)}) "
                                  "and its rows are coupled (an output depends on several rows), so padding would "
                                  "change the answer; it has no shape-polymorphic module to compile the exact size "
@@ -171,26 +311,34 @@ class LoadedBundle:
             spec, data, sha = self._poly[variant]
             if isinstance(data, BundleError):
                 raise data
-            with self._context.compiles:  # fresh compile, hooks released afterwards
-                report, compiled = self._context.load_instance(ModuleSpec(spec.file, variant, n), data, sha)
-            self.reports = self.reports + (report,)
+            report, compiled = self._context.load_instance(ModuleSpec(spec.file, variant, n), data, sha)
+            self._extra_reports = self._extra_reports + (report,)
             if compiled is None:
                 raise ModuleError(self.path / spec.file, None, f"no exact program for a batch of {n}: {report.reason}")
-            self.programs[(variant, n)] = compiled
+            with self._lock:
+                self._programs[(variant, n)] = compiled
 
     def batch_sizes(self, variant: str = DEFAULT_VARIANT) -> tuple[int, ...]:
-        """The exported batch sizes of ``variant`` whose programs loaded, ascending."""
-        return tuple(sorted(b for v, b in self._exported if v == variant))
+        """The exported batch sizes of ``variant`` whose programs loaded, ascending (waits for them)."""
+        return tuple(b for b in self._candidates(variant) if self._get(variant, b) is not None)
 
-    def _sizes(self, variant: str) -> tuple[int, ...]:
+    def _check_variant(self, variant: str) -> None:
         if variant not in self.manifest.variants:
             raise KeyError(f"bundle {self.manifest.name!r} has no variant {variant!r}; it has "
                            f"{list(self.manifest.variants)}")
-        sizes = self.batch_sizes(variant)
-        if not sizes:
-            failed = "; ".join(str(e) for f, e in self.errors.items())
-            raise KeyError(f"no program of variant {variant!r} loaded: {failed}")
-        return sizes
+
+    def _first_call(self, variant: str, batch: int) -> None:
+        """Remember the first call of an exported program (``.cache/usage.json``), and that it no longer needs
+        a warm-up."""
+        with self._lock:
+            if (variant, batch) in self._called:
+                return
+            self._called.add((variant, batch))
+        file = self._files.get((variant, batch))
+        if file is not None:
+            self._loader.mark_used(file)
+            if self._usage is not None:
+                self._usage(variant, batch)
 
     def _arrange(self, inputs: tuple, named: dict) -> list[Any]:
         specs = self.manifest.inputs

@@ -9,15 +9,28 @@ an ordinary :class:`~xlakit.store.LocalStore` (SHA-256 + HMAC envelope, atomic p
   traced, lowered or compiled, and no Python model code is needed: read weights, read module bytes, hash,
   ``store.get``, ``load_compiled``.
 * **Miss** (the cold path): ``jax.export.deserialize`` the module, check its platform and signature against
-  the manifest, ``jax.jit(exported.call).lower(*avals).compile()`` on the device (bypassing every other
-  cache, so the stored program is a fresh compile), and store the AOT pickle.
+  the manifest, compile ``jax.jit(exported.call).lower(*avals)`` on the device with
+  :func:`xlakit._jax.fresh.compile_fresh` (bypassing every other cache, so the stored program is a fresh
+  compile that never ran), and store the AOT pickle.
 * **Fails open**: an entry that passes its checks but cannot be loaded is removed, recorded as a
   ``load_error`` event, and the module is compiled instead.
 
+Lookups and stores go through the cache's one fetch/publish path (:class:`xlakit.cache.path.CachePath`), which
+records ``hit`` / ``miss`` / ``corrupt`` / ``load_error`` / ``store`` / ``store_error`` / ``skip`` and returns a
+:class:`~xlakit.cache.decision.Decision` whose sizes, seconds and compiled memory fill the report.
+
 Before loading, the module-hash record drops programs of changed or vanished modules
 (:mod:`xlakit.bundle.hashes`). Every action is an event in :func:`xlakit.events.log` (``source="xlakit"``,
-``name="<bundle>/<module stem>"``): ``hit``, ``miss``, ``compile``, ``store``, ``store_error``, ``skip``,
-``evict`` (a dropped program), ``corrupt``, ``load_error`` (including a module that fails).
+``name="<bundle>/<module stem>"``, ``folder`` = the bundle's ``.cache``): ``hit``, ``miss``, ``compile``,
+``store``, ``store_error``, ``skip``, ``evict`` (a dropped program), ``corrupt``, ``load_error`` (including a
+module that fails).
+
+Order of work (measured in ``notes/restart.md``): manifest, device, environment, module reads and hashes, the
+record's drops. By default the weights are then placed, the programs load in worker threads
+(:mod:`xlakit.bundle.background`), largest first so no worker is left alone with the biggest one, and
+``load_bundle`` returns when all are loaded. With ``background=True`` the most-likely-called program starts
+loading alone while the calling thread places the weights, ``load_bundle`` returns, and the others follow,
+most likely first; a call waits only for its own program.
 
 Nothing in the folder is trusted: module files are read only when they are regular files under
 :data:`~xlakit.bundle.files.MAX_MODULE_BYTES` (a FIFO, a device or a huge file fails alone, at once, named),
@@ -28,8 +41,8 @@ result: :mod:`xlakit.bundle.loaded`; module loading and compiling: :mod:`xlakit.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -37,18 +50,20 @@ from pathlib import Path
 from typing import Any
 
 from xlakit import events as _events
+from xlakit.bundle.background import ProgramLoader
 from xlakit.bundle.errors import BundleError, ModuleError
 from xlakit.bundle.files import MAX_MODULE_BYTES, cache_problem, read_regular
 from xlakit.bundle.hashes import RECORD, RecordState, read_record, sha256_hex
 from xlakit.bundle.loaded import LoadedBundle
-from xlakit.bundle.manifest import CACHE_DIR, Manifest, ModuleSpec
+from xlakit.bundle.manifest import CACHE_DIR, DEFAULT_VARIANT, Manifest, ModuleSpec
 from xlakit.bundle.programs import Context, NullStore
 from xlakit.bundle.progress import progress_bar
 from xlakit.bundle.reports import ModuleReport
 from xlakit.bundle.trees import TreeError, build_treedef
+from xlakit.bundle.usage import read_usage, write_usage
 from xlakit.bundle.weights import check_weights, read_weight_specs, read_weights
 
-__all__ = ["load_bundle", "LoadedBundle", "ModuleReport", "DEFAULT_MAX_WORKERS"]
+__all__ = ["DEFAULT_MAX_WORKERS", "LoadedBundle", "ModuleReport", "load_bundle"]
 
 # Threads that load/compile modules at once when max_workers is None. XLA releases the GIL while it
 # deserializes (a pure-Python thread kept ~half its speed during Client.deserialize_executable on 2 busy
@@ -68,7 +83,8 @@ DEFAULT_MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
 def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, max_workers: int | None = None,
                 progress: bool = True, *, secret: bytes | None = None,
                 log: _events.EventLog | None = None, remote: str | None = None, remote_mode: str | None = None,
-                remote_options: dict | None = None) -> LoadedBundle:
+                remote_options: dict | None = None, background: bool = False,
+                warmup: bool = False) -> LoadedBundle:
     """Load a bundle's programs and weights onto a device, compiling only what ``.cache`` lacks.
 
     Args:
@@ -86,10 +102,20 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       remote, remote_mode, remote_options: a shared store behind ``.cache`` (default ``$XLAKIT_CACHE_REMOTE``
         and its mode/options variables), as for :func:`xlakit.enable_cache`: modules missing from ``.cache``
         are read from it, modules compiled here are uploaded (``rw``).
+      background: return as soon as the manifest is read, the modules hashed and the weights placed; the
+        programs go on loading in ``max_workers`` threads, the most likely to be called first (the order the
+        last process first called them, from ``.cache/usage.json``; else the default variant, smallest batch
+        first), and a call waits only for its own program (see :class:`LoadedBundle`). Default False: return
+        once every program is loaded, largest first.
+      warmup: after loading each program, run it once on zeros in the loading thread
+        (:func:`xlakit._jax.warmup.warm_up`), so a call does not pay XLA:CPU's first-run cost (measured in
+        ``benchmarks/first_execution.py``: ~5x a later run); costs about one run per program loaded whether or
+        not it is called. Skipped for a program a call already used. A failed warm-up is only reported.
 
     Returns:
       A :class:`LoadedBundle`; modules that failed are in its ``errors`` and ``reports`` (and one
-      ``RuntimeWarning`` names them) while the others load.
+      ``RuntimeWarning`` names them: here, or with ``background=True`` on the next call or ``wait()``)
+      while the others load.
 
     Raises:
       xlakit.bundle.ManifestError: ``manifest.json`` is missing, unreadable or lacks/misstates a field.
@@ -98,8 +124,6 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       xlakit._jax.serialize.DevicePlacementError: ``devices`` is not exactly one addressable device.
       ValueError: ``max_workers`` < 1.
     """
-    import jax
-
     from xlakit._jax.environment import current_environment
     from xlakit.cache.remote import open_store
 
@@ -110,15 +134,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     log = log or _events.log()
     manifest = Manifest.read(path)
     device = _resolve_device(devices)
-
     treedefs, notes = _treedefs(path, manifest)
-    t = time.perf_counter()
-    wfile = path / manifest.weights_file
-    check_weights(wfile, read_weight_specs(wfile), manifest.weights)  # header first: sizes are known
-    host = read_weights(wfile)
-    check_weights(wfile, host, manifest.weights)
-    weights = jax.device_put(host, device)
-    weights_s = time.perf_counter() - t
 
     env = current_environment(device.platform)
     partition = env.partition_name()
@@ -135,44 +151,102 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     blobs = {spec.file: _read_module(path, spec) for spec in manifest.modules + manifest.poly_modules}
     current = {f: (None if isinstance(b, BundleError) else sha256_hex(b)) for f, b in blobs.items()}
     record = RecordState("missing", {}, None, cache_dir / RECORD) if unusable else read_record(cache_dir)
-    dropped = ctx.reconcile(record, current)
-
-    bar = progress_bar(len(blobs), f"{manifest.name}", enabled=progress)
-    results: dict[str, tuple[ModuleReport, Any]] = {}
-    workers = max_workers or DEFAULT_MAX_WORKERS
-    try:
-        with ctx.compiles, concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="xlakit-bundle") as pool:
-            futures = {pool.submit(ctx.load_module, spec, blobs[spec.file], current[spec.file]): spec
-                       for spec in manifest.modules}
-            for future in concurrent.futures.as_completed(futures):
-                report, compiled = future.result()  # load_module never raises
-                results[report.module] = (report, compiled)
-                bar.update(1)
-                counts = [r.status for r, _ in results.values()]
-                bar.set_postfix_str(f"{counts.count('hit')} hit, {counts.count('miss')} compiled, "
-                                    f"{counts.count('error')} failed")
-    finally:
-        bar.close()
-
-    reports = tuple(results[spec.file][0] for spec in manifest.modules)
-    programs = {(spec.variant, spec.batch_size): results[spec.file][1] for spec in manifest.modules
-                if results[spec.file][1] is not None}
+    dropped = ctx.reconcile(record, current)  # before any program loads: drops are decided first
     for spec in manifest.poly_modules:  # compiled on demand; a bad one fails here, named, alone
         if isinstance(blobs[spec.file], BundleError):
             ctx.errors[spec.file] = blobs[spec.file]
-            ctx.emit("load_error", spec.stem, None, reason=str(blobs[spec.file]))
-    errors = dict(ctx.errors)
-    if errors:
-        warnings.warn(f"bundle {manifest.name!r}: {len(errors)} of {len(reports)} modules failed to load; the others "
-                      "are usable:\n  " + "\n  ".join(str(e) for e in errors.values()), RuntimeWarning, stacklevel=2)
+            ctx.io.failed("load_error", partition, None, f"{manifest.name}/{spec.stem}", str(blobs[spec.file]))
+
+    usage = None if unusable else read_usage(cache_dir)
+    order = _order(manifest, blobs, usage if background else None, background)
+    weights = None
+    if not background:  # measured: placing the weights beside two loading threads cost CPU and wall on 2 cores
+        weights, weights_s = _place_weights(path, manifest, device)
+    bar = progress_bar(len(manifest.modules), f"{manifest.name}", enabled=progress)
+    loader = ProgramLoader(ctx, manifest.modules, blobs, current, order, max_workers or DEFAULT_MAX_WORKERS,
+                           on_done=_bar_updater(bar, len(manifest.modules)), warmup=warmup, head_start=background)
+    if weights is None:
+        try:  # background: the weights are placed while the first program loads (one worker: the head start)
+            weights, weights_s = _place_weights(path, manifest, device)
+        except BaseException:
+            loader.cancel()
+            loader.wait()  # nothing of this load touches the folder once load_bundle has raised
+            raise
+    poly = {spec.variant: (spec, blobs[spec.file], current[spec.file]) for spec in manifest.poly_modules}
+    loaded = LoadedBundle(path=path, manifest=manifest, device=device, weights=weights, loader=loader,
+                          specs=tuple(manifest.modules), dropped=tuple(dropped),
+                          record_problem=record.reason if record.status == "unreadable" else None,
+                          weights_s=weights_s, started=start, ready_s=time.perf_counter() - start, context=ctx, poly=poly,
+                          treedefs=treedefs, tree_notes=tuple(notes), cache_problem=unusable,
+                          usage=None if unusable else _UsageRecorder(cache_dir, usage or []))
+    if not background:
+        loaded.wait()
+    loaded.ready_s = time.perf_counter() - start
     if notes:
         warnings.warn(f"bundle {manifest.name!r}: " + "; ".join(notes), RuntimeWarning, stacklevel=2)
-    poly = {spec.variant: (spec, blobs[spec.file], current[spec.file]) for spec in manifest.poly_modules}
-    return LoadedBundle(path=path, manifest=manifest, device=device, weights=weights, programs=programs,
-                        reports=reports, errors=errors, dropped=tuple(dropped),
-                        record_problem=record.reason if record.status == "unreadable" else None,
-                        weights_s=weights_s, total_s=time.perf_counter() - start, context=ctx, poly=poly,
-                        treedefs=treedefs, tree_notes=tuple(notes), cache_problem=unusable)
+    return loaded
+
+
+def _place_weights(path: Path, manifest: Manifest, device: Any) -> tuple[dict, float]:
+    """Read, check and ``device_put`` the weights; ``(weights, seconds)``. Raises WeightsError."""
+    import jax
+
+    t = time.perf_counter()
+    wfile = path / manifest.weights_file
+    check_weights(wfile, read_weight_specs(wfile), manifest.weights)  # header first: sizes are known
+    host = read_weights(wfile)
+    check_weights(wfile, host, manifest.weights)
+    weights = jax.device_put(host, device)
+    return weights, time.perf_counter() - t
+
+
+def _order(manifest: Manifest, blobs: dict, usage: list | None, background: bool) -> list[str]:
+    """Module files in the order to load them. Waiting for all: largest module first (the last worker is
+    not left alone with the biggest program). Background: the order of ``usage`` (first calls of the last
+    process), then the default variant before the others, smallest batch first; ties largest first."""
+    def size(spec: ModuleSpec) -> int:
+        b = blobs[spec.file]
+        return 0 if isinstance(b, BundleError) else len(b)
+
+    specs = list(manifest.modules)
+    if not background:
+        return [s.file for s in sorted(specs, key=lambda s: -size(s))]
+    seen = {pair: i for i, pair in enumerate(usage or [])}
+    return [s.file for s in sorted(specs, key=lambda s: (seen.get((s.variant, s.batch_size), len(seen)),
+                                                         s.variant != DEFAULT_VARIANT, s.batch_size, -size(s)))]
+
+
+def _bar_updater(bar: Any, total: int):
+    counts = {"hit": 0, "miss": 0, "error": 0}
+    lock = threading.Lock()
+
+    def update(report: ModuleReport) -> None:
+        with lock:
+            counts[report.status] = counts.get(report.status, 0) + 1
+            bar.update(1)
+            bar.set_postfix_str(f"{counts['hit']} hit, {counts['miss']} compiled, {counts['error']} failed")
+            if sum(counts.values()) >= total:
+                bar.close()
+
+    return update
+
+
+class _UsageRecorder:
+    """Appends a program's first call to ``.cache/usage.json`` (in a short-lived thread, off the call)."""
+
+    def __init__(self, cache_dir: Path, previous: list) -> None:
+        self._cache_dir = cache_dir
+        self._calls: list = []
+        self._previous = previous
+        self._lock = threading.Lock()
+
+    def __call__(self, variant: str, batch: int) -> None:
+        with self._lock:
+            self._calls.append((variant, batch))
+            calls = list(self._calls)
+        if calls == self._previous[:len(calls)]:
+            return  # the same first calls as last time: nothing new to write
+        threading.Thread(target=write_usage, args=(self._cache_dir, calls), name="xlakit-usage", daemon=True).start()
 
 
 def _treedefs(path: Path, manifest: Manifest) -> tuple[dict, list[str]]:

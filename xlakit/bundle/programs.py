@@ -7,7 +7,6 @@ must not be used (a symlink). Every action is an event (see :mod:`xlakit.bundle.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import warnings
@@ -16,74 +15,31 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.bundle.errors import BundleError, ModuleError
-from xlakit.bundle.hashes import Drop, RecordState, plan_drops, program_key, write_record
+from xlakit.bundle.hashes import (
+    Drop,
+    RecordState,
+    plan_drops,
+    program_key,
+    write_record,
+)
 from xlakit.bundle.manifest import ModuleSpec, TensorSpec, dtype_name
 from xlakit.bundle.reports import ModuleReport
 
 __all__ = ["Context", "NullStore"]
 
 
-class _PassThrough:
-    """Compiles routed here find nothing and store nothing (the stored program must be a fresh compile:
-    re-serializing an executable that was itself loaded from a cache is unreliable, see xlakit.cache)."""
-
-    def read(self, ctx, compile_options, backend, executable_devices, host_callbacks):
-        return None, None
-
-    def write(self, ctx, compile_time_secs, backend, executable, host_callbacks):
-        return None
-
-
-class _FreshCompiles:
-    """Installs xlakit's compile hooks on the first miss of a load and removes them at its end, so every
-    compile of the load bypasses JAX's persistent cache and xlakit's transparent mode."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._acquired = False
-        self._usable = True
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        with self._lock:
-            if self._acquired:
-                from xlakit._jax import hooks
-
-                hooks.release()
-                self._acquired = False
-
-    @contextlib.contextmanager
-    def fresh(self):
-        from xlakit._jax import hooks
-
-        with self._lock:
-            if not self._acquired and self._usable:
-                try:
-                    hooks.acquire()
-                    self._acquired = True
-                except Exception:  # noqa: BLE001 - an unsupported JAX: compile without the bypass
-                    self._usable = False
-        if not self._acquired:
-            yield
-            return
-        with hooks.route(_PassThrough()):
-            yield
-
-
 class Context:
     """What every module load shares; ``load_module`` runs in worker threads."""
 
     def __init__(self, path, manifest, device, env, partition, store, log) -> None:
-        from xlakit._jax.handler import _expectations
+        from xlakit._jax.environment import expectations
+        from xlakit.cache.path import CachePath
 
         self.path, self.manifest, self.device, self.env = path, manifest, device, env
         self.partition, self.store, self.log = partition, store, log
-        self.expect = _expectations(env)
-        self.compiles = _FreshCompiles()
+        self.expect = expectations(env)
+        self.io = CachePath(store, log)  # the one fetch/publish path: hit/miss/corrupt/store events and decisions
         self.errors: dict[str, BundleError] = {}
-        self._partition_written = False
         self._lock = threading.Lock()
 
     def emit(self, kind: str, stem: str, key: str | None, **fields: Any) -> None:
@@ -140,14 +96,14 @@ class Context:
             return self._load_or_compile(spec, data, key, start, polymorphic=True)
         except Exception as e:  # noqa: BLE001 - one batch size fails; the bundle stays usable
             reason = str(e) if isinstance(e, BundleError) else f"{type(e).__name__}: {e}"
-            self.emit("load_error", spec.stem, key, reason=reason)
+            self.io.failed("load_error", self.partition, key, f"{self.manifest.name}/{spec.stem}", reason)
             return ModuleReport(spec.file, spec.variant, spec.batch_size, "error", time.perf_counter() - start,
                                 module_bytes=len(data), key=key, reason=reason), None
 
     def _fail(self, spec: ModuleSpec, err: BundleError, key, size, start) -> ModuleReport:
         with self._lock:
             self.errors[spec.file] = err
-        self.emit("load_error", spec.stem, key, reason=str(err))
+        self.io.failed("load_error", self.partition, key, f"{self.manifest.name}/{spec.stem}", str(err))
         return ModuleReport(spec.file, spec.variant, spec.batch_size, "error", time.perf_counter() - start,
                             module_bytes=size, key=key, reason=str(err))
 
@@ -155,32 +111,19 @@ class Context:
                          polymorphic: bool = False) -> tuple[ModuleReport, Any]:
         from xlakit._jax import serialize
 
-        found = self.store.get(self.partition, key, expect=self.expect)
-        reason = None
-        if found.status == "hit":
-            try:
-                placement = serialize.Placement.from_dict(found.header["placement"])
-                compiled = serialize.load_compiled(found.payload, placement, [self.device])
-            except Exception as e:  # noqa: BLE001 - the cache fails open: drop the entry, compile instead
-                self.store.remove(self.partition, key)
-                reason = f"stored program could not be loaded ({type(e).__name__}: {e}); removed and recompiled"
-                self.emit("load_error", spec.stem, key, reason=reason, duration_s=time.perf_counter() - start)
-            else:
-                self._check_signature(spec, compiled)
-                load_s = time.perf_counter() - start
-                recorded = float(found.header.get("compile_s") or 0.0)
-                self.emit("hit", spec.stem, key, duration_s=load_s, bytes=found.header.get("payload_bytes"),
-                          saved_s=max(0.0, recorded - load_s))
-                return self._report(spec, "hit", load_s, None, len(data), found.header, key, None), compiled
-        elif found.status in ("corrupt", "unauthenticated", "mismatch"):
-            reason = f"{found.status} entry ({found.reason}); moved to {found.quarantined_to}"
-            if found.status != "mismatch":
-                self.emit("corrupt", spec.stem, key, reason=reason)
-        elif found.status == "error":
-            reason = f"could not read the store: {found.reason}"
-            self.emit("load_error", spec.stem, key, reason=reason)
-        reason = reason or f"no program compiled from this module in partition {self.partition}"
-        self.emit("miss", spec.stem, key, reason=reason, duration_s=time.perf_counter() - start)
+        def place(header, payload):
+            placement = serialize.Placement.from_dict(header["placement"])
+            compiled = serialize.load_compiled(payload, placement, [self.device])
+            self._check_signature(spec, compiled)  # a ModuleError passes through: the manifest disagrees
+            return compiled
+
+        # CachePath records hit / miss / corrupt / load_error (name "<bundle>/<stem>") and, when the stored
+        # program does not load, removes the entry so the module is compiled below.
+        compiled, found = self.io.fetch(self.partition, key, name=f"{self.manifest.name}/{spec.stem}", load=place,
+                                        expect=self.expect, reraise=(BundleError,))
+        if compiled is not None:
+            return self._report(spec, "hit", found.load_s or 0.0, None, len(data), found, key, None), compiled
+        reason = _miss_reason(found, self.partition)
 
         exported = self._deserialize(spec, data)
         batch = spec.batch_size if polymorphic else None
@@ -190,14 +133,16 @@ class Context:
         compiled = self._compile(exported, batch)
         compile_s = time.perf_counter() - t
         self._check_signature(spec, compiled)
-        self.emit("compile", spec.stem, key, duration_s=compile_s)
-        header = self._store(spec, key, compiled, compile_s, data)
-        return self._report(spec, "miss", read_s, compile_s, len(data), header, key, reason), compiled
+        self.io.compiled(self.partition, key, f"{self.manifest.name}/{spec.stem}", compile_s)
+        stored = self._store(spec, key, compiled, compile_s, data)
+        return self._report(spec, "miss", read_s, compile_s, len(data), stored, key, reason), compiled
 
-    def _report(self, spec, status, load_s, compile_s, size, header, key, reason) -> ModuleReport:
-        mem = _memory(header)
+    def _report(self, spec, status, load_s, compile_s, size, decision, key, reason) -> ModuleReport:
+        """The module's report row; sizes and compiled memory come from the cache's decision (no re-read)."""
+        ok = decision is not None and decision.kind in ("hit", "store")
+        mem = _memory(decision.memory if ok else None)
         return ModuleReport(spec.file, spec.variant, spec.batch_size, status, load_s, compile_s, size,
-                            (header or {}).get("payload_bytes"), mem.get("argument_bytes"), mem.get("output_bytes"),
+                            decision.bytes if ok else None, mem.get("argument_bytes"), mem.get("output_bytes"),
                             mem.get("temp_bytes"), mem.get("footprint_bytes"), key, reason)
 
     # -- the cold path --------------------------------------------------------------------------------------
@@ -229,48 +174,40 @@ class Context:
         self._compare(spec, args[0], args[1:])
 
     def _compile(self, exported, batch: int | None = None):
+        """A fresh XLA compile (never JAX's in-process memo or any persistent cache: the stored program must be
+        one that never ran; see :mod:`xlakit._jax.fresh`)."""
         import jax
         from jax.sharding import SingleDeviceSharding
+
+        from xlakit._jax.fresh import compile_fresh
 
         sharding = SingleDeviceSharding(self.device)
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
                  for a in _concrete(exported.in_avals, batch)]
         args, kwargs = exported.in_tree.unflatten(avals)
-        lowered = jax.jit(exported.call).lower(*args, **kwargs)
-        with self.compiles.fresh():
-            return lowered.compile()
+        return compile_fresh(jax.jit(exported.call).lower(*args, **kwargs))
 
-    def _store(self, spec: ModuleSpec, key: str, compiled, compile_s: float, data: bytes) -> dict | None:
-        from xlakit._jax import serialize
-        from xlakit._jax.handler import _memory_stats
+    def _store(self, spec: ModuleSpec, key: str, compiled, compile_s: float, data: bytes):
+        """Publish the program through the cache path; the Decision (``store``, ``store_error`` or ``skip``)
+        carries the bytes written and the compiled memory."""
+        from xlakit._jax import executables, serialize
+        from xlakit.cache.entry import KIND_JAX, program_header
 
+        name = f"{self.manifest.name}/{spec.stem}"
         try:
             payload, placement = serialize.serialize_compiled(compiled)
         except serialize.NotSerializable as e:
-            self.emit("skip", spec.stem, key, reason=f"not serializable: {e.reason}")
-            return None
-        with self._lock:
-            if not self._partition_written:
-                self.store.write_partition_info(self.partition, self.env.to_dict())
-                self._partition_written = True
-        header = {"name": f"{self.manifest.name}/{spec.stem}", "payload_kind": "jax-compiled-pickle",
-                  "placement": placement.to_dict(), "environment": self.env.to_dict(), "compile_s": compile_s,
-                  "memory": _memory_stats(compiled.runtime_executable()), "bundle": self.manifest.name,
-                  "module_file": spec.file, "module_sha256": _sha_of(key), "module_bytes": len(data),
-                  "variant": spec.variant, "batch_size": spec.batch_size}
-        t = time.perf_counter()
-        result = self.store.put(self.partition, key, header, payload)
-        if not result.stored:
-            self.emit("store_error", spec.stem, key, reason=result.reason, duration_s=time.perf_counter() - t)
-            return header
-        self.emit("store", spec.stem, key, bytes=result.size_bytes, duration_s=time.perf_counter() - t)
-        # payload_bytes is set by the envelope when sealing; read it back for the report
-        from xlakit.store import read_header_file
-
-        try:
-            return read_header_file(result.path)
-        except Exception:  # noqa: BLE001 - the report loses one number, nothing else
-            return header
+            return self.io.skip(self.partition, key, name, f"not serializable: {e.reason}", compile_s)
+        header = program_header(name=name, compile_s=compile_s, environment=self.env.to_dict(), key_parts=None,
+                                memory=executables.memory_stats(compiled.runtime_executable()), module_text=None,
+                                kind=KIND_JAX)
+        header.update(placement=placement.to_dict(), bundle=self.manifest.name, module_file=spec.file,
+                      module_sha256=_sha_of(key), module_bytes=len(data), variant=spec.variant,
+                      batch_size=spec.batch_size)
+        if isinstance(self.store, NullStore):  # .cache refused (the load already warned once): record why
+            return self.io.failed("store_error", self.partition, key, name, self.store.reason)
+        self.io.ensure_partition(self.partition, self.env.to_dict())
+        return self.io.publish(self.partition, key, header, payload)
 
     # -- signature checks (both paths) ---------------------------------------------------------------------
     def _check_signature(self, spec: ModuleSpec, compiled) -> None:
@@ -310,8 +247,6 @@ class Context:
 
 
 def _same(file: Path, field: str, aval: Any, spec: TensorSpec, batch_size: int | None) -> None:
-    import numpy as np
-
     shape = tuple(aval.shape)
     dtype = dtype_name(aval.dtype)
     want = spec.concrete(batch_size) if batch_size is not None else tuple(spec.shape)
@@ -345,7 +280,7 @@ class _Absent:
 
 
 class _NotStored:
-    stored, path, size_bytes = False, None, None
+    stored, path, size_bytes, evicted = False, None, None, ()
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -380,13 +315,24 @@ class NullStore:
         return self.root / partition / f"{key}.xlk"
 
 
-def _memory(header: Mapping[str, Any] | None) -> dict[str, int | None]:
-    if not header or not header.get("memory"):
+def _miss_reason(found, partition: str) -> str:
+    """The report's reason for a module that was compiled, from the cache's decision."""
+    if found.kind == "miss" and found.reason and found.reason.startswith("no entry"):
+        return f"no program compiled from this module in partition {partition}"
+    if found.kind == "corrupt":
+        return f"corrupt entry ({found.reason})"
+    if found.kind == "load_error":
+        return f"stored program could not be loaded ({found.reason})"
+    return found.reason or f"no program compiled from this module in partition {partition}"
+
+
+def _memory(memory: Mapping[str, Any] | None) -> dict[str, int | None]:
+    if not memory:
         return {}
     try:
         from xlakit.memory.compiled import compiled_memory
 
-        m = compiled_memory(dict(header))
+        m = compiled_memory({"memory": dict(memory)})
     except Exception:  # noqa: BLE001 - a malformed memory field costs the columns, not the load
         return {}
     return {"argument_bytes": m.argument_bytes, "output_bytes": m.output_bytes, "temp_bytes": m.temp_bytes,

@@ -22,13 +22,18 @@ class ModuleReport:
         executable (``time.perf_counter``); on a miss also deserializing the export and checking it.
       compile_s: seconds lowering and compiling on a miss (``time.perf_counter``); None on a hit or error.
       module_bytes: size of the module file; None when it is missing.
-      program_bytes: compressed size of the stored program (envelope header ``payload_bytes``); None when
-        no program was stored or loaded.
+      program_bytes: on a hit, the compressed size of the stored program (envelope header ``payload_bytes``);
+        on a miss, the size of the entry written to ``.cache`` (envelope included); both come from the cache's
+        :class:`~xlakit.cache.decision.Decision`. None when no program was stored or loaded.
       argument_bytes, output_bytes, temp_bytes, footprint_bytes: compiled memory per run
         (:class:`xlakit.memory.CompiledMemory`: XLA's ``CompiledMemoryStats``, recorded when compiled);
         None where not reported.
       key: the program's store key; None when the module could not be read.
       reason: why a miss (no program, corrupt entry, load failure) or the error; None on a hit.
+      warmup_s: seconds of the one run on zeros with ``load_bundle(..., warmup=True)``
+        (:func:`xlakit._jax.warmup.warm_up`); None when not (yet) warmed up. Not a report column.
+      warmup_error: why that run failed (the program still works; its first call pays the first-run cost);
+        None otherwise. Not a report column.
     """
 
     module: str
@@ -45,6 +50,8 @@ class ModuleReport:
     footprint_bytes: int | None = None
     key: str | None = None
     reason: str | None = None
+    warmup_s: float | None = None
+    warmup_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,193 @@
+"""Bundles loaded in the background, warm-ups, the first-call order record, and the loader on the cache's one
+fetch/publish path.
+
+Faults each test proves absent:
+
+* a call on a background load waiting for every program instead of its own (a blocked program must not delay
+  a call that does not need it);
+* a program that fails in the background being lost (no warning, not in ``errors``) or failing the call that
+  could use another size;
+* the load order ignoring the recorded first calls (or the smallest-batch default without a record);
+* ``warmup=True`` not running programs, or a failed warm-up failing the load;
+* the loader re-reading entry headers (``program_bytes`` of a compiled program is the entry's size as
+  written, from the cache's decision) or keeping its own hit/miss logic (events come from the cache path and
+  carry its ``folder``);
+* the unpickling policy's remembered answers outliving a replaced module, or refusals being remembered.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+import threading
+import time
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+from xlakit import events
+from xlakit.bundle import export_bundle, load_bundle
+from xlakit.bundle.programs import Context
+
+
+def affine(params, x):
+    return x @ params["w"] + params["b"]
+
+
+AFFINE = {"w": np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "b": np.ones(3, np.float32)}
+
+
+def xs(n: int) -> np.ndarray:
+    return np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+
+
+def expected(x: np.ndarray) -> np.ndarray:
+    return x @ AFFINE["w"] + AFFINE["b"]
+
+
+@pytest.fixture(scope="module")
+def warm_bundle(tmp_path_factory):
+    """An affine bundle at batch sizes 1 and 4, ``.cache`` filled by one synchronous load."""
+    path = tmp_path_factory.mktemp("bg") / "aff"
+    export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(1, 4))
+    load_bundle(path, progress=False)
+    return path
+
+
+def _record_loads(monkeypatch, gate: dict[str, threading.Event] | None = None) -> list[str]:
+    """Record the order modules start loading; hold a module until its event in ``gate`` is set."""
+    started: list[str] = []
+    real = Context.load_module
+
+    def load_module(self, spec, data, sha):
+        started.append(spec.file)
+        if gate and spec.file in gate:
+            assert gate[spec.file].wait(30), "test gate never opened"
+        return real(self, spec, data, sha)
+
+    monkeypatch.setattr(Context, "load_module", load_module)
+    return started
+
+
+def test_call_waits_only_for_its_own_program(warm_bundle, monkeypatch):
+    release = threading.Event()
+    _record_loads(monkeypatch, {"model.b4.jaxexp": release})
+    try:
+        loaded = load_bundle(warm_bundle, progress=False, background=True, max_workers=2)
+        out = loaded(xs(1))                               # b4 is still held: b1 alone must answer
+        assert not loaded.ready(4) and loaded.ready(1)
+        np.testing.assert_allclose(np.asarray(out), expected(xs(1)), rtol=1e-6)
+    finally:
+        release.set()
+    assert loaded.wait_for(4) is True
+    assert loaded.counts() == {"hit": 2, "miss": 0, "error": 0}
+    assert 0 < loaded.ready_s <= loaded.total_s
+
+
+def test_background_failure_surfaces_on_the_call_and_in_the_report(warm_bundle, tmp_path):
+    import shutil
+
+    path = tmp_path / "aff"
+    shutil.copytree(warm_bundle, path)
+    (path / "model.b1.jaxexp").write_bytes(b"\x00not a jax.export artifact" * 10)
+    with warnings.catch_warnings(record=True) as early:
+        warnings.simplefilter("always")
+        loaded = load_bundle(path, progress=False, background=True)
+    assert [str(w.message) for w in early if "failed to load" in str(w.message)] == []
+    with pytest.warns(RuntimeWarning, match="model.b1.jaxexp"):
+        out = loaded(xs(1))                               # padded through the batch-4 program
+    np.testing.assert_allclose(np.asarray(out), expected(xs(1)), rtol=1e-5, atol=1e-6)
+    assert "not a jax.export artifact" in str(loaded.errors["model.b1.jaxexp"])
+    assert loaded.report().set_index("module").loc["model.b1.jaxexp", "status"] == "error"
+    assert loaded.batch_sizes() == (4,)
+
+
+def _join_usage_writers() -> None:
+    for t in threading.enumerate():
+        if t.name == "xlakit-usage":
+            t.join(10)
+
+
+def test_load_order_follows_recorded_first_calls(warm_bundle, tmp_path, monkeypatch):
+    import shutil
+
+    path = tmp_path / "aff"
+    shutil.copytree(warm_bundle, path)
+    started = _record_loads(monkeypatch)
+    loaded = load_bundle(path, progress=False, background=True, max_workers=1).wait()
+    assert started == ["model.b1.jaxexp", "model.b4.jaxexp"]  # no record: smallest batch first
+    loaded(xs(4))
+    loaded(xs(1))
+    _join_usage_writers()
+    record = json.loads((path / ".cache" / "usage.json").read_text())
+    assert record == {"format_version": 1, "first_calls": [["default", 4], ["default", 1]]}
+
+    started.clear()
+    load_bundle(path, progress=False, background=True, max_workers=1).wait()
+    assert started == ["model.b4.jaxexp", "model.b1.jaxexp"]  # the last process called batch 4 first
+
+    (path / ".cache" / "usage.json").write_text('{"format_version": 1, "first_calls": [[[[[[]]]]]]}')
+    started.clear()
+    load_bundle(path, progress=False, background=True, max_workers=1).wait()
+    assert started == ["model.b1.jaxexp", "model.b4.jaxexp"]  # an unusable record is ignored
+
+
+def test_warmup_runs_each_program_once_and_never_fails_the_load(warm_bundle, monkeypatch):
+    from xlakit._jax import warmup as warmup_module
+
+    loaded = load_bundle(warm_bundle, progress=False, background=True, warmup=True).wait()
+    deadline = time.monotonic() + 30
+    while any(r.warmup_s is None for r in loaded.reports) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(r.warmup_s > 0 and r.warmup_error is None for r in loaded.reports)
+    np.testing.assert_allclose(np.asarray(loaded(xs(4))), expected(xs(4)), rtol=1e-6)
+
+    monkeypatch.setattr(warmup_module, "warm_up", lambda c: warmup_module.WarmupResult(False, 0.0, "boom"))
+    loaded = load_bundle(warm_bundle, progress=False, warmup=True)
+    deadline = time.monotonic() + 30
+    while any(r.warmup_error is None for r in loaded.reports) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [r.warmup_error for r in loaded.reports] == ["boom", "boom"]
+    assert loaded.counts() == {"hit": 2, "miss": 0, "error": 0}
+
+
+def test_events_and_sizes_come_from_the_cache_path(tmp_path):
+    path = tmp_path / "aff"
+    export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(2,))
+    with events.record() as log:
+        cold = load_bundle(path, progress=False)
+    folder = str(path / ".cache")
+    got = [(e.kind, e.name, e.folder) for e in log if e.kind in ("miss", "compile", "store") and e.source == "xlakit"]
+    assert got == [("miss", "aff/model.b2", folder), ("compile", "aff/model.b2", folder),
+                   ("store", "aff/model.b2", folder)]
+    (entry,) = (path / ".cache").glob("*/*.xlk")
+    assert cold.reports[0].program_bytes == entry.stat().st_size   # the size written, not a re-read header
+    with events.record() as log:
+        warm = load_bundle(path, progress=False)
+    (hit,) = [e for e in log if e.kind == "hit"]
+    assert hit.name == "aff/model.b2" and hit.folder == folder and hit.bytes == warm.reports[0].program_bytes > 0
+    assert warm.reports[0].output_bytes == 4 * 2 * 3
+
+
+def test_unpickling_policy_remembers_only_positive_answers_of_static_packages(monkeypatch):
+    from xlakit._jax import unpickle_policy as policy
+
+    first = policy._resolve_global("jax._src.core", "ShapedArray")
+    assert policy._resolve_global("jax._src.core", "ShapedArray") is first
+    assert ("jax._src.core", "ShapedArray") in policy._RESOLVED
+    for _ in range(2):  # refusals are decided afresh each time, never remembered
+        with pytest.raises(pickle.UnpicklingError, match="allowed only by name"):
+            policy._resolve_global("os", "system")
+    assert ("os", "system") not in policy._RESOLVED
+
+    fake = types.ModuleType("jax._src.core")
+    fake.ShapedArray = type("ShapedArray", (), {})
+    monkeypatch.setitem(sys.modules, "jax._src.core", fake)  # a replaced module: the old answer is stale
+    assert policy._resolve_global("jax._src.core", "ShapedArray") is fake.ShapedArray
+    del fake.ShapedArray
+    monkeypatch.setitem(sys.modules, "jax._src.core", types.ModuleType("jax._src.core"))
+    with pytest.raises(pickle.UnpicklingError, match="no such attribute"):
+        policy._resolve_global("jax._src.core", "ShapedArray")

@@ -1,0 +1,177 @@
+"""Loading a bundle's programs in worker threads, most wanted first: :class:`ProgramLoader`.
+
+:func:`~xlakit.bundle.loader.load_bundle` hands every exported module to a ProgramLoader and, with
+``background=True``, returns once the weights are placed. The loader runs ``max_workers`` threads; each takes
+the *pending* module with the best rank at the moment it starts (not the order of submission), so a call that
+needs a program still queued moves it to the front (:meth:`ProgramLoader.result` bumps it) and waits only for
+that one.
+
+Ranks, best first: a program a caller is waiting for; then ``order`` (the loader's choice: the order the last
+process first called the programs, recorded in ``.cache/usage.json`` by :mod:`xlakit.bundle.usage`, else the
+default variant's smallest batch first; or, when the caller waits for everything, the largest module first so
+the last worker is not left with the biggest program).
+
+Nothing here raises into a worker or loses an error: :meth:`Context.load_module` turns every failure into an
+``error`` report, and an exception it should never raise is turned into one here. Results are
+``concurrent.futures.Future`` objects resolved with ``(ModuleReport, Compiled | None)``.
+
+With ``warmup=True`` a worker runs each program it loaded once on zeros (:func:`xlakit._jax.warmup.warm_up`)
+after marking it ready, unless a call has already used it; the outcome goes into the program's report
+(``warmup_s``, ``warmup_error``). A failed warm-up never fails the load.
+
+The pool is a ``concurrent.futures.ThreadPoolExecutor``: at interpreter exit, the programs already queued still
+load before the process ends (a script that loads a bundle to fill ``.cache`` and exits leaves it filled).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from xlakit.bundle.errors import BundleError, ModuleError
+from xlakit.bundle.manifest import ModuleSpec
+from xlakit.bundle.reports import ModuleReport
+
+__all__ = ["ProgramLoader"]
+
+
+class ProgramLoader:
+    """Loads ``specs`` with ``ctx.load_module`` in ``workers`` threads, best rank first.
+
+    Args:
+      ctx: a :class:`~xlakit.bundle.programs.Context`.
+      specs: the exported modules to load.
+      blobs, current: module file -> bytes (or the ``BundleError`` reading it), and -> SHA-256 hex (or None).
+      order: module files, most wanted first (files not listed come after, in ``specs`` order).
+      workers: threads (>= 1).
+      on_done: called as ``on_done(report)`` on the worker after each program resolves (the progress bar).
+      warmup: run each loaded program once on zeros, in the worker, after it is ready.
+      head_start: load the best-ranked program alone, then the others ``workers`` at a time. For a background
+        load whose first call is most likely that program: on a 2-core machine, loading others beside it (and
+        the weights placed meanwhile) slowed its first result ~2x (GIL and cores shared; notes/restart.md).
+    """
+
+    def __init__(self, ctx: Any, specs: Sequence[ModuleSpec], blobs: dict, current: dict, order: Sequence[str],
+                 workers: int, on_done: Callable[[ModuleReport], None] | None = None, warmup: bool = False,
+                 head_start: bool = False) -> None:
+        self._ctx = ctx
+        self._blobs, self._current = blobs, current
+        self._on_done = on_done
+        self._warmup = warmup
+        self._lock = threading.Lock()
+        self._bumps = itertools.count(-1, -1)
+        ranks = {f: i for i, f in enumerate(order)}
+        self._rank = {s.file: ranks.get(s.file, len(ranks) + i) for i, s in enumerate(specs)}
+        self._pending: dict[str, ModuleSpec] = {s.file: s for s in specs}
+        self.futures: dict[str, concurrent.futures.Future] = {s.file: concurrent.futures.Future() for s in specs}
+        self.warmups: dict[str, Any] = {}  # module file -> WarmupResult
+        self._used: set[str] = set()
+        self._left = len(specs)
+        self._all_done = threading.Event()
+        self.finished_at: float | None = None  # time.perf_counter() when the last module resolved
+        if not specs:
+            self.finished_at = time.perf_counter()
+            self._all_done.set()
+            return
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(specs))),
+                                                           thread_name_prefix="xlakit-bundle")
+        held = len(specs) - 1 if head_start else 0
+        self._held = held  # slots submitted by the worker that resolves the first program
+        for _ in range(len(specs) - held):
+            self._pool.submit(self._take_next)
+        if not held:  # (a local: the first worker may already have taken self._held)
+            self._pool.shutdown(wait=False)  # queued tasks still run; the threads end after the last one
+
+    # -- callers ----------------------------------------------------------------------------------------
+    def result(self, file: str, timeout: float | None = None) -> tuple[ModuleReport, Any]:
+        """``(report, compiled or None)`` of one module, moving it to the front of the queue if it has not
+        started. Raises ``TimeoutError`` after ``timeout`` seconds (None: wait as long as it takes)."""
+        future = self.futures[file]
+        if not future.done():
+            with self._lock:
+                if file in self._pending:
+                    self._rank[file] = next(self._bumps)
+        return future.result(timeout)
+
+    def mark_used(self, file: str) -> None:
+        """A call is about to run this program: a warm-up that has not started is no longer needed."""
+        self._used.add(file)
+
+    def done(self, file: str) -> bool:
+        return self.futures[file].done()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every module resolved; False if ``timeout`` seconds passed first."""
+        return self._all_done.wait(timeout)
+
+    def cancel(self) -> None:
+        """Load nothing more (modules already loading finish; the rest resolve as ``error`` reports)."""
+        with self._lock:
+            cancelled = list(self._pending.values())
+            self._pending.clear()
+        for spec in cancelled:
+            self._resolve(ModuleReport(spec.file, spec.variant, spec.batch_size, "error", 0.0,
+                                       reason="cancelled: the load failed before this module was loaded"), None)
+
+    # -- workers ----------------------------------------------------------------------------------------
+    def _take_next(self) -> None:
+        with self._lock:
+            empty = not self._pending
+            if not empty:
+                file = min(self._pending, key=self._rank.__getitem__)
+                spec = self._pending.pop(file)
+        if empty:  # cancelled
+            self._release_held()
+            return
+        start = time.perf_counter()
+        try:
+            report, compiled = self._ctx.load_module(spec, self._blobs[file], self._current[file])
+        except BaseException as e:  # noqa: BLE001 - load_module never raises; if it does, the module fails alone
+            err = e if isinstance(e, BundleError) else ModuleError(self._ctx.path / file, None,
+                                                                   f"{type(e).__name__}: {e}")
+            with self._ctx._lock:
+                self._ctx.errors[file] = err
+            report, compiled = ModuleReport(spec.file, spec.variant, spec.batch_size, "error",
+                                            time.perf_counter() - start, reason=str(err)), None
+        try:
+            self._resolve(report, compiled)
+        finally:
+            self._release_held()
+        if self._warmup and compiled is not None and file not in self._used:
+            from xlakit._jax.warmup import warm_up
+
+            self.warmups[file] = warm_up(compiled)  # never raises
+
+    def _release_held(self) -> None:
+        """After the head start: queue the slots of the other programs, then let the pool wind down."""
+        with self._lock:
+            held, self._held = self._held, 0
+        if held:
+            for _ in range(held):
+                self._pool.submit(self._take_next)
+            self._pool.shutdown(wait=False)
+
+    def _resolve(self, report: ModuleReport, compiled: Any) -> None:
+        self.futures[report.module].set_result((report, compiled))
+        if self._on_done is not None:
+            try:
+                self._on_done(report)
+            except Exception:  # noqa: BLE001, S110 - a progress bar never fails a load
+                pass
+        with self._lock:
+            self._left -= 1
+            if self._left == 0:
+                self.finished_at = time.perf_counter()
+                self._all_done.set()
+
+    def report(self, file: str, report: ModuleReport) -> ModuleReport:
+        """``report`` with this module's warm-up outcome, if it was warmed up."""
+        w = self.warmups.get(file)
+        if w is None:
+            return report
+        return dataclasses.replace(report, warmup_s=w.seconds, warmup_error=None if w.ok else w.reason)
