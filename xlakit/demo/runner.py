@@ -47,10 +47,6 @@ def _identical(a: Path, b: Path) -> bool:
             left[k].dtype == right[k].dtype and left[k].tobytes() == right[k].tobytes() for k in left.files)
 
 
-def _mib(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
-
-
 def run_demo(keep_cache: str | None = None, quick: bool = False) -> int:
     """Run the demo; print a table; return 0 when every warm output is bit-identical to the cold one, else 1.
 
@@ -60,6 +56,8 @@ def run_demo(keep_cache: str | None = None, quick: bool = False) -> int:
     """
     from rich.console import Console
     from rich.table import Table
+
+    from xlakit.view.format import fmt_bytes  # the one byte formatter of tables, charts, CLI and report
 
     console = Console()
     if console.width < 130:  # the table has nine columns; fold less on narrow or piped terminals
@@ -94,9 +92,9 @@ def run_demo(keep_cache: str | None = None, quick: bool = False) -> int:
             hits = sum(e["kind"] == "hit" for e in w["events"])
             table.add_row(name, f"{c['first_call_s']:.3f}", f"{w['first_call_s']:.3f}",
                           f"{c['first_call_s'] / w['first_call_s']:.1f}x",
-                          _mib(sum(e["size_bytes"] for e in w["entries"])),
-                          _mib(memory.get("argument_size_in_bytes")), _mib(memory.get("output_size_in_bytes")),
-                          _mib(memory.get("temp_size_in_bytes")),
+                          fmt_bytes(sum(e["size_bytes"] for e in w["entries"])),
+                          fmt_bytes(memory.get("argument_size_in_bytes")), fmt_bytes(memory.get("output_size_in_bytes")),
+                          fmt_bytes(memory.get("temp_size_in_bytes")),
                           ("yes" if same else "[red]NO[/red]") + f" ({hits} hit{'s' * (hits != 1)})")
         table.add_row("total", f"{cold_sum:.3f}", f"{warm_sum:.3f}", f"{cold_sum / warm_sum:.1f}x", "", "", "", "",
                       "")
