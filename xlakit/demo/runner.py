@@ -93,7 +93,8 @@ def run_demo(keep_cache: str | None = None, quick: bool = False) -> int:
             table.add_row(name, f"{c['first_call_s']:.3f}", f"{w['first_call_s']:.3f}",
                           f"{c['first_call_s'] / w['first_call_s']:.1f}x",
                           fmt_bytes(sum(e["size_bytes"] for e in w["entries"])),
-                          fmt_bytes(memory.get("argument_size_in_bytes")), fmt_bytes(memory.get("output_size_in_bytes")),
+                          fmt_bytes(memory.get("argument_size_in_bytes")),
+                          fmt_bytes(memory.get("output_size_in_bytes")),
                           fmt_bytes(memory.get("temp_size_in_bytes")),
                           ("yes" if same else "[red]NO[/red]") + f" ({hits} hit{'s' * (hits != 1)})")
         table.add_row("total", f"{cold_sum:.3f}", f"{warm_sum:.3f}", f"{cold_sum / warm_sum:.1f}x", "", "", "", "",
