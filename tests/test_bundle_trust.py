@@ -207,6 +207,22 @@ def test_overwrite_never_replaces_a_users_files(tmp_path):
         export_bundle(affine, P, X, proj, batch_sizes=(2, 8), overwrite=True)
 
 
+def test_foreign_manifest_cannot_get_a_users_file_deleted(pristine, tmp_path):
+    """A manifest that names a user's file (weights.file "thesis.tex", a module "notes.md") does not make
+    that file the bundle's: overwrite=True leaves it alone instead of deleting it as no longer exported."""
+    folder = tmp_path / "paper"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("my thesis")
+    manifest = json.loads((pristine / "manifest.json").read_text())
+    manifest["weights"]["file"] = "thesis.tex"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    export_bundle(affine, P, X, folder, batch_sizes=(1, 2), overwrite=True)
+    assert (folder / "thesis.tex").read_text() == "my thesis"
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "model.b1.jaxexp", "model.b2.jaxexp",
+                                                        "thesis.tex", "weights.safetensors"]
+    np.testing.assert_array_equal(np.asarray(load(folder)(X)), affine(P, X))
+
+
 KILLED_EXPORT = """
 import os, sys, time, numpy as np, xlakit
 real = os.replace

@@ -24,8 +24,8 @@ from typing import Any
 
 from xlakit.bundle.errors import BundleError
 from xlakit.bundle.files import loads_bounded, read_regular, remove_stale_temps
-from xlakit.bundle.manifest import (BATCH, CACHE_DIR, DEFAULT_VARIANT, MANIFEST, WEIGHTS, Manifest, TensorSpec,
-                                    dtype_name, module_file, write_atomic)
+from xlakit.bundle.manifest import (BATCH, CACHE_DIR, DEFAULT_VARIANT, MANIFEST, MODULE_SUFFIX, WEIGHTS, Manifest,
+                                    TensorSpec, dtype_name, module_file, write_atomic)
 from xlakit.bundle.rows import detect_rows_independent
 from xlakit.bundle.trees import encode_tree
 from xlakit.bundle.weights import flatten_params, to_numpy, weights_file_bytes
@@ -59,7 +59,9 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         ``model.<name>.b<n>.jaxexp``. ``fn`` itself is the variant ``"default"``.
       name: the bundle's name in the manifest (default: the folder's name).
       overwrite: replace a *different* bundle at ``path``. Re-exporting identical content never needs it.
-        Only the files the old manifest names are replaced or removed; other files (a user's own
+        Only the files the old manifest names *and* that carry a name an export writes (``manifest.json``,
+        ``weights.safetensors``, ``model[.<variant>].b<n|poly>.jaxexp``) are replaced or removed, so a
+        foreign manifest naming e.g. ``thesis.tex`` never gets it deleted; other files (a user's own
         ``*.jaxexp`` included) and ``.cache/`` are left in place. Into a non-empty folder that is not a
         bundle (no valid ``manifest.json``) the bundle is written beside the user's files, deleting nothing,
         and refused when one of its file names is already taken there.
@@ -329,10 +331,12 @@ def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
     visible = _visible(path)
     old, why_not = _old_manifest(path, visible)
     marked = _marked(path)
-    owned = set(old.files if old else ()) | marked
+    # An old manifest may be foreign (copied in, hand-edited, planted): it can name any file, e.g. a
+    # "weights.file" of "thesis.tex". Only names an export itself would write count as the bundle's.
+    owned = {n for n in (old.files if old else ()) if _bundle_name(n)} | marked
     partial = old is None and bool(marked) and visible <= marked  # a killed export's files only
     differs = [n for n in files if not _same_bytes(path / n, files[n])]
-    stale = sorted(n for n in (old.files if old else ()) if n not in files and n in visible)
+    stale = sorted(n for n in owned if n not in files and n in visible)
     if visible and old is None and not partial and not overwrite:
         raise FileExistsError(f"{path} is a non-empty folder that is not a bundle ({why_not}); pass "
                               "overwrite=True to write a bundle beside its files, or choose another path")
@@ -363,6 +367,16 @@ def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
         os.unlink(path / MARKER)
     except OSError:
         pass
+
+
+_OWN_NAME = re.compile(r"^model(\.[A-Za-z0-9_-]{1,64})?\.b(poly|[0-9]{1,9})" + re.escape(MODULE_SUFFIX) + "$")
+
+
+def _bundle_name(name: str) -> bool:
+    """True for a name an export writes: ``manifest.json``, ``weights.safetensors`` or a module file
+    (:func:`xlakit.bundle.manifest.module_file`). Any other name a manifest lists is never replaced or
+    removed by an export."""
+    return name in (MANIFEST, WEIGHTS) or bool(_OWN_NAME.match(name))
 
 
 def _marked(path: Path) -> set[str]:
