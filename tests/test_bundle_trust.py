@@ -182,6 +182,31 @@ def test_symlinked_partition_and_record_are_not_followed(bundle, tmp_path):
     assert not (bundle / ".cache" / RECORD).is_symlink()
 
 
+def test_missing_record_drops_only_the_bundles_own_keys(bundle):
+    """Without module_hashes.json the loader drops stale programs of the manifest's modules, but never an
+    entry of another form in the same real .cache folder (transparent-mode jit entries were deleted)."""
+    from xlakit._jax.environment import current_environment
+
+    from xlakit.store import LocalStore
+
+    load(bundle)
+    part = current_environment().partition_name()
+    store = LocalStore(bundle / ".cache")
+    keys = {"stale": "model.b1-" + "ab" * 32 + "-b3", "jit": "jit__lambda-0123abcd",
+            "suffix": "model.b1-" + "ab" * 32 + "-extra", "other": "othermodel.b1-" + "ab" * 32}
+    for key in keys.values():
+        assert store.put(part, key, {}, b"payload").stored
+    pdir = store.partition_dir(part)
+    stale = pdir / (keys.pop("stale") + ".xlk")
+    foreign = [pdir / (k + ".xlk") for k in keys.values()]
+    assert stale.exists() and all(p.exists() for p in foreign)
+    (bundle / ".cache" / RECORD).unlink()
+    loaded = load(bundle)
+    assert loaded.counts() == {"hit": 2, "miss": 0, "error": 0}
+    assert [p.name for p in foreign if p.exists()] == [p.name for p in foreign]
+    assert not stale.exists(), "a program of an old hash of a named module is still dropped"
+
+
 # -- exports ---------------------------------------------------------------------------------------------------
 
 def test_overwrite_never_replaces_a_users_files(tmp_path):
