@@ -20,9 +20,10 @@ import pytest
 
 from xlakit import events
 from xlakit.bundle import ManifestError, ModuleError, check_bundle, export_bundle, load_bundle
-from xlakit.bundle.files import loads_bounded, read_regular, stale_temps
+from xlakit.bundle.files import read_regular, stale_temps
 from xlakit.bundle.hashes import RECORD, read_record
 from xlakit.cli import main as cli_main
+from xlakit.store import safejson
 
 from conftest import worker_env
 
@@ -101,7 +102,7 @@ def test_deeply_nested_record_is_rewritten_and_reported(bundle, capsys):
     load(bundle)
     (bundle / ".cache" / RECORD).write_text('{"modules":' + "[" * 100_000 + "]" * 100_000 + "}")
     state = read_record(bundle / ".cache")
-    assert state.status == "unreadable" and "nested 100001 levels deep" in state.reason
+    assert state.status == "unreadable" and "nested deeper than 100 levels" in state.reason
     assert any("unreadable" in p for p in check_bundle(bundle).problems)
     with pytest.warns(RuntimeWarning, match="unreadable"):
         loaded = load(bundle)
@@ -110,19 +111,43 @@ def test_deeply_nested_record_is_rewritten_and_reported(bundle, capsys):
     (bundle / ".cache" / RECORD).write_text('{"format_version": 1e999, "modules": {}}')
     assert "out of range" in read_record(bundle / ".cache").reason
     (bundle / ".cache" / RECORD).write_text('{"format_version": NaN, "modules": {}}')
-    assert "non-finite" in read_record(bundle / ".cache").reason
+    assert "not a finite number" in read_record(bundle / ".cache").reason
 
 
 def test_deeply_nested_manifest_names_the_file(bundle, capsys):
     (bundle / "manifest.json").write_text('{"format": ' + "[" * 50_000 + "]" * 50_000 + "}")
     with pytest.raises(ManifestError) as e:
         load(bundle)
-    assert e.value.file == str(bundle / "manifest.json") and "nested 50001 levels deep" in str(e.value)
+    assert e.value.file == str(bundle / "manifest.json") and "nested deeper than 100 levels" in str(e.value)
     assert "nested" in check_bundle(bundle).problems[0]
     assert cli_main(["bundle", "check", str(bundle)]) == 1
     assert "manifest.json" in capsys.readouterr().out
     with pytest.raises(ValueError, match="integer"):
-        loads_bounded("[" + "9" * 400 + "]")
+        safejson.loads(b"[" + b"9" * 400 + b"]")
+
+
+@pytest.mark.parametrize("text", ['"' + '\\"' * (1 << 19), '{"name": "' + '\\"' * (1 << 19) + '"'])
+def test_adversarial_string_manifest_is_answered_at_once(bundle, text):
+    """A 1 MiB manifest of one string of escaped quotes made the old bracket-counting regex retry from every
+    quote (quadratic: `bundle check` hung). SIGALRM turns a regression into a failure instead of a hang."""
+    (bundle / "manifest.json").write_text(text)
+
+    def too_slow(signum, frame):
+        raise TimeoutError("manifest parsing took over 5 s")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)
+    try:
+        start = time.perf_counter()
+        problems = check_bundle(bundle).problems
+        with pytest.raises(ManifestError) as e:
+            load(bundle)
+        took = time.perf_counter() - start
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert "manifest.json" in problems[0] and e.value.file == str(bundle / "manifest.json")
+    assert "not valid JSON" in str(e.value) and took < 2.0
 
 
 # -- .cache symlinks ----------------------------------------------------------------------------------------------

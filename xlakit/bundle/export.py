@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.bundle.errors import BundleError
-from xlakit.bundle.files import loads_bounded, read_regular, remove_stale_temps
+from xlakit.bundle.files import read_regular, remove_stale_temps
 from xlakit.bundle.manifest import (BATCH, CACHE_DIR, DEFAULT_VARIANT, MANIFEST, MODULE_SUFFIX, WEIGHTS, Manifest,
                                     TensorSpec, dtype_name, module_file, write_atomic)
 from xlakit.bundle.rows import detect_rows_independent
 from xlakit.bundle.trees import encode_tree
 from xlakit.bundle.weights import flatten_params, to_numpy, weights_file_bytes
+from xlakit.store import safejson
 
 __all__ = ["export_bundle"]
 
@@ -382,7 +383,7 @@ def _bundle_name(name: str) -> bool:
 def _marked(path: Path) -> set[str]:
     """File names a killed export's marker says it was writing (empty when there is no usable marker)."""
     try:
-        data = loads_bounded(read_regular(path / MARKER, 1 << 20, follow_symlinks=False), max_depth=4)
+        data = safejson.loads(read_regular(path / MARKER, 1 << 20, follow_symlinks=False), max_depth=4)
     except (OSError, ValueError):
         return set()
     names = data.get("files") if isinstance(data, dict) else None

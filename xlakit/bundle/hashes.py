@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from xlakit.bundle.files import MAX_JSON_BYTES, loads_bounded, read_regular
+from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
 from xlakit.bundle.manifest import MODULE_SUFFIX, write_atomic
+from xlakit.store import safejson
 
 __all__ = ["RECORD", "RecordState", "Drop", "sha256_hex", "program_key", "read_record", "write_record",
            "plan_drops"]
@@ -133,8 +134,8 @@ def read_record(cache_dir: str | Path) -> RecordState:
             return RecordState("unreadable", {}, "a symlink (never followed)", path)
         return RecordState("unreadable", {}, f"{type(e).__name__}: {e}", path)
     try:
-        data = loads_bounded(text)
-    except ValueError as e:
+        data = safejson.loads(text, MAX_JSON_DEPTH)
+    except ValueError as e:  # safejson.UnsafeJson
         return RecordState("unreadable", {}, f"not valid JSON: {e}", path)
     if not isinstance(data, dict) or data.get("format_version") != _VERSION:
         return RecordState("unreadable", {}, f"expected an object with format_version {_VERSION}", path)
