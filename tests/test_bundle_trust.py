@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import worker_env
 
 from xlakit import events
 from xlakit.bundle import ManifestError, ModuleError, check_bundle, export_bundle, load_bundle
@@ -24,8 +25,6 @@ from xlakit.bundle.files import read_regular, stale_temps
 from xlakit.bundle.hashes import RECORD, read_record
 from xlakit.cli import main as cli_main
 from xlakit.store import safejson
-
-from conftest import worker_env
 
 P = {"w": np.arange(6, dtype=np.float32).reshape(3, 2), "b": np.ones(2, np.float32)}
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -211,7 +210,6 @@ def test_missing_record_drops_only_the_bundles_own_keys(bundle):
     """Without module_hashes.json the loader drops stale programs of the manifest's modules, but never an
     entry of another form in the same real .cache folder (transparent-mode jit entries were deleted)."""
     from xlakit._jax.environment import current_environment
-
     from xlakit.store import LocalStore
 
     load(bundle)
@@ -290,7 +288,8 @@ xlakit.export_bundle(lambda p, x: x @ p["w"], {"w": np.full((64, 64), float(sys.
 def test_killed_export_temp_is_removed_by_the_next_export_and_check(tmp_path):
     path = tmp_path / "b"
     for scale, cleaner in ((1, "export"), (3, "check")):  # other weights each time: a write happens
-        p = subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(path), str(scale)], stdout=subprocess.PIPE, text=True,
+        p = subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(path), str(scale)],
+                             stdout=subprocess.PIPE, text=True,
                              env=worker_env())
         assert "TEMP WRITTEN" in p.stdout.readline()
         os.kill(p.pid, signal.SIGKILL)

@@ -24,8 +24,18 @@ from typing import Any
 
 from xlakit.bundle.errors import BundleError
 from xlakit.bundle.files import read_regular, remove_stale_temps
-from xlakit.bundle.manifest import (BATCH, CACHE_DIR, DEFAULT_VARIANT, MANIFEST, MODULE_SUFFIX, WEIGHTS, Manifest,
-                                    TensorSpec, dtype_name, module_file, write_atomic)
+from xlakit.bundle.manifest import (
+    BATCH,
+    DEFAULT_VARIANT,
+    MANIFEST,
+    MODULE_SUFFIX,
+    WEIGHTS,
+    Manifest,
+    TensorSpec,
+    dtype_name,
+    module_file,
+    write_atomic,
+)
 from xlakit.bundle.rows import detect_rows_independent
 from xlakit.bundle.trees import encode_tree
 from xlakit.bundle.weights import flatten_params, to_numpy, weights_file_bytes
@@ -103,7 +113,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
 
     names, leaves, treedef = flatten_params(params)
     try:
-        host = {n: to_numpy(leaf) for n, leaf in zip(names, leaves)}
+        host = {n: to_numpy(leaf) for n, leaf in zip(names, leaves, strict=True)}
     except ValueError as e:
         raise ValueError(f"parameters: {e}") from None
     weight_avals = {n: jax.ShapeDtypeStruct(a.shape, a.dtype) for n, a in host.items()}
@@ -142,7 +152,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
     manifest = Manifest(
         name=bundle_name,
         inputs=tuple(TensorSpec(n, (BATCH, *a.shape[1:]), dtype_name(a.dtype))
-                     for n, a in zip(input_names, input_avals)),
+                     for n, a in zip(input_names, input_avals, strict=False)),
         outputs=outputs, batch_sizes=sizes, variants=tuple(functions),
         weights=tuple(sorted((TensorSpec(n, tuple(a.shape), a.dtype.name) for n, a in host.items()),
                              key=lambda s: s.name)),
@@ -190,7 +200,7 @@ def _bundle_fn(f, names, treedef, input_names, by_keyword, fun_name):
     def bundle_fn(weights, *inputs):
         params = treedef.unflatten([weights[n] for n in names])
         if by_keyword:
-            out = f(params, **dict(zip(input_names, inputs)))
+            out = f(params, **dict(zip(input_names, inputs, strict=False)))
         else:
             out = f(params, *inputs)
         paths, _ = jax.tree_util.tree_flatten_with_path(out)
@@ -216,7 +226,7 @@ def _export_polymorphic(vname, wrapped, weight_avals, input_avals, specs, platfo
         avals = [jax.ShapeDtypeStruct((batch, *a.shape[1:]), a.dtype) for a in input_avals]
         with _no_source_locations():
             exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
-        for spec, aval in zip(specs, exp.out_avals):
+        for spec, aval in zip(specs, exp.out_avals, strict=False):
             dims = tuple(aval.shape)
             if spec.batched != (bool(dims) and not isinstance(dims[0], int)) or any(
                     not isinstance(d, int) for d in dims[1:]):
@@ -279,7 +289,7 @@ def _inputs(example_inputs) -> tuple[list[str], list[Any], bool]:
     if not values:
         raise ValueError("example_inputs is empty: a bundle needs at least one batched input")
     avals = []
-    for n, v in zip(names, values):
+    for n, v in zip(names, values, strict=False):
         shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
         if shape is None or dtype is None:
             raise ValueError(f"input {n!r}: expected an array or jax.ShapeDtypeStruct, got {type(v).__name__}")
@@ -295,7 +305,7 @@ def _output_specs(variant: str, per_size: dict) -> tuple[TensorSpec, ...]:
     ``per_size``: batch size -> (leaf key paths, leaf avals) from the trace at that size."""
     from xlakit.bundle.weights import _path_name
 
-    leaves_by_size = {b: [(_path_name(p) if p else "output", aval) for p, aval in zip(paths, avals)]
+    leaves_by_size = {b: [(_path_name(p) if p else "output", aval) for p, aval in zip(paths, avals, strict=False)]
                       for b, (paths, avals) in per_size.items()}
     first_b, first = next(iter(leaves_by_size.items()))
     specs = []
@@ -346,7 +356,8 @@ def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
         raise FileExistsError(f"{path} holds a different bundle ({what} differ); pass overwrite=True to replace it")
     taken = sorted(n for n in differs if n in visible and n not in owned)
     if taken:
-        raise FileExistsError(f"{path} already holds {taken[:5]}, which {'its manifest does not name' if old else why_not}"
+        whose = "its manifest does not name" if old else why_not
+        raise FileExistsError(f"{path} already holds {taken[:5]}, which {whose}"
                               ": they are not this bundle's files, so export_bundle will not replace them even "
                               "with overwrite=True; move them or choose another path")
     if not differs and not stale:

@@ -1,6 +1,6 @@
-"""Reading and writing a bundle's files without trusting the folder: bounded reads of regular files only,
-JSON through :mod:`xlakit.store.safejson` (bounded depth, finite numbers, a linear scan), temp files that name their writer, and a ``.cache`` that is
-used only when it is a real folder.
+"""Reading and writing a bundle's files without trusting the folder: bounded reads of regular files only
+(JSON is then parsed by :mod:`xlakit.store.safejson`: bounded depth, finite numbers, a linear scan), temp
+files that name their writer, and a ``.cache`` that is used only when it is a real folder.
 
 A bundle may come from an archive or another user, so every file in it can be something else than it says:
 a FIFO (an ``open`` + ``read`` blocks forever), a symlink to ``/dev/zero`` (read until memory runs out), a
@@ -15,7 +15,6 @@ import re
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
 __all__ = ["NotRegularFile", "MAX_MODULE_BYTES", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "STALE_TEMP_S",
            "read_regular", "stale_temps", "remove_stale_temps", "cache_problem"]
@@ -103,7 +102,8 @@ def _pid_alive(pid: int) -> bool:
 
 def stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S, now: float | None = None) -> list[Path]:
     """Temp files in ``folder`` (not below it) left by a killed writer: regular files named like
-    :func:`xlakit._atomic.write_atomic` (``.<name>.<pid>.<random>.tmp``) whose writer pid is gone, or any ``.<name>.<random>.tmp`` older than ``older_than_s``
+    :func:`xlakit._atomic.write_atomic` (``.<name>.<pid>.<random>.tmp``) whose writer pid is gone, or any
+    ``.<name>.<random>.tmp`` older than ``older_than_s``
     seconds. Symlinks and other file kinds are never listed."""
     now = time.time() if now is None else now
     found = []

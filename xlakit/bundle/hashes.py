@@ -30,9 +30,9 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
 from xlakit.bundle.manifest import MODULE_SUFFIX, write_atomic

@@ -128,7 +128,8 @@ class LoadedBundle:
         try:
             return self._get(variant, batch_size, timeout) is not None
         except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"program {variant!r} at batch size {batch_size} still loading after {timeout} s") from None
+            raise TimeoutError(f"program {variant!r} at batch size {batch_size} still loading after {timeout} s"
+                               ) from None
 
     def _get(self, variant: str, batch: int, timeout: float | None = None) -> Any:
         """The exported program for ``(variant, batch)``, waiting for it alone; None if it failed."""
@@ -355,7 +356,7 @@ class LoadedBundle:
             raise TypeError(f"bundle {self.manifest.name!r} takes {len(specs)} input(s) "
                             f"({', '.join(s.name for s in specs)}), got {len(inputs)}")
         batch = None
-        for spec, x in zip(specs, inputs):
+        for spec, x in zip(specs, inputs, strict=True):
             shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
             if shape is None or dtype is None:
                 raise TypeError(f"input {spec.name!r}: expected an array, got {type(x).__name__}")

@@ -176,8 +176,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     loaded = LoadedBundle(path=path, manifest=manifest, device=device, weights=weights, loader=loader,
                           specs=tuple(manifest.modules), dropped=tuple(dropped),
                           record_problem=record.reason if record.status == "unreadable" else None,
-                          weights_s=weights_s, started=start, ready_s=time.perf_counter() - start, context=ctx, poly=poly,
-                          treedefs=treedefs, tree_notes=tuple(notes), cache_problem=unusable,
+                          weights_s=weights_s, started=start, ready_s=time.perf_counter() - start, context=ctx,
+                          poly=poly, treedefs=treedefs, tree_notes=tuple(notes), cache_problem=unusable,
                           usage=None if unusable else _UsageRecorder(cache_dir, usage or []))
     if not background:
         loaded.wait()

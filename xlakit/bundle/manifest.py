@@ -42,17 +42,19 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from xlakit.bundle.errors import ManifestError
 from xlakit import _atomic
+from xlakit.bundle.errors import ManifestError
 from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
 from xlakit.store import safejson
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "CACHE_DIR", "MODULE_SUFFIX", "BATCH",
-           "DEFAULT_VARIANT", "READABLE_VERSIONS", "dtype_name", "TensorSpec", "ModuleSpec", "Manifest", "module_file", "write_atomic"]
+           "DEFAULT_VARIANT", "READABLE_VERSIONS", "dtype_name", "TensorSpec", "ModuleSpec", "Manifest",
+           "module_file", "write_atomic"]
 
 FORMAT = "xlakit.bundle"
 FORMAT_VERSION = 2

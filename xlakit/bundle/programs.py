@@ -233,7 +233,7 @@ class Context:
         if len(inputs) != len(self.manifest.inputs):
             raise ModuleError(file, "inputs", f"the module takes {len(inputs)} input(s), manifest.json lists "
                               f"{len(self.manifest.inputs)}")
-        for i, (aval, spec_i) in enumerate(zip(inputs, self.manifest.inputs)):
+        for i, (aval, spec_i) in enumerate(zip(inputs, self.manifest.inputs, strict=True)):
             _same(file, f"inputs[{i}] ({spec_i.name})", aval, spec_i, spec.batch_size)
 
     def _compare_outputs(self, spec: ModuleSpec, outs: Sequence[Any]) -> None:
@@ -242,7 +242,7 @@ class Context:
         if len(outs) != len(want):
             raise ModuleError(file, f"outputs.{spec.variant}", f"the module returns {len(outs)} array(s), "
                               f"manifest.json lists {len(want)}")
-        for i, (aval, spec_o) in enumerate(zip(outs, want)):
+        for i, (aval, spec_o) in enumerate(zip(outs, want, strict=True)):
             _same(file, f"outputs.{spec.variant}[{i}] ({spec_o.name})", aval, spec_o, spec.batch_size)
 
 

@@ -125,7 +125,7 @@ def _encode(obj: Any, counter: list, depth: int) -> Any:
             keys = [_enc_value(k) for k in aux]
         except _Unencodable as e:
             raise TreeError(f"an output dict key cannot be stored ({e}); use str or int keys") from None
-        return {"dict": [[k, c] for k, c in zip(keys, children)]}
+        return {"dict": [[k, c] for k, c in zip(keys, children, strict=True)]}
     node: dict[str, Any] = {"node": f"{typ.__module__}:{typ.__qualname__}",
                             "names": [_name_value(_key_name(path[-1])) if path else str(i)
                                       for i, (path, _) in enumerate(kids)],
