@@ -133,7 +133,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
             avals = [jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype) for a in input_avals]
             with _no_source_locations():
                 exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
-            modules[module_file(vname, b)] = exp.serialize()
+            modules[module_file(vname, b)] = bytes(exp.serialize())  # a bytearray
             exported_platforms = tuple(exp.platforms)
             per_size[b] = (wrapped.out_paths, exp.out_avals)
             trees[vname] = wrapped.out_tree
@@ -231,7 +231,7 @@ def _export_polymorphic(vname, wrapped, weight_avals, input_avals, specs, platfo
             if spec.batched != (bool(dims) and not isinstance(dims[0], int)) or any(
                     not isinstance(d, int) for d in dims[1:]):
                 raise ValueError(f"output {spec.name!r} has shape {dims} with a symbolic batch")
-        return exp.serialize()
+        return bytes(exp.serialize())  # a bytearray
     except Exception as e:  # noqa: BLE001 - shape polymorphism has many limits; fixed sizes still work
         warnings.warn(f"variant {vname!r} couples rows (or it could not be told), so calls are never padded; "
                       f"it could not be exported with a symbolic batch axis ({type(e).__name__}: "

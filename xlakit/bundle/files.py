@@ -100,7 +100,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S, now: float | None = None) -> list[Path]:
+def stale_temps(folder: str | os.PathLike[str], older_than_s: float = STALE_TEMP_S,
+                now: float | None = None) -> list[Path]:
     """Temp files in ``folder`` (not below it) left by a killed writer: regular files named like
     :func:`xlakit._atomic.write_atomic` (``.<name>.<pid>.<random>.tmp``) whose writer pid is gone, or any
     ``.<name>.<random>.tmp`` older than ``older_than_s``
@@ -127,7 +128,7 @@ def stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S, n
     return sorted(found)
 
 
-def remove_stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S) -> list[Path]:
+def remove_stale_temps(folder: str | os.PathLike[str], older_than_s: float = STALE_TEMP_S) -> list[Path]:
     """Remove :func:`stale_temps` of ``folder``; returns those removed (unlink never follows a link)."""
     removed = []
     for p in stale_temps(folder, older_than_s):

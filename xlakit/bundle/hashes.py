@@ -200,7 +200,7 @@ def plan_drops(store, record: RecordState, current: Mapping[str, str | None]) ->
         # Only keys the bundle itself writes (<stem of a module the manifest names>-<sha256>[-b<n>]) may go;
         # anything else in a real .cache folder (transparent-mode jit entries, another tool's) is not ours.
         if _bundle_key(info.key, stems) and not any(_derived(info.key, k) for k in keep):
-            module = info.header.get("module_file") if isinstance(info.header, dict) else None
-            drops.append(Drop(info.partition, info.key, module if isinstance(module, str) else None,
+            named = info.header.get("module_file") if isinstance(info.header, dict) else None
+            drops.append(Drop(info.partition, info.key, named if isinstance(named, str) else None,
                               f"not compiled from any current module; {why}"))
     return drops

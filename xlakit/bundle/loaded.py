@@ -81,7 +81,8 @@ class LoadedBundle:
         self.tree_notes = tree_notes
         self._loader = loader
         self._specs = specs
-        self._files = {(s.variant, s.batch_size): s.file for s in specs}
+        self._files: dict[tuple[str, int], str] = {(s.variant, s.batch_size): s.file for s in specs
+                                                   if s.batch_size is not None}  # fixed-size modules only
         self._started = started
         self._finished: float | None = None
         self._programs: dict[tuple[str, int], Any] = {}
@@ -284,7 +285,7 @@ class LoadedBundle:
         parts = []
         for start in range(0, n, size):
             m = min(size, n - start)
-            batch = self._fit(variant, m)
+            batch = self._fit(variant, m) or size  # size itself loaded and holds m rows
             parts.append(self._run(variant, batch, [x[start:start + m] for x in arrays], m))
         specs = self.manifest.outputs[variant]
         return [jnp.concatenate([p[i] for p in parts]) if i < len(specs) and specs[i].batched else leaf

@@ -153,9 +153,10 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     record = RecordState("missing", {}, None, cache_dir / RECORD) if unusable else read_record(cache_dir)
     dropped = ctx.reconcile(record, current)  # before any program loads: drops are decided first
     for spec in manifest.poly_modules:  # compiled on demand; a bad one fails here, named, alone
-        if isinstance(blobs[spec.file], BundleError):
-            ctx.errors[spec.file] = blobs[spec.file]
-            ctx.io.failed("load_error", partition, None, f"{manifest.name}/{spec.stem}", str(blobs[spec.file]))
+        blob = blobs[spec.file]
+        if isinstance(blob, BundleError):
+            ctx.errors[spec.file] = blob
+            ctx.io.failed("load_error", partition, None, f"{manifest.name}/{spec.stem}", str(blob))
 
     usage = None if unusable else read_usage(cache_dir)
     order = _order(manifest, blobs, usage if background else None, background)

@@ -20,6 +20,7 @@ from xlakit.bundle.hashes import (
     RecordState,
     plan_drops,
     program_key,
+    sha256_hex,
     write_record,
 )
 from xlakit.bundle.manifest import ModuleSpec, TensorSpec, dtype_name
@@ -77,7 +78,7 @@ class Context:
         start = time.perf_counter()
         if isinstance(data, BundleError):
             return self._fail(spec, data, None, None, start), None
-        key = program_key(spec.file, sha)
+        key = program_key(spec.file, sha if sha is not None else sha256_hex(data))
         try:
             return self._load_or_compile(spec, data, key, start)
         except BundleError as e:

@@ -107,7 +107,7 @@ def _encode(obj: Any, counter: list, depth: int) -> Any:
 
     if depth > MAX_TREE_DEPTH:
         raise TreeError(f"the output pytree is nested deeper than {MAX_TREE_DEPTH} levels")
-    td = jax.tree_util.tree_structure(obj)
+    td: Any = jax.tree_util.tree_structure(obj)  # jaxlib PyTreeDef: num_nodes, num_leaves, node_data()
     if td.num_nodes == 1 and td.num_leaves == 1:
         counter[0] += 1
         return {"leaf": counter[0] - 1}
