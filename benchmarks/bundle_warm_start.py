@@ -394,7 +394,8 @@ def main() -> int:
             st.add_column(col, justify="right")
         for n, runs in sweep.items():
             bwn, fln = median(runs["warm"], "ready_s"), median(runs["floor"], "ready_s")
-            st.add_row(str(n), f"{bwn:.3f}", f"{fln:.3f}", f"{bwn / fln:.2f}x", f"{median(runs['cold'], 'ready_s'):.3f}")
+            cold = median(runs['cold'], 'ready_s')
+            st.add_row(str(n), f"{bwn:.3f}", f"{fln:.3f}", f"{bwn / fln:.2f}x", f"{cold:.3f}")
         console.print(st)
         print(f"default workers here: {DEFAULT_MAX_WORKERS} (os.cpu_count()={os.cpu_count()})")
 

@@ -21,16 +21,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_python
 from flax import nnx
 
 import xlakit
 from xlakit import events
-from xlakit.bundle import (BundleWatcher, LoadedBundle, ManifestError, ModuleError, WeightsError, check_bundle,
-                           export_bundle, load_bundle)
+from xlakit.bundle import (
+    BundleWatcher,
+    LoadedBundle,
+    ManifestError,
+    ModuleError,
+    WeightsError,
+    check_bundle,
+    export_bundle,
+    load_bundle,
+)
 from xlakit.bundle.hashes import RECORD, program_key, read_record
 from xlakit.cli import main as cli_main
-
-from conftest import run_python
 
 
 class Tiny(nnx.Module):

@@ -10,20 +10,17 @@ import collections
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_python
 
 from xlakit import events
 from xlakit.bundle import export_bundle, load_bundle
 from xlakit.bundle.hashes import read_record
-
-from conftest import run_python, worker_env
 
 W = {"w": np.arange(6.0, dtype=np.float32).reshape(3, 2) / 5}
 X4 = np.arange(12.0, dtype=np.float32).reshape(4, 3) / 4
@@ -63,7 +60,7 @@ def load(path, **kw):
 
 def assert_same_tree(got, want):
     assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
 

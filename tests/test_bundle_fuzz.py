@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-_spec = importlib.util.spec_from_file_location("fuzz_bundle", Path(__file__).parent.parent / "benchmarks" / "fuzz_bundle.py")
+_FUZZ = Path(__file__).parent.parent / "benchmarks" / "fuzz_bundle.py"
+_spec = importlib.util.spec_from_file_location("fuzz_bundle", _FUZZ)
 fuzz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz)
 

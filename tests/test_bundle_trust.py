@@ -17,14 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import worker_env
 
 from xlakit import events
 from xlakit.bundle import ManifestError, ModuleError, check_bundle, export_bundle, load_bundle
-from xlakit.bundle.files import loads_bounded, read_regular, stale_temps
+from xlakit.bundle.files import read_regular, stale_temps
 from xlakit.bundle.hashes import RECORD, read_record
 from xlakit.cli import main as cli_main
-
-from conftest import worker_env
+from xlakit.store import safejson
 
 P = {"w": np.arange(6, dtype=np.float32).reshape(3, 2), "b": np.ones(2, np.float32)}
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -101,7 +101,7 @@ def test_deeply_nested_record_is_rewritten_and_reported(bundle, capsys):
     load(bundle)
     (bundle / ".cache" / RECORD).write_text('{"modules":' + "[" * 100_000 + "]" * 100_000 + "}")
     state = read_record(bundle / ".cache")
-    assert state.status == "unreadable" and "nested 100001 levels deep" in state.reason
+    assert state.status == "unreadable" and "nested deeper than 100 levels" in state.reason
     assert any("unreadable" in p for p in check_bundle(bundle).problems)
     with pytest.warns(RuntimeWarning, match="unreadable"):
         loaded = load(bundle)
@@ -110,19 +110,43 @@ def test_deeply_nested_record_is_rewritten_and_reported(bundle, capsys):
     (bundle / ".cache" / RECORD).write_text('{"format_version": 1e999, "modules": {}}')
     assert "out of range" in read_record(bundle / ".cache").reason
     (bundle / ".cache" / RECORD).write_text('{"format_version": NaN, "modules": {}}')
-    assert "non-finite" in read_record(bundle / ".cache").reason
+    assert "not a finite number" in read_record(bundle / ".cache").reason
 
 
 def test_deeply_nested_manifest_names_the_file(bundle, capsys):
     (bundle / "manifest.json").write_text('{"format": ' + "[" * 50_000 + "]" * 50_000 + "}")
     with pytest.raises(ManifestError) as e:
         load(bundle)
-    assert e.value.file == str(bundle / "manifest.json") and "nested 50001 levels deep" in str(e.value)
+    assert e.value.file == str(bundle / "manifest.json") and "nested deeper than 100 levels" in str(e.value)
     assert "nested" in check_bundle(bundle).problems[0]
     assert cli_main(["bundle", "check", str(bundle)]) == 1
     assert "manifest.json" in capsys.readouterr().out
     with pytest.raises(ValueError, match="integer"):
-        loads_bounded("[" + "9" * 400 + "]")
+        safejson.loads(b"[" + b"9" * 400 + b"]")
+
+
+@pytest.mark.parametrize("text", ['"' + '\\"' * (1 << 19), '{"name": "' + '\\"' * (1 << 19) + '"'])
+def test_adversarial_string_manifest_is_answered_at_once(bundle, text):
+    """A 1 MiB manifest of one string of escaped quotes made the old bracket-counting regex retry from every
+    quote (quadratic: `bundle check` hung). SIGALRM turns a regression into a failure instead of a hang."""
+    (bundle / "manifest.json").write_text(text)
+
+    def too_slow(signum, frame):
+        raise TimeoutError("manifest parsing took over 5 s")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)
+    try:
+        start = time.perf_counter()
+        problems = check_bundle(bundle).problems
+        with pytest.raises(ManifestError) as e:
+            load(bundle)
+        took = time.perf_counter() - start
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert "manifest.json" in problems[0] and e.value.file == str(bundle / "manifest.json")
+    assert "not valid JSON" in str(e.value) and took < 2.0
 
 
 # -- .cache symlinks ----------------------------------------------------------------------------------------------
@@ -182,6 +206,30 @@ def test_symlinked_partition_and_record_are_not_followed(bundle, tmp_path):
     assert not (bundle / ".cache" / RECORD).is_symlink()
 
 
+def test_missing_record_drops_only_the_bundles_own_keys(bundle):
+    """Without module_hashes.json the loader drops stale programs of the manifest's modules, but never an
+    entry of another form in the same real .cache folder (transparent-mode jit entries were deleted)."""
+    from xlakit._jax.environment import current_environment
+    from xlakit.store import LocalStore
+
+    load(bundle)
+    part = current_environment().partition_name()
+    store = LocalStore(bundle / ".cache")
+    keys = {"stale": "model.b1-" + "ab" * 32 + "-b3", "jit": "jit__lambda-0123abcd",
+            "suffix": "model.b1-" + "ab" * 32 + "-extra", "other": "othermodel.b1-" + "ab" * 32}
+    for key in keys.values():
+        assert store.put(part, key, {}, b"payload").stored
+    pdir = store.partition_dir(part)
+    stale = pdir / (keys.pop("stale") + ".xlk")
+    foreign = [pdir / (k + ".xlk") for k in keys.values()]
+    assert stale.exists() and all(p.exists() for p in foreign)
+    (bundle / ".cache" / RECORD).unlink()
+    loaded = load(bundle)
+    assert loaded.counts() == {"hit": 2, "miss": 0, "error": 0}
+    assert [p.name for p in foreign if p.exists()] == [p.name for p in foreign]
+    assert not stale.exists(), "a program of an old hash of a named module is still dropped"
+
+
 # -- exports ---------------------------------------------------------------------------------------------------
 
 def test_overwrite_never_replaces_a_users_files(tmp_path):
@@ -207,6 +255,22 @@ def test_overwrite_never_replaces_a_users_files(tmp_path):
         export_bundle(affine, P, X, proj, batch_sizes=(2, 8), overwrite=True)
 
 
+def test_foreign_manifest_cannot_get_a_users_file_deleted(pristine, tmp_path):
+    """A manifest that names a user's file (weights.file "thesis.tex", a module "notes.md") does not make
+    that file the bundle's: overwrite=True leaves it alone instead of deleting it as no longer exported."""
+    folder = tmp_path / "paper"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("my thesis")
+    manifest = json.loads((pristine / "manifest.json").read_text())
+    manifest["weights"]["file"] = "thesis.tex"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    export_bundle(affine, P, X, folder, batch_sizes=(1, 2), overwrite=True)
+    assert (folder / "thesis.tex").read_text() == "my thesis"
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "model.b1.jaxexp", "model.b2.jaxexp",
+                                                        "thesis.tex", "weights.safetensors"]
+    np.testing.assert_array_equal(np.asarray(load(folder)(X)), affine(P, X))
+
+
 KILLED_EXPORT = """
 import os, sys, time, numpy as np, xlakit
 real = os.replace
@@ -224,7 +288,8 @@ xlakit.export_bundle(lambda p, x: x @ p["w"], {"w": np.full((64, 64), float(sys.
 def test_killed_export_temp_is_removed_by_the_next_export_and_check(tmp_path):
     path = tmp_path / "b"
     for scale, cleaner in ((1, "export"), (3, "check")):  # other weights each time: a write happens
-        p = subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(path), str(scale)], stdout=subprocess.PIPE, text=True,
+        p = subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(path), str(scale)],
+                             stdout=subprocess.PIPE, text=True,
                              env=worker_env())
         assert "TEMP WRITTEN" in p.stdout.readline()
         os.kill(p.pid, signal.SIGKILL)

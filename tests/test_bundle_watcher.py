@@ -23,7 +23,7 @@ def make_bundle(root: Path, name: str, tag: bytes = b"1") -> Path:
     (d / "model.b1.jaxexp").write_bytes(b"module b1 " + tag)
     (d / "model.b8.jaxexp").write_bytes(b"module b8 " + tag)
     (d / "weights.safetensors").write_bytes(b"weights " + tag)
-    (d / "manifest.json").write_text('{"name": "%s"}' % name)
+    (d / "manifest.json").write_text(f'{{"name": "{name}"}}')
     return d
 
 

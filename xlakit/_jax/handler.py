@@ -1,24 +1,21 @@
-"""Compatibility names for code written against xlakit 0.1 (the bundle loader imports two of them).
+"""The old home of the cache policy, kept so that ``from xlakit._jax.handler import StoreHandler`` (code
+written against xlakit 0.1) still works.
 
-The cache policy that lived here moved to :mod:`xlakit.cache.handler` (``StoreHandler``) and
-:mod:`xlakit.cache.path` (the fetch/publish path). What remains are adapters:
-
-* :func:`_expectations` = :func:`xlakit._jax.environment.expectations`
-* :func:`_memory_stats` = :func:`xlakit._jax.executables.memory_stats`
+The policy moved to :mod:`xlakit.cache.handler` (``StoreHandler``) and :mod:`xlakit.cache.path` (the
+fetch/publish path). ``StoreHandler`` is resolved on first access only, so this adapter layer never imports
+the feature layer when it is itself imported. Nothing inside xlakit imports this module.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from xlakit._jax.environment import expectations as _expectations
-from xlakit._jax.executables import memory_stats as _memory_stats
-
-__all__ = ["_expectations", "_memory_stats"]
+__all__: list[str] = []
 
 
 def __getattr__(name: str) -> Any:
-    if name == "StoreHandler":  # resolved lazily: this adapter layer never imports the feature layer eagerly
+    """``StoreHandler`` from :mod:`xlakit.cache.handler`; AttributeError for any other name."""
+    if name == "StoreHandler":
         import importlib
 
         return importlib.import_module("xlakit.cache.handler").StoreHandler

@@ -31,8 +31,9 @@ from __future__ import annotations
 import inspect
 import io
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from xlakit._jax.assignment import _assignment_grid, _proto_fields, _stored_compile_options, _varint  # noqa: F401
 from xlakit._jax.unpickle_policy import (  # noqa: F401 - re-exported: the policy's names stay reachable here
@@ -99,7 +100,7 @@ class Placement:
                 "device_kinds": list(self.device_kinds), "process_indices": list(self.process_indices)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Placement":
+    def from_dict(cls, d: dict) -> Placement:
         """Inverse of :meth:`to_dict`. Raises ``ValueError`` on a missing or malformed field."""
         try:
             return cls(platform=d["platform"], device_ids=d["device_ids"], device_kinds=d["device_kinds"],
@@ -108,7 +109,7 @@ class Placement:
             raise ValueError(f"not a Placement dict: {e!r}") from None
 
     @classmethod
-    def of_devices(cls, devices: Sequence[Any]) -> "Placement":
+    def of_devices(cls, devices: Sequence[Any]) -> Placement:
         devices = list(devices)
         return cls(platform=devices[0].platform, device_ids=tuple(d.id for d in devices),
                    device_kinds=tuple(d.device_kind for d in devices),
@@ -235,7 +236,7 @@ def check_devices(placement: Placement, devices=None, backend=None) -> list:
     platforms = sorted({d.platform for d in devices})
     if platforms != [placement.platform]:
         problems.append(f"platform differs: compiled for {placement.platform!r}, given {platforms}")
-    for i, (want, d) in enumerate(zip(placement.device_kinds, devices)):
+    for i, (want, d) in enumerate(zip(placement.device_kinds, devices, strict=False)):
         if d.device_kind != want:
             problems.append(f"device kind differs at position {i}: compiled for {want!r}, given {d.device_kind!r} "
                             f"(device {d.id})")
@@ -316,7 +317,7 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
                                      f"not for the placement's {sorted(placement.device_ids)}"],
                 "store the placement that serialize_compiled returned together with its payload")
 
-    id_map = dict(zip(placement.device_ids, devices))
+    id_map = dict(zip(placement.device_ids, devices, strict=False))
     options = None
     if [d.id for d in devices] != list(placement.device_ids):
         options = _retargeted_options(scan.exec_bytes, placement, devices)
@@ -373,7 +374,7 @@ def _retargeted_options(exec_bytes: bytes, placement: Placement, devices: list):
         _refuse(placement, devices, ["this executable's format does not expose a device assignment matching the "
                                      "placement, so it can only be loaded onto the devices it was compiled for"],
                 "load it onto the devices with the ids it was compiled for, or recompile")
-    new_ids = {old: d.id for old, d in zip(placement.device_ids, devices)}
+    new_ids = {old: d.id for old, d in zip(placement.device_ids, devices, strict=False)}
     new_grid = np.vectorize(lambda i: new_ids[int(i)])(grid)
     # executable_build_options is a read-only property returning a reference into the options.
     options.executable_build_options.device_assignment = xc.DeviceAssignment.create(new_grid)

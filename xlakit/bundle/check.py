@@ -154,10 +154,11 @@ def check_bundle(path: str | os.PathLike) -> BundleCheck:
             state = "new"
         else:
             state = "unchanged" if recorded == sha else "changed"
-        held = tuple(p for p in partitions if sha and _is_entry(store.entry_path(p, program_key(spec.file, sha))))
+        held = tuple(p for p in partitions if sha and store is not None
+                     and _is_entry(store.entry_path(p, program_key(spec.file, sha))))
         modules.append(ModuleCheck(spec.file, spec.variant, spec.batch_size, sizes[spec.file], sha, recorded, state,
                                    held))
-    counts = {p: len(store.entries(p)) for p in partitions}
+    counts = {p: len(store.entries(p)) for p in partitions} if store is not None else {}
     drops = tuple(plan_drops(store, record, current)) if store else ()
     return BundleCheck(path, manifest, tuple(modules), record.status, record.reason, counts, drops,
                        tuple(problems), removed, unusable)

@@ -23,12 +23,23 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.bundle.errors import BundleError
-from xlakit.bundle.files import loads_bounded, read_regular, remove_stale_temps
-from xlakit.bundle.manifest import (BATCH, CACHE_DIR, DEFAULT_VARIANT, MANIFEST, WEIGHTS, Manifest, TensorSpec,
-                                    dtype_name, module_file, write_atomic)
+from xlakit.bundle.files import read_regular, remove_stale_temps
+from xlakit.bundle.manifest import (
+    BATCH,
+    DEFAULT_VARIANT,
+    MANIFEST,
+    MODULE_SUFFIX,
+    WEIGHTS,
+    Manifest,
+    TensorSpec,
+    dtype_name,
+    module_file,
+    write_atomic,
+)
 from xlakit.bundle.rows import detect_rows_independent
 from xlakit.bundle.trees import encode_tree
 from xlakit.bundle.weights import flatten_params, to_numpy, weights_file_bytes
+from xlakit.store import safejson
 
 __all__ = ["export_bundle"]
 
@@ -59,7 +70,9 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         ``model.<name>.b<n>.jaxexp``. ``fn`` itself is the variant ``"default"``.
       name: the bundle's name in the manifest (default: the folder's name).
       overwrite: replace a *different* bundle at ``path``. Re-exporting identical content never needs it.
-        Only the files the old manifest names are replaced or removed; other files (a user's own
+        Only the files the old manifest names *and* that carry a name an export writes (``manifest.json``,
+        ``weights.safetensors``, ``model[.<variant>].b<n|poly>.jaxexp``) are replaced or removed, so a
+        foreign manifest naming e.g. ``thesis.tex`` never gets it deleted; other files (a user's own
         ``*.jaxexp`` included) and ``.cache/`` are left in place. Into a non-empty folder that is not a
         bundle (no valid ``manifest.json``) the bundle is written beside the user's files, deleting nothing,
         and refused when one of its file names is already taken there.
@@ -100,7 +113,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
 
     names, leaves, treedef = flatten_params(params)
     try:
-        host = {n: to_numpy(leaf) for n, leaf in zip(names, leaves)}
+        host = {n: to_numpy(leaf) for n, leaf in zip(names, leaves, strict=True)}
     except ValueError as e:
         raise ValueError(f"parameters: {e}") from None
     weight_avals = {n: jax.ShapeDtypeStruct(a.shape, a.dtype) for n, a in host.items()}
@@ -120,7 +133,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
             avals = [jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype) for a in input_avals]
             with _no_source_locations():
                 exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
-            modules[module_file(vname, b)] = exp.serialize()
+            modules[module_file(vname, b)] = bytes(exp.serialize())  # a bytearray
             exported_platforms = tuple(exp.platforms)
             per_size[b] = (wrapped.out_paths, exp.out_avals)
             trees[vname] = wrapped.out_tree
@@ -139,7 +152,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
     manifest = Manifest(
         name=bundle_name,
         inputs=tuple(TensorSpec(n, (BATCH, *a.shape[1:]), dtype_name(a.dtype))
-                     for n, a in zip(input_names, input_avals)),
+                     for n, a in zip(input_names, input_avals, strict=False)),
         outputs=outputs, batch_sizes=sizes, variants=tuple(functions),
         weights=tuple(sorted((TensorSpec(n, tuple(a.shape), a.dtype.name) for n, a in host.items()),
                              key=lambda s: s.name)),
@@ -187,7 +200,7 @@ def _bundle_fn(f, names, treedef, input_names, by_keyword, fun_name):
     def bundle_fn(weights, *inputs):
         params = treedef.unflatten([weights[n] for n in names])
         if by_keyword:
-            out = f(params, **dict(zip(input_names, inputs)))
+            out = f(params, **dict(zip(input_names, inputs, strict=False)))
         else:
             out = f(params, *inputs)
         paths, _ = jax.tree_util.tree_flatten_with_path(out)
@@ -213,12 +226,12 @@ def _export_polymorphic(vname, wrapped, weight_avals, input_avals, specs, platfo
         avals = [jax.ShapeDtypeStruct((batch, *a.shape[1:]), a.dtype) for a in input_avals]
         with _no_source_locations():
             exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
-        for spec, aval in zip(specs, exp.out_avals):
+        for spec, aval in zip(specs, exp.out_avals, strict=False):
             dims = tuple(aval.shape)
             if spec.batched != (bool(dims) and not isinstance(dims[0], int)) or any(
                     not isinstance(d, int) for d in dims[1:]):
                 raise ValueError(f"output {spec.name!r} has shape {dims} with a symbolic batch")
-        return exp.serialize()
+        return bytes(exp.serialize())  # a bytearray
     except Exception as e:  # noqa: BLE001 - shape polymorphism has many limits; fixed sizes still work
         warnings.warn(f"variant {vname!r} couples rows (or it could not be told), so calls are never padded; "
                       f"it could not be exported with a symbolic batch axis ({type(e).__name__}: "
@@ -276,7 +289,7 @@ def _inputs(example_inputs) -> tuple[list[str], list[Any], bool]:
     if not values:
         raise ValueError("example_inputs is empty: a bundle needs at least one batched input")
     avals = []
-    for n, v in zip(names, values):
+    for n, v in zip(names, values, strict=False):
         shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
         if shape is None or dtype is None:
             raise ValueError(f"input {n!r}: expected an array or jax.ShapeDtypeStruct, got {type(v).__name__}")
@@ -292,7 +305,7 @@ def _output_specs(variant: str, per_size: dict) -> tuple[TensorSpec, ...]:
     ``per_size``: batch size -> (leaf key paths, leaf avals) from the trace at that size."""
     from xlakit.bundle.weights import _path_name
 
-    leaves_by_size = {b: [(_path_name(p) if p else "output", aval) for p, aval in zip(paths, avals)]
+    leaves_by_size = {b: [(_path_name(p) if p else "output", aval) for p, aval in zip(paths, avals, strict=False)]
                       for b, (paths, avals) in per_size.items()}
     first_b, first = next(iter(leaves_by_size.items()))
     specs = []
@@ -329,10 +342,12 @@ def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
     visible = _visible(path)
     old, why_not = _old_manifest(path, visible)
     marked = _marked(path)
-    owned = set(old.files if old else ()) | marked
+    # An old manifest may be foreign (copied in, hand-edited, planted): it can name any file, e.g. a
+    # "weights.file" of "thesis.tex". Only names an export itself would write count as the bundle's.
+    owned = {n for n in (old.files if old else ()) if _bundle_name(n)} | marked
     partial = old is None and bool(marked) and visible <= marked  # a killed export's files only
     differs = [n for n in files if not _same_bytes(path / n, files[n])]
-    stale = sorted(n for n in (old.files if old else ()) if n not in files and n in visible)
+    stale = sorted(n for n in owned if n not in files and n in visible)
     if visible and old is None and not partial and not overwrite:
         raise FileExistsError(f"{path} is a non-empty folder that is not a bundle ({why_not}); pass "
                               "overwrite=True to write a bundle beside its files, or choose another path")
@@ -341,7 +356,8 @@ def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
         raise FileExistsError(f"{path} holds a different bundle ({what} differ); pass overwrite=True to replace it")
     taken = sorted(n for n in differs if n in visible and n not in owned)
     if taken:
-        raise FileExistsError(f"{path} already holds {taken[:5]}, which {'its manifest does not name' if old else why_not}"
+        whose = "its manifest does not name" if old else why_not
+        raise FileExistsError(f"{path} already holds {taken[:5]}, which {whose}"
                               ": they are not this bundle's files, so export_bundle will not replace them even "
                               "with overwrite=True; move them or choose another path")
     if not differs and not stale:
@@ -365,10 +381,20 @@ def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
         pass
 
 
+_OWN_NAME = re.compile(r"^model(\.[A-Za-z0-9_-]{1,64})?\.b(poly|[0-9]{1,9})" + re.escape(MODULE_SUFFIX) + "$")
+
+
+def _bundle_name(name: str) -> bool:
+    """True for a name an export writes: ``manifest.json``, ``weights.safetensors`` or a module file
+    (:func:`xlakit.bundle.manifest.module_file`). Any other name a manifest lists is never replaced or
+    removed by an export."""
+    return name in (MANIFEST, WEIGHTS) or bool(_OWN_NAME.match(name))
+
+
 def _marked(path: Path) -> set[str]:
     """File names a killed export's marker says it was writing (empty when there is no usable marker)."""
     try:
-        data = loads_bounded(read_regular(path / MARKER, 1 << 20, follow_symlinks=False), max_depth=4)
+        data = safejson.loads(read_regular(path / MARKER, 1 << 20, follow_symlinks=False), max_depth=4)
     except (OSError, ValueError):
         return set()
     names = data.get("files") if isinstance(data, dict) else None

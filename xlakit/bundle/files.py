@@ -1,6 +1,6 @@
-"""Reading and writing a bundle's files without trusting the folder: bounded reads of regular files only,
-JSON with bounded depth and finite numbers, temp files that name their writer, and a ``.cache`` that is
-used only when it is a real folder.
+"""Reading and writing a bundle's files without trusting the folder: bounded reads of regular files only
+(JSON is then parsed by :mod:`xlakit.store.safejson`: bounded depth, finite numbers, a linear scan), temp
+files that name their writer, and a ``.cache`` that is used only when it is a real folder.
 
 A bundle may come from an archive or another user, so every file in it can be something else than it says:
 a FIFO (an ``open`` + ``read`` blocks forever), a symlink to ``/dev/zero`` (read until memory runs out), a
@@ -10,17 +10,14 @@ functions here turn each of those into an ``OSError``/``ValueError`` with a reas
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
 __all__ = ["NotRegularFile", "MAX_MODULE_BYTES", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "STALE_TEMP_S",
-           "read_regular", "loads_bounded", "temp_name", "stale_temps", "remove_stale_temps", "cache_problem"]
+           "read_regular", "stale_temps", "remove_stale_temps", "cache_problem"]
 
 # Bounds. A module holds StableHLO without weights (they are arguments), so even large models stay far
 # below 1 GiB; manifests and records are a few kB (16 MiB leaves room for huge output trees). Depth 100
@@ -89,66 +86,7 @@ def read_regular(path: str | os.PathLike, max_bytes: int, *, follow_symlinks: bo
     return data
 
 
-def _constant(name: str):
-    raise ValueError(f"non-finite number {name} is not allowed")
-
-
-def _float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]} is out of range (not a finite float)")
-    return value
-
-
-def _int(text: str) -> int:
-    if len(text.lstrip("-")) > 30:
-        raise ValueError(f"integer {text[:40]}... has more than 30 digits")
-    return int(text)
-
-
-def loads_bounded(data: bytes | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``json.loads`` that refuses nesting deeper than ``max_depth``, NaN/Infinity, floats that overflow to
-    infinity and integers of more than 30 digits. Raises ``ValueError`` (never ``RecursionError``)."""
-    if isinstance(data, (bytes, bytearray)):
-        try:
-            data = bytes(data).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"not UTF-8: {e}") from None
-    depth = _bracket_depth(data)
-    if depth > max_depth:
-        raise ValueError(f"nested {depth} levels deep, over the bound of {max_depth}")
-    try:
-        return json.loads(data, parse_constant=_constant, parse_float=_float, parse_int=_int)
-    except RecursionError:  # the bracket count above missed a case: still an answer, never a crash
-        raise ValueError(f"nested deeper than the bound of {max_depth}") from None
-
-
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
-
-
-def _bracket_depth(text: str) -> int:
-    """The deepest bracket nesting outside strings (regexes do the scanning; the loop sees brackets only)."""
-    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
-    depth = deepest = 0
-    for ch in brackets:
-        if ch in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-        else:
-            depth -= 1
-    return deepest
-
-
 # -- temp files ------------------------------------------------------------------------------------------
-
-def temp_name(final: str) -> str:
-    """A hidden temp name for ``final`` that names this process: ``.<final>.<pid>.<random>.tmp``."""
-    import secrets
-
-    return f".{final}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-
 
 def _pid_alive(pid: int) -> bool:
     if pid <= 0:
@@ -162,9 +100,11 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S, now: float | None = None) -> list[Path]:
+def stale_temps(folder: str | os.PathLike[str], older_than_s: float = STALE_TEMP_S,
+                now: float | None = None) -> list[Path]:
     """Temp files in ``folder`` (not below it) left by a killed writer: regular files named like
-    :func:`temp_name` whose writer pid is gone, or any ``.<name>.<random>.tmp`` older than ``older_than_s``
+    :func:`xlakit._atomic.write_atomic` (``.<name>.<pid>.<random>.tmp``) whose writer pid is gone, or any
+    ``.<name>.<random>.tmp`` older than ``older_than_s``
     seconds. Symlinks and other file kinds are never listed."""
     now = time.time() if now is None else now
     found = []
@@ -188,7 +128,7 @@ def stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S, n
     return sorted(found)
 
 
-def remove_stale_temps(folder: str | os.PathLike, older_than_s: float = STALE_TEMP_S) -> list[Path]:
+def remove_stale_temps(folder: str | os.PathLike[str], older_than_s: float = STALE_TEMP_S) -> list[Path]:
     """Remove :func:`stale_temps` of ``folder``; returns those removed (unlink never follows a link)."""
     removed = []
     for p in stale_temps(folder, older_than_s):

@@ -10,8 +10,9 @@ longer exists). Weights never enter a key, so a weights-only update keeps every 
 
 An unreadable record (not JSON, nested too deep, non-finite numbers, wrong shape, bad hash strings, a
 symlink, a FIFO or any other non-regular file, over 16 MiB) is never trusted: the drop decision then comes
-from the store itself — every entry whose key is not the key of a current module is removed — and the
-record is rewritten. A missing record (first load, or a copied ``.cache`` without it) is handled the same
+from the store itself — every entry keyed like a program of a module the manifest names, but of another
+hash, is removed (entries of any other form, e.g. transparent-mode ``jit_...`` entries, are left alone) —
+and the record is rewritten. A missing record (first load, or a copied ``.cache`` without it) is handled the same
 way, silently.
 
 Record format (version 1)::
@@ -29,12 +30,13 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
-from xlakit.bundle.files import MAX_JSON_BYTES, loads_bounded, read_regular
+from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
 from xlakit.bundle.manifest import MODULE_SUFFIX, write_atomic
+from xlakit.store import safejson
 
 __all__ = ["RECORD", "RecordState", "Drop", "sha256_hex", "program_key", "read_record", "write_record",
            "plan_drops"]
@@ -59,6 +61,18 @@ def program_key(module_file: str, sha256: str, batch_size: int | None = None) ->
 def _derived(key: str, base: str) -> bool:
     """True when ``key`` is ``base`` or a batch-size instance of it (``<base>-b<n>``)."""
     return key == base or (key.startswith(base + "-b") and key[len(base) + 2:].isdigit())
+
+
+def _bundle_key(key: str, stems: set[str]) -> bool:
+    """True when ``key`` is ``<stem><sha256 hex>`` or ``<stem><sha256 hex>-b<n>`` for one of ``stems``
+    (each ``"<module stem>-"``): a key the bundle loader itself writes."""
+    for stem in stems:
+        if key.startswith(stem):
+            rest = key[len(stem):]
+            digest, sep, batch = rest.partition("-")
+            if _HEX64.match(digest) and (not sep or (batch.startswith("b") and batch[1:].isdigit())):
+                return True
+    return False
 
 
 def _is_entry(path: Path) -> bool:
@@ -120,8 +134,8 @@ def read_record(cache_dir: str | Path) -> RecordState:
             return RecordState("unreadable", {}, "a symlink (never followed)", path)
         return RecordState("unreadable", {}, f"{type(e).__name__}: {e}", path)
     try:
-        data = loads_bounded(text)
-    except ValueError as e:
+        data = safejson.loads(text, MAX_JSON_DEPTH)
+    except ValueError as e:  # safejson.UnsafeJson
         return RecordState("unreadable", {}, f"not valid JSON: {e}", path)
     if not isinstance(data, dict) or data.get("format_version") != _VERSION:
         return RecordState("unreadable", {}, f"expected an object with format_version {_VERSION}", path)
@@ -156,7 +170,9 @@ def plan_drops(store, record: RecordState, current: Mapping[str, str | None]) ->
 
     With a readable record: for each recorded module whose hash changed, whose file disappeared or that the
     manifest no longer names, the program of its recorded hash in each partition that holds one. Otherwise
-    (record missing or unreadable): every entry whose key is not the key of a current module.
+    (record missing or unreadable): every entry whose key has the form of a bundle program key
+    (``<stem of a module the manifest names>-<sha256>[-b<n>]``) but not a current module's hash; entries
+    of any other form (transparent-mode ``jit_...`` entries in the same folder) are never dropped.
     """
     partitions = store.partitions()
     drops: list[Drop] = []
@@ -177,11 +193,14 @@ def plan_drops(store, record: RecordState, current: Mapping[str, str | None]) ->
                     drops.append(Drop(part, key, module, why))
         return drops
     keep = {program_key(m, h) for m, h in current.items() if h}
+    stems = {program_key(m, "") for m in current}  # "<module stem>-": the prefix of every key the bundle writes
     why = ("no module-hash record" if record.status == "missing"
            else f"module-hash record unreadable ({record.reason}); kept only programs of current modules")
     for info in store.entries():
-        if not any(_derived(info.key, k) for k in keep):
-            module = info.header.get("module_file") if isinstance(info.header, dict) else None
-            drops.append(Drop(info.partition, info.key, module if isinstance(module, str) else None,
+        # Only keys the bundle itself writes (<stem of a module the manifest names>-<sha256>[-b<n>]) may go;
+        # anything else in a real .cache folder (transparent-mode jit entries, another tool's) is not ours.
+        if _bundle_key(info.key, stems) and not any(_derived(info.key, k) for k in keep):
+            named = info.header.get("module_file") if isinstance(info.header, dict) else None
+            drops.append(Drop(info.partition, info.key, named if isinstance(named, str) else None,
                               f"not compiled from any current module; {why}"))
     return drops

@@ -81,7 +81,8 @@ class LoadedBundle:
         self.tree_notes = tree_notes
         self._loader = loader
         self._specs = specs
-        self._files = {(s.variant, s.batch_size): s.file for s in specs}
+        self._files: dict[tuple[str, int], str] = {(s.variant, s.batch_size): s.file for s in specs
+                                                   if s.batch_size is not None}  # fixed-size modules only
         self._started = started
         self._finished: float | None = None
         self._programs: dict[tuple[str, int], Any] = {}
@@ -128,7 +129,8 @@ class LoadedBundle:
         try:
             return self._get(variant, batch_size, timeout) is not None
         except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"program {variant!r} at batch size {batch_size} still loading after {timeout} s") from None
+            raise TimeoutError(f"program {variant!r} at batch size {batch_size} still loading after {timeout} s"
+                               ) from None
 
     def _get(self, variant: str, batch: int, timeout: float | None = None) -> Any:
         """The exported program for ``(variant, batch)``, waiting for it alone; None if it failed."""
@@ -283,7 +285,7 @@ class LoadedBundle:
         parts = []
         for start in range(0, n, size):
             m = min(size, n - start)
-            batch = self._fit(variant, m)
+            batch = self._fit(variant, m) or size  # size itself loaded and holds m rows
             parts.append(self._run(variant, batch, [x[start:start + m] for x in arrays], m))
         specs = self.manifest.outputs[variant]
         return [jnp.concatenate([p[i] for p in parts]) if i < len(specs) and specs[i].batched else leaf
@@ -355,7 +357,7 @@ class LoadedBundle:
             raise TypeError(f"bundle {self.manifest.name!r} takes {len(specs)} input(s) "
                             f"({', '.join(s.name for s in specs)}), got {len(inputs)}")
         batch = None
-        for spec, x in zip(specs, inputs):
+        for spec, x in zip(specs, inputs, strict=True):
             shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
             if shape is None or dtype is None:
                 raise TypeError(f"input {spec.name!r}: expected an array, got {type(x).__name__}")

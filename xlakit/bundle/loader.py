@@ -153,9 +153,10 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     record = RecordState("missing", {}, None, cache_dir / RECORD) if unusable else read_record(cache_dir)
     dropped = ctx.reconcile(record, current)  # before any program loads: drops are decided first
     for spec in manifest.poly_modules:  # compiled on demand; a bad one fails here, named, alone
-        if isinstance(blobs[spec.file], BundleError):
-            ctx.errors[spec.file] = blobs[spec.file]
-            ctx.io.failed("load_error", partition, None, f"{manifest.name}/{spec.stem}", str(blobs[spec.file]))
+        blob = blobs[spec.file]
+        if isinstance(blob, BundleError):
+            ctx.errors[spec.file] = blob
+            ctx.io.failed("load_error", partition, None, f"{manifest.name}/{spec.stem}", str(blob))
 
     usage = None if unusable else read_usage(cache_dir)
     order = _order(manifest, blobs, usage if background else None, background)
@@ -176,8 +177,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     loaded = LoadedBundle(path=path, manifest=manifest, device=device, weights=weights, loader=loader,
                           specs=tuple(manifest.modules), dropped=tuple(dropped),
                           record_problem=record.reason if record.status == "unreadable" else None,
-                          weights_s=weights_s, started=start, ready_s=time.perf_counter() - start, context=ctx, poly=poly,
-                          treedefs=treedefs, tree_notes=tuple(notes), cache_problem=unusable,
+                          weights_s=weights_s, started=start, ready_s=time.perf_counter() - start, context=ctx,
+                          poly=poly, treedefs=treedefs, tree_notes=tuple(notes), cache_problem=unusable,
                           usage=None if unusable else _UsageRecorder(cache_dir, usage or []))
     if not background:
         loaded.wait()

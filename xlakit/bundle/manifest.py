@@ -41,15 +41,20 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from xlakit import _atomic
 from xlakit.bundle.errors import ManifestError
-from xlakit.bundle.files import MAX_JSON_BYTES, loads_bounded, read_regular, temp_name
+from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
+from xlakit.store import safejson
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "CACHE_DIR", "MODULE_SUFFIX", "BATCH",
-           "DEFAULT_VARIANT", "READABLE_VERSIONS", "dtype_name", "TensorSpec", "ModuleSpec", "Manifest", "module_file", "write_atomic"]
+           "DEFAULT_VARIANT", "READABLE_VERSIONS", "dtype_name", "TensorSpec", "ModuleSpec", "Manifest",
+           "module_file", "write_atomic"]
 
 FORMAT = "xlakit.bundle"
 FORMAT_VERSION = 2
@@ -329,8 +334,8 @@ class Manifest:
         except OSError as e:
             raise ManifestError(file, None, f"unreadable: {e}") from None
         try:
-            data = loads_bounded(text)
-        except ValueError as e:
+            data = safejson.loads(text, MAX_JSON_DEPTH)
+        except ValueError as e:  # safejson.UnsafeJson: syntax, depth, UTF-8, non-finite or huge numbers
             raise ManifestError(file, None, f"not valid JSON: {e}") from None
         return cls.from_dict(data, file)
 
@@ -347,27 +352,38 @@ class Manifest:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a hidden temp file in the same folder and a rename, so a reader
-    (or a watcher) never sees a half-written file. The temp (``.<name>.<pid>.<random>.tmp``, created with
-    ``O_EXCL|O_NOFOLLOW``) names its writer, so a killed writer's temp is found and removed later
-    (:func:`xlakit.bundle.files.remove_stale_temps`). The rename replaces a symlink at ``path`` itself, never
-    its target. Raises OSError; leaves no temp file behind unless the process is killed."""
+    """Publish a bundle file with :func:`xlakit._atomic.write_atomic` (hidden temp
+    ``.<name>.<pid>.<random>.tmp`` that names its writer, fsync, rename), so a reader or watcher never sees
+    half a file and a killed writer's temp is found later (:func:`xlakit.bundle.files.remove_stale_temps`).
+
+    Two bundle rules on top: a symlink at ``path`` itself is removed and replaced by the file (its target is
+    never written), and the file is made readable by others as ``open`` with mode 0644 and the process
+    umask would (a bundle is shared; the store's entries are 0600). Raises OSError; leaves no temp behind
+    unless the process is killed."""
     path = Path(path)
-    tmp = path.parent / temp_name(path.name)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, flags, 0o644)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    _atomic.write_atomic(path, data)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fchmod(fd, 0o644 & ~_umask())
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (``/proc/self/status``); 0o022 where that is unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def _v2_fields(d: Mapping[str, Any], file: Path, variants: list, outputs: Mapping[str, tuple],

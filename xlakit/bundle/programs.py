@@ -20,6 +20,7 @@ from xlakit.bundle.hashes import (
     RecordState,
     plan_drops,
     program_key,
+    sha256_hex,
     write_record,
 )
 from xlakit.bundle.manifest import ModuleSpec, TensorSpec, dtype_name
@@ -77,7 +78,7 @@ class Context:
         start = time.perf_counter()
         if isinstance(data, BundleError):
             return self._fail(spec, data, None, None, start), None
-        key = program_key(spec.file, sha)
+        key = program_key(spec.file, sha if sha is not None else sha256_hex(data))
         try:
             return self._load_or_compile(spec, data, key, start)
         except BundleError as e:
@@ -233,7 +234,7 @@ class Context:
         if len(inputs) != len(self.manifest.inputs):
             raise ModuleError(file, "inputs", f"the module takes {len(inputs)} input(s), manifest.json lists "
                               f"{len(self.manifest.inputs)}")
-        for i, (aval, spec_i) in enumerate(zip(inputs, self.manifest.inputs)):
+        for i, (aval, spec_i) in enumerate(zip(inputs, self.manifest.inputs, strict=True)):
             _same(file, f"inputs[{i}] ({spec_i.name})", aval, spec_i, spec.batch_size)
 
     def _compare_outputs(self, spec: ModuleSpec, outs: Sequence[Any]) -> None:
@@ -242,7 +243,7 @@ class Context:
         if len(outs) != len(want):
             raise ModuleError(file, f"outputs.{spec.variant}", f"the module returns {len(outs)} array(s), "
                               f"manifest.json lists {len(want)}")
-        for i, (aval, spec_o) in enumerate(zip(outs, want)):
+        for i, (aval, spec_o) in enumerate(zip(outs, want, strict=True)):
             _same(file, f"outputs.{spec.variant}[{i}] ({spec_o.name})", aval, spec_o, spec.batch_size)
 
 

@@ -16,7 +16,8 @@ class ModuleReport:
     """How one module was loaded.
 
     Attributes:
-      module: file name (``model.b8.jaxexp``); variant, batch_size: what it computes.
+      module: file name (``model.b8.jaxexp``); variant, batch_size: what it computes (``batch_size``
+        None for the shape-polymorphic module itself).
       status: ``"hit"`` (loaded from ``.cache``), ``"miss"`` (compiled now and stored) or ``"error"``.
       load_s: seconds spent reading and hashing the module file, looking it up and, on a hit, loading the
         executable (``time.perf_counter``); on a miss also deserializing the export and checking it.
@@ -38,7 +39,7 @@ class ModuleReport:
 
     module: str
     variant: str
-    batch_size: int
+    batch_size: int | None
     status: str
     load_s: float
     compile_s: float | None = None

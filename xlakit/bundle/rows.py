@@ -21,7 +21,8 @@ perturbation leaves unchanged) can be missed: declare ``rows_independent=False``
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = ["detect_rows_independent", "pad_rows", "is_extended"]
 
@@ -144,14 +145,14 @@ def detect_rows_independent(fn: Callable[..., Any], weights: Any, values: Sequen
 
     try:
         n = max(2, min(8, *(int(v.shape[0]) for v in values)))
-        base = [_example_rows(v, a, n, i) for i, (v, a) in enumerate(zip(values, avals))]
+        base = [_example_rows(v, a, n, i) for i, (v, a) in enumerate(zip(values, avals, strict=False))]
         run = jax.jit(fn)
         y = [_host(leaf) for leaf in run(weights, *base)]
         y_perturbed = [_host(leaf) for leaf in run(weights, *[_perturb_row0(x) for x in base])]
         y_padded = [_host(leaf) for leaf in run(weights, *[pad_rows(x, 1) for x in base])]
     except Exception as e:  # noqa: BLE001 - unsure: never pad
         return False, f"the row test could not run ({type(e).__name__}: {str(e)[:200]})"
-    for i, (a, b, c) in enumerate(zip(y, y_perturbed, y_padded)):
+    for i, (a, b, c) in enumerate(zip(y, y_perturbed, y_padded, strict=False)):
         batched = a.ndim > 0 and a.shape[0] == n and c.ndim > 0 and c.shape[0] == n + 1
         if batched:
             if not _equal(a[1:], b[1:]):

@@ -107,7 +107,7 @@ def _encode(obj: Any, counter: list, depth: int) -> Any:
 
     if depth > MAX_TREE_DEPTH:
         raise TreeError(f"the output pytree is nested deeper than {MAX_TREE_DEPTH} levels")
-    td = jax.tree_util.tree_structure(obj)
+    td: Any = jax.tree_util.tree_structure(obj)  # jaxlib PyTreeDef: num_nodes, num_leaves, node_data()
     if td.num_nodes == 1 and td.num_leaves == 1:
         counter[0] += 1
         return {"leaf": counter[0] - 1}
@@ -125,7 +125,7 @@ def _encode(obj: Any, counter: list, depth: int) -> Any:
             keys = [_enc_value(k) for k in aux]
         except _Unencodable as e:
             raise TreeError(f"an output dict key cannot be stored ({e}); use str or int keys") from None
-        return {"dict": [[k, c] for k, c in zip(keys, children)]}
+        return {"dict": [[k, c] for k, c in zip(keys, children, strict=True)]}
     node: dict[str, Any] = {"node": f"{typ.__module__}:{typ.__qualname__}",
                             "names": [_name_value(_key_name(path[-1])) if path else str(i)
                                       for i, (path, _) in enumerate(kids)],

@@ -16,7 +16,8 @@ import json
 import threading
 from pathlib import Path
 
-from xlakit.bundle.files import loads_bounded, read_regular
+from xlakit.bundle.files import read_regular
+from xlakit.store import safejson
 
 __all__ = ["USAGE", "read_usage", "write_usage"]
 
@@ -29,7 +30,7 @@ _lock = threading.Lock()
 def read_usage(cache_dir: str | Path) -> list[tuple[str, int]]:
     """``[(variant, batch_size), ...]`` in first-call order, or ``[]`` when absent or unusable."""
     try:
-        data = loads_bounded(read_regular(Path(cache_dir) / USAGE, _MAX_BYTES, follow_symlinks=False), 4)
+        data = safejson.loads(read_regular(Path(cache_dir) / USAGE, _MAX_BYTES, follow_symlinks=False), 4)
     except Exception:  # noqa: BLE001 - a hint: anything wrong means "no hint"
         return []
     if not isinstance(data, dict) or data.get("format_version") != 1 or not isinstance(data.get("first_calls"), list):

@@ -70,7 +70,7 @@ def _is_bundle_file(name: str) -> bool:
     return name == MANIFEST or name.endswith(MODULE_SUFFIX) or name.endswith(_WEIGHTS_SUFFIX)
 
 
-def fingerprint(bundle_dir: str | os.PathLike) -> Fingerprint | None:
+def fingerprint(bundle_dir: str | os.PathLike[str]) -> Fingerprint | None:
     """The (name, size, mtime_ns) set of a folder's bundle files, or None if it is not a bundle (no
     ``manifest.json``) or cannot be read. Only the folder's top level is read; ``.cache/`` never is."""
     items = []
@@ -93,9 +93,9 @@ def fingerprint(bundle_dir: str | os.PathLike) -> Fingerprint | None:
     return frozenset(items)
 
 
-def snapshot(repo_dir: str | os.PathLike) -> dict[str, Fingerprint]:
+def snapshot(repo_dir: str | os.PathLike[str]) -> dict[str, Fingerprint]:
     """Bundle folder name -> fingerprint, for every bundle folder directly under ``repo_dir``."""
-    out = {}
+    out: dict[str, Fingerprint] = {}
     try:
         with os.scandir(repo_dir) as it:
             entries = [e for e in it if not e.name.startswith(".")]
