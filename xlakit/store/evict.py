@@ -75,7 +75,8 @@ def _walk_bytes(path: str) -> int:
 
 def scan(root: Path, now: float | None = None) -> Scan:
     """Count every regular file under ``root`` except the lock and temps (the tag counts: it occupies a block);
-    list entries, quarantined files and stale temps. Files that vanish mid-scan are skipped; links are never followed."""
+    list entries, quarantined files and stale temps. Files that vanish mid-scan are skipped; links are never
+    followed."""
     now = time.time() if now is None else now
     result = Scan()
     for top in _fs.scandir(root):
