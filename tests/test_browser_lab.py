@@ -7,7 +7,8 @@ Playwright (``executable_path``). Each run opens a fresh copy of ``tests/noteboo
 (``dashboard()``, ``MemoryBreakdown``, ``CacheTimeline``, ``LiveArrays``, ``CacheBrowser``), runs *Run All
 Cells*, and compares for every chart — each dashboard tab shown in turn — the traces plotly drew (type, name,
 number of points, drawn SVG groups) with ``live_charts()`` in the kernel. Two runs in the light theme at
-1400 px, one in the dark theme at 800 px that also checks contrast and narrow-window layout.
+1400 px, one in the dark theme at 800 px that also checks contrast and narrow-window layout. After the
+first run a click on a miss marker in the timeline must bring the kernel's explanation of that miss.
 ``benchmarks/widgets_run_all.py`` does 10 runs.
 """
 
@@ -40,14 +41,66 @@ def lab():
         server.stop()
 
 
+# The standalone CacheTimeline's first drawn miss marker (an SVG point of the trace named "miss"), marked so
+# Playwright can click it; its event row comes from the point's customdata.
+_MARK_MISS_JS = """() => {
+  const tl = Array.from(document.querySelectorAll('.xlakit-cache-timeline'))
+    .find(t => !t.closest('.xlakit-dashboard') && !t.closest('.xlakit-static'));
+  const gd = tl && tl.querySelector('.js-plotly-plot');
+  if (!gd) return null;
+  for (const g of gd.querySelectorAll('.scatterlayer .trace')) {
+    const cd = g.__data__;
+    if (!cd || !cd[0] || cd[0].trace.name !== 'miss') continue;
+    const pt = g.querySelector('path.point');
+    if (!pt) return null;
+    pt.setAttribute('data-xlakit-test-miss', '1');
+    return {row: cd[0].trace.customdata[0], misses: cd.length};
+  }
+  return null;
+}"""
+
+
+def _click_a_miss(page):
+    """Click a miss marker of the standalone timeline; return its row and the explanation shown."""
+    marked = page.evaluate(_MARK_MISS_JS)
+    if marked is None:
+        return {"marked": None, "explanation": None}
+    timeline = page.locator(".xlakit-cache-timeline:not(.xlakit-dashboard .xlakit-cache-timeline)").first
+    explanation = timeline.locator(".xlakit-miss-explanation")
+    before = explanation.inner_text()
+    point = page.locator("[data-xlakit-test-miss]").first
+    point.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    # The point lies under plotly's drag layer, which receives the real mouse click (hence force).
+    point.click(force=True)
+    for _ in range(40):
+        text = explanation.inner_text()
+        if text and text != before:
+            break
+        page.wait_for_timeout(250)
+    menu = timeline.locator(".xlakit-miss-menu select")
+    return {"marked": marked, "before": before, "explanation": explanation.inner_text(),
+            "menu": menu.input_value() if menu.count() else None}
+
+
 def test_run_all_draws_every_chart_with_the_traces_python_holds(lab):
+    """Every chart drawn as Python holds it; then a click on a miss marker in the timeline shows that miss's
+    explanation (sent to the kernel through the timeline's click bridge, answered by the kernel)."""
     server, browser = lab
     server.set_theme("JupyterLab Light")
-    results = [harness.run_all(server, browser, run) for run in range(2)]
+    results = [harness.run_all(server, browser, run, check=_click_a_miss if run == 0 else None)
+               for run in range(2)]
     for r in results:
         assert r["charts"] >= 7, r  # 3 in the dashboard (+ its liveness chart), breakdown x2, timeline, treemap
         assert r["ok"], f"charts not drawn as Python holds them: {r['problems'][:5]}"
         assert not r["errors"], r["errors"][:3]
+    click = results[0]["checks"]
+    print(f"click on a miss: {click}")
+    assert click["marked"] is not None, "no miss marker drawn in the timeline"
+    assert click["before"] == "" and " missed: " in click["explanation"], click
+    # The kernel picked the clicked miss in the menu ("<time> s: <function>") and explained that function.
+    function = click["menu"].split(": ", 1)[1]
+    assert click["explanation"].startswith(f"{function} missed: "), click
 
 
 _LAYOUT_JS = """() => {
