@@ -41,11 +41,12 @@ def lab():
         server.stop()
 
 
-# The standalone CacheTimeline's first drawn miss marker (an SVG point of the trace named "miss"), marked so
-# Playwright can click it; its event row comes from the point's customdata.
-_MARK_MISS_JS = """() => {
+# The standalone (or the dashboard's) CacheTimeline's first drawn miss marker (an SVG point of the trace named
+# "miss"), marked so Playwright can click it; its event row comes from the point's customdata.
+_MARK_MISS_JS = """(inDashboard) => {
+  document.querySelectorAll('[data-xlakit-test-miss]').forEach(e => e.removeAttribute('data-xlakit-test-miss'));
   const tl = Array.from(document.querySelectorAll('.xlakit-cache-timeline'))
-    .find(t => !t.closest('.xlakit-dashboard') && !t.closest('.xlakit-static'));
+    .find(t => !!t.closest('.xlakit-dashboard') === inDashboard && !t.closest('.xlakit-static'));
   const gd = tl && tl.querySelector('.js-plotly-plot');
   if (!gd) return null;
   for (const g of gd.querySelectorAll('.scatterlayer .trace')) {
@@ -60,12 +61,14 @@ _MARK_MISS_JS = """() => {
 }"""
 
 
-def _click_a_miss(page):
-    """Click a miss marker of the standalone timeline; return its row and the explanation shown."""
-    marked = page.evaluate(_MARK_MISS_JS)
+def _click_a_miss(page, in_dashboard=False):
+    """Click a miss marker of the standalone timeline (or the dashboard's, whose tab must be shown); return
+    its row, the explanation shown before and after, and the misses menu's label."""
+    marked = page.evaluate(_MARK_MISS_JS, in_dashboard)
     if marked is None:
         return {"marked": None, "explanation": None}
-    timeline = page.locator(".xlakit-cache-timeline:not(.xlakit-dashboard .xlakit-cache-timeline)").first
+    timeline = page.locator(".xlakit-dashboard .xlakit-cache-timeline" if in_dashboard else
+                            ".xlakit-cache-timeline:not(.xlakit-dashboard .xlakit-cache-timeline)").first
     explanation = timeline.locator(".xlakit-miss-explanation")
     before = explanation.inner_text()
     point = page.locator("[data-xlakit-test-miss]").first
@@ -145,7 +148,12 @@ def _dark_narrow_checks(page):
         page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").first.click()
     page.wait_for_timeout(800)
     page.locator(".xlakit-allocator-panel .xlakit-reset-peak-0").first.scroll_into_view_if_needed()
-    return page.evaluate(_LAYOUT_JS)
+    out = page.evaluate(_LAYOUT_JS)
+    # The dashboard's Timeline tab: a click on a miss works there too (the bridge inside a Tab, narrow, dark).
+    page.locator(".xlakit-dashboard .lm-TabBar-tab", has_text="Timeline").first.click()
+    page.wait_for_timeout(800)
+    out["click"] = _click_a_miss(page, in_dashboard=True)
+    return out
 
 
 def test_dark_theme_and_an_800px_window(lab):
@@ -168,6 +176,9 @@ def test_dark_theme_and_an_800px_window(lab):
     assert c["reset_visible"], c
     assert c["partition_name_lines"] and max(c["partition_name_lines"]) <= 1, c
     assert c["clipped_legends"] == 0, c
+    click = c["click"]
+    assert click["marked"] is not None and click["before"] == "", click
+    assert click["explanation"].startswith(click["menu"].split(": ", 1)[1] + " missed: "), click
 
 
 #: ``jupyter nbconvert --to html --execute`` of the widget notebook stays under this (bytes); it was 62 MB
