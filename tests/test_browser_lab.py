@@ -7,7 +7,8 @@ Playwright (``executable_path``). Each run opens a fresh copy of ``tests/noteboo
 (``dashboard()``, ``MemoryBreakdown``, ``CacheTimeline``, ``LiveArrays``, ``CacheBrowser``), runs *Run All
 Cells*, and compares for every chart — each dashboard tab shown in turn — the traces plotly drew (type, name,
 number of points, drawn SVG groups) with ``live_charts()`` in the kernel. Two runs in the light theme at
-1400 px, one in the dark theme at 800 px that also checks contrast and narrow-window layout.
+1400 px, one in the dark theme at 800 px that also checks contrast and narrow-window layout. After the
+first run a click on a miss marker in the timeline must bring the kernel's explanation of that miss.
 ``benchmarks/widgets_run_all.py`` does 10 runs.
 """
 
@@ -40,14 +41,69 @@ def lab():
         server.stop()
 
 
+# The standalone (or the dashboard's) CacheTimeline's first drawn miss marker (an SVG point of the trace named
+# "miss"), marked so Playwright can click it; its event row comes from the point's customdata.
+_MARK_MISS_JS = """(inDashboard) => {
+  document.querySelectorAll('[data-xlakit-test-miss]').forEach(e => e.removeAttribute('data-xlakit-test-miss'));
+  const tl = Array.from(document.querySelectorAll('.xlakit-cache-timeline'))
+    .find(t => !!t.closest('.xlakit-dashboard') === inDashboard && !t.closest('.xlakit-static'));
+  const gd = tl && tl.querySelector('.js-plotly-plot');
+  if (!gd) return null;
+  for (const g of gd.querySelectorAll('.scatterlayer .trace')) {
+    const cd = g.__data__;
+    if (!cd || !cd[0] || cd[0].trace.name !== 'miss') continue;
+    const pt = g.querySelector('path.point');
+    if (!pt) return null;
+    pt.setAttribute('data-xlakit-test-miss', '1');
+    return {row: cd[0].trace.customdata[0], misses: cd.length};
+  }
+  return null;
+}"""
+
+
+def _click_a_miss(page, in_dashboard=False):
+    """Click a miss marker of the standalone timeline (or the dashboard's, whose tab must be shown); return
+    its row, the explanation shown before and after, and the misses menu's label."""
+    marked = page.evaluate(_MARK_MISS_JS, in_dashboard)
+    if marked is None:
+        return {"marked": None, "explanation": None}
+    timeline = page.locator(".xlakit-dashboard .xlakit-cache-timeline" if in_dashboard else
+                            ".xlakit-cache-timeline:not(.xlakit-dashboard .xlakit-cache-timeline)").first
+    explanation = timeline.locator(".xlakit-miss-explanation")
+    before = explanation.inner_text()
+    point = page.locator("[data-xlakit-test-miss]").first
+    point.scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    # The point lies under plotly's drag layer, which receives the real mouse click (hence force).
+    point.click(force=True)
+    for _ in range(40):
+        text = explanation.inner_text()
+        if text and text != before:
+            break
+        page.wait_for_timeout(250)
+    menu = timeline.locator(".xlakit-miss-menu select")
+    return {"marked": marked, "before": before, "explanation": explanation.inner_text(),
+            "menu": menu.input_value() if menu.count() else None}
+
+
 def test_run_all_draws_every_chart_with_the_traces_python_holds(lab):
+    """Every chart drawn as Python holds it; then a click on a miss marker in the timeline shows that miss's
+    explanation (sent to the kernel through the timeline's click bridge, answered by the kernel)."""
     server, browser = lab
     server.set_theme("JupyterLab Light")
-    results = [harness.run_all(server, browser, run) for run in range(2)]
+    results = [harness.run_all(server, browser, run, check=_click_a_miss if run == 0 else None)
+               for run in range(2)]
     for r in results:
         assert r["charts"] >= 7, r  # 3 in the dashboard (+ its liveness chart), breakdown x2, timeline, treemap
         assert r["ok"], f"charts not drawn as Python holds them: {r['problems'][:5]}"
         assert not r["errors"], r["errors"][:3]
+    click = results[0]["checks"]
+    print(f"click on a miss: {click}")
+    assert click["marked"] is not None, "no miss marker drawn in the timeline"
+    assert click["before"] == "" and " missed: " in click["explanation"], click
+    # The kernel picked the clicked miss in the menu ("<time> s: <function>") and explained that function.
+    function = click["menu"].split(": ", 1)[1]
+    assert click["explanation"].startswith(f"{function} missed: "), click
 
 
 _LAYOUT_JS = """() => {
@@ -92,7 +148,12 @@ def _dark_narrow_checks(page):
         page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").first.click()
     page.wait_for_timeout(800)
     page.locator(".xlakit-allocator-panel .xlakit-reset-peak-0").first.scroll_into_view_if_needed()
-    return page.evaluate(_LAYOUT_JS)
+    out = page.evaluate(_LAYOUT_JS)
+    # The dashboard's Timeline tab: a click on a miss works there too (the bridge inside a Tab, narrow, dark).
+    page.locator(".xlakit-dashboard .lm-TabBar-tab", has_text="Timeline").first.click()
+    page.wait_for_timeout(800)
+    out["click"] = _click_a_miss(page, in_dashboard=True)
+    return out
 
 
 def test_dark_theme_and_an_800px_window(lab):
@@ -115,6 +176,9 @@ def test_dark_theme_and_an_800px_window(lab):
     assert c["reset_visible"], c
     assert c["partition_name_lines"] and max(c["partition_name_lines"]) <= 1, c
     assert c["clipped_legends"] == 0, c
+    click = c["click"]
+    assert click["marked"] is not None and click["before"] == "", click
+    assert click["explanation"].startswith(click["menu"].split(": ", 1)[1] + " missed: "), click
 
 
 #: ``jupyter nbconvert --to html --execute`` of the widget notebook stays under this (bytes); it was 62 MB

@@ -118,6 +118,39 @@ def test_timeline_menu_explains_a_miss():
     w.close()
 
 
+def test_a_click_on_a_miss_marker_explains_that_miss():
+    """The page's click message (hidden Text, ``"<seq> <rows>"``) explains the clicked miss, the same text the
+    menu shows; a click on a compile, a repeated click and a malformed message behave; the bridge saves no
+    widget code."""
+    from xlakit.widgets._clicks import parse_click
+
+    log = EventLog()
+    log.extend([Event(kind="miss", name="jit_f", key="jit_f-1", reason="no entry with this key", time=1.0),
+                Event(kind="compile", name="jit_f", duration_s=0.5, time=1.6),
+                Event(kind="miss", name="jit_g", key="jit_g-1", reason="compile options differ", time=2.0)])
+    w = CacheTimeline(log, live=False)
+    miss = next(t for t in w.figure.data if t.name == "miss")
+    assert sorted(miss.customdata) == [0, 2]  # each marker carries its event row
+    w._clicks.input.value = "1 1"  # the compile: nothing shown, no error
+    assert w.miss_explanation.value == "" and not w.errors
+    w._clicks.input.value = "2 1 2"  # a click hitting the compile and the jit_g miss
+    assert "compile options differ" in w.miss_explanation.value and w._miss_menu.value == 2
+    w._miss_menu.value = 0
+    menu_text = w.miss_explanation.value
+    w._miss_menu.value = -1
+    w._clicks.input.value = "3 0"
+    assert w.miss_explanation.value == menu_text and "jit_f-1" in menu_text
+    w.miss_explanation.value = ""
+    w._clicks.input.value = "4 0"  # the same miss again: a new message, shown again
+    assert w.miss_explanation.value == menu_text
+    assert parse_click("5 x 7 -1") == [7] and parse_click("") == []
+    for bridge_widget in w._clicks.widgets:
+        state = bridge_widget.get_state()
+        assert "_esm" not in state and len(str(state)) < 3_000
+    assert not w.errors
+    w.close()
+
+
 def test_cache_browser_shows_signatures_and_one_disk_total(tmp_path):
     cache = xlakit.ExecutableCache(tmp_path / "cache", log=EventLog())
     try:

@@ -5,8 +5,9 @@ JupyterLab, Notebook 7 and Voilà draw with the plotly renderer that ships with 
 Unlike a ``plotly.graph_objects.FigureWidget`` it is never created empty and filled later (the front-end
 receives the complete figure with the widget's first state), an update replaces the whole figure in one
 ``outputs`` message, and its saved widget state is the figure's JSON, not ~5 MB of widget code per chart.
-Charts offer no click events; selections go through the widgets' menus. ``Chart(fig)`` also shows any plotly
-figure this way in a notebook (a static copy comes with it for saved notebooks).
+A chart has no comm of its own; a widget that needs clicks adds a :class:`xlakit.widgets._clicks.ClickBridge`
+beside it (CacheTimeline: a click on a miss explains it). ``Chart(fig)`` also shows any plotly figure this way
+in a notebook (a static copy comes with it for saved notebooks).
 
 :func:`on_kernel_thread` runs a function on the kernel's main thread (the IPython kernel's event loop), so
 refresh threads never touch widgets themselves.

@@ -14,6 +14,7 @@ from xlakit.view.format import fmt_seconds
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart
+from xlakit.widgets._clicks import ClickBridge
 
 __all__ = ["CacheTimeline"]
 
@@ -25,8 +26,9 @@ _ALL = "\x00all"  # the source menu's "every source" value (a Dropdown shows Non
 class CacheTimeline(View, widgets.VBox):
     """Events over time: one lane per function; compiles and loads drawn as spans from start to end; every
     kind at its own height within the lane (nothing hides under a compile); marker size by duration; and the
-    cumulative seconds saved by cache hits in a panel of its own. The **misses** menu shows why a miss
-    happened.
+    cumulative seconds saved by cache hits in a panel of its own. **Clicking a miss marker** shows why that
+    miss happened (:class:`xlakit.widgets._clicks.ClickBridge`: plain ipywidgets, no widget code saved); the
+    **misses** menu does the same from the keyboard.
 
     Hovering a marker shows the function, layer, duration, seconds saved, bytes, key, partition and reason.
     Filters by kind, by function name (substring) and by source. New events arrive through
@@ -113,12 +115,15 @@ class CacheTimeline(View, widgets.VBox):
         self.miss_explanation.add_class("xlakit-miss-explanation")
         #: the timeline (:class:`~xlakit.widgets._chart.Chart`); ``figure`` is its plotly Figure.
         self.chart = Chart()
+        # A click on a miss marker picks that miss in the menu (the points' customdata are event rows).
+        self._clicks = ClickBridge("xlakit-cache-timeline", self._guard(self._on_click, "click"))
         controls = widgets.HBox([self._kind_menu, widgets.VBox([self._name_box, self._source_menu,
                                                                 self._live_box])])
         self._owned = [self._kind_menu, self._name_box, self._source_menu, self._live_box, self.status,
-                       self.chart, controls, self.error_area, self._style, self._miss_menu, self.miss_explanation]
+                       self.chart, controls, self.error_area, self._style, self._miss_menu, self.miss_explanation,
+                       *self._clicks.widgets]
         super().__init__(children=[self._style, controls, self.error_area, self.status, self.chart, self._miss_menu,
-                                   self.miss_explanation],
+                                   self.miss_explanation, *self._clicks.widgets],
                          kinds=tuple(kinds or KINDS), name_filter=name_filter, source=source, max_points=max_points,
                          live=live, throttle_s=throttle_s, layout=layout or widgets.Layout(width="100%"))
         self.add_class("xlakit-cache-timeline")
@@ -236,6 +241,24 @@ class CacheTimeline(View, widgets.VBox):
                                  f"{data.total:,} events</span>, {data.matched:,} match{sampled}; "
                                  f"{len(data.lanes)} function(s); seconds saved by hits: "
                                  f"{fmt_seconds(data.saved_s)}</small>")
+
+    def _on_click(self, rows: list[int]) -> None:
+        """Clicked points (event rows, from the page): the first that is a miss drawn now is explained (and
+        picked in the misses menu when it is among the menu's 200 newest); clicks on other kinds, or on a
+        chart drawn before the last redraw whose rows no longer match, change nothing."""
+        import numpy as np
+
+        data = self.data
+        drawn = data.points.get("miss", {}).get("index") if data is not None else None
+        if drawn is None:
+            return
+        for row in rows:
+            if np.any(drawn == row):
+                if any(v == row for _, v in self._miss_menu.options) and self._miss_menu.value != row:
+                    self._miss_menu.value = row  # its observer explains the miss
+                else:
+                    self.explain_miss(row)
+                return
 
     def explain_miss(self, index: int | None) -> str:
         """Show why the miss at row ``index`` of :attr:`columns` happened (its recorded reason, key and
