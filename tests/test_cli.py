@@ -90,15 +90,20 @@ def test_ls_table(cache, capsys):
     assert f"({sum(i.size_bytes for i in cache.entries())} bytes)" in out
 
 
-def test_ls_and_stats_on_missing_folder(tmp_path, capsys):
+def test_a_mistyped_path_is_an_error_not_an_empty_cache(cache, tmp_path, capsys):
+    """`clear --path <typo>` once printed "Removed 0 entries" and exited 0: a typo read as success. Every command
+    that reads or changes the folder names the missing folder instead (exit 2); `stats` describes it."""
     missing = tmp_path / "nothing-here"
-    code, data = run_json(capsys, "cache", "ls", "--path", str(missing))
-    assert code == 0 and data["entries"] == [] and data["count"] == 0
+    for argv in (("ls",), ("verify",), ("prune", "--max-bytes", "1MB"), ("clear", "--yes")):
+        code, _out, err = run(capsys, "cache", *argv, "--path", str(missing))
+        assert code == 2 and f"no cache folder at {missing}" in err and "a typo?" in err, argv
     code, data = run_json(capsys, "cache", "stats", "--path", str(missing))
     assert code == 0 and data["exists"] is False and data["total_bytes"] == 0 and data["partitions"] == []
     code, out, _err = run(capsys, "cache", "stats", "--path", str(missing))
     assert code == 0 and "does not exist" in out
     assert not missing.exists()
+    code, data = run_json(capsys, "cache", "ls", "--path", str(cache.root))  # the real folder still lists
+    assert code == 0 and data["count"] == len(ENTRIES)
 
 
 def test_unknown_partition_is_a_usage_error(cache, capsys):
@@ -422,3 +427,11 @@ def test_remote_prune_by_age_then_size(bucket, capsys):
     assert code == 2 and "--older-than" in err
     code, _out, err = run(capsys, "cache", "prune", "--remote", url, "--older-than", "soon")
     assert code == 2 and "30d" in err
+
+
+def test_report_into_a_missing_folder_says_to_create_it(cache, tmp_path, capsys):
+    """The report's output folder, not the cache folder, is what is missing: the message says so."""
+    out = tmp_path / "no-such-dir" / "r.html"
+    code, _out, err = run(capsys, "report", "--out", str(out), "--path", str(cache.root))
+    assert code == 2 and "does not exist; create it first" in err and "--path" not in err
+    assert not out.parent.exists()

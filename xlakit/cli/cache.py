@@ -25,11 +25,16 @@ def _finite(x: float | None) -> float | None:
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def open_store(args: argparse.Namespace):
-    """The LocalStore for ``--path``, after checking the folder is usable (a missing one is fine)."""
+def open_store(args: argparse.Namespace, *, missing_ok: bool = False):
+    """The LocalStore for ``--path``, after checking the folder is usable.
+
+    A missing default folder is fine (nothing cached yet); a missing folder given with ``--path`` is a
+    CliError unless ``missing_ok``: a typo must not read as "0 entries removed"."""
     from xlakit.store import LocalStore, resolve_root
 
     root = resolve_root(args.path)
+    if args.path is not None and not missing_ok and not os.path.lexists(root):
+        raise CliError(f"no cache folder at {root} (a typo?); 'xlakit cache where' shows the default folder")
     if root.exists():
         if not root.is_dir():
             raise CliError(f"cache path {root} is not a folder; pass --path DIR with a cache folder")
@@ -152,7 +157,7 @@ def stats(args: argparse.Namespace) -> int:
         from xlakit.cli import remote
 
         return remote.stats(args)
-    store = open_store(args)
+    store = open_store(args, missing_ok=True)
     exists = store.root.is_dir()
     entries = store.entries() if exists else []
     partitions = []

@@ -7,6 +7,7 @@ nothing about how this process compiles changes); JAX is imported for the alloca
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from xlakit.cli._common import CliError
 
@@ -40,6 +41,9 @@ def report(args: argparse.Namespace) -> int:
             log = events.load(args.events)
         except ValueError as e:
             raise CliError(f"--events {args.events}: {e}") from None
+    out_dir = Path(args.out).expanduser().resolve().parent
+    if not out_dir.is_dir():
+        raise CliError(f"--out {args.out}: the folder {out_dir} does not exist; create it first")
     from xlakit.cli.cache import open_store
 
     store = open_store(args)
@@ -50,5 +54,6 @@ def report(args: argparse.Namespace) -> int:
         folder = CacheFolder(store=store)
     out = html_report.write(args.out, cache=folder, log=log, include_plotlyjs="cdn" if args.cdn else True)
     print(f"wrote {out} ({out.stat().st_size:,} bytes): cache {store.root}"
-          f"{'' if folder is not None else ' (no such folder)'}, {len(log) if log is not None else 0} events")
+          f"{'' if folder is not None else ' (no such folder)'}, {len(log) if log is not None else 0} events"
+          + ("" if log is not None else " (no timeline: pass --events FILE, a log saved with events.log().save)"))
     return 0
