@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import run_python
+
+import xlakit
 
 
 def test_import_is_light_and_changes_nothing():
@@ -116,3 +119,36 @@ def test_event_log_is_bounded_and_observable():
     assert log.stats().counts["miss"] == 6  # totals are never dropped with old events
     frame = log.to_frame()
     assert list(frame["name"]) == ["f3", "f4", "after"] and "reason" in frame.columns
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"path": 123}, TypeError, r"path must be a folder path .*got int 123"),
+    ({"max_bytes": "lots"}, ValueError, r"max_bytes: invalid size 'lots'.*500MB or 2GiB"),
+    ({"max_bytes": True}, TypeError, r"max_bytes must be an int number of bytes.*got bool True"),
+    ({"max_bytes": 1.5e9}, TypeError, r"max_bytes must be an int number of bytes.*got float"),
+    ({"max_bytes": 0}, ValueError, r"max_bytes must be a positive number of bytes"),
+    ({"min_compile_time_s": "1s"}, TypeError, r"min_compile_time_s must be a number of seconds.*got str '1s'"),
+    ({"min_compile_time_s": float("nan")}, ValueError, r"min_compile_time_s must be a finite number"),
+    ({"min_compile_time_s": -1}, ValueError, r"min_compile_time_s must be a finite number of seconds >= 0"),
+])
+def test_enable_cache_refuses_bad_arguments_by_name_before_touching_jax(tmp_path, kwargs, error, match):
+    # Before the fix these failed deep inside (os.fspath of an int in store/layout.py, "'<=' not supported"
+    # between str and int) or were silently accepted (NaN, True).
+    from xlakit.cache import transparent
+
+    kwargs.setdefault("path", tmp_path / "c")
+    with pytest.raises(error, match=match):
+        xlakit.enable_cache(**kwargs)
+    assert transparent.active() is None
+    assert not (tmp_path / "c").exists()
+
+
+def test_size_strings_are_read_like_the_cli_and_parse_size_has_one_home():
+    from xlakit._units import check_max_bytes, parse_size
+    from xlakit.cli import parse_size as cli_parse_size
+
+    assert cli_parse_size is parse_size
+    assert check_max_bytes("2GB") == 2 * 10**9
+    assert check_max_bytes("500MiB") == 500 * 2**20
+    assert check_max_bytes(4096) == 4096
+    assert check_max_bytes(None) is None

@@ -309,3 +309,43 @@ def test_folder_api_gives_signatures_removal_events_and_the_current_partition(ca
     assert event.bytes == old_bytes > 0
     assert folder.remove(info.partition, "0" * 64, "again") is False and len(log.events("evict")) == 1
     assert [i.key for i in cache.store.entries()] == [info.key]
+
+
+def test_constructor_checks_path_and_reads_size_strings(tmp_path):
+    # Before the fix: "expected str, bytes or os.PathLike object, not int" from the store's layout code, and
+    # "'<=' not supported between instances of 'str' and 'int'" for a size string.
+    with pytest.raises(TypeError, match=r"path must be a folder path .*got int 123"):
+        xlakit.ExecutableCache(123)
+    with pytest.raises(TypeError, match=r"min_compile_time_s must be a number of seconds"):
+        xlakit.ExecutableCache(tmp_path / "c", min_compile_time_s="1")
+    c = xlakit.ExecutableCache(tmp_path / "c", max_bytes="1G")
+    try:
+        assert c.store.max_bytes == 10**9
+    finally:
+        c.close()
+
+
+def test_jit_compile_and_load_refuse_the_wrong_kind_of_program_at_once(cache):
+    def f(x):
+        return x * 2
+
+    x = jnp.ones(3)
+    lowered = jax.jit(f).lower(x)
+    # Before the fix jit(42) and jit(lowered) were accepted and failed only at the first call, inside the hooks.
+    with pytest.raises(TypeError, match=r"needs a function to jit, got int 42"):
+        cache.jit(42)
+    with pytest.raises(TypeError, match=r"not a lowered/compiled program; for a Lowered use cache.compile"):
+        cache.jit(lowered)
+    # Before the fix a Compiled was traced as a function and failed with a JAX tracer error.
+    with pytest.raises(TypeError, match=r"already compiled.*cache.compile\(f, x\)"):
+        cache.compile(lowered.compile(), x)
+    # Before the fix: "'int' object is not subscriptable".
+    with pytest.raises(TypeError, match=r"cache.load\(\) needs an EntryInfo.*got int 123"):
+        cache.load(123)
+    with pytest.raises(TypeError, match=r"got dict"):
+        cache.load({"name": "f"})
+    compiled, decision = cache.compile(lowered)
+    assert decision.kind == "store"
+    [info] = cache.store.entries()
+    for entry in (decision.key, info, {"key": decision.key}, cache.entries().iloc[0]):
+        assert np.array_equal(np.asarray(cache.load(entry)(x)), np.full(3, 2.0))

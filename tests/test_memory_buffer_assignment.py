@@ -159,3 +159,13 @@ def test_tables_and_display(compiled):
     assert "Buffer assignment" in ba._repr_html_()
     with pytest.raises(ValueError):
         ba.largest(0)
+
+
+def test_a_function_without_arguments_and_a_string_count_are_refused_clearly(compiled):
+    # Before the fix: "<lambda>() missing 1 required positional argument" from deep inside JAX.
+    with pytest.raises(TypeError, match=r"without example arguments.*buffer_assignment\(f, x\)"):
+        buffer_assignment(jax.jit(lambda x: x + 1))
+    ba = buffer_assignment(jax.jit(lambda x: x + 1), spec(4))
+    assert ba.totals()["argument_bytes"] == 16
+    with pytest.raises(TypeError, match=r"n must be an int count of buffers.*got str '5'"):
+        buffer_assignment(next(iter(compiled.values()))).largest("5")

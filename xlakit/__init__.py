@@ -44,7 +44,7 @@ _LAZY = {
 __version__ = "0.1.0"
 
 
-def enable_cache(path: str | Path | None = None, max_bytes: int | None = None,
+def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = None,
                  min_compile_time_s: float = 0.0, *, remote: str | None = None, remote_mode: str | None = None,
                  remote_options: dict | None = None) -> TransparentCache:
     """Serve every ``jax.jit`` compile in this process from xlakit's persistent executable store.
@@ -61,10 +61,12 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | None = None,
       path: cache folder. Default: ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder
         (``platformdirs.user_cache_dir("xlakit")``). The folder's path never enters a key, so a copied or
         remounted cache still hits.
-      max_bytes: byte cap for everything under ``path`` (measured on disk); None for no cap.
-      min_compile_time_s: programs that compiled in fewer seconds are not stored; each is recorded as a
-        ``skip`` event naming this threshold. Default 0.0 stores everything (JAX's default drops programs
-        under 1 s without a word). The same threshold decides which programs are uploaded to ``remote``.
+      max_bytes: byte cap for everything under ``path`` (measured on disk): an int number of bytes, or a size
+        string read like the CLI's ``--max-bytes`` (``"2GB"`` = 2*10**9 bytes, ``"500MiB"`` = 500*2**20 bytes;
+        k/M/G/T powers of 1000, KiB/MiB/GiB/TiB powers of 1024); None for no cap.
+      min_compile_time_s: programs that compiled in fewer seconds (a finite number >= 0) are not stored; each
+        is recorded as a ``skip`` event naming this threshold. Default 0.0 stores everything (JAX's default
+        drops programs under 1 s without a word). The same threshold decides which programs are uploaded to ``remote``.
       remote: share the cache through object storage: ``"s3://bucket/prefix"`` (``pip install 'xlakit[s3]'``),
         ``"gs://bucket/prefix"`` (``[gcs]``), ``"file:///shared/folder"``, ``"memory://name"``. Default
         ``$XLAKIT_CACHE_REMOTE`` (unset or empty: no remote). A local miss is read from
@@ -88,8 +90,10 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | None = None,
     Raises:
       xlakit.UnsupportedJaxVersion: this JAX lacks the private hooks used here; the message names the
         supported versions.
-      ValueError: ``max_bytes`` <= 0, ``min_compile_time_s`` < 0, or a bad ``remote``/``remote_mode``/
-        ``remote_options`` (or environment variable; the message names it).
+      TypeError: ``path`` is not a str/``os.PathLike``/None, ``max_bytes`` is not an int/size string/None (a
+        bool or float included), or ``min_compile_time_s`` is not a number; the message says what to pass.
+      ValueError: ``max_bytes`` <= 0 or an unreadable size string, ``min_compile_time_s`` < 0 or not finite,
+        or a bad ``remote``/``remote_mode``/``remote_options`` (or environment variable; the message names it).
       ImportError: the package for the remote's protocol is missing (the message names the extra).
 
     Calling it again replaces the previous configuration. :func:`disable_cache` restores JAX's settings.

@@ -45,8 +45,11 @@ class ExecutableCache(StoreHandler):
 
     Args:
       path: cache folder; default ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder.
-      max_bytes: byte cap for everything under ``path`` (measured on disk), least recently used evicted.
-      min_compile_time_s: programs compiled faster than this (seconds) are not stored (recorded as ``skip``).
+      max_bytes: byte cap for everything under ``path`` (measured on disk), least recently used evicted: an
+        int number of bytes, or a size string read like the CLI's ``--max-bytes`` (``"2GB"`` = 2*10**9 bytes,
+        ``"500MiB"`` = 500*2**20 bytes); None for no cap.
+      min_compile_time_s: programs compiled faster than this (seconds, a finite number >= 0) are not stored
+        (recorded as ``skip``).
       secret: HMAC key; default ``$XLAKIT_CACHE_SECRET`` or the secret file in the user config folder.
       log: event log; default the process-wide :func:`xlakit.events.log`.
       remote: a shared store in front of which ``path`` sits (``s3://bucket/prefix``, ``gs://...``,
@@ -55,11 +58,14 @@ class ExecutableCache(StoreHandler):
       remote_options: fsspec storage options (default ``$XLAKIT_CACHE_REMOTE_OPTIONS``, a JSON object).
 
     Raises:
+      TypeError: ``path`` is not a str/``os.PathLike``/None, ``max_bytes`` is not an int/size string/None
+        (a bool or float included), or ``min_compile_time_s`` is not a number.
+      ValueError: ``max_bytes`` <= 0 or an unreadable size string; ``min_compile_time_s`` negative or not finite.
       xlakit.UnsupportedJaxVersion: the installed JAX lacks the hooks this relies on.
       RuntimeError: ``jax_enable_compilation_cache`` is False (JAX then computes no key to cache by).
     """
 
-    def __init__(self, path: str | Path | None = None, max_bytes: int | None = None, *,
+    def __init__(self, path: str | Path | None = None, max_bytes: int | str | None = None, *,
                  min_compile_time_s: float = 0.0, secret: bytes | None = None, log: Any = None,
                  remote: str | None = None, remote_mode: str | None = None,
                  remote_options: dict | None = None) -> None:
@@ -67,10 +73,13 @@ class ExecutableCache(StoreHandler):
 
         from xlakit._jax import hooks
         from xlakit._jax.environment import use_memo_dir
+        from xlakit._units import check_max_bytes, check_path, check_seconds
         from xlakit.cache.remote import open_store
 
-        if max_bytes is not None and max_bytes <= 0:
-            raise ValueError(f"max_bytes must be a positive number of bytes or None, got {max_bytes}")
+        # Checked before the store is opened, so bad input names the argument instead of failing deep inside.
+        check_path(path)
+        max_bytes = check_max_bytes(max_bytes)
+        min_compile_time_s = check_seconds(min_compile_time_s)
         if not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
             raise RuntimeError("ExecutableCache needs JAX to compute cache keys: set "
                                "jax.config.update('jax_enable_compilation_cache', True) first.")
@@ -92,11 +101,21 @@ class ExecutableCache(StoreHandler):
         Returns a genuine ``jax.jit`` object (``.lower``, ``.trace``, ``.eval_shape`` work as usual); results
         are bit-identical to ``jax.jit(fn)``'s since the same program runs, and the program's name and key are
         ``jax.jit(fn)``'s (also for a ``functools.partial`` or a callable object).
+
+        Raises:
+          TypeError: ``fn`` is not callable, or is a ``jax.stages.Lowered``/``Compiled`` (pass the function or
+            its ``jax.jit``; for a Lowered use :meth:`compile`) — refused here, not at the first call.
         """
         import jax
 
         from xlakit._jax import hooks
 
+        if isinstance(fn, (jax.stages.Lowered, jax.stages.Compiled)):
+            stage = "lowered" if isinstance(fn, jax.stages.Lowered) else "compiled"
+            raise TypeError(f"cache.jit() got a {stage} program ({type(fn).__name__}); pass the function (or its "
+                            "jax.jit), not a lowered/compiled program; for a Lowered use cache.compile(lowered)")
+        if not callable(fn):
+            raise TypeError(f"cache.jit() needs a function to jit, got {type(fn).__name__} {fn!r}")
         return jax.jit(hooks.mark(fn, self), **jit_kwargs)
 
     def compile(self, lowered_or_jitted: Any, *args: Any, devices: Sequence[Any] | None = None,
@@ -115,6 +134,8 @@ class ExecutableCache(StoreHandler):
           whether :meth:`load` can place the entry on other devices.
 
         Raises:
+          TypeError: ``lowered_or_jitted`` is a ``jax.stages.Compiled`` (already compiled: pass the function,
+            its ``jax.jit`` with the example arguments, or ``jax.jit(f).lower(x)``), or is not callable.
           xlakit.DevicePlacementError: ``devices`` do not match the program's placement.
         """
         import jax
@@ -173,11 +194,13 @@ class ExecutableCache(StoreHandler):
         """Load a program stored by :meth:`compile` as a ``jax.stages.Compiled``, optionally on other devices.
 
         Args:
-          entry: an :class:`~xlakit.store.EntryInfo`, a key, or a row of :meth:`entries`.
+          entry: an :class:`~xlakit.store.EntryInfo`, a key string, or a row of :meth:`entries` (a mapping
+            with ``"key"``).
           devices: devices to run on (same count and kinds as stored; a permutation or another set of the
             same kind works). Default: the devices it was compiled for.
 
         Raises:
+          TypeError: ``entry`` is none of an EntryInfo, a key string or a row with ``"key"``.
           KeyError: no loadable entry with that key (entries stored by ``jit`` or transparent mode keep only
             the XLA executable until :meth:`compile` of the same program makes them loadable).
           xlakit.DevicePlacementError: ``devices`` do not match; raised before XLA is called.
@@ -185,7 +208,7 @@ class ExecutableCache(StoreHandler):
         from xlakit._jax import serialize
         from xlakit._jax.environment import current_environment, expectations
 
-        key = entry if isinstance(entry, str) else getattr(entry, "key", None) or entry["key"]
+        key = _entry_key(entry)
         key = key.removesuffix(_entry.LEGACY_SUFFIX)
         env = current_environment()
         partition = env.partition_name()
@@ -223,9 +246,36 @@ class ExecutableCache(StoreHandler):
 
     # -- internals --------------------------------------------------------------------------------------
     def _lower(self, x: Any, *args: Any, **kwargs: Any):
+        import jax
+
         from xlakit.cache.explaining import lower_program
 
+        if isinstance(x, jax.stages.Compiled):
+            # A Compiled is callable, so JAX would try to trace it and fail with a tracer error.
+            raise TypeError("got a jax.stages.Compiled, which is already compiled and cannot go through the cache; "
+                            "pass the function or its jax.jit followed by example arguments (cache.compile(f, x)), "
+                            "or a Lowered (cache.compile(jax.jit(f).lower(x))); to reuse a stored program, "
+                            "use cache.load(key)")
         return lower_program(x, *args, **kwargs)
+
+
+def _entry_key(entry: Any) -> str:
+    """The key of an EntryInfo (or a Decision), a key string, or a row (a mapping or a ``pandas`` row of
+    :meth:`ExecutableCache.entries` with ``"key"``); TypeError for anything else (an int, None, ...)."""
+    from collections.abc import Mapping
+
+    key: Any = None
+    if isinstance(entry, str):
+        key = entry
+    elif isinstance(entry, Mapping):
+        key = entry.get("key")
+    elif not isinstance(entry, (int, float, bytes, list, tuple)):
+        key = getattr(entry, "key", None)  # EntryInfo, Decision, a pandas row of entries()
+    if not isinstance(key, str) or not key:
+        raise TypeError("cache.load() needs an EntryInfo (from cache.store.entries()), a key string (e.g. "
+                        "decision.key from cache.compile), or a row of cache.entries() with a 'key'; "
+                        f"got {type(entry).__name__} {entry!r}")
+    return key
 
 
 def _detach(folder: Path, close: Callable[[], Any] | None = None) -> None:

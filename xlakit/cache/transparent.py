@@ -73,16 +73,19 @@ def active() -> TransparentCache | None:
     return _active
 
 
-def enable(path: str | Path | None = None, max_bytes: int | None = None, min_compile_time_s: float = 0.0,
+def enable(path: str | Path | None = None, max_bytes: int | str | None = None, min_compile_time_s: float = 0.0,
            *, secret: bytes | None = None, remote: str | None = None, remote_mode: str | None = None,
            remote_options: dict | None = None) -> TransparentCache:
     """See :func:`xlakit.enable_cache`."""
     global _active
     from xlakit._jax.environment import use_memo_dir
+    from xlakit._units import check_max_bytes, check_path, check_seconds
     from xlakit.cache.remote import open_store
 
-    if max_bytes is not None and max_bytes <= 0:
-        raise ValueError(f"max_bytes must be a positive number of bytes or None, got {max_bytes}")
+    # Checked here, before the store is opened, so bad input names the argument instead of failing deep inside.
+    check_path(path)
+    max_bytes = check_max_bytes(max_bytes)
+    min_compile_time_s = check_seconds(min_compile_time_s)
     store = open_store(path, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
                        remote_options=remote_options, min_upload_compile_s=min_compile_time_s)
     cache = TransparentCache(store, min_compile_time_s=min_compile_time_s)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from xlakit._units import parse_size  # re-exported: the CLI and the API read sizes alike
 from xlakit.view.format import fmt_bytes, fmt_seconds
 from xlakit.view.table import Column, Table
 
@@ -22,12 +22,6 @@ __all__ = ["PROG", "CliError", "Parser", "parse_size", "human", "local_time", "s
            "print_table", "Column"]
 
 PROG = "xlakit"
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
 
 
 class CliError(Exception):
@@ -40,20 +34,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"{PROG}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
         raise SystemExit(2)
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``"1048576"``, ``"500MB"``, ``"2GiB"``, ``"10k"``, ``"1.5G"``.
-
-    k/KB/M/MB/G/GB/T/TB are powers of 1000; KiB/MiB/GiB/TiB powers of 1024 (case-insensitive).
-    Raises ValueError for anything else, including negative numbers.
-    """
-    m = _SIZE_RE.match(text)
-    unit = m.group(2).lower() if m else None
-    if not m or unit is None or unit not in _UNITS:
-        raise ValueError(f"invalid size {text!r}: use a number of bytes, optionally with a unit "
-                         "(k, MB, GiB, ...), e.g. 500MB or 2GiB")
-    return int(float(m.group(1)) * _UNITS[unit])
 
 
 def human(n: int | float | None) -> str:

@@ -205,10 +205,13 @@ class BufferAssignment:
         kind, offset. ``attrs["source"]`` names the method.
 
         Raises:
+          TypeError: ``n`` is not an int (a bool or a string such as ``"5"`` included).
           ValueError: ``n`` < 1, or neither peak buffers nor a module to reconstruct from.
         """
         import pandas as pd
 
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int count of buffers (e.g. largest(5)), got {type(n).__name__} {n!r}")
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         placed = self.allocation_of()
@@ -288,7 +291,8 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
       ``memory_analysis()``.
 
     Raises:
-      TypeError: unsupported input (a cache entry stores no buffer assignment: load and pass the program).
+      TypeError: unsupported input (a cache entry stores no buffer assignment: load and pass the program), or
+        a function that could not be lowered without example arguments (pass them after it).
       ValueError: the backend reports no buffer assignment, or the bytes are malformed.
     """
     from xlakit.memory.compiled import CompiledMemory, _compile, compiled_memory
@@ -303,7 +307,21 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
     if isinstance(compiled, Mapping) or hasattr(compiled, "header"):
         raise TypeError("a cache entry stores the memory totals but not the buffer assignment; load the program "
                         "(or compile it) and pass the jax.stages.Compiled")
-    program = _compile(compiled, args, kwargs)
+    import jax
+
+    needs_args = (not args and not kwargs and callable(compiled)
+                  and not isinstance(compiled, (jax.stages.Compiled, jax.stages.Lowered)))
+    try:
+        program = _compile(compiled, args, kwargs)
+    except TypeError as exc:
+        if not needs_args:
+            raise
+        # A function given without its example arguments fails deep in JAX ("missing 1 required positional
+        # argument"); say what buffer_assignment needs instead.
+        raise TypeError(f"buffer_assignment() got the function {getattr(compiled, '__name__', compiled)!r} without "
+                        "example arguments and could not lower it; pass a jax.stages.Compiled "
+                        "(jax.jit(f).lower(x).compile()) or Lowered, or the function followed by example arguments "
+                        f"(arrays or jax.ShapeDtypeStruct): buffer_assignment(f, x). JAX said: {exc}") from exc
     memory = compiled_memory(program)
     module_bytes = None
     try:

@@ -1,0 +1,84 @@
+"""Checks and conversions for the numbers users pass to xlakit's public API: sizes in bytes, seconds, paths.
+
+No JAX and no other xlakit import: the API (``xlakit.enable_cache``, ``ExecutableCache``) and the CLI both use
+it, so a bad ``max_bytes`` gets the same answer everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+__all__ = ["parse_size", "check_path", "check_max_bytes", "check_seconds"]
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``"1048576"``, ``"500MB"``, ``"2GiB"``, ``"10k"``, ``"1.5G"``.
+
+    k/KB/M/MB/G/GB/T/TB are powers of 1000; KiB/MiB/GiB/TiB powers of 1024 (case-insensitive).
+    Raises ValueError for anything else, including negative numbers.
+    """
+    m = _SIZE_RE.match(text)
+    unit = m.group(2).lower() if m else None
+    if not m or unit is None or unit not in _UNITS:
+        raise ValueError(f"invalid size {text!r}: use a number of bytes, optionally with a unit "
+                         "(k, MB, GiB, ...), e.g. 500MB or 2GiB")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def check_path(path: Any, name: str = "path") -> str | os.PathLike | None:
+    """``path`` unchanged if it is a str, an ``os.PathLike`` or None.
+
+    Raises:
+      TypeError: anything else (e.g. an int); the message names the argument, what was given and what to pass.
+    """
+    if path is None or isinstance(path, (str, os.PathLike)):
+        return path
+    raise TypeError(f"{name} must be a folder path (a str or pathlib.Path) or None for the default folder, "
+                    f"got {type(path).__name__} {path!r}")
+
+
+def check_max_bytes(value: Any, name: str = "max_bytes") -> int | None:
+    """A byte cap as an int: None (no cap), a positive int, or a size string parsed by :func:`parse_size`
+    (``"2GB"`` = 2*10**9 bytes, ``"2GiB"`` = 2*2**30 bytes).
+
+    Raises:
+      TypeError: a bool, a float or any other type (pass an int number of bytes or a string such as "2GB").
+      ValueError: a number <= 0, or a string :func:`parse_size` does not read.
+    """
+    given = value
+    if isinstance(value, str):
+        try:
+            value = parse_size(value)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    elif isinstance(value, bool) or not (value is None or isinstance(value, int)):
+        raise TypeError(f"{name} must be an int number of bytes, a size string such as '2GB' or '500MiB', or "
+                        f"None for no cap; got {type(given).__name__} {given!r}")
+    if value is not None and value <= 0:
+        raise ValueError(f"{name} must be a positive number of bytes or None for no cap, got {given!r}")
+    return value
+
+
+def check_seconds(value: Any, name: str = "min_compile_time_s") -> float:
+    """``value`` as a float number of seconds: a finite int or float >= 0 (bool refused).
+
+    Raises:
+      TypeError: not an int or float (a string such as "1s" included); pass a number of seconds, e.g. 0.5.
+      ValueError: negative, NaN or infinite.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (int or float, e.g. 0.5), "
+                        f"got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
