@@ -16,6 +16,8 @@ import stat
 import time
 from pathlib import Path
 
+from xlakit.store.layout import pid_alive
+
 __all__ = ["NotRegularFile", "MAX_MODULE_BYTES", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "STALE_TEMP_S",
            "read_regular", "stale_temps", "remove_stale_temps", "cache_problem"]
 
@@ -88,17 +90,6 @@ def read_regular(path: str | os.PathLike, max_bytes: int, *, follow_symlinks: bo
 
 # -- temp files ------------------------------------------------------------------------------------------
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: someone else's live process
-        return True
-    return True
-
 
 def stale_temps(folder: str | os.PathLike[str], older_than_s: float = STALE_TEMP_S,
                 now: float | None = None) -> list[Path]:
@@ -123,7 +114,7 @@ def stale_temps(folder: str | os.PathLike[str], older_than_s: float = STALE_TEMP
             continue
         m = _TEMP.match(e.name)
         old = now - st.st_mtime > older_than_s
-        if (m and not _pid_alive(int(m.group("pid")))) or (old and (m or _LEGACY_TEMP.match(e.name))):
+        if (m and not pid_alive(int(m.group("pid")))) or (old and (m or _LEGACY_TEMP.match(e.name))):
             found.append(Path(e.path))
     return sorted(found)
 

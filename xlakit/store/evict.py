@@ -27,6 +27,7 @@ from .layout import (
     USED_SUFFIX,
     is_stale_temp,
     is_temp_name,
+    valid_partition,
     validate_partition,
 )
 from .quarantine import quarantined_files, remove_quarantined
@@ -54,13 +55,6 @@ class Scan:
     quarantined: list[tuple[float, int, Path]] = field(default_factory=list)  # (mtime, disk bytes, path)
     temps: list[tuple[float, int, Path]] = field(default_factory=list)  # stale temps only
 
-
-def _valid_partition(name: str) -> bool:
-    try:
-        validate_partition(name)
-        return True
-    except ValueError:
-        return False
 
 
 def _walk_bytes(path: str) -> int:
@@ -96,7 +90,7 @@ def scan(root: Path, now: float | None = None) -> Scan:
             result.quarantined = quarantined_files(root)
             result.total += sum(size for _, size, _ in result.quarantined)
             continue
-        if not _valid_partition(top.name):  # e.g. a folder moved out of the way: counted, never evicted from
+        if not valid_partition(top.name):  # e.g. a folder moved out of the way: counted, never evicted from
             result.total += _walk_bytes(top.path)
             continue
         _scan_partition(Path(top.path), result, now)

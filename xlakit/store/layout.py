@@ -162,7 +162,8 @@ def validate_partition(name: str) -> str:
     return name
 
 
-def _valid_partition(name: str) -> bool:
+def valid_partition(name: str) -> bool:
+    """Whether ``name`` is a partition folder name this layout produces (see validate_partition)."""
     try:
         validate_partition(name)
         return True
@@ -180,7 +181,8 @@ def is_temp_name(name: str) -> bool:
     return name.startswith(".") and name.endswith(TEMP_SUFFIX)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (another user's counts; unknown = alive)."""
     if pid <= 0:
         return False
     try:
@@ -202,7 +204,7 @@ def is_stale_temp(name: str, st: os.stat_result, now: float | None = None, older
     if now - st.st_mtime > older_than_s:
         return True
     pid = temp_pid(name)
-    return pid is not None and pid != os.getpid() and not _pid_alive(pid)
+    return pid is not None and pid != os.getpid() and not pid_alive(pid)
 
 
 def has_tag(root: Path) -> bool:
@@ -236,7 +238,7 @@ def _partition_shaped(fd: int) -> str | None:
 
 def _quarantine_shaped(fd: int) -> str | None:
     for d in _fs.scandir(fd):
-        if not d.is_dir(follow_symlinks=False) or not (_valid_partition(d.name) or d.name == UNKNOWN_PARTITION):
+        if not d.is_dir(follow_symlinks=False) or not (valid_partition(d.name) or d.name == UNKNOWN_PARTITION):
             return f"{QUARANTINE}/{d.name} is not a quarantine folder"
         with _fs.dir_fd(d.name, at=fd) as sub:
             for f in _fs.scandir(sub):
@@ -261,7 +263,7 @@ def is_xlakit_shaped(root: Path) -> str | None:
                     return f"{name} is not a name xlakit writes"
                 with _fs.dir_fd(name, at=fd) as sub:
                     why = _quarantine_shaped(sub) if name == QUARANTINE else (
-                        _partition_shaped(sub) if _valid_partition(name) else f"{name} is not a partition folder")
+                        _partition_shaped(sub) if valid_partition(name) else f"{name} is not a partition folder")
                 if why:
                     return why
     except OSError as e:
