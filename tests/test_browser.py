@@ -103,7 +103,17 @@ def test_reset_peak_in_a_browser_lowers_the_displayed_peak():
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
                     page.goto(f"http://127.0.0.1:{port}/", timeout=120_000)
                     page.wait_for_selector(".xlakit-peak-0 .xlakit-bytes", timeout=120_000)
-                    page.wait_for_selector(".xlakit-memory-breakdown .js-plotly-plot", timeout=60_000)
+                    # Any drawn chart of the breakdown counts; its detail chart stays hidden until a program is
+                    # selected, and a first-match selector could wait on that one forever.
+                    try:
+                        page.wait_for_function(
+                            "() => [...document.querySelectorAll('.xlakit-memory-breakdown .js-plotly-plot')]"
+                            ".some(e => e.offsetParent !== null)", timeout=60_000)
+                    except Exception:
+                        page.screenshot(path=str(ARTIFACTS / "browser-breakdown-missing.png"), full_page=True)
+                        (ARTIFACTS / "browser-breakdown.html").write_text(page.evaluate(
+                            "() => (document.querySelector('.xlakit-memory-breakdown') || {}).outerHTML || 'none'"))
+                        raise
                     timings["rendered_s"] = time.monotonic() - start
                     initial = _peak(page)
 
