@@ -220,3 +220,44 @@ def test_connect_sends_no_request_unless_probing(s3_server):  # noqa: F811
         RemoteStore(f"memory://x-{uuid.uuid4().hex}").connect()  # no session to set up: a no-op
     finally:
         proxy.close()
+
+
+# -- the shared folder is hostile: links, user files, other teams' objects, odd kinds, dead temps -------------
+
+_OURS, _THEIRS = b"our team's secret value", b"another team's secret"
+_PART = "cpu-p1"
+
+
+def _sealed(key: str, secret: bytes = _OURS, size: int = 100) -> bytes:
+    from xlakit.store import seal
+
+    return seal({"name": "jit_f", "key": key, "partition": _PART}, b"y" * size, secret)
+
+
+def test_maintenance_never_follows_a_linked_v1_or_partition(tmp_path):
+    """Fault: prune/verify --fix followed <prefix>/v1 -> ~/home (or v1/<part> -> ~/home2) and deleted user
+    files outside the prefix; an upload wrote into a linked partition's target."""
+    from xlakit.cache import remote_maintenance as rm
+
+    home = tmp_path / "home"
+    (home / _PART).mkdir(parents=True)
+    (home / _PART / "thesis").write_bytes(_sealed("thesis"))  # even an envelope out there is never touched
+    (tmp_path / "bucket").mkdir()
+    os.symlink(home, tmp_path / "bucket" / "v1")
+    store = RemoteStore(f"file://{tmp_path}/bucket")
+    with pytest.raises(NotADirectoryError, match="symbolic link"):
+        rm.prune(store, _OURS, older_than_s=0)
+    with pytest.raises(NotADirectoryError):
+        rm.verify(store, _OURS, fix=True)
+    assert (home / _PART / "thesis").exists()
+    os.unlink(tmp_path / "bucket" / "v1")
+    (tmp_path / "bucket" / "v1").mkdir()
+    os.symlink(home / _PART, tmp_path / "bucket" / "v1" / _PART)
+    assert rm.verify(store, _OURS, fix=True, partition=_PART) == []
+    assert rm.prune(store, _OURS, max_bytes=0).deleted == []
+    assert "skipped, never followed" in store.scan().skipped[0]
+    with pytest.raises(OSError, match="refused for writes"):
+        store.put(_PART, "new", _sealed("new"))
+    assert sorted(os.listdir(home / _PART)) == ["thesis"]
+    with pytest.raises(ObjectRefused):  # readers refuse the linked partition too
+        store.get(_PART, "thesis", 1 << 20)
