@@ -106,13 +106,17 @@ def _refuse_writes(mode: str, what: str) -> None:
 
 
 def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partition: str | None = None,
-           max_bytes: int | None = None) -> list[RemoteReport]:
+           max_bytes: int | None = None, scan=None) -> list[RemoteReport]:
     """Read and check every object as a reader would (:func:`xlakit.store.remote.verify_object`: key id, header
     MAC, partition and key, length, full MAC; nothing is decompressed). With ``fix``, delete the bad ones;
-    objects signed with another key or written by another format are reported and never deleted.
+    objects signed with another key or written by another format are reported and never deleted, and so is any
+    file without xlakit's envelope magic (``NOT_XLAKIT``). Links, FIFOs and folders at object names (readers
+    refuse them) are reported as bad; ``fix`` removes the name itself, never a link's target, a folder only
+    when empty. ``scan``: a listing already made (:func:`survey`), so the caller's listing is not repeated.
 
     Raises:
-      PermissionError: ``fix`` in ``ro`` mode. OSError: listing failed (a failed read of one object is reported
+      PermissionError: ``fix`` in ``ro`` mode. NotADirectoryError: the prefix or ``v1`` is a file or a link.
+      OSError: listing failed (a failed read of one object is reported
         as that object's reason).
     """
     from xlakit.store.base import ObjectRefused
@@ -122,7 +126,7 @@ def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partit
     if fix:
         _refuse_writes(mode, "verify --fix")
     limit = max_bytes or MAX_ENTRY_BYTES
-    scan = survey(remote, partition)
+    scan = survey(remote, partition) if scan is None else scan  # the caller's listing, when it has one
     out = []
     for part, key, what in scan.odd:  # readers refuse these: list them, and --fix removes the name itself
         odd_reason, odd_deleted = f"corrupt: not a regular file ({what})", False
@@ -173,7 +177,7 @@ class PruneResult:
 
 
 def prune(remote, secret: bytes, *, older_than_s: float | None = None, max_bytes: int | None = None,
-          mode: str = "rw", dry_run: bool = False, now: float | None = None) -> PruneResult:
+          mode: str = "rw", dry_run: bool = False, now: float | None = None, scan=None) -> PruneResult:
     """Delete this key's objects older than ``older_than_s`` seconds, then its oldest until at most
     ``max_bytes`` of its objects remain (:func:`xlakit.store.remote.plan_prune`, from one listing and one
     16-byte ranged read per object). Objects signed with another key (envelope key id, bytes 8:16) belong to
@@ -192,7 +196,7 @@ def prune(remote, secret: bytes, *, older_than_s: float | None = None, max_bytes
         _refuse_writes(mode, "prune")
     now = time.time() if now is None else now
     ours_id = key_id(secret)
-    scan = survey(remote)
+    scan = survey(remote) if scan is None else scan
     result = PruneResult([])
     ours = []
     for o in listing(remote, scan=scan):

@@ -100,9 +100,9 @@ def verify(args: argparse.Namespace) -> int:
     from xlakit.store import load_secret
 
     remote, mode = _remote(args)
-    _scan(remote, args.partition)
+    scan = _scan(remote, args.partition)
     try:
-        found = rm.verify(remote, load_secret(), fix=args.fix, mode=mode, partition=args.partition)
+        found = rm.verify(remote, load_secret(), fix=args.fix, mode=mode, partition=args.partition, scan=scan)
     except PermissionError as e:
         raise CliError(str(e)) from None
     skipped = [r for r in found if r.reason and r.reason.startswith(rm.SKIPPED_KINDS)]
@@ -135,10 +135,10 @@ def prune(args: argparse.Namespace) -> int:
     from xlakit.store import load_secret
 
     remote, mode = _remote(args)
-    _scan(remote)
+    scan = _scan(remote)
     try:
         result = rm.prune(remote, load_secret(), older_than_s=older, max_bytes=limit, mode=mode,
-                          dry_run=args.dry_run)
+                          dry_run=args.dry_run, scan=scan)
     except (PermissionError, ValueError) as e:
         raise CliError(str(e)) from None
     except NotADirectoryError as e:

@@ -10,8 +10,9 @@ URLs (``RemoteStore("s3://bucket/prefix")``):
   settings or from ``storage_options``. Create-only writes send ``If-None-Match: *``.
 - ``gs://`` needs ``gcsfs`` (extra ``xlakit[gcs]``). Create-only writes send ``ifGenerationMatch=0``.
 - ``file://`` is a shared folder (NFS, a mounted volume): create-only by ``link(2)`` of a fully written temp
-  file, reads refuse links and non-regular files. Done here with ``os`` calls because fsspec's local
-  filesystem checks existence and then writes, which two writers can interleave.
+  file, reads refuse links and non-regular files, and no link below the prefix is ever followed (see
+  :mod:`xlakit.store._remote_file`). Done with ``os`` calls because fsspec's local filesystem checks
+  existence and then writes, which two writers can interleave.
 - ``memory://`` (fsspec's in-process filesystem) for tests and demos.
 - Any other fsspec protocol is accepted when its ``pipe_file`` takes ``mode="create"``.
 
