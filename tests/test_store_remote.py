@@ -220,3 +220,130 @@ def test_connect_sends_no_request_unless_probing(s3_server):  # noqa: F811
         RemoteStore(f"memory://x-{uuid.uuid4().hex}").connect()  # no session to set up: a no-op
     finally:
         proxy.close()
+
+
+# -- the shared folder is hostile: links, user files, other teams' objects, odd kinds, dead temps -------------
+
+_OURS, _THEIRS = b"our team's secret value", b"another team's secret"
+_PART = "cpu-p1"
+
+
+def _sealed(key: str, secret: bytes = _OURS, size: int = 100) -> bytes:
+    from xlakit.store import seal
+
+    return seal({"name": "jit_f", "key": key, "partition": _PART}, b"y" * size, secret)
+
+
+def test_maintenance_never_follows_a_linked_v1_or_partition(tmp_path):
+    """Fault: prune/verify --fix followed <prefix>/v1 -> ~/home (or v1/<part> -> ~/home2) and deleted user
+    files outside the prefix; an upload wrote into a linked partition's target."""
+    from xlakit.cache import remote_maintenance as rm
+
+    home = tmp_path / "home"
+    (home / _PART).mkdir(parents=True)
+    (home / _PART / "thesis").write_bytes(_sealed("thesis"))  # even an envelope out there is never touched
+    (tmp_path / "bucket").mkdir()
+    os.symlink(home, tmp_path / "bucket" / "v1")
+    store = RemoteStore(f"file://{tmp_path}/bucket")
+    with pytest.raises(NotADirectoryError, match="symbolic link"):
+        rm.prune(store, _OURS, older_than_s=0)
+    with pytest.raises(NotADirectoryError):
+        rm.verify(store, _OURS, fix=True)
+    assert (home / _PART / "thesis").exists()
+    os.unlink(tmp_path / "bucket" / "v1")
+    (tmp_path / "bucket" / "v1").mkdir()
+    os.symlink(home / _PART, tmp_path / "bucket" / "v1" / _PART)
+    assert rm.verify(store, _OURS, fix=True, partition=_PART) == []
+    assert rm.prune(store, _OURS, max_bytes=0).deleted == []
+    assert "skipped, never followed" in store.scan().skipped[0]
+    with pytest.raises(OSError, match="refused for writes"):
+        store.put(_PART, "new", _sealed("new"))
+    assert sorted(os.listdir(home / _PART)) == ["thesis"]
+    with pytest.raises(ObjectRefused):  # readers refuse the linked partition too
+        store.get(_PART, "thesis", 1 << 20)
+
+
+def test_user_files_and_other_teams_objects_are_left_alone(tmp_path):
+    """Fault: verify --fix and prune deleted user files (v1/userdir/notes.txt, v1/<part>/model.ckpt), and
+    another team's prune --max-bytes 0 deleted our objects."""
+    from xlakit.cache import remote_maintenance as rm
+
+    store = RemoteStore(f"file://{tmp_path}/bucket")
+    assert store.put(_PART, "ours-1", _sealed("ours-1"))
+    assert store.put(_PART, "theirs-1", _sealed("theirs-1", _THEIRS))
+    v1 = tmp_path / "bucket" / "v1"
+    (v1 / "userdir").mkdir()
+    (v1 / "userdir" / "notes.txt").write_bytes(b"user")
+    (v1 / _PART / "model.ckpt").write_bytes(b"user weights")
+    (v1 / _PART / "odd name;x").write_bytes(b"user")
+    assert {o.key for o in store.list()} == {"ours-1", "theirs-1", "model.ckpt", "notes.txt"}
+    assert any("odd name" in s for s in store.scan().skipped)
+    found = {r.key: r for r in rm.verify(store, _OURS, fix=True)}
+    assert found["model.ckpt"].reason == rm.NOT_XLAKIT and not found["model.ckpt"].deleted
+    assert found["ours-1"].reason is None and found["theirs-1"].reason.startswith("foreign:")
+    result = rm.prune(store, _THEIRS, max_bytes=0)  # the other team prunes everything it can
+    assert [r.key for r in result.deleted] == ["theirs-1"] and result.other_key == 1 and result.not_xlakit == 2
+    assert store.stat(_PART, "ours-1") is not None
+    assert rm.prune(store, _OURS, older_than_s=0, now=time.time() + 10).deleted[0].key == "ours-1"
+    assert (v1 / "userdir" / "notes.txt").read_bytes() == b"user"
+    assert sorted(os.listdir(v1 / _PART)) == ["model.ckpt", "odd name;x"]
+
+
+def test_verify_lists_and_fixes_links_fifos_and_folders_at_object_names(tmp_path):
+    """Fault: a symlink to /dev/zero, a FIFO or a folder at an object name (refused by every reader) was
+    invisible to verify and --fix could not remove it; the link's target must survive."""
+    from xlakit.cache import remote_maintenance as rm
+
+    store = RemoteStore(f"file://{tmp_path}/bucket")
+    assert store.put(_PART, "good", _sealed("good"))
+    folder = tmp_path / "bucket" / "v1" / _PART
+    target = tmp_path / "target"
+    target.write_bytes(_sealed("link"))
+    os.symlink(target, folder / "link")
+    os.mkfifo(folder / "fifo")
+    (folder / "emptydir").mkdir()
+    (folder / "fulldir").mkdir()
+    (folder / "fulldir" / "inner").write_bytes(b"x")
+    bad = {r.key: r for r in rm.verify(store, _OURS) if r.reason}
+    assert set(bad) == {"link", "fifo", "emptydir", "fulldir"} and "a symlink" in bad["link"].reason
+    fixed = {r.key: r for r in rm.verify(store, _OURS, fix=True) if r.reason}
+    assert all(fixed[k].deleted for k in ("link", "fifo", "emptydir"))
+    assert not fixed["fulldir"].deleted and "left in place" in fixed["fulldir"].reason
+    assert sorted(os.listdir(folder)) == ["fulldir", "good"] and target.exists()
+
+
+def test_prune_removes_dead_upload_temps_and_stats_counts_them(tmp_path, capsys):
+    """Fault: a writer killed mid-upload left v1/<part>/.tmp-<uuid> forever, unseen by stats and prune."""
+    from xlakit.cache import remote_maintenance as rm
+    from xlakit.cli import main
+
+    store = RemoteStore(f"file://{tmp_path}/bucket")
+    assert store.put(_PART, "good", _sealed("good"))
+    folder = tmp_path / "bucket" / "v1" / _PART
+    old = folder / ".tmp-dead-writer"
+    old.write_bytes(b"partial")
+    t = time.time() - 7200
+    os.utime(old, (t, t))
+    (folder / f".tmp-{int(time.time()) - 7200}-1-abc").write_bytes(b"partial")  # its name says it is old
+    fresh = f".tmp-{int(time.time())}-1-def"
+    (folder / fresh).write_bytes(b"in flight")
+    assert main(["cache", "stats", "--remote", f"file://{tmp_path}/bucket", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["temps"] == 3
+    result = rm.prune(store, _OURS, older_than_s=86400)
+    assert (result.temps_removed, result.temps_left) == (2, 1) and result.deleted == []
+    assert sorted(os.listdir(folder)) == [fresh, "good"]
+
+
+@pytest.mark.parametrize("where", ["bucket", "v1"])
+def test_a_prefix_or_v1_that_is_a_file_exits_2(tmp_path, capsys, where):
+    """Fault: a bucket path (or its v1) that is a file read as an empty bucket."""
+    from xlakit.cli import main
+
+    path = tmp_path / "bucket"
+    if where == "v1":
+        path.mkdir()
+        path = path / "v1"
+    path.write_bytes(b"hi")
+    for cmd in (["ls"], ["stats"], ["verify"], ["prune", "--older-than", "0d"]):
+        assert main(["cache", *cmd, "--remote", f"file://{tmp_path}/bucket"]) == 2
+        assert "not a folder" in capsys.readouterr().err

@@ -13,7 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RemoteReport", "open_remote", "listing", "totals", "verify", "prune", "parse_age"]
+__all__ = ["RemoteReport", "PruneResult", "open_remote", "survey", "listing", "totals", "verify", "prune",
+           "parse_age", "TEMP_MAX_AGE_S", "NOT_XLAKIT"]
+
+TEMP_MAX_AGE_S = 3600.0  # an upload temp this old belongs to a killed writer (uploads take seconds)
+NOT_XLAKIT = "not-xlakit: not an xlakit object (left alone)"
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -56,9 +60,31 @@ def open_remote(url: str, options: dict | None = None, fs: Any = None):
     return RemoteStore(found[0], storage_options=found[2], fs=fs)
 
 
-def listing(remote, partition: str | None = None) -> list:
+def survey(remote, partition: str | None = None):
+    """One listing (:meth:`xlakit.store.remote.RemoteStore.scan`). Raises NotADirectoryError when the prefix
+    or its ``v1`` is a file or a link, OSError for the medium."""
+    return remote.scan(partition)
+
+
+def listing(remote, partition: str | None = None, scan=None) -> list:
     """Every entry object (:class:`~xlakit.store.ObjectStat`), oldest first. Raises OSError."""
-    return sorted(remote.list(partition), key=lambda o: (o.mtime, o.partition, o.key))
+    from xlakit.store.base import ObjectStat
+
+    found = survey(remote, partition) if scan is None else scan
+    return sorted((ObjectStat(*o) for o in found.objects), key=lambda o: (o.mtime, o.partition, o.key))
+
+
+def _peek(remote, o) -> bytes | None:
+    try:
+        return remote.peek(o.partition, o.key, 16)
+    except OSError:
+        return None
+
+
+def _is_envelope(head: bytes | None) -> bool:
+    from xlakit.store.envelope import MAGIC
+
+    return head is not None and bytes(head[:7]) == MAGIC[:7]
 
 
 def totals(objects: list) -> dict[str, Any]:
@@ -80,13 +106,17 @@ def _refuse_writes(mode: str, what: str) -> None:
 
 
 def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partition: str | None = None,
-           max_bytes: int | None = None) -> list[RemoteReport]:
+           max_bytes: int | None = None, scan=None) -> list[RemoteReport]:
     """Read and check every object as a reader would (:func:`xlakit.store.remote.verify_object`: key id, header
     MAC, partition and key, length, full MAC; nothing is decompressed). With ``fix``, delete the bad ones;
-    objects signed with another key or written by another format are reported and never deleted.
+    objects signed with another key or written by another format are reported and never deleted, and so is any
+    file without xlakit's envelope magic (``NOT_XLAKIT``). Links, FIFOs and folders at object names (readers
+    refuse them) are reported as bad; ``fix`` removes the name itself, never a link's target, a folder only
+    when empty. ``scan``: a listing already made (:func:`survey`), so the caller's listing is not repeated.
 
     Raises:
-      PermissionError: ``fix`` in ``ro`` mode. OSError: listing failed (a failed read of one object is reported
+      PermissionError: ``fix`` in ``ro`` mode. NotADirectoryError: the prefix or ``v1`` is a file or a link.
+      OSError: listing failed (a failed read of one object is reported
         as that object's reason).
     """
     from xlakit.store.base import ObjectRefused
@@ -96,40 +126,97 @@ def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partit
     if fix:
         _refuse_writes(mode, "verify --fix")
     limit = max_bytes or MAX_ENTRY_BYTES
+    scan = survey(remote, partition) if scan is None else scan  # the caller's listing, when it has one
     out = []
-    for o in listing(remote, partition):
+    for part, key, what in scan.odd:  # readers refuse these: list them, and --fix removes the name itself
+        odd_reason, odd_deleted = f"corrupt: not a regular file ({what})", False
+        if fix:
+            try:
+                odd_deleted = remote.delete(part, key)
+            except OSError as e:
+                odd_reason = f"{odd_reason}: {e.strerror or e}"
+        out.append(RemoteReport(part, key, 0, 0.0, odd_reason, odd_deleted))
+    for o in listing(remote, partition, scan):
+        blob, reason = None, None  # type: bytes | None, str | None
         try:
             blob = remote.get(o.partition, o.key, limit)
-            reason = "absent: deleted while verifying" if blob is None else verify_object(blob, o.partition, o.key,
-                                                                                          secret)
+            if blob is None:
+                reason = "absent: deleted while verifying"
+            elif not _is_envelope(blob):
+                reason = NOT_XLAKIT
+            else:
+                reason = verify_object(blob, o.partition, o.key, secret)
         except ObjectRefused as e:
             reason = f"corrupt: {e.reason}"
         except OSError as e:
             out.append(RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, f"error: {e}"))
             continue
         deleted = False
-        if fix and reason is not None and not reason.startswith(("foreign:", "stale:", "absent:")):
+        if fix and reason is not None and not reason.startswith(SKIPPED_KINDS) and _is_envelope(
+                blob if blob is not None else _peek(remote, o)):
             deleted = remote.delete(o.partition, o.key)
         out.append(RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, reason, deleted))
     return out
 
 
-def prune(remote, *, older_than_s: float | None = None, max_bytes: int | None = None, mode: str = "rw",
-          dry_run: bool = False, now: float | None = None) -> list[RemoteReport]:
-    """Delete objects older than ``older_than_s`` seconds, then the oldest until at most ``max_bytes`` remain
-    (:func:`xlakit.store.remote.plan_prune`, from one listing). Returns what was (or, with ``dry_run``, would
-    be) deleted, oldest first.
+SKIPPED_KINDS = ("foreign:", "stale:", "absent:", "not-xlakit:")
+
+
+@dataclass
+class PruneResult:
+    """What :func:`prune` did: ``deleted`` (oldest first), objects left because another key signed them
+    (``other_key``: count, bytes), objects that are not xlakit's (``not_xlakit``: count), upload temps of
+    killed writers removed (``temps_removed``) and temps still fresh (``temps_left``)."""
+
+    deleted: list[RemoteReport]
+    other_key: int = 0
+    other_key_bytes: int = 0
+    not_xlakit: int = 0
+    temps_removed: int = 0
+    temps_left: int = 0
+
+
+def prune(remote, secret: bytes, *, older_than_s: float | None = None, max_bytes: int | None = None,
+          mode: str = "rw", dry_run: bool = False, now: float | None = None, scan=None) -> PruneResult:
+    """Delete this key's objects older than ``older_than_s`` seconds, then its oldest until at most
+    ``max_bytes`` of its objects remain (:func:`xlakit.store.remote.plan_prune`, from one listing and one
+    16-byte ranged read per object). Objects signed with another key (envelope key id, bytes 8:16) belong to
+    another team and are never deleted or counted against the bound; objects without xlakit's envelope magic
+    are not xlakit's and are left alone. Upload temps older than :data:`TEMP_MAX_AGE_S` are removed.
 
     Raises:
       ValueError: neither bound given. PermissionError: ``ro`` mode (unless ``dry_run``). OSError: listing.
     """
-    from xlakit.store.remote import plan_prune
+    from xlakit.store.envelope import key_id
+    from xlakit.store.remote import plan_prune, temp_age
 
     if older_than_s is None and max_bytes is None:
         raise ValueError("prune needs --older-than AGE or --max-bytes N (or both)")
     if not dry_run:
         _refuse_writes(mode, "prune")
-    doomed = plan_prune(listing(remote), older_than_s=older_than_s, max_bytes=max_bytes,
-                        now=time.time() if now is None else now)
-    return [RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, None,
-                         False if dry_run else remote.delete(o.partition, o.key)) for o in doomed]
+    now = time.time() if now is None else now
+    ours_id = key_id(secret)
+    scan = survey(remote) if scan is None else scan
+    result = PruneResult([])
+    ours = []
+    for o in listing(remote, scan=scan):
+        head = _peek(remote, o)
+        if head is None:
+            continue
+        if not _is_envelope(head):
+            result.not_xlakit += 1
+        elif bytes(head[8:16]) != ours_id:
+            result.other_key += 1
+            result.other_key_bytes += o.size_bytes
+        else:
+            ours.append(o)
+    doomed = plan_prune(ours, older_than_s=older_than_s, max_bytes=max_bytes, now=now)
+    result.deleted = [RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, None,
+                                   False if dry_run else remote.delete(o.partition, o.key)) for o in doomed]
+    for part, name, _size, mtime in scan.temps:
+        if temp_age(name, mtime, now) > TEMP_MAX_AGE_S:
+            if not dry_run and remote.remove_temp(part, name):
+                result.temps_removed += 1
+        else:
+            result.temps_left += 1
+    return result

@@ -12,6 +12,23 @@ import json
 from xlakit.cli._common import CliError, Column, emit_json, human, local_time, parse_size, print_table
 
 __all__ = ["ls", "stats", "verify", "prune"]
+
+
+def _scan(remote, partition: str | None = None):
+    """One listing; a prefix or ``v1`` that is a file or a link is a CliError (exit 2). Names left alone are
+    said on stderr."""
+    import sys
+
+    from xlakit.cache import remote_maintenance as rm
+
+    try:
+        found = rm.survey(remote, partition)
+    except NotADirectoryError as e:
+        raise CliError(f"{remote.url}: {e.strerror or e}") from None
+    for line in found.skipped:
+        print(f"note: {line}", file=sys.stderr)
+    return found
+
 def _remote(args: argparse.Namespace):
     """(RemoteStore, mode) for ``--remote`` with ``--remote-options`` / ``--remote-mode`` or their variables."""
     from xlakit.cache import remote_maintenance
@@ -35,7 +52,7 @@ def ls(args: argparse.Namespace) -> int:
     from xlakit.cache import remote_maintenance as rm
 
     remote, _ = _remote(args)
-    objects = rm.listing(remote, args.partition)
+    objects = rm.listing(remote, args.partition, _scan(remote, args.partition))
     objects.reverse()  # newest first
     total = sum(o.size_bytes for o in objects)
     if args.json:
@@ -59,7 +76,9 @@ def stats(args: argparse.Namespace) -> int:
     from xlakit.cache import remote_maintenance as rm
 
     remote, mode = _remote(args)
-    stats = dict(rm.totals(rm.listing(remote)), remote=remote.url, mode=mode)
+    scan = _scan(remote)
+    stats = dict(rm.totals(rm.listing(remote, scan=scan)), remote=remote.url, mode=mode,
+                 temps=len(scan.temps), temp_bytes=sum(t[2] for t in scan.temps), odd=len(scan.odd))
     if args.json:
         emit_json(stats)
         return 0
@@ -68,6 +87,11 @@ def stats(args: argparse.Namespace) -> int:
     print(f"created     {local_time(stats['oldest'])} .. {local_time(stats['newest'])}")
     for name, p in sorted(stats["partitions"].items()):
         print(f"partition   {name}: {p['count']} objects, {human(p['bytes'])}")
+    if stats["temps"]:
+        print(f"temps       {stats['temps']} unfinished uploads, {human(stats['temp_bytes'])} "
+              "(prune removes those over an hour old)")
+    if stats["odd"]:
+        print(f"odd         {stats['odd']} names hold links, FIFOs or folders (verify --fix removes them)")
     return 0
 
 
@@ -76,11 +100,12 @@ def verify(args: argparse.Namespace) -> int:
     from xlakit.store import load_secret
 
     remote, mode = _remote(args)
+    scan = _scan(remote, args.partition)
     try:
-        found = rm.verify(remote, load_secret(), fix=args.fix, mode=mode, partition=args.partition)
+        found = rm.verify(remote, load_secret(), fix=args.fix, mode=mode, partition=args.partition, scan=scan)
     except PermissionError as e:
         raise CliError(str(e)) from None
-    skipped = [r for r in found if r.reason and r.reason.startswith(("foreign:", "stale:", "absent:"))]
+    skipped = [r for r in found if r.reason and r.reason.startswith(rm.SKIPPED_KINDS)]
     bad = [r for r in found if r.reason and r not in skipped]
     if args.json:
         emit_json({"remote": remote.url, "verified": len(found), "ok": len(found) - len(bad) - len(skipped),
@@ -107,18 +132,34 @@ def prune(args: argparse.Namespace) -> int:
         limit = parse_size(args.max_bytes) if args.max_bytes else None
     except ValueError as e:
         raise CliError(str(e)) from None
+    from xlakit.store import load_secret
+
     remote, mode = _remote(args)
+    scan = _scan(remote)
     try:
-        gone = rm.prune(remote, older_than_s=older, max_bytes=limit, mode=mode, dry_run=args.dry_run)
+        result = rm.prune(remote, load_secret(), older_than_s=older, max_bytes=limit, mode=mode,
+                          dry_run=args.dry_run, scan=scan)
     except (PermissionError, ValueError) as e:
         raise CliError(str(e)) from None
+    except NotADirectoryError as e:
+        raise CliError(f"{remote.url}: {e.strerror or e}") from None
+    gone = result.deleted
     if args.json:
         emit_json({"remote": remote.url, "dry_run": args.dry_run, "deleted": [r.to_dict() for r in gone],
-                    "bytes_deleted": sum(r.size_bytes for r in gone)})
+                    "bytes_deleted": sum(r.size_bytes for r in gone), "other_key": result.other_key,
+                    "other_key_bytes": result.other_key_bytes, "not_xlakit": result.not_xlakit,
+                    "temps_removed": result.temps_removed, "temps_left": result.temps_left})
         return 0
     verb = "would delete" if args.dry_run else "deleted"
     for r in gone:
         print(f"{verb} {r.partition} [{r.key}] ({human(r.size_bytes)}, created {local_time(r.created)})")
     print(f"{verb.capitalize()} {len(gone)} objects, {human(sum(r.size_bytes for r in gone))} from {remote.url}")
+    if result.other_key:
+        print(f"Left {result.other_key} objects ({human(result.other_key_bytes)}) signed with another key "
+              "(another team's; they prune their own)")
+    if result.not_xlakit:
+        print(f"Left {result.not_xlakit} files that are not xlakit objects")
+    if result.temps_removed or result.temps_left:
+        print(f"Removed {result.temps_removed} unfinished uploads over an hour old; {result.temps_left} newer left")
     return 0
 

@@ -10,8 +10,9 @@ URLs (``RemoteStore("s3://bucket/prefix")``):
   settings or from ``storage_options``. Create-only writes send ``If-None-Match: *``.
 - ``gs://`` needs ``gcsfs`` (extra ``xlakit[gcs]``). Create-only writes send ``ifGenerationMatch=0``.
 - ``file://`` is a shared folder (NFS, a mounted volume): create-only by ``link(2)`` of a fully written temp
-  file, reads refuse links and non-regular files. Done here with ``os`` calls because fsspec's local
-  filesystem checks existence and then writes, which two writers can interleave.
+  file, reads refuse links and non-regular files, and no link below the prefix is ever followed (see
+  :mod:`xlakit.store._remote_file`). Done with ``os`` calls because fsspec's local filesystem checks
+  existence and then writes, which two writers can interleave.
 - ``memory://`` (fsspec's in-process filesystem) for tests and demos.
 - Any other fsspec protocol is accepted when its ``pipe_file`` takes ``mode="create"``.
 
@@ -29,17 +30,19 @@ from __future__ import annotations
 import errno
 import os
 import re
-import stat as stat_mod
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
+from ._remote_file import FileBackend as _FileBackend
+from ._remote_file import Scan, temp_age
 from .base import ObjectRefused, ObjectStat
+from .layout import valid_partition
 
-__all__ = ["verify_object", "RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune"]
+__all__ = ["verify_object", "RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune", "Scan",
+           "temp_age"]
 
 LAYOUT = "v1"
 _NAME = re.compile(r"[A-Za-z0-9_.=-]{1,255}")
@@ -81,98 +84,12 @@ def _precondition_failed(e: OSError) -> bool:
     return e.errno == errno.EINVAL or "precondition" in text or "412" in text
 
 
-class _FileBackend:
-    """``file://``: a shared folder, with create-only publish by hard link and refusing reads."""
-
-    def __init__(self, root: str) -> None:
-        self.root = os.path.abspath(root)
-
-    def get(self, path: str, max_bytes: int) -> bytes | None:
-        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:
-            fd = os.open(path, flags)
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise ObjectRefused("the object is a symbolic link") from None
-            raise
-        try:
-            st = os.fstat(fd)
-            if not stat_mod.S_ISREG(st.st_mode):
-                raise ObjectRefused("the object is not a regular file")
-            if st.st_size > max_bytes:
-                raise ObjectRefused(f"object is {st.st_size} bytes, over the {max_bytes}-byte bound")
-            chunks, left = [], max_bytes + 1
-            while left > 0:
-                chunk = os.read(fd, min(left, 1 << 20))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            data = b"".join(chunks)
-        finally:
-            os.close(fd)
-        if len(data) > max_bytes:  # grew while we read
-            raise ObjectRefused(f"object is over the {max_bytes}-byte bound")
-        return data
-
-    def put(self, path: str, blob: bytes) -> bool:
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.link(tmp, path)  # atomic and create-only: EEXIST when someone else published first
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-
-    def delete(self, path: str) -> bool:
-        try:
-            os.unlink(path)  # unlink never follows a link
-            return True
-        except FileNotFoundError:
-            return False
-
-    def info(self, path: str) -> tuple[int, float] | None:
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return None
-        return (st.st_size, st.st_mtime) if stat_mod.S_ISREG(st.st_mode) else None
-
-    def find(self, base: str, _rel: str = "", _depth: int = 2) -> Iterator[tuple[str, int, float]]:
-        try:
-            found = sorted(os.scandir(base), key=lambda d: d.name)
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        for entry in found:
-            if entry.name.startswith("."):  # temp files of writers in flight
-                continue
-            rel = f"{_rel}{entry.name}"
-            if entry.is_dir(follow_symlinks=False):
-                if _depth > 1:
-                    yield from self.find(entry.path, rel + "/", _depth - 1)
-            elif entry.is_file(follow_symlinks=False):
-                st = entry.stat(follow_symlinks=False)
-                yield rel, st.st_size, st.st_mtime
-
-
 class _FsspecBackend:
     """Any fsspec filesystem whose ``pipe_file`` takes ``mode="create"`` (s3fs, gcsfs, memory)."""
 
-    def __init__(self, fs) -> None:
+    def __init__(self, fs, root: str = "") -> None:
         self.fs = fs
+        self._root = root
         protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
         # S3 and GCS enforce create-only on the server; other fsspec filesystems check, then write: a lock
         # makes that atomic within this process at least (fsspec's memory filesystem is process-local anyway).
@@ -229,6 +146,27 @@ class _FsspecBackend:
             return None
         return int(info.get("size") or 0), _mtime(info)
 
+    def peek(self, path: str, n: int) -> bytes | None:
+        try:
+            return bytes(self.fs.cat_file(path, start=0, end=n))
+        except FileNotFoundError:
+            return None
+
+    def scan(self, layout: str, partition: str | None, valid_part, valid_key) -> Scan:
+        out = Scan()
+        base = f"{self._root}/{layout}" + (f"/{partition}" if partition is not None else "")
+        for rel, size, mtime in self.find(base):
+            parts = rel.split("/")
+            if partition is not None:
+                parts = [partition, *parts]
+            if len(parts) == 2 and parts[1].startswith(".tmp-"):
+                out.temps.append((parts[0], parts[1], size, mtime))
+            elif len(parts) != 2 or not valid_part(parts[0]) or not valid_key(parts[1]):
+                out.skipped.append(f"{layout}/{rel}: not an xlakit object name (left alone)")
+            else:
+                out.objects.append((parts[0], parts[1], size, mtime))
+        return out
+
     def find(self, base: str) -> Iterator[tuple[str, int, float]]:
         self.fs.invalidate_cache()
         try:
@@ -278,7 +216,7 @@ class RemoteStore:
             if fs is None:
                 fs = self._make_fs(storage_options)
             self._root = fs._strip_protocol(self.url).rstrip("/")
-            self._backend = _FsspecBackend(fs)
+            self._backend = _FsspecBackend(fs, self._root)
 
     def _make_fs(self, storage_options: dict | None):
         import fsspec
@@ -355,17 +293,38 @@ class RemoteStore:
     def list(self, partition: str | None = None) -> Iterator[ObjectStat]:
         """Every entry object (of one partition, or all), sorted by name, from one listing. Raises OSError.
 
-        Objects whose names do not fit the layout (temp files, stray uploads) are skipped."""
-        base = f"{self._root}/{LAYOUT}"
+        Only regular objects at names xlakit writes are listed (see :meth:`scan`)."""
+        for part, key, size, mtime in self.scan(partition).objects:
+            yield ObjectStat(part, key, size, mtime)
+
+    def scan(self, partition: str | None = None) -> Scan:
+        """One listing of ``<prefix>/v1`` sorted into objects, odd kinds at object names (links, FIFOs,
+        folders: ``file://`` only), upload temps and names left alone. Partition names must be ones
+        :func:`xlakit.store.layout.valid_partition` accepts and keys :func:`validate_name`'s; anything else is
+        never listed, counted or deleted. Raises NotADirectoryError when the prefix or ``v1`` is not a
+        folder (``file://``), OSError for the medium."""
         if partition is not None:
-            base = f"{base}/{validate_name(partition, 'partition')}"
-        for rel, size, mtime in self._backend.find(base):
-            parts = rel.split("/")
-            if partition is not None:
-                parts = [partition, *parts]
-            if len(parts) != 2 or not all(_NAME.fullmatch(p) and p not in (".", "..") for p in parts):
-                continue
-            yield ObjectStat(parts[0], parts[1], size, mtime)
+            validate_name(partition, "partition")
+        found = self._backend.scan(LAYOUT, partition, valid_partition, _valid_key)
+        found.objects.sort(key=lambda o: (o[0], o[1]))
+        return found
+
+    def peek(self, partition: str, key: str, n: int) -> bytes | None:
+        """The first ``n`` bytes of the object (one ranged GET), None when absent. Raises ObjectRefused, OSError."""
+        return self._backend.peek(self.object_name(partition, key), n)
+
+    def remove_temp(self, partition: str, name: str) -> bool:
+        """Delete an upload temp ``.tmp-...`` left by a killed writer. True if removed. Raises OSError."""
+        if not name.startswith(".tmp-") or "/" in name:
+            raise ValueError(f"{name!r} is not an upload temp")
+        path = f"{self._root}/{LAYOUT}/{validate_name(partition, 'partition')}/{name}"
+        if isinstance(self._backend, _FileBackend):
+            return self._backend.remove_temp(partition, name)
+        return self._backend.delete(path)
+
+
+def _valid_key(name: str) -> bool:
+    return bool(_NAME.fullmatch(name)) and not name.startswith(".")
 
 
 def remote_settings(url: str | None = None, mode: str | None = None, storage_options: dict | None = None,
