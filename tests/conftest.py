@@ -75,3 +75,14 @@ def kinds(report: dict, name_part: str | None = None) -> list[str]:
 @pytest.fixture
 def worker():
     return run_worker
+
+
+@pytest.fixture
+def cache(tmp_path):
+    """An ExecutableCache on an empty folder, with an empty event log; closed (JAX hooks released) after."""
+    import xlakit
+
+    c = xlakit.ExecutableCache(tmp_path / "cache")
+    xlakit.events.log().clear()
+    yield c
+    c.close()

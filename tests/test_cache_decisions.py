@@ -23,14 +23,6 @@ from xlakit.cache import explaining
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def cache(tmp_path):
-    c = xlakit.ExecutableCache(tmp_path / "cache")
-    xlakit.events.log().clear()
-    yield c
-    c.close()
-
-
 def test_compile_after_the_program_ran_stores_it_and_the_next_process_hits(tmp_path):
     """Fault: compile() of a program JAX held in memory reported a 'hit' nobody loaded and stored nothing."""
     code = f"""

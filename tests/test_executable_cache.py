@@ -9,7 +9,6 @@ from collections import namedtuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from conftest import run_python
 
 import xlakit
@@ -17,14 +16,6 @@ from xlakit.store.envelope import open_envelope, seal
 from xlakit.store.secret import load_secret
 
 Pair = namedtuple("Pair", "left right")
-
-
-@pytest.fixture
-def cache(tmp_path):
-    c = xlakit.ExecutableCache(tmp_path / "cache")
-    xlakit.events.log().clear()
-    yield c
-    c.close()
 
 
 def events_for(name: str) -> list[str]:

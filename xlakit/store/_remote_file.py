@@ -10,12 +10,14 @@ once it is over an hour old.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import stat as stat_mod
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from . import _fs
@@ -93,41 +95,50 @@ class FileBackend:
             fd = nxt
         return fd
 
-    def get(self, path: str, max_bytes: int) -> bytes | None:
+    @contextlib.contextmanager
+    def _parent(self, path: str) -> Iterator[tuple[int, str] | None]:
+        """``(folder descriptor, object name)`` for reading ``path``, or None when its folder is absent;
+        an absent object inside reads as None too. The descriptor is closed on exit."""
         parts = self._parts(path)
         try:
             fd = self._folder(parts[:-1])
         except FileNotFoundError:
-            return None
+            yield None
+            return
         try:
-            return _fs.read_bounded(parts[-1], max_bytes, at=fd)[0]
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            raise ObjectRefused("the object is a folder, not a regular file") from None
-        except ObjectRefused as e:
-            if "symlink" in e.reason:
-                raise ObjectRefused("the object is a symbolic link") from None
-            if "bound" in e.reason:
-                raise ObjectRefused(f"object is over the {max_bytes}-byte bound") from None
-            raise ObjectRefused("the object is not a regular file") from None
+            yield fd, parts[-1]
         finally:
             os.close(fd)
 
+    def get(self, path: str, max_bytes: int) -> bytes | None:
+        with self._parent(path) as found:
+            if found is None:
+                return None
+            fd, name = found
+            try:
+                return _fs.read_bounded(name, max_bytes, at=fd)[0]
+            except FileNotFoundError:
+                return None
+            except IsADirectoryError:
+                raise ObjectRefused("the object is a folder, not a regular file") from None
+            except ObjectRefused as e:
+                if "symlink" in e.reason:
+                    raise ObjectRefused("the object is a symbolic link") from None
+                if "bound" in e.reason:
+                    raise ObjectRefused(f"object is over the {max_bytes}-byte bound") from None
+                raise ObjectRefused("the object is not a regular file") from None
+
     def peek(self, path: str, n: int) -> bytes | None:
         """The first ``n`` bytes of a regular object (None if absent). Raises ObjectRefused, OSError."""
-        parts = self._parts(path)
-        try:
-            fd = self._folder(parts[:-1])
-        except FileNotFoundError:
-            return None
-        try:
-            with _fs.open_regular(parts[-1], at=fd) as f:
-                return f.read(n)
-        except FileNotFoundError:
-            return None
-        finally:
-            os.close(fd)
+        with self._parent(path) as found:
+            if found is None:
+                return None
+            fd, name = found
+            try:
+                with _fs.open_regular(name, at=fd) as f:
+                    return f.read(n)
+            except FileNotFoundError:
+                return None
 
     def put(self, path: str, blob: bytes) -> bool:
         parts = self._parts(path)
