@@ -56,7 +56,7 @@ def make_pristine(root: Path) -> Path:
     export_bundle(lambda p, x: x @ p["w"] + p["b"], params, np.ones((2, 3), np.float32), path, batch_sizes=(1, 2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        load_bundle(path, progress=False)
+        load_bundle(path, progress=False).wait()
     return path
 
 
@@ -294,7 +294,7 @@ def run_case(bundle: Path, outside: Path, load: bool, timeout_s: int = 30) -> li
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    load_bundle(bundle, progress=False)
+                    load_bundle(bundle, progress=False).wait()  # the checks below need every program done
             except BundleError:
                 pass
     except _Hang:

@@ -79,7 +79,7 @@ def kinds(log, source=None) -> list[str]:
 
 
 def load(path, **kw) -> LoadedBundle:
-    return load_bundle(path, progress=False, **kw)
+    return load_bundle(path, progress=False, **kw).wait()  # every program loaded (or failed), events emitted
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_warm_load_traces_and_compiles_nothing_and_needs_no_model_code(bundle):
 import json, sys, numpy as np, xlakit
 from xlakit import events
 with events.record(jax_signals=True) as log:
-    lb = xlakit.load_bundle({str(path)!r}, progress=False)
+    lb = xlakit.load_bundle({str(path)!r}, progress=False).wait()
 out = np.asarray(lb(np.asarray({xs(4).tolist()!r}, dtype=np.float32)))
 print(json.dumps({{"flax": "flax" in sys.modules, "kinds": sorted({{e.kind for e in log}}), "out": out.tolist()}}))
 """
@@ -424,7 +424,7 @@ def test_call_picks_smallest_fitting_batch_and_validates_inputs(tmp_path):
 def test_report_frame_values(tmp_path, capsys):
     path = tmp_path / "aff"
     export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(2, 4))
-    cold = load_bundle(path, progress=True)
+    cold = load_bundle(path, progress=True).wait()  # the bar closes when the last program resolves
     bar = capsys.readouterr().err
     assert "aff" in bar and "2/2" in bar and "2 compiled" in bar
     frame = cold.report()
@@ -500,7 +500,7 @@ path = PATH
 xlakit.export_bundle(affine, params, np.ones((2, 4), np.float32), path, batch_sizes=(2,))
 d0, d1 = jax.devices()
 x = np.arange(8, dtype=np.float32).reshape(2, 4)
-on0 = xlakit.load_bundle(path, progress=False)                  # compiled for device 0 and stored
+on0 = xlakit.load_bundle(path, progress=False).wait()           # compiled for device 0 and stored
 on1 = xlakit.load_bundle(path, devices=[d1], progress=False)    # the same program, moved to device 1
 try:
     xlakit.load_bundle(path, devices=[d0, d1], progress=False)

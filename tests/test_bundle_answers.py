@@ -55,7 +55,7 @@ jax.tree_util.register_pytree_with_keys(
 
 
 def load(path, **kw):
-    return load_bundle(path, progress=False, **kw)
+    return load_bundle(path, progress=False, **kw).wait()  # every program loaded (or failed), events emitted
 
 
 def assert_same_tree(got, want):

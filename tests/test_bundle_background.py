@@ -3,8 +3,9 @@ fetch/publish path.
 
 Faults each test proves absent:
 
-* a call on a background load waiting for every program instead of its own (a blocked program must not delay
-  a call that does not need it);
+* ``load_bundle`` waiting for every program by default, or a call waiting for every program instead of its own
+  (a blocked program must not delay a call that does not need it);
+* a module that cannot be read (missing) named only on a later call instead of when ``load_bundle`` returns;
 * a program that fails in the background being lost (no warning, not in ``errors``) or failing the call that
   could use another size;
 * the load order ignoring the recorded first calls (or the smallest-batch default without a record);
@@ -53,7 +54,7 @@ def warm_bundle(tmp_path_factory):
     """An affine bundle at batch sizes 1 and 4, ``.cache`` filled by one synchronous load."""
     path = tmp_path_factory.mktemp("bg") / "aff"
     export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(1, 4))
-    load_bundle(path, progress=False)
+    load_bundle(path, progress=False).wait()
     return path
 
 
@@ -76,7 +77,7 @@ def test_call_waits_only_for_its_own_program(warm_bundle, monkeypatch):
     release = threading.Event()
     _record_loads(monkeypatch, {"model.b4.jaxexp": release})
     try:
-        loaded = load_bundle(warm_bundle, progress=False, background=True, max_workers=2)
+        loaded = load_bundle(warm_bundle, progress=False, max_workers=2)  # the default: returns before all load
         out = loaded(xs(1))                               # b4 is still held: b1 alone must answer
         assert not loaded.ready(4) and loaded.ready(1)
         np.testing.assert_allclose(np.asarray(out), expected(xs(1)), rtol=1e-6)
@@ -95,7 +96,7 @@ def test_background_failure_surfaces_on_the_call_and_in_the_report(warm_bundle, 
     (path / "model.b1.jaxexp").write_bytes(b"\x00not a jax.export artifact" * 10)
     with warnings.catch_warnings(record=True) as early:
         warnings.simplefilter("always")
-        loaded = load_bundle(path, progress=False, background=True)
+        loaded = load_bundle(path, progress=False)
     assert [str(w.message) for w in early if "failed to load" in str(w.message)] == []
     with pytest.warns(RuntimeWarning, match="model.b1.jaxexp"):
         out = loaded(xs(1))                               # padded through the batch-4 program
@@ -103,6 +104,24 @@ def test_background_failure_surfaces_on_the_call_and_in_the_report(warm_bundle, 
     assert "not a jax.export artifact" in str(loaded.errors["model.b1.jaxexp"])
     assert loaded.report().set_index("module").loc["model.b1.jaxexp", "status"] == "error"
     assert loaded.batch_sizes() == (4,)
+
+
+def test_unreadable_module_is_named_before_load_bundle_returns(warm_bundle, tmp_path):
+    """A module that cannot even be read fails before any program loads: the default background load must say
+    so when it returns, not leave the user to find out on some later call."""
+    import shutil
+
+    path = tmp_path / "aff"
+    shutil.copytree(warm_bundle, path)
+    (path / "model.b4.jaxexp").unlink()
+    with pytest.warns(RuntimeWarning, match=r"1 of 2 modules failed to load(.|\n)*model.b4.jaxexp: missing"):
+        loaded = load_bundle(path, progress=False)
+    assert loaded.ready(4) and "missing" in str(loaded.errors["model.b4.jaxexp"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                    # named once: the call does not warn again
+        out = loaded(xs(3))                               # rows independent: chunks through batch 1
+    np.testing.assert_allclose(np.asarray(out), expected(xs(3)), rtol=1e-5, atol=1e-6)
+    assert loaded.counts() == {"hit": 1, "miss": 0, "error": 1}
 
 
 def _join_usage_writers() -> None:
@@ -158,7 +177,7 @@ def test_events_and_sizes_come_from_the_cache_path(tmp_path):
     path = tmp_path / "aff"
     export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(2,))
     with events.record() as log:
-        cold = load_bundle(path, progress=False)
+        cold = load_bundle(path, progress=False).wait()  # events of the background load inside the block
     folder = str(path / ".cache")
     got = [(e.kind, e.name, e.folder) for e in log if e.kind in ("miss", "compile", "store") and e.source == "xlakit"]
     assert got == [("miss", "aff/model.b2", folder), ("compile", "aff/model.b2", folder),
@@ -166,7 +185,7 @@ def test_events_and_sizes_come_from_the_cache_path(tmp_path):
     (entry,) = (path / ".cache").glob("*/*.xlk")
     assert cold.reports[0].program_bytes == entry.stat().st_size   # the size written, not a re-read header
     with events.record() as log:
-        warm = load_bundle(path, progress=False)
+        warm = load_bundle(path, progress=False).wait()
     (hit,) = [e for e in log if e.kind == "hit"]
     assert hit.name == "aff/model.b2" and hit.folder == folder and hit.bytes == warm.reports[0].program_bytes > 0
     assert warm.reports[0].output_bytes == 4 * 2 * 3

@@ -49,7 +49,7 @@ def bundle(pristine, tmp_path):
 
 
 def load(path, **kw):
-    return load_bundle(path, progress=False, **kw)
+    return load_bundle(path, progress=False, **kw).wait()  # every program loaded (or failed), events emitted
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:

@@ -74,15 +74,22 @@ class ProgramLoader:
         self._left = len(specs)
         self._all_done = threading.Event()
         self.finished_at: float | None = None  # time.perf_counter() when the last module resolved
-        if not specs:
-            self.finished_at = time.perf_counter()
-            self._all_done.set()
+        # A module that could not even be read (missing, FIFO, too large) fails here, on the caller's thread, so
+        # load_bundle can name it before returning instead of on some later call.
+        for s in specs:
+            if isinstance(blobs[s.file], BundleError):
+                del self._pending[s.file]
+                self._resolve(*ctx.load_module(s, blobs[s.file], current[s.file]))
+        if not self._pending:
+            if not specs:
+                self.finished_at = time.perf_counter()
+                self._all_done.set()
             return
-        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(specs))),
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(self._pending))),
                                                            thread_name_prefix="xlakit-bundle")
-        held = len(specs) - 1 if head_start else 0
+        held = len(self._pending) - 1 if head_start else 0
         self._held = held  # slots submitted by the worker that resolves the first program
-        for _ in range(len(specs) - held):
+        for _ in range(len(self._pending) - held):
             self._pool.submit(self._take_next)
         if not held:  # (a local: the first worker may already have taken self._held)
             self._pool.shutdown(wait=False)  # queued tasks still run; the threads end after the last one

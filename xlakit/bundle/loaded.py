@@ -40,12 +40,13 @@ class LoadedBundle:
     exact for every batch size (padding or chunking only where rows are independent) and returns the
     outputs as the original function's pytree.
 
-    Loaded with ``background=True``, the programs are still loading when you get this object: a call waits
+    By default (``background=True``) the programs are still loading when you get this object: a call waits
     only for the program it runs (moving it to the front of the queue), and every attribute that describes all
     programs (``programs``, ``reports``, ``errors``, ``total_s``, ``batch_sizes()``, ``counts()``,
-    ``report()``, the repr) waits for all of them. A program that failed to load in the background is in
-    ``errors`` and ``reports``, and a ``RuntimeWarning`` names it on the next call or :meth:`wait`; a call
-    that needed it uses the next larger loaded size, as if it had never been exported.
+    ``report()``, the repr) waits for all of them; :meth:`ready` and :meth:`wait_for` ask about one. A program
+    that failed to load in the background is in ``errors`` and ``reports``, and a ``RuntimeWarning`` names it
+    on the next call or :meth:`wait`; a call that needed it uses the next larger loaded size, as if it had
+    never been exported.
 
     Attributes:
       path: the bundle folder. manifest: its :class:`~xlakit.bundle.manifest.Manifest`.
@@ -158,11 +159,7 @@ class LoadedBundle:
             self._warned_errors.update(new)
         if not new:
             return
-        total = len(self._specs)
-        if self._finished is not None and len(new) == len(errors):
-            head = f"{len(new)} of {total} modules failed to load; the others are usable"
-        else:
-            head = f"{len(new)} module(s) failed to load (of {total}); the others are usable"
+        head = f"{len(new)} of {len(self._specs)} modules failed to load; the others are usable"
         warnings.warn(f"bundle {self.manifest.name!r}: {head}:\n  " + "\n  ".join(str(e) for e in new.values()),
                       RuntimeWarning, stacklevel=stacklevel + 1)
 

@@ -26,11 +26,11 @@ Before loading, the module-hash record drops programs of changed or vanished mod
 module that fails).
 
 Order of work (measured in ``notes/restart.md``): manifest, device, environment, module reads and hashes, the
-record's drops. By default the weights are then placed, the programs load in worker threads
-(:mod:`xlakit.bundle.background`), largest first so no worker is left alone with the biggest one, and
-``load_bundle`` returns when all are loaded. With ``background=True`` the most-likely-called program starts
-loading alone while the calling thread places the weights, ``load_bundle`` returns, and the others follow,
-most likely first; a call waits only for its own program.
+record's drops. By default (``background=True``) the most-likely-called program then starts loading alone in a
+worker thread (:mod:`xlakit.bundle.background`) while the calling thread places the weights, ``load_bundle``
+returns, and the others follow, most likely first; a call waits only for its own program. With
+``background=False`` the weights are placed first, the programs load largest first (no worker is left alone
+with the biggest one), and ``load_bundle`` returns when all are loaded.
 
 Nothing in the folder is trusted: module files are read only when they are regular files under
 :data:`~xlakit.bundle.files.MAX_MODULE_BYTES` (a FIFO, a device or a huge file fails alone, at once, named),
@@ -83,7 +83,7 @@ DEFAULT_MAX_WORKERS = max(1, min(4, os.cpu_count() or 1))
 def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, max_workers: int | None = None,
                 progress: bool = True, *, secret: bytes | None = None,
                 log: _events.EventLog | None = None, remote: str | None = None, remote_mode: str | None = None,
-                remote_options: dict | None = None, background: bool = False,
+                remote_options: dict | None = None, background: bool = True,
                 warmup: bool = False) -> LoadedBundle:
     """Load a bundle's programs and weights onto a device, compiling only what ``.cache`` lacks.
 
@@ -102,20 +102,21 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       remote, remote_mode, remote_options: a shared store behind ``.cache`` (default ``$XLAKIT_CACHE_REMOTE``
         and its mode/options variables), as for :func:`xlakit.enable_cache`: modules missing from ``.cache``
         are read from it, modules compiled here are uploaded (``rw``).
-      background: return as soon as the manifest is read, the modules hashed and the weights placed; the
-        programs go on loading in ``max_workers`` threads, the most likely to be called first (the order the
-        last process first called them, from ``.cache/usage.json``; else the default variant, smallest batch
-        first), and a call waits only for its own program (see :class:`LoadedBundle`). Default False: return
-        once every program is loaded, largest first.
+      background: (default True) return as soon as the manifest is read, the modules hashed and the weights
+        placed; the programs go on loading in ``max_workers`` threads, the most likely to be called first (the
+        order the last process first called them, from ``.cache/usage.json``; else the default variant,
+        smallest batch first), and a call waits only for its own program (see :class:`LoadedBundle`;
+        ``load_bundle(p).wait()`` waits for all). False: return once every program is loaded, largest first
+        (measured fastest to have *all* programs ready on 2 cores).
       warmup: after loading each program, run it once on zeros in the loading thread
         (:func:`xlakit._jax.warmup.warm_up`), so a call does not pay XLA:CPU's first-run cost (measured in
         ``benchmarks/first_execution.py``: ~5x a later run); costs about one run per program loaded whether or
         not it is called. Skipped for a program a call already used. A failed warm-up is only reported.
 
     Returns:
-      A :class:`LoadedBundle`; modules that failed are in its ``errors`` and ``reports`` (and one
-      ``RuntimeWarning`` names them: here, or with ``background=True`` on the next call or ``wait()``)
-      while the others load.
+      A :class:`LoadedBundle`; modules that failed are in its ``errors`` and ``reports``, and one
+      ``RuntimeWarning`` names them: here for modules that could not be read (and, with ``background=False``,
+      for all), else on the next call or ``wait()``. The others load.
 
     Raises:
       xlakit.bundle.ManifestError: ``manifest.json`` is missing, unreadable or lacks/misstates a field.
@@ -182,6 +183,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
                           usage=None if unusable else _UsageRecorder(cache_dir, usage or []))
     if not background:
         loaded.wait()
+    else:
+        loaded._surface(stacklevel=2)  # modules that could not be read failed already: say so now
     loaded.ready_s = time.perf_counter() - start
     if notes:
         warnings.warn(f"bundle {manifest.name!r}: " + "; ".join(notes), RuntimeWarning, stacklevel=2)

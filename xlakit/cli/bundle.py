@@ -35,7 +35,7 @@ def warm(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():  # failed modules are shown in the table and the exit status
             warnings.simplefilter("ignore", RuntimeWarning)
             loaded = load_bundle(path, max_workers=args.workers,
-                                 progress=not args.no_progress and not args.json and sys.stderr.isatty())
+                                 progress=not args.no_progress and not args.json and sys.stderr.isatty()).wait()
     except BundleError as e:
         raise CliError(str(e)) from None
     counts = loaded.counts()

@@ -95,7 +95,9 @@ def record(*, jax_signals: bool = True, maxlen: int = 100_000) -> Iterator[Event
         rec.summary()
 
     The returned log receives every event appended to the process-wide :func:`log` while the block runs
-    (from any thread), and nothing from before or after; its totals cover only those events.
+    (from any thread), and nothing from before or after; its totals cover only those events. A bundle keeps
+    loading in the background after ``load_bundle`` returns: to record all of its events, call
+    ``load_bundle(path).wait()`` inside the block.
 
     Args:
       jax_signals: also capture JAX's own signals, by installing the JAX listeners for the block if they are
