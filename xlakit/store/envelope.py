@@ -271,6 +271,7 @@ def decompress_bounded(data: bytes | memoryview, max_bytes: int) -> bytes:
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
 def _short_repr(value: object) -> str:
@@ -294,7 +295,7 @@ def _check_integrity_fields(header: dict) -> None:
     if not isinstance(sha, str) or not _HEX64.fullmatch(sha):
         raise CorruptEntry(f"header payload_sha256 is {_short_repr(sha)}, not 64 lowercase hex digits")
     kid = header.get("key_id")
-    if kid is not None and not (isinstance(kid, str) and re.fullmatch(r"[0-9a-f]{16}", kid)):
+    if kid is not None and not (isinstance(kid, str) and _HEX16.fullmatch(kid)):
         raise CorruptEntry(f"header key_id is {_short_repr(kid)}, not 16 lowercase hex digits")
 
 
