@@ -48,12 +48,20 @@ def _spec_and_program(loaded):
     return spec, loaded.programs[(spec.variant, spec.batch_size)]
 
 
-def test_matching_signature_passes(warm):
-    """The fast path accepts the program the manifest describes (a wrong precomputed tuple would refuse
-    every hit)."""
+def test_matching_signature_passes_without_the_per_tensor_check(warm, monkeypatch):
+    """The one-comparison path accepts the program the manifest describes: the per-tensor comparison is
+    not run at all (a precomputed tuple that differed from the program's, e.g. unsorted weight names or a
+    symbolic batch axis, would silently send every hit down the slow path)."""
     _, loaded = warm
     spec, program = _spec_and_program(loaded)
-    _context(loaded)._check_signature(spec, program)  # no error
+    ctx = _context(loaded)
+
+    def slow(*args):
+        raise AssertionError("the per-tensor comparison ran for a matching program")
+
+    monkeypatch.setattr(ctx, "_compare", slow)
+    monkeypatch.setattr(ctx, "_compare_outputs", slow)
+    ctx._check_signature(spec, program)  # no error
 
 
 def test_weight_dtype_mismatch_names_the_weight(warm):
