@@ -39,6 +39,7 @@ _MEMO_VERSION = 1
 _LIBRARY_RE = re.compile(r"\.(so(\.\d+)*|dylib|pyd|dll)$")
 # Top-level packages that carry PJRT plugins (their compilers generate the code, so they belong to the build).
 _PLUGIN_PACKAGE_RE = re.compile(r"^(jax_plugins|jax_(cuda|rocm)\d*_(plugin|pjrt)|libtpu)$")
+_PLUGIN_PREFIXES = ("jax_", "libtpu")  # every name _PLUGIN_PACKAGE_RE matches starts with one of these
 # XLA flags that only decide what gets dumped or logged; they never change the generated code.
 _OUTPUT_ONLY_FLAG_PREFIXES = ("--xla_dump", "--xla_log", "--xla_gpu_dump", "--xla_enable_dumping")
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -243,10 +244,12 @@ def _library_roots() -> list[Path]:
         # Scanning sys.path ourselves also finds namespace packages such as jax_plugins, which pkgutil skips.
         directory = Path(entry or ".")
         try:
-            names = sorted(os.listdir(directory))
+            names = os.listdir(directory)
         except OSError:  # zip files, missing directories
             continue
-        roots += [directory / n for n in names if _PLUGIN_PACKAGE_RE.match(n) and (directory / n).is_dir()]
+        # Sorted after filtering (site-packages holds hundreds of names; every plugin name starts so).
+        names = sorted(n for n in names if n.startswith(_PLUGIN_PREFIXES) and _PLUGIN_PACKAGE_RE.match(n))
+        roots += [directory / n for n in names if (directory / n).is_dir()]
     unique: dict[str, Path] = {}
     for root in roots:
         unique.setdefault(os.path.realpath(root), root)

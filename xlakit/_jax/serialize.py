@@ -28,6 +28,7 @@ Importing this module is cheap: JAX is imported inside the functions that need i
 
 from __future__ import annotations
 
+import functools
 import inspect
 import io
 import pickle
@@ -347,10 +348,17 @@ def _make_compiled(loaded, args_info, out_tree, no_kwargs):
     is ``(executable, const_args, args_info, out_tree, no_kwargs=...)``; older JAX had no ``const_args``."""
     import jax
 
-    params = inspect.signature(jax.stages.Compiled.__init__).parameters
-    if "const_args" in params:
+    if _compiled_takes_const_args(jax.stages.Compiled.__init__):
         return jax.stages.Compiled(loaded, [], args_info, out_tree, no_kwargs=no_kwargs)
     return jax.stages.Compiled(loaded, args_info, out_tree, no_kwargs=no_kwargs)
+
+
+@functools.lru_cache(maxsize=4)
+def _compiled_takes_const_args(init) -> bool:
+    """Whether ``Compiled.__init__`` has ``const_args``; asked once per JAX (``inspect.signature`` costs
+    ~40 µs, and every loaded program needs the answer). Keyed by the function itself, so a patched or
+    reloaded ``jax.stages`` is asked again."""
+    return "const_args" in inspect.signature(init).parameters
 
 
 # --------------------------------------------------------------------------------------------- device assignment

@@ -42,6 +42,12 @@ class Context:
         self.io = CachePath(store, log)  # the one fetch/publish path: hit/miss/corrupt/store events and decisions
         self.errors: dict[str, BundleError] = {}
         self._lock = threading.Lock()
+        # The manifest's signature as plain tuples, built once per load (not per tensor per program): a
+        # program's signature is compared with one ``==`` and only a mismatch runs the per-tensor check that
+        # names the field (see _check_signature).
+        self._want_weights = tuple((s.name, tuple(s.shape), s.dtype) for s in sorted(manifest.weights,
+                                                                                      key=lambda s: s.name))
+        self._want_io: dict[tuple[str, int | None], tuple] = {}
 
     def emit(self, kind: str, stem: str, key: str | None, **fields: Any) -> None:
         partition = fields.pop("partition", self.partition)
@@ -141,10 +147,10 @@ class Context:
     def _report(self, spec, status, load_s, compile_s, size, decision, key, reason) -> ModuleReport:
         """The module's report row; sizes and compiled memory come from the cache's decision (no re-read)."""
         ok = decision is not None and decision.kind in ("hit", "store")
-        mem = _memory(decision.memory if ok else None)
+        # The memory columns are computed from the raw mapping when a report is read, not per load.
         return ModuleReport(spec.file, spec.variant, spec.batch_size, status, load_s, compile_s, size,
-                            decision.bytes if ok else None, mem.get("argument_bytes"), mem.get("output_bytes"),
-                            mem.get("temp_bytes"), mem.get("footprint_bytes"), key, reason)
+                            decision.bytes if ok else None, key=key, reason=reason,
+                            memory=decision.memory if ok else None)
 
     # -- the cold path --------------------------------------------------------------------------------------
     def _deserialize(self, spec: ModuleSpec, data: bytes):
@@ -212,14 +218,43 @@ class Context:
 
     # -- signature checks (both paths) ---------------------------------------------------------------------
     def _check_signature(self, spec: ModuleSpec, compiled) -> None:
+        """Raise :class:`ModuleError` naming the first tensor (weight, input or output) whose shape or dtype
+        differs from the manifest's, or a program that does not take ``(weights, *inputs)``.
+
+        The whole signature is compared at once with the tuples built in ``__init__`` (per load) and
+        :meth:`_want_signature` (per variant and batch size); only a mismatch runs the per-tensor comparison
+        that builds the precise message. Both compare the same names, shapes and dtype names."""
         import jax
 
         (args, kwargs) = compiled.args_info
         if kwargs or not args or not isinstance(args[0], dict):
             raise ModuleError(self.path / spec.file, "in_tree", "the program does not take (weights, *inputs)")
-        self._compare(spec, args[0], args[1:])
         outs = jax.tree_util.tree_leaves(compiled.out_info)
+        weights = args[0]
+        got_weights = tuple((name, tuple(weights[name].shape), _dtype_name(weights[name].dtype))
+                            for name in sorted(weights))
+        got_io = (tuple((tuple(a.shape), _dtype_name(a.dtype)) for a in args[1:]),
+                  tuple((tuple(a.shape), _dtype_name(a.dtype)) for a in outs))
+        if got_weights == self._want_weights and got_io == self._want_signature(spec):
+            return
+        self._compare(spec, weights, args[1:])  # the slow path: raises naming the tensor that differs
         self._compare_outputs(spec, outs)
+
+    def _want_signature(self, spec: ModuleSpec) -> tuple:
+        """``(inputs, outputs)`` of ``spec`` as ``((shape, dtype name), ...)`` tuples, batch axis concrete;
+        built once per (variant, batch size). An unknown variant gives a tuple no program matches (the slow
+        path then names it)."""
+        key = (spec.variant, spec.batch_size)
+        want = self._want_io.get(key)
+        if want is None:
+            def shape(s: TensorSpec) -> tuple:
+                return s.concrete(spec.batch_size) if spec.batch_size is not None else tuple(s.shape)
+
+            outs = self.manifest.outputs.get(spec.variant)
+            want = (tuple((shape(s), s.dtype) for s in self.manifest.inputs),
+                    tuple((shape(s), s.dtype) for s in outs) if outs is not None else None)
+            self._want_io[key] = want  # a race only builds the same tuple twice
+        return want
 
     def _compare(self, spec: ModuleSpec, weights: Mapping[str, Any], inputs: Sequence[Any]) -> None:
         file = self.path / spec.file
@@ -255,6 +290,21 @@ def _same(file: Path, field: str, aval: Any, spec: TensorSpec, batch_size: int |
         got = f"{dtype}[{','.join(map(str, shape))}]"
         raise ModuleError(file, field, f"the module has {got}, manifest.json says "
                           f"{spec.describe(batch_size) if batch_size is not None else spec.describe()}")
+
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    """:func:`~xlakit.bundle.manifest.dtype_name`, remembered per dtype object (a program has one per tensor,
+    and a load sees the same few dtypes hundreds of times)."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        name = _DTYPE_NAMES[dtype] = dtype_name(dtype)
+        return name
+    except TypeError:  # an unhashable dtype-like object: ask each time
+        return dtype_name(dtype)
 
 
 def _concrete(avals: Sequence[Any], batch: int | None) -> list[Any]:
@@ -326,15 +376,3 @@ def _miss_reason(found, partition: str) -> str:
         return f"stored program could not be loaded ({found.reason})"
     return found.reason or f"no program compiled from this module in partition {partition}"
 
-
-def _memory(memory: Mapping[str, Any] | None) -> dict[str, int | None]:
-    if not memory:
-        return {}
-    try:
-        from xlakit.memory.compiled import compiled_memory
-
-        m = compiled_memory({"memory": dict(memory)})
-    except Exception:  # noqa: BLE001 - a malformed memory field costs the columns, not the load
-        return {}
-    return {"argument_bytes": m.argument_bytes, "output_bytes": m.output_bytes, "temp_bytes": m.temp_bytes,
-            "footprint_bytes": m.footprint_bytes}

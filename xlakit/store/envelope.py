@@ -29,6 +29,7 @@ The SHA-256 catches accidental damage with a precise message; the MACs catch ent
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -117,8 +118,14 @@ def key_id(secret: bytes) -> bytes:
     """The 8-byte id of ``secret`` written into every envelope: HMAC-SHA256(secret, b"xlakit key id")[:8].
 
     It names the key without revealing it, so a reader can tell "signed with another key" (a miss, left in
-    place) from "modified" (quarantined).
+    place) from "modified" (quarantined). Remembered per secret (a process uses one or two; every envelope
+    opened or sealed needs it).
     """
+    return _key_id(bytes(secret))
+
+
+@functools.lru_cache(maxsize=8)
+def _key_id(secret: bytes) -> bytes:
     return hmac.new(secret, b"xlakit key id", hashlib.sha256).digest()[:KEY_ID_BYTES]
 
 
@@ -238,8 +245,8 @@ def read_header_file(path: str | os.PathLike, secret: bytes | None = None) -> di
     return _authenticated_header(prefix + rest, length, secret)
 
 
-def decompress_bounded(data: bytes, max_bytes: int) -> bytes:
-    """zstd-decompress ``data`` into at most ``max_bytes`` bytes.
+def decompress_bounded(data: bytes | memoryview, max_bytes: int) -> bytes:
+    """zstd-decompress ``data`` (any bytes-like object) into at most ``max_bytes`` bytes.
 
     The frame's declared content size is checked first (it would override ``max_output_size``); a frame
     without one is streamed and stopped at the bound. Raises CorruptEntry if the data is not zstd or would
@@ -264,6 +271,7 @@ def decompress_bounded(data: bytes, max_bytes: int) -> bytes:
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
 def _short_repr(value: object) -> str:
@@ -287,7 +295,7 @@ def _check_integrity_fields(header: dict) -> None:
     if not isinstance(sha, str) or not _HEX64.fullmatch(sha):
         raise CorruptEntry(f"header payload_sha256 is {_short_repr(sha)}, not 64 lowercase hex digits")
     kid = header.get("key_id")
-    if kid is not None and not (isinstance(kid, str) and re.fullmatch(r"[0-9a-f]{16}", kid)):
+    if kid is not None and not (isinstance(kid, str) and _HEX16.fullmatch(kid)):
         raise CorruptEntry(f"header key_id is {_short_repr(kid)}, not 16 lowercase hex digits")
 
 
@@ -337,7 +345,7 @@ def open_envelope(blob: bytes, secret: bytes) -> tuple[dict, bytes]:
         raise CorruptEntry(f"zstd decompression failed: {e}") from None
     if declared != -1 and declared != raw_bytes:
         raise CorruptEntry(f"length mismatch: zstd frame says {declared} bytes, header says {raw_bytes}")
-    raw = decompress_bounded(bytes(payload), raw_bytes)
+    raw = decompress_bounded(payload, raw_bytes)  # the authenticated view itself: no copy of the payload
     if len(raw) != raw_bytes:
         raise CorruptEntry(f"length mismatch: decompressed {len(raw)} bytes, header says {raw_bytes}")
     return header, raw
