@@ -409,7 +409,7 @@ def test_call_picks_smallest_fitting_batch_and_validates_inputs(tmp_path):
     assert out["y"].shape == (5, 3)
     np.testing.assert_allclose(float(out["total"]), x.sum(), rtol=1e-5)  # zero padding adds nothing
     assert loaded(x[:2], s[:2])["y"].shape == (2, 3)
-    with pytest.raises(ValueError, match="exceeds the largest loaded batch size 8"):
+    with pytest.raises(ValueError, match="exceeds the largest batch size 8"):
         loaded(xs(9), np.ones((9, 1), np.float32))
     with pytest.raises(TypeError, match="dtype float64, the bundle takes float32"):
         loaded(x.astype(np.float64), s)

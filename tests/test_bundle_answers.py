@@ -171,6 +171,14 @@ def test_coupled_rows_are_never_padded(coupled_bundle, tmp_path):
     with pytest.raises(ValueError, match="rows are coupled"):
         warm(np.ones((5, 3), np.float32))
 
+    # The batch-4 module broken: batch 4 was exported, so it must still be served, exactly, from the
+    # shape-polymorphic module (not refused as "above the largest loaded size").
+    (path / "model.b4.jaxexp").write_bytes(b"not a jax.export module")
+    with pytest.warns(RuntimeWarning, match="model.b4.jaxexp"):
+        broken = load(path)
+    for k, v in jax.jit(coupled)(W, X4).items():
+        np.testing.assert_allclose(np.asarray(broken(X4)[k]), np.asarray(v), rtol=1e-6, atol=1e-6)
+
 
 def test_declared_and_detected_independence(tmp_path):
     """A row-wise program is padded and split into chunks above the largest size; a declared
@@ -215,7 +223,7 @@ d0, d1 = jax.devices()
 out = {}
 for name, devices in (("cold1", [d1]), ("warm0", [d0]), ("warm_id1", [1])):
     with events.record() as log:
-        lb = xlakit.load_bundle(path, devices=devices, progress=False)
+        lb = xlakit.load_bundle(path, devices=devices, progress=False).wait()
         y = lb(x)
     out[name] = {"kinds": [e.kind for e in log if e.kind in ("hit", "miss", "compile") and e.source == "xlakit"],
                  "dev": sorted(d.id for d in y["y"].devices()), "m": float(y["m"]),

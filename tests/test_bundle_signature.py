@@ -1,7 +1,8 @@
 """A loaded program's signature is checked against the manifest with one comparison of precomputed tuples;
 only a mismatch runs the per-tensor check, which must still name the tensor that differs. And the report's
 compiled-memory columns, now computed from the entry's raw ``memory`` field when first read, must equal
-:func:`xlakit.memory.compiled_memory` of the loaded program.
+:func:`xlakit.memory.compiled_memory` of the loaded program. A verified entry holding another module's program
+must be dropped and recompiled, not blamed on a healthy module (which then failed in every later process).
 
 One tiny affine bundle (two weights, one input, one output, batch 2), exported and loaded once per module.
 """
@@ -31,7 +32,7 @@ def warm(tmp_path_factory):
     path = tmp_path_factory.mktemp("sig") / "affine"
     params = {"w": jnp.asarray(np.arange(12, dtype=np.float32).reshape(4, 3)), "b": jnp.ones(3, jnp.float32)}
     export_bundle(affine, params, np.zeros((2, 4), np.float32), path, batch_sizes=[2])
-    load_bundle(path, progress=False)  # compile and store
+    load_bundle(path, progress=False).wait()  # compile and store
     loaded = load_bundle(path, progress=False)
     assert [r.status for r in loaded.reports] == ["hit"]
     return path, loaded
@@ -100,7 +101,7 @@ def test_input_shape_mismatch_on_a_hit_fails_that_module_naming_the_input(warm, 
     manifest["inputs"][0]["shape"] = ["batch", 5]
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.warns(RuntimeWarning):
-        loaded = load_bundle(copy, progress=False)
+        loaded = load_bundle(copy, progress=False).wait()
     (report,) = loaded.reports
     assert report.status == "error"
     err = loaded.errors["model.b2.jaxexp"]
@@ -121,3 +122,32 @@ def test_report_memory_columns_equal_compiled_memory_of_the_program(warm):
     assert report.argument_bytes == (12 + 3 + 8) * 4  # w, b and x (float32), a real value not a default
     row = loaded.report().iloc[0]
     assert int(row["footprint_bytes"]) == m.footprint_bytes
+
+
+def test_entry_holding_another_programs_signature_is_dropped_and_recompiled(tmp_path):
+    """A validly signed entry under batch 1's key holding the batch-2 program (a writer with the secret that
+    mixed them up): the module file agrees with manifest.json, so the entry is wrong. It must be removed
+    (``load_error``) and batch 1 compiled and stored again; the next process hits."""
+    from xlakit import events
+    from xlakit.bundle.hashes import program_key, sha256_hex
+
+    path = tmp_path / "affine"
+    params = {"w": np.arange(12, dtype=np.float32).reshape(4, 3), "b": np.ones(3, np.float32)}
+    export_bundle(affine, params, np.zeros((2, 4), np.float32), path, batch_sizes=[1, 2])
+    cold = load_bundle(path, progress=False).wait()
+    ctx = cold._context
+    key = {b: program_key(f"model.b{b}.jaxexp", sha256_hex((path / f"model.b{b}.jaxexp").read_bytes()))
+           for b in (1, 2)}
+    two = ctx.store.get(ctx.partition, key[2])
+    assert two.status == "hit"
+    ctx.store.remove(ctx.partition, key[1])
+    assert ctx.store.put(ctx.partition, key[1], dict(two.header), two.payload).stored
+
+    with events.record(jax_signals=False) as log:
+        mixed = load_bundle(path, progress=False).wait()
+    assert mixed.errors == {} and mixed.counts() == {"hit": 1, "miss": 1, "error": 0}
+    (dropped,) = [e for e in log if e.kind == "load_error"]
+    assert "not this module's" in dropped.reason and "float32[2,4]" in dropped.reason
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.testing.assert_allclose(np.asarray(mixed(x)), x @ params["w"] + params["b"])
+    assert load_bundle(path, progress=False).wait().counts() == {"hit": 2, "miss": 0, "error": 0}

@@ -27,7 +27,7 @@ class WarmupResult:
     Attributes:
       ok: the program ran to completion on zeros.
       seconds: wall time of building the zero arguments, the run and ``block_until_ready``
-        (``time.perf_counter``); 0.0 when nothing ran.
+        (``time.perf_counter``); for a failed warm-up, the seconds spent before it failed.
       reason: why it did not run or failed (``"TypeError: ..."``), else None.
     """
 
@@ -44,8 +44,8 @@ def zero_arguments(compiled: Any) -> tuple[tuple, dict]:
     arrays, so a donated argument is never one the caller holds.
 
     Raises:
-      TypeError: an argument has no shape/dtype (e.g. a token) or an extended dtype (typed PRNG keys), for
-        which no zero host array exists.
+      TypeError: an argument has no shape/dtype (e.g. a token) or an extended dtype other than a typed PRNG
+        key (whose zero is all-zero key data of its implementation), for which no zero value exists.
     """
     import jax
     import numpy as np
@@ -65,9 +65,14 @@ def zero_arguments(compiled: Any) -> tuple[tuple, dict]:
             shape, dtype = tuple(info.shape), info.dtype
         except TypeError as e:
             raise TypeError(f"argument {i}: {e}; no zero value can be built for it") from None
-        if dtypes.issubdtype(dtype, dtypes.extended):
-            raise TypeError(f"argument {i}: extended dtype {dtype} (e.g. a typed PRNG key) has no zero host array")
-        host = np.zeros(shape, dtype)
+        if dtypes.issubdtype(dtype, dtypes.prng_key) and getattr(dtype, "_impl", None) is not None:
+            # A typed PRNG key (dtype key<impl>): all-zero key data of its implementation, wrapped.
+            impl = dtype._impl
+            host = jax.random.wrap_key_data(jax.numpy.zeros(shape + tuple(impl.key_shape), np.uint32), impl=impl)
+        elif dtypes.issubdtype(dtype, dtypes.extended):
+            raise TypeError(f"argument {i}: extended dtype {dtype} has no zero host array")
+        else:
+            host = np.zeros(shape, dtype)
         leaves.append(jax.device_put(host, sharding) if sharding is not None else jax.device_put(host))
     args, kwargs = jax.tree_util.tree_unflatten(treedef, leaves)
     return tuple(args), dict(kwargs)

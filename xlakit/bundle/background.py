@@ -85,14 +85,19 @@ class ProgramLoader:
                 self.finished_at = time.perf_counter()
                 self._all_done.set()
             return
-        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(self._pending))),
+        # Every slot is queued now, never later: once the interpreter begins to exit, the pool refuses new
+        # tasks but still runs queued ones, so a script that exits right after load_bundle (or a thread still
+        # calling the bundle) sees every program load. With a head start the other slots wait for the first.
+        self._head_done = threading.Event()
+        if not head_start:
+            self._head_done.set()
+        slots = len(self._pending)  # counted before the first worker starts taking from it
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, slots)),
                                                            thread_name_prefix="xlakit-bundle")
-        held = len(self._pending) - 1 if head_start else 0
-        self._held = held  # slots submitted by the worker that resolves the first program
-        for _ in range(len(self._pending) - held):
-            self._pool.submit(self._take_next)
-        if not held:  # (a local: the first worker may already have taken self._held)
-            self._pool.shutdown(wait=False)  # queued tasks still run; the threads end after the last one
+        self._pool.submit(self._take_next)
+        for _ in range(slots - 1):
+            self._pool.submit(self._take_after_head)
+        self._pool.shutdown(wait=False)  # queued tasks still run; the threads end after the last one
 
     # -- callers ----------------------------------------------------------------------------------------
     def result(self, file: str, timeout: float | None = None) -> tuple[ModuleReport, Any]:
@@ -126,6 +131,10 @@ class ProgramLoader:
                                        reason="cancelled: the load failed before this module was loaded"), None)
 
     # -- workers ----------------------------------------------------------------------------------------
+    def _take_after_head(self) -> None:
+        self._head_done.wait()
+        self._take_next()
+
     def _take_next(self) -> None:
         with self._lock:
             empty = not self._pending
@@ -133,7 +142,7 @@ class ProgramLoader:
                 file = min(self._pending, key=self._rank.__getitem__)
                 spec = self._pending.pop(file)
         if empty:  # cancelled
-            self._release_held()
+            self._head_done.set()
             return
         start = time.perf_counter()
         try:
@@ -148,20 +157,11 @@ class ProgramLoader:
         try:
             self._resolve(report, compiled)
         finally:
-            self._release_held()
+            self._head_done.set()  # the head start is over: the other slots may load
         if self._warmup and compiled is not None and file not in self._used:
             from xlakit._jax.warmup import warm_up
 
             self.warmups[file] = warm_up(compiled)  # never raises
-
-    def _release_held(self) -> None:
-        """After the head start: queue the slots of the other programs, then let the pool wind down."""
-        with self._lock:
-            held, self._held = self._held, 0
-        if held:
-            for _ in range(held):
-                self._pool.submit(self._take_next)
-            self._pool.shutdown(wait=False)
 
     def _resolve(self, report: ModuleReport, compiled: Any) -> None:
         self.futures[report.module].set_result((report, compiled))

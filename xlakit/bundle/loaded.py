@@ -219,9 +219,11 @@ class LoadedBundle:
                           "outputs that couple rows (batch means, sorts). Re-export it.", RuntimeWarning,
                           stacklevel=4)
         if independent is False:
-            largest = self._largest(variant)
+            # With a shape-polymorphic module any size up to the largest *exported* one can be compiled exactly,
+            # even when that size's own program failed to load; without one, only loaded programs serve.
+            largest = self._candidates(variant)[-1] if variant in self._poly else self._largest(variant)
             if n > largest:
-                raise ValueError(f"batch of {n} exceeds the largest loaded batch size {largest} of variant "
+                raise ValueError(f"batch of {n} exceeds the largest batch size {largest} of variant "
                                  f"{variant!r}, and its rows are coupled (an output depends on several rows), so "
                                  "it cannot be split: export a larger batch size")
             self._exact(variant, n)

@@ -236,21 +236,44 @@ def _bar_updater(bar: Any, total: int):
 
 
 class _UsageRecorder:
-    """Appends a program's first call to ``.cache/usage.json`` (in a short-lived thread, off the call)."""
+    """Records a program's first call in ``.cache/usage.json``, off the call's thread.
+
+    One writer thread at a time, which writes the newest list until nothing is left to write (first calls in
+    quick succession are never written out of order), and not a daemon: a process that exits right after its
+    calls still finishes the small write instead of being cut off mid-way (which left a temp file behind and
+    the record short)."""
 
     def __init__(self, cache_dir: Path, previous: list) -> None:
         self._cache_dir = cache_dir
         self._calls: list = []
         self._previous = previous
         self._lock = threading.Lock()
+        self._dirty = False
+        self._writing = False
 
     def __call__(self, variant: str, batch: int) -> None:
         with self._lock:
             self._calls.append((variant, batch))
-            calls = list(self._calls)
-        if calls == self._previous[:len(calls)]:
-            return  # the same first calls as last time: nothing new to write
-        threading.Thread(target=write_usage, args=(self._cache_dir, calls), name="xlakit-usage", daemon=True).start()
+            if self._calls == self._previous[:len(self._calls)]:
+                return  # the same first calls as last time: nothing new to write
+            self._dirty = True
+            if self._writing:
+                return  # the running writer picks the newest list up
+            self._writing = True
+        try:
+            threading.Thread(target=self._write, name="xlakit-usage").start()
+        except RuntimeError:  # the interpreter is shutting down: no new threads; write here
+            self._write()
+
+    def _write(self) -> None:
+        while True:
+            with self._lock:
+                if not self._dirty:
+                    self._writing = False
+                    return
+                self._dirty = False
+                calls = list(self._calls)
+            write_usage(self._cache_dir, calls)
 
 
 def _treedefs(path: Path, manifest: Manifest) -> tuple[dict, list[str]]:

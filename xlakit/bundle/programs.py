@@ -121,7 +121,15 @@ class Context:
         def place(header, payload):
             placement = serialize.Placement.from_dict(header["placement"])
             compiled = serialize.load_compiled(payload, placement, [self.device])
-            self._check_signature(spec, compiled)  # a ModuleError passes through: the manifest disagrees
+            try:
+                self._check_signature(spec, compiled)
+            except ModuleError as e:
+                # The manifest or the stored program is wrong; the module file decides (only on this rare path).
+                # A module that disagrees with the manifest fails with its own error (passed through, the entry
+                # kept); a module that agrees means the entry holds another program: it is removed and compiled.
+                self._check_export(spec, self._deserialize(spec, data), spec.batch_size if polymorphic else None)
+                raise StoredProgramMismatch(f"the stored program is not this module's ({e.problem}; the module "
+                                            "file agrees with manifest.json)") from None
             return compiled
 
         # CachePath records hit / miss / corrupt / load_error (name "<bundle>/<stem>") and, when the stored
@@ -213,6 +221,9 @@ class Context:
                       batch_size=spec.batch_size)
         if isinstance(self.store, NullStore):  # .cache refused (the load already warned once): record why
             return self.io.failed("store_error", self.partition, key, name, self.store.reason)
+        if not self.path.is_dir():  # deleted while loading in the background: never create it again
+            return self.io.failed("store_error", self.partition, key, name,
+                                  f"{self.path} no longer exists; the program was not stored")
         self.io.ensure_partition(self.partition, self.env.to_dict())
         return self.io.publish(self.partition, key, header, payload)
 
@@ -376,3 +387,8 @@ def _miss_reason(found, partition: str) -> str:
         return f"stored program could not be loaded ({found.reason})"
     return found.reason or f"no program compiled from this module in partition {partition}"
 
+
+
+class StoredProgramMismatch(Exception):
+    """A verified ``.cache`` entry whose program's signature is not its module's: the cache path removes the
+    entry (``load_error``) and the module is compiled."""
