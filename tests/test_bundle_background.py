@@ -155,6 +155,24 @@ def test_a_script_that_exits_while_loading_still_loads_every_program(tmp_path):
     assert counts == "{'hit': 3, 'miss': 0, 'error': 0}"
 
 
+def test_ctrl_c_while_loading_cancels_the_programs_not_started(tmp_path):
+    """A script interrupted (KeyboardInterrupt) right after load_bundle waited at exit for every queued
+    program, inviting a second Ctrl-C (which XLA answers with an abort mid-compile). Programs not started by
+    then are cancelled; the one loading finishes and is stored whole."""
+    import subprocess
+
+    from conftest import worker_env
+
+    path = tmp_path / "aff"
+    export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(1, 2, 4, 8))
+    code = EXITS_WHILE_LOADING.replace("PATH", repr(str(path))) + "raise KeyboardInterrupt\n"
+    proc = subprocess.run([sys.executable, "-c", code.replace("atexit.register(lb.wait)", "")],
+                          capture_output=True, text=True, env=worker_env(), timeout=120)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr
+    assert len(list((path / ".cache").glob("*/*.xlk"))) == 1         # the head start, stored whole
+    assert list((path / ".cache").glob("*/*.tmp")) == []
+
+
 CALLS_THEN_EXITS = """
 import numpy as np, xlakit
 lb = xlakit.load_bundle(PATH, progress=False)

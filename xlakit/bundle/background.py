@@ -20,7 +20,10 @@ after marking it ready, unless a call has already used it; the outcome goes into
 (``warmup_s``, ``warmup_error``). A failed warm-up never fails the load.
 
 The pool is a ``concurrent.futures.ThreadPoolExecutor``: at interpreter exit, the programs already queued still
-load before the process ends (a script that loads a bundle to fill ``.cache`` and exits leaves it filled).
+load before the process ends (a script that loads a bundle to fill ``.cache`` and exits leaves it filled) —
+unless the script is ending on a ``KeyboardInterrupt``: then the modules not yet started are cancelled and the
+process exits once the ones loading finish (waiting for every queued compile invited a second Ctrl-C, and XLA
+aborts the process when interrupted mid-compile during interpreter shutdown).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -91,6 +95,7 @@ class ProgramLoader:
         self._head_done = threading.Event()
         if not head_start:
             self._head_done.set()
+        _watch_exit()
         slots = len(self._pending)  # counted before the first worker starts taking from it
         self._pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, slots)),
                                                            thread_name_prefix="xlakit-bundle")
@@ -121,14 +126,14 @@ class ProgramLoader:
         """Block until every module resolved; False if ``timeout`` seconds passed first."""
         return self._all_done.wait(timeout)
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str = "cancelled: the load failed before this module was loaded") -> None:
         """Load nothing more (modules already loading finish; the rest resolve as ``error`` reports)."""
         with self._lock:
             cancelled = list(self._pending.values())
             self._pending.clear()
         for spec in cancelled:
             self._resolve(ModuleReport(spec.file, spec.variant, spec.batch_size, "error", 0.0,
-                                       reason="cancelled: the load failed before this module was loaded"), None)
+                                       reason=reason), None)
 
     # -- workers ----------------------------------------------------------------------------------------
     def _take_after_head(self) -> None:
@@ -136,6 +141,8 @@ class ProgramLoader:
         self._take_next()
 
     def _take_next(self) -> None:
+        if _interrupted_exit():
+            self.cancel("cancelled: the program was interrupted (Ctrl-C) and is exiting")
         with self._lock:
             empty = not self._pending
             if not empty:
@@ -182,3 +189,33 @@ class ProgramLoader:
         if w is None:
             return report
         return dataclasses.replace(report, warmup_s=w.seconds, warmup_error=None if w.ok else w.reason)
+
+
+_exiting = threading.Event()
+_watching_exit = False
+
+
+def _watch_exit() -> None:
+    """Set :data:`_exiting` when the interpreter starts to exit, before it waits for the loading threads.
+    ``threading._register_atexit`` (Python >= 3.9; what ``concurrent.futures`` itself uses) runs its hooks in
+    reverse order of registration, so this one runs before the thread pool's join. Without it (another
+    Python), an interrupted script waits for its queued programs, as a normal exit does."""
+    global _watching_exit
+    if _watching_exit:
+        return
+    _watching_exit = True
+    import concurrent.futures.thread  # noqa: F401 - registers the pool's exit hook first, so ours runs before it
+
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        try:
+            register(_exiting.set)
+        except RuntimeError:  # already shutting down
+            _exiting.set()
+
+
+def _interrupted_exit() -> bool:
+    """True while the interpreter is exiting after an uncaught ``KeyboardInterrupt`` (Python records it in
+    ``sys.last_value`` before it joins the remaining threads). A notebook's interrupted cell also sets
+    ``sys.last_value``, but the interpreter is not exiting then: loads go on."""
+    return _exiting.is_set() and isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
