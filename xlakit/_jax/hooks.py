@@ -260,6 +260,29 @@ def _cache_write(cache_key, compile_time_secs, module_name, backend, executable,
     return handler.write(ctx, compile_time_secs, backend, executable, host_callbacks)
 
 
+def _hide_frames(hide: bool) -> None:
+    """Count this file's frames (the :func:`_run_python_pjit` and :func:`mark` wrappers, on the stack of every
+    trace) as JAX's own, not the user's, as JAX does for its files.
+
+    Otherwise each traced operation's location names one more "user" frame: a bigger module to lower, a bigger
+    executable (~1 kB more debug metadata for the demo transformer) to store and deserialize, and a frame of
+    xlakit's in the user's error tracebacks. Locations are not part of the cache key (JAX hashes the module
+    without debug info), so keys do not change. Removed again exactly by the last :func:`release`.
+    """
+    try:
+        from jax._src import source_info_util as siu
+
+        paths = siu._exclude_paths
+        if hide and __file__ not in paths:
+            siu.register_exclusion(__file__)
+        elif not hide and __file__ in paths:
+            paths.remove(__file__)
+            siu._exclude_path_regex.cache_clear()
+            siu.is_user_filename.cache_clear()
+    except (ImportError, AttributeError):  # pragma: no cover - another JAX: frames stay visible, nothing breaks
+        pass
+
+
 def acquire() -> None:
     """Install the hooks (first user) or count one more user.
 
@@ -284,6 +307,7 @@ def acquire() -> None:
             compiler._cache_write = _cache_write
             cache_key.get = _key_get
             pjit._run_python_pjit = _run_python_pjit
+            _hide_frames(True)
         _users += 1
 
 
@@ -304,6 +328,7 @@ def release() -> None:
             key_logger = logging.getLogger(_KEY_LOGGER)
             key_logger.removeFilter(_saved["capture"])
             key_logger.setLevel(_saved["logger_level"])
+            _hide_frames(False)
             _saved.clear()
 
 

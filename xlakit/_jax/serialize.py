@@ -374,7 +374,9 @@ def _retargeted_options(exec_bytes: bytes, placement: Placement, devices: list):
     import numpy as np
     from jax._src.lib import xla_client as xc
 
-    for options in _stored_compile_options(exec_bytes):
+    from xlakit._jax.keys import stored_compile_options
+
+    for options in stored_compile_options(exec_bytes):  # read without copying the executable
         grid = _assignment_grid(options)
         if grid is not None and sorted(int(i) for i in grid.ravel()) == sorted(placement.device_ids):
             break

@@ -20,6 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# Imported here, not on first use: the first warm hit of a process would pay for them (~1 ms each where no
+# bytecode cache is written). None of them imports JAX.
+from xlakit._jax import executables, keys
+from xlakit._jax.environment import current_environment, expectations
 from xlakit.cache import entry as _entry
 from xlakit.cache.coordinated import CoordinatedCompiles
 from xlakit.cache.decision import Decision
@@ -60,6 +64,7 @@ class StoreHandler(CacheFolder):
         self.io = CachePath(self.store, self.log)
         self._local = threading.local()
         self.coordination = CoordinatedCompiles(self.store, self.io, self.log)
+        self._described: tuple[Any, str, dict[str, Any], dict[str, Any]] | None = None
 
     @property
     def path(self) -> Path:
@@ -70,15 +75,14 @@ class StoreHandler(CacheFolder):
     def read(self, ctx: Any, compile_options: Any, backend: Any, executable_devices: Any,
              host_callbacks: Any = ()) -> tuple[Any, int | None]:
         """Answer JAX's ``_cache_read``: ``(executable, compile_seconds)`` on a hit, else ``(None, None)``."""
-        from xlakit._jax import executables, keys
-        from xlakit._jax.environment import current_environment, expectations
-
         partition = expect = None
         try:
-            env = current_environment(backend.platform)
-            partition = env.partition_name()
-            expect = expectations(env)
-            self.io.ensure_partition(partition, env.to_dict())
+            env = current_environment(backend.platform)  # memoized: the same object while nothing changed
+            described = self._described
+            if described is None or described[0] is not env:  # name, expectations and info once per environment
+                described = self._described = (env, env.partition_name(), expectations(env), env.to_dict())
+            _, partition, expect, info = described
+            self.io.ensure_partition(partition, info)
         except Exception as exc:  # noqa: BLE001 - the cache fails open
             self._keep(self.io.failed("load_error", partition, ctx.key, ctx.module_name,
                                       f"{type(exc).__name__}: {exc}"))
@@ -106,8 +110,6 @@ class StoreHandler(CacheFolder):
     def write(self, ctx: Any, compile_time_secs: float, backend: Any, executable: Any,
               host_callbacks: Any = ()) -> None:
         """Answer JAX's ``_cache_write``: store the executable, or record why not."""
-        from xlakit._jax import executables
-        from xlakit._jax.environment import current_environment
         from xlakit._jax.signature import module_text
 
         name, key, partition = ctx.module_name, ctx.key, None
@@ -176,9 +178,7 @@ class StoreHandler(CacheFolder):
 
     # -- policy ----------------------------------------------------------------------------------------
     def _skip_reason(self, compile_time_secs: float, host_callbacks: Any, claimed: bool = False) -> str | None:
-        from xlakit._jax.executables import process_index
-
-        index = process_index()
+        index = executables.process_index()
         if index != 0 and not claimed:  # a coordination claimant stores for every process
             return f"only process 0 writes the cache (this is process {index})"
         if host_callbacks:  # only passed by JAX <= 0.10, which cannot rebind callbacks on load

@@ -122,6 +122,7 @@ class LocalStore:
         self._config_dir = config_dir
         self._lock: filelock.FileLock | None = None
         self.objects = _LocalObjects(self.root)
+        self._partition_dirs: dict[str, Path] = {}
         bound = max_entry_bytes if max_bytes is None else min(max_entry_bytes, max_bytes)
         self.layer = EntryLayer(self.objects, lambda: self.secret, max_entry_bytes=bound, path_of=self.entry_path)
 
@@ -147,7 +148,13 @@ class LocalStore:
     # -- paths --------------------------------------------------------------
 
     def partition_dir(self, partition: str) -> Path:
-        return self.root / validate_partition(partition)
+        """``<root>/<partition>``. Raises ValueError for an invalid partition name."""
+        found = self._partition_dirs.get(partition)
+        if found is None:  # validated and joined once per name (every lookup needs it)
+            if len(self._partition_dirs) > 64:
+                self._partition_dirs.clear()
+            found = self._partition_dirs[partition] = self.root / validate_partition(partition)
+        return found
 
     def entry_path(self, partition: str, key: str) -> Path:
         return self.partition_dir(partition) / (file_stem(key) + ENTRY_SUFFIX)
@@ -184,8 +191,9 @@ class LocalStore:
         """
         found = self.layer.get(partition, key, expect=expect)
         if found.status == "hit":
-            self.objects.note_displaced(str(self.root / partition),
-                                        evict.touch_used(self.root, self.entry_path(partition, key)))
+            note = evict.touch_used(self.root, found.path or self.entry_path(partition, key))
+            if note is not None:
+                self.objects.note_displaced(str(self.root / partition), note)
         return found
 
     def touch(self, partition: str, key: str) -> None:

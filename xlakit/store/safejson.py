@@ -53,6 +53,26 @@ def check_depth(raw: bytes, max_depth: int = MAX_DEPTH) -> None:
             depth -= 1
 
 
+# A string, to its closing quote or, unterminated, to the end: the string half of _TOKEN, so the strings it
+# removes are exactly the ones check_depth skips (every match starts at a quote outside a string; linear).
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _depth(raw: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` outside strings: strings removed and non-brackets dropped in C, then
+    one pass over the brackets alone (what :func:`check_depth` measures, without a Python step per token)."""
+    depth = deepest = 0
+    for byte in _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS):
+        if byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        else:
+            depth -= 1
+    return deepest
+
+
 def _int(text: str) -> int:
     digits = text.lstrip("-")
     if len(digits) > _MAX_INT_DIGITS or abs(int(text)) > MAX_INT:
@@ -78,13 +98,20 @@ def loads(raw: bytes | bytearray | memoryview, max_depth: int = MAX_DEPTH) -> An
     beyond int64 or floats beyond ``MAX_FLOAT``. Never raises RecursionError or OverflowError.
     """
     data = bytes(raw)
-    check_depth(data, max_depth)
+    # Nesting is at most the number of opening brackets (brackets inside strings only raise the count), so
+    # when that count is within the bound nothing can be refused: two C-speed counts. Otherwise the depth is
+    # measured outside strings (:func:`_depth`); only a refusal runs the token scan, for its message. Both
+    # replace a Python loop over every token (~100 us for a 3 kB entry header, ~400 us for a 30 kB one).
+    if data.count(b"[") + data.count(b"{") > max_depth and _depth(data) > max_depth:
+        check_depth(data, max_depth)
+        raise UnsafeJson(f"nested deeper than {max_depth} levels")
     try:
         text = data.decode("utf-8")
         return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
     except UnsafeJson:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        check_depth(data, max_depth)  # its precise reason (an unterminated string) when it has one
         raise UnsafeJson(f"not valid UTF-8 JSON: {e}") from None
 
 
