@@ -1,0 +1,43 @@
+"""What a transparent-mode warm hit does besides loading the executable: each piece is the same check as before,
+done without the per-lookup cost found in profiling (docs/restart-measurements.md, section 8)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from xlakit._jax import hooks, keys
+from xlakit._jax.assignment import _stored_compile_options
+
+
+def test_stored_options_are_read_without_copying_and_equal_the_copying_reader():
+    compiled = jax.jit(lambda x: x * 2 + 1).lower(jnp.ones((4,), jnp.float32)).compile()
+    exec_bytes = compiled.runtime_executable().serialize()
+    fast = [o.SerializeAsString() for o in keys.stored_compile_options(exec_bytes)]
+    slow = [o.SerializeAsString() for o in _stored_compile_options(exec_bytes)]
+    assert fast == slow and len(fast) >= 1  # the load check still sees the stored assignment
+    # the check itself still refuses a caller with another device count
+    options = next(iter(keys.stored_compile_options(exec_bytes)))
+    keys.check_loadable(exec_bytes, options, jax.devices()[:1])
+    try:
+        keys.check_loadable(exec_bytes, None, [])
+    except keys.PlacementMismatch as e:
+        assert "compiled for 1 device(s)" in str(e)
+    else:  # pragma: no cover
+        raise AssertionError("a caller with no devices was not refused")
+
+
+def test_hook_frames_are_hidden_from_traced_locations_only_while_installed():
+    import pytest
+    from jax._src import source_info_util as siu
+
+    if hooks.installed():  # pragma: no cover - another test left a cache enabled
+        pytest.skip("xlakit's hooks are already installed")
+    assert siu.is_user_filename(hooks.__file__)
+    hooks.acquire()
+    try:
+        # JAX's own files are excluded the same way: the jit wrapper frame adds no location to each op
+        assert not siu.is_user_filename(hooks.__file__)
+    finally:
+        hooks.release()
+    assert siu.is_user_filename(hooks.__file__)  # released exactly as acquired
