@@ -52,7 +52,7 @@ class CompileContext:
         key on a JAX whose key helpers xlakit does not know.
       key_parts: per-part hashes (``computation``, ``jax_lib version``, ``backend version``,
         ``XLA flags``, ``compile_options``, ``accelerator_config``, ``compression``, ``custom_hook`` and, for
-        xlakit's key, ``placement``); computed with the key, or by :meth:`parts` for JAX's.
+        xlakit's key, ``placement``); empty until :meth:`parts` computes them (a hit never needs them).
       module: the ``ir.Module`` JAX keyed, or None.
       devices: the device array JAX keyed (``numpy.ndarray`` of devices), or None.
     """
@@ -63,12 +63,20 @@ class CompileContext:
     module: Any = None
     devices: Any = None
     key_call: tuple | None = None  # (args, kwargs) of JAX's cache_key.get, to recompute the parts on demand
+    placement_free: bool = False  # ``key`` is xlakit's placement-free key (its parts come from the same code)
 
     def parts(self) -> dict[str, str]:
-        """JAX's per-part key hashes, computed by JAX's own key code on first use (only misses and
-        explanations need them, so hits never pay for hashing the module twice)."""
+        """The per-part key hashes, computed on first use by the code that computed the key (xlakit's
+        :func:`~xlakit._jax.keys.placement_free_key` or JAX's ``cache_key.get``). Only misses and explanations
+        need them, so a hit hashes the module once, for its key."""
         if not self.key_parts and self.key_call is not None:
-            self.key_parts = _compute_parts(*self.key_call)
+            if self.placement_free:
+                try:
+                    self.key_parts = keys.placement_free_key(_saved["key_get"], *self.key_call)[1]
+                except Exception:  # noqa: BLE001 - parts only explain misses; never fail a compile for them
+                    self.key_parts = {}
+            else:
+                self.key_parts = _compute_parts(*self.key_call)
         return self.key_parts
 
 
@@ -184,10 +192,10 @@ def _key_get(module, devices, *args, **kwargs):
     if _current() is None or not keys.supported():
         return _saved["key_get"](module, devices, *args, **kwargs)
     try:
-        key, parts = keys.placement_free_key(_saved["key_get"], (module, devices, *args), kwargs)
+        key, _ = keys.placement_free_key(_saved["key_get"], (module, devices, *args), kwargs, with_parts=False)
     except Exception:  # noqa: BLE001 - a JAX whose helpers changed: its own (placement-bound) key is still right
         return _saved["key_get"](module, devices, *args, **kwargs)
-    _local.key_parts = (key, parts)
+    _local.key_parts = key  # the parts are computed only if a miss or an explanation asks (CompileContext.parts)
     return key
 
 
@@ -228,10 +236,9 @@ def _context(module_name: str, cache_key: str) -> CompileContext:
     # devices and key arguments).
     if ctx is not None and ctx.key == cache_key and ctx.key_call is getattr(_local, "key_call", None):
         return ctx
-    computed = getattr(_local, "key_parts", None)
-    parts = dict(computed[1]) if computed is not None and computed[0] == cache_key else {}
-    return CompileContext(module_name, cache_key, parts, getattr(_local, "module", None),
-                          getattr(_local, "devices", None), getattr(_local, "key_call", None))
+    ours = getattr(_local, "key_parts", None) == cache_key  # xlakit computed this key on this thread
+    return CompileContext(module_name, cache_key, {}, getattr(_local, "module", None),
+                          getattr(_local, "devices", None), getattr(_local, "key_call", None), ours)
 
 
 def _cache_read(module_name, cache_key, compile_options, backend, executable_devices, *rest):

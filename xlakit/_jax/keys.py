@@ -126,11 +126,14 @@ def _bound(jax_get: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     return dict(bound.arguments)
 
 
-def placement_free_key(jax_get: Any, args: tuple, kwargs: dict) -> tuple[str, dict[str, str]]:
+def placement_free_key(jax_get: Any, args: tuple, kwargs: dict, *,
+                       with_parts: bool = True) -> tuple[str, dict[str, str]]:
     """``(key, parts)`` for a call ``jax_get(*args, **kwargs)`` of JAX's ``cache_key.get``.
 
     ``key`` is ``<module name>-<64 hex>``; ``parts`` maps each part's name (JAX's eight, then ``placement``)
     to the sha256 hex of that part's bytes. See the module docstring for what differs from JAX's key.
+    With ``with_parts=False`` only the key is computed and ``parts`` is ``{}``: every byte is hashed once
+    instead of twice (a hit never needs the parts; a miss or an explanation computes them again).
 
     Raises:
       Whatever JAX's helpers raise (the caller falls back to JAX's own key).
@@ -174,6 +177,9 @@ def placement_free_key(jax_get: Any, args: tuple, kwargs: dict) -> tuple[str, di
     chain = hashlib.sha256()
     parts: dict[str, str] = {}
     for name, fn in entries:
+        if not with_parts:
+            fn(chain)
+            continue
         tee = _Tee(chain)
         fn(tee)
         parts[name] = tee.part.hexdigest()
