@@ -41,3 +41,12 @@ def test_hook_frames_are_hidden_from_traced_locations_only_while_installed():
     finally:
         hooks.release()
     assert siu.is_user_filename(hooks.__file__)  # released exactly as acquired
+
+
+def test_prefetched_build_fingerprint_is_the_same_value_and_used_once(tmp_path, monkeypatch):
+    from xlakit._jax import environment as envmod
+
+    monkeypatch.setattr(envmod, "_memo_dir", tmp_path)  # a memo of its own: the first computation hashes jaxlib
+    envmod.prefetch_build_fingerprint()
+    assert envmod._prefetched_fingerprint() == envmod.jaxlib_build_fingerprint()
+    assert envmod._prefetched_fingerprint() is None  # consumed: a later environment computes its own

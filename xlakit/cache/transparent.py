@@ -78,7 +78,7 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
            remote_options: dict | None = None) -> TransparentCache:
     """See :func:`xlakit.enable_cache`."""
     global _active
-    from xlakit._jax.environment import use_memo_dir
+    from xlakit._jax.environment import current_environment, prefetch_build_fingerprint, use_memo_dir
     from xlakit._units import check_max_bytes, check_path, check_seconds
     from xlakit.cache.remote import open_store
 
@@ -95,6 +95,8 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
             _active = None
         cache.install()
         use_memo_dir(store.root)  # the jaxlib fingerprint memo lives beside the cache in use
+        if current_environment.cache_info().currsize == 0:  # hash jaxlib meanwhile, off the first compile's path
+            prefetch_build_fingerprint()
         _active = cache
     return cache
 
