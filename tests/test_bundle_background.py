@@ -218,6 +218,22 @@ def test_a_bundle_deleted_while_loading_is_not_created_again(tmp_path, monkeypat
     np.testing.assert_allclose(np.asarray(loaded(xs(4))), expected(xs(4)), rtol=1e-6)
 
 
+def test_bare_device_and_a_file_for_a_folder(warm_bundle):
+    """``devices=jax.devices()[0]`` (no list) failed with "'Device' object is not iterable", and the path of
+    ``manifest.json`` itself with ".../manifest.json/manifest.json: Not a directory"."""
+    import jax
+
+    from xlakit.bundle import ManifestError
+
+    loaded = load_bundle(warm_bundle, devices=jax.devices()[0], progress=False)
+    assert loaded.device == jax.devices()[0]
+    np.testing.assert_allclose(np.asarray(loaded(xs(1))), expected(xs(1)), rtol=1e-6)
+    with pytest.raises(KeyError, match=r"its batch sizes are \[1, 4\]"):
+        loaded.wait_for(5)
+    with pytest.raises(ManifestError, match="is a file, not a bundle folder"):
+        load_bundle(warm_bundle / "manifest.json", progress=False)
+
+
 def _join_usage_writers() -> None:
     for t in threading.enumerate():
         if t.name == "xlakit-usage":

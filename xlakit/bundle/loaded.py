@@ -125,8 +125,10 @@ class LoadedBundle:
         failed. Raises KeyError for a size or variant the manifest does not export, TimeoutError after
         ``timeout`` seconds."""
         if (variant, batch_size) not in self._files:
+            sizes = sorted(b for v, b in self._files if v == variant)
             raise KeyError(f"bundle {self.manifest.name!r} exports no program of variant {variant!r} at batch size "
-                           f"{batch_size}; it exports {sorted(self._files)}")
+                           f"{batch_size}; its batch sizes are {sizes}" + ("" if sizes else
+                           f" (variants: {sorted(self.manifest.variants)})"))
         try:
             return self._get(variant, batch_size, timeout) is not None
         except concurrent.futures.TimeoutError:

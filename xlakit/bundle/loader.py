@@ -89,8 +89,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
 
     Args:
       path: the bundle folder (see :mod:`xlakit.bundle.manifest`).
-      devices: ``[device]`` to place the programs and weights on (a ``jax.Device`` or an integer id);
-        default: JAX's default device. A program cached for another device of the same kind is reused
+      devices: ``[device]`` (or the device alone) to place the programs and weights on: a ``jax.Device`` or an
+        integer id; default: JAX's default device. A program cached for another device of the same kind is reused
         (its device assignment is rewritten when loading; see :func:`xlakit._jax.serialize.load_compiled`).
       max_workers: modules loaded or compiled at once, in threads (XLA releases the GIL while loading and
         compiling); default :data:`DEFAULT_MAX_WORKERS` (measured; see the comment at its definition).
@@ -298,6 +298,8 @@ def _resolve_device(devices):
 
     if devices is None:
         return jax.devices()[0]
+    if isinstance(devices, jax.Device | int) and not isinstance(devices, bool):
+        devices = [devices]  # one device given bare: the same as [device]
     devices = list(getattr(devices, "flat", devices))
     if len(devices) != 1:
         raise DevicePlacementError(f"a bundle's programs run on one device; devices= has {len(devices)} "

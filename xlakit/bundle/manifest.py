@@ -326,6 +326,9 @@ class Manifest:
     def read(cls, bundle: str | os.PathLike) -> Manifest:
         """Read ``<bundle>/manifest.json``. Raises :class:`ManifestError` (missing, not JSON, bad field)."""
         file = Path(bundle) / MANIFEST
+        if Path(bundle).exists() and not Path(bundle).is_dir():
+            raise ManifestError(Path(bundle), None, "is a file, not a bundle folder; pass the folder that holds "
+                                "manifest.json")
         try:
             text = read_regular(file, MAX_JSON_BYTES)
         except FileNotFoundError:
