@@ -50,3 +50,22 @@ def test_prefetched_build_fingerprint_is_the_same_value_and_used_once(tmp_path, 
     envmod.prefetch_build_fingerprint()
     assert envmod._prefetched_fingerprint() == envmod.jaxlib_build_fingerprint()
     assert envmod._prefetched_fingerprint() is None  # consumed: a later environment computes its own
+
+
+def test_a_compile_inside_a_hook_when_the_last_user_releases_still_reaches_jax(monkeypatch):
+    """``disable_cache()`` on one thread while another thread's compile had just entered a hook made that
+    ``jax.jit`` call fail with ``KeyError: 'key_get'`` (the saved JAX functions were cleared). A wrapper called
+    after the release must forward to JAX's own function."""
+    from jax._src import compiler
+
+    def jax_read(module_name, cache_key, compile_options, backend, executable_devices):  # JAX's own, stood in for
+        return ("jax's answer", module_name, cache_key)
+
+    monkeypatch.setattr(compiler, "_cache_read", jax_read)
+    assert not hooks.installed()
+    hooks.acquire()
+    wrapper = compiler._cache_read
+    assert wrapper is not jax_read
+    hooks.release()
+    assert compiler._cache_read is jax_read               # restored exactly
+    assert wrapper("m", "k", None, None, None) == ("jax's answer", "m", "k")

@@ -336,7 +336,10 @@ def release() -> None:
             key_logger.removeFilter(_saved["capture"])
             key_logger.setLevel(_saved["logger_level"])
             _hide_frames(False)
-            _saved.clear()
+            # JAX's own functions stay in _saved: a compile on another thread that entered a wrapper just before
+            # this release still forwards to them (clearing them made that jax.jit call fail with KeyError).
+            _saved.pop("capture", None)
+            _saved.pop("logger_level", None)
 
 
 def installed() -> bool:

@@ -77,7 +77,7 @@ class ProgramLoader:
         self._used: set[str] = set()
         self._left = len(specs)
         self._all_done = threading.Event()
-        self.finished_at: float | None = None  # time.perf_counter() when the last module resolved
+        self.finished_at: float | None = None  # time.perf_counter() when the last module was done (warm-up too)
         # A module that could not even be read (missing, FIFO, too large) fails here, on the caller's thread, so
         # load_bundle can name it before returning instead of on some later call.
         for s in specs:
@@ -123,7 +123,8 @@ class ProgramLoader:
         return self.futures[file].done()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until every module resolved; False if ``timeout`` seconds passed first."""
+        """Block until every module resolved and, with ``warmup``, was warmed up; False if ``timeout`` seconds
+        passed first."""
         return self._all_done.wait(timeout)
 
     def cancel(self, reason: str = "cancelled: the load failed before this module was loaded") -> None:
@@ -162,21 +163,29 @@ class ProgramLoader:
             report, compiled = ModuleReport(spec.file, spec.variant, spec.batch_size, "error",
                                             time.perf_counter() - start, reason=str(err)), None
         try:
-            self._resolve(report, compiled)
+            self._resolve(report, compiled, finished=False)  # a call may use it now; wait() also awaits its warm-up
         finally:
             self._head_done.set()  # the head start is over: the other slots may load
-        if self._warmup and compiled is not None and file not in self._used:
-            from xlakit._jax.warmup import warm_up
+        try:
+            if self._warmup and compiled is not None and file not in self._used:
+                from xlakit._jax.warmup import warm_up
 
-            self.warmups[file] = warm_up(compiled)  # never raises
+                self.warmups[file] = warm_up(compiled)  # never raises
+        finally:
+            self._finish_one()
 
-    def _resolve(self, report: ModuleReport, compiled: Any) -> None:
+    def _resolve(self, report: ModuleReport, compiled: Any, finished: bool = True) -> None:
         self.futures[report.module].set_result((report, compiled))
         if self._on_done is not None:
             try:
                 self._on_done(report)
             except Exception:  # noqa: BLE001, S110 - a progress bar never fails a load
                 pass
+        if finished:
+            self._finish_one()
+
+    def _finish_one(self) -> None:
+        """One module done with everything this load does for it (its warm-up included)."""
         with self._lock:
             self._left -= 1
             if self._left == 0:

@@ -62,7 +62,8 @@ class LoadedBundle:
       cache_problem: why ``.cache`` was not used (e.g. it is a symlink), else None.
       tree_notes: output classes that come back as dicts (not defined in this process), and why.
       weights_s: seconds reading, checking and placing the weights. ready_s: seconds until ``load_bundle``
-        returned. total_s: seconds until every program was loaded (or failed), from the start of the load.
+        returned. total_s: seconds until every program was loaded (or failed) and, with ``warmup=True``, warmed
+        up, from the start of the load.
     """
 
     def __init__(self, *, path: Path, manifest: Manifest, device: Any, weights: dict[str, Any], loader: Any,
@@ -100,7 +101,8 @@ class LoadedBundle:
 
     # -- waiting ----------------------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> LoadedBundle:
-        """Block until every program has loaded or failed; returns ``self`` (so ``load_bundle(p).wait()``).
+        """Block until every program has loaded or failed (and, with ``warmup=True``, been warmed up); returns
+        ``self`` (so ``load_bundle(p).wait()``).
 
         Raises:
           TimeoutError: ``timeout`` seconds passed first (the load goes on).

@@ -91,13 +91,16 @@ def _constant(name: str) -> Any:
     raise UnsafeJson(f"{name} is not a finite number")
 
 
-def loads(raw: bytes | bytearray | memoryview, max_depth: int = MAX_DEPTH) -> Any:
+def loads(raw: bytes | bytearray | memoryview | str, max_depth: int = MAX_DEPTH) -> Any:
     """Parse UTF-8 JSON ``raw`` with nesting at most ``max_depth`` and numbers finite and bounded.
 
     Raises UnsafeJson (a ValueError) for bad UTF-8, bad syntax, too deep nesting, NaN/Infinity, integers
     beyond int64 or floats beyond ``MAX_FLOAT``. Never raises RecursionError or OverflowError.
     """
-    data = bytes(raw)
+    try:
+        data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+    except (UnicodeEncodeError, TypeError) as e:
+        raise UnsafeJson(f"not JSON bytes: {e}") from None
     # Nesting is at most the number of opening brackets (brackets inside strings only raise the count), so
     # when that count is within the bound nothing can be refused: two C-speed counts. Otherwise the depth is
     # measured outside strings (:func:`_depth`); only a refusal runs the token scan, for its message. Both
