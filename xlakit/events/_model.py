@@ -55,6 +55,10 @@ class Event:
       folder: the xlakit cache folder that answered (``str``), or None (JAX's own layers, no store).
       memory: for an xlakit ``store`` or ``hit``, the program's compiled memory as recorded at compile time
         (``get_compiled_memory_stats()`` field -> bytes); None otherwise or when the backend reports none.
+      origin: ``"user"`` when the program was traced or called from user code, ``"library"`` when every frame
+        up to it is inside jax/flax/optax/… (JAX's own helpers such as ``jit_broadcast_in_dim``), None when
+        unknown (an event from a hook that sees no Python stack). The rule is :mod:`xlakit._sources`'.
+      site: the first user frame as text (``train.py:42 (train_step)``, ``cell [7], line 3 (step)``), or None.
       time: wall-clock seconds since the epoch (``time.time()``) when the event was recorded — for an
         action with a duration, its end.
       monotonic: ``time.monotonic()`` seconds at the same moment, for ordering and intervals within one
@@ -75,6 +79,8 @@ class Event:
     saved_s: float | None = None
     folder: str | None = None
     memory: dict[str, int] | None = None
+    origin: str | None = None
+    site: str | None = None
     time: float = dataclasses.field(default_factory=_time.time)
     monotonic: float = dataclasses.field(default_factory=_time.monotonic)
 
