@@ -150,3 +150,12 @@ def test_a_cache_holding_only_other_environments_says_why_everything_compiles(tm
         cache.compile(jax.jit(lambda v: v * 2), jnp.ones(2))
     told = [str(w.message) for w in seen if "other environment" in str(w.message)]
     assert len(told) == 1 and old.name in told[0] and "cache clear --partition" in told[0]
+
+
+def test_reprs_and_text_tables_show_control_characters_as_escapes():
+    from xlakit.events import Event
+    from xlakit.view.table import Column, Table
+
+    assert "\x1b" not in repr(Event("miss", name=HOSTILE, reason=HOSTILE))
+    text = Table([Column("name", "name")], [{"name": HOSTILE}]).to_text()
+    assert "\x1b" not in text and "PWNED" in text
