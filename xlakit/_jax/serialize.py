@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from xlakit._jax.assignment import _assignment_grid, _proto_fields, _stored_compile_options, _varint  # noqa: F401
+from xlakit._jax.kernels import KernelsNotReady, make_ready
 from xlakit._jax.unpickle_policy import (  # noqa: F401 - re-exported: the policy's names stay reachable here
     _ALLOWED_CLASSES,
     _ALLOWED_FUNCTIONS,
@@ -304,6 +305,8 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
       DevicePlacementError: the devices cannot run it, or the payload disagrees with ``placement``.
       pickle.UnpicklingError: the payload names a global outside the allow-list (which is never called)
         or is not a valid payload.
+      xlakit._jax.kernels.KernelsNotReady: the executable calls a kernel that cannot be made ready in this
+        process without lowering (it is never run; compile the program instead).
       Errors from XLA's ``deserialize_executable`` (e.g. ``jax.errors.JaxRuntimeError``) pass through.
     """
     devices = check_devices(placement, devices, backend)
@@ -327,7 +330,7 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
     try:
         unloaded, args_info_flat, no_kwargs, in_tree, out_tree = unpickler.load()
         args_info = in_tree.unflatten(args_info_flat)
-    except (pickle.UnpicklingError, DevicePlacementError):
+    except (pickle.UnpicklingError, DevicePlacementError, KernelsNotReady):
         raise
     except Exception as e:
         if e is unpickler.xla_error:  # XLA's own error: pass it through unchanged
@@ -425,8 +428,11 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return self._client
         if kind == "exec":
             try:
-                return _load_executable(self._client, pid[1], self._devices, self._options)
+                loaded = _load_executable(self._client, pid[1], self._devices, self._options)
             except Exception as e:
                 self.xla_error = e
                 raise
+            # Loaded without lowering: fill the kernel tables its custom calls need before anything runs it.
+            make_ready(loaded, self._client.platform)
+            return loaded
         raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.80}")
