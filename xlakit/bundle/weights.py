@@ -107,7 +107,7 @@ def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
         for name, (dtype, shape, begin, end) in header.items():
             arr = np.empty(shape, dtype)
             f.seek(data_start + begin)
-            got = f.readinto(memoryview(arr.reshape(-1).view(np.uint8))) if end > begin else 0
+            got = f.readinto(arr.reshape(-1).view(np.uint8).data) if end > begin else 0
             if got != end - begin:
                 raise WeightsError(path, name, f"the file changed while it was read: {got} of {end - begin} bytes "
                                    "of this tensor were there (truncated?); read it again once it is written")
