@@ -6,8 +6,9 @@ Built on ``jax.experimental.serialize_executable``. Its payload is a pickle of
 unsafe for a cache, and this module fixes each:
 
 * **Loading runs code.** JAX unpickles with a plain ``pickle.Unpickler``; any payload can run anything.
-  :func:`load_compiled` unpickles with :class:`_RestrictedUnpickler`, which resolves only the globals JAX's
-  format contains (see ``_ALLOWED_*`` below and :func:`_resolve_global`). :func:`serialize_compiled` checks
+  :func:`load_compiled` scans the payload first, admitting only the globals JAX's format contains, by name, and
+  calling only those the format calls (``FORMAT_GLOBALS`` in :mod:`xlakit._jax.unpickle_policy`), then
+  unpickles with :class:`_RestrictedUnpickler`, which resolves the same names. :func:`serialize_compiled` checks
   every payload against the same policy, so what it writes is always loadable.
 * **Other device orders fail late.** JAX maps device ids to the *same* ids, and
   ``Client.deserialize_executable`` keeps the device assignment compiled into the executable. A permuted
@@ -39,8 +40,7 @@ from typing import Any, NoReturn
 from xlakit._jax.assignment import _assignment_grid, _proto_fields, _stored_compile_options, _varint  # noqa: F401
 from xlakit._jax.kernels import KernelsNotReady, make_ready
 from xlakit._jax.unpickle_policy import (  # noqa: F401 - re-exported: the policy's names stay reachable here
-    _ALLOWED_CLASSES,
-    _ALLOWED_FUNCTIONS,
+    FORMAT_GLOBALS,
     _is_registered_pytree_node,
     _resolve_global,
     _Scan,
