@@ -114,6 +114,10 @@ def programs():
             mesh1, P(), memory_kind="pinned_host")).lower(x),
         "shard_map": lambda: jax.jit(jax.shard_map(lambda b: b * jax.lax.axis_index("d"), mesh=mesh1,
                                                    in_specs=P("d"), out_specs=P("d"))).lower(x),
+        "JAX's own result namedtuples": lambda: jax.jit(lambda m: (
+            jnp.linalg.qr(m), jnp.linalg.eigh(m), jnp.linalg.slogdet(m), jnp.linalg.svd(m), jnp.linalg.eig(m),
+            jnp.unique_all(m[0], size=3), jnp.unique_counts(m[0], size=3), jnp.unique_inverse(m[0], size=3))).lower(
+            np.eye(3, dtype=np.float32)),
         "scan and grad": lambda: jax.jit(jax.grad(lambda v: jax.lax.scan(lambda c, t: (c * t, c), 1.0,
                                                                          v)[0])).lower(x),
     }

@@ -39,12 +39,12 @@ def test_the_policy_equals_the_globals_of_the_payloads_jax_writes(recorded):
     for globals_ in recorded["programs"].values():
         for module, name, how in globals_:
             seen.setdefault((module, name), set()).add(how)
-    # The user's own classes (the worker's namedtuple and registered dataclass) are only named, never called.
-    user = {k: v for k, v in seen.items() if k[0] == "__main__"}
-    assert user == {("__main__", "Pair"): {"value"}, ("__main__", "Params"): {"value"}}
-    factories = {k for k in seen if k[0] == "builtins"}
-    assert factories == {("builtins", "list")} and seen[("builtins", "list")] == {"value"}  # defaultdict(list)
-    jax_written = {k: v for k, v in seen.items() if k[0] not in ("__main__", "builtins")}
+    # The user's own node types (the worker's namedtuple and registered dataclass) and a defaultdict's factory
+    # are only named, never called.
+    nodes = {k: v for k, v in seen.items() if k not in policy.FORMAT_GLOBALS}
+    assert nodes == {("__main__", "Pair"): {"value"}, ("__main__", "Params"): {"value"},
+                     ("builtins", "list"): {"value"}}   # defaultdict(list)
+    jax_written = {k: v for k, v in seen.items() if k in policy.FORMAT_GLOBALS}
     assert all(len(v) == 1 for v in jax_written.values()), "a global both called and only named"
     expected = policy.format_globals(recorded["jax"])
     assert {k: v.pop() for k, v in jax_written.items()} == expected
@@ -80,6 +80,8 @@ def test_a_payload_calling_what_the_format_only_names_is_refused(module, name):
 
 
 def test_library_classes_outside_the_format_are_refused_even_from_jax():
+    _refused(b"cjax._src.numpy.linalg\nQRResult\n(I1\nI2\ntR.", "refusing to call")  # named, never called
+    _refused(b"cjax._src.interpreters.mlir\nLoweringResult\n.", "not in JAX's executable format")  # not named
     for module, name in [("jax._src.sharding_impls", "PositionalSharding"), ("jax._src.core", "DShapedArray"),
                          ("jax._src.mesh", "ResourceEnv"), ("numpy", "memmap"), ("jax._src.dtypes", "ExtendedDType")]:
         _refused(f"c{module}\n{name}\n(tR.".encode(), "not in JAX's executable format")

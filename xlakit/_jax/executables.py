@@ -41,7 +41,7 @@ def deserialize(backend: Any, payload: bytes, executable_devices: Any, compile_o
         loaded = backend.deserialize_executable(payload, executable_devices, compile_options, host_callbacks)
     else:
         loaded = backend.deserialize_executable(payload, executable_devices, compile_options)
-    make_ready(loaded, backend.platform, callbacks=bool(host_callbacks))
+    make_ready(loaded, backend.platform, serialized=payload, callbacks=bool(host_callbacks))
     return loaded
 
 

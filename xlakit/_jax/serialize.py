@@ -433,6 +433,6 @@ class _RestrictedUnpickler(pickle.Unpickler):
                 self.xla_error = e
                 raise
             # Loaded without lowering: fill the kernel tables its custom calls need before anything runs it.
-            make_ready(loaded, self._client.platform)
+            make_ready(loaded, self._client.platform, serialized=pid[1])
             return loaded
         raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.80}")

@@ -58,6 +58,10 @@ FORMAT_GLOBALS: dict[tuple[str, str], tuple[str, frozenset[str]]] = {
     ("jax._src.tree_util", "tracing_registry"): (VALUE, _BOTH),
     ("collections", "OrderedDict"): (VALUE, _BOTH),      # node types of JAX's built-in pytree nodes
     ("collections", "defaultdict"): (VALUE, _BOTH),
+    **{("jax._src.numpy.linalg", r): (VALUE, _BOTH)       # node types of JAX's own results (namedtuples)
+       for r in ("EigResult", "EighResult", "QRResult", "SVDResult", "SlogdetResult")},
+    **{("jax._src.numpy.setops", r): (VALUE, _BOTH)
+       for r in ("_UniqueAllResult", "_UniqueCountsResult", "_UniqueInverseResult")},
     **{("jax._src.random.threefry2x32", f"threefry_{f}"): (VALUE, _BOTH)
        for f in ("seed", "split", "fold_in", "random_bits")},
     **{("jax._src.random.rbg", f"_rbg_{f}"): (VALUE, _BOTH) for f in ("seed", "split", "fold_in", "random_bits")},
@@ -68,8 +72,9 @@ FORMAT_GLOBALS: dict[tuple[str, str], tuple[str, frozenset[str]]] = {
         "uint2", "uint4")},
 }
 
-# Beyond the format, a payload names the user's own pytree node types (a treedef holds its node classes) and a
-# defaultdict's factory: admitted as VALUEs only (never called), and only from modules already imported here.
+# Beyond the format, a payload names the user's own pytree node types (a treedef holds its node classes:
+# namedtuples, registered classes) and a defaultdict's factory: admitted as VALUEs only (never called), and only
+# from modules outside jax/jaxlib/numpy/ml_dtypes that are already imported here.
 _FACTORY_BUILTINS = frozenset({"list", "dict", "set", "tuple", "int", "float", "str", "bytes", "bool", "frozenset"})
 
 
@@ -97,7 +102,8 @@ def _resolve_global(module: str, name: str):
     Admitted: the entries of ``FORMAT_GLOBALS`` (looked up in their module; one not yet imported is imported
     only because it is in that table: all of them are JAX, NumPy or ml_dtypes internals ``import jax`` loads);
     builtins of ``_FACTORY_BUILTINS``; and, from modules outside jax/jaxlib/numpy/ml_dtypes that are *already
-    imported* (a payload never triggers an import), namedtuple classes and classes registered as pytree nodes.
+    imported* (a payload never triggers an import), namedtuple classes and classes registered as pytree nodes
+    (a treedef names its node types).
     Everything but the CALL entries may only be named, never called: :func:`_scan_payload` enforces that.
 
     Positive answers for builtins and the format's entries are remembered per ``(module, name)`` and reused
@@ -130,7 +136,7 @@ def _resolve_uncached(module: str, name: str):
     in_format = (module, name) in FORMAT_GLOBALS
     if module == "builtins" and name not in _FACTORY_BUILTINS:
         refuse("only plain container and number types are allowed from builtins")
-    if not in_format and module != "builtins" and _top(module) in _STATIC_PACKAGES:
+    if not in_format and _top(module) in _STATIC_PACKAGES:  # JAX's own names are in the format, by name
         refuse("not on the allow-list: not in JAX's executable format (globals are allowed only by name)")
     if module in sys.modules:
         mod = sys.modules[module]
