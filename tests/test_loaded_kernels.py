@@ -141,10 +141,22 @@ def test_a_kernel_that_cannot_be_made_ready_is_a_miss_that_keeps_the_entry(tmp_p
 
     cache = xlakit.ExecutableCache(tmp_path / "cache")
     _, stored = cache.compile(jax.jit(lambda x: x * 3.0 + 1.0), np.ones(5, np.float32))
-    monkeypatch.setattr(kernels, "custom_call_targets", lambda executable: frozenset({"vendor_kernel_ffi"}))
+    monkeypatch.setattr(kernels, "serialized_targets", lambda serialized: frozenset({"vendor_kernel_ffi"}))
     with pytest.raises(KeyError, match="vendor_kernel_ffi"):
         cache.load(stored.key)
     events = [e for e in cache.log.events() if e.key == stored.key and e.kind == "miss"]
     assert events and "vendor_kernel_ffi" in events[-1].reason
     monkeypatch.undo()
     assert np.asarray(cache.load(stored.key)(np.ones(5, np.float32))).tolist() == [4.0] * 5  # entry kept
+
+
+def test_targets_read_from_the_serialized_executable_equal_xlas_own():
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit._jax import kernels
+
+    for fn in (lambda a: (jnp.linalg.svd(a), jax.lax.top_k(a, 2)[0]), lambda a: jnp.sin(a) @ a):
+        executable = jax.jit(fn).lower(jnp.ones((3, 3))).compile()._executable.xla_executable
+        assert kernels.serialized_targets(executable.serialize()) == kernels.custom_call_targets(executable)
+    assert kernels.serialized_targets(b"\x0a\x03abc") is None   # not the known layout: XLA is asked instead

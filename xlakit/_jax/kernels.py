@@ -89,27 +89,67 @@ def serialized_targets(serialized: bytes) -> frozenset[str] | None:
     """The custom-call targets of a serialized XLA:CPU executable, read from its bytes without XLA; None where
     the bytes are not in the known layout: an optional IFRT header (a varint length, then that many bytes), an
     ``ExecutableAndOptionsProto`` whose field 1 holds the CPU executable, whose field 1 holds an ``HloProto``
-    whose field 1 is the optimized ``HloModuleProto`` (jaxlib 0.10)."""
-    candidates = [serialized]
+    whose field 1 is the optimized ``HloModuleProto`` (jaxlib 0.10). Walks field headers in place (no copies):
+    a program without custom calls costs a few header reads and one substring search."""
+    starts = []
     try:
         header_len, pos = _varint(serialized, 0)
-        candidates.insert(0, serialized[pos + header_len:])
+        starts.append(pos + header_len)
     except IndexError:
         pass
-    for buf in candidates:
-        module = buf
-        for _ in range(3):
-            fields = _proto_fields(module) or []
-            module = next((v for n, w, v in fields if n == 1 and w == 2), None)
-            if module is None:
-                break
-        if module is None:
-            continue
-        top = _proto_fields(module)
-        # An HloModuleProto: field 1 its name, field 2 its entry computation's name, field 3 its computations.
-        if top and all(any(n == k and w == 2 for n, w, _ in top) for k in (1, 2, 3)):
-            return _module_targets(module)
+    starts.append(0)
+    for begin in starts:
+        span: tuple[int, int] | None = (begin, len(serialized))
+        for _ in range(3):  # executable-and-options -> CPU executable -> HloProto -> HloModuleProto
+            span = _first_field(serialized, *span, 1) if span is not None else None
+        if span is None or _leading_fields(serialized, *span) != [1, 2, 3]:
+            continue  # an HloModuleProto starts with its name (1), entry computation name (2), computations (3)
+        if serialized.find(b"custom-call", *span) < 0:  # the opcode's name: no custom calls in this module
+            return frozenset()
+        return frozenset(_module_targets(bytes(serialized[span[0]:span[1]])))
     return None
+
+
+def _fields(buf: bytes, pos: int, end: int):
+    """``(number, wire type, value start, value end)`` of each field in ``buf[pos:end]``; stops at bad bytes."""
+    try:
+        while pos < end:
+            key, pos = _varint(buf, pos)
+            num, wire = key >> 3, key & 7
+            if wire == 0:
+                _, after = _varint(buf, pos)
+                yield num, wire, pos, after
+                pos = after
+            elif wire == 2:
+                n, pos = _varint(buf, pos)
+                if num == 0 or pos + n > end:
+                    return
+                yield num, wire, pos, pos + n
+                pos += n
+            elif wire in (1, 5):
+                n = 8 if wire == 1 else 4
+                yield num, wire, pos, pos + n
+                pos += n
+            else:
+                return
+    except IndexError:
+        return
+
+
+def _first_field(buf: bytes, pos: int, end: int, number: int) -> tuple[int, int] | None:
+    for num, wire, vstart, vend in _fields(buf, pos, end):
+        if num == number and wire == 2:
+            return vstart, vend
+    return None
+
+
+def _leading_fields(buf: bytes, pos: int, end: int) -> list[int]:
+    out: list[int] = []
+    for num, wire, _, _ in _fields(buf, pos, end):
+        if wire != 2 or len(out) == 3:
+            break
+        out.append(num)
+    return out
 
 
 def _module_targets(proto: bytes) -> set[str]:
