@@ -13,6 +13,7 @@ Reading needs no JAX; arrays come back as NumPy arrays (``bfloat16`` through ``m
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,8 @@ def _dtype(code: str) -> np.dtype:
         import ml_dtypes
 
         return np.dtype(getattr(ml_dtypes, name))
-    return np.dtype(name).newbyteorder("<")
+    dtype = np.dtype(name)  # safetensors stores little-endian; native dtypes where the machine is too
+    return dtype if sys.byteorder == "little" else dtype.newbyteorder("<")
 
 
 def _open_regular(path: Path):
