@@ -316,3 +316,55 @@ def test_unpickling_policy_remembers_only_positive_answers_of_static_packages(mo
     monkeypatch.setitem(sys.modules, "jax._src.core", types.ModuleType("jax._src.core"))
     with pytest.raises(pickle.UnpicklingError, match="no such attribute"):
         policy._resolve_global("jax._src.core", "ShapedArray")
+
+
+INTERRUPTED = """
+import os, sys, threading, time, xlakit
+if os.environ.get("INTERRUPT_IN_THREAD_START"):
+    real = threading.Thread.start
+    def start(self):                    # Ctrl-C lands while the first worker thread starts (inside start())
+        real(self)
+        if self.name.startswith("xlakit-bundle"):
+            threading.Thread.start = real
+            raise KeyboardInterrupt
+    threading.Thread.start = start
+print("LOADING", flush=True)
+lb = xlakit.load_bundle(PATH, progress=False)
+time.sleep(60)                          # the script goes on; a SIGINT ends it here or earlier
+"""
+
+
+def test_an_interrupt_at_any_moment_of_a_background_load_leaves_a_process_that_exits(tmp_path):
+    """A Ctrl-C while the worker thread started left a pool thread the pool did not know about, blocked on its
+    queue: the interpreter waited for it at exit forever. Interrupted at several moments (inside
+    ``Thread.start``, and by a real SIGINT 0 s to 1 s after ``load_bundle`` is called), every process exits."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import worker_env
+
+    path = tmp_path / "aff"
+    export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(1, 2, 4))
+    code = INTERRUPTED.replace("PATH", repr(str(path)))
+    moments = {"thread start": None, "at once": 0.0, "10 ms": 0.01, "100 ms": 0.1, "1 s": 1.0}
+    procs = {}
+    for label, delay in moments.items():
+        env = worker_env({"INTERRUPT_IN_THREAD_START": "1"} if delay is None else {})
+        procs[label] = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+    for label, delay in moments.items():
+        if delay is not None:
+            assert procs[label].stdout.readline().strip() == "LOADING"
+            time.sleep(delay)
+            procs[label].send_signal(signal.SIGINT)
+    deadline = time.monotonic() + 120
+    for label, proc in procs.items():
+        try:
+            proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs.values():
+                p.kill()
+            pytest.fail(f"interrupted {label}: the process did not exit")
+        assert proc.returncode not in (None, 0), label  # interrupted: it ends, with KeyboardInterrupt's status
+    assert list((path / ".cache").glob("*/*.tmp")) == []

@@ -111,10 +111,14 @@ def test_dump_flags_do_not_change_digest(envs):
     assert envs["dump"].digest() == envs["base"].digest()
 
 
-def test_device_count_changes_partition(envs):
+def test_the_process_device_count_is_recorded_but_does_not_partition(envs):
+    # How many host devices a process makes changes no program's code; the program's own count is in its key.
     assert envs["devices4"].device_count == 4
-    assert "device_count" in [field for field, _, _ in envs["devices4"].differences(envs["base"])]
-    assert envs["devices4"].partition_name() != envs["base"].partition_name()
+    assert [field for field, _, _ in envs["devices4"].differences(envs["base"])] == ["device_count"]
+    assert envs["devices4"].xla_flags == ()
+    assert envs["devices4"].partition_name() == envs["base"].partition_name()
+    procs = Environment.from_dict(envs["base"].to_dict() | {"process_count": 2})
+    assert procs.partition_name() == envs["base"].partition_name()
 
 
 def test_this_process_matches_a_fresh_one(envs):

@@ -44,6 +44,14 @@ _PLUGIN_PACKAGE_RE = re.compile(r"^(jax_plugins|jax_(cuda|rocm)\d*_(plugin|pjrt)
 _PLUGIN_PREFIXES = ("jax_", "libtpu")  # every name _PLUGIN_PACKAGE_RE matches starts with one of these
 # XLA flags that only decide what gets dumped or logged; they never change the generated code.
 _OUTPUT_ONLY_FLAG_PREFIXES = ("--xla_dump", "--xla_log", "--xla_gpu_dump", "--xla_enable_dumping")
+# XLA flags that change what the process has, not what a program compiles to (JAX leaves them out of its key):
+# how many host devices the CPU client makes. A program's own device count is in its key.
+_PROCESS_ONLY_FLAGS = frozenset({"--xla_force_host_platform_device_count"})
+# Environment fields recorded for people (explain, the CLI) that do not partition. How many devices or processes
+# this process has changes neither a program's code nor whether it loads: the program's own device count, kinds
+# and process layout are in its key (xlakit._jax.keys), and the stored device assignment is checked against the
+# caller's before XLA sees it.
+RECORDED_ONLY = frozenset({"device_count", "process_count"})
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -71,7 +79,9 @@ class Environment:
         ``"neon"`` on ARM, else ``machine``.
       xla_flags: the code-generating tokens of ``os.environ["XLA_FLAGS"]``: sorted, the last value kept per
         flag name, without dump/log flags (``--xla_dump*``, ``--xla_log*``, ``--xla_gpu_dump*``,
-        ``--xla_enable_dumping``).
+        ``--xla_enable_dumping``) and without ``--xla_force_host_platform_device_count``.
+
+    ``device_count`` and ``process_count`` are recorded but do not partition (``RECORDED_ONLY``).
     """
 
     jax_version: str
@@ -109,8 +119,10 @@ class Environment:
                       for name in names})
 
     def digest(self) -> str:
-        """Full hex SHA-256 over the canonical JSON (sorted keys, no whitespace) of :meth:`to_dict`."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        """Full hex SHA-256 over the canonical JSON (sorted keys, no whitespace) of :meth:`to_dict` without the
+        fields that do not partition (``device_count``, ``process_count``; see ``RECORDED_ONLY``)."""
+        fields = {k: v for k, v in self.to_dict().items() if k not in RECORDED_ONLY}
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return _sha256(canonical)
 
     def partition_name(self) -> str:
@@ -173,15 +185,15 @@ def current_environment(backend: str | None = None) -> Environment:
 
 def codegen_xla_flags(xla_flags: str) -> tuple[str, ...]:
     """The tokens of an ``XLA_FLAGS`` string that can change generated code: sorted, last value per flag name,
-    dump/log flags dropped. Quoted values are kept whole (``shlex``); unbalanced quotes fall back to splitting
-    on whitespace."""
+    dump/log flags and ``--xla_force_host_platform_device_count`` dropped. Quoted values are kept whole
+    (``shlex``); unbalanced quotes fall back to splitting on whitespace."""
     try:
         tokens = shlex.split(xla_flags)
     except ValueError:
         tokens = xla_flags.split()
     by_name = {}
     for token in tokens:
-        if not token.startswith(_OUTPUT_ONLY_FLAG_PREFIXES):
+        if not token.startswith(_OUTPUT_ONLY_FLAG_PREFIXES) and token.split("=", 1)[0] not in _PROCESS_ONLY_FLAGS:
             by_name[token.split("=", 1)[0]] = token  # XLA applies flags in order, so the last one wins.
     return tuple(sorted(by_name.values()))
 

@@ -29,10 +29,20 @@ def serialize(executable: Any) -> bytes:
 
 def deserialize(backend: Any, payload: bytes, executable_devices: Any, compile_options: Any,
                 host_callbacks: Any = ()) -> Any:
-    """``backend.deserialize_executable`` as JAX's own cache calls it. Raises XLA's errors unchanged."""
+    """``backend.deserialize_executable`` as JAX's own cache calls it, then the kernels its custom calls need
+    made ready (:func:`xlakit._jax.kernels.make_ready`: the program was not lowered in this process).
+
+    Raises XLA's errors unchanged, and ``KernelsNotReady`` for a kernel that cannot be made ready (the
+    executable is dropped unrun; compile instead).
+    """
+    from xlakit._jax.kernels import make_ready
+
     if host_callbacks:  # JAX >= 0.11 rebinds this process's callbacks to the loaded program
-        return backend.deserialize_executable(payload, executable_devices, compile_options, host_callbacks)
-    return backend.deserialize_executable(payload, executable_devices, compile_options)
+        loaded = backend.deserialize_executable(payload, executable_devices, compile_options, host_callbacks)
+    else:
+        loaded = backend.deserialize_executable(payload, executable_devices, compile_options)
+    make_ready(loaded, backend.platform, serialized=payload, callbacks=bool(host_callbacks))
+    return loaded
 
 
 def executable_bytes(jax_payload: bytes) -> bytes:

@@ -6,8 +6,9 @@ Built on ``jax.experimental.serialize_executable``. Its payload is a pickle of
 unsafe for a cache, and this module fixes each:
 
 * **Loading runs code.** JAX unpickles with a plain ``pickle.Unpickler``; any payload can run anything.
-  :func:`load_compiled` unpickles with :class:`_RestrictedUnpickler`, which resolves only the globals JAX's
-  format contains (see ``_ALLOWED_*`` below and :func:`_resolve_global`). :func:`serialize_compiled` checks
+  :func:`load_compiled` scans the payload first, admitting only the globals JAX's format contains, by name, and
+  calling only those the format calls (``FORMAT_GLOBALS`` in :mod:`xlakit._jax.unpickle_policy`), then
+  unpickles with :class:`_RestrictedUnpickler`, which resolves the same names. :func:`serialize_compiled` checks
   every payload against the same policy, so what it writes is always loadable.
 * **Other device orders fail late.** JAX maps device ids to the *same* ids, and
   ``Client.deserialize_executable`` keeps the device assignment compiled into the executable. A permuted
@@ -37,9 +38,9 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from xlakit._jax.assignment import _assignment_grid, _proto_fields, _stored_compile_options, _varint  # noqa: F401
+from xlakit._jax.kernels import KernelsNotReady, make_ready
 from xlakit._jax.unpickle_policy import (  # noqa: F401 - re-exported: the policy's names stay reachable here
-    _ALLOWED_CLASSES,
-    _ALLOWED_FUNCTIONS,
+    FORMAT_GLOBALS,
     _is_registered_pytree_node,
     _resolve_global,
     _Scan,
@@ -304,6 +305,8 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
       DevicePlacementError: the devices cannot run it, or the payload disagrees with ``placement``.
       pickle.UnpicklingError: the payload names a global outside the allow-list (which is never called)
         or is not a valid payload.
+      xlakit._jax.kernels.KernelsNotReady: the executable calls a kernel that cannot be made ready in this
+        process without lowering (it is never run; compile the program instead).
       Errors from XLA's ``deserialize_executable`` (e.g. ``jax.errors.JaxRuntimeError``) pass through.
     """
     devices = check_devices(placement, devices, backend)
@@ -327,7 +330,7 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
     try:
         unloaded, args_info_flat, no_kwargs, in_tree, out_tree = unpickler.load()
         args_info = in_tree.unflatten(args_info_flat)
-    except (pickle.UnpicklingError, DevicePlacementError):
+    except (pickle.UnpicklingError, DevicePlacementError, KernelsNotReady):
         raise
     except Exception as e:
         if e is unpickler.xla_error:  # XLA's own error: pass it through unchanged
@@ -425,8 +428,11 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return self._client
         if kind == "exec":
             try:
-                return _load_executable(self._client, pid[1], self._devices, self._options)
+                loaded = _load_executable(self._client, pid[1], self._devices, self._options)
             except Exception as e:
                 self.xla_error = e
                 raise
+            # Loaded without lowering: fill the kernel tables its custom calls need before anything runs it.
+            make_ready(loaded, self._client.platform, serialized=pid[1])
+            return loaded
         raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.80}")

@@ -1,11 +1,10 @@
-"""The unpickling policy for executable payloads: which globals a payload may name, and a scan that applies it
-without building anything. Used by :mod:`xlakit._jax.serialize` (both when writing, to refuse payloads that would
-not load, and when loading).
+"""The unpickling policy for executable payloads: which globals a payload may name and which it may call, and a
+scan that applies it without building anything. Used by :mod:`xlakit._jax.serialize` (both when writing, to
+refuse payloads that would not load, and when loading).
 """
 
 from __future__ import annotations
 
-import enum
 import importlib
 import io
 import pickle
@@ -13,105 +12,109 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["_resolve_global", "_scan_payload", "_Scan", "_ScanUnpickler", "_Stub", "_is_registered_pytree_node"]
+__all__ = ["FORMAT_GLOBALS", "CALL", "VALUE", "format_globals", "allowed_use", "_resolve_global", "_scan_payload",
+           "_Scan", "_ScanUnpickler", "_Stub", "_is_registered_pytree_node"]
 
 # --------------------------------------------------------------------------------------------- unpickling policy
-# Globals found in real payloads (jax 0.10.2 and 0.12.0.1, CPU): single-device, NamedSharding over 1-D and 2-D
-# meshes, GSPMDSharding, donation, dict/tuple/list/namedtuple/None/OrderedDict/defaultdict pytrees, static
-# args, kwargs, bf16/int8/float8/complex dtypes, layouts, pinned_host memory kinds, shard_map, scan, grad,
-# threefry/rbg/unsafe_rbg typed keys. Resolving a global only looks a name up; a function is only called by
-# the pickle if it is one of the few below.
+# JAX's executable format, by name: every global the payloads of real programs name, recorded by
+# tests/payload_globals_worker.py (single device, donation, dict/list/tuple/None/namedtuple/OrderedDict/
+# defaultdict/registered-dataclass pytrees, kwargs, static args, every dtype jax.jit takes on CPU, threefry/rbg/
+# unsafe_rbg typed keys, NamedSharding over 1-D and 2-D meshes, pinned_host outputs, shard_map, scan + grad), with
+# how the pickle uses it: CALL (REDUCE / NEWOBJ: run with payload arguments) or VALUE (only named: a dtype's scalar
+# type, a treedef's registry, a PRNG implementation's functions; never called). Tags say which JAX minor versions
+# wrote it; tests/test_unpickle_policy.py asserts that the recorded set equals the entries tagged for the running
+# JAX. Resolving a name only looks it up in an already-imported module; nothing else is ever imported or called.
+CALL, VALUE = "call", "value"
+_J010, _J012 = frozenset({"0.10"}), frozenset({"0.12"})
+_BOTH = _J010 | _J012
 
-# Functions (and other non-class objects) — never allowed by a rule, only by name.
-_ALLOWED_FUNCTIONS = frozenset({
-    ("numpy._core.multiarray", "_reconstruct"),        # ndarray (e.g. a Mesh's device array), numpy >= 2
-    ("numpy.core.multiarray", "_reconstruct"),         # the same, numpy 1.x
-    ("numpy._core.multiarray", "scalar"),              # numpy scalars
-    ("numpy.core.multiarray", "scalar"),
-    ("jax._src.named_sharding", "_unpickle_named_sharding"),
-    ("jax._src.sharding_impls", "_unpickle_single_device_sharding"),
-    ("jax._src.sharding_impls", "_unpickle_gspmd_sharding"),
-    ("jax._src.partition_spec", "_get_default_unconstrained"),  # P.UNCONSTRAINED
-    ("jax._src.tree_util", "default_registry"),        # PyTreeDef state names its registry
-    ("jax._src.tree_util", "tracing_registry"),
-    ("jax._src.tree_util", "none_leaf_registry"),
-    ("jax._src.tree_util", "dispatch_registry"),
-})
-# Plus the seed/split/fold_in/random_bits functions of JAX's registered PRNG implementations (a typed key's
-# dtype pickles its PRNGImpl): see _prng_functions().
+FORMAT_GLOBALS: dict[tuple[str, str], tuple[str, frozenset[str]]] = {
+    ("jax._src.interpreters.pxla", "UnloadedMeshExecutable"): (CALL, _BOTH),
+    ("jax._src.interpreters.pxla", "AllArgsInfo"): (CALL, _BOTH),
+    ("jax._src.stages", "ArgInfo"): (CALL, _BOTH),
+    ("jax._src.core", "ShapedArray"): (CALL, _BOTH),
+    ("jax._src.core", "ManualAxisType"): (CALL, _BOTH),
+    ("jax._src.core", "MemorySpace"): (CALL, _BOTH),
+    ("jax._src.layout", "Layout"): (CALL, _BOTH),
+    ("jax._src.layout", "AutoLayoutSingleton"): (CALL, _J012),
+    ("jax._src.linear_util", "DebugInfo"): (CALL, _BOTH),
+    ("jax._src.mesh", "Mesh"): (CALL, _BOTH),
+    ("jax._src.mesh", "AbstractMesh"): (CALL, _BOTH),
+    ("jax._src.mesh", "AbstractDevice"): (CALL, _BOTH),
+    ("jax._src.mesh", "AxisType"): (CALL, _BOTH),
+    ("jax", "P"): (CALL, _BOTH),                      # PartitionSpec pickles under its public name
+    ("jax._src.named_sharding", "_unpickle_named_sharding"): (CALL, _BOTH),
+    ("jax._src.sharding_impls", "_unpickle_single_device_sharding"): (CALL, _BOTH),
+    ("jax._src.sharding_impls", "_unpickle_gspmd_sharding"): (CALL, _BOTH),
+    ("jax._src.random.prng", "KeyTy"): (CALL, _BOTH),
+    ("jax._src.random.prng", "PRNGImpl"): (CALL, _BOTH),
+    ("jaxlib._jax", "DeviceList"): (CALL, _BOTH),
+    ("jaxlib._jax.pytree", "PyTreeDef"): (CALL, _BOTH),
+    ("jaxlib._hlo", "OpSharding"): (CALL, _BOTH),
+    ("numpy", "dtype"): (CALL, _BOTH),
+    ("numpy._core.multiarray", "_reconstruct"): (CALL, _BOTH),  # a Mesh's device array (numpy >= 2)
+    ("numpy", "ndarray"): (VALUE, _BOTH),
+    ("jax._src.tree_util", "default_registry"): (VALUE, _BOTH),
+    ("jax._src.tree_util", "tracing_registry"): (VALUE, _BOTH),
+    ("collections", "OrderedDict"): (VALUE, _BOTH),      # node types of JAX's built-in pytree nodes
+    ("collections", "defaultdict"): (VALUE, _BOTH),
+    **{("jax._src.numpy.linalg", r): (VALUE, _BOTH)       # node types of JAX's own results (namedtuples)
+       for r in ("EigResult", "EighResult", "QRResult", "SVDResult", "SlogdetResult")},
+    **{("jax._src.numpy.setops", r): (VALUE, _BOTH)
+       for r in ("_UniqueAllResult", "_UniqueCountsResult", "_UniqueInverseResult")},
+    **{("jax._src.random.threefry2x32", f"threefry_{f}"): (VALUE, _BOTH)
+       for f in ("seed", "split", "fold_in", "random_bits")},
+    **{("jax._src.random.rbg", f"_rbg_{f}"): (VALUE, _BOTH) for f in ("seed", "split", "fold_in", "random_bits")},
+    **{("jax._src.random.rbg", f"_unsafe_rbg_{f}"): (VALUE, _BOTH) for f in ("split", "fold_in")},
+    **{("ml_dtypes", t): (VALUE, _BOTH) for t in (
+        "bfloat16", "float4_e2m1fn", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn",
+        "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "int1", "int2", "int4", "uint1",
+        "uint2", "uint4")},
+}
 
-# Classes seen in payloads. Calling one of these (REDUCE/NEWOBJ) only builds a value.
-_ALLOWED_CLASSES = frozenset({
-    ("jax._src.interpreters.pxla", "UnloadedMeshExecutable"),
-    ("jax._src.interpreters.pxla", "AllArgsInfo"),
-    ("jax._src.stages", "ArgInfo"),
-    ("jax._src.core", "ShapedArray"),
-    ("jax._src.core", "ManualAxisType"),
-    ("jax._src.core", "MemorySpace"),
-    ("jax._src.layout", "Layout"),
-    ("jax._src.layout", "AutoLayoutSingleton"),        # 0.12
-    ("jax._src.linear_util", "DebugInfo"),
-    ("jax._src.mesh", "Mesh"),
-    ("jax._src.mesh", "AbstractMesh"),
-    ("jax._src.mesh", "AbstractDevice"),
-    ("jax._src.mesh", "AxisType"),
-    ("jax", "P"),                                      # PartitionSpec pickles under its public name
-    ("jax._src.partition_spec", "P"),
-    ("jax._src.random.prng", "KeyTy"),
-    ("jax._src.random.prng", "PRNGImpl"),
-    ("jaxlib._jax", "DeviceList"),
-    ("jaxlib._jax.pytree", "PyTreeDef"),
-    ("jaxlib._hlo", "OpSharding"),
-    ("numpy", "dtype"),
-    ("numpy", "ndarray"),
-    ("collections", "OrderedDict"),
-    ("collections", "defaultdict"),
-})
-
-_SAFE_BUILTINS = frozenset({"tuple", "list", "dict", "set", "frozenset", "slice", "complex", "bytearray",
-                            "bytes", "str", "int", "float", "bool", "range"})
-_JAX_PACKAGES = ("jax", "jaxlib")
-_DTYPE_PACKAGES = ("numpy", "ml_dtypes")
+# Beyond the format, a payload names the user's own pytree node types (a treedef holds its node classes:
+# namedtuples, registered classes) and a defaultdict's factory: admitted as VALUEs only (never called), and only
+# from modules outside jax/jaxlib/numpy/ml_dtypes that are already imported here.
+_FACTORY_BUILTINS = frozenset({"list", "dict", "set", "tuple", "int", "float", "str", "bytes", "bool", "frozenset"})
 
 
-def _prng_functions() -> frozenset:
-    try:
-        from jax._src.random import prng
-    except ImportError:  # older layout
-        from jax._src import prng  # type: ignore[no-redef,attr-defined]
-    names = set()
-    for impl in getattr(prng, "prngs", {}).values():
-        for attr in ("seed", "split", "random_bits", "fold_in"):
-            fn = getattr(impl, attr, None)
-            if fn is not None and getattr(fn, "__module__", None):
-                names.add((fn.__module__, fn.__qualname__))
-    return frozenset(names)
+def format_globals(jax_version: str) -> dict[tuple[str, str], str]:
+    """``{(module, qualname): CALL | VALUE}`` of the format entries written by JAX ``jax_version`` (e.g.
+    ``"0.10.2"``; the minor version decides)."""
+    minor = ".".join(jax_version.split(".")[:2])
+    return {name: how for name, (how, versions) in FORMAT_GLOBALS.items() if minor in versions}
 
 
 def _top(module: str) -> str:
     return module.partition(".")[0]
 
 
+def allowed_use(module: str, name: str) -> str:
+    """How a payload may use a global it names: CALL for the format's CALL entries, VALUE (never called) for
+    everything else :func:`_resolve_global` admits."""
+    entry = FORMAT_GLOBALS.get((module, name))
+    return entry[0] if entry is not None else VALUE
+
+
 def _resolve_global(module: str, name: str):
-    """Return the object ``module.name`` if the policy allows it, else raise ``pickle.UnpicklingError``.
+    """Return the object ``module.name`` if the policy admits the name, else raise ``pickle.UnpicklingError``.
 
-    Allowed: the named functions and classes above; builtins only from ``_SAFE_BUILTINS``; and, so newer
-    JAX versions keep working, classes (never functions) of these kinds: Enum, Sharding, AbstractValue and
-    ExtendedDType subclasses in ``jax``/``jaxlib``; NumPy scalar and dtype classes in ``numpy``/``ml_dtypes``;
-    for any other module that is *already imported* (never imported on a payload's behalf — imports run
-    code): namedtuple classes and classes registered as pytree nodes (treedefs name them).
+    Admitted: the entries of ``FORMAT_GLOBALS`` (looked up in their module; one not yet imported is imported
+    only because it is in that table: all of them are JAX, NumPy or ml_dtypes internals ``import jax`` loads);
+    builtins of ``_FACTORY_BUILTINS``; and, from modules outside jax/jaxlib/numpy/ml_dtypes that are *already
+    imported* (a payload never triggers an import), namedtuple classes and classes registered as pytree nodes
+    (a treedef names its node types).
+    Everything but the CALL entries may only be named, never called: :func:`_scan_payload` enforces that.
 
-    Positive answers for builtins and the ``jax``/``jaxlib``/``numpy``/``ml_dtypes`` packages are remembered per
-    ``(module, name)`` and reused while ``sys.modules[module]`` is the same module object (the allow-list is
-    static): every program of a bundle names the same few dozen globals, and the first answer costs a
-    ``_prng_functions()`` walk and subclass checks. Refusals and classes of other modules (a notebook may
-    redefine a namedtuple or pytree class) are decided afresh each time.
+    Positive answers for builtins and the format's entries are remembered per ``(module, name)`` and reused
+    while ``sys.modules[module]`` is the same module object: every program of a bundle names the same few dozen
+    globals. Refusals and user classes (a notebook may redefine one) are decided afresh each time.
     """
     hit = _RESOLVED.get((module, name))
     if hit is not None and sys.modules.get(module) is hit[0]:
         return hit[1]
     obj = _resolve_uncached(module, name)
-    if module == "builtins" or _top(module) in _JAX_PACKAGES + _DTYPE_PACKAGES:
+    if module == "builtins" or (module, name) in FORMAT_GLOBALS:
         mod = sys.modules.get(module)
         if mod is not None:
             _RESOLVED[(module, name)] = (mod, obj)
@@ -120,6 +123,7 @@ def _resolve_global(module: str, name: str):
 
 # (module, name) -> (the module object it was resolved in, the allowed object); see _resolve_global.
 _RESOLVED: dict[tuple[str, str], tuple[Any, Any]] = {}
+_STATIC_PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes")
 
 
 def _resolve_uncached(module: str, name: str):
@@ -129,64 +133,38 @@ def _resolve_uncached(module: str, name: str):
     parts = name.split(".")
     if any(not p or p.startswith("__") for p in parts):
         refuse("dunder or empty attribute names are never resolved")
-    pair = (module, name)
-    explicit = pair in _ALLOWED_FUNCTIONS or pair in _ALLOWED_CLASSES
-    if module == "builtins":
-        if name not in _SAFE_BUILTINS:
-            refuse("only plain container and number types are allowed from builtins")
-        explicit = True
-    if not explicit and pair in _prng_functions():
-        explicit = True
-    trusted_package = _top(module) in _JAX_PACKAGES + _DTYPE_PACKAGES
+    in_format = (module, name) in FORMAT_GLOBALS
+    if module == "builtins" and name not in _FACTORY_BUILTINS:
+        refuse("only plain container and number types are allowed from builtins")
+    if not in_format and _top(module) in _STATIC_PACKAGES:  # JAX's own names are in the format, by name
+        refuse("not on the allow-list: not in JAX's executable format (globals are allowed only by name)")
     if module in sys.modules:
         mod = sys.modules[module]
-    elif explicit or trusted_package:
+    elif in_format:
         try:
             mod = importlib.import_module(module)
         except ImportError:
             refuse("module not found")
     else:
-        refuse("module is not imported in this process (a payload never triggers an import)")
+        refuse("module is not imported in this process (a payload never triggers an import; "
+               "globals are allowed only by name)")
     obj: Any = mod
     for p in parts:
         try:
             obj = getattr(obj, p)
         except AttributeError:
             refuse("no such attribute")
-    if explicit:
-        if pair in _ALLOWED_CLASSES and not isinstance(obj, type):
-            refuse("expected a class")
+    if in_format or module == "builtins":
         return obj
-    if not isinstance(obj, type):
-        refuse("not on the allow-list (functions and objects are allowed only by name)")
-    if _top(module) in _JAX_PACKAGES and _is_jax_value_class(obj):
+    if isinstance(obj, type) and (_is_plain_namedtuple(obj) or _is_registered_pytree_node(obj)):
         return obj
-    if _top(module) in _DTYPE_PACKAGES and _is_dtype_class(obj):
-        return obj
-    if _is_plain_namedtuple(obj):
-        return obj
-    # JAX registers internal node classes too (tree_util.Partial wraps a callable): only user classes here.
-    if not trusted_package and _is_registered_pytree_node(obj):
-        return obj
-    refuse("class is not on the allow-list")
-
-
-def _is_jax_value_class(cls: type) -> bool:
-    from jax._src import core, dtypes
-    from jax.sharding import Sharding
-
-    return issubclass(cls, (enum.Enum, Sharding, core.AbstractValue, dtypes.ExtendedDType))
-
-
-def _is_dtype_class(cls: type) -> bool:
-    import numpy as np
-
-    return issubclass(cls, (np.generic, np.dtype))
+    refuse("not on the allow-list: neither in JAX's executable format nor a pytree node class of this process "
+           "(globals are allowed only by name)")
 
 
 def _is_plain_namedtuple(cls: type) -> bool:
     # What collections.namedtuple / typing.NamedTuple produce: a direct tuple subclass carrying the generated
-    # _fields and _make (subclasses that could override __new__ have other bases). Calling it builds a tuple.
+    # _fields and _make. Named as a treedef's node type only; never called by a payload.
     return (cls.__bases__ == (tuple,) and isinstance(cls.__dict__.get("_fields"), tuple)
             and "_make" in cls.__dict__)
 
@@ -219,6 +197,16 @@ class _Stub:
         pass
 
 
+def _value_stub(module: str, name: str) -> type:
+    """A stand-in for a global the format only names: calling it (REDUCE / NEWOBJ) refuses the payload."""
+
+    def refuse(cls, *args, **kwargs):
+        raise pickle.UnpicklingError(f"refusing to call global {module}.{name}: JAX's executable format only "
+                                     "names it, so a payload that calls it is not one JAX wrote")
+
+    return type("ValueOnly", (_Stub,), {"__new__": refuse})
+
+
 @dataclass
 class _Scan:
     globals: set
@@ -238,7 +226,9 @@ class _ScanUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         _resolve_global(module, name)
         self.result.globals.add((module, name))
-        return _Stub
+        if allowed_use(module, name) == CALL:
+            return _Stub
+        return _value_stub(module, name)
 
     def persistent_load(self, pid):
         kind = pid[0] if isinstance(pid, tuple) and pid else None

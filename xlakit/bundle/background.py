@@ -19,8 +19,8 @@ With ``warmup=True`` a worker runs each program it loaded once on zeros (:func:`
 after marking it ready, unless a call has already used it; the outcome goes into the program's report
 (``warmup_s``, ``warmup_error``). A failed warm-up never fails the load.
 
-The pool is a ``concurrent.futures.ThreadPoolExecutor``: at interpreter exit, the programs already queued still
-load before the process ends (a script that loads a bundle to fill ``.cache`` and exits leaves it filled) —
+The workers are non-daemon threads that end when no module is pending: at interpreter exit, the programs not yet
+loaded still load before the process ends (a script that loads a bundle to fill ``.cache`` and exits leaves it filled) —
 unless the script is ending on a ``KeyboardInterrupt``: then the modules not yet started are cancelled and the
 process exits once the ones loading finish (waiting for every queued compile invited a second Ctrl-C, and XLA
 aborts the process when interrupted mid-compile during interpreter shutdown).
@@ -89,20 +89,21 @@ class ProgramLoader:
                 self.finished_at = time.perf_counter()
                 self._all_done.set()
             return
-        # Every slot is queued now, never later: once the interpreter begins to exit, the pool refuses new
-        # tasks but still runs queued ones, so a script that exits right after load_bundle (or a thread still
-        # calling the bundle) sees every program load. With a head start the other slots wait for the first.
-        self._head_done = threading.Event()
-        if not head_start:
-            self._head_done.set()
+        # Workers are plain non-daemon threads that take modules until none is pending, then end: the interpreter
+        # joins them at exit, so a script that exits right after load_bundle still sees every program load.
+        # Nothing ever waits on a queue or an event that a thread which never started would have fed: a Ctrl-C
+        # landing anywhere here (even inside Thread.start) leaves threads that end by themselves.
+        self._workers = max(1, min(workers, len(self._pending)))  # counted before the first worker takes one
         _watch_exit()
-        slots = len(self._pending)  # counted before the first worker starts taking from it
-        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, slots)),
-                                                           thread_name_prefix="xlakit-bundle")
-        self._pool.submit(self._take_next)
-        for _ in range(slots - 1):
-            self._pool.submit(self._take_after_head)
-        self._pool.shutdown(wait=False)  # queued tasks still run; the threads end after the last one
+        self._spawn(1 if head_start else self._workers, head=head_start)
+
+    def _spawn(self, n: int, head: bool = False) -> None:
+        for _ in range(n):
+            worker = threading.Thread(target=self._work, args=(head,), name="xlakit-bundle")
+            try:
+                worker.start()
+            except RuntimeError:  # the interpreter is shutting down: the running workers take the rest
+                return
 
     # -- callers ----------------------------------------------------------------------------------------
     def result(self, file: str, timeout: float | None = None) -> tuple[ModuleReport, Any]:
@@ -137,21 +138,24 @@ class ProgramLoader:
                                        reason=reason), None)
 
     # -- workers ----------------------------------------------------------------------------------------
-    def _take_after_head(self) -> None:
-        self._head_done.wait()
-        self._take_next()
+    def _work(self, head: bool) -> None:
+        """A worker: load modules, best rank first, until none is pending. The head-start worker starts the
+        others once its first module is loaded."""
+        first = True
+        while self._take_next():
+            if first and head and self._workers > 1 and not _interrupted_exit():
+                self._spawn(self._workers - 1)
+            first = False
 
-    def _take_next(self) -> None:
+    def _take_next(self) -> bool:
+        """Load the best-ranked pending module; False when none was pending (all taken, or cancelled)."""
         if _interrupted_exit():
             self.cancel("cancelled: the program was interrupted (Ctrl-C) and is exiting")
         with self._lock:
-            empty = not self._pending
-            if not empty:
-                file = min(self._pending, key=self._rank.__getitem__)
-                spec = self._pending.pop(file)
-        if empty:  # cancelled
-            self._head_done.set()
-            return
+            if not self._pending:
+                return False
+            file = min(self._pending, key=self._rank.__getitem__)
+            spec = self._pending.pop(file)
         start = time.perf_counter()
         try:
             report, compiled = self._ctx.load_module(spec, self._blobs[file], self._current[file])
@@ -162,10 +166,7 @@ class ProgramLoader:
                 self._ctx.errors[file] = err
             report, compiled = ModuleReport(spec.file, spec.variant, spec.batch_size, "error",
                                             time.perf_counter() - start, reason=str(err)), None
-        try:
-            self._resolve(report, compiled, finished=False)  # a call may use it now; wait() also awaits its warm-up
-        finally:
-            self._head_done.set()  # the head start is over: the other slots may load
+        self._resolve(report, compiled, finished=False)  # a call may use it now; wait() also awaits its warm-up
         try:
             if self._warmup and compiled is not None and file not in self._used:
                 from xlakit._jax.warmup import warm_up
@@ -173,6 +174,7 @@ class ProgramLoader:
                 self.warmups[file] = warm_up(compiled)  # never raises
         finally:
             self._finish_one()
+        return True
 
     def _resolve(self, report: ModuleReport, compiled: Any, finished: bool = True) -> None:
         self.futures[report.module].set_result((report, compiled))
@@ -206,14 +208,13 @@ _watching_exit = False
 
 def _watch_exit() -> None:
     """Set :data:`_exiting` when the interpreter starts to exit, before it waits for the loading threads.
-    ``threading._register_atexit`` (Python >= 3.9; what ``concurrent.futures`` itself uses) runs its hooks in
-    reverse order of registration, so this one runs before the thread pool's join. Without it (another
-    Python), an interrupted script waits for its queued programs, as a normal exit does."""
+    ``threading._register_atexit`` (Python >= 3.9; what ``concurrent.futures`` itself uses) hooks run in
+    ``threading._shutdown`` before it joins the non-daemon threads. Without it (another Python), an
+    interrupted script waits for the programs not yet loaded, as a normal exit does."""
     global _watching_exit
     if _watching_exit:
         return
     _watching_exit = True
-    import concurrent.futures.thread  # noqa: F401 - registers the pool's exit hook first, so ours runs before it
 
     register = getattr(threading, "_register_atexit", None)
     if register is not None:

@@ -13,6 +13,7 @@ Reading needs no JAX; arrays come back as NumPy arrays (``bfloat16`` through ``m
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,47 +89,117 @@ def weights_file_bytes(tensors: dict[str, np.ndarray]) -> bytes:
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """All tensors of a safetensors file as NumPy arrays. Raises :class:`WeightsError` naming the file."""
-    from safetensors import safe_open
+    """All tensors of a safetensors file as NumPy arrays (little-endian, in file order).
 
+    The file is read, never memory-mapped: a file truncated or rewritten while it is read (an export replacing
+    it in place, a copy still being written) raises instead of killing the process with SIGBUS, as a mapped
+    page past the new end would. Each tensor is read straight into its array (peak memory: the arrays once).
+
+    Raises:
+      WeightsError: naming the file: missing, not a regular file, not a safetensors file (header length,
+        JSON, dtype, shape or offsets out of bounds), or changed while it was read (fewer bytes than the header
+        promised, or another size / modification time when the read ended).
+    """
     path = Path(path)
-    _regular(path)
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            return {name: f.get_tensor(name) for name in f.keys()}
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types for every kind of damage
-        raise WeightsError(path, None, f"not a readable safetensors file: {type(e).__name__}: {e}") from None
+    with _open_regular(path) as f:
+        before = os.fstat(f.fileno())
+        header, data_start = _header(path, f, before.st_size)
+        out = {}
+        for name, (dtype, shape, begin, end) in header.items():
+            arr = np.empty(shape, dtype)
+            f.seek(data_start + begin)
+            got = f.readinto(arr.reshape(-1).view(np.uint8).data) if end > begin else 0
+            if got != end - begin:
+                raise WeightsError(path, name, f"the file changed while it was read: {got} of {end - begin} bytes "
+                                   "of this tensor were there (truncated?); read it again once it is written")
+            out[name] = arr
+        after = os.fstat(f.fileno())
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise WeightsError(path, None, f"the file changed while it was read (size {before.st_size} -> "
+                           f"{after.st_size} bytes); read it again once it is written")
+    return out
 
 
 def read_weight_specs(path: str | os.PathLike) -> dict[str, TensorSpec]:
-    """Names, shapes and dtypes from the safetensors header only (no tensor data is read)."""
-    from safetensors import safe_open
-
+    """Names, shapes and dtypes from the safetensors header only (no tensor data is read, nothing mapped).
+    Raises :class:`WeightsError` as :func:`read_weights` does."""
     path = Path(path)
-    _regular(path)
+    with _open_regular(path) as f:
+        header, _ = _header(path, f, os.fstat(f.fileno()).st_size)
+    return {name: TensorSpec(name, shape, dtype.name) for name, (dtype, shape, _, _) in header.items()}
+
+
+_MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors format's own bound on the JSON header
+
+
+def _header(path: Path, f, size: int) -> tuple[dict[str, tuple[np.dtype, tuple[int, ...], int, int]], int]:
+    """The safetensors header: ``{name: (dtype, shape, begin, end)}`` (offsets relative to the data, which
+    starts at the returned offset), checked against the file's ``size`` in bytes. Format: an 8-byte
+    little-endian header length, that many bytes of JSON, then the tensors' bytes."""
+    import json
+
+    def bad(why: str) -> WeightsError:
+        return WeightsError(path, None, f"not a readable safetensors file: {why}")
+
+    raw = f.read(8)
+    if len(raw) != 8:
+        raise bad(f"{size} bytes, shorter than the 8-byte header length")
+    n = int.from_bytes(raw, "little")
+    if n > min(_MAX_HEADER_BYTES, size - 8):
+        raise bad(f"header length {n} exceeds the file ({size} bytes) or the format's bound")
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            out = {}
-            for name in f.keys():
-                s = f.get_slice(name)
-                out[name] = TensorSpec(name, tuple(s.get_shape()), _DTYPES.get(s.get_dtype(), s.get_dtype()))
-            return out
-    except Exception as e:  # noqa: BLE001
-        raise WeightsError(path, None, f"not a readable safetensors file: {type(e).__name__}: {e}") from None
+        meta = json.loads(f.read(n))
+    except ValueError as e:
+        raise bad(f"header is not JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise bad("header is not a JSON object")
+    data_bytes = size - 8 - n
+    out = {}
+    for name, spec in meta.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = _dtype(spec["dtype"])
+            shape = tuple(int(d) for d in spec["shape"])
+            begin, end = (int(o) for o in spec["data_offsets"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise bad(f"tensor {name!r} has a malformed entry ({type(e).__name__}: {e})") from None
+        if any(d < 0 for d in shape) or not 0 <= begin <= end <= data_bytes \
+                or end - begin != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            raise bad(f"tensor {name!r}: offsets {[begin, end]} do not fit shape {list(shape)} of {dtype.name} "
+                      f"within the file's {data_bytes} data bytes")
+        out[str(name)] = (dtype, shape, begin, end)
+    return out, 8 + n
 
 
-def _regular(path: Path) -> None:
-    """Raise WeightsError unless ``path`` is a regular file (a FIFO or device is never opened)."""
+def _dtype(code: str) -> np.dtype:
+    name = _DTYPES[code]
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name))
+    dtype = np.dtype(name)  # safetensors stores little-endian; native dtypes where the machine is too
+    return dtype if sys.byteorder == "little" else dtype.newbyteorder("<")
+
+
+def _open_regular(path: Path):
+    """Open ``path`` for reading; raise WeightsError unless it is a regular file (a FIFO or device is never
+    opened: the type is checked before the open, and again on the open descriptor)."""
     import stat
 
     try:
         st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise WeightsError(path, None, "not a regular file (a FIFO, device, folder or socket); it was not read")
+        f = open(path, "rb")  # noqa: SIM115 - returned to the caller's with-block
     except FileNotFoundError:
         raise WeightsError(path, None, "missing") from None
     except OSError as e:
         raise WeightsError(path, None, f"unreadable: {e}") from None
-    if not stat.S_ISREG(st.st_mode):
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced between the stat and the open
+        f.close()
         raise WeightsError(path, None, "not a regular file (a FIFO, device, folder or socket); it was not read")
+    return f
 
 
 # safetensors' dtype codes -> NumPy names, for header-only reads

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from xlakit._jax.kernels import KernelsNotReady
 from xlakit.cache import entry as _entry
 from xlakit.cache.decision import Decision
 
@@ -53,7 +54,8 @@ class CachePath:
         Args:
           load: ``(authenticated header, payload bytes) -> program``; called only after the envelope's SHA-256,
             HMAC and ``expect`` checks pass. If it raises (other than ``reraise``), the entry is removed and
-            the decision is ``load_error``.
+            the decision is ``load_error``; ``KernelsNotReady`` (a kernel this process cannot make ready without
+            lowering) keeps the entry and is a ``miss`` with that reason.
           expect: header/environment fields the entry must carry (:func:`xlakit._jax.environment.expectations`).
 
         Returns:
@@ -73,6 +75,9 @@ class CachePath:
                 program = load(header, found.payload)
             except reraise:
                 raise
+            except KernelsNotReady as exc:  # a sound entry this process cannot run unlowered: keep it, compile
+                return None, self._record("miss", name, key, partition, reason=f"{exc}; compiling instead",
+                                          load_s=time.perf_counter() - start)
             except Exception as exc:  # noqa: BLE001 - integrity held but the program did not load: drop it
                 try:
                     self.store.remove(partition, key)
