@@ -209,3 +209,14 @@ def test_a_shipped_heap_simulator_trace_sets_the_peak_step(mlp):
     p = peak_of(traced)
     assert p.step == chosen["step"] and p.method == "step of XLA's heap simulator trace peak"
     assert p.total_bytes == steps.loc[steps["step"] == p.step, "live_bytes"].iat[0]
+
+
+def test_bytes_shared_in_place_are_charged_once_at_the_peak():
+    import pandas as pd
+
+    from xlakit.memory.peak import _charge
+
+    live = pd.DataFrame({"bytes": [100, 90, 85, 10], "allocation": pd.array([0, 0, 0, None], dtype="Int64"),
+                         "offset": pd.array([0, 50, 60, None], dtype="Int64")})
+    # [0,100) whole; [50,140) adds 40; [60,145) adds only [140,145); an unplaced buffer counts in full
+    assert _charge(live) == [100, 40, 5, 10]

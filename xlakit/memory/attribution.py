@@ -218,6 +218,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
     placed = ba.allocation_of()
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
+    shown_files: dict[str, str] = {}
     out = []
     for b in ba.logical_buffers:
         alloc, sl = placed.get(b.id, (None, None))
@@ -268,7 +269,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
                     "line": user.line if user else None, "parameter": parameter,
                     "donated": bool(alloc is not None and alloc.aliased_with_output),
                     "allocation": alloc.index if alloc else None, "offset": sl.offset if sl else None,
-                    "start": int(start), "end": int(end), "stack": stack_text(stack)})
+                    "start": int(start), "end": int(end), "stack": stack_text(stack, shown_files)})
     buffers = pd.DataFrame(out, columns=BUFFER_COLUMNS)
     buffers["line"] = buffers["line"].astype("Int64")
     buffers["allocation"] = buffers["allocation"].astype("Int64")
