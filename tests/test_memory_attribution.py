@@ -41,6 +41,9 @@ def test_the_peak_names_the_line_and_layer_of_the_big_activation(mlp):
     assert 0 <= p.step < p.steps == mlp.steps
     assert repr(p).startswith(f"peak {p.total_bytes / MIB:.1f} MiB at step {p.step} of {p.steps} (")
     assert f"memory_models.py:{mm.BIG_LINE}" in repr(p)
+    assert "Peak of jit_step" in p._repr_html_() and "memory_models.py" in p._repr_html_()
+    by_role = mlp.by("role").set_index("group")
+    assert by_role.loc["residual", "bytes"] >= 256 * mm.WIDE * 4 and "residual" in repr(mlp)
 
 
 def test_parameters_carry_pytree_paths_and_optimizer_state_is_its_own_role(mlp):
