@@ -63,11 +63,14 @@ def test_parameters_carry_pytree_paths_and_optimizer_state_is_its_own_role(mlp):
 def test_a_donated_train_step_writes_its_results_into_the_arguments():
     step, params, opt_state = mm.train_step(donate=True)
     a = attribute(step, params, opt_state, *mm.batch(8))
-    args = a.buffers[a.buffers["parameter"].notna()]
+    args = a.buffers[a.buffers["role"].isin(["parameter", "optimizer state"])]
     assert args.set_index("parameter").loc["params['wide']['kernel']", "donated"]
     aliased = a.buffers[a.buffers["role"] == "aliased"]
     # the 4 new parameters and 9 optimizer-state leaves land in donated buffers
     assert len(aliased) >= 13 and aliased["bytes"].sum() >= args[args["donated"]]["bytes"].sum()
+    # each names the donated argument it overwrites: the new kernel takes the old kernel's buffer
+    assert "params['wide']['kernel']" in set(aliased["parameter"])
+    assert set(aliased["parameter"].dropna()) <= set(args["parameter"])
 
 
 def test_remat_drops_the_residuals_of_a_scanned_stack_and_compare_says_so():

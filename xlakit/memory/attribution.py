@@ -57,7 +57,8 @@ class Attribution:
         shape (tuple or None), dtype, role (:data:`ROLES`), scope (``"backward › MLP/Dense_0"``; ``"argument"``
         for entry arguments; ``"unknown"`` without an op name), phase (forward/backward/""), layer
         (``"MLP.__call__ › self.l1(x)"``), source (``"model.py:42 (...)"``, ``"argument params['l1']"``,
-        ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument, else None),
+        ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument; for an aliased
+        result, the donated argument whose buffer it takes; else None),
         donated (bool), allocation/offset, start/end (program steps of its live range, ints; -1 when XLA
         gives the buffer no place in the schedule, e.g. thread-local values), stack (every frame, innermost
         first, one per line).
@@ -270,6 +271,13 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
                     "donated": bool(alloc is not None and alloc.aliased_with_output),
                     "allocation": alloc.index if alloc else None, "offset": sl.offset if sl else None,
                     "start": int(start), "end": int(end), "stack": stack_text(stack, shown_files)})
+    # An aliased result takes a donated argument's buffer: name that argument, so grouping by parameter shows
+    # the donation (the old and the new value of params['w'] in one group).
+    argument_of = {r["allocation"]: r["parameter"] for r in out
+                   if r["role"] in ("parameter", "optimizer state") and r["allocation"] is not None}
+    for r in out:
+        if r["role"] == "aliased":
+            r["parameter"] = argument_of.get(r["allocation"])
     buffers = pd.DataFrame(out, columns=BUFFER_COLUMNS)
     buffers["line"] = buffers["line"].astype("Int64")
     buffers["allocation"] = buffers["allocation"].astype("Int64")
