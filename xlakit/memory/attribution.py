@@ -273,7 +273,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
                     "start": int(start), "end": int(end), "stack": stack_text(stack, shown_files)})
     # An aliased result takes a donated argument's buffer: name that argument, so grouping by parameter shows
     # the donation (the old and the new value of params['w'] in one group).
-    argument_of = {r["allocation"]: r["parameter"] for r in out
+    argument_of: dict[Any, Any] = {r["allocation"]: r["parameter"] for r in out
                    if r["role"] in ("parameter", "optimizer state") and r["allocation"] is not None}
     for r in out:
         if r["role"] == "aliased":
