@@ -4,6 +4,7 @@ background and redraw what holds its peak."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -235,7 +236,7 @@ class MemoryExplorer(View, widgets.VBox):
                 self.results[key] = result
             if result.error is not None:
                 exc = RuntimeError(f"batch {key[0]}, remat {key[1]!r}, donate {key[2]!r}: {result.error}")
-                self._on_kernel(lambda e=exc: self._show_error("compile", e), "compile")
+                self._on_kernel(functools.partial(self._show_error, "compile", exc), "compile")
         self._on_kernel(self._draw, "redraw")
 
     def _program(self, remat: str, donate: str) -> Any:
@@ -262,7 +263,8 @@ class MemoryExplorer(View, widgets.VBox):
             else:
                 compiled, kind = jitted.lower(*args).compile(), "compiled"
             seconds = time.perf_counter() - t0
-            return ExplorerResult(batch, remat, donate, peak=memory.peak(compiled), compile_s=seconds, decision=kind)
+            pk = memory.peak(compiled)  # type: ignore[attr-defined]
+            return ExplorerResult(batch, remat, donate, peak=pk, compile_s=seconds, decision=kind)
         except Exception as exc:  # noqa: BLE001 - shown in the widget; the next choice still works
             return ExplorerResult(batch, remat, donate, compile_s=time.perf_counter() - t0,
                                   error=f"{type(exc).__name__}: {exc}")
