@@ -135,3 +135,39 @@ def test_peak_caption_and_grouping_name_the_largest_group():
     html = peak_html("Peak", summary=caption, figures=[lifetime_chart(_buffers())], buffers=at_peak,
                      include_plotlyjs=False)
     assert f"data-bytes='{8 * MiB}'" in html and "Peak by source" in html and "xlakit-chart" in html
+
+
+def test_measurements_figure_draws_each_measurement_with_its_bytes():
+    from xlakit.view.budget import measurements_figure
+
+    rows = [{"label": "naive: high-water growth", "bytes": 300 * MiB, "kind": "naive"},
+            {"label": "probe, isolated", "bytes": 40 * MiB, "kind": "probe"},
+            {"label": "compiler: temporaries + outputs", "bytes": 38 * MiB, "kind": "compiler"}]
+    fig = measurements_figure(rows)
+    bars = {t.name: t for t in fig.data}
+    assert set(bars) == {"naive", "probe", "compiler"}
+    assert bars["naive"].x == (300 * MiB,) and bars["probe"].text == ("40.0 MiB",)
+    assert list(fig.layout.yaxis.categoryarray)[-1] == "naive: high-water growth"  # the first row on top
+    with pytest.raises(ValueError, match="bytes"):
+        measurements_figure([{"label": "x"}])
+
+
+def test_arena_bar_cuts_the_arena_into_weights_pool_scratch_and_margin():
+    from xlakit.memory import weight_budget
+    from xlakit.view.budget import arena_figure, arena_segments
+
+    # 256 MiB arena, largest scratch 40 MiB: pool = min(0.9 * 256, 0.95 * 256 - 40) = 203.2 MiB.
+    budget = weight_budget(256 * MiB, [40 * MiB, 10 * MiB], pinned_bytes=30 * MiB)
+    segs = arena_segments(budget, {"cnn": 10 * MiB, "transformer": 20 * MiB})
+    by = {s["name"]: s for s in segs}
+    assert [s["kind"] for s in segs] == ["weights", "weights", "pool left", "scratch", "margin"]
+    assert by["transformer"]["start"] == 10 * MiB
+    assert by["pool left for weights"]["bytes"] == budget.pool_bytes - 30 * MiB == budget.available_bytes
+    assert by["largest scratch"]["bytes"] == 40 * MiB
+    assert sum(s["bytes"] for s in segs) == 256 * MiB                 # the segments tile the arena exactly
+    assert all(a["start"] + a["bytes"] == b["start"] for a, b in zip(segs, segs[1:], strict=False))
+    fig = arena_figure(budget, {"cnn": 10 * MiB, "transformer": 20 * MiB})
+    assert fig.layout.shapes[0].x0 == budget.pool_bytes and "limited by scratch" in fig.layout.annotations[0].text
+    # Too many weights: the part beyond the pool is drawn as "over".
+    over = arena_segments(weight_budget(256 * MiB, 40 * MiB, pinned_bytes=220 * MiB))
+    assert over[1]["kind"] == "over" and over[1]["bytes"] == 220 * MiB - budget.pool_bytes
