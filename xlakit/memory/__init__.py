@@ -11,6 +11,11 @@
 :func:`probe`               the scratch one run really needs (in-process or in a fresh process)
 :func:`weight_budget`       the seed system's weight pool formula
 :func:`track`               a ``with`` block's device peak and the programs compiled inside
+:func:`attribute`           every logical buffer in the user's terms: line, layer, parameter path, role
+:func:`peak`                the program step where live bytes peak and the buffers live there
+:func:`sweep`               compile-only memory per batch size (through a cache: a rerun compiles nothing)
+:func:`max_batch`           the largest batch whose compiled footprint fits a budget, and what limits it
+:func:`compare`             two programs' peaks diffed by role, scope and source
 =========================== ==========================================================================
 
 Importing this package imports neither JAX nor pandas; each function imports what it needs when called.
@@ -19,8 +24,8 @@ Importing this package imports neither JAX nor pandas; each function imports wha
 from __future__ import annotations
 
 # Eager re-exports: the submodules import JAX and pandas only inside functions, so this stays cheap. Eager
-# (not lazy) because three functions share their module's name (buffer_assignment, probe, track): binding
-# the functions after the submodules are imported keeps ``xlakit.memory.probe`` the function.
+# (not lazy) because several functions share their module's name (buffer_assignment, probe, track, peak, sweep,
+# compare): binding the functions after the submodules are imported keeps ``xlakit.memory.probe`` the function.
 from xlakit.memory.allocator import (
     AllocatorStats,
     AllocatorStatsList,
@@ -30,6 +35,7 @@ from xlakit.memory.allocator import (
     process_memory,
     reset_peak,
 )
+from xlakit.memory.attribution import Attribution, attribute
 from xlakit.memory.budget import Budget, weight_budget
 from xlakit.memory.buffer_assignment import (
     Allocation,
@@ -38,9 +44,12 @@ from xlakit.memory.buffer_assignment import (
     buffer_assignment,
     decode_buffer_assignment,
 )
+from xlakit.memory.compare import Comparison, compare
 from xlakit.memory.compiled import CompiledMemory, compiled_memory
 from xlakit.memory.live import MoveResult, live_arrays, live_bytes, move
+from xlakit.memory.peak import Peak, peak
 from xlakit.memory.probe import ProbeResult, probe
+from xlakit.memory.sweep import MaxBatch, Sweep, max_batch, sweep
 from xlakit.memory.track import TrackedProgram, Tracker, track
 
 __all__ = ["CompiledMemory", "compiled_memory",
@@ -50,4 +59,6 @@ __all__ = ["CompiledMemory", "compiled_memory",
            "live_arrays", "live_bytes", "move", "MoveResult",
            "ProbeResult", "probe",
            "Budget", "weight_budget",
-           "track", "Tracker", "TrackedProgram"]
+           "track", "Tracker", "TrackedProgram",
+           "Attribution", "attribute", "Peak", "peak", "Sweep", "sweep", "MaxBatch", "max_batch",
+           "Comparison", "compare"]

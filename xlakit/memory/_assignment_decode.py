@@ -41,6 +41,9 @@ class _F:
     MOD_NAME, MOD_COMPUTATIONS, MOD_ENTRY_ID, MOD_SCHEDULE = 1, 3, 6, 7
     COMP_NAME, COMP_INSTRUCTIONS, COMP_ID, COMP_ROOT_ID = 1, 2, 5, 6
     INS_NAME, INS_OPCODE, INS_SHAPE, INS_ID, INS_OPERANDS, INS_CALLED = 1, 2, 3, 35, 36, 38
+    INS_METADATA, INS_PARAMETER_NUMBER, MOD_STACK_FRAME_INDEX = 7, 9, 17
+    # OpMetadata
+    MD_OP_NAME, MD_STACK_FRAME_ID = 2, 15
     SCHED_SEQUENCES, SCHED_KEY, SCHED_VALUE, SEQ_IDS = 1, 1, 2, 1
     # ShapeProto, LayoutProto
     SH_ELEMENT_TYPE, SH_DIMS, SH_TUPLE, SH_LAYOUT, LAYOUT_MEMORY_SPACE = 2, 3, 4, 5, 8
@@ -59,8 +62,12 @@ def _decode_module(data: bytes) -> _Module:
         for ins in comp.messages(_F.COMP_INSTRUCTIONS):
             iid = ins.int(_F.INS_ID)
             ids.append(iid)
-            instructions[iid] = _Instr(ins.str(_F.INS_NAME), ins.str(_F.INS_OPCODE), cid, ins.message(_F.INS_SHAPE),
-                                       tuple(ins.ints(_F.INS_OPERANDS)), tuple(ins.ints(_F.INS_CALLED)))
+            md = ins.message(_F.INS_METADATA)
+            opcode = ins.str(_F.INS_OPCODE)
+            instructions[iid] = _Instr(ins.str(_F.INS_NAME), opcode, cid, ins.message(_F.INS_SHAPE),
+                                       tuple(ins.ints(_F.INS_OPERANDS)), tuple(ins.ints(_F.INS_CALLED)),
+                                       md.str(_F.MD_OP_NAME) if md else "", md.int(_F.MD_STACK_FRAME_ID) if md else 0,
+                                       ins.int(_F.INS_PARAMETER_NUMBER) if opcode == "parameter" else -1)
         computations[cid] = (comp.str(_F.COMP_NAME), tuple(ids), comp.int(_F.COMP_ROOT_ID))
     schedule: dict[int, tuple[int, ...]] = {}
     sched = m.message(_F.MOD_SCHEDULE)
@@ -70,7 +77,8 @@ def _decode_module(data: bytes) -> _Module:
     entry_id = m.int(_F.MOD_ENTRY_ID)
     if entry_id not in computations and computations:
         entry_id = list(computations)[-1]  # computations are in dependency order: the entry comes last
-    return _Module(m.str(_F.MOD_NAME), instructions, computations, schedule, entry_id)
+    return _Module(m.str(_F.MOD_NAME), instructions, computations, schedule, entry_id,
+                   m.message(_F.MOD_STACK_FRAME_INDEX))
 
 
 def _leaf(shape: Message | None, index: tuple[int, ...]) -> tuple[tuple[int, ...] | None, str | None]:

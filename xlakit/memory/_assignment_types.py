@@ -112,6 +112,9 @@ class _Instr:
     shape: Message | None
     operands: tuple[int, ...]
     called: tuple[int, ...]
+    op_name: str = ""  # OpMetadata.op_name: JAX's name stack ("jit(f)/transpose(jvp())/dot_general")
+    frame_id: int = 0  # OpMetadata.stack_frame_id into the module's stack frame index (0 = none)
+    parameter_number: int = -1  # for a ``parameter`` instruction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,3 +126,4 @@ class _Module:
     computations: Mapping[int, tuple[str, tuple[int, ...], int]]  # id -> (name, instruction ids, root id)
     schedule: Mapping[int, tuple[int, ...]]
     entry_id: int
+    stack_frames: Message | None = None  # HloModuleProto.stack_frame_index (decoded by memory._hlo_frames)

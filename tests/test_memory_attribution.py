@@ -1,0 +1,140 @@
+"""Memory in the user's terms: the peak of a flax.nnx train step is attributed to the line and layer that
+make its big activation, parameters carry their pytree paths, optimizer state and donation are told apart,
+a remat/no-remat pair shows the residuals it drops, and a notebook cell reads as ``cell [N], line L``."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import memory_models as mm  # noqa: E402
+
+from xlakit.memory import attribute, compare, peak  # noqa: E402
+from xlakit.memory._hlo_frames import parse_op_name  # noqa: E402
+
+MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    step, params, opt_state = mm.train_step()
+    return attribute(step, params, opt_state, *mm.batch(256))
+
+
+def test_the_peak_names_the_line_and_layer_of_the_big_activation(mlp):
+    p = peak(mlp)
+    top = p.by("source").iloc[0]
+    assert top["group"] == f"memory_models.py:{mm.BIG_LINE} (MLP.__call__)" or top["group"].endswith(
+        f"memory_models.py:{mm.BIG_LINE} (MLP.__call__)"), p.by("source").head()
+    # batch 256 x 2048 float32 = 2 MiB per value; at least two such values from that line are live at the peak
+    assert top["bytes"] >= 2 * 256 * mm.WIDE * 4
+    layers = set(p.buffers.loc[p.buffers["source"] == top["group"], "layer"])
+    assert "MLP.__call__ › self.wide(x)" in layers, layers
+    # the charged bytes at the peak add up to the live bytes there, which are the liveness maximum
+    assert p.by("role")["bytes"].sum() == p.total_bytes == mlp.liveness["live_bytes"].max()
+    assert 0 <= p.step < p.steps == mlp.steps
+    assert repr(p).startswith(f"peak {p.total_bytes / MIB:.1f} MiB at step {p.step} of {p.steps} (")
+    assert f"memory_models.py:{mm.BIG_LINE}" in repr(p)
+
+
+def test_parameters_carry_pytree_paths_and_optimizer_state_is_its_own_role(mlp):
+    b = mlp.buffers.set_index("parameter")
+    kernel = b.loc["params['wide']['kernel']"]
+    assert kernel["role"] == "parameter" and kernel["bytes"] == 16 * mm.WIDE * 4 and kernel["shape"] == (16, mm.WIDE)
+    assert kernel["start"] == 0 and kernel["end"] == mlp.steps - 1
+    mu = b.loc["opt_state[0].mu['wide']['kernel']"]
+    assert mu["role"] == "optimizer state" and mu["bytes"] == 16 * mm.WIDE * 4
+    assert b.loc["opt_state[0].count", "role"] == "optimizer state"
+    assert b.loc["x", "role"] == "parameter"
+    # every entry argument is named: 4 params + adam's count and 2 x 4 moments + x + y
+    assert mlp.buffers["parameter"].notna().sum() == 15
+    assert not mlp.buffers["donated"].any()
+
+
+def test_a_donated_train_step_writes_its_results_into_the_arguments():
+    step, params, opt_state = mm.train_step(donate=True)
+    a = attribute(step, params, opt_state, *mm.batch(8))
+    args = a.buffers[a.buffers["parameter"].notna()]
+    assert args.set_index("parameter").loc["params['wide']['kernel']", "donated"]
+    aliased = a.buffers[a.buffers["role"] == "aliased"]
+    # the 4 new parameters and 9 optimizer-state leaves land in donated buffers
+    assert len(aliased) >= 13 and aliased["bytes"].sum() >= args[args["donated"]]["bytes"].sum()
+
+
+def test_remat_drops_the_residuals_of_a_scanned_stack_and_compare_says_so():
+    x = jax.ShapeDtypeStruct((256, 128), jnp.float32)
+    plain_step, params = mm.scan_train_step(remat=False)
+    remat_step, _ = mm.scan_train_step(remat=True)
+    plain, remat = peak(plain_step, params, x), peak(remat_step, params, x)
+    stack = 8 * 256 * 128 * 4  # one scan-stacked activation: layers x batch x width float32 = 1 MiB
+    r_plain = plain.by("role").set_index("group").loc["residual", "bytes"]
+    r_remat = remat.by("role").set_index("group").loc["residual", "bytes"]
+    assert r_plain >= 3 * stack and r_remat <= 1.2 * stack, (r_plain, r_remat)
+    c = compare(plain, remat)
+    residual = c.by("role").set_index("group").loc["residual"]
+    assert residual["delta"] == r_remat - r_plain <= -2 * stack
+    assert c.peak_delta == remat.total_bytes - plain.total_bytes < 0
+    text = repr(c)
+    assert f"residuals −{(r_plain - r_remat) / MIB:.1f} MiB (" in text and "memory_models.py:" in text, text
+    # the source groups say where the residuals came from: the scan on the loss line
+    sources = c.by("source")
+    assert sources.iloc[0]["group"].startswith("memory_models.py:") or "memory_models.py:" in sources.iloc[0]["group"]
+
+
+def test_a_notebook_cell_reads_as_cell_and_line(tmp_path, monkeypatch):
+    """ipykernel compiles each cell into ``ipykernel_<pid>/<hash>.py``; IPython's compile cache maps that file
+    back to the execution count, which is what the user sees."""
+    cell = tmp_path / "ipykernel_4242" / "3141592653.py"
+    cell.parent.mkdir()
+    cell.write_text("import jax.numpy as jnp\n\ndef f(x):\n    y = jnp.sin(x) * 2\n    return y.sum()\n")
+    namespace: dict = {}
+    exec(compile(cell.read_text(), str(cell), "exec"), namespace)
+    fake = types.ModuleType("IPython")
+    shell = types.SimpleNamespace(compile=types.SimpleNamespace(_filename_map={str(cell): 7}))
+    fake.get_ipython = lambda: shell  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+    a = attribute(jax.jit(namespace["f"]), jax.ShapeDtypeStruct((1000,), jnp.float32))
+    sources = set(a.buffers["source"])
+    assert "cell [7], line 4 (f)" in sources, sources
+    assert "f › jnp.sin(x) * 2" in set(a.buffers["layer"]) or "f › jnp.sin(x)" in set(a.buffers["layer"])
+    assert not any(str(cell) in s for s in sources)  # never the temporary file's path
+    row = a.buffers[a.buffers["source"] == "cell [7], line 4 (f)"].iloc[0]
+    assert row["stack"].splitlines()[0] == "cell [7]:4 (f)"
+
+
+@pytest.mark.parametrize(("op_name", "phase", "scope", "primitive"), [
+    ("jit(step)/transpose(jvp(MLP))/Dense_0/dot_general", "backward", "backward › MLP/Dense_0", "dot_general"),
+    ("jit(loss)/jvp()/jit(relu)/max", "forward", "forward › relu", "max"),
+    ("jit(f)/outer/inner/add", "", "outer/inner", "add"),
+    ("", "", "unknown", ""),
+])
+def test_jax_name_stacks_read_as_phase_and_scope(op_name, phase, scope, primitive):
+    ns = parse_op_name(op_name)
+    assert (ns.phase, ns.scope, ns.primitive) == (phase, scope, primitive)
+
+
+def test_missing_metadata_is_unknown_and_bad_input_is_refused(mlp):
+    # buffers whose instruction (and every position sharing the buffer) carries no metadata: nothing guessed
+    mod = mlp.assignment._module
+    bare = {b.id for b in mlp.assignment.logical_buffers
+            if all(not (mod.instructions[i].op_name or mod.instructions[i].frame_id)
+                   and mod.instructions[i].opcode not in ("copy", "bitcast", "get-tuple-element", "tuple")
+                   for i in [b.instruction_id, *(i for i, _ in mlp.assignment._aliases.get(b.id, ()))]
+                   if i is not None)}
+    rows = mlp.buffers[mlp.buffers["buffer_id"].isin(bare)]
+    assert len(rows) and set(rows["source"]) == {"unknown"} and set(rows["scope"]) == {"unknown"}
+    assert set(rows["layer"]) == {"unknown"} and rows["line"].isna().all()
+    a = attribute(jax.jit(lambda v: v * 2), jax.ShapeDtypeStruct((4,), jnp.float32))
+    assert set(a.buffers["role"]) >= {"parameter", "output"}
+    with pytest.raises(TypeError, match="without example arguments"):
+        peak(jax.jit(lambda v: v))
+    with pytest.raises(TypeError, match="cache="):
+        peak("0123abcd")
+    with pytest.raises(ValueError, match="cannot group by"):
+        peak(a).by("colour")

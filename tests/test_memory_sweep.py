@@ -1,0 +1,74 @@
+"""What would fit: a compile-only sweep over batch sizes through the cache (a rerun compiles nothing), a
+max_batch search that agrees with the sweep and names the term that crosses the budget, and a probe column
+that says whether the estimate can be trusted."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import xlakit
+from xlakit.memory import max_batch, sweep
+
+
+def _step(w, x):
+    h = jnp.tanh(x @ w)
+    return jax.grad(lambda w: (jnp.tanh(x @ w) ** 2).mean())(w), h.sum()
+
+
+def _args(n):
+    return jax.ShapeDtypeStruct((64, 256), jnp.float32), jax.ShapeDtypeStruct((n, 64), jnp.float32)
+
+
+SIZES = (16, 64, 256)
+
+
+def test_a_rerun_through_the_cache_compiles_nothing_and_max_batch_agrees_with_the_sweep(cache):
+    fn = jax.jit(_step)
+    first = sweep(fn, _args, SIZES, cache=cache)
+    assert list(first.frame["batch"]) == list(SIZES)
+    assert set(first.frame["cache"]) <= {"store", "skip"}
+    xlakit.events.log().clear()
+    again = sweep(fn, _args, SIZES, cache=cache)
+    kinds = [e.kind for e in xlakit.events.log().events() if e.kind in ("hit", "miss", "store", "compile")]
+    assert list(again.frame["cache"]) == ["hit"] * len(SIZES)
+    assert kinds and set(kinds) == {"hit"}, kinds
+    cols = ["argument_bytes", "output_bytes", "temp_bytes", "total_bytes", "peak_bytes"]
+    assert again.frame[cols].equals(first.frame[cols])
+    f = first.frame
+    # argument = w (64 KiB) + x (n x 64 float32); the footprint grows with the batch
+    assert list(f["argument_bytes"]) == [64 * 256 * 4 + n * 64 * 4 for n in SIZES]
+    assert f["total_bytes"].is_monotonic_increasing
+    assert (f["total_bytes"] == f["argument_bytes"] + f["output_bytes"] - f["alias_bytes"] + f["temp_bytes"]).all()
+
+    table = f.set_index("batch")["total_bytes"]
+    budget = int((table[64] + table[256]) // 2)
+    found = max_batch(fn, _args, budget, lo=64, hi=256, cache=cache)
+    assert 64 <= found.batch < 256 and found.bytes <= budget < table[256]
+    tried = found.frame.set_index("batch")
+    assert tried.loc[found.batch, "fits"] and not tried.loc[found.batch + 1, "fits"]
+    assert tried.loc[64, "total_bytes"] == table[64] and tried.loc[64, "cache"] == "hit"  # the sweep's program
+    # x (n x 64) and the tanh temporaries (n x 256) grow with n; the weights do not: temporaries cross first
+    assert found.limiting_term == "temp_bytes"
+    assert "temp_bytes hits the budget first" in repr(found)
+    with pytest.raises(ValueError, match="positive int"):
+        max_batch(fn, _args, 0)
+
+
+def test_the_probe_at_the_max_batch_boundary_agrees_within_its_tolerance():
+    # elementwise and a scan: XLA's buffer assignment accounts for all of it, so the probe can confirm it
+    fn = jax.jit(lambda a: jnp.cumsum(jnp.sin(a) * 2.0, axis=0))
+
+    def make(n):
+        return (jax.ShapeDtypeStruct((n, 1024), jnp.float32),)
+
+    found = max_batch(fn, make, 3 * 2**20, lo=240, hi=256)  # 3 x n x 4 KiB: 256 rows are just over
+    assert 240 <= found.batch < 256 and found.bytes <= 3 * 2**20
+    row = sweep(fn, make, [found.batch], probe=True).frame.iloc[0]
+    assert row["total_bytes"] == found.bytes
+    assert row["agrees"] is True or row["agrees"] == True  # noqa: E712 - numpy bool
+    xla = row["temp_bytes"] + row["output_bytes"] - row["alias_bytes"]
+    assert abs(int(row["probe_bytes"]) - int(xla)) <= max(2 * 2**20, xla // 100), row.to_dict()
+    assert row["probe_reason"].startswith("agrees")
+    assert max_batch(fn, make, 10, lo=16, hi=32).batch is None

@@ -1,0 +1,107 @@
+"""Which pytree leaf of a jitted function's arguments each entry parameter of its compiled program holds.
+
+``Compiled.in_tree`` is the treedef of ``(args, kwargs)``; JAX flattens it in that order, then drops the leaves
+the program does not use (``keep_unused=False``, the default) before lowering. The kept leaves are recorded on
+the private ``Compiled._executable._kept_var_idx`` (a set of flat indices; checked on jax 0.10.2), so entry
+parameter ``p`` is the ``p``-th kept leaf. Where that attribute is missing the mapping is only trusted when
+every leaf became a parameter.
+
+Optimizer state is told by the pytree's node types: a leaf is optimizer state when a node on its path is a
+type defined in ``optax`` (``ScaleByAdamState``, ``EmptyState``...) or is flax's ``nnx.Optimizer`` /
+``OptState``, or when a dict key or attribute on its path is named ``opt_state``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["ArgumentLeaf", "argument_leaves"]
+
+_OPTIMIZER_MODULES = ("optax",)
+_OPTIMIZER_TYPES = ("Optimizer", "OptState", "OptArray", "OptVariable")
+_OPTIMIZER_KEYS = ("opt_state",)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgumentLeaf:
+    """One flat argument leaf: ``path`` as JAX prints it (``args[0]['l1']['kernel']`` or, with the
+    function's parameter names, ``params['l1']['kernel']``), ``optimizer_state`` by the rule above."""
+
+    index: int
+    path: str
+    optimizer_state: bool
+
+
+def _is_optimizer_node(node: Any) -> bool:
+    cls = type(node)
+    module = (getattr(cls, "__module__", "") or "").split(".")[0]
+    return module in _OPTIMIZER_MODULES or (module == "flax" and cls.__name__ in _OPTIMIZER_TYPES)
+
+
+def _key_text(key: Any) -> str:
+    import jax
+
+    return jax.tree_util.keystr((key,))
+
+
+def _names(fn: Any, count: int) -> list[str] | None:
+    """The positional parameter names of the function a jit wraps, when they can be read."""
+    import inspect
+
+    target = getattr(fn, "__wrapped__", fn)
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names[:count] if len(names) >= count else None
+
+
+def argument_leaves(compiled: Any, fn: Any = None) -> dict[int, ArgumentLeaf]:
+    """Entry parameter number -> :class:`ArgumentLeaf` for a ``jax.stages.Compiled``; ``{}`` when the tree or
+    the kept-leaf record is unavailable (then the caller falls back to the parameters' own op names).
+
+    ``fn``: the jitted function, to print ``params[...]`` instead of ``args[0][...]``.
+    """
+    import jax
+
+    tree = getattr(compiled, "in_tree", None)
+    if tree is None:
+        return {}
+    try:
+        skeleton = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
+    except Exception:  # noqa: BLE001 - a custom node that cannot be rebuilt from placeholders: no paths
+        return {}
+    args, kwargs = skeleton if isinstance(skeleton, tuple) and len(skeleton) == 2 else (skeleton, {})
+    names = _names(fn, len(args)) if fn is not None and isinstance(args, tuple) else None
+    leaves: list[ArgumentLeaf] = []
+
+    def walk(node: Any, prefix: str, under_optimizer: bool) -> None:
+        flat, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node and _is_optimizer_node(x))
+        for path, leaf in flat:
+            text = prefix + jax.tree_util.keystr(path)
+            inside = under_optimizer or any(_key_text(k).strip("[]'.\"") in _OPTIMIZER_KEYS for k in path)
+            if isinstance(leaf, int) and not isinstance(leaf, bool):
+                leaves.append(ArgumentLeaf(leaf, text, inside))
+            else:  # an optimizer node: its leaves are optimizer state
+                walk(leaf, text, True)
+
+    top = [(names[i] if names else f"args[{i}]", a) for i, a in enumerate(args)] if isinstance(args, tuple) else []
+    for prefix, arg in top:
+        if isinstance(arg, int) and not isinstance(arg, bool):
+            leaves.append(ArgumentLeaf(arg, prefix, False))
+        else:
+            walk(arg, prefix, _is_optimizer_node(arg))
+    for key, arg in (kwargs.items() if isinstance(kwargs, dict) else ()):
+        if isinstance(arg, int) and not isinstance(arg, bool):
+            leaves.append(ArgumentLeaf(arg, str(key), False))
+        else:
+            walk(arg, str(key), _is_optimizer_node(arg))
+    leaves.sort(key=lambda leaf: leaf.index)
+    kept = getattr(getattr(compiled, "_executable", None), "_kept_var_idx", None)
+    if kept is None:
+        return dict(enumerate(leaves))  # the caller checks the count against the entry parameters
+    order = sorted(int(i) for i in kept)
+    by_index = {leaf.index: leaf for leaf in leaves}
+    return {p: by_index[i] for p, i in enumerate(order) if i in by_index}

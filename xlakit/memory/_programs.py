@@ -1,0 +1,68 @@
+"""Turning what a user holds — a ``Compiled``, a jitted function and its arguments, a cache entry or key, a
+loaded bundle — into one ``jax.stages.Compiled`` (and the function, for argument names), compiling through an
+:class:`~xlakit.cache.ExecutableCache` when one is given so that a second look compiles nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["resolve_program"]
+
+
+def _bundle_program(bundle: Any, batch: Any, variant: Any) -> Any:
+    programs = bundle.programs
+    if not programs:
+        raise ValueError("this bundle has no loaded programs (wait() for it, or check bundle.errors)")
+    keys = [k for k in programs if variant is None or k[0] == variant]
+    if batch is not None:
+        keys = [k for k in keys if k[1] == batch]
+    if len(keys) != 1:
+        shown = sorted(programs)
+        raise ValueError(f"name one bundle program with batch=<size> (and variant= when there are several); "
+                         f"loaded programs (variant, batch): {shown}")
+    return programs[keys[0]]
+
+
+def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tuple[Any, Any]:
+    """``(jax.stages.Compiled, function or None)``.
+
+    ``x`` is a ``jax.stages.Compiled`` (no arguments), a ``Lowered``, a jitted or plain function followed by
+    example arguments (arrays or ``jax.ShapeDtypeStruct``; compiled through ``cache.compile`` when ``cache``
+    is given, else ``jax.jit(...).lower(...).compile()``), a cache entry (``EntryInfo``, a key string or an
+    ``entries()`` row; needs ``cache``), or a ``LoadedBundle`` (``batch=`` / ``variant=`` in ``kwargs`` pick
+    the program).
+
+    Raises:
+      TypeError: a function without example arguments, a cache entry without ``cache=``, or anything else.
+      ValueError: a bundle whose program cannot be picked.
+    """
+    import jax
+
+    from xlakit.memory.compiled import _compile
+
+    if hasattr(x, "programs") and hasattr(x, "batch_sizes") and not callable(getattr(x, "lower", None)):
+        if args:
+            raise TypeError("a bundle takes no example arguments; pick its program with batch=<size>")
+        return _bundle_program(x, kwargs.pop("batch", None), kwargs.pop("variant", None)), None
+    is_entry = isinstance(x, str) or (isinstance(x, Mapping) and "key" in x) or (
+        hasattr(x, "header") and hasattr(x, "key"))
+    if is_entry:
+        if cache is None:
+            raise TypeError("a cache entry names a stored program; pass the cache that holds it: "
+                            "attribute(entry, cache=cache)")
+        return cache.load(x), None
+    if isinstance(x, (jax.stages.Compiled, jax.stages.Lowered)):
+        if args or kwargs:
+            raise TypeError("pass example arguments only with a function; a compiled program already has them")
+        return _compile(x, (), {}), None
+    if not callable(x):
+        raise TypeError(f"expected a jax.stages.Compiled, a function with example arguments, a cache entry or a "
+                        f"loaded bundle; got {type(x).__name__}")
+    if not args and not kwargs:
+        raise TypeError(f"got the function {getattr(x, '__name__', x)!r} without example arguments; pass them "
+                        "after it (arrays or jax.ShapeDtypeStruct), e.g. peak(step, params, x)")
+    if cache is not None:
+        compiled, _decision = cache.compile(x, *args, **kwargs)
+        return compiled, x
+    return _compile(x, args, kwargs), x

@@ -1,0 +1,254 @@
+"""Every logical buffer of a compiled program in the user's terms: which line and layer made it, which
+parameter it is, and what role it plays (parameter, optimizer state, residual, temporary, ...).
+
+Sources, all from the compiled program itself (nothing is guessed; what is missing is ``"unknown"``):
+
+* the buffer assignment (:func:`xlakit.memory.buffer_assignment`): bytes, allocation, kind, and the live
+  range of each buffer over the module's schedule (``start``/``end``: program steps, as XLA orders them);
+* each defining instruction's ``OpMetadata``: ``op_name`` (JAX's name stack, read by
+  :func:`~xlakit.memory._hlo_frames.parse_op_name`) and ``stack_frame_id`` into the module's stack frame
+  index, whose first frame outside jax/flax/optax/Python is the ``source`` (``model.py:42 (MLP.__call__ ›
+  self.l1(x))``; a notebook cell reads ``cell [7], line 3``). An instruction XLA added without metadata
+  (``copy``, ``bitcast``, ``get-tuple-element``...) takes the metadata of the value it copies;
+* the jitted function's argument tree (``Compiled.in_tree``) for each entry parameter's pytree path, else the
+  parameter's own op name (JAX records the argument path there).
+
+Roles:
+
+================= ===================================================================================
+parameter         an entry argument (``parameter``: its pytree path; ``donated``: XLA may reuse it)
+optimizer state   an entry argument under an optax state node, ``nnx.Optimizer`` or an ``opt_state`` key
+aliased           a result written into a donated argument's buffer
+output            a result (XLA: maybe-live-out), not in an argument's buffer
+residual          a forward-pass value (op name under ``jvp``) read by the backward pass (under
+                  ``transpose``): what a gradient keeps alive, what ``jax.checkpoint`` trades for compute
+temporary         any other value in XLA's scratch
+constant          a literal compiled into the program
+thread-local      a small per-thread value (not device memory)
+================= ===================================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from xlakit.memory._display import fmt_bytes, html_table
+from xlakit.memory._hlo_frames import FrameTable, layer_of, parse_op_name, source_of, stack_text, user_frame
+
+__all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
+
+ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "temporary", "constant",
+         "thread-local")
+BUFFER_COLUMNS = ["buffer_id", "instruction", "opcode", "bytes", "shape", "dtype", "role", "scope", "phase",
+                  "layer", "source", "file", "line", "parameter", "donated", "allocation", "offset", "start",
+                  "end", "stack"]
+# Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
+_CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
+                       "transpose", "bitcast-convert", "opt-barrier", "optimization-barrier"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Attribution:
+    """The logical buffers of one compiled program, attributed.
+
+    Attributes:
+      buffers: ``pandas.DataFrame``, one row per logical buffer, columns :data:`BUFFER_COLUMNS`: bytes (int),
+        shape (tuple or None), dtype, role (:data:`ROLES`), scope (``"backward › MLP/Dense_0"``; ``"argument"``
+        for entry arguments; ``"unknown"`` without an op name), phase (forward/backward/""), layer
+        (``"MLP.__call__ › self.l1(x)"``), source (``"model.py:42 (...)"``, ``"argument params['l1']"``,
+        ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument, else None),
+        donated (bool), allocation/offset, start/end (program steps of its live range, ints; -1 when XLA
+        gives the buffer no place in the schedule, e.g. thread-local values), stack (every frame, innermost
+        first, one per line).
+      liveness: ``pandas.DataFrame``, one row per program step: step, instruction, opcode, parameter, output,
+        temporary, constant, live_bytes (bytes occupied at that step, shared bytes counted once).
+      steps: number of program steps (instructions of the flattened entry schedule).
+      name: HLO module name. platform: ``"cpu"``, ``"gpu"``... memory: the
+        :class:`~xlakit.memory.CompiledMemory`. assignment: the :class:`~xlakit.memory.BufferAssignment`.
+      method: how liveness was obtained.
+    """
+
+    buffers: Any
+    liveness: Any
+    steps: int
+    name: str | None
+    platform: str | None
+    memory: Any = dataclasses.field(repr=False)
+    assignment: Any = dataclasses.field(repr=False)
+    method: str = ""
+
+    def by(self, column: str):
+        """Bytes of all logical buffers grouped by ``column`` (role, scope, source, layer, parameter...):
+        ``pandas.DataFrame`` group, bytes, count, sorted by bytes descending. Buffers that share bytes
+        are each counted here; :class:`~xlakit.memory.Peak` counts shared bytes once."""
+        from xlakit.memory._grouping import group_frame
+
+        return group_frame(self.buffers, column, "bytes")
+
+    def __repr__(self) -> str:
+        roles = self.buffers.groupby("role")["bytes"].sum().sort_values(ascending=False)
+        shown = ", ".join(f"{r} {fmt_bytes(int(b))}" for r, b in roles.items())
+        return (f"Attribution({self.name or '?'}: {len(self.buffers)} logical buffers over {self.steps} steps; "
+                f"{shown})")
+
+    def _repr_html_(self) -> str:
+        rows = [(r, fmt_bytes(int(b))) for r, b in
+                self.buffers.groupby("role")["bytes"].sum().sort_values(ascending=False).items()]
+        return html_table(rows, title=f"Attributed buffers: {self.name or '?'} ({self.steps} steps)")
+
+
+def _entry_parameters(mod: Any) -> dict[int, Any]:
+    """Entry parameter number -> instruction id."""
+    _name, ids, _root = mod.computations[mod.entry_id]
+    out = {}
+    for iid in ids:
+        ins = mod.instructions.get(iid)
+        if ins is not None and ins.opcode == "parameter":
+            out[ins.parameter_number] = iid
+    return out
+
+
+def _metadata_source(mod: Any, iid: int | None) -> Any:
+    """The instruction whose metadata speaks for ``iid``: itself, or for an XLA-inserted carrier without
+    metadata, the value it carries (followed through at most 8 carriers)."""
+    for _ in range(8):
+        ins = mod.instructions.get(iid) if iid is not None else None
+        if ins is None or ins.op_name or ins.frame_id or ins.opcode not in _CARRIERS or not ins.operands:
+            return ins
+        iid = ins.operands[0]
+    return mod.instructions.get(iid) if iid is not None else None
+
+
+def _phases(mod: Any) -> tuple[dict[int, str], dict[int, list[int]]]:
+    phase = {iid: parse_op_name(ins.op_name).phase for iid, ins in mod.instructions.items()}
+    users: dict[int, list[int]] = {}
+    for iid, ins in mod.instructions.items():
+        for op in ins.operands:
+            users.setdefault(op, []).append(iid)
+    return phase, users
+
+
+def _read_by_backward(ids: list[int], mod: Any, phase: dict[int, str], users: dict[int, list[int]]) -> bool:
+    """True when a user of any of ``ids`` (the positions of one buffer; looking through the carriers that
+    pass it on, e.g. the ``get-tuple-element`` of a scan's stacked results) is a backward-pass op."""
+    stack, seen = list(ids), set(ids)
+    while stack:
+        for user in users.get(stack.pop(), ()):
+            if user in seen:
+                continue
+            seen.add(user)
+            if phase.get(user) == "backward":
+                return True
+            if mod.instructions[user].opcode in _CARRIERS:
+                stack.append(user)
+    return False
+
+
+def _optimizer_path(path: str) -> bool:
+    return "opt_state" in path
+
+
+def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attribution:
+    """Attribute every logical buffer of a compiled program (see the module docstring for the sources).
+
+    Args:
+      x: a ``jax.stages.Compiled``; a jitted (or plain) function followed by example arguments (compiled
+        with ``jax.jit(...).lower(...).compile()``, or through ``cache`` when given); a cache entry or key
+        (with ``cache=``); or a ``LoadedBundle`` (``batch=``, ``variant=`` pick the program).
+      *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``), only with a function.
+      cache: an :class:`~xlakit.cache.ExecutableCache` to compile through or load from.
+
+    Returns:
+      :class:`Attribution`.
+
+    Raises:
+      TypeError: unsupported input, or a function without example arguments.
+      ValueError: the backend reports no buffer assignment, or the program's HLO module is unavailable
+        (liveness needs its schedule).
+    """
+    from xlakit.memory._programs import resolve_program
+
+    compiled, fn = resolve_program(x, args, kwargs, cache)
+    return attribute_compiled(compiled, fn)
+
+
+def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
+    """:func:`attribute` of a ``jax.stages.Compiled``; ``fn`` (the jitted function) names its arguments."""
+    import pandas as pd
+
+    from xlakit._jax.arguments import argument_leaves
+    from xlakit.memory.buffer_assignment import buffer_assignment
+
+    ba = buffer_assignment(compiled)
+    mod = ba._module
+    if mod is None:
+        raise ValueError("the program's HLO module is unavailable, so its buffers cannot be placed in program "
+                         "order; pass the jax.stages.Compiled that runtime_executable() can describe")
+    rows, ranges = ba._schedule_liveness()
+    frames = FrameTable(mod.stack_frames)
+    params = _entry_parameters(mod)
+    leaves = argument_leaves(compiled, fn)
+    if len(leaves) != len(params):
+        leaves = {}  # the tree does not match the parameters (tokens, tupled arguments): use op names only
+    phase, users = _phases(mod)
+    placed = ba.allocation_of()
+    aliases = ba._aliases
+    param_ids = {iid: num for num, iid in params.items()}
+    out = []
+    for b in ba.logical_buffers:
+        alloc, sl = placed.get(b.id, (None, None))
+        ins = mod.instructions.get(b.instruction_id) if b.instruction_id is not None else None
+        positions = [i for i in (b.instruction_id, *(i for i, _ in aliases.get(b.id, ()))) if i is not None]
+        # The first position with metadata speaks for the buffer (a loop body's parameter has none; the
+        # loop's operand or result that holds the same buffer has).
+        meta = next((m for m in (_metadata_source(mod, i) for i in positions) if m is not None
+                     and (m.op_name or m.frame_id)), None)
+        stack = frames.chain(meta.frame_id) if meta is not None and meta.frame_id else ()
+        user = user_frame(stack)
+        names = parse_op_name(meta.op_name if meta is not None else "")
+        parameter = None
+        role = "temporary"
+        is_entry_param = b.instruction_id in param_ids
+        if is_entry_param:
+            num = param_ids[b.instruction_id]
+            leaf = leaves.get(num)
+            recorded = ins.op_name if ins is not None else ""
+            parameter = recorded if recorded and "/" not in recorded else (leaf.path if leaf else f"parameter {num}")
+            if b.shape_index:
+                parameter += "".join(f"[{i}]" for i in b.shape_index)
+            role = "optimizer state" if (leaf.optimizer_state if leaf else _optimizer_path(parameter)) else "parameter"
+            scope, source, layer = "argument", f"argument {parameter}", "argument"
+        else:
+            scope, source, layer = names.scope, source_of(user), layer_of(user)
+            if alloc is None:
+                role = "temporary"
+            elif alloc.is_constant:
+                role = "constant"
+            elif alloc.is_thread_local:
+                role = "thread-local"
+            elif alloc.is_parameter:
+                role = "aliased"
+            elif alloc.maybe_live_out:
+                role = "output"
+            elif names.phase == "forward" and _read_by_backward(positions, mod, phase, users):
+                role = "residual"
+        start, end = ranges.get(b.id, (-1, -1))
+        out.append({"buffer_id": b.id, "instruction": b.instruction, "opcode": b.opcode, "bytes": b.size,
+                    "shape": b.shape, "dtype": b.dtype, "role": role, "scope": scope, "phase": names.phase,
+                    "layer": layer, "source": source, "file": user.file if user else None,
+                    "line": user.line if user else None, "parameter": parameter,
+                    "donated": bool(alloc is not None and alloc.aliased_with_output),
+                    "allocation": alloc.index if alloc else None, "offset": sl.offset if sl else None,
+                    "start": int(start), "end": int(end), "stack": stack_text(stack)})
+    buffers = pd.DataFrame(out, columns=BUFFER_COLUMNS)
+    buffers["line"] = buffers["line"].astype("Int64")
+    buffers["allocation"] = buffers["allocation"].astype("Int64")
+    buffers["offset"] = buffers["offset"].astype("Int64")
+    liveness = pd.DataFrame(rows)
+    method = "reconstructed from the HLO schedule and buffer aliases"
+    if ba.heap_traces:
+        method += " (XLA's heap simulator trace also shipped; Peak uses it for the step)"
+    memory = ba.reported
+    return Attribution(buffers=buffers, liveness=liveness, steps=len(rows), name=ba.name,
+                       platform=getattr(memory, "platform", None), memory=memory, assignment=ba, method=method)
