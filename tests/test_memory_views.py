@@ -171,3 +171,10 @@ def test_arena_bar_cuts_the_arena_into_weights_pool_scratch_and_margin():
     # Too many weights: the part beyond the pool is drawn as "over".
     over = arena_segments(weight_budget(256 * MiB, 40 * MiB, pinned_bytes=220 * MiB))
     assert over[1]["kind"] == "over" and over[1]["bytes"] == 220 * MiB - budget.pool_bytes
+
+
+def test_every_role_the_attribution_gives_has_a_colour():
+    from xlakit.memory.attribution import ROLES as ATTRIBUTION_ROLES
+    from xlakit.view.memory_charts import ROLE_COLORS, ROLES
+
+    assert set(ATTRIBUTION_ROLES) <= set(ROLES) == set(ROLE_COLORS)

@@ -26,12 +26,12 @@ from xlakit.view.format import byte_ticks, fmt_bytes
 __all__ = ["ROLES", "ROLE_COLORS", "GL_THRESHOLD", "keep_indices", "peak_of", "liveness_chart", "lifetime_chart",
            "buffer_hover", "shape_text", "chart_layout"]
 
-#: The roles :mod:`xlakit.memory` gives a logical buffer, in legend order.
-ROLES = ("parameter", "optimizer state", "donated/aliased", "output", "residual", "temporary", "constant",
+#: The roles :func:`xlakit.memory.attribute` gives a logical buffer (``xlakit.memory.ROLES``), in legend order.
+ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "temporary", "constant", "thread-local",
          "unknown")
-ROLE_COLORS = {"parameter": "#1f77b4", "optimizer state": "#17becf", "donated/aliased": "#7f7f7f",
+ROLE_COLORS = {"parameter": "#1f77b4", "optimizer state": "#17becf", "aliased": "#7f7f7f",
                "output": "#ff7f0e", "residual": "#d62728", "temporary": "#2ca02c", "constant": "#9467bd",
-               "unknown": "#c7c7c7"}
+               "thread-local": "#bcbd22", "unknown": "#c7c7c7"}
 _KINDS = ("parameter", "output", "temporary", "constant")  # live_bytes_by_step()'s per-kind columns
 _KIND_COLORS = {"parameter": "#1f77b4", "output": "#ff7f0e", "temporary": "#2ca02c", "constant": "#9467bd"}
 #: Steps above which a liveness line is drawn with WebGL (``scattergl``) instead of SVG.
@@ -237,7 +237,7 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     ``start`` to ``end`` (inclusive), coloured by role, with a tooltip naming scope, source, shape and bytes.
 
     Bars are ordered by start step (top to bottom), so the chart reads like the program. Buffers without a
-    live range (``start``/``end`` missing) are counted, not drawn.
+    live range (``start``/``end`` missing or -1) are counted, not drawn.
 
     Args:
       buffers: a buffers frame (see the module docstring). top: how many of the largest buffers to draw
@@ -252,6 +252,7 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
       ValueError: ``top`` < 1, or the frame lacks a column the chart needs.
     """
     import numpy as np
+    import pandas as pd
     import plotly.graph_objects as go
 
     if top < 1:
@@ -265,7 +266,8 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
         _layout(fig, title or "Buffer lifetimes", 300)
         fig.update_layout(meta={"xlakit_lifetime": meta})
         return fig
-    ranged = buffers[buffers["start"].notna() & buffers["end"].notna()]
+    start, end = (pd.to_numeric(buffers[c], errors="coerce") for c in ("start", "end"))
+    ranged = buffers[(start >= 0) & (end >= start)]  # -1 / missing: XLA gave the buffer no live range
     meta["no_range"] = int(len(buffers) - len(ranged))
     order = np.argsort(-ranged["bytes"].to_numpy(dtype=float), kind="stable")
     shown = ranged.iloc[order[:top]]

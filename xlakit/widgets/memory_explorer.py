@@ -263,7 +263,7 @@ class MemoryExplorer(View, widgets.VBox):
             else:
                 compiled, kind = jitted.lower(*args).compile(), "compiled"
             seconds = time.perf_counter() - t0
-            pk = memory.peak(compiled)  # type: ignore[attr-defined]
+            pk = memory.peak(compiled)
             return ExplorerResult(batch, remat, donate, peak=pk, compile_s=seconds, decision=kind)
         except Exception as exc:  # noqa: BLE001 - shown in the widget; the next choice still works
             return ExplorerResult(batch, remat, donate, compile_s=time.perf_counter() - t0,
@@ -271,16 +271,20 @@ class MemoryExplorer(View, widgets.VBox):
 
     # -- drawing (kernel thread) ------------------------------------------------------------------------
     def _draw(self) -> None:
+        """Show the chosen variant (idempotent; the whole redraw holds the lock, so a :meth:`wait` on another
+        thread returns only once the charts are in place)."""
+        with self._lock:
+            result = self.results.get(self.key)
+            self.history.value = self._history_html()
+            if result is None or result is self._drawn:
+                return
+            self._drawn = result
+            self._show(result)
+
+    def _show(self, result: ExplorerResult) -> None:
         from xlakit.view.memory_charts import lifetime_chart, liveness_chart
         from xlakit.view.peak import peak_caption, peak_treemap_figure, peak_treemap_nodes
 
-        with self._lock:
-            result = self.results.get(self.key)
-            if result is None or result is self._drawn:
-                self.history.value = self._history_html()
-                return
-            self._drawn = result
-        self.history.value = self._history_html()
         if result.error is not None:
             self.status.value = f"<small>{escape(self._label(result))}: failed</small>"
             self.summary.value = f"<div class='xlakit-error'>{escape(result.error)}</div>"
