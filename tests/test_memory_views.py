@@ -178,3 +178,13 @@ def test_every_role_the_attribution_gives_has_a_colour():
     from xlakit.view.memory_charts import ROLE_COLORS, ROLES
 
     assert set(ATTRIBUTION_ROLES) <= set(ROLES) == set(ROLE_COLORS)
+
+
+def test_liveness_chart_of_a_heap_simulator_trace_marks_the_highest_event():
+    # The frame BufferAssignment.live_bytes_by_step() gives where XLA ships heap traces (GPU/TPU builds).
+    frame = pd.DataFrame({"trace": [0, 0, 0, 1, 1], "allocation": [3, 3, 3, 4, 4], "step": [0, 1, 2, 0, 1],
+                          "live_bytes": [10, 30, 20, 5, 50]})
+    fig = liveness_chart(frame)
+    assert [t.name for t in fig.data] == ["trace 0", "trace 1"]
+    meta = fig.layout.meta["xlakit_liveness"]
+    assert meta["peak_bytes"] == 50 and meta["peak_step"] == 1 and fig.layout.shapes[0].x0 == 1

@@ -221,6 +221,10 @@ class MemoryBreakdown(View, widgets.VBox):
         except (TypeError, ValueError) as exc:  # not attributable: say why, not an error
             notes.append(f"peak attribution not available: {exc}")
             return None
+        except Exception as exc:  # noqa: BLE001 - a decoding fault must not hide the rest of the view
+            self._show_error("peak attribution", exc)
+            notes.append(f"peak attribution failed: {type(exc).__name__}: {exc}")
+            return None
 
     def _detail_figures(self, name: str) -> list[Any]:
         """[liveness (peak marked), and with a peak: lifetimes, treemap] of the selected program."""
