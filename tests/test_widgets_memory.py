@@ -60,8 +60,9 @@ def test_memory_breakdown_draws_the_peak_lifetimes_and_treemap_of_a_real_program
     w.close()
 
 
-def _gated_make_args(gate: threading.Event):
+def _gated_make_args(gate: threading.Event, threads: list[str]):
     def make(batch):
+        threads.append(threading.current_thread().name)
         if batch == 3:
             raise ValueError("batch 3 does not divide the devices")
         if batch == 32:
@@ -72,8 +73,9 @@ def _gated_make_args(gate: threading.Event):
 
 def test_memory_explorer_compiles_in_the_background_redraws_and_shows_errors(tmp_path):
     cache = xlakit.ExecutableCache(tmp_path / "cache", log=EventLog())
-    gate = threading.Event()
-    e = MemoryExplorer(loss, _gated_make_args(gate), batch_sizes=(3, 8, 32), batch=8, step=jax.grad, cache=cache)
+    gate, threads = threading.Event(), []
+    e = MemoryExplorer(loss, _gated_make_args(gate, threads), batch_sizes=(3, 8, 32), batch=8, step=jax.grad,
+                       cache=cache)
     first = e.wait(60)
     assert first.error is None and first.decision == "store" and first.peak_bytes > 0
     assert e.liveness_chart.figure.layout.meta["xlakit_liveness"]["peak_bytes"] == first.peak.total_bytes
@@ -86,6 +88,7 @@ def test_memory_explorer_compiles_in_the_background_redraws_and_shows_errors(tmp
     gate.set()
     big = e.wait(60)
     assert big.batch == 32 and big.peak_bytes > first.peak_bytes              # activations grow with the batch
+    assert threads == ["xlakit-MemoryExplorer-compile"] * 2                    # never on the kernel's thread
     assert e.liveness_chart.figure.layout.meta["xlakit_liveness"]["peak_bytes"] == big.peak.total_bytes
     assert e.treemap_chart.figure.data[0].values[0] == big.peak.total_bytes
 

@@ -105,9 +105,9 @@ def arena_figure(budget: Any, weights: Mapping[str, int] | None = None, title: s
                     customdata=[f"{s['name']}: {fmt_bytes(s['bytes'])} ({s['bytes']:,} bytes)"],
                     hovertemplate="%{customdata}<extra></extra>")
     fig.add_vline(x=int(budget.pool_bytes), line=dict(color="#2ca02c", dash="dash", width=2))
-    fig.add_annotation(x=int(budget.pool_bytes), y=1.0, yref="paper", yanchor="bottom", showarrow=False,
+    fig.add_annotation(x=int(budget.pool_bytes), y=1.0, yref="paper", yanchor="top", showarrow=False,
                        text=f"pool {fmt_bytes(budget.pool_bytes)} (limited by {budget.limited_by})",
-                       font=dict(color="#2ca02c", size=11))
+                       font=dict(color="#2ca02c", size=11), bgcolor="rgba(255,255,255,0.8)")
     state = "OVERCOMMITTED" if budget.overcommitted else f"{fmt_bytes(budget.available_bytes)} free in the pool"
     chart_layout(fig, title or f"Weight budget: arena {fmt_bytes(budget.arena_bytes)}, {state}", 260,
                  barmode="overlay")

@@ -96,8 +96,6 @@ def chart_layout(fig, title: str, height: int, **extra: Any) -> None:
                          **extra})
 
 
-_layout = chart_layout
-
 
 def _byte_axis(fig, values, axis: str = "yaxis") -> None:
     vals, text = byte_ticks(values)
@@ -107,7 +105,7 @@ def _byte_axis(fig, values, axis: str = "yaxis") -> None:
 def _mark_peak(fig, step: int, text: str) -> None:
     """A vertical dashed line at ``step`` across the plot and an annotation above it."""
     fig.add_vline(x=step, line=dict(color=_PEAK_COLOR, dash="dash", width=2))
-    fig.add_annotation(x=step, y=1.0, yref="paper", yanchor="bottom", text=text, showarrow=False,
+    fig.add_annotation(x=step, y=1.0, yref="paper", yanchor="top", text=text, showarrow=False,
                        font=dict(color=_PEAK_COLOR, size=11), bgcolor="rgba(255,255,255,0.7)", xanchor="left")
 
 
@@ -133,7 +131,7 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     fig = go.Figure()
     meta: dict[str, Any] = {"peak_step": None, "peak_bytes": None, "steps": 0, "points": 0}
     if liveness is None or liveness.empty:
-        _layout(fig, title or "Live bytes over program order", 320)
+        chart_layout(fig, title or "Live bytes over program order", 320)
         fig.update_layout(meta={"xlakit_liveness": meta})
         return fig
     if "trace" in liveness.columns:
@@ -154,11 +152,11 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     below = np.zeros(idx.size)
     parts = [(k, frame[k].to_numpy(dtype=float)[idx], _KIND_COLORS[k]) for k in kinds] or \
         [("live bytes", total[idx], "#1f77b4")]
+    where = [f"<br>{escape(str(i))}" for i in instr] if instr is not None else [""] * idx.size
     for name, ys, color in parts:
         top = below + ys
-        labels = [f"{fmt_bytes(v)} {name}, {fmt_bytes(t)} live" + (f"<br>{escape(str(i))}" if instr is not None
-                                                                     else "")
-                  for v, t, i in zip(ys, total[idx], instr if instr is not None else ys, strict=True)]
+        labels = [f"{fmt_bytes(v)} {name}, {fmt_bytes(t)} live{w}"
+                  for v, t, w in zip(ys, total[idx], where, strict=True)]
         fig.add_trace(scatter(x=xs, y=top, mode="lines", name=name, line=dict(color=color, width=1, shape="hv"),
                               fill="tonexty" if len(fig.data) else "tozeroy", customdata=labels,
                               hovertemplate="step %{x}: %{customdata}<extra></extra>"))
@@ -173,7 +171,7 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
                           marker=dict(color=_PEAK_COLOR, size=9, symbol="diamond"),
                           customdata=[escape(text)], hovertemplate="%{customdata}<extra></extra>"))
     meta.update(peak_step=p_step, peak_bytes=p_bytes, steps=n_steps, points=int(idx.size))
-    _layout(fig, title or "Live bytes over program order", 340)
+    chart_layout(fig, title or "Live bytes over program order", 340)
     fig.update_layout(xaxis_title="step (instruction in schedule order)", yaxis_title="bytes",
                       meta={"xlakit_liveness": meta})
     _byte_axis(fig, [0.0, float(total.max())])
@@ -199,7 +197,7 @@ def _trace_chart(frame, title: str, max_points: int, meta: dict[str, Any]):
         meta["points"] = max(meta["points"], int(idx.size))
     meta.update(peak_step=best[1], peak_bytes=int(best[0]), steps=len(frame))
     _mark_peak(fig, best[1], f"peak {fmt_bytes(best[0])} (heap trace event {best[1]})")
-    _layout(fig, title or "Live bytes over the heap simulator trace", 320)
+    chart_layout(fig, title or "Live bytes over the heap simulator trace", 320)
     fig.update_layout(xaxis_title="heap trace event", meta={"xlakit_liveness": meta})
     _byte_axis(fig, [0.0, float(np.nanmax(frame["live_bytes"].to_numpy(dtype=float)))])
     return fig
@@ -263,7 +261,7 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     fig = go.Figure()
     meta: dict[str, Any] = {"shown": 0, "more": 0, "more_bytes": 0, "no_range": 0, "buffer_ids": []}
     if buffers is None or buffers.empty:
-        _layout(fig, title or "Buffer lifetimes", 300)
+        chart_layout(fig, title or "Buffer lifetimes", 300)
         fig.update_layout(meta={"xlakit_lifetime": meta})
         return fig
     start, end = (pd.to_numeric(buffers[c], errors="coerce") for c in ("start", "end"))
@@ -302,6 +300,6 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     heading = title or "Buffer lifetimes (largest buffers, coloured by role)"
     if meta["more"]:
         heading += f" · +{meta['more']:,} more buffers ({fmt_bytes(meta['more_bytes'])}) not drawn"
-    _layout(fig, heading, int(min(900, 160 + 14 * n)))
+    chart_layout(fig, heading, int(min(900, 160 + 14 * n)))
     fig.update_layout(meta={"xlakit_lifetime": meta})
     return fig

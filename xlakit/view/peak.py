@@ -172,9 +172,8 @@ def peak_html(title: str, *, summary: str, figures: Sequence[Any], buffers, incl
     from xlakit.view.plotly_html import figure_html
 
     body = [f"<div class='xlakit-peak-summary'>{escape(summary)}</div>"] if summary else []
-    for i, fig in enumerate(figures):
-        body.append(figure_html(fig, include_plotlyjs if i == 0 else (include_plotlyjs if include_plotlyjs == "cdn"
-                                                                      else False)))
+    for i, fig in enumerate(figures):  # plotly.js (when asked for) before the first chart only
+        body.append(figure_html(fig, include_plotlyjs if i == 0 else False))
     body.append(peak_tables_html(buffers))
     body += [note(n) for n in notes]
     return snapshot(title, "".join(body))
