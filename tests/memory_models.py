@@ -32,14 +32,16 @@ BIG_LINE = inspect.getsourcelines(MLP.__call__)[1] + 1  # the line `h = nnx.relu
 
 def train_step(remat: bool = False, donate: bool = False):
     """``(step, params, opt_state)``: ``step(params, opt_state, x, y) -> (params, opt_state, loss)``, one adam
-    step of mean squared error; ``remat`` wraps the model call in ``jax.checkpoint`` (nothing saved)."""
-    model = MLP(nnx.Rngs(0))
+    step of mean squared error; ``remat`` wraps the model call in ``jax.checkpoint`` (nothing saved).
+    ``params`` and ``opt_state`` are ``jax.ShapeDtypeStruct`` trees: the model is built abstractly
+    (``nnx.eval_shape``), because eager flax init compiles a dozen tiny programs first."""
+    model = nnx.eval_shape(lambda: MLP(nnx.Rngs(0)))
     graphdef, state = nnx.split(model, nnx.Param)
     params = nnx.to_pure_dict(state)
     opt = optax.adam(1e-3)
 
     def forward(p, x):
-        st = nnx.state(model, nnx.Param)
+        st = jax.tree.map(lambda v: v, state)
         nnx.replace_by_pure_dict(st, p)
         return nnx.merge(graphdef, st)(x)
 
@@ -55,7 +57,7 @@ def train_step(remat: bool = False, donate: bool = False):
         return optax.apply_updates(params, updates), opt_state, value
 
     jitted = jax.jit(step, donate_argnums=(0, 1) if donate else ())
-    return jitted, params, opt.init(params)
+    return jitted, params, jax.eval_shape(opt.init, params)
 
 
 def batch(n: int):

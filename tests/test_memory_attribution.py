@@ -138,3 +138,25 @@ def test_missing_metadata_is_unknown_and_bad_input_is_refused(mlp):
         peak("0123abcd")
     with pytest.raises(ValueError, match="cannot group by"):
         peak(a).by("colour")
+
+
+def test_a_cache_entry_and_a_bundle_program_are_attributed_too(cache, tmp_path):
+    from xlakit.bundle import export_bundle, load_bundle
+
+    fn = jax.jit(lambda w, x: jnp.tanh(x @ w["k"]))
+    w = {"k": jnp.ones((8, 16), jnp.float32)}
+    x = jax.ShapeDtypeStruct((4, 8), jnp.float32)
+    _compiled, decision = cache.compile(fn, w, x)
+    by_key = attribute(decision.key, cache=cache)
+    row = cache.entries().iloc[0]
+    by_row = attribute(row, cache=cache)
+    for a in (by_key, by_row):
+        assert a.buffers.set_index("parameter").loc["w['k']", "bytes"] == 8 * 16 * 4
+        assert "test_memory_attribution.py:" in " ".join(a.buffers["source"])  # the loaded module keeps its frames
+    export_bundle(lambda p, v: jnp.tanh(v @ p["k"]), w, jnp.ones((2, 8), jnp.float32), tmp_path / "b",
+                  batch_sizes=(2,))
+    loaded = load_bundle(tmp_path / "b", progress=False).wait()
+    p = peak(loaded, batch=2)
+    assert p.total_bytes >= 8 * 16 * 4 + 2 * 8 * 4 + 2 * 16 * 4
+    with pytest.raises(ValueError, match="batch="):
+        peak(loaded, batch=3)

@@ -45,6 +45,8 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
         if args:
             raise TypeError("a bundle takes no example arguments; pick its program with batch=<size>")
         return _bundle_program(x, kwargs.pop("batch", None), kwargs.pop("variant", None)), None
+    if type(x).__name__ == "Series" and "key" in getattr(x, "index", ()):  # a row of cache.entries()
+        x = x["key"]
     is_entry = isinstance(x, str) or (isinstance(x, Mapping) and "key" in x) or (
         hasattr(x, "header") and hasattr(x, "key"))
     if is_entry:

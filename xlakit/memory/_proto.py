@@ -48,26 +48,41 @@ def iter_fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | bytes
     Raises:
       ProtoDecodeError: truncated input or a wire type other than 0, 1, 2, 5 (groups are not used by XLA).
     """
-    view = memoryview(buf)
-    pos, end = 0, len(view)
+    data = buf if isinstance(buf, bytes) else bytes(buf)
+    pos, end = 0, len(data)
     while pos < end:
-        key, pos = _varint(view, pos)
+        # One-byte keys and lengths (fields 1-15, payloads under 128 bytes) are most records: read them
+        # inline; a serialized HLO module has ~10^5 records, so this is where decoding spends its time.
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(data, pos)
         field, wire = key >> 3, key & 7
         if field == 0:
             raise ProtoDecodeError("field number 0")
         value: int | bytes
-        if wire == VARINT:
-            value, pos = _varint(view, pos)
-        elif wire == LEN:
-            size, pos = _varint(view, pos)
+        if wire == LEN:
+            if pos >= end:
+                raise ProtoDecodeError(f"field {field}: truncated length")
+            size = data[pos]
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = _varint(data, pos)
             if pos + size > end:
                 raise ProtoDecodeError(f"field {field}: length {size} runs past the end")
-            value, pos = bytes(view[pos:pos + size]), pos + size
+            value, pos = data[pos:pos + size], pos + size
+        elif wire == VARINT:
+            if pos < end and data[pos] < 0x80:
+                value, pos = data[pos], pos + 1
+            else:
+                value, pos = _varint(data, pos)
         elif wire in (FIXED64, FIXED32):
             width = 8 if wire == FIXED64 else 4
             if pos + width > end:
                 raise ProtoDecodeError(f"field {field}: truncated fixed{width * 8}")
-            value, pos = int.from_bytes(view[pos:pos + width], "little"), pos + width
+            value, pos = int.from_bytes(data[pos:pos + width], "little"), pos + width
         else:
             raise ProtoDecodeError(f"field {field}: unsupported wire type {wire}")
         yield field, wire, value
@@ -93,15 +108,31 @@ class Message:
     Proto3 omits fields equal to their default, so every getter takes the default XLA would use (0, False,
     empty). ``repeated`` scalar fields may arrive packed (one LEN record) or unpacked; :meth:`ints` accepts
     both.
+
+    A nested message is decoded when first read (:meth:`messages` keeps what it decoded), so a large module
+    whose shapes and metadata are mostly never looked at costs little more than one pass over its records.
     """
 
-    __slots__ = ("_fields",)
+    __slots__ = ("_buf", "_decoded", "_children")
 
-    def __init__(self, buf: bytes | memoryview) -> None:
+    def __init__(self, buf: bytes | memoryview, *, lazy: builtins.bool = False) -> None:
+        self._buf = buf
+        self._decoded: dict[builtins.int, list[builtins.int | bytes]] | None = None
+        self._children: dict[builtins.int, list[Message]] = {}
+        if not lazy:
+            self._decode()
+
+    def _decode(self) -> dict[builtins.int, list[builtins.int | bytes]]:
         fields: dict[builtins.int, list[builtins.int | bytes]] = {}
-        for number, _wire, value in iter_fields(buf):
+        for number, _wire, value in iter_fields(self._buf):
             fields.setdefault(number, []).append(value)
-        self._fields = fields
+        self._decoded = fields
+        self._buf = b""
+        return fields
+
+    @property
+    def _fields(self) -> dict[builtins.int, list[builtins.int | bytes]]:
+        return self._decoded if self._decoded is not None else self._decode()
 
     def has(self, number: builtins.int) -> builtins.bool:
         return number in self._fields
@@ -134,11 +165,15 @@ class Message:
         return out
 
     def messages(self, number: builtins.int) -> list[Message]:
+        cached = self._children.get(number)
+        if cached is not None:
+            return cached
         out = []
         for value in self._fields.get(number, ()):
             if not isinstance(value, bytes):
                 raise ProtoDecodeError(f"field {number}: expected a message, found a scalar")
-            out.append(Message(value))
+            out.append(Message(value, lazy=True))
+        self._children[number] = out
         return out
 
     def message(self, number: builtins.int) -> Message | None:
