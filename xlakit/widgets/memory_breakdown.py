@@ -208,6 +208,23 @@ class MemoryBreakdown(View, widgets.VBox):
             self._detail_box.layout.display = "" if self.liveness is not None or self.peak is not None else "none"
             self._peak_box.layout.display = "" if self.peak is not None else "none"
 
+    def _load_entry(self, name: str, notes: list[str]) -> Any:
+        """The program of cache entry ``name`` loaded through the cache shown (an ``ExecutableCache``: its
+        ``load(key)``), or None (no key, a folder that cannot load, or the load failed: said in ``notes``)."""
+        key = self._programs.keys.get(name)
+        load = getattr(self._source, "load", None)
+        if key is None or not callable(load):
+            return None
+        try:
+            program = load(key)
+        except Exception as exc:  # noqa: BLE001 - an entry that does not load still shows its recorded totals
+            why = exc.args[0] if isinstance(exc, KeyError) and exc.args else f"{type(exc).__name__}: {exc}"
+            notes.append(f"cache entry {key[:16]}… not loaded: {why}")
+            return None
+        self._programs.programs[name] = program
+        notes.append(f"buffers from cache entry {key[:16]}…, loaded (not compiled)")
+        return program
+
     def _peak(self, name: str, notes: list[str]) -> Any:
         """:func:`xlakit.memory.peak` of the selected program, or None with the reason in ``notes``."""
         from xlakit import memory
@@ -250,6 +267,8 @@ class MemoryBreakdown(View, widgets.VBox):
         if name in self._assignments:
             return self._assignments[name]
         program = self._programs.programs.get(name)
+        if program is None:
+            program = self._load_entry(name, notes)
         if program is None:
             notes.append(self._programs.notes.get(name, "no compiled program to decode"))
             return None
