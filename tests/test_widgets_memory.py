@@ -118,3 +118,20 @@ def test_memory_explorer_rejects_bad_choices():
         MemoryExplorer(loss, make_args, remat={"x": "no_such_policy"}, start=False)
     with pytest.raises(TypeError, match="callable"):
         MemoryExplorer(loss, 8, start=False)
+
+
+def test_memory_explorer_closed_while_compiling_draws_nothing_afterwards():
+    gate, threads = threading.Event(), []
+    e = MemoryExplorer(loss, _gated_make_args(gate, threads), batch_sizes=(32,), step=jax.grad)
+    deadline = time.monotonic() + 30
+    while not threads and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert e.busy and threads        # the compile has started: it waits in make_args
+    e.close()
+    gate.set()
+    deadline = time.monotonic() + 60
+    while not e.results and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert e.results[(32, "none", "none")].peak is not None    # it finished on its thread...
+    assert e._drawn is None and not e.errors                    # ...and drew nothing into the closed widget

@@ -211,6 +211,8 @@ class MemoryExplorer(View, widgets.VBox):
     # -- work (background thread) -----------------------------------------------------------------------
     def _request(self) -> None:
         """Ask for the chosen variant (kernel thread: never blocks)."""
+        if self._closed:
+            return
         key = self.key
         with self._lock:
             self._wanted = key
@@ -274,6 +276,8 @@ class MemoryExplorer(View, widgets.VBox):
         """Show the chosen variant (idempotent; the whole redraw holds the lock, so a :meth:`wait` on another
         thread returns only once the charts are in place)."""
         with self._lock:
+            if self._closed:  # a compile that finished after close(): nothing to draw into
+                return
             result = self.results.get(self.key)
             self.history.value = self._history_html()
             if result is None or result is self._drawn:
