@@ -188,3 +188,15 @@ def test_liveness_chart_of_a_heap_simulator_trace_marks_the_highest_event():
     assert [t.name for t in fig.data] == ["trace 0", "trace 1"]
     meta = fig.layout.meta["xlakit_liveness"]
     assert meta["peak_bytes"] == 50 and meta["peak_step"] == 1 and fig.layout.shapes[0].x0 == 1
+
+
+def test_variants_figure_draws_one_line_per_variant_in_batch_order():
+    from xlakit.view.peak import variants_figure
+
+    fig = variants_figure([{"batch": 64, "variant": "remat none", "peak": 9 * MiB},
+                           {"batch": 8, "variant": "remat none", "peak": 2 * MiB},
+                           {"batch": 8, "variant": "remat full", "peak": 1 * MiB},
+                           {"batch": 3, "variant": "remat full", "peak": None}])   # failed: left out
+    lines = {t.name: t for t in fig.data}
+    assert lines["remat none"].x == (8, 64) and lines["remat none"].y == (2 * MiB, 9 * MiB)
+    assert lines["remat full"].x == (8,) and lines["remat full"].customdata == ("1.0 MiB",)

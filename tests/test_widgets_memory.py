@@ -91,6 +91,8 @@ def test_memory_explorer_compiles_in_the_background_redraws_and_shows_errors(tmp
     assert threads == ["xlakit-MemoryExplorer-compile"] * 2                    # never on the kernel's thread
     assert e.liveness_chart.figure.layout.meta["xlakit_liveness"]["peak_bytes"] == big.peak.total_bytes
     assert e.treemap_chart.figure.data[0].values[0] == big.peak.total_bytes
+    (line,) = e.variants_chart.figure.data                                     # peak against batch size
+    assert line.x == (8, 32) and line.y == (first.peak_bytes, big.peak_bytes)
 
     e.batch = 3                                       # make_args fails: shown, recorded, nothing raised
     failed = e.wait(60)

@@ -19,7 +19,7 @@ from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, shape_text
 from xlakit.view.table import Column, Table
 
 __all__ = ["MISSING_LABEL", "group_bytes", "peak_caption", "peak_treemap_nodes", "peak_treemap_figure",
-           "peak_tables_html", "peak_html"]
+           "peak_tables_html", "peak_html", "variants_figure"]
 
 #: What a buffer without a value in a grouping column is filed under.
 MISSING_LABEL = {"scope": "(no scope)", "source": "(unknown source)", "role": "unknown", "parameter": "(none)",
@@ -138,6 +138,37 @@ def peak_treemap_figure(nodes: Mapping[str, list[Any]], title: str = "What holds
                                customdata=nodes["hover"], textinfo="label+value", maxdepth=3,
                                hovertemplate="%{customdata}<extra></extra>", name="peak"))
     chart_layout(fig, title, 420, margin=dict(l=5, r=5, t=40, b=5))
+    return fig
+
+
+def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by batch size, per variant"):
+    """Peak bytes against batch size, one line per variant (e.g. remat and donation choice).
+
+    Args:
+      rows: dicts with ``batch`` (int), ``variant`` (str) and ``peak`` (bytes, or None for a failed variant —
+        left out).
+
+    Returns:
+      a ``plotly.graph_objects.Figure`` with one ``lines+markers`` trace per variant, points in batch order.
+    """
+    import plotly.graph_objects as go
+
+    from xlakit.view.format import byte_ticks
+    from xlakit.view.memory_charts import chart_layout
+
+    fig = go.Figure()
+    variants: dict[str, list[tuple[int, int]]] = {}
+    for r in rows:
+        if r.get("peak") is not None:
+            variants.setdefault(str(r["variant"]), []).append((int(r["batch"]), int(r["peak"])))
+    for name, points in variants.items():
+        points.sort()
+        fig.add_scatter(x=[b for b, _ in points], y=[p for _, p in points], mode="lines+markers", name=name,
+                        customdata=[fmt_bytes(p) for _, p in points],
+                        hovertemplate=f"{escape(name)}<br>batch %{{x}}: %{{customdata}}<extra></extra>")
+    chart_layout(fig, title, 320, xaxis_title="batch size", yaxis_title="peak")
+    vals, text = byte_ticks([0.0, *[float(p) for pts in variants.values() for _, p in pts]])
+    fig.update_layout(yaxis=dict(tickmode="array", tickvals=vals, ticktext=text))
     return fig
 
 

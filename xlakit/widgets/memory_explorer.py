@@ -153,13 +153,16 @@ class MemoryExplorer(View, widgets.VBox):
         self.history = widgets.HTML()
         #: live bytes over program order, the peak marked; buffer lifetimes; the peak treemap.
         self.liveness_chart, self.lifetime_chart, self.treemap_chart = Chart(), Chart(), Chart()
+        #: peak against batch size for every variant tried (one line per remat and donation choice).
+        self.variants_chart = Chart()
         controls = widgets.HBox([self._batch_slider, self._remat_menu, self._donate_menu],
                                 layout=widgets.Layout(flex_flow="row wrap"))
         self._owned = [self._batch_slider, self._remat_menu, self._donate_menu, self.status, self.summary,
-                       self.history, self.liveness_chart, self.lifetime_chart, self.treemap_chart, controls,
-                       self.error_area, self._style]
+                       self.history, self.liveness_chart, self.lifetime_chart, self.treemap_chart, self.variants_chart,
+                       controls, self.error_area, self._style]
         super().__init__(children=[self._style, controls, self.error_area, self.status, self.summary,
-                                   self.liveness_chart, self.lifetime_chart, self.treemap_chart, self.history],
+                                   self.liveness_chart, self.lifetime_chart, self.treemap_chart, self.variants_chart,
+                                   self.history],
                          batch=batch, remat=next(iter(self._policies)), donate=next(iter(self._donations)),
                          layout=layout or widgets.Layout(width="100%"))
         self.add_class("xlakit-memory-explorer")
@@ -280,6 +283,7 @@ class MemoryExplorer(View, widgets.VBox):
                 return
             result = self.results.get(self.key)
             self.history.value = self._history_html()
+            self.variants_chart.show(self._variants())
             if result is None or result is self._drawn:
                 return
             self._drawn = result
@@ -301,6 +305,12 @@ class MemoryExplorer(View, widgets.VBox):
                                                 caption=peak_caption(pk.buffers), steps=pk.steps))
         self.lifetime_chart.show(lifetime_chart(getattr(attribution, "buffers", None), peak_step=pk.step))
         self.treemap_chart.show(peak_treemap_figure(peak_treemap_nodes(pk.buffers)))
+
+    def _variants(self) -> Any:
+        from xlakit.view.peak import variants_figure
+
+        return variants_figure([{"batch": r.batch, "variant": f"remat {r.remat}, donate {r.donate}",
+                                 "peak": r.peak_bytes} for r in list(self.results.values())])
 
     @staticmethod
     def _label(r: ExplorerResult) -> str:
@@ -335,7 +345,7 @@ class MemoryExplorer(View, widgets.VBox):
         figures = [liveness_chart(getattr(attribution, "liveness", None), peak_step=pk.step,
                                   caption=peak_caption(pk.buffers), steps=pk.steps),
                    lifetime_chart(getattr(attribution, "buffers", None), peak_step=pk.step),
-                   peak_treemap_figure(peak_treemap_nodes(pk.buffers))]
+                   peak_treemap_figure(peak_treemap_nodes(pk.buffers)), self._variants()]
         body = peak_html(f"Memory explorer: {self._label(r)}", summary=repr(pk), figures=figures, buffers=pk.buffers,
                          include_plotlyjs=include_plotlyjs)
         return body + self._history_html()
