@@ -41,6 +41,9 @@ def test_the_peak_names_the_line_and_layer_of_the_big_activation(mlp):
     assert 0 <= p.step < p.steps == mlp.steps
     assert repr(p).startswith(f"peak {p.total_bytes / MIB:.1f} MiB at step {p.step} of {p.steps} (")
     assert f"memory_models.py:{mm.BIG_LINE}" in repr(p)
+    assert "Peak of jit_step" in p._repr_html_() and "memory_models.py" in p._repr_html_()
+    by_role = mlp.by("role").set_index("group")
+    assert by_role.loc["residual", "bytes"] >= 256 * mm.WIDE * 4 and "residual" in repr(mlp)
 
 
 def test_parameters_carry_pytree_paths_and_optimizer_state_is_its_own_role(mlp):
@@ -160,3 +163,63 @@ def test_a_cache_entry_and_a_bundle_program_are_attributed_too(cache, tmp_path):
     assert p.total_bytes >= 8 * 16 * 4 + 2 * 8 * 4 + 2 * 16 * 4
     with pytest.raises(ValueError, match="batch="):
         peak(loaded, batch=3)
+
+
+def test_metadata_and_stack_frame_field_numbers_match_the_installed_jaxlib():
+    from test_memory_proto import _embedded_descriptor, _message_fields
+
+    from xlakit.memory import _hlo_frames as hf
+    from xlakit.memory.buffer_assignment import _F
+
+    msgs: dict[str, dict[str, int]] = {}
+    for name in (b"xla/service/hlo.proto", b"xla/xla_data.proto"):
+        for number, value in _embedded_descriptor(name) or ():
+            if number == 4:
+                _message_fields(value, "", msgs)
+    if "StackFrameIndexProto" not in msgs or "OpMetadata" not in msgs:
+        pytest.skip("this jaxlib does not embed the descriptors where expected")
+    assert msgs["HloInstructionProto"]["metadata"] == _F.INS_METADATA
+    assert msgs["HloInstructionProto"]["parameter_number"] == _F.INS_PARAMETER_NUMBER
+    assert msgs["HloModuleProto"]["stack_frame_index"] == _F.MOD_STACK_FRAME_INDEX
+    assert (msgs["OpMetadata"]["op_name"], msgs["OpMetadata"]["stack_frame_id"]) == (_F.MD_OP_NAME,
+                                                                                     _F.MD_STACK_FRAME_ID)
+    index = msgs["StackFrameIndexProto"]
+    assert (index["file_names"], index["function_names"], index["file_locations"], index["stack_frames"]) == (
+        hf._FILES, hf._FUNCTIONS, hf._LOCATIONS, hf._FRAMES)
+    loc = msgs["StackFrameIndexProto.FileLocation"]
+    assert (loc["file_name_id"], loc["function_name_id"], loc["line"], loc["column"], loc["end_line"],
+            loc["end_column"]) == (hf._LOC_FILE, hf._LOC_FUNCTION, hf._LOC_LINE, hf._LOC_COLUMN, hf._LOC_END_LINE,
+                                   hf._LOC_END_COLUMN)
+    frame = msgs["StackFrameIndexProto.StackFrame"]
+    assert (frame["file_location_id"], frame["parent_frame_id"]) == (hf._FR_LOCATION, hf._FR_PARENT)
+
+
+def test_a_shipped_heap_simulator_trace_sets_the_peak_step(mlp):
+    """GPU/TPU builds ship XLA's heap trace (jaxlib 0.10.2 CPU does not): its highest event names the step."""
+    import dataclasses
+
+    from xlakit.memory._assignment_types import HeapEvent
+    from xlakit.memory.peak import peak_of
+
+    steps = mlp.liveness
+    chosen = steps.iloc[len(steps) // 3]  # not the reconstructed peak's step
+    assert chosen["step"] != peak(mlp).step
+    big = mlp.buffers.sort_values("bytes").iloc[-1]
+    events = (HeapEvent("alloc", int(big["buffer_id"]), "main", str(chosen["instruction"]), None),
+              HeapEvent("free", int(big["buffer_id"]), "main", str(chosen["instruction"]), None))
+    traced = dataclasses.replace(mlp, assignment=dataclasses.replace(mlp.assignment,
+                                                                     heap_traces=((int(big["allocation"]), events),)))
+    p = peak_of(traced)
+    assert p.step == chosen["step"] and p.method == "step of XLA's heap simulator trace peak"
+    assert p.total_bytes == steps.loc[steps["step"] == p.step, "live_bytes"].iat[0]
+
+
+def test_bytes_shared_in_place_are_charged_once_at_the_peak():
+    import pandas as pd
+
+    from xlakit.memory.peak import _charge
+
+    live = pd.DataFrame({"bytes": [100, 90, 85, 10], "allocation": pd.array([0, 0, 0, None], dtype="Int64"),
+                         "offset": pd.array([0, 50, 60, None], dtype="Int64")})
+    # [0,100) whole; [50,140) adds 40; [60,145) adds only [140,145); an unplaced buffer counts in full
+    assert _charge(live) == [100, 40, 5, 10]

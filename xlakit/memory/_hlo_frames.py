@@ -203,6 +203,15 @@ def source_of(frame: SourceFrame | None) -> str:
     return f"{where} ({frame.function})" if frame.function else where
 
 
-def stack_text(chain: tuple[SourceFrame, ...]) -> str:
-    """The whole stack, innermost first, one ``file:line (function)`` per line; ``""`` when empty."""
-    return "\n".join(f"{display_file(f.file)}:{f.line} ({f.function})" for f in chain)
+def stack_text(chain: tuple[SourceFrame, ...], names: dict[str, str] | None = None) -> str:
+    """The whole stack, innermost first, one ``file:line (function)`` per line; ``""`` when empty.
+    ``names``: a memo of :func:`~xlakit._sources.display_file` for one attribution (a module has few files
+    and thousands of frames)."""
+    names = {} if names is None else names
+    out = []
+    for f in chain:
+        shown = names.get(f.file)
+        if shown is None:
+            shown = names[f.file] = display_file(f.file)
+        out.append(f"{shown}:{f.line} ({f.function})")
+    return "\n".join(out)

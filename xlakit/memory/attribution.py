@@ -120,6 +120,29 @@ def _metadata_source(mod: Any, iid: int | None) -> Any:
     return mod.instructions.get(iid) if iid is not None else None
 
 
+def _stacked_value(mod: Any, iid: int) -> Any:
+    """For a ``dynamic-update-slice`` (or a fusion rooted in one: how ``lax.scan`` stacks each iteration's
+    residual into one array), the instruction whose metadata speaks for the slice written — it names the line
+    inside the loop body (``self.up(x)``), where the stacking op's own metadata names the ``scan`` call;
+    else None."""
+    ins = mod.instructions.get(iid)
+    root_id: int | None = iid
+    if ins is not None and ins.opcode == "fusion" and ins.called and ins.called[0] in mod.computations:
+        root_id = mod.computations[ins.called[0]][2]
+    root = mod.instructions.get(root_id) if root_id is not None else None
+    while root is not None and root.opcode in _CARRIERS and root.operands:
+        root = mod.instructions.get(root.operands[0])
+    if ins is None or root is None or root.opcode != "dynamic-update-slice" or len(root.operands) < 2:
+        return None
+    update_id: int | None = root.operands[1]
+    update = mod.instructions.get(update_id)
+    if update is not None and update.opcode == "parameter" and root is not ins:
+        k = update.parameter_number  # a fused computation's parameter k is the fusion's operand k
+        update_id = ins.operands[k] if 0 <= k < len(ins.operands) else None
+    meta = _metadata_source(mod, update_id)
+    return meta if meta is not None and meta.frame_id else None
+
+
 def _phases(mod: Any) -> tuple[dict[int, str], dict[int, list[int]]]:
     phase = {iid: parse_op_name(ins.op_name).phase for iid, ins in mod.instructions.items()}
     users: dict[int, list[int]] = {}
@@ -195,6 +218,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
     placed = ba.allocation_of()
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
+    shown_files: dict[str, str] = {}
     out = []
     for b in ba.logical_buffers:
         alloc, sl = placed.get(b.id, (None, None))
@@ -206,6 +230,11 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
                      and (m.op_name or m.frame_id)), None)
         stack = frames.chain(meta.frame_id) if meta is not None and meta.frame_id else ()
         user = user_frame(stack)
+        stacked = next((v for v in (_stacked_value(mod, i) for i in positions) if v is not None), None)
+        if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
+            inner = frames.chain(stacked.frame_id)
+            if user_frame(inner) is not None:
+                stack, user = inner, user_frame(inner)
         names = parse_op_name(meta.op_name if meta is not None else "")
         parameter = None
         role = "temporary"
@@ -240,7 +269,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
                     "line": user.line if user else None, "parameter": parameter,
                     "donated": bool(alloc is not None and alloc.aliased_with_output),
                     "allocation": alloc.index if alloc else None, "offset": sl.offset if sl else None,
-                    "start": int(start), "end": int(end), "stack": stack_text(stack)})
+                    "start": int(start), "end": int(end), "stack": stack_text(stack, shown_files)})
     buffers = pd.DataFrame(out, columns=BUFFER_COLUMNS)
     buffers["line"] = buffers["line"].astype("Int64")
     buffers["allocation"] = buffers["allocation"].astype("Int64")
