@@ -97,6 +97,15 @@ def _check_02(text: str) -> None:
     m = re.search(r"(\d+) of the 8 largest buffers are \(8, 1024, 256\) stacks", text)
     assert m and int(m.group(1)) >= 2, text[-2000:]
     assert "copies of an (8, 1024, 256) buffer in the HLO:" in text
+    # The peak in the user's terms: residuals dominate, and the top source is a line of the notebook's model (the
+    # layer body `block`, or `loss` that scans it), named as a notebook cell, not a temporary file.
+    m = re.search(r"residuals hold (\d+)% of the peak; top source: cell \[\d+\], line \d+ \((?:block|loss)\)", text)
+    assert m and int(m.group(1)) > 50, text[-3000:]
+    m = re.search(r"remat: residuals at the peak ([\d,]+) B -> ([\d,]+) B", text)
+    assert m and int(m.group(2).replace(",", "")) < int(m.group(1).replace(",", "")), text[-3000:]
+    m = re.search(r"donation: peak ([\d,]+) B -> ([\d,]+) B", text)
+    assert m and int(m.group(2).replace(",", "")) < int(m.group(1).replace(",", "")), text[-3000:]
+    assert re.search(r"explorer, first variant: ExplorerResult\(batch=256, .*error=None\)", text), text[-2000:]
 
 
 def _check_03(text: str) -> None:

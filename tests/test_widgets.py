@@ -161,15 +161,26 @@ def test_memory_breakdown_rejects_bad_input(programs):
     empty.close()
 
 
-def test_memory_breakdown_of_a_cache_says_why_there_are_no_buffers(cache):
+def test_memory_breakdown_of_a_cache_loads_the_selected_entry_and_a_folder_says_why_there_are_no_buffers(cache):
     w = MemoryBreakdown(cache)
     assert set(w.program_names) == {"jit_square", "jit_cube"}
     entries = cache.entries().set_index("name")
     assert w.frame.loc["jit_square", "argument_bytes"] == entries.loc["jit_square", "argument_size_in_bytes"] == 16384
-    w.select("jit_square")
-    assert w.largest is None and "records the memory totals, not the buffer assignment" in w.detail_note
-    assert not w.errors
+    w.select("jit_square")  # stored by cache.jit: only the XLA executable, which cannot be loaded back
+    assert "no loadable entry" in w.detail_note and "records the memory totals" in w.detail_note
+    assert w.largest is None and not w.errors
+    cache.compile(jax.jit(cube), jnp.ones((32,)))  # a hit that makes the jit_cube entry loadable
+    w.refresh()
+    w.select("jit_cube")    # an ExecutableCache loads it (no compile): buffers, peak and pictures
+    assert "loaded (not compiled)" in w.detail_note and not w.errors
+    assert w.largest["bytes"].max() == 32 * 4 and w.peak is not None
+    assert w.lifetime_figure.layout.meta["xlakit_lifetime"]["shown"] > 0
     w.close()
+    folder = MemoryBreakdown(cache.store)  # a folder cannot load programs: it says so
+    folder.select("jit_square")
+    assert folder.largest is None and "records the memory totals, not the buffer assignment" in folder.detail_note
+    assert not folder.errors
+    folder.close()
 
 
 def test_memory_breakdown_of_a_loaded_bundle(tmp_path):

@@ -5,6 +5,9 @@
 * :mod:`xlakit.view.theme` — CSS on JupyterLab's theme variables and a plotly template that follows them.
 * :mod:`xlakit.view.plotly_html` — a plotly figure as self-contained static HTML (plotly.js once per
   document, compressed) for snapshots, saved notebooks and the report.
+* :mod:`xlakit.view.memory_charts` / :mod:`xlakit.view.peak` / :mod:`xlakit.view.budget` — a compiled
+  program's memory as pictures: live bytes with the peak marked, buffer lifetimes by role, the peak as a treemap
+  by scope and source; measurements side by side and a weight budget as an arena bar.
 * :mod:`xlakit.view.folder` — a cache as the views see it, on the JAX-free folder API
   (:class:`xlakit.cache.CacheFolder`): entries with signatures, evict, an ExecutableCache only to explain.
 

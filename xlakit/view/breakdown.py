@@ -188,37 +188,15 @@ def breakdown_figure(frame, unit: str = "bytes"):
     return fig
 
 
-def liveness_figure(frame, name: str, max_points: int = 4000):
-    """Live bytes over program order (``BufferAssignment.live_bytes_by_step()``): stacked by kind when the
-    frame has kind columns (reconstructed liveness), else one line per heap-simulator trace."""
-    import plotly.graph_objects as go
+def liveness_figure(frame, name: str, max_points: int = 2000, *, peak_step: int | None = None,
+                    caption: str | None = None):
+    """Live bytes over program order (``BufferAssignment.live_bytes_by_step()``), the peak step marked: stacked
+    by kind when the frame has kind columns (reconstructed liveness), else one line per heap-simulator trace.
+    See :func:`xlakit.view.memory_charts.liveness_chart` (down-sampling, WebGL, the marker's caption)."""
+    from xlakit.view.memory_charts import liveness_chart
 
-    from xlakit.view.timeline import downsample_series
-
-    fig = go.Figure()
-    tops: list[float] = []
-    if frame is not None and not frame.empty:
-        if "trace" in frame.columns:
-            for t, part in frame.groupby("trace"):
-                x, y = downsample_series(range(len(part)), part["live_bytes"], max_points)
-                tops.append(float(max(y, default=0)))
-                fig.add_scatter(x=x, y=y, mode="lines", name=f"trace {t} (allocation {part['allocation'].iloc[0]})",
-                                customdata=_bytes_text(y), hovertemplate="step %{x}: %{customdata}<extra></extra>")
-        else:
-            total = None
-            for kind in ("parameter", "output", "temporary", "constant"):
-                if kind in frame.columns and frame[kind].any():
-                    x, y = downsample_series(frame["step"], frame[kind], max_points)
-                    total = y if total is None else total + y
-                    fig.add_scatter(x=x, y=y, mode="lines", name=kind, stackgroup="live",
-                                    customdata=_bytes_text(y),
-                                    hovertemplate=f"step %{{x}}: {kind} %{{customdata}}<extra></extra>")
-            if total is not None:
-                tops.append(float(max(total, default=0)))
-    fig.update_layout(**{**BASE_LAYOUT, "height": 320}, title=f"Live bytes over program order: {name}",
-                      xaxis_title="step (instruction in schedule order)", yaxis_title="bytes", legend=LEGEND)
-    apply_byte_axis(fig, tops)
-    return fig
+    return liveness_chart(frame, peak_step=peak_step, caption=caption, max_points=max_points,
+                          title=f"Live bytes over program order: {name}")
 
 
 def details_html(selected: str | None, largest, note_text: str | None = None) -> str:
@@ -242,8 +220,11 @@ def details_html(selected: str | None, largest, note_text: str | None = None) ->
 
 
 def breakdown_html(frame, unit: str = "bytes", *, include_plotlyjs: bool | str = "once", selected: str | None = None,
-                   largest=None, liveness=None, detail_note: str | None = None, notes: Sequence[str] = ()) -> str:
-    """Snapshot of a memory breakdown: the bar chart, one table row per program, and the selection's detail."""
+                   largest=None, liveness=None, detail_note: str | None = None, notes: Sequence[str] = (),
+                   detail_figures: Sequence[Any] = (), peak_text: str | None = None) -> str:
+    """Snapshot of a memory breakdown: the bar chart, one table row per program, and the selection's detail
+    (``detail_figures`` when given — the liveness, lifetime and treemap figures the widget shows — else the
+    liveness figure of ``liveness``; ``peak_text`` a line above them)."""
     from xlakit.view.plotly_html import figure_html
 
     if frame.empty:
@@ -256,7 +237,11 @@ def breakdown_html(frame, unit: str = "bytes", *, include_plotlyjs: bool | str =
     body = [figure_html(fig, include_plotlyjs), table]
     body += [note(n) for n in notes]
     if selected is not None:
+        if peak_text:
+            body.append(f"<div class='xlakit-peak-summary'>{escape(peak_text)}</div>")
         body.append(details_html(selected, largest, detail_note))
-        if liveness is not None and not liveness.empty:
+        if detail_figures:
+            body += [figure_html(f, False) for f in detail_figures]
+        elif liveness is not None and not liveness.empty:
             body.append(figure_html(liveness_figure(liveness, selected), False))
     return snapshot(f"Memory breakdown ({len(frame)} programs, {unit})", "".join(body))

@@ -22,6 +22,8 @@ class Programs:
         self.memories: dict[str, Any] = {}
         self.programs: dict[str, Any] = {}
         self.notes: dict[str, str] = {}
+        #: label -> cache key, for programs read from a cache folder (a cache that can load them does so on demand).
+        self.keys: dict[str, str] = {}
         self.origin: str = ""
 
     def add(self, label: str, memory: Any, program: Any = None, note: str | None = None) -> None:
@@ -89,6 +91,7 @@ def collect_programs(source: Any) -> Programs:
                                         notes=(str(exc),))
             out.add(label, memory, None, "a cache entry records the memory totals, not the buffer assignment: "
                     "pass the compiled program (e.g. cache.compile(...)[0] or cache.load(key)) to see its buffers")
+            out.keys[label] = info.key
         return out
     if isinstance(source, Mapping):
         out.origin = "mapping"

@@ -3,6 +3,8 @@
 ========================== ===============================================================================
 :class:`MemoryBreakdown`   compiled memory per program (stacked bars, peak marker); a program's largest
                            buffers and live bytes over program order
+:class:`MemoryExplorer`    a batch-size slider and remat/donation choices that recompile in the background
+                           and redraw what holds the peak (liveness, buffer lifetimes, peak treemap)
 :class:`AllocatorPanel`    per-device bytes in use, peak, limit, a sparkline, **Reset peak** buttons
 :class:`CacheTimeline`     cache and compile events over time, one lane per function, live
 :class:`CacheBrowser`      the entries of a cache folder (no JAX hooks to list); verify, evict, explain
@@ -34,6 +36,7 @@ from xlakit.widgets.cache_timeline import CacheTimeline
 from xlakit.widgets.dashboard import Dashboard, dashboard
 from xlakit.widgets.live_arrays import LiveArrays
 from xlakit.widgets.memory_breakdown import MemoryBreakdown
+from xlakit.widgets.memory_explorer import MemoryExplorer
 
-__all__ = ["MemoryBreakdown", "AllocatorPanel", "CacheTimeline", "CacheBrowser", "LiveArrays", "Dashboard",
-           "dashboard", "Chart"]
+__all__ = ["MemoryBreakdown", "MemoryExplorer", "AllocatorPanel", "CacheTimeline", "CacheBrowser", "LiveArrays",
+           "Dashboard", "dashboard", "Chart"]

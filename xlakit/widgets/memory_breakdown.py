@@ -26,8 +26,11 @@ class MemoryBreakdown(View, widgets.VBox):
     below zero as a reduction, so the net height is what one run reserves. A dash marks XLA's peak; on CPU,
     where XLA:CPU's peak leaves out temporaries, it is labelled so and a second dash marks the footprint.
     Fields the backend does not report get no bar (never a fake 0). Selecting a program (the dropdown) shows
-    its largest buffers at the peak (:meth:`xlakit.memory.BufferAssignment.largest`) and
-    its live bytes over program order (:meth:`~xlakit.memory.BufferAssignment.live_bytes_by_step`).
+    its largest buffers at the peak (:meth:`xlakit.memory.BufferAssignment.largest`), its live bytes over
+    program order with the peak step marked and named (the peak's top source and scope, from
+    :func:`xlakit.memory.peak`), each large buffer's lifetime as a bar over program order coloured by role, and
+    a treemap of the buffers live at the peak by scope and source (:mod:`xlakit.view.memory_charts`,
+    :mod:`xlakit.view.peak`). Where the peak cannot be attributed, the widget says why and shows the rest.
 
     Args:
       programs: a ``jax.stages.Compiled``; a dict name -> Compiled (or ``CompiledMemory``, or anything
@@ -63,6 +66,8 @@ class MemoryBreakdown(View, widgets.VBox):
         self._assignments: dict[str, Any] = {}
         self.largest = None
         self.liveness = None
+        #: the selected program's :class:`xlakit.memory.Peak` (None when not available; ``detail_note`` says why).
+        self.peak: Any = None
         self.detail_note: str | None = None
         self.frame = _data.breakdown_frame(self._programs.memories, sort)
 
@@ -77,13 +82,21 @@ class MemoryBreakdown(View, widgets.VBox):
         self.chart = Chart()
         #: live bytes over program order of the selected program.
         self.detail_chart = Chart()
-        self._detail_box = widgets.Box([self.detail_chart], layout=widgets.Layout(display="none", width="100%"))
+        #: each large buffer of the selected program over program order, coloured by role.
+        self.lifetime_chart = Chart()
+        #: the buffers live at the selected program's peak, by scope and source.
+        self.treemap_chart = Chart()
+        self._peak_box = widgets.VBox([self.lifetime_chart, self.treemap_chart],
+                                      layout=widgets.Layout(display="none", width="100%"))
+        self._detail_box = widgets.VBox([self.detail_chart, self._peak_box],
+                                        layout=widgets.Layout(display="none", width="100%"))
         self.details = widgets.HTML()
         self.status = widgets.HTML()
         controls = widgets.HBox([self._unit_toggle, self._sort_menu, self._program_menu],
                                 layout=widgets.Layout(flex_flow="row wrap"))
         self._owned = [self._unit_toggle, self._sort_menu, self._program_menu, self.chart, self.detail_chart,
-                       self._detail_box, self.details, self.status, self.error_area, self._style, controls]
+                       self.lifetime_chart, self.treemap_chart, self._peak_box, self._detail_box, self.details,
+                       self.status, self.error_area, self._style, controls]
         super().__init__(children=[self._style, controls, self.error_area, self.chart, self.status, self.details,
                                    self._detail_box],
                          unit=unit, sort=sort, top=top, layout=layout or widgets.Layout(width="100%"))
@@ -109,6 +122,16 @@ class MemoryBreakdown(View, widgets.VBox):
     def detail_figure(self) -> Any:
         """The selected program's liveness ``Figure``."""
         return self.detail_chart.figure
+
+    @property
+    def lifetime_figure(self) -> Any:
+        """The selected program's buffer-lifetime ``Figure``."""
+        return self.lifetime_chart.figure
+
+    @property
+    def treemap_figure(self) -> Any:
+        """The selected program's peak treemap ``Figure``."""
+        return self.treemap_chart.figure
 
     @property
     def program_names(self) -> tuple[str, ...]:
@@ -158,11 +181,11 @@ class MemoryBreakdown(View, widgets.VBox):
     def _show_selected(self) -> None:
         with self._lock:
             name = self.selected
-            self.largest = self.liveness = None
+            self.largest = self.liveness = self.peak = None
             self.detail_note = None
             if name is None:
                 self.details.value = _snapshots.details_html(None, None)
-                self._detail_box.layout.display = "none"
+                self._detail_box.layout.display = self._peak_box.layout.display = "none"
                 return
             notes: list[str] = []
             assignment = self._assignment(name, notes)
@@ -175,18 +198,78 @@ class MemoryBreakdown(View, widgets.VBox):
                     self.liveness = assignment.live_bytes_by_step()
                 except ValueError as exc:
                     notes.append(f"liveness: {exc}")
+                self.peak = self._peak(name, notes)
             if self.liveness is not None and self.liveness.attrs.get("source"):
                 notes.append(f"liveness: {self.liveness.attrs['source']}")
             self.detail_note = "; ".join(notes) or None
             self.details.value = _snapshots.details_html(name, self.largest, self.detail_note)
-            if self.liveness is not None:
-                self.detail_chart.show(_figures.liveness_figure(self.liveness, name))
-            self._detail_box.layout.display = "" if self.liveness is not None else "none"
+            for chart, fig in zip((self.detail_chart, self.lifetime_chart, self.treemap_chart),
+                                  self._detail_figures(name), strict=False):
+                chart.show(fig)
+            self._detail_box.layout.display = "" if self.liveness is not None or self.peak is not None else "none"
+            self._peak_box.layout.display = "" if self.peak is not None else "none"
+
+    def _load_entry(self, name: str, notes: list[str]) -> Any:
+        """The program of cache entry ``name`` loaded through the cache shown (an ``ExecutableCache``: its
+        ``load(key)``), or None (no key, a folder that cannot load, or the load failed: said in ``notes``)."""
+        key = self._programs.keys.get(name)
+        load = getattr(self._source, "load", None)
+        if key is None or not callable(load):
+            return None
+        try:
+            program = load(key)
+        except Exception as exc:  # noqa: BLE001 - an entry that does not load still shows its recorded totals
+            why = exc.args[0] if isinstance(exc, KeyError) and exc.args else f"{type(exc).__name__}: {exc}"
+            notes.append(f"cache entry {key[:16]}… not loaded: {why}")
+            return None
+        self._programs.programs[name] = program
+        notes.append(f"buffers from cache entry {key[:16]}…, loaded (not compiled)")
+        return program
+
+    def _peak(self, name: str, notes: list[str]) -> Any:
+        """:func:`xlakit.memory.peak` of the selected program, or None with the reason in ``notes``."""
+        from xlakit import memory
+
+        peak = getattr(memory, "peak", None)
+        if peak is None:  # an xlakit without source attribution
+            notes.append("peak attribution: this xlakit has no xlakit.memory.peak")
+            return None
+        try:
+            return peak(self._programs.programs[name])
+        except (TypeError, ValueError) as exc:  # not attributable: say why, not an error
+            notes.append(f"peak attribution not available: {exc}")
+            return None
+        except Exception as exc:  # noqa: BLE001 - a decoding fault must not hide the rest of the view
+            self._show_error("peak attribution", exc)
+            notes.append(f"peak attribution failed: {type(exc).__name__}: {exc}")
+            return None
+
+    def _detail_figures(self, name: str) -> list[Any]:
+        """[liveness (peak marked), and with a peak: lifetimes, treemap] of the selected program."""
+        from xlakit.view.memory_charts import lifetime_chart
+        from xlakit.view.peak import peak_caption, peak_treemap_figure, peak_treemap_nodes
+
+        pk = self.peak
+        if pk is None:
+            return [] if self.liveness is None else [_figures.liveness_figure(self.liveness, name)]
+        caption = peak_caption(pk.buffers)
+        attribution = getattr(pk, "attribution", None)
+        live = getattr(attribution, "liveness", None)
+        live = live if live is not None and not live.empty else self.liveness
+        figs = [_figures.liveness_figure(live, name, peak_step=pk.step, caption=caption)]
+        if attribution is not None:
+            figs.append(lifetime_chart(attribution.buffers, peak_step=pk.step,
+                                       title=f"Buffer lifetimes: {name} (largest buffers, coloured by role)"))
+        figs.append(peak_treemap_figure(peak_treemap_nodes(pk.buffers),
+                                        title=f"What holds the peak of {name}: scope → source → buffer"))
+        return figs
 
     def _assignment(self, name: str, notes: list[str]) -> Any:
         if name in self._assignments:
             return self._assignments[name]
         program = self._programs.programs.get(name)
+        if program is None:
+            program = self._load_entry(name, notes)
         if program is None:
             notes.append(self._programs.notes.get(name, "no compiled program to decode"))
             return None
@@ -203,9 +286,11 @@ class MemoryBreakdown(View, widgets.VBox):
     # -- display ----------------------------------------------------------------------------------------
     def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: the bar chart, one table row per program (exact bytes), and the selection."""
+        figures = self._detail_figures(self.selected) if self.selected is not None else []
         return _snapshots.breakdown_html(self.frame, self.unit, include_plotlyjs=include_plotlyjs,
                                          selected=self.selected, largest=self.largest, liveness=self.liveness,
-                                         detail_note=self.detail_note,
+                                         detail_note=self.detail_note, detail_figures=figures,
+                                         peak_text=repr(self.peak) if self.peak is not None else None,
                                          notes=[f"programs from {self._programs.origin}"])
 
     def __repr__(self) -> str:

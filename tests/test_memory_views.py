@@ -1,0 +1,202 @@
+"""The memory pictures as figures: the peak marker sits on the peak step, lifetime bars are the N largest buffers
+with their roles and live ranges, a down-sampled liveness line still holds the peak value, and the peak treemap's
+sums equal the bytes at the peak. Pure figure builders on small hand-made frames (no JAX, no browser)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from xlakit.view.format import fmt_bytes
+from xlakit.view.memory_charts import GL_THRESHOLD, keep_indices, lifetime_chart, liveness_chart, peak_of
+from xlakit.view.peak import group_bytes, peak_caption, peak_html, peak_treemap_figure, peak_treemap_nodes
+
+MiB = 2**20
+
+
+def _buffers() -> pd.DataFrame:
+    """Six buffers of a made-up train step: two parameters, a residual from model.py:42 that is the largest, an
+    output, a temporary without scope or source, and one without a live range."""
+    return pd.DataFrame({
+        "buffer_id": [0, 1, 2, 3, 4, 5],
+        "instruction": ["p0", "p1", "tanh.3", "add.9", "fusion.2", "copy.1"],
+        "bytes": [4 * MiB, 1 * MiB, 8 * MiB, 2 * MiB, 3 * MiB, 5 * MiB],
+        "shape": [(1024, 1024), (256, 1024), (8, 1024, 256), (512, 1024), (768, 1024), (1280, 1024)],
+        "dtype": ["float32"] * 6,
+        "role": ["parameter", "parameter", "residual", "output", "temporary", "temporary"],
+        "scope": ["params", "params", "jvp(MLP)", "transpose(jvp(MLP))", None, "jvp(MLP)"],
+        "source": ["train.py:10", "train.py:10", "model.py:42", "train.py:20", None, "model.py:50"],
+        "parameter": ["params['l1']['kernel']", "params['l2']['kernel']", None, None, None, None],
+        "start": [0, 0, 3, 9, 5, None], "end": [11, 11, 8, 11, 7, None], "stack": [None] * 6})
+
+
+def test_keep_indices_keeps_the_peak_and_each_bins_extremes():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 1000, 10_001).astype(float)
+    y[7_777] = 5_000.0           # the peak, alone in its bin
+    y[123] = -50.0               # the lowest point
+    idx = keep_indices(y, 500)
+    assert len(idx) <= 503 and list(idx) == sorted(set(idx))
+    assert 7_777 in idx and 123 in idx and 0 in idx and 10_000 in idx
+    assert y[idx].max() == 5_000.0 and y[idx].min() == -50.0
+    assert 42 in keep_indices(y, 500, keep=[42])  # a step asked for is kept whatever its value
+    assert list(keep_indices(y[:100], 500)) == list(range(100))  # a series that fits is kept whole
+    with pytest.raises(ValueError, match="max_points"):
+        keep_indices(y, 3)
+
+
+def test_liveness_chart_marks_the_peak_step_and_keeps_the_peak_when_downsampled():
+    steps = 12_000
+    live = (np.sin(np.arange(steps) / 300.0) + 2) * MiB
+    live[9_001] = 10 * MiB                                        # one narrow spike: the peak
+    frame = pd.DataFrame({"step": np.arange(steps), "live_bytes": live.astype(np.int64),
+                          "instruction": [f"fusion.{i}" for i in range(steps)]})
+    fig = liveness_chart(frame, caption="top source model.py:42 (8.0 MiB, mostly residual)", max_points=1000)
+    meta = fig.layout.meta["xlakit_liveness"]
+    assert meta["peak_step"] == 9_001 == peak_of(frame)[0] and meta["peak_bytes"] == 10 * MiB
+    assert meta["points"] <= 1_003 and meta["steps"] == steps
+    line = fig.data[0]
+    assert line.type == "scattergl" and steps > GL_THRESHOLD     # WebGL for a large program
+    assert max(line.y) == 10 * MiB and 9_001 in list(line.x)      # the spike survives the down-sampling
+    (marker,) = [s for s in fig.layout.shapes if s.type == "line"]
+    assert marker.x0 == marker.x1 == 9_001
+    (note,) = fig.layout.annotations
+    assert note.x == 9_001 and f"peak {fmt_bytes(10 * MiB)} at step 9001 of {steps}" in note.text
+    assert "model.py:42" in note.text
+    # A peak step given by the caller (Peak.step) is the one marked.
+    fig = liveness_chart(frame.head(50), peak_step=20)
+    assert fig.layout.shapes[0].x0 == 20 and fig.data[0].type == "scatter"
+
+
+def test_liveness_chart_stacks_kinds_to_the_total():
+    frame = pd.DataFrame({"step": [0, 1, 2, 3], "parameter": [4, 4, 4, 4], "output": [0, 0, 0, 2],
+                          "temporary": [0, 6, 3, 0], "constant": [0, 0, 0, 0]})
+    frame["live_bytes"] = frame[["parameter", "output", "temporary"]].sum(axis=1)
+    fig = liveness_chart(frame)
+    assert [t.name for t in fig.data] == ["parameter", "output", "temporary", "peak"]  # no constants: no trace
+    assert list(fig.data[2].y) == [4, 10, 7, 6] == list(frame["live_bytes"])  # the top of the stack is the total
+    assert fig.layout.meta["xlakit_liveness"]["peak_step"] == 1 and fig.layout.shapes[0].x0 == 1
+
+
+def test_lifetime_chart_draws_the_largest_buffers_by_role_with_their_ranges():
+    buffers = _buffers()
+    fig = lifetime_chart(buffers, top=3, peak_step=7)
+    meta = fig.layout.meta["xlakit_lifetime"]
+    # The 3 largest buffers with a live range: tanh.3 (8 MiB), p0 (4 MiB), fusion.2 (3 MiB); copy.1 has none.
+    assert sorted(meta["buffer_ids"]) == [0, 2, 4] and meta["shown"] == 3
+    assert meta["more"] == 2 and meta["more_bytes"] == 3 * MiB and meta["no_range"] == 1
+    assert "+2 more buffers (3.0 MiB) not drawn" in fig.layout.title.text
+    bars = {t.name: t for t in fig.data}
+    assert set(bars) == {"parameter", "residual", "temporary"}
+    assert bars["residual"].base == (3.0,) and bars["residual"].x == (6.0,)   # steps 3..8 inclusive
+    assert bars["parameter"].base == (0.0,) and bars["parameter"].x == (12.0,)
+    assert "model.py:42" in bars["residual"].customdata[0] and "8×1024×256" in bars["residual"].customdata[0]
+    assert fig.layout.shapes[0].x0 == 7                                        # the peak step marked
+    # Top to bottom in program order: p0 (start 0) above tanh.3 (start 3) above fusion.2 (start 5).
+    assert bars["parameter"].y[0] > bars["residual"].y[0] > bars["temporary"].y[0]
+    with pytest.raises(ValueError, match="top"):
+        lifetime_chart(buffers, top=0)
+    with pytest.raises(ValueError, match="columns"):
+        lifetime_chart(buffers.drop(columns="start"))
+
+
+def test_peak_treemap_sums_equal_the_peak_total():
+    at_peak = _buffers().iloc[[0, 1, 2, 4, 5]]          # the buffers live at the peak step
+    total = int(at_peak["bytes"].sum())
+    nodes = peak_treemap_nodes(at_peak, max_leaves=3)
+    value = dict(zip(nodes["ids"], nodes["values"], strict=True))
+    assert value["peak"] == total == 21 * MiB
+    for node_id in nodes["ids"]:                         # every parent is exactly the sum of its children
+        children = [v for i, p, v in zip(nodes["ids"], nodes["parents"], nodes["values"], strict=True)
+                    if p == node_id]
+        if children:
+            assert sum(children) == value[node_id], node_id
+    assert value["peak/jvp(MLP)"] == 13 * MiB and value["peak/jvp(MLP)/model.py:42"] == 8 * MiB
+    assert value["peak/(no scope)/(unknown source)"] == 3 * MiB   # missing metadata: said so, not guessed
+    # p1 (1 MiB) and fusion.2 (3 MiB) are not among the 3 largest: each is summed under its own group.
+    smaller = {i: v for i, lab, v in zip(nodes["ids"], nodes["labels"], nodes["values"], strict=True)
+               if lab == "+1 smaller buffers"}
+    assert smaller == {"peak/params/train.py:10/+": 1 * MiB, "peak/(no scope)/(unknown source)/+": 3 * MiB}
+    fig = peak_treemap_figure(nodes)
+    assert fig.data[0].type == "treemap" and fig.data[0].branchvalues == "total"
+    assert fig.data[0].values[0] == total
+
+
+def test_peak_caption_and_grouping_name_the_largest_group():
+    at_peak = _buffers().iloc[[0, 1, 2, 4, 5]]
+    sizes = group_bytes(at_peak, "source")
+    assert sizes.index[0] == "model.py:42" and int(sizes.iloc[0]) == 8 * MiB
+    assert int(group_bytes(at_peak, "source")["(unknown source)"]) == 3 * MiB
+    caption = peak_caption(at_peak)
+    assert caption.startswith("top source model.py:42 (8.0 MiB, mostly residual)")
+    assert "top scope jvp(MLP) (13.0 MiB" in caption
+    assert peak_caption(at_peak.assign(source=None), groups=("source",)) == "source unknown"
+    html = peak_html("Peak", summary=caption, figures=[lifetime_chart(_buffers())], buffers=at_peak,
+                     include_plotlyjs=False)
+    assert f"data-bytes='{8 * MiB}'" in html and "Peak by source" in html and "xlakit-chart" in html
+
+
+def test_measurements_figure_draws_each_measurement_with_its_bytes():
+    from xlakit.view.budget import measurements_figure
+
+    rows = [{"label": "naive: high-water growth", "bytes": 300 * MiB, "kind": "naive"},
+            {"label": "probe, isolated", "bytes": 40 * MiB, "kind": "probe"},
+            {"label": "compiler: temporaries + outputs", "bytes": 38 * MiB, "kind": "compiler"}]
+    fig = measurements_figure(rows)
+    bars = {t.name: t for t in fig.data}
+    assert set(bars) == {"naive", "probe", "compiler"}
+    assert bars["naive"].x == (300 * MiB,) and bars["probe"].text == ("40.0 MiB",)
+    assert list(fig.layout.yaxis.categoryarray)[-1] == "naive: high-water growth"  # the first row on top
+    with pytest.raises(ValueError, match="bytes"):
+        measurements_figure([{"label": "x"}])
+
+
+def test_arena_bar_cuts_the_arena_into_weights_pool_scratch_and_margin():
+    from xlakit.memory import weight_budget
+    from xlakit.view.budget import arena_figure, arena_segments
+
+    # 256 MiB arena, largest scratch 40 MiB: pool = min(0.9 * 256, 0.95 * 256 - 40) = 203.2 MiB.
+    budget = weight_budget(256 * MiB, [40 * MiB, 10 * MiB], pinned_bytes=30 * MiB)
+    segs = arena_segments(budget, {"cnn": 10 * MiB, "transformer": 20 * MiB})
+    by = {s["name"]: s for s in segs}
+    assert [s["kind"] for s in segs] == ["weights", "weights", "pool left", "scratch", "margin"]
+    assert by["transformer"]["start"] == 10 * MiB
+    assert by["pool left for weights"]["bytes"] == budget.pool_bytes - 30 * MiB == budget.available_bytes
+    assert by["largest scratch"]["bytes"] == 40 * MiB
+    assert sum(s["bytes"] for s in segs) == 256 * MiB                 # the segments tile the arena exactly
+    assert all(a["start"] + a["bytes"] == b["start"] for a, b in zip(segs, segs[1:], strict=False))
+    fig = arena_figure(budget, {"cnn": 10 * MiB, "transformer": 20 * MiB})
+    assert fig.layout.shapes[0].x0 == budget.pool_bytes and "limited by scratch" in fig.layout.annotations[0].text
+    # Too many weights: the part beyond the pool is drawn as "over".
+    over = arena_segments(weight_budget(256 * MiB, 40 * MiB, pinned_bytes=220 * MiB))
+    assert over[1]["kind"] == "over" and over[1]["bytes"] == 220 * MiB - budget.pool_bytes
+
+
+def test_every_role_the_attribution_gives_has_a_colour():
+    from xlakit.memory.attribution import ROLES as ATTRIBUTION_ROLES
+    from xlakit.view.memory_charts import ROLE_COLORS, ROLES
+
+    assert set(ATTRIBUTION_ROLES) <= set(ROLES) == set(ROLE_COLORS)
+
+
+def test_liveness_chart_of_a_heap_simulator_trace_marks_the_highest_event():
+    # The frame BufferAssignment.live_bytes_by_step() gives where XLA ships heap traces (GPU/TPU builds).
+    frame = pd.DataFrame({"trace": [0, 0, 0, 1, 1], "allocation": [3, 3, 3, 4, 4], "step": [0, 1, 2, 0, 1],
+                          "live_bytes": [10, 30, 20, 5, 50]})
+    fig = liveness_chart(frame)
+    assert [t.name for t in fig.data] == ["trace 0", "trace 1"]
+    meta = fig.layout.meta["xlakit_liveness"]
+    assert meta["peak_bytes"] == 50 and meta["peak_step"] == 1 and fig.layout.shapes[0].x0 == 1
+
+
+def test_variants_figure_draws_one_line_per_variant_in_batch_order():
+    from xlakit.view.peak import variants_figure
+
+    fig = variants_figure([{"batch": 64, "variant": "remat none", "peak": 9 * MiB},
+                           {"batch": 8, "variant": "remat none", "peak": 2 * MiB},
+                           {"batch": 8, "variant": "remat full", "peak": 1 * MiB},
+                           {"batch": 3, "variant": "remat full", "peak": None}])   # failed: left out
+    lines = {t.name: t for t in fig.data}
+    assert lines["remat none"].x == (8, 64) and lines["remat none"].y == (2 * MiB, 9 * MiB)
+    assert lines["remat full"].x == (8,) and lines["remat full"].customdata == ("1.0 MiB",)

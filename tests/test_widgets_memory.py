@@ -1,0 +1,139 @@
+"""The memory pictures on a real compiled gradient: MemoryBreakdown marks the peak step xlakit.memory.peak finds,
+draws the largest buffers' lifetimes with their roles and a treemap summing to the peak; MemoryExplorer compiles
+each choice on a background thread (the kernel-side callback returns at once), redraws, shows a failing variant's
+error and keeps working, and revisits are cache hits."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import xlakit
+from xlakit import memory
+from xlakit.events import EventLog
+from xlakit.widgets import MemoryBreakdown, MemoryExplorer
+
+W = {"a": jax.ShapeDtypeStruct((64, 256), jnp.float32), "b": jax.ShapeDtypeStruct((256, 8), jnp.float32)}
+
+
+def loss(w, x):
+    h = jnp.tanh(x @ w["a"])        # kept for the backward pass: a residual
+    return jnp.mean((h @ w["b"]) ** 2)
+
+
+def make_args(batch):
+    return W, jax.ShapeDtypeStruct((batch, 64), jnp.float32)
+
+
+@pytest.fixture(scope="module")
+def grad_program():
+    return jax.jit(jax.grad(loss)).lower(*make_args(128)).compile()
+
+
+def test_memory_breakdown_draws_the_peak_lifetimes_and_treemap_of_a_real_program(grad_program):
+    pk = memory.peak(grad_program)
+    w = MemoryBreakdown({"grad": grad_program}, selected="grad")
+    assert not w.errors and w.peak is not None and w.peak.step == pk.step
+    live = w.detail_figure.layout.meta["xlakit_liveness"]
+    assert live["peak_step"] == pk.step and live["peak_bytes"] == pk.total_bytes
+    assert w.detail_figure.layout.shapes[0].x0 == pk.step
+    top_source = pk.by("source")["group"].iat[0]
+    assert top_source in w.detail_figure.layout.annotations[0].text          # the peak named in the user's terms
+    # Lifetimes: the largest buffers with a live range, each bar in its role's trace, from start to end.
+    buffers = pk.attribution.buffers
+    ranged = buffers[buffers["start"] >= 0]
+    life = w.lifetime_figure.layout.meta["xlakit_lifetime"]
+    assert life["shown"] == min(150, len(ranged)) and life["no_range"] == len(buffers) - len(ranged)
+    for trace in w.lifetime_figure.data:
+        rows = ranged[ranged["role"] == trace.name]
+        assert sorted(trace.base) == sorted(float(s) for s in rows["start"]), trace.name
+    assert "residual" in {t.name for t in w.lifetime_figure.data}
+    # Treemap: the root is the peak total, and the bytes charged to the buffers live there sum to it.
+    tree = w.treemap_figure.data[0]
+    assert tree.values[0] == pk.total_bytes == int(pk.buffers["bytes"].sum())
+    html = w.to_html(False)
+    assert html.count("class='xlakit-chart'") == 4 and repr(pk).split(":")[0] in html
+    w.close()
+
+
+def _gated_make_args(gate: threading.Event, threads: list[str]):
+    def make(batch):
+        threads.append(threading.current_thread().name)
+        if batch == 3:
+            raise ValueError("batch 3 does not divide the devices")
+        if batch == 32:
+            assert gate.wait(30), "test gate never opened"
+        return make_args(batch)
+    return make
+
+
+def test_memory_explorer_compiles_in_the_background_redraws_and_shows_errors(tmp_path):
+    cache = xlakit.ExecutableCache(tmp_path / "cache", log=EventLog())
+    gate, threads = threading.Event(), []
+    e = MemoryExplorer(loss, _gated_make_args(gate, threads), batch_sizes=(3, 8, 32), batch=8, step=jax.grad,
+                       cache=cache)
+    first = e.wait(60)
+    assert first.error is None and first.decision == "store" and first.peak_bytes > 0
+    assert e.liveness_chart.figure.layout.meta["xlakit_liveness"]["peak_bytes"] == first.peak.total_bytes
+
+    t = time.perf_counter()
+    e._batch_slider.value = 32                        # as a drag of the slider sets it
+    returned = time.perf_counter() - t
+    assert e.busy and e.current is None and "compiling batch 32" in e.status.value
+    assert returned < 1.0, f"the callback blocked for {returned:.2f} s"
+    gate.set()
+    big = e.wait(60)
+    assert big.batch == 32 and big.peak_bytes > first.peak_bytes              # activations grow with the batch
+    assert threads == ["xlakit-MemoryExplorer-compile"] * 2                    # never on the kernel's thread
+    assert e.liveness_chart.figure.layout.meta["xlakit_liveness"]["peak_bytes"] == big.peak.total_bytes
+    assert e.treemap_chart.figure.data[0].values[0] == big.peak.total_bytes
+    (line,) = e.variants_chart.figure.data                                     # peak against batch size
+    assert line.x == (8, 32) and line.y == (first.peak_bytes, big.peak_bytes)
+
+    e.batch = 3                                       # make_args fails: shown, recorded, nothing raised
+    failed = e.wait(60)
+    assert failed.error == "ValueError: batch 3 does not divide the devices"
+    assert any("batch 3 does not divide" in m for m in e.errors) and e.error_area.layout.display == ""
+    assert "batch 3 does not divide" in e.summary.value
+
+    e.batch = 8                                       # a variant seen before: redrawn from memory at once
+    assert not e.busy and e.current is first
+    assert e.liveness_chart.figure.layout.meta["xlakit_liveness"]["peak_bytes"] == first.peak.total_bytes
+    html = e.to_html(False)
+    assert "class='xlakit-chart'" in html and "Variants tried" in html and f"data-bytes='{big.peak_bytes}'" in html
+    e.close()
+    assert e.threads_alive == 0
+
+    again = MemoryExplorer(loss, make_args, batch_sizes=(8,), step=jax.grad, cache=cache)
+    assert again.wait(60).decision == "hit"           # a revisit in a new widget loads from the cache
+    again.close()
+
+
+def test_memory_explorer_rejects_bad_choices():
+    with pytest.raises(ValueError, match="not one of"):
+        MemoryExplorer(loss, make_args, batch_sizes=(8, 16), batch=12, start=False)
+    with pytest.raises(ValueError, match="checkpoint_policies has no"):
+        MemoryExplorer(loss, make_args, remat={"x": "no_such_policy"}, start=False)
+    with pytest.raises(TypeError, match="callable"):
+        MemoryExplorer(loss, 8, start=False)
+
+
+def test_memory_explorer_closed_while_compiling_draws_nothing_afterwards():
+    gate, threads = threading.Event(), []
+    e = MemoryExplorer(loss, _gated_make_args(gate, threads), batch_sizes=(32,), step=jax.grad)
+    deadline = time.monotonic() + 30
+    while not threads and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert e.busy and threads        # the compile has started: it waits in make_args
+    e.close()
+    gate.set()
+    deadline = time.monotonic() + 60
+    while not e.results and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert e.results[(32, "none", "none")].peak is not None    # it finished on its thread...
+    assert e._drawn is None and not e.errors                    # ...and drew nothing into the closed widget

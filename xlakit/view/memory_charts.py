@@ -1,0 +1,305 @@
+"""Pictures of one compiled program's memory over program order: live bytes with the peak marked, and buffer
+lifetimes (each large logical buffer a bar from the step that defines it to its last use, coloured by role).
+
+Pure functions of DataFrames (numpy and plotly imported where used), so they are tested without a browser and
+shared by :class:`xlakit.widgets.MemoryBreakdown`, :class:`xlakit.widgets.MemoryExplorer` and their snapshots.
+The frames are the ones :mod:`xlakit.memory` builds: a liveness frame (``step``, ``live_bytes`` and optionally
+``instruction`` and per-kind columns ``parameter``/``output``/``temporary``/``constant``, from
+``BufferAssignment.live_bytes_by_step()`` or ``Attribution.liveness``) and a buffers frame (one row per logical
+buffer: ``buffer_id, instruction, bytes, shape, dtype, role, scope, source, parameter, start, end``).
+
+They stay fast for programs of 10,000+ instructions: a line keeps at most about ``max_points`` points (per bin
+the smallest and largest value, the first and last step, and always the peak step) and is drawn with WebGL
+(``scattergl``) above :data:`GL_THRESHOLD` steps; the lifetime chart draws the ``top`` largest buffers and says
+how many it left out.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from html import escape
+from typing import Any
+
+from xlakit.view.format import byte_ticks, fmt_bytes
+
+__all__ = ["ROLES", "ROLE_COLORS", "GL_THRESHOLD", "keep_indices", "peak_of", "liveness_chart", "lifetime_chart",
+           "buffer_hover", "shape_text", "chart_layout"]
+
+#: The roles :func:`xlakit.memory.attribute` gives a logical buffer (``xlakit.memory.ROLES``), in legend order.
+ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "temporary", "constant", "thread-local",
+         "unknown")
+ROLE_COLORS = {"parameter": "#1f77b4", "optimizer state": "#17becf", "aliased": "#7f7f7f",
+               "output": "#ff7f0e", "residual": "#d62728", "temporary": "#2ca02c", "constant": "#9467bd",
+               "thread-local": "#bcbd22", "unknown": "#c7c7c7"}
+_KINDS = ("parameter", "output", "temporary", "constant")  # live_bytes_by_step()'s per-kind columns
+_KIND_COLORS = {"parameter": "#1f77b4", "output": "#ff7f0e", "temporary": "#2ca02c", "constant": "#9467bd"}
+#: Steps above which a liveness line is drawn with WebGL (``scattergl``) instead of SVG.
+GL_THRESHOLD = 2000
+_PEAK_COLOR = "#d62728"
+
+
+def keep_indices(y, max_points: int, keep: Sequence[int] = ()):
+    """Sorted indices of at most about ``max_points`` points of ``y`` that keep its shape: ``y`` is cut into
+    ``max_points // 2`` bins and each bin's smallest and largest value are kept, plus the first and last point
+    and every index in ``keep`` (e.g. the peak step). Vectorised (numpy); all indices when ``len(y)`` fits.
+
+    Raises:
+      ValueError: ``max_points`` < 4.
+    """
+    import numpy as np
+
+    if max_points < 4:
+        raise ValueError(f"max_points must be >= 4, got {max_points}")
+    y = np.asarray(y, dtype=float)
+    n = y.size
+    if n <= max_points:
+        return np.arange(n)
+    bins = max_points // 2
+    width = -(-n // bins)  # ceil
+    padded = bins * width
+    lo = np.full(padded, np.inf)
+    hi = np.full(padded, -np.inf)
+    lo[:n], hi[:n] = y, y
+    offsets = np.arange(bins) * width
+    picks = [offsets + lo.reshape(bins, width).argmin(axis=1), offsets + hi.reshape(bins, width).argmax(axis=1),
+             np.array([0, n - 1, *keep], dtype=np.int64)]
+    idx = np.unique(np.concatenate(picks))
+    return idx[(idx >= 0) & (idx < n)]
+
+
+def peak_of(liveness) -> tuple[int | None, int | None]:
+    """(step, live bytes) where ``liveness["live_bytes"]`` is largest (the first such step), or (None, None)."""
+    if liveness is None or liveness.empty or "live_bytes" not in liveness.columns:
+        return None, None
+    i = int(liveness["live_bytes"].to_numpy().argmax())
+    step = liveness["step"].iloc[i] if "step" in liveness.columns else i
+    return int(step), int(liveness["live_bytes"].iloc[i])
+
+
+@functools.lru_cache(maxsize=1)
+def _template() -> Any:
+    """:data:`~xlakit.view.theme.PLOTLY_TEMPLATE` as a plotly Template object, built once: validating the dict
+    anew costs more than the rest of a 10,000-step chart."""
+    import plotly.graph_objects as go
+
+    from xlakit.view.theme import PLOTLY_TEMPLATE
+
+    return go.layout.Template(PLOTLY_TEMPLATE)
+
+
+def chart_layout(fig, title: str, height: int, **extra: Any) -> None:
+    """The shared layout (:data:`~xlakit.view.theme.BASE_LAYOUT`, legend above the plot) with ``title``."""
+    from xlakit.view.theme import BASE_LAYOUT, LEGEND
+
+    fig.update_layout(**{**BASE_LAYOUT, "height": height, "template": _template(), "title": title, "legend": LEGEND,
+                         **extra})
+
+
+
+def _byte_axis(fig, values, axis: str = "yaxis") -> None:
+    vals, text = byte_ticks(values)
+    fig.update_layout({axis: dict(tickmode="array", tickvals=vals, ticktext=text)})
+
+
+def _mark_peak(fig, step: int, text: str) -> None:
+    """A vertical dashed line at ``step`` across the plot and an annotation above it."""
+    fig.add_vline(x=step, line=dict(color=_PEAK_COLOR, dash="dash", width=2))
+    fig.add_annotation(x=step, y=1.0, yref="paper", yanchor="top", text=text, showarrow=False,
+                       font=dict(color=_PEAK_COLOR, size=11), bgcolor="rgba(255,255,255,0.7)", xanchor="left")
+
+
+def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | None = None, title: str = "",
+                   max_points: int = 2000, steps: int | None = None):
+    """Live bytes over program order with the peak step marked (a dashed vertical line and an annotation).
+
+    Args:
+      liveness: a liveness frame (see the module docstring); per-kind columns are drawn stacked, else the
+        ``live_bytes`` line. A heap-simulator-trace frame (column ``trace``) is drawn one line per trace.
+      peak_step: the step to mark (e.g. ``Peak.step``); default the step where ``live_bytes`` is largest.
+      caption: text for the annotation after "peak <bytes> at step <n>" (e.g. the peak's top source).
+      title: the figure title. max_points: points per line at most (about; :func:`keep_indices`).
+      steps: the program's step count for the annotation ("of 212"); default the frame's.
+
+    Returns:
+      a ``plotly.graph_objects.Figure``; ``layout.meta["xlakit_liveness"]`` holds ``peak_step``,
+      ``peak_bytes``, ``steps`` and ``points`` (the points drawn per line).
+    """
+    import numpy as np
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    meta: dict[str, Any] = {"peak_step": None, "peak_bytes": None, "steps": 0, "points": 0}
+    if liveness is None or liveness.empty:
+        chart_layout(fig, title or "Live bytes over program order", 320)
+        fig.update_layout(meta={"xlakit_liveness": meta})
+        return fig
+    if "trace" in liveness.columns:
+        return _trace_chart(liveness, title, max_points, meta)
+    frame = liveness.sort_values("step", kind="stable") if "step" in liveness.columns else liveness
+    x = frame["step"].to_numpy() if "step" in frame.columns else np.arange(len(frame))
+    total = frame["live_bytes"].to_numpy(dtype=float)
+    if peak_step is None:
+        peak_i = int(total.argmax())
+    else:
+        hits = np.flatnonzero(x == peak_step)
+        peak_i = int(hits[0]) if hits.size else int(np.abs(x - peak_step).argmin())
+    idx = keep_indices(total, max_points, keep=[peak_i])
+    instr = frame["instruction"].to_numpy(dtype=object)[idx] if "instruction" in frame.columns else None
+    kinds = [k for k in _KINDS if k in frame.columns and frame[k].to_numpy().any()]
+    scatter = go.Scattergl if len(frame) > GL_THRESHOLD else go.Scatter
+    xs = x[idx]
+    below = np.zeros(idx.size)
+    parts = [(k, frame[k].to_numpy(dtype=float)[idx], _KIND_COLORS[k]) for k in kinds] or \
+        [("live bytes", total[idx], "#1f77b4")]
+    where = [f"<br>{escape(str(i))}" for i in instr] if instr is not None else [""] * idx.size
+    for name, ys, color in parts:
+        top = below + ys
+        labels = [f"{fmt_bytes(v)} {name}, {fmt_bytes(t)} live{w}"
+                  for v, t, w in zip(ys, total[idx], where, strict=True)]
+        fig.add_trace(scatter(x=xs, y=top, mode="lines", name=name, line=dict(color=color, width=1, shape="hv"),
+                              fill="tonexty" if len(fig.data) else "tozeroy", customdata=labels,
+                              hovertemplate="step %{x}: %{customdata}<extra></extra>"))
+        below = top
+    p_step, p_bytes = int(x[peak_i]), int(total[peak_i])
+    n_steps = int(steps if steps is not None else len(frame))
+    text = f"peak {fmt_bytes(p_bytes)} at step {p_step} of {n_steps}"
+    if caption:
+        text += f": {caption}"
+    _mark_peak(fig, p_step, escape(text))
+    fig.add_trace(scatter(x=[p_step], y=[p_bytes], mode="markers", name="peak",
+                          marker=dict(color=_PEAK_COLOR, size=9, symbol="diamond"),
+                          customdata=[escape(text)], hovertemplate="%{customdata}<extra></extra>"))
+    meta.update(peak_step=p_step, peak_bytes=p_bytes, steps=n_steps, points=int(idx.size))
+    chart_layout(fig, title or "Live bytes over program order", 340)
+    fig.update_layout(xaxis_title="step (instruction in schedule order)", yaxis_title="bytes",
+                      meta={"xlakit_liveness": meta})
+    _byte_axis(fig, [0.0, float(total.max())])
+    return fig
+
+
+def _trace_chart(frame, title: str, max_points: int, meta: dict[str, Any]):
+    """One line per heap-simulator trace (event index as x); the highest point of all traces is marked."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    best: tuple[float, int] = (-1.0, 0)
+    for t, part in frame.groupby("trace"):
+        y = part["live_bytes"].to_numpy(dtype=float)
+        i = int(y.argmax())
+        if y[i] > best[0]:
+            best = (float(y[i]), i)
+        idx = keep_indices(y, max_points, keep=[i])
+        fig.add_scatter(x=idx, y=y[idx], mode="lines", line=dict(shape="hv"), name=f"trace {t}",
+                        customdata=[fmt_bytes(v) for v in y[idx]],
+                        hovertemplate="event %{x}: %{customdata}<extra></extra>")
+        meta["points"] = max(meta["points"], int(idx.size))
+    meta.update(peak_step=best[1], peak_bytes=int(best[0]), steps=len(frame))
+    _mark_peak(fig, best[1], f"peak {fmt_bytes(best[0])} (heap trace event {best[1]})")
+    chart_layout(fig, title or "Live bytes over the heap simulator trace", 320)
+    fig.update_layout(xaxis_title="heap trace event", meta={"xlakit_liveness": meta})
+    _byte_axis(fig, [0.0, float(np.nanmax(frame["live_bytes"].to_numpy(dtype=float)))])
+    return fig
+
+
+def shape_text(shape: Any) -> str:
+    """``(8, 1024, 256)`` -> ``"8×1024×256"``; ``()`` -> ``"scalar"``; missing -> ``"?"``."""
+    if shape is None or (isinstance(shape, float) and shape != shape):
+        return "?"
+    dims = tuple(shape)
+    return "×".join(str(d) for d in dims) if dims else "scalar"
+
+
+def _text(v: Any, missing: str = "unknown") -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return missing
+    return str(v)
+
+
+def buffer_hover(row: Any) -> str:
+    """Tooltip of one buffer row: instruction, role, bytes, dtype[shape], scope, source, parameter, live range."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
+    parts = [f"<b>{escape(_text(get('instruction')))}</b> ({escape(_text(get('role')))})",
+             f"{fmt_bytes(get('bytes'))} {escape(_text(get('dtype'), '?'))}[{escape(shape_text(get('shape')))}]",
+             f"scope: {escape(_text(get('scope')))}", f"source: {escape(_text(get('source')))}"]
+    if get("parameter") is not None and _text(get("parameter"), "") not in ("", "unknown"):
+        parts.append(f"parameter: {escape(str(get('parameter')))}")
+    if get("start") is not None and get("end") is not None:
+        parts.append(f"live steps {_text(get('start'))}–{_text(get('end'))}")
+    return "<br>".join(parts)
+
+
+def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, title: str = ""):
+    """Buffer lifetimes: each of the ``top`` largest buffers a horizontal bar over program order from
+    ``start`` to ``end`` (inclusive), coloured by role, with a tooltip naming scope, source, shape and bytes.
+
+    Bars are ordered by start step (top to bottom), so the chart reads like the program. Buffers without a
+    live range (``start``/``end`` missing or -1) are counted, not drawn.
+
+    Args:
+      buffers: a buffers frame (see the module docstring). top: how many of the largest buffers to draw
+        (int >= 1). peak_step: a step to mark with a dashed line (e.g. ``Peak.step``). title: the figure title.
+
+    Returns:
+      a ``plotly.graph_objects.Figure``, one bar trace per role present; ``layout.meta["xlakit_lifetime"]``
+      holds ``shown`` (bars drawn), ``more`` / ``more_bytes`` (buffers with a live range left out, their
+      bytes), ``no_range`` (buffers without one) and ``buffer_ids`` (drawn, top to bottom).
+
+    Raises:
+      ValueError: ``top`` < 1, or the frame lacks a column the chart needs.
+    """
+    import numpy as np
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    if top < 1:
+        raise ValueError(f"top must be >= 1 buffer, got {top}")
+    need = {"bytes", "role", "start", "end"}
+    if buffers is not None and not need <= set(buffers.columns):
+        raise ValueError(f"a buffers frame needs columns {sorted(need)}; got {sorted(buffers.columns)}")
+    fig = go.Figure()
+    meta: dict[str, Any] = {"shown": 0, "more": 0, "more_bytes": 0, "no_range": 0, "buffer_ids": []}
+    if buffers is None or buffers.empty:
+        chart_layout(fig, title or "Buffer lifetimes", 300)
+        fig.update_layout(meta={"xlakit_lifetime": meta})
+        return fig
+    start, end = (pd.to_numeric(buffers[c], errors="coerce") for c in ("start", "end"))
+    ranged = buffers[(start >= 0) & (end >= start)]  # -1 / missing: XLA gave the buffer no live range
+    meta["no_range"] = int(len(buffers) - len(ranged))
+    order = np.argsort(-ranged["bytes"].to_numpy(dtype=float), kind="stable")
+    shown = ranged.iloc[order[:top]]
+    rest = ranged.iloc[order[top:]]
+    meta["more"], meta["more_bytes"] = int(len(rest)), int(rest["bytes"].sum())
+    shown = shown.sort_values(["start", "bytes"], ascending=[True, False], kind="stable")
+    n = len(shown)
+    position = np.arange(n)[::-1]  # the first to start at the top
+    roles = shown["role"].fillna("unknown").astype(str).to_numpy()
+    records = shown.to_dict("records")
+    starts = shown["start"].to_numpy(dtype=float)
+    lengths = shown["end"].to_numpy(dtype=float) - starts + 1
+    for role in [*ROLES, *sorted(set(roles) - set(ROLES))]:
+        mask = roles == role
+        if not mask.any():
+            continue
+        fig.add_bar(y=position[mask], x=lengths[mask], base=starts[mask], orientation="h", name=role,
+                    marker=dict(color=ROLE_COLORS.get(role, "#8c564b"), line=dict(width=0)),
+                    customdata=[buffer_hover(r) for r, m in zip(records, mask, strict=True) if m],
+                    hovertemplate="%{customdata}<extra></extra>")
+    if "buffer_id" in shown.columns:
+        meta["buffer_ids"] = [int(b) for b in shown["buffer_id"]]
+    meta["shown"] = n
+    labels = [f"{_text(r.get('instruction'))} · {fmt_bytes(r.get('bytes'))}" for r in records]
+    show_ticks = n <= 40
+    fig.update_layout(barmode="overlay", bargap=0.15,
+                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=labels, showticklabels=show_ticks,
+                                 title=None if show_ticks else f"{n} largest buffers (hover for each)"),
+                      xaxis_title="step (instruction in schedule order)")
+    if peak_step is not None:
+        _mark_peak(fig, int(peak_step), f"peak step {int(peak_step)}")
+    heading = title or "Buffer lifetimes (largest buffers, coloured by role)"
+    if meta["more"]:
+        heading += f" · +{meta['more']:,} more buffers ({fmt_bytes(meta['more_bytes'])}) not drawn"
+    chart_layout(fig, heading, int(min(900, 160 + 14 * n)))
+    fig.update_layout(meta={"xlakit_lifetime": meta})
+    return fig

@@ -1,0 +1,210 @@
+"""Pictures of what holds a compiled program's peak: a treemap of the buffers live there by scope and source,
+a one-line caption naming the largest group, and the snapshot of a peak (liveness, lifetimes, treemap, tables).
+
+Pure functions of a peak-buffers frame (one row per logical buffer live at the peak: ``bytes``, ``role``,
+``scope``, ``source``, ``shape``, ``dtype``, ``instruction``, optionally ``parameter``), as
+``xlakit.memory.peak(...).buffers`` gives it. A missing scope or source is shown as "(no scope)" /
+"(unknown source)", never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from xlakit.view.format import fmt_bytes
+from xlakit.view.html import frame_records, note, snapshot
+from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, shape_text
+from xlakit.view.table import Column, Table
+
+__all__ = ["MISSING_LABEL", "group_bytes", "peak_caption", "peak_treemap_nodes", "peak_treemap_figure",
+           "peak_tables_html", "peak_html", "variants_figure"]
+
+#: What a buffer without a value in a grouping column is filed under.
+MISSING_LABEL = {"scope": "(no scope)", "source": "(unknown source)", "role": "unknown", "parameter": "(none)",
+                 "instruction": "?"}
+_ROOT = "peak"
+
+
+def _labels(buffers, column: str) -> list[str]:
+    missing = MISSING_LABEL.get(column, "(none)")
+    if column not in buffers.columns:
+        return [missing] * len(buffers)
+    return [missing if v is None or (isinstance(v, float) and v != v) or v == "" else str(v)
+            for v in buffers[column]]
+
+
+def group_bytes(buffers, by: str):
+    """Bytes per value of column ``by`` (a ``pandas.Series``, largest first; missing values grouped under
+    :data:`MISSING_LABEL`)."""
+    import pandas as pd
+
+    if buffers is None or buffers.empty:
+        return pd.Series(dtype="int64", name="bytes")
+    keys = pd.Series(_labels(buffers, by), index=buffers.index, name=by)
+    return buffers["bytes"].groupby(keys, sort=False).sum().sort_values(ascending=False, kind="stable")
+
+
+def peak_caption(buffers, *, groups: Sequence[str] = ("source", "scope")) -> str:
+    """The largest group of each column in ``groups`` with its bytes and main role, e.g.
+    ``"top source model.py:42 (41.0 MiB, mostly residual); top scope transpose(jvp(MLP)) (44.0 MiB)"``;
+    ``""`` for no buffers. Groups that are all missing say so ("source unknown")."""
+    if buffers is None or buffers.empty:
+        return ""
+    parts = []
+    for by in groups:
+        sizes = group_bytes(buffers, by)
+        label = str(sizes.index[0])
+        if label == MISSING_LABEL.get(by):
+            parts.append(f"{by} {'unknown' if len(sizes) == 1 else 'mostly unknown'}")
+            continue
+        chosen = buffers[[v == label for v in _labels(buffers, by)]]
+        role = group_bytes(chosen, "role").index[0] if "role" in chosen.columns else None
+        main = f", mostly {role}" if role and by != "role" else ""
+        parts.append(f"top {by} {label} ({fmt_bytes(int(sizes.iloc[0]))}{main})")
+    return "; ".join(parts)
+
+
+def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, max_leaves: int = 200
+                       ) -> dict[str, list[Any]]:
+    """Treemap nodes root -> ``path[0]`` -> ``path[1]`` ... -> buffer, valued in bytes (``branchvalues="total"``:
+    each node's value is the sum of its children, the root's is the sum of every buffer's bytes).
+
+    The ``max_leaves`` largest buffers are leaves of their own; the rest are summed into one
+    "+k smaller buffers" leaf under their group, so the sums stay exact however many buffers there are.
+
+    Returns:
+      a dict of lists ``ids``, ``labels``, ``parents``, ``values`` (bytes), ``colors`` and ``hover``.
+
+    Raises:
+      ValueError: ``max_leaves`` < 1.
+    """
+    import pandas as pd
+
+    if max_leaves < 1:
+        raise ValueError(f"max_leaves must be >= 1, got {max_leaves}")
+    ids, labels, parents, values, colors, hover = [_ROOT], [_ROOT], [""], [0], ["#eeeeee"], [""]
+    if buffers is not None and not buffers.empty:
+        frame = buffers.reset_index(drop=True)
+        nbytes = frame["bytes"].astype("int64")
+        values[0] = int(nbytes.sum())
+        node = pd.Series(_ROOT, index=frame.index)
+        for col in path:  # one level of groups at a time: ids are the path so far
+            level = pd.Series(_labels(frame, col), index=frame.index)
+            parent, node = node, node + "/" + level
+            sums = nbytes.groupby(node, sort=False).sum().to_dict()
+            first = ~node.duplicated()
+            for nid, lab, par in zip(node[first].tolist(), level[first].tolist(), parent[first].tolist(), strict=True):
+                ids.append(nid)
+                labels.append(lab)
+                parents.append(par)
+                values.append(int(sums[nid]))
+                colors.append("#dddddd")
+                hover.append(f"{col}: {escape(lab)}<br>{fmt_bytes(int(sums[nid]))}")
+        order = nbytes.to_numpy().argsort(kind="stable")[::-1]
+        big = order[:max_leaves]
+        roles, instructions = _labels(frame, "role"), _labels(frame, "instruction")
+        records = frame.iloc[big].to_dict("records")
+        node_of = node.tolist()
+        for i, rec in zip(big.tolist(), records, strict=True):
+            ids.append(f"{node_of[i]}/#{i}")
+            labels.append(f"{instructions[i]} {shape_text(rec.get('shape'))}")
+            parents.append(node_of[i])
+            values.append(int(rec["bytes"]))
+            colors.append(ROLE_COLORS.get(roles[i], "#8c564b"))
+            hover.append(f"{buffer_hover(rec)}")
+        rest = order[max_leaves:]
+        if rest.size:
+            grouped = nbytes.iloc[rest].groupby(node.iloc[rest], sort=False).agg(["sum", "count"])
+            for par, (total, count) in grouped.iterrows():
+                ids.append(f"{par}/+")
+                labels.append(f"+{count} smaller buffers")
+                parents.append(par)
+                values.append(int(total))
+                colors.append("#bbbbbb")
+                hover.append(f"{count} buffers below the {max_leaves} largest<br>{fmt_bytes(int(total))}")
+    return {"ids": ids, "labels": labels, "parents": parents, "values": values, "colors": colors, "hover": hover}
+
+
+def peak_treemap_figure(nodes: Mapping[str, list[Any]], title: str = "What holds the peak: scope → source → buffer"):
+    """Treemap of :func:`peak_treemap_nodes`: area = bytes, leaves coloured by role."""
+    import plotly.graph_objects as go
+
+    from xlakit.view.memory_charts import chart_layout
+
+    fig = go.Figure(go.Treemap(ids=nodes["ids"], labels=nodes["labels"], parents=nodes["parents"],
+                               values=nodes["values"], branchvalues="total", marker=dict(colors=nodes["colors"]),
+                               customdata=nodes["hover"], textinfo="label+value", maxdepth=3,
+                               hovertemplate="%{customdata}<extra></extra>", name="peak"))
+    chart_layout(fig, title, 420, margin=dict(l=5, r=5, t=40, b=5))
+    return fig
+
+
+def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by batch size, per variant"):
+    """Peak bytes against batch size, one line per variant (e.g. remat and donation choice).
+
+    Args:
+      rows: dicts with ``batch`` (int), ``variant`` (str) and ``peak`` (bytes, or None for a failed variant —
+        left out).
+
+    Returns:
+      a ``plotly.graph_objects.Figure`` with one ``lines+markers`` trace per variant, points in batch order.
+    """
+    import plotly.graph_objects as go
+
+    from xlakit.view.format import byte_ticks
+    from xlakit.view.memory_charts import chart_layout
+
+    fig = go.Figure()
+    variants: dict[str, list[tuple[int, int]]] = {}
+    for r in rows:
+        if r.get("peak") is not None:
+            variants.setdefault(str(r["variant"]), []).append((int(r["batch"]), int(r["peak"])))
+    for name, points in variants.items():
+        points.sort()
+        fig.add_scatter(x=[b for b, _ in points], y=[p for _, p in points], mode="lines+markers", name=name,
+                        customdata=[fmt_bytes(p) for _, p in points],
+                        hovertemplate=f"{escape(name)}<br>batch %{{x}}: %{{customdata}}<extra></extra>")
+    chart_layout(fig, title, 320, xaxis_title="batch size", yaxis_title="peak")
+    vals, text = byte_ticks([0.0, *[float(p) for pts in variants.values() for _, p in pts]])
+    fig.update_layout(yaxis=dict(tickmode="array", tickvals=vals, ticktext=text))
+    return fig
+
+
+_BUFFER_COLUMNS = (Column("instruction", "instruction"), Column("role", "role"), Column("scope", "scope"),
+                   Column("source", "source"), Column("parameter", "parameter"), Column("dtype", "dtype"),
+                   Column("shape", "shape"), Column("bytes", "bytes", "bytes"))
+
+
+def peak_tables_html(buffers, *, top: int = 10) -> str:
+    """Bytes by source and by role, and the ``top`` largest buffers live at the peak, as tables."""
+    if buffers is None or buffers.empty:
+        return note("No buffers live at the peak.")
+    out = []
+    for by in ("source", "role"):
+        sizes = group_bytes(buffers, by)
+        rows = [{by: k, "bytes": int(v)} for k, v in sizes.head(top).items()]
+        out.append(Table([Column(by, by), Column("bytes", "bytes", "bytes")], rows,
+                         caption=f"Peak by {by}", css_class="xlakit-peak-by").to_html())
+    largest = buffers.sort_values("bytes", ascending=False, kind="stable").head(top)
+    rows = frame_records(largest)
+    for r in rows:
+        r["shape"] = shape_text(r.get("shape"))
+    cols = [c for c in _BUFFER_COLUMNS if c.key in largest.columns]
+    out.append(Table(cols, rows, caption=f"Largest {len(rows)} buffers at the peak",
+                     css_class="xlakit-peak-buffers").to_html())
+    return "".join(out)
+
+
+def peak_html(title: str, *, summary: str, figures: Sequence[Any], buffers, include_plotlyjs: bool | str = "once",
+              notes: Sequence[str] = ()) -> str:
+    """Snapshot of a peak: a summary line, the figures (plotly HTML, plotly.js at most once), the tables."""
+    from xlakit.view.plotly_html import figure_html
+
+    body = [f"<div class='xlakit-peak-summary'>{escape(summary)}</div>"] if summary else []
+    for i, fig in enumerate(figures):  # plotly.js (when asked for) before the first chart only
+        body.append(figure_html(fig, include_plotlyjs if i == 0 else False))
+    body.append(peak_tables_html(buffers))
+    body += [note(n) for n in notes]
+    return snapshot(title, "".join(body))
