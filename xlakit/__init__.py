@@ -58,9 +58,9 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = N
     eviction and failure is recorded in :func:`xlakit.events.log`.
 
     Args:
-      path: cache folder. Default: ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder
-        (``platformdirs.user_cache_dir("xlakit")``). The folder's path never enters a key, so a copied or
-        remounted cache still hits.
+      path: cache folder; a leading ``~`` is expanded, and a missing folder is created now. Default:
+        ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder (``platformdirs.user_cache_dir("xlakit")``).
+        The folder's path never enters a key, so a copied or remounted cache still hits.
       max_bytes: byte cap for everything under ``path`` (measured on disk): an int number of bytes, or a size
         string read like the CLI's ``--max-bytes`` (``"2GB"`` = 2*10**9 bytes, ``"500MiB"`` = 500*2**20 bytes;
         k/M/G/T powers of 1000, KiB/MiB/GiB/TiB powers of 1024); None for no cap.
@@ -95,6 +95,9 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = N
       ValueError: ``max_bytes`` <= 0 or an unreadable size string, ``min_compile_time_s`` < 0 or not finite,
         or a bad ``remote``/``remote_mode``/``remote_options`` (or environment variable; the message names it).
       ImportError: the package for the remote's protocol is missing (the message names the extra).
+      xlakit.store.CacheFolderError: ``path`` is a file or cannot be created (an ``OSError``; the message names
+        the path and what to do). An existing folder that cannot be written is used as it is: its entries are
+        served, and failed writes are ``store_error`` events with one warning.
 
     Calling it again replaces the previous configuration. :func:`disable_cache` restores JAX's settings.
     Programs already compiled in this process stay in JAX's in-memory cache and are not re-read.

@@ -81,12 +81,14 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
     from xlakit._jax.environment import current_environment, prefetch_build_fingerprint, use_memo_dir
     from xlakit._units import check_max_bytes, check_path, check_seconds
     from xlakit.cache.remote import open_store
+    from xlakit.store import prepare_root, resolve_root
 
     # Checked here, before the store is opened, so bad input names the argument instead of failing deep inside.
     check_path(path)
     max_bytes = check_max_bytes(max_bytes)
     min_compile_time_s = check_seconds(min_compile_time_s)
-    store = open_store(path, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
+    root = prepare_root(resolve_root(path))  # "~" expanded; a file or an uncreatable folder raises here
+    store = open_store(root, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
                        remote_options=remote_options, min_upload_compile_s=min_compile_time_s)
     cache = TransparentCache(store, min_compile_time_s=min_compile_time_s)
     with _lock:
