@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlakit import events
+from xlakit._version import __version__
 from xlakit.events import CacheStats, Event, EventLog, cache_stats
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ _LAZY = {
     "load_bundle": ("xlakit.bundle", "load_bundle"),
     "BundleWatcher": ("xlakit.bundle", "BundleWatcher"),
 }
-
-__version__ = "0.1.0"
 
 
 def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = None,
@@ -77,7 +76,7 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = N
         process (one warning). The HMAC secret never leaves the machine: every machine sharing the bucket
         needs the same ``XLAKIT_CACHE_SECRET``; objects signed with another are a ``remote_miss`` "signed with
         another key" and are left alone. Under ``jax.distributed`` one process compiles each program and the
-        others wait for it (see ``notes/fleet.md``); without it, each process may compile a program and the
+        others wait for it (README, *Sharing a cache*); without it, each process may compile a program and the
         first upload wins.
       remote_mode: ``"rw"`` (default; ``$XLAKIT_CACHE_REMOTE_MODE``) or ``"ro"``: read only, no write request
         is ever sent (untrusted workers, e.g. students on a JupyterHub).

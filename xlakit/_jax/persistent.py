@@ -9,8 +9,8 @@
 :func:`apply_config` returns what it replaced; :func:`restore_config` puts it back. Both reset JAX's memoised
 "is the cache used" answer (``jax._src.compilation_cache.reset_cache``).
 
-``TransparentCache``, ``enable``, ``disable`` and ``active`` moved to :mod:`xlakit.cache.transparent`; the old
-names here still resolve (lazily, so this adapter never imports the feature layer at import time).
+The transparent cache itself (``TransparentCache``, ``enable``, ``disable``, ``active``) is
+:mod:`xlakit.cache.transparent`.
 """
 
 from __future__ import annotations
@@ -49,11 +49,3 @@ def restore_config(saved: dict[str, Any]) -> None:
         jax.config.update(name, value)
     compilation_cache.reset_cache()
 
-
-def __getattr__(name: str) -> Any:
-    # Compatibility: these lived here before the cache feature moved to xlakit.cache.
-    if name in ("TransparentCache", "enable", "disable", "active"):
-        import importlib
-
-        return getattr(importlib.import_module("xlakit.cache.transparent"), name)
-    raise AttributeError(f"module 'xlakit._jax.persistent' has no attribute {name!r}")

@@ -25,9 +25,9 @@ Before loading, the module-hash record drops programs of changed or vanished mod
 ``store``, ``store_error``, ``skip``, ``evict`` (a dropped program), ``corrupt``, ``load_error`` (including a
 module that fails).
 
-Order of work (measured in ``notes/restart.md``): manifest, device, environment, module reads and hashes, the
-record's drops. By default (``background=True``) the most-likely-called program then starts loading alone in a
-worker thread (:mod:`xlakit.bundle.background`) while the calling thread places the weights, ``load_bundle``
+Order of work (measured in ``docs/restart-measurements.md``): manifest, device, environment, module reads
+and hashes, the record's drops. By default (``background=True``) the most-likely-called program then starts
+loading alone in a worker thread (:mod:`xlakit.bundle.background`) while the calling thread places the weights, ``load_bundle``
 returns, and the others follow, most likely first; a call waits only for its own program. With
 ``background=False`` the weights are placed first, the programs load largest first (no worker is left alone
 with the biggest one), and ``load_bundle`` returns when all are loaded.
