@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CONFIG", "apply_config", "restore_config"]
+__all__ = ["CONFIG", "apply_config", "restore_config", "compiles_so_far"]
 
 CONFIG = {
     "jax_enable_compilation_cache": True,
@@ -49,3 +49,16 @@ def restore_config(saved: dict[str, Any]) -> None:
         jax.config.update(name, value)
     compilation_cache.reset_cache()
 
+
+
+def compiles_so_far() -> int | None:
+    """How many XLA compiles JAX has asked for in this process so far (``jit`` programs and JAX's own op-by-op
+    ones alike): the misses of JAX's in-memory executable cache (``pxla._cached_compilation.cache_info()``).
+    None when this JAX does not expose that count. A program compiled before the persistent cache was enabled
+    stays in that in-memory cache: its later calls never reach a persistent cache."""
+    try:
+        from jax._src.interpreters import pxla
+
+        return int(pxla._cached_compilation.cache_info().misses)
+    except Exception:  # noqa: BLE001 - a private name: an unknown count is not an error
+        return None
