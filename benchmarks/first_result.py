@@ -49,8 +49,9 @@ def _digest(out) -> str:
 
 
 def child_export(root: str) -> dict:
-    import xlakit
     from flax import nnx
+
+    import xlakit
     from xlakit.demo.workloads import _CNN, _init
 
     graphdef, params = _init(_CNN, seed=0)
