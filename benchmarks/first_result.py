@@ -127,6 +127,10 @@ def child_floor(root: str) -> dict:
 def run(*args: str) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
+    # Bytecode caches warm, as after any earlier start: written by the first child into a folder of their own.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.environ.get("XLAKIT_BENCH_PYCACHE") or str(Path(tempfile.gettempdir(),
+                                                                                       "xlakit-bench-pycache"))
     proc = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env,
                           check=False)
     if proc.returncode != 0:

@@ -113,6 +113,10 @@ def _check_03(text: str) -> None:
 def _check_04(text: str) -> None:
     assert "weights-only update keeps programs: True" in text, text[-3000:]
     assert "module change drops programs: True" in text
+    # The closing chart: cold vs warm load per program, from load_bundle's own seconds.
+    pairs = re.findall(r"(model\.b\d+\.jaxexp): cold ([\d.]+) s, warm ([\d.]+) s", text)
+    assert sorted(m for m, _, _ in pairs) == ["model.b1.jaxexp", "model.b8.jaxexp"], text[-2000:]
+    assert all(float(c) > float(w) > 0 for _, c, w in pairs), pairs
 
 
 def _check_05(text: str) -> None:
