@@ -177,6 +177,15 @@ def test_a_tilde_cache_path_is_the_home_folder_not_a_folder_named_tilde(tmp_path
         assert explicit.path == home / "from-env"
     finally:
         explicit.close()
+    # Every other path the API writes: a bundle, an event log, a report.
+    import numpy as np
+
+    xlakit.export_bundle(lambda p, x: x * p["s"], {"s": np.float32(2)}, np.ones((1, 2), np.float32), "~/bundle",
+                         batch_sizes=(1,))
+    assert (home / "bundle" / "manifest.json").is_file()
+    assert xlakit.load_bundle("~/bundle", progress=False, background=False).manifest.batch_sizes == (1,)
+    xlakit.events.log().save("~/events.jsonl")
+    assert (home / "events.jsonl").is_file() and xlakit.EventLog.load("~/events.jsonl") is not None
     assert not (work / "~").exists()
 
 

@@ -101,7 +101,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
 
     from xlakit._version import __version__
 
-    path = Path(path)
+    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     sizes = _batch_sizes(batch_sizes)
     functions = {DEFAULT_VARIANT: fn, **_variants(variants)}
     for vname, f in functions.items():

@@ -129,7 +129,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     from xlakit.cache.remote import open_store
 
     start = time.perf_counter()
-    path = Path(path)
+    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     if max_workers is not None and max_workers < 1:
         raise ValueError(f"max_workers must be >= 1, got {max_workers}")
     log = log or _events.log()
