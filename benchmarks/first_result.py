@@ -129,8 +129,7 @@ def run(*args: str) -> dict:
     env.pop("XLA_FLAGS", None)
     # Bytecode caches warm, as after any earlier start: written by the first child into a folder of their own.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = os.environ.get("XLAKIT_BENCH_PYCACHE") or str(Path(tempfile.gettempdir(),
-                                                                                       "xlakit-bench-pycache"))
+    env["PYTHONPYCACHEPREFIX"] = os.environ["XLAKIT_BENCH_PYCACHE"]
     proc = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env,
                           check=False)
     if proc.returncode != 0:
@@ -152,6 +151,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="xlakit-first-result-") as tmp:
         os.environ["XLAKIT_CONFIG_DIR"] = str(Path(tmp) / "config")  # one secret for every child
+        os.environ.setdefault("XLAKIT_BENCH_PYCACHE", str(Path(tmp) / "pycache"))  # warmed by the export child
         root = str(Path(tmp) / "cnn")
         print(f"exporting the CNN bundle at batch sizes {', '.join(map(str, BATCHES))} and filling its .cache ...",
               flush=True)
