@@ -17,7 +17,7 @@ Rows:
   row ("bare folder"), which a local cold start pays as well.
 - N coordinated cold: N processes under ``jax.distributed`` start together (own empty folders, one empty
   prefix); xlakit claims each program in JAX's key-value store, one compiles, the others wait and load.
-  This saves compiles only when xlakit's keys are the same in every process (see notes/fleet.md).
+  This saves compiles only when xlakit's keys are the same in every process (README, *How transparent mode works*).
 - N uncoordinated cold: the same N processes without ``jax.distributed``: each may compile, first upload wins.
 
 Usage: python benchmarks/fleet.py [--processes 4] [--repeats 3] [--only mlp_infer_b1,cnn_train_step]

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,21 @@ WORKER = HERE / "jaxworker.py"
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_home(tmp_path_factory):
-    """Keep the HMAC secret and the jaxlib fingerprint memo out of the real home folder."""
+    """Keep the HMAC secret and the jaxlib fingerprint memo out of the real home folder, and every temp folder
+    out of the system's: ``TMPDIR`` points into pytest's own base folder for this process and every process it
+    starts (JAX workers, notebook kernels, JupyterLab, the S3 server), so the ``tempfile.mkdtemp`` folders the
+    notebooks and workers make go when pytest removes that folder (``tmp_path_retention_policy`` in
+    pyproject.toml: after a passing run, nothing is left)."""
     base = tmp_path_factory.mktemp("xlakit-home")
-    old = {k: os.environ.get(k) for k in ("XLAKIT_CONFIG_DIR", "XLAKIT_CACHE_DIR", "XLAKIT_CACHE_SECRET")}
+    temp = tmp_path_factory.mktemp("tmp", numbered=False)
+    old = {k: os.environ.get(k) for k in ("XLAKIT_CONFIG_DIR", "XLAKIT_CACHE_DIR", "XLAKIT_CACHE_SECRET", "TMPDIR")}
     os.environ["XLAKIT_CONFIG_DIR"] = str(base / "config")
     os.environ["XLAKIT_CACHE_DIR"] = str(base / "default-cache")
     os.environ.pop("XLAKIT_CACHE_SECRET", None)
+    os.environ["TMPDIR"] = str(temp)
+    old_tempdir, tempfile.tempdir = tempfile.tempdir, None  # gettempdir() reads TMPDIR again
     yield base
+    tempfile.tempdir = old_tempdir
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)

@@ -152,3 +152,55 @@ def test_size_strings_are_read_like_the_cli_and_parse_size_has_one_home():
     assert check_max_bytes("500MiB") == 500 * 2**20
     assert check_max_bytes(4096) == 4096
     assert check_max_bytes(None) is None
+
+
+def test_a_tilde_cache_path_is_the_home_folder_not_a_folder_named_tilde(tmp_path, monkeypatch):
+    """`enable_cache("~/x")` once created a folder literally named `~` in the working directory (and the first
+    compile stored there): a trap that invites `rm -rf ~`. The same holds for ExecutableCache and the variable."""
+    import jax
+    import jax.numpy as jnp
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    cache = xlakit.enable_cache("~/xlk-cache")
+    try:
+        assert cache.path == home / "xlk-cache" and cache.path.is_dir()  # created (and so checked) at enable
+        jax.jit(lambda x: x * 3 + 1)(jnp.arange(4.0))
+        assert list((home / "xlk-cache").rglob("*.xlk"))
+    finally:
+        xlakit.disable_cache()
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", "~/from-env")
+    explicit = xlakit.ExecutableCache()
+    try:
+        assert explicit.path == home / "from-env"
+    finally:
+        explicit.close()
+    # Every other path the API writes: a bundle, an event log, a report.
+    import numpy as np
+
+    xlakit.export_bundle(lambda p, x: x * p["s"], {"s": np.float32(2)}, np.ones((1, 2), np.float32), "~/bundle",
+                         batch_sizes=(1,))
+    assert (home / "bundle" / "manifest.json").is_file()
+    assert xlakit.load_bundle("~/bundle", progress=False, background=False).manifest.batch_sizes == (1,)
+    xlakit.events.log().save("~/events.jsonl")
+    assert (home / "events.jsonl").is_file() and xlakit.EventLog.load("~/events.jsonl") is not None
+    assert not (work / "~").exists()
+
+
+@pytest.mark.parametrize("opener", ["enable_cache", "ExecutableCache"])
+def test_an_unusable_cache_folder_is_an_error_from_the_call_that_opened_it(tmp_path, opener):
+    """A file given as the cache folder, or a folder that cannot be created, was reported only at the first
+    compile (as a store_error): the call that named the folder now raises, naming the path and what to do."""
+    from xlakit.cache import transparent
+    from xlakit.store import CacheFolderError
+
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    for path, why in ((afile, "is a file, not a folder"), (afile / "cache", "cannot create cache folder")):
+        with pytest.raises(CacheFolderError, match=why) as caught:
+            getattr(xlakit, opener)(path)
+        assert str(path) in str(caught.value) and "XLAKIT_CACHE_DIR" in str(caught.value)
+        assert isinstance(caught.value, OSError)
+    assert transparent.active() is None and afile.read_text() == "not a folder"

@@ -14,6 +14,7 @@ first run a click on a miss marker in the timeline must bring the kernel's expla
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def lab():
         browser.close()
         pw.stop()
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # The standalone (or the dashboard's) CacheTimeline's first drawn miss marker (an SVG point of the trace named

@@ -91,19 +91,35 @@ def test_ls_table(cache, capsys):
 
 
 def test_a_mistyped_path_is_an_error_not_an_empty_cache(cache, tmp_path, capsys):
-    """`clear --path <typo>` once printed "Removed 0 entries" and exited 0: a typo read as success. Every command
-    that reads or changes the folder names the missing folder instead (exit 2); `stats` describes it."""
+    """`clear --path <typo>` once printed "Removed 0 entries" and exited 0, and `stats --path <typo>` printed an
+    empty report with exit 0: a typo read as success. Every command that reads or changes the folder names the
+    missing folder instead (exit 2), and creates nothing."""
     missing = tmp_path / "nothing-here"
-    for argv in (("ls",), ("verify",), ("prune", "--max-bytes", "1MB"), ("clear", "--yes")):
-        code, _out, err = run(capsys, "cache", *argv, "--path", str(missing))
+    for argv in (("ls",), ("stats",), ("stats", "--json"), ("verify",), ("prune", "--max-bytes", "1MB"),
+                 ("clear", "--yes")):
+        code, out, err = run(capsys, "cache", *argv, "--path", str(missing))
         assert code == 2 and f"no cache folder at {missing}" in err and "a typo?" in err, argv
-    code, data = run_json(capsys, "cache", "stats", "--path", str(missing))
-    assert code == 0 and data["exists"] is False and data["total_bytes"] == 0 and data["partitions"] == []
-    code, out, _err = run(capsys, "cache", "stats", "--path", str(missing))
-    assert code == 0 and "does not exist" in out
+        assert out == "", argv
     assert not missing.exists()
     code, data = run_json(capsys, "cache", "ls", "--path", str(cache.root))  # the real folder still lists
     assert code == 0 and data["count"] == len(ENTRIES)
+
+
+def test_stats_of_a_default_folder_not_created_yet_is_an_empty_report(tmp_path, monkeypatch, capsys):
+    """Without --path, a folder that does not exist yet means nothing was cached: stats describes it (exit 0)."""
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", str(tmp_path / "not-yet"))
+    code, data = run_json(capsys, "cache", "stats")
+    assert code == 0 and data["exists"] is False and data["entries"] == 0 and data["partitions"] == []
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_a_tilde_path_means_the_home_folder(cache, tmp_path, monkeypatch, capsys):
+    """`--path=~/cache` (no shell expands `~` after `=`) named a folder literally called `~`."""
+    monkeypatch.setenv("HOME", str(cache.root.parent))
+    monkeypatch.chdir(tmp_path)
+    code, data = run_json(capsys, "cache", "ls", f"--path=~/{cache.root.name}")
+    assert code == 0 and data["folder"] == str(cache.root) and data["count"] == len(ENTRIES)
+    assert not (tmp_path / "~").exists()
 
 
 def test_unknown_partition_is_a_usage_error(cache, capsys):
@@ -287,6 +303,11 @@ def test_module_entry_point_and_no_jax(cache, tmp_path):
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "jit_gamma" in proc.stdout and "3 entries" in proc.stdout
+
+    proc = subprocess.run([sys.executable, "-m", "xlakit", "cache", "ls", "--path", str(cache.root), "--json"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr  # `python -m xlakit` is the CLI too
+    assert len(json.loads(proc.stdout)["entries"]) == len(ENTRIES)
 
     proc = subprocess.run([sys.executable, "-c", "import xlakit.cli, sys; print('jax' in sys.modules)"],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False)

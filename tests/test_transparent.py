@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kinds, run_worker, worker_env
+from conftest import kinds, run_python, run_worker, worker_env
 
 from xlakit.store import LocalStore
 from xlakit.store.envelope import open_envelope, read_header_file, seal
@@ -322,3 +322,34 @@ def test_full_disk_runs_programs_and_records_the_failure(tmp_path):
     assert len(report["warnings"]) == 1
     assert entry_files(tmp_path / "cache") == []
     assert not list((tmp_path / "cache").rglob("*.tmp"))  # the failed write cleaned up after itself
+
+
+def test_a_jit_created_before_enable_uses_the_cache_and_earlier_compiles_are_named_once(tmp_path):
+    """A program compiled before enable_cache() stays in JAX's in-memory cache: its calls were never stored and
+    nothing said so. Enabling now warns once (naming how many compiles came first); the same jit object's next
+    compile (a new shape) is served by the cache, and a later process loads that one."""
+    code = f"""
+import json, warnings
+import numpy as np, jax, xlakit
+def scale(x):
+    return x * 3.0
+f = jax.jit(scale)
+f(np.ones(4, np.float32))                       # compiled before the cache exists
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    xlakit.enable_cache({str(tmp_path / "c")!r})
+    xlakit.enable_cache({str(tmp_path / "c")!r})   # enabling again does not repeat it
+with xlakit.events.record() as log:
+    f(np.ones(4, np.float32))                   # JAX's in-memory cache answers: no cache event
+    f(np.ones(8, np.float32))                   # a new compile of the same jit object: the cache answers
+print(json.dumps({{"warnings": [str(w.message) for w in caught],
+                   "kinds": [e.kind for e in log.events() if e.source == "xlakit"]}}))
+"""
+    first = json.loads(run_python(code))
+    assert len(first["warnings"]) == 1, first["warnings"]
+    assert "already compiled 1 program(s)" in first["warnings"][0]
+    assert "before the first jax.jit call" in first["warnings"][0]
+    assert first["kinds"] == ["miss", "compile", "store"]
+    again = json.loads(run_python(code.replace('f(np.ones(4, np.float32))                       #',
+                                               'pass  #')))
+    assert again["warnings"] == [] and again["kinds"] == ["miss", "compile", "store", "hit"]

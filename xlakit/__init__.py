@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xlakit import events
+from xlakit._version import __version__
 from xlakit.events import CacheStats, Event, EventLog, cache_stats
 
 if TYPE_CHECKING:
@@ -41,8 +42,6 @@ _LAZY = {
     "BundleWatcher": ("xlakit.bundle", "BundleWatcher"),
 }
 
-__version__ = "0.1.0"
-
 
 def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = None,
                  min_compile_time_s: float = 0.0, *, remote: str | None = None, remote_mode: str | None = None,
@@ -58,9 +57,9 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = N
     eviction and failure is recorded in :func:`xlakit.events.log`.
 
     Args:
-      path: cache folder. Default: ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder
-        (``platformdirs.user_cache_dir("xlakit")``). The folder's path never enters a key, so a copied or
-        remounted cache still hits.
+      path: cache folder; a leading ``~`` is expanded, and a missing folder is created now. Default:
+        ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder (``platformdirs.user_cache_dir("xlakit")``).
+        The folder's path never enters a key, so a copied or remounted cache still hits.
       max_bytes: byte cap for everything under ``path`` (measured on disk): an int number of bytes, or a size
         string read like the CLI's ``--max-bytes`` (``"2GB"`` = 2*10**9 bytes, ``"500MiB"`` = 500*2**20 bytes;
         k/M/G/T powers of 1000, KiB/MiB/GiB/TiB powers of 1024); None for no cap.
@@ -77,7 +76,7 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = N
         process (one warning). The HMAC secret never leaves the machine: every machine sharing the bucket
         needs the same ``XLAKIT_CACHE_SECRET``; objects signed with another are a ``remote_miss`` "signed with
         another key" and are left alone. Under ``jax.distributed`` one process compiles each program and the
-        others wait for it (see ``notes/fleet.md``); without it, each process may compile a program and the
+        others wait for it (README, *Sharing a cache*); without it, each process may compile a program and the
         first upload wins.
       remote_mode: ``"rw"`` (default; ``$XLAKIT_CACHE_REMOTE_MODE``) or ``"ro"``: read only, no write request
         is ever sent (untrusted workers, e.g. students on a JupyterHub).
@@ -95,6 +94,9 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = N
       ValueError: ``max_bytes`` <= 0 or an unreadable size string, ``min_compile_time_s`` < 0 or not finite,
         or a bad ``remote``/``remote_mode``/``remote_options`` (or environment variable; the message names it).
       ImportError: the package for the remote's protocol is missing (the message names the extra).
+      xlakit.store.CacheFolderError: ``path`` is a file or cannot be created (an ``OSError``; the message names
+        the path and what to do). An existing folder that cannot be written is used as it is: its entries are
+        served, and failed writes are ``store_error`` events with one warning.
 
     Calling it again replaces the previous configuration. :func:`disable_cache` restores JAX's settings.
     Programs already compiled in this process stay in JAX's in-memory cache and are not re-read.

@@ -221,9 +221,9 @@ class XlakitMagics(Magics):
         if rest:
             raise UsageError(f"%xlakit {command} takes no arguments, got {' '.join(rest)!r}")
         if command == "stats":
-            import xlakit
+            from xlakit.events import cache_stats
 
-            return StatsView(xlakit.cache_stats())
+            return StatsView(cache_stats())
         from xlakit import widgets
         from xlakit.cache import active
 

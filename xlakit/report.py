@@ -172,6 +172,6 @@ def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: 
 
 def write(path: str | os.PathLike, **kwargs: Any) -> Path:
     """Write :func:`build` (same keyword arguments) to ``path`` atomically; returns the path."""
-    path = Path(path)
+    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     text = build(**kwargs)
     return write_atomic(path, text)

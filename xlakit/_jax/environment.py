@@ -156,11 +156,10 @@ def current_environment(backend: str | None = None) -> Environment:
       RuntimeError: from JAX if ``backend`` is unknown or absent (e.g. ``"gpu"`` on a CPU-only install).
     """
     import jax
-    from jax.extend.backend import get_backend
     from jaxlib import version as jaxlib_version
 
-    client = get_backend(backend)
     devices = jax.devices(backend)
+    client = devices[0].client  # the backend itself; jax.extend.backend would import Pallas (~0.1-0.3 s) first
     build = _prefetched_fingerprint()
     capability = getattr(devices[0], "compute_capability", None)
     machine = _platform.machine()

@@ -9,15 +9,15 @@
 :func:`apply_config` returns what it replaced; :func:`restore_config` puts it back. Both reset JAX's memoised
 "is the cache used" answer (``jax._src.compilation_cache.reset_cache``).
 
-``TransparentCache``, ``enable``, ``disable`` and ``active`` moved to :mod:`xlakit.cache.transparent`; the old
-names here still resolve (lazily, so this adapter never imports the feature layer at import time).
+The transparent cache itself (``TransparentCache``, ``enable``, ``disable``, ``active``) is
+:mod:`xlakit.cache.transparent`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CONFIG", "apply_config", "restore_config"]
+__all__ = ["CONFIG", "apply_config", "restore_config", "compiles_so_far"]
 
 CONFIG = {
     "jax_enable_compilation_cache": True,
@@ -50,10 +50,15 @@ def restore_config(saved: dict[str, Any]) -> None:
     compilation_cache.reset_cache()
 
 
-def __getattr__(name: str) -> Any:
-    # Compatibility: these lived here before the cache feature moved to xlakit.cache.
-    if name in ("TransparentCache", "enable", "disable", "active"):
-        import importlib
 
-        return getattr(importlib.import_module("xlakit.cache.transparent"), name)
-    raise AttributeError(f"module 'xlakit._jax.persistent' has no attribute {name!r}")
+def compiles_so_far() -> int | None:
+    """How many XLA compiles JAX has asked for in this process so far (``jit`` programs and JAX's own op-by-op
+    ones alike): the misses of JAX's in-memory executable cache (``pxla._cached_compilation.cache_info()``).
+    None when this JAX does not expose that count. A program compiled before the persistent cache was enabled
+    stays in that in-memory cache: its later calls never reach a persistent cache."""
+    try:
+        from jax._src.interpreters import pxla
+
+        return int(pxla._cached_compilation.cache_info().misses)
+    except Exception:  # noqa: BLE001 - a private name: an unknown count is not an error
+        return None

@@ -27,17 +27,48 @@ JSON, temps, ``.cache`` symlinks), :mod:`~xlakit.bundle.weights` (safetensors), 
 :mod:`~xlakit.bundle.background` (the ranked loading threads), :mod:`~xlakit.bundle.usage` (first-call order),
 :mod:`~xlakit.bundle.loaded` (calling), :mod:`~xlakit.bundle.reports`, :mod:`~xlakit.bundle.progress` (the
 bar), :mod:`~xlakit.bundle.watcher`, :mod:`~xlakit.bundle.check`, :mod:`~xlakit.bundle.errors`. Importing
-this package does not import JAX.
+this package does not import JAX, and each name loads its own module on first use (``load_bundle`` imports
+neither the exporter nor the watcher: the first result after a restart pays only for what it runs).
 """
 
-from xlakit.bundle.check import BundleCheck, ModuleCheck, check_bundle
-from xlakit.bundle.errors import BundleError, ManifestError, ModuleError, WeightsError
-from xlakit.bundle.export import export_bundle
-from xlakit.bundle.hashes import Drop
-from xlakit.bundle.loader import DEFAULT_MAX_WORKERS, LoadedBundle, ModuleReport, load_bundle
-from xlakit.bundle.manifest import Manifest, ModuleSpec, TensorSpec
-from xlakit.bundle.watcher import BundleChange, BundleWatcher
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xlakit.bundle.check import BundleCheck, ModuleCheck, check_bundle
+    from xlakit.bundle.errors import BundleError, ManifestError, ModuleError, WeightsError
+    from xlakit.bundle.export import export_bundle
+    from xlakit.bundle.hashes import Drop
+    from xlakit.bundle.loader import DEFAULT_MAX_WORKERS, LoadedBundle, ModuleReport, load_bundle
+    from xlakit.bundle.manifest import Manifest, ModuleSpec, TensorSpec
+    from xlakit.bundle.watcher import BundleChange, BundleWatcher
 
 __all__ = ["export_bundle", "load_bundle", "LoadedBundle", "ModuleReport", "DEFAULT_MAX_WORKERS",
            "BundleWatcher", "BundleChange", "check_bundle", "BundleCheck", "ModuleCheck", "Manifest", "ModuleSpec",
            "TensorSpec", "Drop", "BundleError", "ManifestError", "ModuleError", "WeightsError"]
+
+#: Public name -> the module that defines it.
+_HOME = {
+    **dict.fromkeys(("BundleCheck", "ModuleCheck", "check_bundle"), "check"),
+    **dict.fromkeys(("BundleError", "ManifestError", "ModuleError", "WeightsError"), "errors"),
+    "export_bundle": "export",
+    "Drop": "hashes",
+    **dict.fromkeys(("DEFAULT_MAX_WORKERS", "LoadedBundle", "ModuleReport", "load_bundle"), "loader"),
+    **dict.fromkeys(("Manifest", "ModuleSpec", "TensorSpec"), "manifest"),
+    **dict.fromkeys(("BundleChange", "BundleWatcher"), "watcher"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        import importlib
+
+        value = getattr(importlib.import_module(f"xlakit.bundle.{_HOME[name]}"), name)
+        globals()[name] = value  # later lookups are plain attribute reads
+        return value
+    raise AttributeError(f"module 'xlakit.bundle' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -57,7 +57,7 @@ class ProgramLoader:
       warmup: run each loaded program once on zeros, in the worker, after it is ready.
       head_start: load the best-ranked program alone, then the others ``workers`` at a time. For a background
         load whose first call is most likely that program: on a 2-core machine, loading others beside it (and
-        the weights placed meanwhile) slowed its first result ~2x (GIL and cores shared; notes/restart.md).
+        the weights placed meanwhile) slowed its first result ~2x (GIL and cores shared; docs/restart-measurements.md).
     """
 
     def __init__(self, ctx: Any, specs: Sequence[ModuleSpec], blobs: dict, current: dict, order: Sequence[str],

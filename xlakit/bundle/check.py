@@ -107,7 +107,7 @@ def check_bundle(path: str | os.PathLike) -> BundleCheck:
     cannot be listed."""
     from xlakit.store import LocalStore
 
-    path = Path(path)
+    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     removed = tuple(str(p) for p in remove_stale_temps(path))
     try:
         manifest = Manifest.read(path)

@@ -99,9 +99,9 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
     """
     import jax
 
-    import xlakit
+    from xlakit._version import __version__
 
-    path = Path(path)
+    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     sizes = _batch_sizes(batch_sizes)
     functions = {DEFAULT_VARIANT: fn, **_variants(variants)}
     for vname, f in functions.items():
@@ -156,7 +156,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         outputs=outputs, batch_sizes=sizes, variants=tuple(functions),
         weights=tuple(sorted((TensorSpec(n, tuple(a.shape), a.dtype.name) for n, a in host.items()),
                              key=lambda s: s.name)),
-        platforms=exported_platforms, created_with={"jax": jax.__version__, "xlakit": xlakit.__version__},
+        platforms=exported_platforms, created_with={"jax": jax.__version__, "xlakit": __version__},
         output_trees=trees, rows_independent=independent, polymorphic=polymorphic)
     weights_bytes = weights_file_bytes(host)
     files = {**modules, WEIGHTS: weights_bytes, MANIFEST: manifest.to_json().encode("utf-8")}

@@ -25,10 +25,10 @@ Before loading, the module-hash record drops programs of changed or vanished mod
 ``store``, ``store_error``, ``skip``, ``evict`` (a dropped program), ``corrupt``, ``load_error`` (including a
 module that fails).
 
-Order of work (measured in ``notes/restart.md``): manifest, device, environment, module reads and hashes, the
-record's drops. By default (``background=True``) the most-likely-called program then starts loading alone in a
-worker thread (:mod:`xlakit.bundle.background`) while the calling thread places the weights, ``load_bundle``
-returns, and the others follow, most likely first; a call waits only for its own program. With
+Order of work (measured in ``docs/restart-measurements.md``): manifest, device, environment, module reads
+and hashes, the record's drops. By default (``background=True``) the most-likely-called program then starts
+loading alone in a worker thread (:mod:`xlakit.bundle.background`) while the calling thread places the weights,
+``load_bundle`` returns, and the others follow, most likely first; a call waits only for its own program. With
 ``background=False`` the weights are placed first, the programs load largest first (no worker is left alone
 with the biggest one), and ``load_bundle`` returns when all are loaded.
 
@@ -129,7 +129,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     from xlakit.cache.remote import open_store
 
     start = time.perf_counter()
-    path = Path(path)
+    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     if max_workers is not None and max_workers < 1:
         raise ValueError(f"max_workers must be >= 1, got {max_workers}")
     log = log or _events.log()

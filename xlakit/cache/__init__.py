@@ -12,15 +12,45 @@ Modules, one concept each:
 * :mod:`.folder` — :class:`CacheFolder`: a cache folder as data, without JAX (CLI, report, widgets).
 * :mod:`.environment` — :func:`current_environment` / :func:`current_partition` of this process (JAX).
 
-Importing this package imports neither JAX nor pandas.
+Importing this package imports neither JAX nor pandas, nor any of its modules: each name loads its own module
+on first use (a bundle load needs :mod:`.path` and :mod:`.entry`, not transparent mode or the folder view).
 """
 
-from xlakit.cache.decision import DECISION_KINDS, Decision
-from xlakit.cache.environment import current_environment, current_partition
-from xlakit.cache.executable import CacheEvent, ExecutableCache
-from xlakit.cache.folder import CacheFolder
-from xlakit.cache.path import CachePath
-from xlakit.cache.transparent import TransparentCache, active, disable, enable
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xlakit.cache.decision import DECISION_KINDS, Decision
+    from xlakit.cache.environment import current_environment, current_partition
+    from xlakit.cache.executable import CacheEvent, ExecutableCache
+    from xlakit.cache.folder import CacheFolder
+    from xlakit.cache.path import CachePath
+    from xlakit.cache.transparent import TransparentCache, active, disable, enable
 
 __all__ = ["Decision", "DECISION_KINDS", "CachePath", "CacheFolder", "ExecutableCache", "CacheEvent",
            "TransparentCache", "enable", "disable", "active", "current_environment", "current_partition"]
+
+#: Public name -> the module that defines it.
+_HOME = {
+    **dict.fromkeys(("DECISION_KINDS", "Decision"), "decision"),
+    **dict.fromkeys(("current_environment", "current_partition"), "environment"),
+    **dict.fromkeys(("CacheEvent", "ExecutableCache"), "executable"),
+    "CacheFolder": "folder",
+    "CachePath": "path",
+    **dict.fromkeys(("TransparentCache", "active", "disable", "enable"), "transparent"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        import importlib
+
+        value = getattr(importlib.import_module(f"xlakit.cache.{_HOME[name]}"), name)
+        globals()[name] = value  # later lookups are plain attribute reads
+        return value
+    raise AttributeError(f"module 'xlakit.cache' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

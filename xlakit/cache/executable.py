@@ -44,7 +44,8 @@ class ExecutableCache(StoreHandler):
     """A persistent cache of compiled XLA executables that you call explicitly.
 
     Args:
-      path: cache folder; default ``$XLAKIT_CACHE_DIR``, else the platform's user cache folder.
+      path: cache folder (a leading ``~`` is expanded; created now if missing); default ``$XLAKIT_CACHE_DIR``,
+        else the platform's user cache folder.
       max_bytes: byte cap for everything under ``path`` (measured on disk), least recently used evicted: an
         int number of bytes, or a size string read like the CLI's ``--max-bytes`` (``"2GB"`` = 2*10**9 bytes,
         ``"500MiB"`` = 500*2**20 bytes); None for no cap.
@@ -63,6 +64,7 @@ class ExecutableCache(StoreHandler):
       ValueError: ``max_bytes`` <= 0 or an unreadable size string; ``min_compile_time_s`` negative or not finite.
       xlakit.UnsupportedJaxVersion: the installed JAX lacks the hooks this relies on.
       RuntimeError: ``jax_enable_compilation_cache`` is False (JAX then computes no key to cache by).
+      xlakit.store.CacheFolderError: ``path`` is a file or cannot be created (an ``OSError``; names the path).
     """
 
     def __init__(self, path: str | Path | None = None, max_bytes: int | str | None = None, *,
@@ -75,6 +77,7 @@ class ExecutableCache(StoreHandler):
         from xlakit._jax.environment import use_memo_dir
         from xlakit._units import check_max_bytes, check_path, check_seconds
         from xlakit.cache.remote import open_store
+        from xlakit.store import prepare_root, resolve_root
 
         # Checked before the store is opened, so bad input names the argument instead of failing deep inside.
         check_path(path)
@@ -83,7 +86,8 @@ class ExecutableCache(StoreHandler):
         if not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
             raise RuntimeError("ExecutableCache needs JAX to compute cache keys: set "
                                "jax.config.update('jax_enable_compilation_cache', True) first.")
-        store = open_store(path, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
+        root = prepare_root(resolve_root(path))  # "~" expanded; a file or an uncreatable folder raises here
+        store = open_store(root, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
                            remote_options=remote_options, log=log, min_upload_compile_s=min_compile_time_s)
         super().__init__(store, min_compile_time_s, log)
         hooks.acquire()

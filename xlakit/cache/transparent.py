@@ -9,6 +9,7 @@ it is enabled (restored by :meth:`TransparentCache.uninstall`). Being a
 from __future__ import annotations
 
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,25 @@ class TransparentCache(StoreHandler):
 
 _lock = threading.Lock()
 _active: TransparentCache | None = None
+_warned_late = False
+
+
+def _warn_if_late() -> None:
+    """Warn once per process when JAX compiled programs before the cache was enabled: those stay in JAX's
+    in-memory cache, so their calls are never served from (or stored in) the persistent cache. A ``jax.jit``
+    object created earlier but compiled later is served: JAX consults the persistent cache at each compile."""
+    global _warned_late
+    from xlakit._jax.persistent import compiles_so_far
+
+    n = compiles_so_far()
+    if _warned_late or not n:
+        return
+    _warned_late = True
+    warnings.warn(f"xlakit.enable_cache(): JAX already compiled {n} program(s) in this process (jit programs and "
+                  "JAX's own operations); they keep running from JAX's in-memory cache and are not stored, so a "
+                  "restart compiles them again. New compiles from now on, of any jax.jit (also one created "
+                  "earlier), use the cache. Call enable_cache() before the first jax.jit call to store them all.",
+                  RuntimeWarning, stacklevel=3)
 
 
 def active() -> TransparentCache | None:
@@ -81,14 +101,17 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
     from xlakit._jax.environment import current_environment, prefetch_build_fingerprint, use_memo_dir
     from xlakit._units import check_max_bytes, check_path, check_seconds
     from xlakit.cache.remote import open_store
+    from xlakit.store import prepare_root, resolve_root
 
     # Checked here, before the store is opened, so bad input names the argument instead of failing deep inside.
     check_path(path)
     max_bytes = check_max_bytes(max_bytes)
     min_compile_time_s = check_seconds(min_compile_time_s)
-    store = open_store(path, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
+    root = prepare_root(resolve_root(path))  # "~" expanded; a file or an uncreatable folder raises here
+    store = open_store(root, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
                        remote_options=remote_options, min_upload_compile_s=min_compile_time_s)
     cache = TransparentCache(store, min_compile_time_s=min_compile_time_s)
+    _warn_if_late()
     with _lock:
         if _active is not None:
             _active.uninstall()

@@ -46,7 +46,7 @@ __all__ = ["main", "parse_size", "CliError"]
 # -- parser and entry point ---------------------------------------------------------------------------
 
 def _build_parser() -> argparse.ArgumentParser:
-    from xlakit import __version__
+    from xlakit._version import __version__
 
     common = Parser(add_help=False)
     common.add_argument("--path", metavar="DIR",

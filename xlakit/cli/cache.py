@@ -157,7 +157,7 @@ def stats(args: argparse.Namespace) -> int:
         from xlakit.cli import remote
 
         return remote.stats(args)
-    store = open_store(args, missing_ok=True)
+    store = open_store(args)  # a mistyped --path is an error here too, not an empty report
     exists = store.root.is_dir()
     entries = store.entries() if exists else []
     partitions = []

@@ -32,7 +32,7 @@ def write(path: str | os.PathLike, events: Iterable[Event], *, append: bool = Fa
     Raises:
       OSError: the folder is missing or not writable.
     """
-    path = Path(path)
+    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     lines = [_line(e) for e in events]
     if append:
         with open(path, "a", encoding="utf-8") as f:
@@ -53,7 +53,7 @@ def read(path: str | os.PathLike) -> list[Event]:
       OSError: the file cannot be read.
       ValueError: a line other than the last is not a JSON event; the message names ``path:line``.
     """
-    path = Path(path)
+    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = f.read().split("\n")
     while lines and not lines[-1].strip():

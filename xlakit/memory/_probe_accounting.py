@@ -6,7 +6,7 @@ says what the run *should* allocate: ``temp + output - alias`` bytes per device
 :func:`tolerance_bytes`; otherwise it says why not, in words a user can act on.
 
 On XLA:CPU (jaxlib 0.10.2) the two disagree for a real reason, not a measuring fault: code XLA hands work to
-allocates its own working memory, outside the buffer assignment. Measured (see ``notes/memprobe.md``):
+allocates its own working memory, outside the buffer assignment. Measured (see ``docs/probe-measurements.md``):
 
 * YNNPACK fusions (``"kind":"__ynn_fusion"``): ``jnp.outer(v, v).sum(0)`` for v of 10,000 float32 reports
   0 B of temporaries but needs 127 MiB (N=2,000: 1.1 MiB, 5,000: 15.8 MiB, 20,000: 1,526 MiB — the whole

@@ -29,7 +29,7 @@ from .envelope import (
     seal,
 )
 from .folder import FolderStore
-from .layout import NotACacheFolder
+from .layout import CacheFolderError, NotACacheFolder, prepare_root
 from .local import (
     EntryInfo,
     GetResult,
@@ -46,6 +46,7 @@ from .tiered import TieredStore, TierEvent
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "CacheFolderError",
     "CorruptEntry",
     "EntryError",
     "EntryInfo",
@@ -73,6 +74,7 @@ __all__ = [
     "open_envelope",
     "read_header",
     "read_header_file",
+    "prepare_root",
     "remote_settings",
     "resolve_root",
     "seal",

@@ -58,8 +58,10 @@ __all__ = [
     "TAG_SIGNATURE",
     "TEMP_SUFFIX",
     "USED_SUFFIX",
+    "CacheFolderError",
     "NotACacheFolder",
     "adoption_problem",
+    "prepare_root",
     "file_stem",
     "has_tag",
     "is_stale_temp",
@@ -111,19 +113,50 @@ class NotACacheFolder(ValueError):
 def resolve_root(path: str | os.PathLike | None = None) -> Path:
     """Cache root: ``path``, else env ``XLAKIT_CACHE_DIR``, else the user cache dir. Creates nothing.
 
+    A leading ``~`` or ``~user`` is expanded (:func:`os.path.expanduser`), in ``path`` and in the variable alike:
+    Python does not do it, and a folder literally named ``~`` in the working directory invites ``rm -rf ~``.
+
     Raises ValueError for an empty ``path`` (``--path ""``) or an empty ``XLAKIT_CACHE_DIR`` that is set:
     an empty string is a mistake, not a request for the default cache.
     """
     if path is not None:
         if not os.fspath(path):
             raise ValueError("the cache path is an empty string; give a folder (or omit it for the default cache)")
-        return Path(path)
+        return Path(os.path.expanduser(path))
     env = os.environ.get(ENV_CACHE_DIR)
     if env is not None:
         if not env.strip():
             raise ValueError(f"{ENV_CACHE_DIR} is set but empty; set it to a folder or unset it for the default cache")
-        return Path(env)
+        return Path(os.path.expanduser(env))
     return Path(platformdirs.user_cache_dir("xlakit"))
+
+
+class CacheFolderError(OSError):
+    """The cache folder cannot be used: it is a file, or it cannot be created. Raised when a cache is opened
+    (``enable_cache``, ``ExecutableCache``), never at a compile."""
+
+
+def prepare_root(root: Path) -> Path:
+    """Create the cache folder ``root`` (and missing parents, mode 0700) now, so that a file in its place or a
+    folder that cannot be created is reported by the call that opened the cache, not at the first compile.
+
+    An existing folder is left as it is, also when it cannot be written (a read-only copy of a cache still
+    serves its entries; each failed write is a ``store_error`` event and one warning).
+
+    Returns ``root``. Raises :class:`CacheFolderError` naming the path, the reason and what to do.
+    """
+    what_to_do = f"pass a folder you can create and write, or set {ENV_CACHE_DIR}"
+    st = _fs.lstat(root)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        if stat.S_ISLNK(st.st_mode) and os.path.isdir(root):
+            return root  # a link to a folder is how many home folders point at a larger disk
+        raise CacheFolderError(f"cache folder {root} is a file, not a folder; {what_to_do}")
+    try:
+        _fs.ensure_dir(root)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise CacheFolderError(f"cannot create cache folder {root} ({reason}); {what_to_do}") from exc
+    return root
 
 
 def file_stem(key: str) -> str:
