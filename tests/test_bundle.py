@@ -449,6 +449,7 @@ def test_cli_check_and_warm(bundle, tmp_path, capsys):
     assert cli_main(["bundle", "check", str(path)]) == 0
     out = capsys.readouterr().out
     assert "model.b1.jaxexp" in out and "new" in out and "no compiled programs yet" in out
+    assert "rows of default: proven (padded and chunked): proven for every batch size" in out
 
     assert cli_main(["bundle", "warm", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
