@@ -79,6 +79,7 @@ def _size_guesses(found: list[str]):
 
     cls = shape_poly._DimExpr
     eq, ne = cls.__eq__, cls.__ne__
+    own_bool = cls.__dict__.get("__bool__")  # None in JAX 0.9-0.12: Python then calls every expression true
 
     inside = threading.local()
 
@@ -114,7 +115,7 @@ def _size_guesses(found: list[str]):
         where = _where(sys._getframe(1))
         if where is not None:
             found.append(f"bool({self}) at {where}")
-        return True  # what Python answers for an object without __bool__
+        return True if own_bool is None else own_bool(self)  # without __bool__ Python answers True
 
     with _PATCH_LOCK:
         cls.__eq__, cls.__ne__ = checked_eq, checked_ne  # type: ignore[method-assign]
@@ -123,7 +124,10 @@ def _size_guesses(found: list[str]):
             yield found
         finally:
             cls.__eq__, cls.__ne__ = eq, ne  # type: ignore[method-assign]
-            del cls.__bool__  # type: ignore[attr-defined]
+            if own_bool is None:
+                del cls.__bool__  # type: ignore[attr-defined]
+            else:
+                cls.__bool__ = own_bool  # type: ignore[attr-defined]
 
 
 def trace_symbolic(fn: Callable[..., Any], *args: Any) -> SymbolicTrace:
