@@ -11,11 +11,11 @@ matrix over rows, a shift or flip by rows, row positions, the batch size as a nu
 by an outlier, and branches on ``x.shape[0]``), sometimes with a second batched output and a non-batched one
 (a weight statistic, or a sum over rows). For each, the bundle's verdict (:func:`xlakit.bundle.rows`'s steps
 1-2: the symbolic trace and :func:`~xlakit.bundle.row_proof.prove_rows`; no compile). For every program
-*proven* row-wise, ``n`` rows are evaluated directly with JAX and compared with (a) the same rows padded with
-*random* rows up to 8 (stronger than the loader's zeros) and cut back, and (b) the rows run in chunks of 2 or 3
-and joined; non-batched outputs must not change. A difference beyond float rounding is a wrong answer (a
-finding: exit 1). For one refused program in four the same comparison counts how many padding would really have
-broken (the proof is not vacuous). Prints the counts.
+*proven* row-wise, ``n`` (5-7) rows are evaluated directly with JAX and compared with the rows run in chunks of
+4, the last chunk padded with *random* rows (stronger than the loader's zeros) and cut back, then joined (what
+a bundle exported for 4 rows does); non-batched outputs must not change. A difference beyond float rounding is
+a wrong answer (a finding: exit 1). For one refused program in four the same comparison counts how many
+padding would really have broken (the proof is not vacuous). Prints the counts.
 """
 
 from __future__ import annotations
@@ -138,32 +138,33 @@ def _close(a, b) -> bool:
     return bool(np.allclose(a, b, rtol=1e-4, atol=1e-4 * scale, equal_nan=True))
 
 
-def padded_and_chunked_agree(fn, params, x, rng) -> str | None:
-    """None when padding (random rows up to 8) and chunking (2 or 3 rows) give ``fn``'s direct answer on
-    ``x``, else what differs. Evaluated with ``jax.jit`` (no bundle: one compile per batch size)."""
+def padded_and_chunked_agree(fn, params, x, rng, size: int = 4) -> str | None:
+    """None when ``fn`` on the ``n > size`` rows of ``x`` gives the same answer run as chunks of ``size`` rows,
+    the last one padded with *random* rows up to ``size`` and cut back (what the loader does above the largest
+    exported size, with zeros), else what differs. Evaluated with ``jax.jit``: two compiles (``n`` and
+    ``size`` rows), no bundle."""
     import jax
     import numpy as np
 
     fn = jax.jit(fn)
     n = x.shape[0]
     direct = fn(params, x)
-    pad = np.random.default_rng(rng.randrange(2 ** 32)).standard_normal((8 - n, F)).astype(np.float32) * 3
-    padded = fn(params, np.concatenate([x, pad]))
-    size = rng.choice([2, 3])
-    chunks = [fn(params, x[i:i + size]) for i in range(0, n, size)]
+    fill = np.random.default_rng(rng.randrange(2 ** 32)).standard_normal((size, F)).astype(np.float32) * 3
+    chunks = []
+    for start in range(0, n, size):
+        part = x[start:start + size]
+        chunks.append((len(part), fn(params, np.concatenate([part, fill[:size - len(part)]]))))
     for key, want in direct.items():
-        batched = np.ndim(want) > 0 and np.shape(want)[0] == n and np.shape(padded[key])[0] == 8
-        if batched:
-            if not _close(padded[key][:n], want):
-                return f"output {key}: padding changed it"
-            if not _close(np.concatenate([np.asarray(c[key]) for c in chunks]), want):
-                return f"output {key}: chunking changed it"
-        elif not (_close(padded[key], want) and all(_close(c[key], want) for c in chunks)):
+        if np.ndim(want) > 0 and np.shape(want)[0] == n:  # batched
+            got = np.concatenate([np.asarray(out[key])[:m] for m, out in chunks])
+            if not _close(got, want):
+                return f"output {key}: padding and chunking changed it"
+        elif not all(_close(out[key], want) for _, out in chunks):
             return f"output {key} (not batched): padding or chunking changed it"
     return None
 
 
-def run(programs: int, seed: int, out=print, sample_refused: int = 4) -> dict:
+def run(programs: int, seed: int, out=print, sample_refused: int = 4, progress: int = 100) -> dict:
     """Fuzz ``programs`` programs; returns the counts (``wrong``: proven programs whose padded or chunked
     answer differed, with ``findings`` listing them). One refused program in ``sample_refused`` is evaluated
     too (0: none)."""
@@ -179,10 +180,13 @@ def run(programs: int, seed: int, out=print, sample_refused: int = 4) -> dict:
     findings: list[str] = []
     start = time.perf_counter()
     for i in range(programs):
+        if i and i % progress == 0:
+            out(f"  ... {i} programs, {counts['proven']} proven, {counts['wrong']} wrong, "
+                f"{time.perf_counter() - start:.0f} s")
         fn, text = make_program(rng, row_wise, coupling)
         how, reason = verdict(fn, params)
         counts[how] += 1
-        n = rng.choice([3, 5, 7])
+        n = rng.choice([5, 6, 7])  # chunks of 4: one full, one padded
         x = np.random.default_rng(i).standard_normal((n, F)).astype(np.float32)
         if how != "proven" and (not sample_refused or i % sample_refused):
             continue  # refused programs are only sampled (one in four): their answers are never padded

@@ -87,7 +87,8 @@ _rows_spec.loader.exec_module(fuzz_rows)
 
 def test_random_batch_programs_proven_row_wise_survive_padding_and_chunking():
     """A few of the benchmark's random programs (it runs 1,000): every program proven row-wise gives its direct
-    answer when padded with random rows and when chunked; coupled and size-dependent ones are refused."""
-    counts = fuzz_rows.run(6, seed=2, out=lambda line: None, sample_refused=0)
+    answer when run in chunks, the last padded with random rows; coupled and size-dependent ones are refused."""
+    counts = fuzz_rows.run(6, seed=8, out=lambda line: None, sample_refused=0)
     assert counts["findings"] == [] and counts["wrong"] == 0
-    assert counts["proven"] >= 3 and counts["checked"] == counts["proven"] and counts["coupled"] >= 3
+    assert counts["proven"] >= 3 and counts["checked"] == counts["proven"]
+    assert counts["coupled"] >= 1 and counts["size-dependent"] >= 1
