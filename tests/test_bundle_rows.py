@@ -40,6 +40,7 @@ ROW_WISE = {
     "where, cumsum and sort within rows": lambda w, x: jnp.where(x > 0, jnp.cumsum(x, 1), jnp.sort(x, 1)),
     "write one column": lambda w, x: x.at[:, 1].set(w["w"][0, 0]),
     "cond on a weight": lambda w, x: jax.lax.cond(w["w"][0, 0] > 0, jnp.sin, jnp.cos, x),
+    "pooling within a row": lambda w, x: jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 2), (1, 1), "SAME"),
 }
 
 COUPLED = {
@@ -54,6 +55,8 @@ COUPLED = {
     "the batch size as a number": (lambda w, x: x / x.shape[0], "dim_as_value uses the batch size"),
     "a loop until the batch sums to 10": (
         lambda w, x: jax.lax.while_loop(lambda v: v.sum() < 10, lambda v: v + 1, x), "while stops on a row-dep"),
+    "pooling across rows": (
+        lambda w, x: jax.lax.reduce_window(x, 0.0, jax.lax.add, (2, 1), (1, 1), "SAME"), "pools across the row"),
     "fresh random rows of the batch's size": (
         lambda w, x: x + jax.random.normal(jax.random.key(0), x.shape), "random_bits gives shape"),
 }

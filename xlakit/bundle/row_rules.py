@@ -125,6 +125,22 @@ def _reduce(p: Any, eqn, ins):
     return [k - sum(a < k for a in axes)] * n_out
 
 
+@rule("reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_window")
+def _reduce_window(p: Any, eqn, ins):
+    n_out = len(eqn.outvars)
+    if any(s is not None for s in ins[n_out:]):
+        raise CoupleError("starts from a row-dependent value")
+    k = _one_axis(ins[:n_out])
+    if k is None:
+        return [None] * n_out
+    prm = eqn.params
+    one = {"window_dimensions": 1, "window_strides": 1, "base_dilation": 1, "window_dilation": 1}
+    if any(tuple(prm.get(name, (1,) * (k + 1)))[k] != want for name, want in one.items()) or \
+            tuple(prm.get("padding", ((0, 0),) * (k + 1))[k]) != (0, 0):
+        raise CoupleError("pools across the row axis")
+    return [k] * n_out  # windows lie within one row (pooling over spatial axes)
+
+
 @rule(*_CUMULATIVE)
 def _cumulative(p: Any, eqn, ins):
     (k,) = ins
