@@ -10,7 +10,9 @@ true. Either way one branch is baked into the symbolic program although another 
 :func:`trace_symbolic` traces under :func:`_size_guesses`, which wraps those two places of
 ``jax._src.export.shape_poly._DimExpr`` (the only private names used here) for the duration of the trace and
 records each guess made *outside* JAX's own code (JAX's internal shape checks are written to be sound for
-every size; the caller's code, flax's or the user's, is not). :func:`jaxprs_agree` compares the symbolic
+every size; the caller's code, flax's or the user's, is not). Checked in JAX 0.10; where the class is missing
+the trace fails with that reason, and the function counts as depending on the batch size (never padded).
+:func:`jaxprs_agree` compares the symbolic
 program, with the batch size substituted, to a concrete trace equation by equation: two traces that agree
 compute the same function at that size.
 """
@@ -75,9 +77,13 @@ def _where(frame) -> str | None:
 def _size_guesses(found: list[str]):
     """Record into ``found`` every undecidable ``==``/``!=``/truth test on a dimension expression made
     outside JAX while the block runs (see the module docstring)."""
-    from jax._src.export import shape_poly
+    try:
+        from jax._src.export import shape_poly
 
-    cls = shape_poly._DimExpr
+        cls = shape_poly._DimExpr
+    except (ImportError, AttributeError):  # another JAX layout: no watch, so no size-independence either
+        raise RuntimeError("this JAX has no jax._src.export.shape_poly._DimExpr, so decisions on the batch size "
+                           "cannot be watched while tracing") from None
     eq, ne = cls.__eq__, cls.__ne__
     own_bool = cls.__dict__.get("__bool__")  # None in JAX 0.9-0.12: Python then calls every expression true
 
