@@ -12,9 +12,6 @@ true. Either way one branch is baked into the symbolic program although another 
 records each guess made *outside* JAX's own code (JAX's internal shape checks are written to be sound for
 every size; the caller's code, flax's or the user's, is not). Checked in JAX 0.10; where the class is missing
 the trace fails with that reason, and the function counts as depending on the batch size (never padded).
-:func:`jaxprs_agree` compares the symbolic
-program, with the batch size substituted, to a concrete trace equation by equation: two traces that agree
-compute the same function at that size.
 """
 
 from __future__ import annotations
@@ -22,11 +19,11 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SymbolicTrace", "trace_symbolic", "jaxprs_agree", "is_symbolic", "evaluate_dim"]
+__all__ = ["SymbolicTrace", "trace_symbolic", "is_symbolic"]
 
 _PATCH_LOCK = threading.Lock()
 _TRUSTED = ("jax", "jaxlib")  # packages whose shape decisions are made for every size
@@ -53,13 +50,6 @@ def is_symbolic(d: Any) -> bool:
     import jax
 
     return bool(jax.export.is_symbolic_dim(d))
-
-
-def evaluate_dim(d: Any, env: dict[str, int]) -> Any:
-    """``d`` with its symbols set from ``env`` (an int), or ``d`` itself when it is not symbolic."""
-    if not is_symbolic(d):
-        return d
-    return int(d._evaluate(env))
 
 
 def _where(frame) -> str | None:
@@ -149,160 +139,3 @@ def trace_symbolic(fn: Callable[..., Any], *args: Any) -> SymbolicTrace:
         text = " ".join(str(e).split())
         return SymbolicTrace(None, f"{type(e).__name__}: {text[:300]}", tuple(dict.fromkeys(found)))
     return SymbolicTrace(jaxpr, None, tuple(dict.fromkeys(found)))
-
-
-# -- comparing a symbolic trace with a concrete one ---------------------------------------------------------
-
-_CALLBACK_PARAMS = frozenset({"jvp_jaxpr_fun", "jvp_jaxpr_thunk", "jvp", "fwd_jaxpr_thunk", "bwd", "out_trees",
-                              "transpose_jaxpr_thunk", "debug_info"})  # rules for derivatives, not the forward value
-
-
-def jaxprs_agree(symbolic: Any, concrete: Any, env: dict[str, int]) -> str | None:
-    """None when the ``ClosedJaxpr`` ``symbolic`` with ``env`` substituted is ``concrete`` equation by
-    equation (primitives, parameters, shapes, dtypes, literals, constants and wiring, sub-jaxprs included),
-    else the first difference in words. Derivative rules (``custom_jvp``/``custom_vjp`` thunks) are not
-    compared: they do not change the forward value."""
-    try:
-        return _closed(symbolic, concrete, env, "program")
-    except Exception as e:  # noqa: BLE001 - an unexpected parameter kind: say so, which counts as disagreeing
-        return f"could not be compared ({type(e).__name__}: {e})"
-
-
-def _closed(a, b, env, where) -> str | None:
-    import numpy as np
-
-    ca, cb = list(getattr(a, "consts", ())), list(getattr(b, "consts", ()))
-    if len(ca) != len(cb):
-        return f"{where}: {len(ca)} constants vs {len(cb)}"
-    for i, (x, y) in enumerate(zip(ca, cb, strict=True)):
-        if not _same_value(np.asarray(x) if _plain(x) else x, np.asarray(y) if _plain(y) else y):
-            return f"{where}: constant {i} differs"
-    return _open(getattr(a, "jaxpr", a), getattr(b, "jaxpr", b), env, where)
-
-
-def _plain(x) -> bool:
-    try:
-        import numpy as np
-
-        np.asarray(x)
-        return True
-    except Exception:  # noqa: BLE001 - typed keys and other extended values
-        return False
-
-
-def _open(a, b, env, where) -> str | None:
-    names: dict[Any, Any] = {}
-    for kind in ("constvars", "invars"):
-        va, vb = getattr(a, kind), getattr(b, kind)
-        if len(va) != len(vb):
-            return f"{where}: {len(va)} {kind} vs {len(vb)}"
-        for x, y in zip(va, vb, strict=True):
-            problem = _same_aval(x.aval, y.aval, env)
-            if problem:
-                return f"{where}: an input {problem}"
-            names[x] = y
-    if len(a.eqns) != len(b.eqns):
-        return f"{where}: {len(a.eqns)} equations vs {len(b.eqns)} at this size"
-    for i, (ea, eb) in enumerate(zip(a.eqns, b.eqns, strict=True)):
-        here = f"{where}, equation {i} ({ea.primitive.name})"
-        if ea.primitive.name != eb.primitive.name:
-            return f"{here}: {eb.primitive.name} at this size"
-        if len(ea.invars) != len(eb.invars) or len(ea.outvars) != len(eb.outvars):
-            return f"{here}: other operands"
-        for x, y in zip(ea.invars, eb.invars, strict=True):
-            problem = _same_atom(x, y, names, env)
-            if problem:
-                return f"{here}: {problem}"
-        if set(ea.params) != set(eb.params):
-            return f"{here}: other parameters"
-        for k in ea.params:
-            if k in _CALLBACK_PARAMS:
-                continue
-            problem = _same_param(ea.params[k], eb.params[k], env, f"{here} parameter {k}")
-            if problem:
-                return problem
-        for x, y in zip(ea.outvars, eb.outvars, strict=True):
-            problem = _same_aval(x.aval, y.aval, env)
-            if problem:
-                return f"{here}: a result {problem}"
-            names[x] = y
-    if len(a.outvars) != len(b.outvars):
-        return f"{where}: {len(a.outvars)} results vs {len(b.outvars)}"
-    for x, y in zip(a.outvars, b.outvars, strict=True):
-        problem = _same_atom(x, y, names, env)
-        if problem:
-            return f"{where}: result {problem}"
-    return None
-
-
-def _same_atom(x, y, names, env) -> str | None:
-    from jax.extend.core import Literal
-
-    if isinstance(x, Literal) or isinstance(y, Literal):
-        if not (isinstance(x, Literal) and isinstance(y, Literal)) or not _same_value(x.val, y.val):
-            return "another literal operand"
-        return _same_aval(x.aval, y.aval, env)
-    if names.get(x, None) is not y:
-        return "another operand"
-    return None
-
-
-def _same_aval(a, b, env) -> str | None:
-    sa, sb = getattr(a, "shape", None), getattr(b, "shape", None)
-    if sa is not None and sb is not None:
-        if len(sa) != len(sb) or any(evaluate_dim(d, env) != e for d, e in zip(sa, sb, strict=True)):
-            return f"has shape {tuple(sa)} vs {tuple(sb)}"
-    elif (sa is None) != (sb is None):
-        return "differs in kind"
-    if getattr(a, "dtype", None) != getattr(b, "dtype", None):
-        return f"has dtype {getattr(a, 'dtype', None)} vs {getattr(b, 'dtype', None)}"
-    return None
-
-
-def _same_param(a, b, env, where) -> str | None:
-    from jax.extend.core import ClosedJaxpr, Jaxpr
-
-    if isinstance(a, (ClosedJaxpr, Jaxpr)) or isinstance(b, (ClosedJaxpr, Jaxpr)):
-        if type(a) is not type(b):
-            return f"{where}: another kind of sub-program"
-        return _closed(a, b, env, where)
-    if is_symbolic(a):
-        return None if evaluate_dim(a, env) == b else f"{where}: {a} is not {b} at this size"
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        if type(a) is not type(b) or len(a) != len(b):
-            return f"{where}: {a} vs {b}"
-        for x, y in zip(a, b, strict=True):
-            problem = _same_param(x, y, env, where)
-            if problem:
-                return problem
-        return None
-    if callable(a) and callable(b) and not isinstance(a, type):
-        return None if a is b or getattr(a, "__code__", 0) is getattr(b, "__code__", 1) else \
-            f"{where}: another function"
-    return None if _same_value(a, b) else f"{where}: {a!r} vs {b!r}"
-
-
-def _same_value(a, b) -> bool:
-    import numpy as np
-
-    try:
-        if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or hasattr(a, "__array__"):
-            x, y = np.asarray(a), np.asarray(b)
-            same = np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")
-            return x.shape == y.shape and x.dtype == y.dtype and bool(same)
-        if type(a) is not type(b):
-            return False
-        same = a == b
-        if isinstance(same, (bool, np.bool_)) and same:
-            return True
-        text = repr(a)  # objects without a value equality (UnspecifiedValue, a Mesh): by their text
-        return " at 0x" not in text and text == repr(b)
-    except Exception:  # noqa: BLE001 - values that do not compare: compare their text
-        return type(a) is type(b) and str(a) == str(b)
-
-
-def substitute(avals: Sequence[Any], size: int) -> list[Any]:
-    """``avals`` (``jax.ShapeDtypeStruct``) with every symbolic dimension set to ``size``."""
-    import jax
-
-    return [jax.ShapeDtypeStruct(tuple(size if is_symbolic(d) else d for d in a.shape), a.dtype) for a in avals]

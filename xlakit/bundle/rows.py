@@ -10,8 +10,13 @@ compiling only for step 3:
    symbolic trace cannot know (``x.shape[0] == 7``, ``if x.shape[0] % 2``), depends on the batch size;
 2. **prove** the symbolic jaxpr row-wise (:func:`xlakit.bundle.row_proof.prove_rows`), for every batch size;
 3. **compare** the symbolic program (``jax.export`` with the symbolic batch) with the program traced at each
-   exported size, on one random batch (``jax.jit``, two compiles per size): a difference also means the
-   function depends on the batch size.
+   exported size, on one batch of that size made from the example's rows (random ones for a shape-only
+   example; ``jax.jit``, two compiles per size): a difference also means the function depends on the batch
+   size (e.g. ``isinstance(x.shape[0], int)``, which compares nothing). Outputs are compared, not jaxprs:
+   JAX traces a symbolic size along other paths than a concrete one (a static slice becomes a ``gather``,
+   ``x.shape[0]`` a ``dim_as_value``), so the jaxprs of a size-independent function differ as well, and a
+   structural comparison would refuse nearly every program. Step 1 is the sound guard for decisions; step 3
+   catches other differences on the batch it sees.
 
 Outcomes (``Manifest.row_independence``): ``proven`` (padded and chunked), ``coupled`` (never padded: each
 batch size is compiled exactly from the shape-polymorphic module), ``size-dependent`` (served only at the
