@@ -192,14 +192,18 @@ def establish_rows(fn: Callable[..., Any], weights: dict[str, Any], input_avals:
         problem = None
     verdict = prove_rows(trace.jaxpr, len(weight_avals), batched) if problem is None else None
     poly = None
-    if problem is None:
-        poly, problem = _symbolic_export(fn, weight_avals, avals, batched, platforms)
-    if problem is None and poly is not None:
-        local: bytes | None = poly  # compared here: a module for other platforms only is exported again
-        if not _runs_here(poly):
-            local, problem = _symbolic_export(fn, weight_avals, avals, batched, None)
-        if local is not None:
-            problem = _disagreement(fn, local, weights, input_avals, examples, sizes)
+    try:
+        if problem is None:
+            poly, problem = _symbolic_export(fn, weight_avals, avals, batched, platforms)
+        if problem is None and poly is not None:
+            local: bytes | None = poly  # compared here: a module for other platforms only is exported again
+            if not _runs_here(poly):
+                local, problem = _symbolic_export(fn, weight_avals, avals, batched, None)
+            if local is not None:
+                problem = _disagreement(fn, local, weights, input_avals, examples, sizes)
+    except Exception as e:  # noqa: BLE001 - whatever failed, the symbolic program is not known to agree
+        poly, problem = None, f"its symbolic program could not be checked ({type(e).__name__}: {str(e)[:200]})"
+
     if declared is False:
         found = problem or (verdict.reason if verdict else "")
         return RowRecord("declared", False, f"declared rows_independent=False at export; the analysis: {found}",
