@@ -1,6 +1,7 @@
 """Fuzz a bundle's files: every mutation must end in a documented outcome, at once, touching nothing outside.
 
     python benchmarks/fuzz_bundle.py [--cases 10000] [--seed 0] [--load-every 20]
+    python benchmarks/fuzz_bundle.py --programs 1000    (random batch programs: benchmarks/fuzz_bundle_rows.py)
 
 Each case mutates one file of a valid, warm bundle (manifest.json, .cache/module_hashes.json, the
 safetensors header, a module file, .cache itself) in one way — truncation, bit flips, deep nesting, huge
@@ -314,9 +315,17 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--load-every", type=int, default=20, help="run load_bundle on every Nth case")
+    parser.add_argument("--programs", type=int, default=0,
+                        help="instead: fuzz N random batch programs at padded and chunked sizes "
+                             "(benchmarks/fuzz_bundle_rows.py)")
     parser.add_argument("--mem-gib", type=float, default=8.0,
                         help="address-space limit, so reading /dev/zero is a MemoryError finding, not an OOM kill")
     args = parser.parse_args(argv)
+    if args.programs:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from fuzz_bundle_rows import run as fuzz_rows
+
+        return 1 if fuzz_rows(args.programs, args.seed)["wrong"] else 0
     import resource
 
     limit = int(args.mem_gib * 2 ** 30)

@@ -168,8 +168,8 @@ def test_coupled_rows_are_never_padded(coupled_bundle, tmp_path):
         again = warm(x3)
     assert [e.kind for e in log if e.kind in ("hit", "miss", "compile")] == ["hit", "hit"]
     np.testing.assert_array_equal(np.asarray(again["centered"]), np.asarray(got["centered"]))
-    with pytest.raises(ValueError, match="rows are coupled"):
-        warm(np.ones((5, 3), np.float32))
+    x5 = np.arange(15.0, dtype=np.float32).reshape(5, 3)  # above the largest size: exact, never chunked
+    assert float(warm(x5)["mean_score"]) == pytest.approx(float(jax.jit(coupled)(W, x5)["mean_score"]), rel=1e-6)
 
     # The batch-4 module broken: batch 4 was exported, so it must still be served, exactly, from the
     # shape-polymorphic module (not refused as "above the largest loaded size").
@@ -181,10 +181,11 @@ def test_coupled_rows_are_never_padded(coupled_bundle, tmp_path):
 
 
 def test_declared_and_detected_independence(tmp_path):
-    """A row-wise program is padded and split into chunks above the largest size; a declared
+    """A program proven row-wise is padded and split into chunks above the largest size; a declared
     rows_independent=False is never padded; a program that cannot be made polymorphic takes exact sizes only."""
     m = export_bundle(lambda p, x: jnp.tanh(x @ p["w"]), W, X4, tmp_path / "rowwise", batch_sizes=(1, 2))
     assert m.rows_independent == {"default": True} and m.polymorphic == {}
+    assert m.rows("default")[0] == "proven"
     lb = load(tmp_path / "rowwise")
     x7 = np.random.default_rng(0).standard_normal((7, 3)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(lb(x7)), np.tanh(x7 @ W["w"]), rtol=1e-5, atol=1e-6)  # 4 chunks
@@ -192,6 +193,7 @@ def test_declared_and_detected_independence(tmp_path):
     m = export_bundle(lambda p, x: jnp.tanh(x @ p["w"]), W, X4, tmp_path / "declared", batch_sizes=(2,),
                       rows_independent=False)
     assert m.rows_independent == {"default": False} and m.polymorphic == {"default": "model.bpoly.jaxexp"}
+    assert m.rows("default")[0] == "declared"
     lb = load(tmp_path / "declared")
     lb(X4[:1])
     assert sorted(lb.programs) == [("default", 1), ("default", 2)]      # batch 1 compiled exactly, not padded
@@ -203,9 +205,10 @@ def test_declared_and_detected_independence(tmp_path):
     with pytest.warns(RuntimeWarning, match="symbolic batch axis"):
         m = export_bundle(needs_static, W, X4, tmp_path / "fixed", batch_sizes=(2, 4))
     assert m.rows_independent == {"default": False} and m.polymorphic == {}
+    assert m.rows("default")[0] == "size-dependent"
     lb = load(tmp_path / "fixed")
     np.testing.assert_array_equal(np.asarray(lb(X4[:2])), np.asarray(jax.jit(needs_static)(W, X4[:2])))
-    with pytest.raises(ValueError, match="no shape-polymorphic module"):
+    with pytest.raises(ValueError, match=r"no shape-polymorphic module.*served only at \[2, 4\]"):
         lb(X4[:3])
 
 
@@ -244,9 +247,10 @@ def test_load_on_any_same_kind_device_hits(tmp_path):
     assert got["warm0"]["m"] == pytest.approx(4.0)
 
 
-def test_version_1_bundle_still_loads_and_warns_before_padding(tmp_path):
+def test_version_1_bundle_still_loads_and_is_never_padded(tmp_path):
     """A bundle written before row coupling was recorded (format_version 1: modules return the pytree
-    itself) loads; a padded call warns once that the answer may be wrong for coupled rows."""
+    itself) loads and serves its exported sizes; nothing proved its rows independent, so another batch size
+    is refused (naming the exported sizes) rather than padded."""
     from safetensors.numpy import save_file
 
     path = tmp_path / "v1"
@@ -263,6 +267,5 @@ def test_version_1_bundle_still_loads_and_warns_before_padding(tmp_path):
         "weights": {"file": "weights.safetensors", "tensors": {"w": {"shape": [3, 2], "dtype": "float32"}}}}))
     lb = load(path)
     np.testing.assert_array_equal(np.asarray(lb(X4[:2])["y"]), X4[:2] @ W["w"])
-    with pytest.warns(RuntimeWarning, match="Re-export it"):
-        got = lb(X4[:1])
-    np.testing.assert_allclose(np.asarray(got["y"]), X4[:1] @ W["w"], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"rows unproven .*re-export.*served only at \[2\]"):
+        lb(X4[:1])

@@ -5,7 +5,8 @@ variant and batch size, where ``bundle_fn(weights, *inputs)`` takes the paramete
 ``{tensor name: array}`` (the names of ``weights.safetensors``) and rebuilds the caller's parameter tree
 inside the traced function before calling ``fn(params, *inputs)``. So any pytree works as ``params`` —
 ``flax.nnx.State`` included, whose node types ``jax.export`` cannot serialize — and a loaded bundle needs
-neither the model's Python code nor its tree structure. Exporting traces and lowers; it compiles nothing.
+neither the model's Python code nor its tree structure. Exporting traces and lowers; it compiles only to
+compare the symbolic program with each exported size (:mod:`xlakit.bundle.rows`).
 
 Files are written through temp files and renames, manifest last; a file whose bytes are unchanged is not
 rewritten (a weights-only update touches only ``weights.safetensors``, so a watcher sees just that).
@@ -36,7 +37,7 @@ from xlakit.bundle.manifest import (
     module_file,
     write_atomic,
 )
-from xlakit.bundle.rows import detect_rows_independent
+from xlakit.bundle.rows import establish_rows
 from xlakit.bundle.trees import encode_tree
 from xlakit.bundle.weights import flatten_params, to_numpy, weights_file_bytes
 from xlakit.store import safejson
@@ -63,7 +64,8 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         ``weights.safetensors`` under their flattened path names.
       example_inputs: one array, a tuple of arrays (positional inputs named ``x0``, ``x1``...; a single
         array is named ``x``) or a dict name -> array. Arrays or ``jax.ShapeDtypeStruct``. Axis 0 of every
-        input is the batch axis. Their values feed the row test (see ``rows_independent``).
+        input is the batch axis. Their rows feed the comparison of the symbolic program with each exported
+        size (see ``rows_independent``).
       path: the bundle folder (created if missing).
       batch_sizes: batch sizes to export, one module each (default ``(1,)``).
       variants: more functions with ``fn``'s signature, by name (e.g. ``{"fast": fn_bf16}``); each becomes
@@ -77,12 +79,15 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         bundle (no valid ``manifest.json``) the bundle is written beside the user's files, deleting nothing,
         and refused when one of its file names is already taken there.
       platforms: ``jax.export`` platforms (e.g. ``["cpu", "cuda"]``); default: the default backend's.
-      rows_independent: whether each output row depends only on its own input row (a bool for every
-        variant, or a dict by variant name). None (default): detected by running each variant on the
-        example input (:func:`xlakit.bundle.rows.detect_rows_independent`; two small compiles per variant).
-        Independent variants are padded up to an exported size and split into chunks above the largest.
-        Coupled (or unsure) variants are never padded: a shape-polymorphic module ``model.bpoly.jaxexp`` is
-        kept, from which a loaded bundle compiles the exact batch size of a call.
+      rows_independent: the exporter's declaration that each output row depends only on its own input row
+        (a bool for every variant, or a dict by variant name), recorded as ``declared``. None (default):
+        established by :func:`xlakit.bundle.rows.establish_rows` (a proof over the jaxpr traced with a
+        symbolic batch, and a comparison with each exported size: two small compiles per size), recorded as
+        ``proven``, ``coupled`` or ``size-dependent`` with the reason (``Manifest.row_independence``).
+        Proven (or declared) variants are padded up to an exported size and split into chunks above the
+        largest. Coupled variants are never padded: a shape-polymorphic module ``model.bpoly.jaxexp`` is kept,
+        from which a loaded bundle compiles the exact batch size of a call. Size-dependent variants (a
+        ``RuntimeWarning`` says why) are served only at the exported sizes.
 
     Returns:
       The written :class:`~xlakit.bundle.manifest.Manifest`.
@@ -123,6 +128,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
     trees: dict[str, Any] = {}
     independent: dict[str, bool] = {}
     polymorphic: dict[str, str] = {}
+    established: dict[str, dict[str, str]] = {}
     exported_platforms: tuple[str, ...] = ()
     for vname, f in functions.items():
         # Named after the function (as jax.jit names it), never after the folder: a renamed or re-exported
@@ -138,16 +144,15 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
             per_size[b] = (wrapped.out_paths, exp.out_avals)
             trees[vname] = wrapped.out_tree
         outputs[vname] = _output_specs(vname, per_size)
-        if vname in declared:
-            independent[vname] = declared[vname]
-        else:
-            independent[vname], _ = detect_rows_independent(wrapped, host, _input_values(example_inputs),
-                                                            input_avals)
-        if not independent[vname]:
-            poly = _export_polymorphic(vname, wrapped, weight_avals, input_avals, outputs[vname], platforms)
-            if poly is not None:
-                modules[module_file(vname, None)] = poly
-                polymorphic[vname] = module_file(vname, None)
+        record = establish_rows(wrapped, host, input_avals, _input_values(example_inputs), sizes,
+                                [spec.batched for spec in outputs[vname]], platforms, declared.get(vname), BATCH)
+        independent[vname] = record.independent
+        established[vname] = {"how": record.how, "reason": record.reason}
+        if record.poly is not None:
+            modules[module_file(vname, None)] = record.poly
+            polymorphic[vname] = module_file(vname, None)
+        elif record.how == "size-dependent":
+            _warn_exact_sizes(vname, record.reason)
 
     manifest = Manifest(
         name=bundle_name,
@@ -157,7 +162,8 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         weights=tuple(sorted((TensorSpec(n, tuple(a.shape), a.dtype.name) for n, a in host.items()),
                              key=lambda s: s.name)),
         platforms=exported_platforms, created_with={"jax": jax.__version__, "xlakit": __version__},
-        output_trees=trees, rows_independent=independent, polymorphic=polymorphic)
+        output_trees=trees, rows_independent=independent, polymorphic=polymorphic,
+        row_independence=established)
     weights_bytes = weights_file_bytes(host)
     files = {**modules, WEIGHTS: weights_bytes, MANIFEST: manifest.to_json().encode("utf-8")}
     _write(path, files, overwrite)
@@ -214,30 +220,12 @@ def _bundle_fn(f, names, treedef, input_names, by_keyword, fun_name):
     return bundle_fn
 
 
-def _export_polymorphic(vname, wrapped, weight_avals, input_avals, specs, platforms) -> bytes | None:
-    """The variant exported with a symbolic batch axis, or None (with a RuntimeWarning) when the program
-    does not allow it; its outputs must be batched exactly where the fixed-size modules' are."""
+def _warn_exact_sizes(vname: str, reason: str) -> None:
     import warnings
 
-    import jax
-
-    try:
-        (batch,) = jax.export.symbolic_shape(BATCH)
-        avals = [jax.ShapeDtypeStruct((batch, *a.shape[1:]), a.dtype) for a in input_avals]
-        with _no_source_locations():
-            exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
-        for spec, aval in zip(specs, exp.out_avals, strict=False):
-            dims = tuple(aval.shape)
-            if spec.batched != (bool(dims) and not isinstance(dims[0], int)) or any(
-                    not isinstance(d, int) for d in dims[1:]):
-                raise ValueError(f"output {spec.name!r} has shape {dims} with a symbolic batch")
-        return bytes(exp.serialize())  # a bytearray
-    except Exception as e:  # noqa: BLE001 - shape polymorphism has many limits; fixed sizes still work
-        warnings.warn(f"variant {vname!r} couples rows (or it could not be told), so calls are never padded; "
-                      f"it could not be exported with a symbolic batch axis ({type(e).__name__}: "
-                      f"{str(e)[:200]}), so only the exported batch sizes can be called", RuntimeWarning,
-                      stacklevel=3)
-        return None
+    warnings.warn(f"variant {vname!r} depends on the batch size: {reason}. It is never padded or chunked and it "
+                  "has no module with a symbolic batch axis, so only the exported batch sizes can be called",
+                  RuntimeWarning, stacklevel=3)
 
 
 def _no_source_locations():

@@ -4,14 +4,13 @@ for any batch size.
 How a call with a batch of ``n`` rows runs (``variant``'s programs were loaded for the exported sizes):
 
 * ``n`` is an exported size: that program, as is.
-* rows independent (``manifest.rows_independent[variant]``): padded up to the smallest exported size that
-  fits, batched outputs cut back to ``n``; above the largest size, split into chunks of the largest size
-  (the last one padded) and the batched outputs concatenated.
-* rows coupled, or unknown: never padded. A program for exactly ``n`` rows is compiled from the variant's
-  shape-polymorphic module (or loaded from ``.cache``, where it is stored like the others) for any ``n`` up
-  to the largest exported size; above it, or without a polymorphic module, a ``ValueError`` says what to do.
-* a version-1 bundle (exported before row coupling was recorded) is padded as before, with a
-  ``RuntimeWarning`` once: re-export it.
+* rows proven or declared independent (``manifest.independent(variant)``, see :mod:`xlakit.bundle.rows`):
+  padded up to the smallest exported size that fits, batched outputs cut back to ``n``; above the largest
+  size, split into chunks of the largest size (the last one padded) and the batched outputs concatenated.
+* rows coupled, or not proven: never padded. A program for exactly ``n`` rows is compiled from the
+  variant's shape-polymorphic module (or loaded from ``.cache``, where it is stored like the others), for any
+  ``n``. Without one (the function depends on the batch size, or the bundle predates the proof) a
+  ``ValueError`` names the exported sizes and the reason.
 
 Outputs come back as the exported function's pytree (:mod:`xlakit.bundle.trees`).
 """
@@ -97,7 +96,6 @@ class LoadedBundle:
         self._warned_errors: set[str] = set()
         self._lock = threading.Lock()
         self._exact_lock = threading.Lock()
-        self._warned_v1 = False
 
     # -- waiting ----------------------------------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> LoadedBundle:
@@ -197,8 +195,8 @@ class LoadedBundle:
         Raises:
           TypeError: wrong number or names of inputs, or an input's dtype differs from the manifest's.
           ValueError: an input's non-batch dimensions differ from the manifest's, inputs disagree on the
-            batch size, or (rows coupled) the batch is not an exported size and no exact program can be
-            made, or exceeds the largest exported size.
+            batch size, or (rows not proven or declared independent) the batch is not an exported size and
+            the variant has no shape-polymorphic module to compile it exactly from.
           KeyError: unknown variant, or none of its modules loaded (the message lists the errors).
           xlakit.bundle.ModuleError: the exact program for this batch size could not be compiled.
         """
@@ -214,22 +212,11 @@ class LoadedBundle:
 
     def _route(self, variant: str, arrays: list, n: int) -> list:
         """``n`` is not an exported size that loaded: pad, chunk or compile the exact size."""
-        independent = self.manifest.independent(variant) if self.manifest.format_version >= 2 else None
-        if independent is None and not self._warned_v1:
-            self._largest(variant)  # no program at all: the KeyError comes first
-            self._warned_v1 = True
-            warnings.warn(f"bundle {self.manifest.name!r} was exported by an older xlakit that did not record "
-                          "whether rows are independent; batches are padded as before, which is wrong for "
-                          "outputs that couple rows (batch means, sorts). Re-export it.", RuntimeWarning,
-                          stacklevel=4)
-        if independent is False:
-            # With a shape-polymorphic module any size up to the largest *exported* one can be compiled exactly,
-            # even when that size's own program failed to load; without one, only loaded programs serve.
-            largest = self._candidates(variant)[-1] if variant in self._poly else self._largest(variant)
-            if n > largest:
-                raise ValueError(f"batch of {n} exceeds the largest batch size {largest} of variant "
-                                 f"{variant!r}, and its rows are coupled (an output depends on several rows), so "
-                                 "it cannot be split: export a larger batch size")
+        if not self.manifest.independent(variant):
+            # Any size can be compiled exactly from a shape-polymorphic module, even an exported size whose own
+            # program failed to load; without one, only loaded programs serve.
+            if variant not in self._poly:
+                self._largest(variant)  # no program at all: the KeyError comes first
             self._exact(variant, n)
             return self._run(variant, n, arrays, n)
         batch = self._fit(variant, n)
@@ -308,11 +295,12 @@ class LoadedBundle:
             if (variant, n) in self._programs:
                 return
             if variant not in self._poly or self._context is None:
-                sizes = self.batch_sizes(variant)
-                raise ValueError(f"batch of {n} is not an exported batch size of variant {variant!r} ({list(sizes)}) "
-                                 "and its rows are coupled (an output depends on several rows), so padding would "
-                                 "change the answer; it has no shape-polymorphic module to compile the exact size "
-                                 f"from. Call with a batch of {list(sizes)} or export batch_sizes including {n}")
+                sizes = list(self.batch_sizes(variant))
+                how, reason = self.manifest.rows(variant)
+                raise ValueError(f"batch of {n} is not an exported batch size of variant {variant!r} ({sizes}), and "
+                                 f"padding or chunking could change the answer: rows {how} ({reason}). It has no "
+                                 "shape-polymorphic module to compile the exact size from, so it is served only at "
+                                 f"{sizes}: call with one of those batch sizes or export batch_sizes including {n}")
             spec, data, sha = self._poly[variant]
             if isinstance(data, BundleError):
                 raise data

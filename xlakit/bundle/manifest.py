@@ -20,14 +20,18 @@ The manifest (``format_version`` 2; version 1 files, written before the fields m
      "platforms": ["cpu"], "created_with": {"jax": "0.10.2", "xlakit": "0.1.0"},
      "output_trees": {"default": {"leaf": 0}},                      (v2)
      "rows_independent": {"default": true},                         (v2)
-     "polymorphic": {"default": "model.bpoly.jaxexp"}}              (v2, only variants that have one)
+     "polymorphic": {"default": "model.bpoly.jaxexp"},              (v2, only variants that have one)
+     "row_independence": {"default": {"how": "proven", "reason": "..."}}}   (v2, optional)
 
 *v2*: modules return their outputs as a flat tuple of leaves (in ``outputs`` order) and ``output_trees``
 says how to rebuild the pytree (:mod:`xlakit.bundle.trees`), so any pytree works, namedtuples and
-dataclasses included. ``rows_independent`` says whether each output row depends only on its own input row
-(detected at export, or declared): only then may a call pad a batch or split it into chunks. A variant
-whose rows are coupled keeps a shape-polymorphic module (batch axis symbolic), from which the exact batch
-size of a call is compiled. Dtypes are NumPy names, or JAX's extended dtype names such as ``key<fry>``
+dataclasses included. ``rows_independent`` says whether each output row depends only on its own input row,
+and ``row_independence`` how that was established (:mod:`xlakit.bundle.rows`): ``proven`` (over the jaxpr
+with a symbolic batch, for every batch size), ``declared`` (the exporter's override), ``coupled`` or
+``size-dependent``, with the reason. A call may pad a batch or split it into chunks only when it is proven or
+declared independent; a manifest without ``row_independence`` (an older xlakit's row *test*) is never padded.
+A coupled variant keeps a shape-polymorphic module (batch axis symbolic), from which the exact batch size of
+a call is compiled. Dtypes are NumPy names, or JAX's extended dtype names such as ``key<fry>``
 (typed PRNG keys).
 
 Shapes name their batch axis ``"batch"``; only axis 0 can be the batch axis. Every input is batched; an
@@ -182,6 +186,8 @@ class Manifest:
       rows_independent: variant -> True when every output row depends only on its input row (padding and
         chunking are exact), False when rows are coupled or it is unknown (never padded).
       polymorphic: variant -> file name of its shape-polymorphic module (coupled variants only).
+      row_independence: variant -> ``{"how": ..., "reason": ...}`` (see the module docstring); empty for a
+        bundle exported before it was recorded.
       format_version: the file's version (1 or 2).
     """
 
@@ -197,6 +203,7 @@ class Manifest:
     output_trees: Mapping[str, Any] = field(default_factory=dict)
     rows_independent: Mapping[str, bool] = field(default_factory=dict)
     polymorphic: Mapping[str, str] = field(default_factory=dict)
+    row_independence: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
     @property
@@ -215,8 +222,21 @@ class Manifest:
         return tuple(m.file for m in self.modules + self.poly_modules) + (self.weights_file, MANIFEST)
 
     def independent(self, variant: str) -> bool:
-        """True only when ``variant``'s rows were detected or declared independent."""
-        return bool(self.rows_independent.get(variant, False))
+        """True only when ``variant``'s rows were proven or declared independent (padding and chunking are
+        then allowed). An older manifest's ``rows_independent: true`` came from a test, not a proof: False."""
+        how, _ = self.rows(variant)
+        return how in ("proven", "declared") and bool(self.rows_independent.get(variant, False))
+
+    def rows(self, variant: str) -> tuple[str, str]:
+        """``(how, reason)``: how ``variant``'s row independence was established (``proven``, ``declared``,
+        ``coupled``, ``size-dependent``, or ``unproven`` for a bundle exported before it was recorded)."""
+        entry = self.row_independence.get(variant)
+        if entry is not None:
+            return str(entry["how"]), str(entry["reason"])
+        if self.rows_independent.get(variant, False):
+            return "unproven", ("an older xlakit tested the rows on one input and proved nothing; re-export the "
+                                "bundle to prove them")
+        return "unproven", "exported before row independence was recorded; re-export the bundle"
 
     def module(self, variant: str, batch_size: int) -> ModuleSpec:
         return ModuleSpec(module_file(variant, batch_size), variant, batch_size)
@@ -232,6 +252,7 @@ class Manifest:
             "platforms": list(self.platforms), "created_with": dict(self.created_with),
             "output_trees": dict(self.output_trees), "rows_independent": dict(self.rows_independent),
             "polymorphic": dict(self.polymorphic),
+            "row_independence": {v: dict(e) for v, e in self.row_independence.items()},
         }
 
     def to_json(self) -> str:
@@ -315,12 +336,16 @@ class Manifest:
         if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
             raise ManifestError(file, "platforms", f"expected a list of platform names, got {platforms!r}")
         created = d.get("created_with", {})
+        from xlakit.bundle.rows import parse_row_independence
+
         trees, independent, poly = _v2_fields(d, file, variants, outputs, version)
+        established = parse_row_independence(d, file, variants) if version >= 2 else {}
         return cls(name=name, inputs=inputs, outputs=outputs, batch_sizes=tuple(sorted(sizes)),
                    variants=tuple(variants), weights=tuple(sorted(wspecs, key=lambda s: s.name)),
                    weights_file=wfile, platforms=tuple(platforms),
                    created_with=dict(created) if isinstance(created, Mapping) else {}, output_trees=trees,
-                   rows_independent=independent, polymorphic=poly, format_version=version)
+                   rows_independent=independent, polymorphic=poly, row_independence=established,
+                   format_version=version)
 
     @classmethod
     def read(cls, bundle: str | os.PathLike) -> Manifest:

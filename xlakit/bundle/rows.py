@@ -1,30 +1,35 @@
-"""Do a program's rows couple? Detected at export, so that padding never changes an answer.
+"""How a bundle knows that padding and chunking never change an answer: :func:`establish_rows`, per variant.
 
 A loaded bundle may run a batch of 3 through the batch-4 program (padding) or a batch of 20 as chunks of 8.
-Both are exact only when every output row depends on its own input row alone and no other output depends
-on the rows at all. A batch mean, centering, a softmax or a sort over the batch axis, a batch statistic,
-an output that counts the rows — each couples rows, and padding or chunking would change it.
+That is exact only for a *row-wise* program (each output row a function of its own input row, the same for
+every row and every batch size; other outputs free of the rows). The export establishes it in three steps,
+compiling only for step 3:
 
-:func:`detect_rows_independent` runs the program twice on the example input (``jax.jit`` on the default
-device: two compiles, at ``n`` and ``n + 1`` rows, ``n >= 2``):
+1. **trace with a symbolic batch** (:func:`xlakit._jax.symbolic.trace_symbolic`): a function that cannot be
+   traced so (``if x.shape[0] >= 16`` raises), or whose Python code decides something about the size that the
+   symbolic trace cannot know (``x.shape[0] == 7``, ``if x.shape[0] % 2``), depends on the batch size;
+2. **prove** the symbolic jaxpr row-wise (:func:`xlakit.bundle.row_proof.prove_rows`), for every batch size;
+3. **compare** the symbolic program (``jax.export`` with the symbolic batch) with the program traced at each
+   exported size, on one batch of that size made from the example's rows (random ones for a shape-only
+   example; ``jax.jit``, two compiles per size): a difference also means the function depends on the batch
+   size (e.g. ``isinstance(x.shape[0], int)``, which compares nothing). Outputs are compared, not jaxprs:
+   JAX traces a symbolic size along other paths than a concrete one (a static slice becomes a ``gather``,
+   ``x.shape[0]`` a ``dim_as_value``), so the jaxprs of a size-independent function differ as well, and a
+   structural comparison would refuse nearly every program. Step 1 is the sound guard for decisions; step 3
+   catches other differences on the batch it sees.
 
-1. **perturb one row**: row 0 of every input replaced by other values; every other row of every batched
-   output, and every non-batched output, must stay bit-identical;
-2. **pad**: the input with one padding row appended (what the loader appends: zeros, or a copy of the last
-   row for extended dtypes such as PRNG keys); the first ``n`` rows of batched outputs and every non-batched
-   output must agree with the unpadded run (``rtol=1e-5``: another batch size is another program).
-
-Any difference, or any failure while testing, means "coupled or unsure": the loader then never pads. The
-test sees one input and one perturbation, so a coupling that these do not move (e.g. through an argmax the
-perturbation leaves unchanged) can be missed: declare ``rows_independent=False`` at export when you know.
+Outcomes (``Manifest.row_independence``): ``proven`` (padded and chunked), ``coupled`` (never padded: each
+batch size is compiled exactly from the shape-polymorphic module), ``size-dependent`` (served only at the
+exported sizes), or ``declared`` (the exporter's ``rows_independent=`` override, which is trusted as given).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["detect_rows_independent", "pad_rows", "is_extended"]
+__all__ = ["HOWS", "RowRecord", "establish_rows", "parse_row_independence", "pad_rows", "is_extended"]
 
 
 def is_extended(dtype: Any) -> bool:
@@ -79,26 +84,6 @@ def _example_rows(value: Any, aval: Any, n: int, seed: int) -> Any:
     return np.concatenate([np.asarray(value)] * reps)[:n]
 
 
-def _perturb_row0(x: Any) -> Any:
-    import jax
-    import numpy as np
-
-    if is_extended(x.dtype):
-        import jax.numpy as jnp
-
-        fresh = jax.random.split(jax.random.key(20240611, impl=jax.random.key_impl(x)), 1)
-        return jnp.concatenate([fresh, x[1:]])
-    host = np.array(x)
-    if host.dtype.kind == "b":
-        host[0] = ~host[0]
-    elif host.dtype.kind in "iu":
-        host[0] = host[0] + 1
-    else:
-        row = host[0].astype(np.float64)
-        host[0] = (row + 1.5 + 2.0 * np.abs(row)).astype(host.dtype)
-    return host
-
-
 def _host(leaf: Any):
     import jax
     import numpy as np
@@ -130,38 +115,150 @@ def _close(a, b) -> bool:
     return bool(np.allclose(a64, b64, rtol=1e-5, atol=1e-6 * (1.0 + scale), equal_nan=True))
 
 
-def detect_rows_independent(fn: Callable[..., Any], weights: Any, values: Sequence[Any],
-                            avals: Sequence[Any]) -> tuple[bool, str]:
-    """``(independent, why)`` for ``fn(weights, *inputs)`` returning a flat sequence of leaves.
+
+
+HOWS = ("proven", "declared", "coupled", "size-dependent")
+
+
+def parse_row_independence(d: Mapping[str, Any], file: Any, variants: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The optional ``row_independence`` field of a manifest ``d``, validated (absent: {}). Raises
+    :class:`~xlakit.bundle.errors.ManifestError` naming ``file`` and the bad entry."""
+    from xlakit.bundle.errors import ManifestError
+
+    value = d.get("row_independence", {})
+    if not isinstance(value, Mapping):
+        raise ManifestError(file, "row_independence",
+                            f"expected an object variant -> {{how, reason}}, got {type(value).__name__}")
+    out = {}
+    for v, entry in value.items():
+        if v not in variants:
+            raise ManifestError(file, f"row_independence.{v}", "not a variant of this bundle")
+        if not isinstance(entry, Mapping) or entry.get("how") not in HOWS or not isinstance(entry.get("reason"), str):
+            raise ManifestError(file, f"row_independence.{v}", f"expected {{\"how\": one of {list(HOWS)}, "
+                                f"\"reason\": text}}, got {entry!r:.200}")
+        out[v] = {"how": entry["how"], "reason": entry["reason"]}
+    return out
+
+
+@dataclass(frozen=True)
+class RowRecord:
+    """How row independence of one variant was established.
+
+    Attributes:
+      how: ``"proven"``, ``"declared"``, ``"coupled"`` or ``"size-dependent"`` (see the module docstring).
+      independent: whether calls may be padded and chunked (proven, or declared True).
+      reason: what was proven, what couples the rows (primitive and source line), or why the function
+        depends on the batch size.
+      poly: the serialized shape-polymorphic module, kept for a variant that is not padded and whose
+        symbolic program agrees with its exports (exact batch sizes are compiled from it); else None.
+    """
+
+    how: str
+    independent: bool
+    reason: str
+    poly: bytes | None = None
+
+
+def establish_rows(fn: Callable[..., Any], weights: dict[str, Any], input_avals: Sequence[Any],
+                   examples: Sequence[Any], sizes: Sequence[int], batched: Sequence[bool],
+                   platforms: Sequence[str] | None, declared: bool | None, batch_name: str = "batch") -> RowRecord:
+    """Steps 1-3 of the module docstring for ``fn(weights, *inputs)`` (a flat tuple of leaves out).
 
     Args:
-      fn: the bundle function (flat weights dict, positional inputs) returning a tuple of arrays.
-      weights: name -> host array. values: the example inputs (arrays or ``jax.ShapeDtypeStruct``).
-      avals: their shapes/dtypes (axis 0 is the batch axis).
+      fn: the bundle function. weights: name -> host array. input_avals: inputs' shapes (axis 0 batch).
+      examples: the example inputs (their values seed step 3's random batch). sizes: exported batch sizes.
+      batched: per output leaf, whether it is batched. platforms: ``jax.export`` platforms.
+      declared: the exporter's ``rows_independent`` for this variant, or None. True skips steps 1-3.
+      batch_name: the symbol of the batch axis (the manifest's ``"batch"``).
 
-    Never raises: a failure while testing is "unsure" (False) with the reason.
+    Never raises: a failure in a step is recorded as the reason (never padded).
     """
     import jax
 
+    from xlakit._jax.symbolic import trace_symbolic
+    from xlakit.bundle.row_proof import prove_rows
+
+    if declared is True:
+        return RowRecord("declared", True, "declared rows_independent=True at export (not analysed)")
+    weight_avals = {n: jax.ShapeDtypeStruct(a.shape, a.dtype) for n, a in weights.items()}
+    (batch,) = jax.export.symbolic_shape(batch_name)
+    avals = [jax.ShapeDtypeStruct((batch, *a.shape[1:]), a.dtype) for a in input_avals]
+    trace = trace_symbolic(fn, weight_avals, *avals)
+    if trace.problem is not None:
+        problem = f"it cannot be traced with a symbolic batch axis ({trace.problem})"
+    elif trace.guesses:
+        problem = f"its code decides on the batch size ({trace.guesses[0]})"
+    else:
+        problem = None
+    verdict = prove_rows(trace.jaxpr, len(weight_avals), batched) if problem is None else None
+    poly = None
     try:
-        n = max(2, min(8, *(int(v.shape[0]) for v in values)))
-        base = [_example_rows(v, a, n, i) for i, (v, a) in enumerate(zip(values, avals, strict=False))]
-        run = jax.jit(fn)
-        y = [_host(leaf) for leaf in run(weights, *base)]
-        y_perturbed = [_host(leaf) for leaf in run(weights, *[_perturb_row0(x) for x in base])]
-        y_padded = [_host(leaf) for leaf in run(weights, *[pad_rows(x, 1) for x in base])]
-    except Exception as e:  # noqa: BLE001 - unsure: never pad
-        return False, f"the row test could not run ({type(e).__name__}: {str(e)[:200]})"
-    for i, (a, b, c) in enumerate(zip(y, y_perturbed, y_padded, strict=False)):
-        batched = a.ndim > 0 and a.shape[0] == n and c.ndim > 0 and c.shape[0] == n + 1
-        if batched:
-            if not _equal(a[1:], b[1:]):
-                return False, f"output {i}: changing input row 0 changed other rows"
-            if not _close(a, c[:n]):
-                return False, f"output {i}: a padding row changed the other rows"
-        else:
-            if not _equal(a, b):
-                return False, f"output {i} (not batched) depends on the input rows"
-            if not _close(a, c):
-                return False, f"output {i} (not batched) changed when a padding row was added"
-    return True, f"each output row depends only on its input row (tested on {n} rows)"
+        if problem is None:
+            poly, problem = _symbolic_export(fn, weight_avals, avals, batched, platforms)
+        if problem is None and poly is not None:
+            local: bytes | None = poly  # compared here: a module for other platforms only is exported again
+            if not _runs_here(poly):
+                local, problem = _symbolic_export(fn, weight_avals, avals, batched, None)
+            if local is not None:
+                problem = _disagreement(fn, local, weights, input_avals, examples, sizes)
+    except Exception as e:  # noqa: BLE001 - whatever failed, the symbolic program is not known to agree
+        poly, problem = None, f"its symbolic program could not be checked ({type(e).__name__}: {str(e)[:200]})"
+
+    if declared is False:
+        found = problem or (verdict.reason if verdict else "")
+        return RowRecord("declared", False, f"declared rows_independent=False at export; the analysis: {found}",
+                         poly if problem is None else None)
+    if problem is not None:
+        return RowRecord("size-dependent", False, problem)
+    assert verdict is not None
+    if verdict.proven:
+        return RowRecord("proven", True, verdict.reason)
+    return RowRecord("coupled", False, verdict.reason, poly)
+
+
+def _symbolic_export(fn, weight_avals, avals, batched, platforms) -> tuple[bytes | None, str | None]:
+    """``(serialized module, None)`` exported with the symbolic batch, or ``(None, why not)``."""
+    import jax
+
+    from xlakit._jax.export_compat import no_source_locations
+
+    try:
+        with no_source_locations():
+            exp = jax.export.export(jax.jit(fn), platforms=platforms)(weight_avals, *avals)
+        for i, (want, aval) in enumerate(zip(batched, exp.out_avals, strict=True)):
+            dims = tuple(aval.shape)
+            if want != (bool(dims) and not isinstance(dims[0], int)) or any(not isinstance(d, int) for d in dims[1:]):
+                return None, f"output {i} has shape {dims} with a symbolic batch axis"
+        return bytes(exp.serialize()), None
+    except Exception as e:  # noqa: BLE001 - shape polymorphism has many limits
+        return None, f"it cannot be exported with a symbolic batch axis ({type(e).__name__}: {str(e)[:200]})"
+
+
+def _runs_here(module: bytes) -> bool:
+    """Whether the serialized ``jax.export`` module was exported for this process's default backend."""
+    import jax
+
+    backend = jax.default_backend()
+    names = {"cuda", "rocm"} if backend == "gpu" else {backend}
+    return bool(names & set(jax.export.deserialize(bytearray(module)).platforms))
+
+
+def _disagreement(fn, poly: bytes, weights, input_avals, examples, sizes) -> str | None:
+    """Step 3: None when the symbolic program and ``fn`` traced at each exported size give the same outputs
+    (``rtol=1e-5``) on one random batch of that size, else which size and output differ."""
+    import jax
+
+    exp = jax.export.deserialize(bytearray(poly))
+    symbolic, concrete = jax.jit(exp.call), jax.jit(fn)
+    for b in sizes:
+        try:
+            xs = [_example_rows(v, a, b, seed=b + i)
+                  for i, (v, a) in enumerate(zip(examples, input_avals, strict=True))]
+            want = [_host(leaf) for leaf in concrete(weights, *xs)]
+            got = [_host(leaf) for leaf in symbolic(weights, *xs)]
+        except Exception as e:  # noqa: BLE001
+            return f"its symbolic program could not be compared at batch size {b} ({type(e).__name__}: {str(e)[:200]})"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            if not _close(g, w):
+                return f"its symbolic program differs from the batch-{b} export (output {i})"
+    return None

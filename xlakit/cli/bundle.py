@@ -76,6 +76,11 @@ def check(args: argparse.Namespace) -> int:
         ins = ", ".join(f"{s.name}: {s.describe()}" for s in m.inputs)
         print(f"Bundle {m.name}: inputs {ins}; batch sizes {list(m.batch_sizes)}; variants {list(m.variants)}; "
               f"{len(m.weights)} weight tensors; exported for {', '.join(m.platforms) or '?'}")
+        for v in m.variants:
+            how, reason = m.rows(v)
+            served = "padded and chunked" if m.independent(v) else (
+                "exact sizes compiled from model.bpoly" if v in m.polymorphic else "only the exported sizes")
+            print(f"rows of {v}: {how} ({served}): {reason}")
         columns = [Column("file", "module"), Column("state", "vs record"), Column("size_bytes", "size", "bytes"),
                    Column("sha256", "sha256"), Column("partitions", "compiled in partitions")]
         rows = [{"file": c.file, "state": c.state, "size_bytes": c.size_bytes, "sha256": (c.sha256 or "-")[:12],
