@@ -37,12 +37,12 @@ from datetime import datetime
 from typing import Any
 
 from ._remote_file import FileBackend as _FileBackend
-from ._remote_file import Scan, temp_age
+from ._remote_file import Scan, is_upload_temp, temp_age
 from .base import ObjectRefused, ObjectStat
 from .layout import valid_partition
 
 __all__ = ["verify_object", "RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune", "Scan",
-           "temp_age"]
+           "temp_age", "is_upload_temp"]
 
 LAYOUT = "v1"
 _NAME = re.compile(r"[A-Za-z0-9_.=-]{1,255}")
@@ -160,7 +160,9 @@ class _FsspecBackend:
             if partition is not None:
                 parts = [partition, *parts]
             if len(parts) == 2 and parts[1].startswith(".tmp-"):
-                out.temps.append((parts[0], parts[1], size, mtime))
+                # this backend publishes in one request and writes no temps: such a name is someone else's
+                out.skipped.append(f"{layout}/{rel}: named like an upload temp, which xlakit writes only to "
+                                   "file:// (left alone)")
             elif len(parts) != 2 or not valid_part(parts[0]) or not valid_key(parts[1]):
                 out.skipped.append(f"{layout}/{rel}: not an xlakit object name (left alone)")
             else:
@@ -315,8 +317,8 @@ class RemoteStore:
 
     def remove_temp(self, partition: str, name: str) -> bool:
         """Delete an upload temp ``.tmp-...`` left by a killed writer. True if removed. Raises OSError."""
-        if not name.startswith(".tmp-") or "/" in name:
-            raise ValueError(f"{name!r} is not an upload temp")
+        if not is_upload_temp(name):
+            raise ValueError(f"{name!r} is not an upload temp xlakit writes")
         path = f"{self._root}/{LAYOUT}/{validate_name(partition, 'partition')}/{name}"
         if isinstance(self._backend, _FileBackend):
             return self._backend.remove_temp(partition, name)
