@@ -137,13 +137,19 @@ class FileBackend:
 
     def peek(self, path: str, n: int) -> bytes | None:
         """The first ``n`` bytes of a regular object (None if absent). Raises ObjectRefused, OSError."""
+        return self.get_range(path, 0, n)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of a regular object (fewer at its end; None if absent). Raises ObjectRefused,
+        OSError."""
         with self._parent(path) as found:
             if found is None:
                 return None
             fd, name = found
             try:
                 with _fs.open_regular(name, at=fd) as f:
-                    return f.read(n)
+                    f.seek(start)
+                    return f.read(max(0, end - start))
             except FileNotFoundError:
                 return None
 
