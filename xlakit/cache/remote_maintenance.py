@@ -160,8 +160,8 @@ def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partit
            max_bytes: int | None = None, scan=None) -> list[RemoteReport]:
     """Read and check every object as a reader would (:func:`xlakit.store.remote.verify_object`: key id, header
     MAC, partition and key, length, full MAC; nothing is decompressed). With ``fix``, delete the bad ones that
-    are provably this key's: the header MAC verifies with ``secret`` (so the damage is in the payload, the
-    length or the full MAC) or the object is an authentic envelope copied under another name. Objects signed
+    are provably this key's: the header MAC verifies with ``secret`` and the header names this object (so the
+    damage is in the payload, the length or the full MAC). Copies of an envelope under another name, objects signed
     with another key, written by another format, without xlakit's magic (``NOT_XLAKIT``) or whose header does
     not authenticate (forged junk carrying our public key id) are reported and never deleted. Links, FIFOs and
     folders at object names (readers refuse them) are reported as bad and left in place. ``scan``: a listing
@@ -213,12 +213,11 @@ SKIPPED_KINDS = ("foreign:", "stale:", "absent:", "not-xlakit:")
 
 
 def _ours_but_damaged(blob: bytes | None, o, secret: bytes) -> bool:
-    """``verify --fix`` deletes an object only when its header authenticates with this key (the damage is after
-    the header: payload, length, full MAC) or it is an authentic envelope copied under a wrong name."""
-    if blob is None:
-        return False
-    reason = authenticate(blob, o.partition, o.key, None, secret)
-    return reason is None or reason.startswith("misplaced:")
+    """``verify --fix`` deletes an object only when its header authenticates with this key and names this very
+    object (the damage is after the header: payload, length, full MAC). A copy under another name is left: the
+    bytes a server returned for one name are no proof of what is stored at it (a misrouting proxy could
+    answer with another object's bytes)."""
+    return blob is not None and authenticate(blob, o.partition, o.key, None, secret) is None
 
 
 @dataclass
