@@ -31,6 +31,7 @@ from .envelope import (
     FORMAT_VERSION,
     MAGIC,
     EntryError,
+    ForeignKeyEntry,
     key_id,
     open_envelope,
     read_header_file,
@@ -370,7 +371,21 @@ class LocalStore:
     def _evict(self, budget: int, evicted: list[EntryInfo], *, replacing: Path | None = None,
                protect: Path | None = None) -> int:
         """See :func:`xlakit.store.evict.evict_to`; call under the lock."""
-        return evict.evict_to(self.root, budget, evicted, self._info, replacing=replacing, protect=protect)
+        return evict.evict_to(self.root, budget, evicted, self._info, replacing=replacing, protect=protect,
+                              owned=self._owned)
+
+    def _owned(self, path: Path) -> bool:
+        """Whether eviction and clear may remove this entry file: not when it is signed with another key (a
+        folder shared by users or teams with different secrets: their entries are theirs). An entry whose header
+        authenticates is this key's; a damaged or unreadable file at a store name in this tagged folder is
+        one readers refuse and quarantine anyway, so it may go too."""
+        try:
+            read_header_file(path, self.secret)
+        except ForeignKeyEntry:
+            return False
+        except (EntryError, OSError):
+            return True
+        return True
 
     def prune(self, max_bytes: int) -> list[EntryInfo]:
         """Remove stale temps, then evict (quarantine first, then LRU entries) until total_bytes() <= max_bytes.
@@ -402,7 +417,7 @@ class LocalStore:
         with self._lockfile():
             notes: list[str] = []
             for part in parts:
-                removed += evict.clear_partition(self.root, part, notes)
+                removed += evict.clear_partition(self.root, part, notes, owned=self._owned)
             for note in notes:
                 self.objects.note_displaced(str(self.root), note)
             evict.remove_stale_temps(self.root, [], older_than_s=STALE_TEMP_S)
