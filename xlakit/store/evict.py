@@ -32,7 +32,8 @@ from .layout import (
 )
 from .quarantine import quarantined_files, remove_quarantined
 
-__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "remove_stale_temps", "scan", "touch_used"]
+__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "removable", "remove_stale_temps", "scan",
+           "touch_used"]
 
 
 @dataclass
@@ -178,6 +179,22 @@ def remove_stale_temps(root: Path, partitions: list[str], older_than_s: float = 
             if st is not None and is_stale_temp(d.name, st, now, older_than_s):
                 removed += remove_file(root, part, d.name)
     return removed
+
+
+def removable(path: Path, secret: bytes) -> bool:
+    """Whether eviction and clear may remove this entry file: not when it is signed with another key (a folder
+    shared by users or teams with different secrets: their entries are theirs). An entry whose header
+    authenticates is this key's; a damaged or unreadable file at a store name in this tagged folder is one
+    readers refuse and quarantine anyway, so it may go too. One read of the 52+H-byte prefix."""
+    from .envelope import EntryError, ForeignKeyEntry, read_header_file
+
+    try:
+        read_header_file(path, secret)
+    except ForeignKeyEntry:
+        return False
+    except (EntryError, OSError):
+        return True
+    return True
 
 
 def clear_partition(root: Path, partition: str, notes: list[str] | None = None,

@@ -31,7 +31,6 @@ from .envelope import (
     FORMAT_VERSION,
     MAGIC,
     EntryError,
-    ForeignKeyEntry,
     key_id,
     open_envelope,
     read_header_file,
@@ -375,17 +374,11 @@ class LocalStore:
                               owned=self._owned)
 
     def _owned(self, path: Path) -> bool:
-        """Whether eviction and clear may remove this entry file: not when it is signed with another key (a
-        folder shared by users or teams with different secrets: their entries are theirs). An entry whose header
-        authenticates is this key's; a damaged or unreadable file at a store name in this tagged folder is
-        one readers refuse and quarantine anyway, so it may go too."""
         try:
-            read_header_file(path, self.secret)
-        except ForeignKeyEntry:
+            secret = self.secret
+        except OSError:  # no secret: another key's entries cannot be told apart, so nothing is removed
             return False
-        except (EntryError, OSError):
-            return True
-        return True
+        return evict.removable(path, secret)
 
     def prune(self, max_bytes: int) -> list[EntryInfo]:
         """Remove stale temps, then evict (quarantine first, then LRU entries) until total_bytes() <= max_bytes.
