@@ -134,3 +134,24 @@ def test_deadline_setting_is_checked():
     for bad in ("0", "-1", "soon", "nan", "inf"):
         with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_TIMEOUT_S"):
             remote_timeout_s(environ={"XLAKIT_CACHE_REMOTE_TIMEOUT_S": bad})
+
+
+def test_housekeeping_against_a_hung_bucket_is_a_clear_error_within_the_deadline(server, monkeypatch, capsys):
+    """Fault: ``xlakit cache ls|prune --remote`` against a bucket that never answers either hung or, once
+    bounded, said "the cache is locked by another process". It must end at the deadline, exit 2, and say the
+    remote did not answer."""
+    import json
+
+    from xlakit.cli import main
+
+    srv = server("hang")
+    monkeypatch.setenv("XLAKIT_CACHE_REMOTE_TIMEOUT_S", str(DEADLINE_S))
+    monkeypatch.setenv("XLAKIT_CACHE_REMOTE_OPTIONS", json.dumps(srv.options()))
+    monkeypatch.setenv("XLAKIT_CACHE_SECRET", SECRET.decode())
+    for argv in (["cache", "ls", "--remote", "s3://bkt/pre"], ["cache", "prune", "--remote", "s3://bkt/pre",
+                                                               "--max-bytes", "1"]):
+        t0 = time.perf_counter()
+        assert main(argv) == 2
+        assert time.perf_counter() - t0 <= DEADLINE_S + SLACK_S + 1.0  # s3fs builds its client on the first call
+        err = capsys.readouterr().err
+        assert "did not answer" in err and "locked" not in err

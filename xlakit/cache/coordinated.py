@@ -148,12 +148,19 @@ class CoordinatedCompiles:
             claim = self._claims.pop((partition, key), None)
         start = None if claim is None else claim[0]
         sync = getattr(self.store, "sync_uploads", None)
-        if sync is not None:
-            with sync():
-                decision = store()
-        else:
-            decision = store()
         coord = self._coordinator
+        try:
+            if sync is not None:
+                with sync():
+                    decision = store()
+            else:
+                decision = store()
+        except BaseException as e:  # Ctrl-C or a failure while storing: the waiters must not wait for nothing
+            try:
+                coord.publish(partition, key, f"failed:{type(e).__name__} while storing"[:1000])
+            except Exception:  # noqa: BLE001
+                pass
+            raise
         ok = getattr(decision, "kind", None) == "store"
         pointer = f"{partition}/{key}" if ok else f"failed:{getattr(decision, 'reason', None) or 'not stored'}"
         try:
