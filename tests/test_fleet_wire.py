@@ -413,3 +413,24 @@ def test_claimant_whose_compile_failed_neither_waits_on_itself_nor_holds_the_oth
     assert "compile failed or was interrupted" in wait.reason
     assert coord0.release_all("exit") == 1 and not coord0.claimed(PARTITION, key)
     s0.close(), s1.close()
+
+
+def test_claimant_interrupted_while_storing_tells_the_waiters(tmp_path):
+    """Fault: Ctrl-C (or any error) during the claimant's store-and-upload left no pointer: every waiter waited
+    the whole bound for a program that was never coming."""
+    from test_fleet_coordinate import FakeKV
+
+    url, kv, key = f"file://{tmp_path / 'bucket'}", FakeKV(), "jit_i-" + "f" * 64
+    s0, log0, path0, coord0 = _process(tmp_path, url, kv, 0)
+    load = lambda h, p: p  # noqa: E731
+    _, miss0 = path0.fetch(PARTITION, key, name="jit_i", load=load)
+    coord0.on_miss(PARTITION, key, "jit_i", load, None, miss0)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        coord0.publish(PARTITION, key, interrupted)
+    assert kv.data[f"xlakit/v1/done/{PARTITION}/{key}"].startswith("failed:KeyboardInterrupt")
+    assert not coord0.claimed(PARTITION, key)
+    s0.close()
