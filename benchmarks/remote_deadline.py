@@ -82,7 +82,8 @@ def flood(mode: str) -> tuple[int, int]:
     try:
         remote = RemoteStore("s3://bkt/pre", storage_options=srv.options())
         if mode == "forged":
-            remote.put(PART, _key(4), MAGIC + key_id(SECRET) + (16).to_bytes(4, "big") + bytes(size))
+            # planted on the server directly: the fake endpoint speaks no multipart upload
+            srv.objects[f"bkt/pre/v1/{PART}/{_key(4)}"] = MAGIC + key_id(SECRET) + (16).to_bytes(4, "big") + bytes(size)
         srv.sent = 0
         try:
             read_object(remote, PART, _key(4), 2 << 30, SECRET)

@@ -388,3 +388,30 @@ def test_prune_and_fix_delete_only_what_authenticates_as_ours(tmp_path):
     found = {(r.partition, r.key): r for r in rm.verify(store, _OURS, fix=True)}
     assert found[(_PART, "ours-2")].deleted and found[(_PART, "ours-2")].reason.startswith("unauthenticated")
     assert {o.key for o in store.list()} == {"ours-0", "ours-1", "junk", "copy"}
+
+
+def test_a_reader_reads_objects_with_long_headers_and_at_the_bounds_exactly():
+    """Header-first reads must not break genuine objects: one over 256 KiB whose header alone is over 256 KiB (a
+    module text near its cap) reads back whole; one at exactly max_bytes reads, one byte over is refused."""
+    import uuid
+
+    from xlakit.store import seal
+    from xlakit.store.remote import FIRST_READ_BYTES, read_object
+
+    store = RemoteStore(f"memory://long-headers-{uuid.uuid4().hex}")
+    long_header = seal({"key": "k1", "partition": _PART, "text": "t" * (FIRST_READ_BYTES + 5000)},
+                       os.urandom(50_000), _OURS)
+    assert store.put(_PART, "k1", long_header)
+    assert read_object(store, _PART, "k1", 1 << 30, _OURS) == long_header
+    exact = seal({"key": "k2", "partition": _PART}, os.urandom(FIRST_READ_BYTES * 2), _OURS)
+    assert store.put(_PART, "k2", exact)
+    assert read_object(store, _PART, "k2", len(exact), _OURS) == exact
+    with pytest.raises(ObjectRefused, match="over the"):
+        read_object(store, _PART, "k2", len(exact) - 1, _OURS)
+    small = _sealed("k3")
+    assert store.put(_PART, "k3", small)
+    assert read_object(store, _PART, "k3", len(small), _OURS) == small
+    with pytest.raises(ObjectRefused, match="over the"):
+        read_object(store, _PART, "k3", len(small) - 1, _OURS)
+    with pytest.raises(ObjectRefused, match="foreign"):  # a big object of another key: its header stops the read
+        read_object(store, _PART, "k2", 1 << 30, _THEIRS)
