@@ -27,7 +27,7 @@ from xlakit.store.remote import FIRST_READ_BYTES, RemoteStore, read_object, remo
 SECRET = b"deadline-test-secret-0123456789ab"
 PART = "cpu-deadline"
 DEADLINE_S = 1.0
-SLACK_S = 0.8  # thread start-up and the loop's cancellation on a 2-core machine
+SLACK_S = 1.5  # thread start-up and the loop's cancellation on a loaded 2-core machine
 
 
 def _key(i: int) -> str:

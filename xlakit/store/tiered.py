@@ -16,7 +16,8 @@ the local folder. What it adds:
 - **One deadline per remote operation:** a read (waiting for the client's set-up, every request and every body
   byte) and an upload (the same) each end within ``timeout_s`` seconds, in the caller's thread as in the
   uploader's. A missed deadline switches the remote off at once (a server that does not answer in
-  ``timeout_s`` is treated as dark), so a black-holed bucket costs a thread at most one ``timeout_s``, and
+  ``timeout_s`` is treated as dark), and so does a timeout of any layer below (botocore's own) or a failure
+  that took over half the deadline. So a black-holed bucket costs a thread at most one ``timeout_s``, and
   interpreter exit at most ``drain_timeout_s`` more.
 - **Trust:** ``verify(blob, partition, key) -> reason | None`` comes from the layer that knows the envelope
   (HMAC, key id, and that the header names this partition and key: a valid object copied under another key
@@ -122,6 +123,20 @@ def _with_deadline(call: Callable[[], _T], timeout_s: float | None) -> _T:
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def _timed_out(e: BaseException) -> bool:
+    """Whether ``e`` (or what caused it) is a timeout of any layer: Python's TimeoutError (asyncio, sockets,
+    aiohttp, the deadline) or a library's own timeout class (botocore's ``ReadTimeoutError`` and
+    ``ConnectTimeoutError`` derive from no TimeoutError, only from classes named ``...Timeout``)."""
+    seen: BaseException | None = e
+    for _ in range(6):
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or any("Timeout" in k.__name__ for k in type(seen).__mro__):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _describe(e: BaseException) -> str:
@@ -250,16 +265,17 @@ class TieredStore:
         with self._lock:
             self._failures = 0
 
-    def _failed(self, partition: str, key: str, e: BaseException) -> None:
+    def _failed(self, partition: str, key: str, e: BaseException, seconds: float = 0.0) -> None:
+        # A timeout at any layer, or a failure slower than half the deadline, is a dark server, not a hiccup:
+        # waiting on it again would cost another deadline.
+        dark = _timed_out(e) or (self.timeout_s is not None and seconds >= self.timeout_s / 2)
         with self._lock:
             self._failures += 1
-            # a missed deadline is a dark server, not a hiccup: waiting on it again would cost another deadline
-            trip = self._remote_on and (self._failures >= self.max_failures or isinstance(e, DeadlineExceeded))
+            trip = self._remote_on and (self._failures >= self.max_failures or dark)
             if trip:
                 self._remote_on = False
         if trip:
-            what = ("no answer within the deadline" if isinstance(e, DeadlineExceeded)
-                    else f"{self.max_failures} consecutive remote errors")
+            what = ("no answer within the deadline" if dark else f"{self.max_failures} consecutive remote errors")
             reason = (f"{what}, the last: {_describe(e)}; the remote {self.remote!r} is off for this process, "
                       "local caching continues")
             warnings.warn(reason, RemoteUnavailableWarning, stacklevel=3)
@@ -284,7 +300,7 @@ class TieredStore:
             return None
         except Exception as e:  # network, auth, a backend's own exception types: fail open
             self._emit("remote_error", partition, key, seconds=time.perf_counter() - start, reason=_describe(e))
-            self._failed(partition, key, e)
+            self._failed(partition, key, e, time.perf_counter() - start)
             return None
         seconds = time.perf_counter() - start
         self._succeeded()
@@ -399,7 +415,7 @@ class TieredStore:
         except Exception as e:
             self._emit("upload_error", partition, key, seconds=time.perf_counter() - start, nbytes=len(blob),
                        reason=_describe(e))
-            self._failed(partition, key, e)
+            self._failed(partition, key, e, time.perf_counter() - start)
             return
         self._succeeded()
         self._emit("upload", partition, key, seconds=time.perf_counter() - start, nbytes=len(blob), created=created)
