@@ -95,15 +95,23 @@ class FsspecBackend:
     # -- one deadline per call -------------------------------------------------------------------------
     def _run(self, coro):
         """Run ``coro`` on the filesystem's loop within ``timeout_s``; cancel it and raise DeadlineExceeded
-        after that."""
-        if self.timeout_s is None:
-            return asyncio.run_coroutine_threadsafe(coro, self.fs.loop).result()
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.timeout_s), self.fs.loop)
+        after that. A library's own error that is not an OSError (aiohttp's ``ClientPayloadError`` for a body
+        shorter than its ``Content-Length``, botocore's parse errors on garbage) becomes one, so callers see
+        one kind of medium error."""
         try:
-            return future.result(self.timeout_s + 1.0)
-        except (TimeoutError, concurrent.futures.TimeoutError):
-            future.cancel()
-            raise DeadlineExceeded(f"no complete answer from the remote store within {self.timeout_s:g} s") from None
+            if self.timeout_s is None:
+                return asyncio.run_coroutine_threadsafe(coro, self.fs.loop).result()
+            future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, self.timeout_s), self.fs.loop)
+            try:
+                return future.result(self.timeout_s + 1.0)
+            except (TimeoutError, concurrent.futures.TimeoutError):
+                future.cancel()
+                raise DeadlineExceeded(f"no complete answer from the remote store within {self.timeout_s:g} s") \
+                    from None
+        except OSError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the medium failed in a library's own words
+            raise OSError(f"{type(e).__name__}: {e}"[:300]) from e
 
     def _call(self, name: str, *args, **kwargs):
         if getattr(self.fs, "async_impl", False) and getattr(self.fs, "loop", None) is not None:
