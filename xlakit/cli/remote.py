@@ -119,7 +119,8 @@ def verify(args: argparse.Namespace) -> int:
     if bad:
         done = sum(r.deleted for r in bad)
         print(f"{len(bad)} of {len(found)} objects failed verification; " +
-              (f"{done} deleted" if args.fix else "readers refuse them; --fix deletes them (rw only)"))
+              (f"{done} deleted (only objects whose authenticated header names them are)" if args.fix
+               else "readers refuse them; --fix deletes those provably this key's (rw only)"))
         return 1
     print(f"{len(found) - len(skipped)} objects verified" + (f", {len(skipped)} skipped" if skipped else ""))
     return 0
