@@ -159,7 +159,7 @@ def test_views_import_no_private_module_of_another_package():
 
 
 #: Rendering leaves that import nothing from xlakit (checked below): the memory reprs may format with them.
-VIEW_LEAVES = ("xlakit.view.format", "xlakit.view.table", "xlakit.view.theme")
+VIEW_LEAVES = ("xlakit.view.format", "xlakit.view.table", "xlakit.view.theme", "xlakit.view.untrusted")
 
 
 def test_features_import_no_view_but_the_dependency_free_leaves():

@@ -3,6 +3,8 @@ process (VmHWM after a clear_refs reset) and in a fresh process that loads the s
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -94,3 +96,24 @@ def test_a_lowered_program_is_probed_with_zero_filled_arguments():
     r = probe(lowered)
     assert r.exact and r.xla_bytes == 4096 and r.xla_temp_bytes == 0, r  # the f32[1024] output
     assert abs(r.scratch_bytes - r.xla_bytes) <= r.tolerance_bytes == 2 * 2**20
+
+
+def test_output_printed_by_anything_else_in_the_probe_child_is_not_taken_for_its_result(tmp_path, monkeypatch):
+    """The isolated probe's result once was the child's last stdout line: a library printing at exit turned the
+    probe into a bare JSONDecodeError. The result now travels in a file of its own; a child that writes none
+    is a RuntimeError naming the protocol."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n"
+        "if any('_probe_child' in a for a in sys.orig_argv):\n"
+        "    print('hello from a library')\n"
+        "    atexit.register(lambda: print('bye from a library'))\n"
+        "    if os.environ.get('PROBE_CHILD_QUITS'):\n"
+        "        os._exit(0)\n")
+    monkeypatch.setenv("PYTHONPATH", f"{site}:{os.environ.get('PYTHONPATH', '')}")
+    f = jax.jit(lambda v: v * 2.0)
+    assert probe(f, jnp.ones(1024), isolate=True).peak_bytes > 0
+    monkeypatch.setenv("PROBE_CHILD_QUITS", "1")
+    with pytest.raises(RuntimeError, match="wrote no readable result.*_probe_child protocol"):
+        probe(f, jnp.ones(1024), isolate=True)

@@ -35,6 +35,7 @@ def _summary(log: Any, folder: str | None) -> str:
     from xlakit.view.format import fmt_seconds
     from xlakit.view.html import snapshot
     from xlakit.view.table import Column, Table
+    from xlakit.view.untrusted import html_text
 
     rows: list[dict[str, Any]] = []
     if log is not None:
@@ -44,7 +45,7 @@ def _summary(log: Any, folder: str | None) -> str:
                  {"what": "load time (hits)", "value": fmt_seconds(stats.load_s)},
                  {"what": "time saved by hits", "value": fmt_seconds(stats.saved_s)}]
     table = Table([Column("what", "from the event log"), Column("value", "")], rows).to_html() if rows else ""
-    where = f"<p class='xlakit-note'>cache folder: <code>{folder}</code></p>" if folder else ""
+    where = f"<p class='xlakit-note'>cache folder: <code>{html_text(folder)}</code></p>" if folder else ""
     return snapshot(f"xlakit report — {time.strftime('%Y-%m-%d %H:%M:%S')}", where + table)
 
 

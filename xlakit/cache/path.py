@@ -78,9 +78,15 @@ class CachePath:
                     self.store.remove(partition, key)
                 except Exception:  # noqa: BLE001
                     pass
-                return None, self._record("load_error", name, key, partition,
-                                          reason=f"could not load the entry: {_describe(exc)}; removed, compiling",
-                                          load_s=time.perf_counter() - start)
+                decision = self._record("load_error", name, key, partition,
+                                        reason=f"could not load the entry: {_describe(exc)}; removed, compiling",
+                                        load_s=time.perf_counter() - start)
+                self._warn_once("load", f"xlakit could not load the cached program {name or key} from "
+                                        f"{self.folder} (partition {partition}): {_describe(exc)}. The entry passed "
+                                        "its integrity and authenticity checks, so it was written by another XLA "
+                                        "build or is damaged; it was removed and the program compiled and stored "
+                                        "again. Each such entry is a 'load_error' event; this is the only warning.")
+                return None, decision
             load_s = time.perf_counter() - start
             compile_s = _number(header.get("compile_s"))
             memory = header.get("memory") if isinstance(header.get("memory"), dict) else None
@@ -96,11 +102,16 @@ class CachePath:
         if found.status in ("corrupt", "unauthenticated"):
             first = self._record("corrupt", name, key, partition, load_s=took,
                                  reason=f"{found.reason}; {found.disposition}")
+            self._warn_once("corrupt", f"xlakit refused a cache entry for {name or key} in {self.folder} "
+                                       f"(partition {partition}): {found.reason}; {found.disposition}. Nothing of it "
+                                       "reached XLA; the program is compiled and stored again. Each such entry is a "
+                                       "'corrupt' event; this is the only warning.")
         elif found.status == "error":
             first = self._record("load_error", name, key, partition, load_s=took, reason=found.reason)
             self._warn_once("read", f"xlakit could not read its cache at {self.folder}: {found.reason}. "
                                     "Programs still run; they are compiled instead.")
         if found.status == "absent":
+            self._tell_new_environment(partition)
             remote_reason = getattr(self.store, "remote_reason", None)  # a SharedStore: why the bucket's copy
             reason = (remote_reason(partition, key) if remote_reason is not None else None) \
                 or f"no entry for this key in partition {partition}"
@@ -189,6 +200,31 @@ class CachePath:
         byte_count = d.bytes if d.kind in ("hit", "store") else None
         self.log.emit(d.kind, name=d.name, key=d.key, partition=d.partition, reason=d.reason, bytes=byte_count,
                       source="xlakit", folder=d.folder, memory=memory, **fields)
+
+    def _tell_new_environment(self, partition: str) -> None:
+        """Warn once when the folder holds programs of other environments but none of this one: after a
+        jax/jaxlib upgrade every program is compiled anew, and the user should know why and how to drop the
+        old entries (pytorch/xla#7771 is that report for another cache)."""
+        topic = f"environment:{partition}"
+        if topic in self._warned:
+            return
+        self._warned.add(topic)
+        partitions = getattr(getattr(self.store, "objects", None), "partitions", None)
+        try:
+            names = partitions() if partitions is not None else []
+            own = self.store.root / partition
+            if not names or partition in names and any(own.glob("*.xlk")):
+                return
+        except Exception:  # noqa: BLE001 - a listing is advice; never fail a lookup for it
+            return
+        others = [n for n in names if n != partition]
+        if others:
+            self._warned.add("environment")
+            warnings.warn(f"xlakit's cache at {self.folder} holds programs for {len(others)} other environment(s) "
+                          f"({', '.join(others[:3])}{', …' if len(others) > 3 else ''}) but none for this one "
+                          f"({partition}): after a jax/jaxlib, device or XLA-flag change every program is compiled "
+                          "and stored anew. `xlakit cache clear --partition NAME` removes an old environment's "
+                          "entries.", RuntimeWarning, stacklevel=4)
 
     def _warn_once(self, topic: str, message: str) -> None:
         if topic not in self._warned:

@@ -29,11 +29,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from xlakit.cli import bundle as bundle_cmd
 from xlakit.cli import cache as cache_cmd
 from xlakit.cli import report as report_cli
 from xlakit.cli._common import PROG, CliError, Parser, emit_json, parse_size
+from xlakit.view.untrusted import TerminalStream
 
 # ``_emit_json`` is the old private name (tests and notes use it).
 _emit_json = emit_json
@@ -143,6 +145,17 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         args._help.print_help(sys.stderr)
         return 2
+    # Names from buckets, manifests and event logs are printed by many commands: every byte the CLI writes
+    # goes through one sanitiser, so none of them can carry a terminal control sequence.
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalStream(out), TerminalStream(err)  # type: ignore[assignment]
+    try:
+        return _run(func, args)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _run(func: Any, args: argparse.Namespace) -> int:
     try:
         return func(args)
     except CliError as e:

@@ -59,7 +59,8 @@ def run_demo(keep_cache: str | None = None, quick: bool = False) -> int:
 
     from xlakit.view.format import fmt_bytes  # the one byte formatter of tables, charts, CLI and report
 
-    console = Console()
+    # The demo's own styled output (ANSI colours) goes to the real stream, not the CLI's sanitising wrapper.
+    console = Console(file=getattr(sys.stdout, "wrapped", sys.stdout))
     if console.width < 130:  # the table has nine columns; fold less on narrow or piped terminals
         console.width = 130
     work = Path(tempfile.mkdtemp(prefix="xlakit-demo-"))

@@ -220,7 +220,7 @@ class EventLog:
     def _repr_html_(self, limit: int = 20) -> str:
         events = self.events()[-limit:]
         columns = ["kind", "name", "source", "duration_s", "saved_s", "bytes", "reason"]
-        head = "".join(f"<th>{c}</th>" for c in columns)
+        head = "".join(f"<th>{escape(c)}</th>" for c in columns)
         body = "".join("<tr>" + "".join(f"<td>{escape(_cell(getattr(e, c)))}</td>" for c in columns) + "</tr>"
                        for e in events)
         return (f"<p>{escape(repr(self))}; newest {len(events)} shown</p>"

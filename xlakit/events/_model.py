@@ -7,6 +7,8 @@ import time as _time
 from html import escape
 from typing import Any
 
+from xlakit.view.untrusted import terminal_text
+
 __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event"]
 
 #: Every ``Event.kind``, in the order tables and frames list them. See the table in :mod:`xlakit.events`.
@@ -121,7 +123,7 @@ class Event:
         if self.reason:
             reason = " ".join(self.reason.split())  # JAX's explanations span lines; a repr is one line
             parts.append(f"reason: {reason if len(reason) <= 80 else reason[:77] + '...'}")
-        return f"Event({', '.join(parts)})"
+        return terminal_text(f"Event({', '.join(parts)})")  # names and reasons come from logs and manifests
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(_cell(v))}</td></tr>"

@@ -1,9 +1,11 @@
 """Child process of an isolated probe: load a serialized executable, run it (a warm-up run, then the
-measured one), print the numbers.
+measured one), write the numbers.
 
-Usage: ``python -m xlakit.memory._probe_child JOB.pkl`` where the job is a pickle written by
+Usage: ``python -m xlakit.memory._probe_child JOB.pkl RESULT.json`` where the job is a pickle written by
 :func:`xlakit.memory.probe.probe` (this process trusts it: its parent wrote it to a private 0600 file). The
-last stdout line is one JSON object: :func:`xlakit.memory.probe.measure_runs`'s numbers.
+result is one JSON object (:func:`xlakit.memory.probe.measure_runs`'s numbers) written to ``RESULT.json``
+with an atomic rename, never to stdout: whatever else runs in this process (a ``sitecustomize``, an atexit
+hook, a library's message) may print, and none of it can be taken for the result.
 
 Nothing is compiled here: the executable is deserialized and loaded, so no compile-time scratch reaches the
 peak. The arguments are created here (numpy zeros of the recorded shapes and dtypes, placed with
@@ -14,11 +16,12 @@ is reset.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import sys
 
 
-def main(path: str) -> int:
+def main(path: str, result_path: str) -> int:
     with open(path, "rb") as fh:
         job = pickle.load(fh)  # noqa: S301 - written by our parent process, see module docstring
 
@@ -39,9 +42,12 @@ def main(path: str) -> int:
         return lambda: loaded(*args, **kwargs)
 
     result = measure_runs(make_run, [device], bool(job.get("warmup", True)))
-    print(json.dumps(result))
+    tmp = f"{result_path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as out:
+        json.dump(result, out)
+    os.replace(tmp, result_path)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], sys.argv[2]))

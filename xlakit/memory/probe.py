@@ -407,6 +407,28 @@ def _serialize_never_run(compiled: Any, lowered: Any) -> tuple[tuple, list[str]]
                          f"{exc}); use isolate=False") from exc
 
 
+def _child_result(proc: subprocess.CompletedProcess[str], result: Path) -> dict[str, Any]:
+    """The numbers the probe's child wrote to ``result`` (its protocol: one JSON object in that file, never
+    stdout, which anything in the child may print to).
+
+    Raises:
+      RuntimeError: the child failed or broke the protocol; the message has its exit status and output tails.
+    """
+    tails = (f"\n--- child stderr (last 2000 chars) ---\n{proc.stderr[-2000:]}"
+             f"\n--- child stdout (last 500 chars) ---\n{proc.stdout[-500:]}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"the isolated probe's child process failed (exit {proc.returncode}){tails}")
+    try:
+        m = json.loads(result.read_text())
+    except (OSError, ValueError) as exc:
+        raise RuntimeError("the isolated probe's child process exited 0 but wrote no readable result "
+                           f"(xlakit.memory._probe_child protocol: one JSON object in {result.name}; "
+                           f"{type(exc).__name__}: {exc}){tails}") from exc
+    if not isinstance(m, dict) or "peak" not in m:
+        raise RuntimeError(f"the isolated probe's child wrote an unexpected result {str(m)[:200]!r}{tails}")
+    return m
+
+
 def _probe_isolated(compiled: Any, lowered: Any, name: str | None, devices: list[Any], timeout_s: float,
                     warmup: bool) -> ProbeResult:
     import jax
@@ -433,14 +455,13 @@ def _probe_isolated(compiled: Any, lowered: Any, name: str | None, devices: list
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # our own bytes, readable by us only
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(job, fh)
+        result = Path(tmp) / "result.json"
         try:
-            proc = subprocess.run([sys.executable, "-m", "xlakit.memory._probe_child", str(path)],
+            proc = subprocess.run([sys.executable, "-m", "xlakit.memory._probe_child", str(path), str(result)],
                                   capture_output=True, text=True, env=env, timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"the isolated probe ran past {timeout_s} s") from exc
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"the isolated probe failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    m = json.loads(lines[-1])
+            raise RuntimeError(f"the isolated probe ran past {timeout_s} s (its child process was stopped); "
+                               "raise timeout_s or use isolate=False") from exc
+        m = _child_result(proc, result)
     notes.insert(0, "fresh process: executable loaded, not compiled; zero-filled args")
     return _result(m, "subprocess", name, notes, compiled)

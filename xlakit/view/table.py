@@ -14,6 +14,7 @@ from html import escape
 from typing import Any
 
 from xlakit.view.format import NOT_REPORTED, _missing, fmt_value
+from xlakit.view.untrusted import terminal_text
 
 __all__ = ["Column", "Table", "KINDS"]
 
@@ -84,7 +85,9 @@ class Table:
     def to_text(self) -> str:
         """Aligned plain text: numbers right-aligned, text left-aligned, a rule under the header."""
         cols = self.cols
-        grid = [[c.header for c in cols]] + [[self.cell_text(c, r) for c in cols] for r in self.shown]
+        # Cells hold names from manifests, buckets and logs: shown as text, never as terminal control sequences.
+        grid = [[terminal_text(c.header) for c in cols]] + [[terminal_text(self.cell_text(c, r)) for c in cols]
+                                                            for r in self.shown]
         widths = [max(len(line[i]) for line in grid) for i in range(len(cols))]
         right = [c.kind in ("bytes", "seconds", "count", "float") for c in cols]
 

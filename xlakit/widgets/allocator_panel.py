@@ -11,6 +11,7 @@ import traitlets
 
 from xlakit.view.allocator import bytes_span
 from xlakit.view.format import fmt_bytes
+from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View, Worker
 
@@ -42,7 +43,7 @@ class _Row:
     def __init__(self, index: int, device: Any, on_reset: Any) -> None:
         self.device = device
         self.cells = {k: widgets.HTML(layout=_cell_layout(k)) for k in _WIDTHS if k != "reset"}
-        self.cells["device"].value = f"<b>{device}</b>"
+        self.cells["device"].value = f"<b>{html_text(device)}</b>"
         self.cells["peak"].add_class("xlakit-peak")
         self.cells["peak"].add_class(f"xlakit-peak-{index}")
         self.cells["in_use"].add_class(f"xlakit-in-use-{index}")

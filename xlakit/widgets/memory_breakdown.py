@@ -8,6 +8,7 @@ import ipywidgets as widgets
 import traitlets
 
 from xlakit.view.programs import collect_programs
+from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View
 from xlakit.widgets._chart import Chart
@@ -150,7 +151,7 @@ class MemoryBreakdown(View, widgets.VBox):
             self.frame = _data.breakdown_frame(self._programs.memories, self.sort)
             self.chart.show(_figures.breakdown_figure(self.frame, self.unit))
             n = len(self.frame)
-            self.status.value = (f"<small>{n} program(s) from {self._programs.origin}; "
+            self.status.value = (f"<small>{n} program(s) from {html_text(self._programs.origin)}; "
                                  f"{'percent of each program total' if self.unit == 'percent' else 'bytes'}, "
                                  f"sorted by {self.sort}</small>")
 

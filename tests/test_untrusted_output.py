@@ -1,0 +1,161 @@
+"""Untrusted text is data, and failures are told once.
+
+Faults proven here:
+- a bundle manifest's name carrying terminal escape sequences reached the terminal raw through
+  ``xlakit bundle check`` (anyone who can write a bundle could retitle the window or clear the screen);
+- a cache folder's path holding markup was pasted raw into the HTML report and a widget's status line;
+- an authentic cache entry that XLA cannot deserialize (another XLA build wrote it, or it is damaged) was
+  recovered — removed, compiled, stored — without telling the user, although the README promises a warning;
+- a cache whose entries all belong to another environment (after a jaxlib upgrade) silently recompiled
+  everything on every first start.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from xlakit.view.untrusted import TerminalStream, html_text, terminal_text
+
+HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202eok\x9b"
+MARKUP = "<img src=x onerror=alert(1)>"
+
+
+def test_terminal_text_shows_every_control_character_as_an_escape():
+    assert terminal_text(HOSTILE) == "\\x1b]0;PWNED\\x07\\x1b[2J\\u202eok\\x9b"
+    assert terminal_text("a\nb\tc\rd") == "a\\x0ab\\x09c\\x0dd"  # a field stays one line
+    assert terminal_text("a\nb\tc\rd", one_line=False) == "a\nb\tc\\x0dd"  # a message keeps its lines
+    assert terminal_text("naïve µs → ok") == "naïve µs → ok"  # printable Unicode is untouched
+
+
+def test_the_terminal_stream_keeps_line_breaks_and_progress_returns_but_no_escape(capsys):
+    import sys
+
+    stream = TerminalStream(sys.stdout)
+    stream.write(f"bundle {HOSTILE}\n\r50%\n")
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and "\x9b" not in out
+    assert out == "bundle \\x1b]0;PWNED\\x07\\x1b[2J\\u202eok\\x9b\n\r50%\n"
+
+
+def test_html_text_escapes_markup_and_both_quotes():
+    assert html_text(MARKUP + "'\"&") == "&lt;img src=x onerror=alert(1)&gt;&#x27;&quot;&amp;"
+
+
+def _hostile_bundle(folder):
+    folder.mkdir()
+    manifest = {"format": "xlakit.bundle", "format_version": 2, "name": HOSTILE,
+                "inputs": [{"name": "x" + HOSTILE, "shape": ["batch", 3], "dtype": "float32"}],
+                "outputs": {"default": [{"name": "output", "shape": ["batch", 3], "dtype": "float32"}]},
+                "batch_sizes": [1], "variants": ["default"],
+                "weights": {"file": "weights.safetensors", "tensors": {}}, "platforms": ["cpu"],
+                "output_trees": {"default": {"leaf": 0}}, "rows_independent": {"default": True}, "polymorphic": {}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_bundle_check_prints_a_hostile_manifest_without_raw_control_characters(tmp_path, capsys):
+    from xlakit.cli import main
+
+    main(["bundle", "check", str(_hostile_bundle(tmp_path / "b"))])
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
+    assert "PWNED" in printed  # the name is shown, as data
+    assert "\x1b" not in printed and "\u202e" not in printed and "\x07" not in printed
+
+
+def test_a_folder_path_with_markup_is_escaped_in_the_report_and_the_memory_widget(tmp_path):
+    pytest.importorskip("ipywidgets")
+    import xlakit.report
+    from xlakit.cache.folder import CacheFolder
+    from xlakit.store import LocalStore
+    from xlakit.widgets import MemoryBreakdown
+
+    evil = tmp_path / f"c{MARKUP}"
+    evil.mkdir()
+    LocalStore(evil)
+    page = xlakit.report.build(cache=evil, allocator=False, live=False, include_plotlyjs=False)
+    assert MARKUP not in page and html_text(MARKUP) in page
+    status = MemoryBreakdown(CacheFolder(evil)).status.value
+    assert MARKUP not in status and html_text(MARKUP) in status
+
+
+def test_an_event_log_of_hostile_names_renders_as_text():
+    from xlakit.events import EventLog
+
+    log = EventLog()
+    log.emit("miss", name=MARKUP, reason=MARKUP)
+    page = log._repr_html_()
+    assert MARKUP not in page and page.count(html_text(MARKUP)) == 2
+
+
+def _reseal_truncated(folder):
+    """Re-seal every entry with the right secret but its executable cut short: authentic, unloadable."""
+    import xlakit
+
+    layer = xlakit.ExecutableCache(folder).store.layer
+    resealed = 0
+    for row in xlakit.ExecutableCache(folder).entries().to_dict("records"):
+        got = layer.get(row["partition"], row["key"])
+        header = {k: v for k, v in got.header.items()
+                  if k not in ("format_version", "key_id", "payload_sha256", "payload_bytes", "raw_bytes")}
+        layer.store.delete(row["partition"], row["key"])
+        resealed += layer.put(row["partition"], row["key"], header, bytes(got.payload)[: len(got.payload) // 2]).stored
+    return resealed
+
+
+def test_an_authentic_entry_xla_cannot_load_is_replaced_with_one_warning(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    import xlakit
+
+    def told_once(x):
+        return jnp.tanh(x) * 3.0
+
+    x = jnp.arange(4.0)
+    folder = tmp_path / "cache"
+    _, first = xlakit.ExecutableCache(folder).compile(jax.jit(told_once), x)
+    assert first.kind == "store" and _reseal_truncated(folder) == 1
+
+    cache = xlakit.ExecutableCache(folder)
+    with warnings.catch_warnings(record=True) as seen, xlakit.events.record() as log:
+        warnings.simplefilter("always")
+        compiled, second = cache.compile(jax.jit(told_once), x)
+        _, again = xlakit.ExecutableCache(folder).compile(jax.jit(told_once), x)  # the replacement loads
+    assert second.kind == "store" and again.kind == "hit"
+    kinds = [e.kind for e in log.events() if e.name == "jit_told_once" and e.source == "xlakit"]
+    assert kinds[:1] == ["load_error"] and "store" in kinds
+    messages = [str(w.message) for w in seen if "could not load the cached program" in str(w.message)]
+    assert len(messages) == 1 and "jit_told_once" in messages[0]
+    assert jnp.allclose(compiled(x), told_once(x))
+
+
+def test_a_cache_holding_only_other_environments_says_why_everything_compiles(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    import xlakit
+
+    folder = tmp_path / "cache"
+    cache = xlakit.ExecutableCache(folder)
+    old = folder / "cpu-jaxlib0.0.1-x86_64-avx2-00000000"  # what an older jaxlib left behind
+    old.mkdir(mode=0o700, parents=True)
+    (old / "jit_f-0123.xlk").write_bytes(b"an entry of another environment")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cache.compile(jax.jit(lambda v: v + 1), jnp.ones(2))
+        cache.compile(jax.jit(lambda v: v * 2), jnp.ones(2))
+    told = [str(w.message) for w in seen if "other environment" in str(w.message)]
+    assert len(told) == 1 and old.name in told[0] and "cache clear --partition" in told[0]
+
+
+def test_reprs_and_text_tables_show_control_characters_as_escapes():
+    from xlakit.events import Event
+    from xlakit.view.table import Column, Table
+
+    assert "\x1b" not in repr(Event("miss", name=HOSTILE, reason=HOSTILE))
+    text = Table([Column("name", "name")], [{"name": HOSTILE}]).to_text()
+    assert "\x1b" not in text and "PWNED" in text

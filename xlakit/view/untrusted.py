@@ -1,0 +1,71 @@
+"""Untrusted text is data: one sanitiser for the terminal and one escape for HTML, used by every printer.
+
+Names and reasons reach xlakit's output from places anyone with write access controls: a bucket's object
+names, a bundle's ``manifest.json``, an event log file, a cache folder's path, an exception message. On a
+terminal a raw ESC starts a control sequence (retitle the window, clear the screen, fake a line); in HTML a
+raw ``<`` starts markup. So:
+
+- :func:`terminal_text` makes a value safe to print: every C0/C1 control character, DEL, and the Unicode
+  bidirectional overrides (which reorder what a reader sees, CVE-2021-42574) become visible escapes
+  (``\\x1b``, ``\\u202e``). ``one_line=True`` (the default, for a field inside a line) escapes newlines,
+  carriage returns and tabs too; ``one_line=False`` (a whole message) keeps ``\\n`` and ``\\t``.
+- :class:`TerminalStream` wraps ``sys.stdout``/``sys.stderr`` for the CLI, so that nothing it prints can
+  carry a control sequence, whichever print statement the text went through. It keeps ``\\n``, ``\\t`` and
+  ``\\r`` (progress bars redraw a line with it).
+- :func:`html_text` is ``html.escape(str(value), quote=True)``: safe inside an element and inside a quoted
+  attribute.
+
+A leaf: imports nothing from xlakit, so every layer's printers and renderers may use it.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any, TextIO
+
+__all__ = ["terminal_text", "html_text", "TerminalStream"]
+
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_FIELD = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+_MESSAGE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+_STREAM = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f{_BIDI}]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_text(value: Any, *, one_line: bool = True) -> str:
+    """``str(value)`` with control characters shown as escapes (see the module docstring)."""
+    return (_FIELD if one_line else _MESSAGE).sub(_escape, str(value))
+
+
+def html_text(value: Any) -> str:
+    """``str(value)`` escaped for HTML text and quoted attribute values (``&``, ``<``, ``>``, ``"``, ``'``)."""
+    return html.escape(str(value), quote=True)
+
+
+class TerminalStream:
+    """A text stream that writes through to ``stream`` with control characters escaped (``\\n``, ``\\t``,
+    ``\\r`` kept). Every other attribute (``fileno``, ``isatty``, ``encoding``, ``buffer``) is the wrapped
+    stream's, so a ``--json`` writer or a progress bar behaves as before."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    @property
+    def wrapped(self) -> TextIO:
+        return self._stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_STREAM.sub(_escape, text))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
