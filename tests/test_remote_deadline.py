@@ -155,3 +155,17 @@ def test_housekeeping_against_a_hung_bucket_is_a_clear_error_within_the_deadline
         assert time.perf_counter() - t0 <= DEADLINE_S + SLACK_S + 1.0  # s3fs builds its client on the first call
         err = capsys.readouterr().err
         assert "did not answer" in err and "locked" not in err
+
+
+def test_verify_reads_junk_no_further_than_its_header(server):
+    """Fault: ``verify --remote`` read every object whole, up to the 2 GiB bound: a bucket writer's junk made
+    it pull gigabytes. An object whose header does not authenticate is judged from its first 64 KiB."""
+    from xlakit.cache import remote_maintenance as rm
+
+    srv = server("ok")
+    remote = RemoteStore("s3://bkt/pre", storage_options=srv.options(), timeout_s=5)
+    srv.objects[f"bkt/pre/v1/{PART}/{_key(7)}"] = MAGIC + key_id(SECRET) + (16).to_bytes(4, "big") + bytes(8 << 20)
+    srv.sent = 0
+    [report] = rm.verify(remote, SECRET, fix=True)
+    assert report.reason.startswith("unauthenticated: header") and not report.deleted
+    assert srv.sent <= rm.HEAD_BYTES + 4096, srv.sent

@@ -121,9 +121,10 @@ def authenticate(blob_or_head: bytes | None, partition: str, key: str, size_byte
     return None
 
 
-def _head(remote, o) -> bytes | None:
+def _head(remote, o, quiet: bool = True) -> bytes | None:
     """The object's prefix and header: one ranged read of HEAD_BYTES, a second of exactly 52+H bytes when the
-    header is longer (H is at most MAX_HEADER_BYTES). None when absent or unreadable."""
+    header is longer (H is at most MAX_HEADER_BYTES). None when absent (or, ``quiet``, unreadable; else the
+    OSError or ObjectRefused is raised)."""
     from xlakit.store.base import ObjectRefused
     from xlakit.store.envelope import MAX_HEADER_BYTES, PREFIX_BYTES
 
@@ -135,6 +136,8 @@ def _head(remote, o) -> bytes | None:
                 head = remote.peek(o.partition, o.key, need)
         return head
     except (OSError, ObjectRefused):
+        if not quiet:
+            raise
         return None
 
 
@@ -187,13 +190,19 @@ def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partit
     for o in listing(remote, partition, scan):
         blob, reason = None, None  # type: bytes | None, str | None
         try:
-            blob = remote.get(o.partition, o.key, limit)
-            if blob is None:
-                reason = "absent: deleted while verifying"
-            elif not _is_envelope(blob):
-                reason = NOT_XLAKIT
+            # The header first (one ranged read): an object whose header does not authenticate is never read
+            # whole, so junk in the bucket costs verify 64 KiB, not its size.
+            first = authenticate(_head(remote, o, quiet=False), o.partition, o.key, None, secret)
+            if first is not None and not first.startswith("misplaced:"):
+                reason = NOT_XLAKIT if first == NOT_XLAKIT else first
             else:
-                reason = verify_object(blob, o.partition, o.key, secret)
+                blob = remote.get(o.partition, o.key, min(limit, o.size_bytes) if o.size_bytes > 0 else limit)
+                if blob is None:
+                    reason = "absent: deleted while verifying"
+                elif not _is_envelope(blob):
+                    reason = NOT_XLAKIT
+                else:
+                    reason = verify_object(blob, o.partition, o.key, secret)
         except ObjectRefused as e:
             reason = f"corrupt: {e.reason}"
         except OSError as e:
