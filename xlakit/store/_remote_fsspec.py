@@ -18,6 +18,7 @@ import asyncio
 import concurrent.futures
 import errno
 import threading
+import weakref
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -76,6 +77,31 @@ async def _s3_range(fs, path: str, start: int, end: int) -> bytes:
         body.close()  # unread bytes are dropped with the connection, never read
 
 
+_QUIETED: weakref.WeakSet = weakref.WeakSet()
+
+
+def _quiet_cancelled_writes(loop) -> None:
+    """After a deadline cancels a request, aiohttp's body-writer task fails on the closed connection and, never
+    awaited, is logged as "Task exception was never retrieved" with a traceback, later, in the user's stderr.
+    Drop exactly that report on this loop (fsspec's I/O loop); every other one goes to the handler before."""
+    if loop in _QUIETED:
+        return
+    previous = loop.get_exception_handler()
+
+    def handler(lp, context) -> None:
+        exc = context.get("exception")
+        if ("never retrieved" in str(context.get("message", "")) and exc is not None
+                and type(exc).__name__ in ("ClientConnectionResetError", "ClientOSError")):
+            return
+        if previous is not None:
+            previous(lp, context)
+        else:
+            lp.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    _QUIETED.add(loop)
+
+
 class FsspecBackend:
     """Any fsspec filesystem whose ``pipe_file`` takes ``mode="create"`` (s3fs, gcsfs, memory).
 
@@ -105,6 +131,7 @@ class FsspecBackend:
             try:
                 return future.result(self.timeout_s + 1.0)
             except (TimeoutError, concurrent.futures.TimeoutError):
+                _quiet_cancelled_writes(self.fs.loop)
                 future.cancel()
                 raise DeadlineExceeded(f"no complete answer from the remote store within {self.timeout_s:g} s") \
                     from None

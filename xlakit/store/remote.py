@@ -21,7 +21,10 @@ Contract details (see :mod:`xlakit.store.base`): ``get`` is one ranged GET of at
 ``False`` when the object already exists, whatever the backend calls that: ``FileExistsError`` (AWS through
 s3fs, GCS through gcsfs, fsspec memory) or ``OSError(EINVAL)`` (SeaweedFS answers a failed ``If-None-Match``
 with 412 and no ``Condition`` field, which s3fs maps to errno 22; confirmed with one HEAD before it is
-taken as "exists"). Partition and key names are restricted to ``[A-Za-z0-9_.=-]`` (no ``.``/``..``, at
+taken as "exists"). Every S3/GCS request runs under one deadline (``timeout_s``, default
+``$XLAKIT_CACHE_REMOTE_TIMEOUT_S`` or 30 s: connect, retries and whole body) and an S3 body is never read past
+its range (:mod:`xlakit.store._remote_fsspec`); :func:`read_object` proves a header before asking for more than
+256 KiB. Partition and key names are restricted to ``[A-Za-z0-9_.=-]`` (no ``.``/``..``, at
 most 255 characters) so an object name can never leave the prefix.
 """
 
