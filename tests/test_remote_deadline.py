@@ -101,7 +101,7 @@ def test_a_server_that_ignores_range_cannot_stream_more_than_asked(server):
     the reader, whatever the cap. The reader stops at the range: what the server managed to send is what the
     kernel's socket buffers took, a few MB, and the object is refused."""
     srv = server("ignore_range", flood=64 << 20)
-    remote = RemoteStore("s3://bkt/pre", storage_options=srv.options(), timeout_s=5)
+    remote = RemoteStore("s3://bkt/pre", storage_options=srv.options(), timeout_s=30)  # bytes measured, not time
     with pytest.raises(ObjectRefused, match="magic"):
         read_object(remote, PART, _key(4), 2 << 30, SECRET)
     time.sleep(0.3)
@@ -114,7 +114,7 @@ def test_a_forged_object_costs_a_reader_its_first_read_only(server):
     reader pull 2 GiB. A reader now proves the header (key id, header MAC, this partition and key) from the
     first 256 KiB before asking for more, and asks for exactly the length the authenticated header gives."""
     srv = server("ok")
-    remote = RemoteStore("s3://bkt/pre", storage_options=srv.options(), timeout_s=5)
+    remote = RemoteStore("s3://bkt/pre", storage_options=srv.options(), timeout_s=30)  # bytes measured, not time
     forged = MAGIC + key_id(SECRET) + (16).to_bytes(4, "big") + os.urandom(8 << 20)  # our public key id, 8 MB
     assert remote.put(PART, _key(5), forged)
     genuine = seal({"key": _key(6), "partition": PART, "name": "f"}, os.urandom(1 << 20), SECRET)
@@ -163,7 +163,7 @@ def test_verify_reads_junk_no_further_than_its_header(server):
     from xlakit.cache import remote_maintenance as rm
 
     srv = server("ok")
-    remote = RemoteStore("s3://bkt/pre", storage_options=srv.options(), timeout_s=5)
+    remote = RemoteStore("s3://bkt/pre", storage_options=srv.options(), timeout_s=30)  # bytes measured, not time
     srv.objects[f"bkt/pre/v1/{PART}/{_key(7)}"] = MAGIC + key_id(SECRET) + (16).to_bytes(4, "big") + bytes(8 << 20)
     srv.sent = 0
     [report] = rm.verify(remote, SECRET, fix=True)
