@@ -17,6 +17,7 @@ every public operation (get, entries, verify, prune, clear, put, touch, remove, 
   sentinel's mtimes are hashed); killed writers' root-level temps are gone after prune/verify/clear.
 
 Run: ``python benchmarks/fuzz_store.py [--cases 10000] [--seed 0]``; prints the count and any findings.
+``--ops 10000`` fuzzes the remote tier against a hostile object store instead (:mod:`fuzz_remote`).
 ``tests/test_fuzz_store.py`` drives the same :func:`run_case` from hypothesis.
 """
 
@@ -390,7 +391,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ops", type=int, default=None,
+                        help="instead: N operations against a hostile object store (benchmarks/fuzz_remote.py)")
+    parser.add_argument("--deadline", type=float, default=1.0, help="with --ops: seconds per remote operation")
     args = parser.parse_args()
+    if args.ops is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import fuzz_remote
+
+        return fuzz_remote.main(["--ops", str(args.ops), "--seed", str(args.seed), "--deadline", str(args.deadline)])
     os.environ["XLAKIT_CACHE_SECRET"] = SECRET.decode()  # the CLI reads the same key as the cases
     rng = random.Random(args.seed)
     findings: dict[str, int] = {}

@@ -224,9 +224,18 @@ def test_clear_one_partition(cache, capsys):
     code, data = run_json(capsys, "cache", "clear", "--path", str(cache.root), "--partition", PA, "--yes")
     assert code == 0 and data["removed"] == 2
     assert [i.key for i in cache.entries()] == ["key-b1"]
-    code, out, _ = run(capsys, "cache", "clear", "--path", str(cache.root))  # stdin is not a TTY: no prompt
+    code, out, _ = run(capsys, "cache", "clear", "--path", str(cache.root), "--yes")
     assert code == 0 and "Removed 1 entries" in out
     assert cache.entries() == []
+
+
+def test_clear_refuses_without_yes_when_stdin_is_a_pipe(cache, capsys, monkeypatch):
+    # a script piping "n" (or anything) must not be taken as consent: nothing is asked, nothing removed
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    code, out, err = run(capsys, "cache", "clear", "--path", str(cache.root))
+    assert code == 2 and out == ""
+    assert "--yes" in err and "nothing removed" in err
+    assert len(cache.entries()) == 3
 
 
 class _FakeTTY(io.StringIO):

@@ -176,3 +176,18 @@ def test_claimant_that_uploaded_but_never_published_is_found_in_the_store():
     assert coord.run("p", "k", fetch=lambda: shared.get("k"), produce=lambda: pytest.fail("compiled")) == b"exe"
     assert time.monotonic() - t0 < 2
     assert [(e.kind, e.pointer, e.owner) for e in events] == [("wait", None, 3)]
+
+
+def test_a_process_never_waits_on_its_own_claim():
+    """Fault: a claim left by this process (its earlier compile raised) made it wait ``wait_s`` on itself."""
+    import time
+
+    from xlakit._jax.coordinate import Coordinator
+
+    kv = FakeKV()
+    coord = Coordinator(kv, 3, wait_s=20, poll_s=0.05)
+    assert coord.claim("p", "k") == (True, 3)
+    start = time.perf_counter()
+    assert coord.run("p", "k", fetch=lambda: None, produce=lambda: "compiled") == "compiled"
+    assert time.perf_counter() - start < 2
+    assert kv.data["xlakit/v1/done/p/k"] == "p/k"

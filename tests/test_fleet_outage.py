@@ -67,12 +67,13 @@ def test_server_killed_then_restarted(s3_server):  # noqa: F811
 
 
 def test_hung_server_costs_a_bounded_wait(s3_server):  # noqa: F811
-    """A server that accepts connections and never answers (SIGSTOP): each read gives up after
-    read_timeout_s, two such reads switch the remote off, and later reads are local-only at once."""
+    """A server that accepts connections and never answers (SIGSTOP): the first read gives up after timeout_s,
+    which switches the remote off at once (a missed deadline is a dark server), and later reads are
+    local-only at once."""
     url, opts = s3_server.url(f"hung-{uuid.uuid4().hex[:8]}"), s3_server.storage_options()
     events = Recorder()
-    tier = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts), on_event=events, max_failures=2,
-                       read_timeout_s=1.0)
+    tier = TieredStore(MemoryStore(), RemoteStore(url, storage_options=opts, timeout_s=1.0), on_event=events,
+                       max_failures=2, timeout_s=1.0)
     assert tier.get("p", "warm-up", MB) is None  # connection set up while the server answers
     s3_server.pause()
     try:
@@ -83,8 +84,8 @@ def test_hung_server_costs_a_bounded_wait(s3_server):  # noqa: F811
             elapsed = time.monotonic() - t0
     finally:
         s3_server.resume()
-    assert 2.0 <= elapsed < 6.0, elapsed
-    assert events.kinds() == ["remote_miss", "remote_error", "remote_error", "remote_off"]
-    assert "within 1.0 s" in events.events[1].reason
+    assert 1.0 <= elapsed < 3.0, elapsed
+    assert events.kinds() == ["remote_miss", "remote_error", "remote_off"]
+    assert "within 1" in events.events[1].reason
     assert [w.category for w in caught] == [RemoteUnavailableWarning]
     tier.close(timeout_s=0)

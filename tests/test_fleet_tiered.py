@@ -186,7 +186,7 @@ def test_success_resets_the_failure_count():
         def get(self, partition, key, max_bytes):
             self.n += 1
             if self.n % 2:
-                raise TimeoutError("slow network")
+                raise ConnectionError("connection reset")  # a quick failure: the remote may recover
             return None
 
     tier = TieredStore(MemoryStore(), Flaky(), max_failures=2)

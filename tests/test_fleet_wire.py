@@ -380,3 +380,57 @@ def test_load_bundle_shares_modules_through_the_remote(tmp_path):
     assert [r.status for r in b.reports] == ["hit"] and len(log_b.events("remote_hit")) == 1
     assert np.array_equal(np.asarray(a(xs(1))), np.asarray(b(xs(1))))
     b._context.store.close()
+
+
+def test_claimant_whose_compile_failed_neither_waits_on_itself_nor_holds_the_others(tmp_path):
+    """Fault: a compile that raises after the claim (a failed compile, Ctrl-C) never reaches the write hook, so the
+    claim stayed held: the same process's next lookup found its own claim and waited the whole bound on itself,
+    and every other process waited too. The retry must compile at once, and the waiters be told at once."""
+    import threading
+    import time
+
+    from test_fleet_coordinate import FakeKV
+
+    url, kv, key = f"file://{tmp_path / 'bucket'}", FakeKV(), "jit_h-" + "e" * 64
+    s0, log0, path0, coord0 = _process(tmp_path, url, kv, 0)
+    s1, log1, path1, coord1 = _process(tmp_path, url, kv, 1)
+    load = lambda h, p: p  # noqa: E731
+    _, miss0 = path0.fetch(PARTITION, key, name="jit_h", load=load)
+    assert coord0.on_miss(PARTITION, key, "jit_h", load, None, miss0) == (None, miss0)  # claimed; compile raises
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("r", coord1.on_miss(PARTITION, key, "jit_h", load, None,
+                                                                           miss0)))
+    start = time.perf_counter()
+    t.start()
+    time.sleep(0.2)
+    retry = coord0.on_miss(PARTITION, key, "jit_h", load, None, miss0)  # the user calls the function again
+    retry_s = time.perf_counter() - start
+    t.join(30)
+    assert retry == (None, miss0) and retry_s < 2  # compiles now, not after the 20 s bound
+    assert coord0.claimed(PARTITION, key)  # and owes the others the entry (or a give_up) again
+    assert got["r"] == (None, miss0) and time.perf_counter() - start < 5
+    [wait] = log1.events("wait")
+    assert "compile failed or was interrupted" in wait.reason
+    assert coord0.release_all("exit") == 1 and not coord0.claimed(PARTITION, key)
+    s0.close(), s1.close()
+
+
+def test_claimant_interrupted_while_storing_tells_the_waiters(tmp_path):
+    """Fault: Ctrl-C (or any error) during the claimant's store-and-upload left no pointer: every waiter waited
+    the whole bound for a program that was never coming."""
+    from test_fleet_coordinate import FakeKV
+
+    url, kv, key = f"file://{tmp_path / 'bucket'}", FakeKV(), "jit_i-" + "f" * 64
+    s0, log0, path0, coord0 = _process(tmp_path, url, kv, 0)
+    load = lambda h, p: p  # noqa: E731
+    _, miss0 = path0.fetch(PARTITION, key, name="jit_i", load=load)
+    coord0.on_miss(PARTITION, key, "jit_i", load, None, miss0)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        coord0.publish(PARTITION, key, interrupted)
+    assert kv.data[f"xlakit/v1/done/{PARTITION}/{key}"].startswith("failed:KeyboardInterrupt")
+    assert not coord0.claimed(PARTITION, key)
+    s0.close()

@@ -76,3 +76,31 @@ def test_the_fuzzer_sees_a_reintroduced_fault(workspace, monkeypatch):
     for seed in range(20):
         findings += fuzz.run_case(fuzz.Case(kind="link_quarantine", ops_seed=seed), template, workdir).findings
     assert "a file outside the cache folder changed" in findings
+
+
+def _remote_fuzzer():
+    pytest.importorskip("s3fs")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import fuzz_remote
+
+    return fuzz_remote
+
+
+def test_hostile_object_store_never_hangs_a_reader_and_is_never_trusted():
+    """A server that hangs, drips, ignores Range, lies about lengths, answers garbage or another object's bytes,
+    holding forged, damaged, foreign and renamed objects: no read or upload outlives its deadline, no read returns
+    anything but the genuine object of its key, no housekeeping deletes what is not provably ours
+    (benchmarks/fuzz_store.py --ops 10000 runs the same harness 10,000 times)."""
+    fz = _remote_fuzzer()
+    report = fz.run(200, seed=7, deadline_s=0.5, slack_s=1.0)
+    assert report.findings == []
+    assert (report.over_bound, report.trusted_wrong, report.wrongly_deleted) == (0, 0, 0)
+    assert report.operations == 200 and report.served > 10  # the honest reads do get served
+
+
+def test_the_remote_fuzzer_sees_a_reintroduced_fault(monkeypatch):
+    """The harness is not blind: a verifier that accepts every blob is caught serving wrong objects."""
+    fz = _remote_fuzzer()
+    monkeypatch.setattr(fz, "verify_object", lambda blob, partition, key, secret: None)
+    report = fz.run(30, seed=3, deadline_s=0.5, slack_s=1.0)
+    assert report.trusted_wrong > 0

@@ -486,3 +486,25 @@ def test_concurrent_processes(tmp_path, cap):
         assert store.total_bytes() <= cap
     else:
         assert len(checked) == 20
+
+
+def test_eviction_and_clear_never_remove_another_keys_entries(tmp_path):
+    """Fault: in a folder shared by two users with different secrets, one user's byte cap evicted (and its
+    ``cache clear`` deleted) the other's entries, on nothing but their names. Another key's entries are not
+    this key's to remove, nor to count against its cap."""
+    other = LocalStore(tmp_path / "cache", secret=b"another-users-secret-32-bytes!!!")
+    for i in range(3):
+        other.put(PART, f"theirs{i}", {}, os.urandom(10_000))
+    time.sleep(0.01)
+    store = LocalStore(tmp_path / "cache", max_bytes=35_000, secret=SECRET)
+    for i in range(6):
+        assert store.put(PART, f"ours{i}", {}, os.urandom(10_000)).stored
+        time.sleep(0.003)
+    names = {p.name for p in (store.root / PART).glob("*.xlk")}
+    assert {f"theirs{i}.xlk" for i in range(3)} <= names  # the oldest, yet never evicted
+    ours = sorted(n for n in names if n.startswith("ours"))
+    assert "ours5.xlk" in ours and "ours0.xlk" not in ours  # the cap still evicts our own oldest
+    assert store.clear() == len(ours)
+    left = {p.name for p in (store.root / PART).iterdir() if p.name.endswith(".xlk")}
+    assert left == {f"theirs{i}.xlk" for i in range(3)}
+    assert other.get(PART, "theirs0").status == "hit"

@@ -289,9 +289,10 @@ def test_user_files_and_other_teams_objects_are_left_alone(tmp_path):
     assert sorted(os.listdir(v1 / _PART)) == ["model.ckpt", "odd name;x"]
 
 
-def test_verify_lists_and_fixes_links_fifos_and_folders_at_object_names(tmp_path):
+def test_verify_lists_links_fifos_and_folders_at_object_names_and_fix_leaves_them(tmp_path):
     """Fault: a symlink to /dev/zero, a FIFO or a folder at an object name (refused by every reader) was
-    invisible to verify and --fix could not remove it; the link's target must survive."""
+    invisible to verify. They must be listed; and since xlakit never writes one, --fix must not delete them
+    (nothing is deleted that is not provably xlakit's)."""
     from xlakit.cache import remote_maintenance as rm
 
     store = RemoteStore(f"file://{tmp_path}/bucket")
@@ -307,13 +308,14 @@ def test_verify_lists_and_fixes_links_fifos_and_folders_at_object_names(tmp_path
     bad = {r.key: r for r in rm.verify(store, _OURS) if r.reason}
     assert set(bad) == {"link", "fifo", "emptydir", "fulldir"} and "a symlink" in bad["link"].reason
     fixed = {r.key: r for r in rm.verify(store, _OURS, fix=True) if r.reason}
-    assert all(fixed[k].deleted for k in ("link", "fifo", "emptydir"))
-    assert not fixed["fulldir"].deleted and "left in place" in fixed["fulldir"].reason
-    assert sorted(os.listdir(folder)) == ["fulldir", "good"] and target.exists()
+    assert not any(r.deleted for r in fixed.values()) and "left in place" in fixed["fifo"].reason
+    assert sorted(os.listdir(folder)) == ["emptydir", "fifo", "fulldir", "good", "link"] and target.exists()
 
 
 def test_prune_removes_dead_upload_temps_and_stats_counts_them(tmp_path, capsys):
-    """Fault: a writer killed mid-upload left v1/<part>/.tmp-<uuid> forever, unseen by stats and prune."""
+    """Fault: a writer killed mid-upload left v1/<part>/.tmp-<uuid> forever, unseen by stats and prune. Only
+    names exactly like the writer's (``.tmp-<unix s>-<pid>-<uuid hex>``) are removed: a user's old
+    ``.tmp-dead-writer`` is not provably a leftover and survives."""
     from xlakit.cache import remote_maintenance as rm
     from xlakit.cli import main
 
@@ -324,14 +326,17 @@ def test_prune_removes_dead_upload_temps_and_stats_counts_them(tmp_path, capsys)
     old.write_bytes(b"partial")
     t = time.time() - 7200
     os.utime(old, (t, t))
-    (folder / f".tmp-{int(time.time()) - 7200}-1-abc").write_bytes(b"partial")  # its name says it is old
-    fresh = f".tmp-{int(time.time())}-1-def"
+    (folder / f".tmp-{int(time.time()) - 7200}-1-{'a' * 32}").write_bytes(b"partial")  # its name says it is old
+    dead = folder / f".tmp-{int(time.time())}-2-{'b' * 32}"
+    dead.write_bytes(b"partial")
+    os.utime(dead, (t, t))
+    fresh = f".tmp-{int(time.time())}-1-{'d' * 32}"
     (folder / fresh).write_bytes(b"in flight")
     assert main(["cache", "stats", "--remote", f"file://{tmp_path}/bucket", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["temps"] == 3
+    assert json.loads(capsys.readouterr().out)["temps"] == 4
     result = rm.prune(store, _OURS, older_than_s=86400)
     assert (result.temps_removed, result.temps_left) == (2, 1) and result.deleted == []
-    assert sorted(os.listdir(folder)) == [fresh, "good"]
+    assert sorted(os.listdir(folder)) == sorted([".tmp-dead-writer", fresh, "good"])
 
 
 @pytest.mark.parametrize("where", ["bucket", "v1"])
@@ -347,3 +352,66 @@ def test_a_prefix_or_v1_that_is_a_file_exits_2(tmp_path, capsys, where):
     for cmd in (["ls"], ["stats"], ["verify"], ["prune", "--older-than", "0d"]):
         assert main(["cache", *cmd, "--remote", f"file://{tmp_path}/bucket"]) == 2
         assert "not a folder" in capsys.readouterr().err
+
+
+def test_prune_and_fix_delete_only_what_authenticates_as_ours(tmp_path):
+    """Fault: prune took the public key id in bytes 8:16 as proof of ownership. A put-only writer's junk carrying
+    it (or copies of our valid objects under new names, which inflate "our" bytes) made ``prune --max-bytes``
+    delete every valid object, and ``verify --fix`` deleted the junk as if it were ours. Ownership must be the
+    header MAC with our secret, naming the object, with the listed length."""
+    from xlakit.cache import remote_maintenance as rm
+    from xlakit.store.envelope import MAGIC, key_id
+
+    store = RemoteStore(f"file://{tmp_path}/bucket")
+    for i in range(3):
+        assert store.put(_PART, f"ours-{i}", _sealed(f"ours-{i}"))
+    time.sleep(0.02)
+    ours_bytes = sum(o.size_bytes for o in store.list())
+    assert store.put(_PART, "junk", MAGIC + key_id(_OURS) + b"\x00" * 200_000)
+    assert store.put(_PART, "copy", store.get(_PART, "ours-0", 1 << 20))  # an authentic envelope, renamed
+    big = _sealed("ours-0", size=5000)  # an authentic header of ours-0 whose listed length cannot be its own
+    assert store.put("cpu-p2", "ours-0", big)
+    dry = rm.prune(store, _OURS, max_bytes=ours_bytes, dry_run=True)
+    assert dry.deleted == [] and (dry.unproven, dry.not_xlakit) == (3, 0)
+    assert dry.unproven_bytes == sum(o.size_bytes for o in store.list() if not o.key.startswith("ours-")
+                                     or o.partition == "cpu-p2")
+    assert [r.key for r in rm.prune(store, _OURS, max_bytes=ours_bytes - 1, dry_run=True).deleted] == ["ours-0"]
+    found = {(r.partition, r.key): r for r in rm.verify(store, _OURS, fix=True)}
+    assert not found[(_PART, "junk")].deleted and "not provably" in found[(_PART, "junk")].reason
+    # an envelope under a wrong name is refused by readers, but the bytes read at a name prove nothing about
+    # what is stored there (a misrouting server), so --fix leaves it
+    assert not found[(_PART, "copy")].deleted and not found[("cpu-p2", "ours-0")].deleted
+    damaged = bytearray(store.get(_PART, "ours-2", 1 << 20))
+    damaged[-1] ^= 1  # after the header: provably ours, and unusable
+    store.delete(_PART, "ours-2")
+    assert store.put(_PART, "ours-2", bytes(damaged))
+    found = {(r.partition, r.key): r for r in rm.verify(store, _OURS, fix=True)}
+    assert found[(_PART, "ours-2")].deleted and found[(_PART, "ours-2")].reason.startswith("unauthenticated")
+    assert {o.key for o in store.list()} == {"ours-0", "ours-1", "junk", "copy"}
+
+
+def test_a_reader_reads_objects_with_long_headers_and_at_the_bounds_exactly():
+    """Header-first reads must not break genuine objects: one over 256 KiB whose header alone is over 256 KiB (a
+    module text near its cap) reads back whole; one at exactly max_bytes reads, one byte over is refused."""
+    import uuid
+
+    from xlakit.store import seal
+    from xlakit.store.remote import FIRST_READ_BYTES, read_object
+
+    store = RemoteStore(f"memory://long-headers-{uuid.uuid4().hex}")
+    long_header = seal({"key": "k1", "partition": _PART, "text": "t" * (FIRST_READ_BYTES + 5000)},
+                       os.urandom(50_000), _OURS)
+    assert store.put(_PART, "k1", long_header)
+    assert read_object(store, _PART, "k1", 1 << 30, _OURS) == long_header
+    exact = seal({"key": "k2", "partition": _PART}, os.urandom(FIRST_READ_BYTES * 2), _OURS)
+    assert store.put(_PART, "k2", exact)
+    assert read_object(store, _PART, "k2", len(exact), _OURS) == exact
+    with pytest.raises(ObjectRefused, match="over the"):
+        read_object(store, _PART, "k2", len(exact) - 1, _OURS)
+    small = _sealed("k3")
+    assert store.put(_PART, "k3", small)
+    assert read_object(store, _PART, "k3", len(small), _OURS) == small
+    with pytest.raises(ObjectRefused, match="over the"):
+        read_object(store, _PART, "k3", len(small) - 1, _OURS)
+    with pytest.raises(ObjectRefused, match="foreign"):  # a big object of another key: its header stops the read
+        read_object(store, _PART, "k2", 1 << 30, _THEIRS)

@@ -191,7 +191,7 @@ class Coordinator:
         except Exception as e:  # the coordination service itself failed: compile uncoordinated
             self._emit("claim_error", partition, key, reason=f"{type(e).__name__}: {e}"[:300])
             return produce()  # type: ignore[return-value]
-        if mine:
+        if mine or owner == self.process_id:  # a claim of this process's own: compile now, never wait on itself
             try:
                 value = produce()
             except BaseException as e:

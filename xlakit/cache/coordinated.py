@@ -62,8 +62,10 @@ class CoordinatedCompiles:
         self.wait_s, self.poll_s, self.store_poll_s = float(wait_s), poll_s, store_poll_s
         self._coordinator = coordinator
         self._looked = coordinator is not None
-        self._claims: dict[tuple[str, str], float] = {}  # (partition, key) -> perf_counter at claim
+        # (partition, key) -> (perf_counter at claim, id of the claiming thread)
+        self._claims: dict[tuple[str, str], tuple[float, int]] = {}
         self._lock = threading.Lock()
+        self._exit_hook = False
 
     def coordinator(self) -> Any:
         """The coordinator in use, or None without ``jax.distributed`` (looked up once, after initialization)."""
@@ -87,6 +89,7 @@ class CoordinatedCompiles:
         coord = self.coordinator()
         if coord is None or not key:
             return None, miss
+        self.release_abandoned(threading.get_ident())
         start = time.perf_counter()
         try:
             mine, owner = coord.claim(partition, key)
@@ -94,9 +97,16 @@ class CoordinatedCompiles:
             self.log.emit("claim", name=name, key=key, partition=partition, source="xlakit",
                           reason=f"coordination failed, compiling uncoordinated: {type(e).__name__}: {e}"[:300])
             return None, miss
-        if mine:
+        if mine or owner == getattr(coord, "process_id", None):
+            # An earlier claim of this process (its compile failed or was interrupted) is this process's to
+            # honour: compile now, never wait on yourself.
             with self._lock:
-                self._claims[(partition, key)] = start
+                self._claims[(partition, key)] = (start, threading.get_ident())
+                hook, self._exit_hook = not self._exit_hook, True
+            if hook:
+                import atexit
+
+                atexit.register(self.release_all, "the claimant exited before storing it")
             return None, miss
 
         def present() -> bool | None:
@@ -135,14 +145,22 @@ class CoordinatedCompiles:
         """Run ``store()`` (publishes the entry; a shared store uploads it before returning), then tell the
         waiters where it is. Returns ``store()``'s decision."""
         with self._lock:
-            start = self._claims.pop((partition, key), None)
+            claim = self._claims.pop((partition, key), None)
+        start = None if claim is None else claim[0]
         sync = getattr(self.store, "sync_uploads", None)
-        if sync is not None:
-            with sync():
-                decision = store()
-        else:
-            decision = store()
         coord = self._coordinator
+        try:
+            if sync is not None:
+                with sync():
+                    decision = store()
+            else:
+                decision = store()
+        except BaseException as e:  # Ctrl-C or a failure while storing: the waiters must not wait for nothing
+            try:
+                coord.publish(partition, key, f"failed:{type(e).__name__} while storing"[:1000])
+            except Exception:  # noqa: BLE001
+                pass
+            raise
         ok = getattr(decision, "kind", None) == "store"
         pointer = f"{partition}/{key}" if ok else f"failed:{getattr(decision, 'reason', None) or 'not stored'}"
         try:
@@ -158,12 +176,33 @@ class CoordinatedCompiles:
     def give_up(self, partition: str, key: str, reason: str) -> None:
         """This process claimed ``key`` but will not store it: the waiters compile themselves, now."""
         with self._lock:
-            start = self._claims.pop((partition, key), None)
-        if start is None or self._coordinator is None:
+            claim = self._claims.pop((partition, key), None)
+        if claim is None or self._coordinator is None:
             return
+        start = claim[0]
         try:
             self._coordinator.publish(partition, key, f"failed:{reason}"[:1000])
         except Exception:  # noqa: BLE001
             pass
         self.log.emit("claim", key=key, partition=partition, duration_s=time.perf_counter() - start,
                       source="xlakit", reason=f"compiled here, not stored: {reason}")
+
+    def release_abandoned(self, thread_id: int) -> int:
+        """Give up the claims made on thread ``thread_id`` whose write never came.
+
+        JAX's compile path runs read, compile, write on one thread with no other read in between, so a claim
+        still held by a thread that starts another lookup belongs to a compile that raised (a failed compile,
+        a KeyboardInterrupt): its waiters are told at once instead of after ``wait_s``. Returns how many."""
+        with self._lock:
+            stale = [pk for pk, (_, tid) in self._claims.items() if tid == thread_id]
+        for partition, key in stale:
+            self.give_up(partition, key, "the claimant's compile failed or was interrupted")
+        return len(stale)
+
+    def release_all(self, reason: str) -> int:
+        """Give up every claim this process still holds (at exit); returns how many."""
+        with self._lock:
+            held = list(self._claims)
+        for partition, key in held:
+            self.give_up(partition, key, reason)
+        return len(held)

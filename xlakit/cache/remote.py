@@ -49,6 +49,10 @@ class SharedStore(LocalStore):
       min_upload_compile_s: programs that compiled in fewer seconds stay local (default 0: upload all).
       max_upload_bytes: larger entries stay local (bytes; default the largest entry a read accepts).
       fs: an fsspec filesystem to use (tests wrap one to count requests).
+      timeout_s: the deadline of one remote operation, seconds (connect, requests and whole body of a read or
+        an upload; default ``$XLAKIT_CACHE_REMOTE_TIMEOUT_S`` or 30). Missing it switches the remote off for the
+        process, so a bucket that stops answering costs a thread at most one deadline (and exit at most the
+        10 s upload drain).
 
     Attributes:
       tier: the :class:`~xlakit.store.tiered.TieredStore` (``drain()``, ``refused()``, ``remote_on``).
@@ -60,8 +64,9 @@ class SharedStore(LocalStore):
 
     def __init__(self, root: Any = None, *, remote: str, mode: str = "rw", storage_options: dict | None = None,
                  max_bytes: int | None = None, secret: bytes | None = None, log: Any = None,
-                 min_upload_compile_s: float = 0.0, max_upload_bytes: int | None = None, fs: Any = None) -> None:
-        from xlakit.store.remote import RemoteStore
+                 min_upload_compile_s: float = 0.0, max_upload_bytes: int | None = None, fs: Any = None,
+                 timeout_s: float | None = None) -> None:
+        from xlakit.store.remote import RemoteStore, read_object
         from xlakit.store.tiered import TieredStore
 
         super().__init__(root, max_bytes=max_bytes, secret=secret)
@@ -70,14 +75,16 @@ class SharedStore(LocalStore):
 
             log = events.log()
         self.log = log
-        self.remote = RemoteStore(remote, storage_options=storage_options, fs=fs)
+        self.remote = RemoteStore(remote, storage_options=storage_options, fs=fs, timeout_s=timeout_s)
         self.remote_url = self.remote.url
         self.mode = mode
         self._sync = threading.local()
         self._warned = False
         self.tier = TieredStore(self.objects, self.remote, mode=mode, verify=self._verify, on_event=self._on_event,
                                 min_upload_compile_s=min_upload_compile_s,
-                                max_upload_bytes=max_upload_bytes or self.layer.max_entry_bytes, probe_on_start=True)
+                                max_upload_bytes=max_upload_bytes or self.layer.max_entry_bytes, probe_on_start=True,
+                                timeout_s=self.remote.timeout_s,
+                                reader=lambda p, k, n: read_object(self.remote, p, k, n, self.secret))
         self.layer.store = self.tier  # every entry read now asks the tier: local folder, then the bucket
 
     def __repr__(self) -> str:

@@ -2,8 +2,16 @@
 
 What ``xlakit cache ls|stats|verify|prune --remote URL`` runs. Everything comes from one listing of
 ``<prefix>/v1/`` (sizes in bytes, creation times in unix seconds; objects are never rewritten, so creation time
-is their age). Only :func:`verify` reads objects (one GET each); only ``verify(fix=True)`` and :func:`prune`
-delete, and both refuse in ``ro`` mode.
+is their age). Only ``verify(fix=True)`` and :func:`prune` delete, and both refuse in ``ro`` mode.
+
+Nothing is deleted on a guess. An object is this key's own only when its header MAC verifies with this
+process's secret *and* the authenticated header names the object's own partition and key *and* its declared
+length equals the listed size (:func:`authenticate`): the public key id in bytes 8:16 proves nothing (anyone who
+can read one object can copy it into junk), and a valid envelope copied under another name must not count
+either (copies would inflate "our" bytes and make ``prune --max-bytes`` delete the real objects). Objects of
+another key, of another format, without xlakit's magic, or whose header does not authenticate are reported and
+never deleted; so are links, FIFOs and folders at object names, and files named like upload temps that are not
+exactly the names xlakit's ``file://`` writer makes.
 """
 
 from __future__ import annotations
@@ -14,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["RemoteReport", "PruneResult", "open_remote", "survey", "listing", "totals", "verify", "prune",
-           "parse_age", "TEMP_MAX_AGE_S", "NOT_XLAKIT"]
+           "parse_age", "authenticate", "TEMP_MAX_AGE_S", "NOT_XLAKIT", "HEAD_BYTES"]
 
 TEMP_MAX_AGE_S = 3600.0  # an upload temp this old belongs to a killed writer (uploads take seconds)
 NOT_XLAKIT = "not-xlakit: not an xlakit object (left alone)"
+HEAD_BYTES = 64 * 1024  # one ranged read holds the prefix and the header of every entry xlakit writes
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -74,17 +83,62 @@ def listing(remote, partition: str | None = None, scan=None) -> list:
     return sorted((ObjectStat(*o) for o in found.objects), key=lambda o: (o.mtime, o.partition, o.key))
 
 
-def _peek(remote, o) -> bytes | None:
-    try:
-        return remote.peek(o.partition, o.key, 16)
-    except OSError:
-        return None
-
-
 def _is_envelope(head: bytes | None) -> bool:
     from xlakit.store.envelope import MAGIC
 
     return head is not None and bytes(head[:7]) == MAGIC[:7]
+
+
+def authenticate(blob_or_head: bytes | None, partition: str, key: str, size_bytes: int | None,
+                 secret: bytes) -> str | None:
+    """None when ``blob_or_head`` (the object's first bytes, at least its 52+H-byte prefix and header) proves
+    the object at ``partition/key`` is this key's own: header MAC verified with ``secret``, the header naming this
+    partition and key, and (``size_bytes`` given) the header's declared total length equal to it. Else
+    ``"<kind>: <reason>"``: ``absent``, ``not-xlakit``, ``foreign`` (another key's id), ``stale`` (another
+    format), ``unauthenticated`` (the header MAC fails: forged or damaged, not provably ours), ``misplaced`` (an
+    authentic envelope at another name or with another length: a copy)."""
+    from xlakit.store.envelope import MAC_BYTES, PREFIX_BYTES, EntryError, read_header
+
+    if blob_or_head is None:
+        return "absent: deleted meanwhile"
+    if not _is_envelope(blob_or_head):
+        return NOT_XLAKIT
+    try:
+        header = read_header(bytes(blob_or_head), secret)
+    except EntryError as e:
+        kind = e.kind if e.kind in ("foreign", "stale") else "unauthenticated"
+        return f"{kind}: {e.reason}"
+    if header.get("partition") != partition or header.get("key") != key:
+        return (f"misplaced: an authentic envelope of {header.get('partition')!r}/{header.get('key')!r} copied "
+                "to this name")
+    payload = header.get("payload_bytes")
+    length = int.from_bytes(bytes(blob_or_head[16:20]), "big")
+    if not isinstance(payload, int) or isinstance(payload, bool):
+        return "misplaced: the authentic header has no payload length"
+    if size_bytes is not None and size_bytes != PREFIX_BYTES + length + MAC_BYTES + payload:
+        return (f"misplaced: {size_bytes} bytes listed, the authentic header says "
+                f"{PREFIX_BYTES + length + MAC_BYTES + payload}")
+    return None
+
+
+def _head(remote, o, quiet: bool = True) -> bytes | None:
+    """The object's prefix and header: one ranged read of HEAD_BYTES, a second of exactly 52+H bytes when the
+    header is longer (H is at most MAX_HEADER_BYTES). None when absent (or, ``quiet``, unreadable; else the
+    OSError or ObjectRefused is raised)."""
+    from xlakit.store.base import ObjectRefused
+    from xlakit.store.envelope import MAX_HEADER_BYTES, PREFIX_BYTES
+
+    try:
+        head = remote.peek(o.partition, o.key, HEAD_BYTES)
+        if head is not None and len(head) >= 20 and _is_envelope(head):
+            need = PREFIX_BYTES + int.from_bytes(head[16:20], "big")
+            if len(head) < need <= PREFIX_BYTES + MAX_HEADER_BYTES and len(head) == HEAD_BYTES:
+                head = remote.peek(o.partition, o.key, need)
+        return head
+    except (OSError, ObjectRefused):
+        if not quiet:
+            raise
+        return None
 
 
 def totals(objects: list) -> dict[str, Any]:
@@ -108,11 +162,13 @@ def _refuse_writes(mode: str, what: str) -> None:
 def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partition: str | None = None,
            max_bytes: int | None = None, scan=None) -> list[RemoteReport]:
     """Read and check every object as a reader would (:func:`xlakit.store.remote.verify_object`: key id, header
-    MAC, partition and key, length, full MAC; nothing is decompressed). With ``fix``, delete the bad ones;
-    objects signed with another key or written by another format are reported and never deleted, and so is any
-    file without xlakit's envelope magic (``NOT_XLAKIT``). Links, FIFOs and folders at object names (readers
-    refuse them) are reported as bad; ``fix`` removes the name itself, never a link's target, a folder only
-    when empty. ``scan``: a listing already made (:func:`survey`), so the caller's listing is not repeated.
+    MAC, partition and key, length, full MAC; nothing is decompressed). With ``fix``, delete the bad ones that
+    are provably this key's: the header MAC verifies with ``secret`` and the header names this object (so the
+    damage is in the payload, the length or the full MAC). Copies of an envelope under another name, objects signed
+    with another key, written by another format, without xlakit's magic (``NOT_XLAKIT``) or whose header does
+    not authenticate (forged junk carrying our public key id) are reported and never deleted. Links, FIFOs and
+    folders at object names (readers refuse them) are reported as bad and left in place. ``scan``: a listing
+    already made (:func:`survey`), so the caller's listing is not repeated.
 
     Raises:
       PermissionError: ``fix`` in ``ro`` mode. NotADirectoryError: the prefix or ``v1`` is a file or a link.
@@ -128,33 +184,36 @@ def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partit
     limit = max_bytes or MAX_ENTRY_BYTES
     scan = survey(remote, partition) if scan is None else scan  # the caller's listing, when it has one
     out = []
-    for part, key, what in scan.odd:  # readers refuse these: list them, and --fix removes the name itself
-        odd_reason, odd_deleted = f"corrupt: not a regular file ({what})", False
-        if fix:
-            try:
-                odd_deleted = remote.delete(part, key)
-            except OSError as e:
-                odd_reason = f"{odd_reason}: {e.strerror or e}"
-        out.append(RemoteReport(part, key, 0, 0.0, odd_reason, odd_deleted))
+    for part, key, what in scan.odd:  # readers refuse these; xlakit never makes them, so they are not its own
+        out.append(RemoteReport(part, key, 0, 0.0, f"corrupt: not a regular file ({what}); readers refuse it, left "
+                                                   "in place (xlakit never writes one: remove it by hand)"))
     for o in listing(remote, partition, scan):
         blob, reason = None, None  # type: bytes | None, str | None
         try:
-            blob = remote.get(o.partition, o.key, limit)
-            if blob is None:
-                reason = "absent: deleted while verifying"
-            elif not _is_envelope(blob):
-                reason = NOT_XLAKIT
+            # The header first (one ranged read): an object whose header does not authenticate is never read
+            # whole, so junk in the bucket costs verify 64 KiB, not its size.
+            first = authenticate(_head(remote, o, quiet=False), o.partition, o.key, None, secret)
+            if first is not None and not first.startswith("misplaced:"):
+                reason = NOT_XLAKIT if first == NOT_XLAKIT else first
             else:
-                reason = verify_object(blob, o.partition, o.key, secret)
+                blob = remote.get(o.partition, o.key, min(limit, o.size_bytes) if o.size_bytes > 0 else limit)
+                if blob is None:
+                    reason = "absent: deleted while verifying"
+                elif not _is_envelope(blob):
+                    reason = NOT_XLAKIT
+                else:
+                    reason = verify_object(blob, o.partition, o.key, secret)
         except ObjectRefused as e:
             reason = f"corrupt: {e.reason}"
         except OSError as e:
             out.append(RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, f"error: {e}"))
             continue
         deleted = False
-        if fix and reason is not None and not reason.startswith(SKIPPED_KINDS) and _is_envelope(
-                blob if blob is not None else _peek(remote, o)):
+        if fix and reason is not None and not reason.startswith(SKIPPED_KINDS) and _ours_but_damaged(
+                blob, o, secret):
             deleted = remote.delete(o.partition, o.key)
+        elif fix and reason is not None and reason.startswith("unauthenticated: header"):
+            reason += " (not provably this key's: left in place)"
         out.append(RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, reason, deleted))
     return out
 
@@ -162,16 +221,28 @@ def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partit
 SKIPPED_KINDS = ("foreign:", "stale:", "absent:", "not-xlakit:")
 
 
+def _ours_but_damaged(blob: bytes | None, o, secret: bytes) -> bool:
+    """``verify --fix`` deletes an object only when its header authenticates with this key and names this very
+    object (the damage is after the header: payload, length, full MAC). A copy under another name is left: the
+    bytes a server returned for one name are no proof of what is stored at it (a misrouting proxy could
+    answer with another object's bytes)."""
+    return blob is not None and authenticate(blob, o.partition, o.key, None, secret) is None
+
+
 @dataclass
 class PruneResult:
     """What :func:`prune` did: ``deleted`` (oldest first), objects left because another key signed them
     (``other_key``: count, bytes), objects that are not xlakit's (``not_xlakit``: count), upload temps of
-    killed writers removed (``temps_removed``) and temps still fresh (``temps_left``)."""
+    killed writers removed (``temps_removed``) and temps still fresh (``temps_left``); ``unproven`` (count,
+    bytes): objects that carry xlakit's magic but whose header does not authenticate with this key, or authentic
+    envelopes copied under another name or length: never counted as ours, never deleted."""
 
     deleted: list[RemoteReport]
     other_key: int = 0
     other_key_bytes: int = 0
     not_xlakit: int = 0
+    unproven: int = 0
+    unproven_bytes: int = 0
     temps_removed: int = 0
     temps_left: int = 0
 
@@ -179,42 +250,49 @@ class PruneResult:
 def prune(remote, secret: bytes, *, older_than_s: float | None = None, max_bytes: int | None = None,
           mode: str = "rw", dry_run: bool = False, now: float | None = None, scan=None) -> PruneResult:
     """Delete this key's objects older than ``older_than_s`` seconds, then its oldest until at most
-    ``max_bytes`` of its objects remain (:func:`xlakit.store.remote.plan_prune`, from one listing and one
-    16-byte ranged read per object). Objects signed with another key (envelope key id, bytes 8:16) belong to
-    another team and are never deleted or counted against the bound; objects without xlakit's envelope magic
-    are not xlakit's and are left alone. Upload temps older than :data:`TEMP_MAX_AGE_S` are removed.
+    ``max_bytes`` of its objects remain (:func:`xlakit.store.remote.plan_prune`). An object is this key's only
+    when :func:`authenticate` proves it (header MAC with ``secret``, the header naming the object, its length
+    the listed size); everything else is left alone and not counted against the bound. Cost: one listing and
+    one ranged read of at most :data:`HEAD_BYTES` (64 KiB) per object (a second, of exactly the header, when a
+    header is longer), never the payloads: the header MAC covers the prefix and the header separately, so the
+    header is proven without reading the program. Upload temps older than :data:`TEMP_MAX_AGE_S` whose name is
+    exactly one xlakit's ``file://`` writer makes are removed.
 
     Raises:
       ValueError: neither bound given. PermissionError: ``ro`` mode (unless ``dry_run``). OSError: listing.
     """
-    from xlakit.store.envelope import key_id
-    from xlakit.store.remote import plan_prune, temp_age
+    from xlakit.store.remote import is_upload_temp, plan_prune, temp_age
 
     if older_than_s is None and max_bytes is None:
         raise ValueError("prune needs --older-than AGE or --max-bytes N (or both)")
     if not dry_run:
         _refuse_writes(mode, "prune")
     now = time.time() if now is None else now
-    ours_id = key_id(secret)
     scan = survey(remote) if scan is None else scan
     result = PruneResult([])
     ours = []
     for o in listing(remote, scan=scan):
-        head = _peek(remote, o)
+        head = _head(remote, o)
         if head is None:
             continue
-        if not _is_envelope(head):
-            result.not_xlakit += 1
-        elif bytes(head[8:16]) != ours_id:
+        reason = authenticate(head, o.partition, o.key, o.size_bytes, secret)
+        if reason is None:
+            ours.append(o)
+        elif reason.startswith("foreign:"):
             result.other_key += 1
             result.other_key_bytes += o.size_bytes
+        elif reason.startswith(("unauthenticated:", "misplaced:")):
+            result.unproven += 1
+            result.unproven_bytes += o.size_bytes
         else:
-            ours.append(o)
+            result.not_xlakit += 1
     doomed = plan_prune(ours, older_than_s=older_than_s, max_bytes=max_bytes, now=now)
     result.deleted = [RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, None,
                                    False if dry_run else remote.delete(o.partition, o.key)) for o in doomed]
     for part, name, _size, mtime in scan.temps:
-        if temp_age(name, mtime, now) > TEMP_MAX_AGE_S:
+        if not is_upload_temp(name):
+            result.not_xlakit += 1  # named like a temp, but not a name xlakit's writer makes: left alone
+        elif temp_age(name, mtime, now) > TEMP_MAX_AGE_S:
             if not dry_run and remote.remove_temp(part, name):
                 result.temps_removed += 1
         else:

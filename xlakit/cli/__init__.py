@@ -165,6 +165,12 @@ def _run(func: Any, args: argparse.Namespace) -> int:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except TimeoutError as e:  # filelock.Timeout: another process holds the cache lock
+        from xlakit.store.base import DeadlineExceeded
+
+        if isinstance(e, DeadlineExceeded):  # a remote that does not answer in XLAKIT_CACHE_REMOTE_TIMEOUT_S
+            print(f"{PROG}: error: the remote store did not answer: {e} (XLAKIT_CACHE_REMOTE_TIMEOUT_S sets the "
+                  "deadline); nothing was deleted after the failing request", file=sys.stderr)
+            return 2
         print(f"{PROG}: error: the cache is locked by another process ({e}); try again shortly", file=sys.stderr)
         return 2
     except OSError as e:

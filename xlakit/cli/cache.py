@@ -288,11 +288,16 @@ def _confirm(question: str) -> bool:
 
 
 def clear(args: argparse.Namespace) -> int:
-    """``xlakit cache clear``: remove the entries of one partition or all (asks first on a terminal)."""
+    """``xlakit cache clear``: remove the entries of one partition or all. Asks first on a terminal; without a
+    terminal it refuses (exit 2) unless ``--yes`` is given."""
     store = open_store(args)
     _check_partition(store, args.partition)
     what = f"partition {args.partition}" if args.partition else "all partitions and the quarantine"
-    if not args.yes and store.root.is_dir() and sys.stdin is not None and sys.stdin.isatty():
+    if not args.yes and store.root.is_dir():
+        if sys.stdin is None or not sys.stdin.isatty():
+            # a pipe or a script cannot be asked: deleting on whatever it sends would be a guess
+            raise CliError(f"cache clear removes entries ({what}) from {store.root}; stdin is not a terminal, "
+                           "so nothing was asked and nothing removed: pass --yes to clear without asking")
         count = len(store.entries(args.partition))
         if not _confirm(f"Remove {count} entries ({what}) from {store.root}?"):
             print("Aborted; nothing removed.", file=sys.stderr)

@@ -91,7 +91,8 @@ def stats(args: argparse.Namespace) -> int:
         print(f"temps       {stats['temps']} unfinished uploads, {human(stats['temp_bytes'])} "
               "(prune removes those over an hour old)")
     if stats["odd"]:
-        print(f"odd         {stats['odd']} names hold links, FIFOs or folders (verify --fix removes them)")
+        print(f"odd         {stats['odd']} names hold links, FIFOs or folders (readers refuse them; xlakit never "
+              "deletes them)")
     return 0
 
 
@@ -118,7 +119,8 @@ def verify(args: argparse.Namespace) -> int:
     if bad:
         done = sum(r.deleted for r in bad)
         print(f"{len(bad)} of {len(found)} objects failed verification; " +
-              (f"{done} deleted" if args.fix else "readers refuse them; --fix deletes them (rw only)"))
+              (f"{done} deleted (only objects whose authenticated header names them are)" if args.fix
+               else "readers refuse them; --fix deletes those provably this key's (rw only)"))
         return 1
     print(f"{len(found) - len(skipped)} objects verified" + (f", {len(skipped)} skipped" if skipped else ""))
     return 0
@@ -148,6 +150,7 @@ def prune(args: argparse.Namespace) -> int:
         emit_json({"remote": remote.url, "dry_run": args.dry_run, "deleted": [r.to_dict() for r in gone],
                     "bytes_deleted": sum(r.size_bytes for r in gone), "other_key": result.other_key,
                     "other_key_bytes": result.other_key_bytes, "not_xlakit": result.not_xlakit,
+                    "unproven": result.unproven, "unproven_bytes": result.unproven_bytes,
                     "temps_removed": result.temps_removed, "temps_left": result.temps_left})
         return 0
     verb = "would delete" if args.dry_run else "deleted"
@@ -159,6 +162,9 @@ def prune(args: argparse.Namespace) -> int:
               "(another team's; they prune their own)")
     if result.not_xlakit:
         print(f"Left {result.not_xlakit} files that are not xlakit objects")
+    if result.unproven:
+        print(f"Left {result.unproven} objects ({human(result.unproven_bytes)}) whose header does not authenticate "
+              "with this key or that copy an envelope under another name (not provably ours; never counted)")
     if result.temps_removed or result.temps_left:
         print(f"Removed {result.temps_removed} unfinished uploads over an hour old; {result.temps_left} newer left")
     return 0

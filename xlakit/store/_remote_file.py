@@ -23,10 +23,17 @@ from dataclasses import dataclass, field
 from . import _fs
 from .base import ObjectRefused
 
-__all__ = ["FileBackend", "Scan", "TEMP_PREFIX", "temp_age"]
+__all__ = ["FileBackend", "Scan", "TEMP_PREFIX", "temp_age", "is_upload_temp"]
 
 TEMP_PREFIX = ".tmp-"
 _TEMP_TIME = re.compile(r"^\.tmp-(\d{9,11})-")
+_TEMP_NAME = re.compile(r"\.tmp-\d{9,11}-\d{1,10}-[0-9a-f]{32}")
+
+
+def is_upload_temp(name: str) -> bool:
+    """Whether ``name`` is exactly what :meth:`FileBackend.put` names its temps (``.tmp-<unix s>-<pid>-<uuid
+    hex>``): only such names are ever removed as a killed writer's leftovers."""
+    return bool(_TEMP_NAME.fullmatch(name))
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -130,13 +137,19 @@ class FileBackend:
 
     def peek(self, path: str, n: int) -> bytes | None:
         """The first ``n`` bytes of a regular object (None if absent). Raises ObjectRefused, OSError."""
+        return self.get_range(path, 0, n)
+
+    def get_range(self, path: str, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of a regular object (fewer at its end; None if absent). Raises ObjectRefused,
+        OSError."""
         with self._parent(path) as found:
             if found is None:
                 return None
             fd, name = found
             try:
                 with _fs.open_regular(name, at=fd) as f:
-                    return f.read(n)
+                    f.seek(start)
+                    return f.read(max(0, end - start))
             except FileNotFoundError:
                 return None
 

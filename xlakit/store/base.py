@@ -20,7 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ObjectRefused", "ObjectStat", "Store", "MemoryStore"]
+__all__ = ["ObjectRefused", "DeadlineExceeded", "ObjectStat", "Store", "MemoryStore"]
+
+
+class DeadlineExceeded(TimeoutError):
+    """A remote operation (connect, request and whole body, or an upload) did not finish within its deadline."""
 
 
 class ObjectRefused(OSError):

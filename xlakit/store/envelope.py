@@ -50,6 +50,7 @@ __all__ = [
     "ForeignKeyEntry",
     "StaleEntry",
     "UnauthenticatedEntry",
+    "check_prefix",
     "decompress_bounded",
     "key_id",
     "open_envelope",
@@ -155,6 +156,13 @@ def _check_prefix(prefix: bytes | memoryview, secret: bytes | None) -> int:
     if length > MAX_HEADER_BYTES:
         raise CorruptEntry(f"header length {length} bytes exceeds the {MAX_HEADER_BYTES}-byte limit")
     return length
+
+
+def check_prefix(prefix: bytes, secret: bytes | None) -> int:
+    """H, the header length in bytes, from the first 20 bytes of an envelope, after checking its magic, format
+    and (with ``secret``) key id; nothing in it is authenticated yet. Raises CorruptEntry, StaleEntry,
+    ForeignKeyEntry."""
+    return _check_prefix(prefix[:20], secret)
 
 
 def _header_mac(secret: bytes, fixed: bytes, encoded: bytes) -> bytes:

@@ -32,7 +32,8 @@ from .layout import (
 )
 from .quarantine import quarantined_files, remove_quarantined
 
-__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "remove_stale_temps", "scan", "touch_used"]
+__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "removable", "remove_stale_temps", "scan",
+           "touch_used"]
 
 
 @dataclass
@@ -180,11 +181,29 @@ def remove_stale_temps(root: Path, partitions: list[str], older_than_s: float = 
     return removed
 
 
-def clear_partition(root: Path, partition: str, notes: list[str] | None = None) -> int:
+def removable(path: Path, secret: bytes) -> bool:
+    """Whether eviction and clear may remove this entry file: not when it is signed with another key (a folder
+    shared by users or teams with different secrets: their entries are theirs). An entry whose header
+    authenticates is this key's; a damaged or unreadable file at a store name in this tagged folder is one
+    readers refuse and quarantine anyway, so it may go too. One read of the 52+H-byte prefix."""
+    from .envelope import EntryError, ForeignKeyEntry, read_header_file
+
+    try:
+        read_header_file(path, secret)
+    except ForeignKeyEntry:
+        return False
+    except (EntryError, OSError):
+        return True
+    return True
+
+
+def clear_partition(root: Path, partition: str, notes: list[str] | None = None,
+                    owned: Callable[[Path], bool] | None = None) -> int:
     """Remove the partition's entries, .used files, temps and partition.json (only those names), then the
     folder if empty; returns the number of entries removed. A partition that is a link is left alone. A
     folder at one of those names is removed if empty, else moved out of the way, never entered
-    (:func:`_fs.clear_way`); the sentence saying so is appended to ``notes``."""
+    (:func:`_fs.clear_way`); the sentence saying so is appended to ``notes``. ``owned(path)``: whether an entry
+    may be removed; entries it refuses (another key's) are left with their ``.used``."""
     removed = 0
     try:
         with _fs.dir_fd(os.path.realpath(root)) as rfd:
@@ -192,9 +211,10 @@ def clear_partition(root: Path, partition: str, notes: list[str] | None = None) 
                 pfd = _fs.open_dir(validate_partition(partition), at=rfd)
             except OSError:
                 return 0
+            kept: set[str] = set()
             try:
-                for d in _fs.scandir(pfd):
-                    name = d.name
+                for d in sorted(_fs.scandir(pfd), key=lambda d: not d.name.endswith(ENTRY_SUFFIX)):
+                    name = d.name  # entries first, so a kept entry's .used is known to be kept
                     ours = is_temp_name(name) or name.endswith((USED_SUFFIX, ENTRY_SUFFIX)) or name == PARTITION_INFO
                     if not ours:
                         continue
@@ -204,8 +224,11 @@ def clear_partition(root: Path, partition: str, notes: list[str] | None = None) 
                             if note is not None and notes is not None:
                                 notes.append(f"{partition}/: {note}")
                     elif name.endswith(ENTRY_SUFFIX) and not name.startswith("."):
+                        if owned is not None and not owned(root / partition / name):
+                            kept.add(name.removesuffix(ENTRY_SUFFIX))
+                            continue
                         removed += _fs.unlink_at(name, pfd)
-                    else:
+                    elif not (name.endswith(USED_SUFFIX) and name.removesuffix(USED_SUFFIX) in kept):
                         _fs.unlink_at(name, pfd)
             finally:
                 os.close(pfd)
@@ -252,13 +275,17 @@ def touch_used(root: Path, entry: Path) -> str | None:
 
 
 def evict_to(root: Path, budget: int, evicted: list, info: Callable[[str, Path], Any], *,
-             replacing: Path | None = None, protect: Path | None = None) -> int:
+             replacing: Path | None = None, protect: Path | None = None,
+             owned: Callable[[Path], bool] | None = None) -> int:
     """Delete stale temps and the quarantine, then least recently used entries, until the counted total is
     <= ``budget`` bytes. Call under the folder's lock.
 
     ``replacing`` is about to be overwritten, so its bytes don't count and it is not evicted; ``protect``
     is just not evicted. ``info(partition, path)`` describes an entry before it goes; those descriptions
-    are appended to ``evicted``. Returns the total bytes remaining (as counted).
+    are appended to ``evicted``. ``owned(path)``: whether an entry may be evicted; one it refuses (another
+    key's, in a folder shared with different secrets) is never evicted and not counted against this cap
+    (checked lazily, in eviction order: one header read per candidate reached).
+    Returns the total bytes remaining (as counted).
     """
     result = scan(root)
     for _, _, path in result.temps:  # never counted; a dead writer's leftovers go at once
@@ -279,6 +306,11 @@ def evict_to(root: Path, budget: int, evicted: list, info: Callable[[str, Path],
             return total
     candidates.sort(key=lambda c: (c.last_used, c.entry_mtime))
     for c in candidates:
+        if owned is not None and not owned(c.path):
+            total -= c.size  # not ours to evict, nor to count
+            if total <= budget:
+                break
+            continue
         described = info(c.partition, c.path)
         remove_scanned(root, c.path)
         remove_scanned(root, c.path.with_suffix(USED_SUFFIX))

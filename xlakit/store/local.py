@@ -370,7 +370,15 @@ class LocalStore:
     def _evict(self, budget: int, evicted: list[EntryInfo], *, replacing: Path | None = None,
                protect: Path | None = None) -> int:
         """See :func:`xlakit.store.evict.evict_to`; call under the lock."""
-        return evict.evict_to(self.root, budget, evicted, self._info, replacing=replacing, protect=protect)
+        return evict.evict_to(self.root, budget, evicted, self._info, replacing=replacing, protect=protect,
+                              owned=self._owned)
+
+    def _owned(self, path: Path) -> bool:
+        try:
+            secret = self.secret
+        except OSError:  # no secret: another key's entries cannot be told apart, so nothing is removed
+            return False
+        return evict.removable(path, secret)
 
     def prune(self, max_bytes: int) -> list[EntryInfo]:
         """Remove stale temps, then evict (quarantine first, then LRU entries) until total_bytes() <= max_bytes.
@@ -402,7 +410,7 @@ class LocalStore:
         with self._lockfile():
             notes: list[str] = []
             for part in parts:
-                removed += evict.clear_partition(self.root, part, notes)
+                removed += evict.clear_partition(self.root, part, notes, owned=self._owned)
             for note in notes:
                 self.objects.note_displaced(str(self.root), note)
             evict.remove_stale_temps(self.root, [], older_than_s=STALE_TEMP_S)

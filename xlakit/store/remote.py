@@ -21,28 +21,30 @@ Contract details (see :mod:`xlakit.store.base`): ``get`` is one ranged GET of at
 ``False`` when the object already exists, whatever the backend calls that: ``FileExistsError`` (AWS through
 s3fs, GCS through gcsfs, fsspec memory) or ``OSError(EINVAL)`` (SeaweedFS answers a failed ``If-None-Match``
 with 412 and no ``Condition`` field, which s3fs maps to errno 22; confirmed with one HEAD before it is
-taken as "exists"). Partition and key names are restricted to ``[A-Za-z0-9_.=-]`` (no ``.``/``..``, at
+taken as "exists"). Every S3/GCS request runs under one deadline (``timeout_s``, default
+``$XLAKIT_CACHE_REMOTE_TIMEOUT_S`` or 30 s: connect, retries and whole body) and an S3 body is never read past
+its range (:mod:`xlakit.store._remote_fsspec`); :func:`read_object` proves a header before asking for more than
+256 KiB. Partition and key names are restricted to ``[A-Za-z0-9_.=-]`` (no ``.``/``..``, at
 most 255 characters) so an object name can never leave the prefix.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime
 from typing import Any
 
 from ._remote_file import FileBackend as _FileBackend
-from ._remote_file import Scan, temp_age
+from ._remote_file import Scan, is_upload_temp, temp_age
+from ._remote_fsspec import DeadlineExceeded
+from ._remote_fsspec import FsspecBackend as _FsspecBackend
 from .base import ObjectRefused, ObjectStat
 from .layout import valid_partition
 
 __all__ = ["verify_object", "RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune", "Scan",
-           "temp_age"]
+           "temp_age", "is_upload_temp", "remote_timeout_s", "DeadlineExceeded", "ENV_TIMEOUT_S", "DEFAULT_TIMEOUT_S"]
 
 LAYOUT = "v1"
 _NAME = re.compile(r"[A-Za-z0-9_.=-]{1,255}")
@@ -53,6 +55,25 @@ _S3_DEFAULTS: dict[str, Any] = {
     "config_kwargs": {"connect_timeout": 3, "read_timeout": 15, "retries": {"total_max_attempts": 2}},
 }
 _PROTOCOL_EXTRA = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+#: One deadline per remote operation (connect + request + whole body, reads and uploads alike), seconds.
+ENV_TIMEOUT_S = "XLAKIT_CACHE_REMOTE_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def remote_timeout_s(value: float | None = None, environ: Mapping[str, str] = os.environ) -> float:
+    """The deadline of one remote operation in seconds: ``value``, else ``$XLAKIT_CACHE_REMOTE_TIMEOUT_S``, else
+    30. Raises ValueError (naming the setting) for anything but a positive finite number."""
+    import math
+
+    source = "timeout_s" if value is not None else ENV_TIMEOUT_S
+    text = value if value is not None else (environ.get(ENV_TIMEOUT_S) or DEFAULT_TIMEOUT_S)
+    try:
+        seconds = float(text)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{source}={text!r}: use a positive number of seconds, e.g. 30")
+    return seconds
 
 
 def validate_name(name: str, what: str) -> str:
@@ -63,125 +84,6 @@ def validate_name(name: str, what: str) -> str:
     return name
 
 
-def _mtime(info: dict) -> float:
-    for field in ("LastModified", "mtime", "updated", "created", "time"):
-        value = info.get(field)
-        if value is None:
-            continue
-        if isinstance(value, datetime):
-            return value.timestamp()
-        if isinstance(value, (int, float)):
-            return float(value)
-        try:
-            return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            continue
-    return 0.0
-
-
-def _precondition_failed(e: OSError) -> bool:
-    text = str(e).lower()
-    return e.errno == errno.EINVAL or "precondition" in text or "412" in text
-
-
-class _FsspecBackend:
-    """Any fsspec filesystem whose ``pipe_file`` takes ``mode="create"`` (s3fs, gcsfs, memory)."""
-
-    def __init__(self, fs, root: str = "") -> None:
-        self.fs = fs
-        self._root = root
-        protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-        # S3 and GCS enforce create-only on the server; other fsspec filesystems check, then write: a lock
-        # makes that atomic within this process at least (fsspec's memory filesystem is process-local anyway).
-        self._server_checked = bool({"s3", "s3a", "gs", "gcs"} & set(protocols))
-        self._lock = threading.Lock()
-
-    def get(self, path: str, max_bytes: int) -> bytes | None:
-        try:
-            data = self.fs.cat_file(path, start=0, end=max_bytes + 1)
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            raise ObjectRefused("the object is a folder, not an entry") from None
-        except OSError as e:
-            if "range" in str(e).lower() and "satisf" in str(e).lower():
-                return b""  # S3 answers a ranged GET of a zero-byte object with 416; the verifier refuses it
-            raise
-        if len(data) > max_bytes:
-            raise ObjectRefused(f"object is over the {max_bytes}-byte bound")
-        return bytes(data)
-
-    def put(self, path: str, blob: bytes) -> bool:
-        try:
-            if self._server_checked:
-                self.fs.pipe_file(path, blob, mode="create")
-            else:
-                with self._lock:
-                    self.fs.pipe_file(path, blob, mode="create")
-            return True
-        except FileExistsError:
-            return False
-        except OSError as e:
-            # SeaweedFS: 412 without the Condition field -> OSError(EINVAL). Only "exists" if it does exist.
-            if _precondition_failed(e) and self.info(path) is not None:
-                return False
-            raise
-
-    def delete(self, path: str) -> bool:
-        if self.info(path) is None:
-            return False
-        try:
-            self.fs.rm_file(path)
-        except FileNotFoundError:
-            return False
-        return True
-
-    def info(self, path: str) -> tuple[int, float] | None:
-        try:
-            self.fs.invalidate_cache(path)
-            info = self.fs.info(path)
-        except FileNotFoundError:
-            return None
-        if info.get("type") not in (None, "file"):
-            return None
-        return int(info.get("size") or 0), _mtime(info)
-
-    def peek(self, path: str, n: int) -> bytes | None:
-        try:
-            return bytes(self.fs.cat_file(path, start=0, end=n))
-        except FileNotFoundError:
-            return None
-
-    def scan(self, layout: str, partition: str | None, valid_part, valid_key) -> Scan:
-        out = Scan()
-        base = f"{self._root}/{layout}" + (f"/{partition}" if partition is not None else "")
-        for rel, size, mtime in self.find(base):
-            parts = rel.split("/")
-            if partition is not None:
-                parts = [partition, *parts]
-            if len(parts) == 2 and parts[1].startswith(".tmp-"):
-                out.temps.append((parts[0], parts[1], size, mtime))
-            elif len(parts) != 2 or not valid_part(parts[0]) or not valid_key(parts[1]):
-                out.skipped.append(f"{layout}/{rel}: not an xlakit object name (left alone)")
-            else:
-                out.objects.append((parts[0], parts[1], size, mtime))
-        return out
-
-    def find(self, base: str) -> Iterator[tuple[str, int, float]]:
-        self.fs.invalidate_cache()
-        try:
-            found = self.fs.find(base, detail=True)
-        except FileNotFoundError:
-            return
-        prefix = base.rstrip("/") + "/"
-        for name in sorted(found):
-            info = found[name]
-            rel = name[len(prefix):] if name.startswith(prefix) else None
-            if rel is None or info.get("type", "file") != "file":
-                continue
-            yield rel, int(info.get("size") or 0), _mtime(info)
-
-
 class RemoteStore:
     """Sealed entries as objects under ``<url>/v1/<partition>/<key>``; a :class:`~xlakit.store.base.Store`.
 
@@ -190,6 +92,10 @@ class RemoteStore:
       storage_options: passed to the fsspec filesystem (``endpoint_url``, ``key``, ``secret``, ``anon``...);
         for S3 they are merged over short defaults (connect timeout 3 s, read timeout 15 s, 2 attempts).
       fs: an fsspec filesystem to use instead of building one from the URL (tests wrap one to count calls).
+      timeout_s: the deadline of each request in seconds, connect, retries and whole body included (default
+        :func:`remote_timeout_s`: ``$XLAKIT_CACHE_REMOTE_TIMEOUT_S`` or 30); on S3 and GCS the request is
+        cancelled at the deadline and :class:`DeadlineExceeded` (a TimeoutError) raised. A ``file://`` call
+        has no deadline of its own (the tiered store bounds the caller's wait).
 
     Raises:
       ValueError: a URL without a protocol or bucket, or a protocol fsspec does not know.
@@ -199,7 +105,8 @@ class RemoteStore:
     :class:`~xlakit.store.base.ObjectRefused` for an object that is not safe to read.
     """
 
-    def __init__(self, url: str, *, storage_options: dict | None = None, fs=None) -> None:
+    def __init__(self, url: str, *, storage_options: dict | None = None, fs=None,
+                 timeout_s: float | None = None) -> None:
         if not isinstance(url, str) or "://" not in url:
             raise ValueError(f"remote {url!r} is not a URL: use s3://bucket/prefix, gs://bucket/prefix, "
                              "file:///shared/folder or memory://name")
@@ -208,6 +115,7 @@ class RemoteStore:
         self.protocol = protocol.lower()
         if not rest.strip("/"):
             raise ValueError(f"remote {url!r} names no bucket or folder")
+        self.timeout_s = remote_timeout_s(timeout_s)
         self._backend: _FileBackend | _FsspecBackend
         if self.protocol == "file" and fs is None:
             self._root = os.path.abspath("/" + rest.lstrip("/"))
@@ -216,7 +124,7 @@ class RemoteStore:
             if fs is None:
                 fs = self._make_fs(storage_options)
             self._root = fs._strip_protocol(self.url).rstrip("/")
-            self._backend = _FsspecBackend(fs, self._root)
+            self._backend = _FsspecBackend(fs, self._root, self.timeout_s)
 
     def _make_fs(self, storage_options: dict | None):
         import fsspec
@@ -258,9 +166,12 @@ class RemoteStore:
         A read, never a write. Without it no request is sent.
         The tiered store calls this in a background thread at start, so the first read of a program does not
         pay for it. Raises OSError (or the backend's error) when the set-up fails."""
-        connect = getattr(self.fs, "connect", None)
-        if callable(connect):
-            connect()
+        fs = self.fs
+        if isinstance(self._backend, _FsspecBackend) and getattr(fs, "async_impl", False) and callable(
+                getattr(fs, "set_session", None)):
+            self._backend._run(fs.set_session())  # under the same deadline as every request
+        elif callable(getattr(fs, "connect", None)):
+            fs.connect()
         if probe:
             try:
                 self._backend.get(f"{self._root}/{LAYOUT}/.probe", 0)
@@ -310,13 +221,21 @@ class RemoteStore:
         return found
 
     def peek(self, partition: str, key: str, n: int) -> bytes | None:
-        """The first ``n`` bytes of the object (one ranged GET), None when absent. Raises ObjectRefused, OSError."""
+        """The first ``n`` bytes of the object (one ranged GET, never more read), None when absent. Raises
+        ObjectRefused, OSError."""
         return self._backend.peek(self.object_name(partition, key), n)
+
+    def read_range(self, partition: str, key: str, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` of the object (one ranged GET; fewer at its end; never more read, whatever the
+        server sends), None when absent. Raises ObjectRefused, OSError."""
+        if not 0 <= start <= end:
+            raise ValueError(f"invalid range [{start}, {end})")
+        return self._backend.get_range(self.object_name(partition, key), start, end)
 
     def remove_temp(self, partition: str, name: str) -> bool:
         """Delete an upload temp ``.tmp-...`` left by a killed writer. True if removed. Raises OSError."""
-        if not name.startswith(".tmp-") or "/" in name:
-            raise ValueError(f"{name!r} is not an upload temp")
+        if not is_upload_temp(name):
+            raise ValueError(f"{name!r} is not an upload temp xlakit writes")
         path = f"{self._root}/{LAYOUT}/{validate_name(partition, 'partition')}/{name}"
         if isinstance(self._backend, _FileBackend):
             return self._backend.remove_temp(partition, name)
@@ -395,6 +314,49 @@ def verify_object(blob: bytes, partition: str, key: str, secret: bytes) -> str |
     if not hmac.compare_digest(mac.digest(), bytes(view[body:body + MAC_BYTES])):
         return "unauthenticated: HMAC mismatch: the object was modified"
     return None
+
+
+FIRST_READ_BYTES = 256 * 1024  # the first ranged GET of a read: whole small objects, the header of big ones
+
+
+def read_object(remote: RemoteStore, partition: str, key: str, max_bytes: int, secret: bytes) -> bytes | None:
+    """One object for a reader, never more bytes pulled than an authenticated header asks for.
+
+    One ranged GET of the first :data:`FIRST_READ_BYTES` (256 KiB): a smaller object is complete. Of a larger one
+    the header is proven first (key id and header MAC with ``secret``, its partition and key these; a longer
+    header is read exactly, at most :data:`~xlakit.store.envelope.MAX_HEADER_BYTES`), and only then the rest is
+    asked for, exactly to the length the authenticated header gives. So someone who can write the bucket but
+    lacks the secret makes a reader pull at most 256 KiB per object (52 + H bytes with a header length field
+    that large), not ``max_bytes``. The caller still checks the whole object (:func:`verify_object`).
+    Returns None when absent. Raises ObjectRefused (``"<kind>: <reason>"``, kinds as in :func:`verify_object`),
+    OSError."""
+    from .envelope import MAC_BYTES, MAX_HEADER_BYTES, PREFIX_BYTES, EntryError, check_prefix, read_header
+
+    cap = min(FIRST_READ_BYTES, max_bytes + 1)
+    first = remote.read_range(partition, key, 0, cap)
+    if first is None or len(first) < cap:
+        return first
+    if cap == max_bytes + 1:
+        raise ObjectRefused(f"corrupt: object is over the {max_bytes}-byte bound")
+    need = PREFIX_BYTES + int.from_bytes(first[16:20], "big")
+    try:
+        if len(first) < need <= PREFIX_BYTES + MAX_HEADER_BYTES:
+            check_prefix(first, secret)  # magic, format, key id before the longer header is asked for
+            first += remote.read_range(partition, key, len(first), need) or b""
+        header = read_header(first, secret)
+    except EntryError as e:
+        raise ObjectRefused(f"{e.kind}: {e.reason}") from None
+    if header.get("partition") != partition or header.get("key") != key:
+        raise ObjectRefused(f"mismatch: the object names {header.get('partition')!r}/{header.get('key')!r}")
+    payload = header.get("payload_bytes")
+    if not isinstance(payload, int) or isinstance(payload, bool) or payload < 0:
+        raise ObjectRefused("corrupt: header lacks a valid payload_bytes")
+    total = need + MAC_BYTES + payload
+    if total > max_bytes:
+        raise ObjectRefused(f"corrupt: the header says {total} bytes, over the {max_bytes}-byte bound")
+    if total <= len(first):
+        return first[:total] if len(first) > total else first
+    return first + (remote.read_range(partition, key, len(first), total) or b"")
 
 
 def plan_prune(objects: Iterable[ObjectStat], *, older_than_s: float | None = None, max_bytes: int | None = None,

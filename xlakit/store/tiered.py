@@ -13,6 +13,12 @@ the local folder. What it adds:
 - **Failing open:** every remote error becomes an event and a local-only answer. After ``max_failures``
   consecutive remote errors the remote tier is switched off for the life of this object: one
   :class:`RemoteUnavailableWarning`, one ``remote_off`` event; the program never fails because of it.
+- **One deadline per remote operation:** a read (waiting for the client's set-up, every request and every body
+  byte) and an upload (the same) each end within ``timeout_s`` seconds, in the caller's thread as in the
+  uploader's. A missed deadline switches the remote off at once (a server that does not answer in
+  ``timeout_s`` is treated as dark), and so does a timeout of any layer below (botocore's own) or a failure
+  that took over half the deadline. So a black-holed bucket costs a thread at most one ``timeout_s``, and
+  interpreter exit at most ``drain_timeout_s`` more.
 - **Trust:** ``verify(blob, partition, key) -> reason | None`` comes from the layer that knows the envelope
   (HMAC, key id, and that the header names this partition and key: a valid object copied under another key
   must be refused too); a refused remote object is never written into the local tier, is remembered for the process (no
@@ -34,13 +40,17 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
-from .base import ObjectRefused, ObjectStat, Store
+from .base import DeadlineExceeded, ObjectRefused, ObjectStat, Store
 
 __all__ = ["TieredStore", "TierEvent", "RemoteUnavailableWarning"]
 
 EVENT_KINDS = ("remote_hit", "remote_miss", "remote_error", "remote_corrupt", "remote_off",
                "upload", "upload_skip", "upload_error")
+
+
+_T = TypeVar("_T")
 
 
 class RemoteUnavailableWarning(RuntimeWarning):
@@ -91,8 +101,8 @@ def _unregister_exit_hook(hook: Callable[[], None]) -> None:
             pass
 
 
-def _with_deadline(call: Callable[[], bytes | None], timeout_s: float | None) -> bytes | None:
-    """``call()`` in a daemon thread, waiting at most ``timeout_s`` seconds; raises TimeoutError after that
+def _with_deadline(call: Callable[[], _T], timeout_s: float | None) -> _T:
+    """``call()`` in a daemon thread, waiting at most ``timeout_s`` seconds; raises DeadlineExceeded after that
     (the call is abandoned, not cancelled: a daemon thread never delays interpreter exit)."""
     if timeout_s is None:
         return call()
@@ -109,10 +119,24 @@ def _with_deadline(call: Callable[[], bytes | None], timeout_s: float | None) ->
 
     threading.Thread(target=run, name="xlakit-remote-read", daemon=True).start()
     if not done.wait(timeout_s):
-        raise TimeoutError(f"no answer from the remote store within {timeout_s} s")
+        raise DeadlineExceeded(f"no answer from the remote store within {timeout_s} s")
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def _timed_out(e: BaseException) -> bool:
+    """Whether ``e`` (or what caused it) is a timeout of any layer: Python's TimeoutError (asyncio, sockets,
+    aiohttp, the deadline) or a library's own timeout class (botocore's ``ReadTimeoutError`` and
+    ``ConnectTimeoutError`` derive from no TimeoutError, only from classes named ``...Timeout``)."""
+    seen: BaseException | None = e
+    for _ in range(6):
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or any("Timeout" in k.__name__ for k in type(seen).__mro__):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _describe(e: BaseException) -> str:
@@ -137,9 +161,11 @@ class TieredStore:
       max_upload_bytes: blobs over this many bytes are not uploaded.
       drain_timeout_s: the most seconds interpreter exit waits for pending uploads.
       max_pending: uploads queued at once; more are skipped (reported), so memory stays bounded.
-      read_timeout_s: the most seconds a program waits for one remote read (a stalled server that accepts
-        connections and never answers); the read then counts as a remote error. None: the backend's own
-        timeouts only.
+      timeout_s: the deadline of one remote operation in seconds (read or upload, the wait for the client's
+        set-up included); missing it switches the remote off. None: the backend's own timeouts only.
+      reader: ``reader(partition, key, max_bytes) -> bytes | None`` reads one remote object (default
+        ``remote.get``); the cache layer passes one that proves the header before asking for the payload
+        (:func:`xlakit.store.remote.read_object`).
       probe_on_start: while setting the remote client up in the background, also send one GET of a name no
         entry has (see ``RemoteStore.connect``), so the first real read does not pay for opening the connection.
 
@@ -151,8 +177,9 @@ class TieredStore:
                  verify: Callable[[bytes, str, str], str | None] | None = None,
                  on_event: Callable[[TierEvent], None] | None = None, max_failures: int = 3,
                  min_upload_compile_s: float = 0.0, max_upload_bytes: int = 1 << 30,
-                 drain_timeout_s: float = 10.0, max_pending: int = 256, read_timeout_s: float | None = 30.0,
-                 probe_on_start: bool = False) -> None:
+                 drain_timeout_s: float = 10.0, max_pending: int = 256, timeout_s: float | None = 30.0,
+                 probe_on_start: bool = False,
+                 reader: Callable[[str, str, int], bytes | None] | None = None) -> None:
         if mode not in ("rw", "ro"):
             raise ValueError(f"remote mode {mode!r} is not 'rw' or 'ro'")
         if max_failures < 1 or drain_timeout_s < 0 or max_pending < 1 or max_upload_bytes < 0:
@@ -161,7 +188,8 @@ class TieredStore:
         self.verify, self.on_event = verify, on_event
         self.max_failures, self.min_upload_compile_s = max_failures, min_upload_compile_s
         self.max_upload_bytes, self.drain_timeout_s = max_upload_bytes, drain_timeout_s
-        self.read_timeout_s, self.probe_on_start = read_timeout_s, probe_on_start
+        self.timeout_s, self.probe_on_start = timeout_s, probe_on_start
+        self.reader = reader if reader is not None else remote.get
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._pending: set[tuple[str, str]] = set()
         self._idle = threading.Condition()
@@ -216,7 +244,15 @@ class TieredStore:
         return True
 
     def _connected(self) -> None:
-        self.ready(30.0)  # bounded: a hung set-up must not hang a read
+        self.ready(self.timeout_s or 30.0)  # bounded: a hung set-up must not hang a read
+
+    def _bounded(self, call: Callable[[], _T]) -> _T:
+        """``call()`` after the client's set-up, both within one ``timeout_s`` (DeadlineExceeded after it)."""
+        def run() -> _T:
+            self._connected()
+            return call()
+
+        return _with_deadline(run, self.timeout_s)
 
     def _emit(self, kind: str, partition: str, key: str, **fields) -> None:
         if self.on_event is not None:
@@ -229,15 +265,19 @@ class TieredStore:
         with self._lock:
             self._failures = 0
 
-    def _failed(self, partition: str, key: str, e: BaseException) -> None:
+    def _failed(self, partition: str, key: str, e: BaseException, seconds: float = 0.0) -> None:
+        # A timeout at any layer, or a failure slower than half the deadline, is a dark server, not a hiccup:
+        # waiting on it again would cost another deadline.
+        dark = _timed_out(e) or (self.timeout_s is not None and seconds >= self.timeout_s / 2)
         with self._lock:
             self._failures += 1
-            trip = self._remote_on and self._failures >= self.max_failures
+            trip = self._remote_on and (self._failures >= self.max_failures or dark)
             if trip:
                 self._remote_on = False
         if trip:
-            reason = (f"{self.max_failures} consecutive remote errors, the last: {_describe(e)}; the remote "
-                      f"{self.remote!r} is off for this process, local caching continues")
+            what = ("no answer within the deadline" if dark else f"{self.max_failures} consecutive remote errors")
+            reason = (f"{what}, the last: {_describe(e)}; the remote {self.remote!r} is off for this process, "
+                      "local caching continues")
             warnings.warn(reason, RemoteUnavailableWarning, stacklevel=3)
             self._emit("remote_off", partition, key, reason=reason)
 
@@ -252,16 +292,15 @@ class TieredStore:
         with self._lock:
             if (partition, key) in self._refused:
                 return None
-        self._connected()
         start = time.perf_counter()
         try:
-            blob = _with_deadline(lambda: self.remote.get(partition, key, max_bytes), self.read_timeout_s)
+            blob = self._bounded(lambda: self.reader(partition, key, max_bytes))
         except ObjectRefused as e:
             self._refuse(partition, key, e.reason)
             return None
         except Exception as e:  # network, auth, a backend's own exception types: fail open
             self._emit("remote_error", partition, key, seconds=time.perf_counter() - start, reason=_describe(e))
-            self._failed(partition, key, e)
+            self._failed(partition, key, e, time.perf_counter() - start)
             return None
         seconds = time.perf_counter() - start
         self._succeeded()
@@ -370,14 +409,13 @@ class TieredStore:
         if not self._remote_on:
             self._emit("upload_skip", partition, key, nbytes=len(blob), reason="remote switched off for this process")
             return
-        self._connected()
         start = time.perf_counter()
         try:
-            created = self.remote.put(partition, key, blob)
+            created = self._bounded(lambda: self.remote.put(partition, key, blob))
         except Exception as e:
             self._emit("upload_error", partition, key, seconds=time.perf_counter() - start, nbytes=len(blob),
                        reason=_describe(e))
-            self._failed(partition, key, e)
+            self._failed(partition, key, e, time.perf_counter() - start)
             return
         self._succeeded()
         self._emit("upload", partition, key, seconds=time.perf_counter() - start, nbytes=len(blob), created=created)
