@@ -115,7 +115,7 @@ def recompiles(log: EventLog | None = None):
     ``recompiles`` (retraces after the first trace), ``compile_s`` (seconds XLA spent compiling those
     retraces), ``argument`` and ``what`` (the change seen most often: an argument path such as ``x`` or
     ``batch['image']`` and ``shape`` / ``dtype`` / ``weak_type`` / ``static`` / ``structure`` / ``sharding``
-    / ``config`` / ``function``), ``values`` (that argument's successive values, e.g.
+    / ``config`` / ``function``), ``values_seen`` (that argument's successive values, e.g.
     ``float32[8], float32[16]``) and ``last_change`` (the latest recompile's reason).
 
     Built from the ``recompile`` events of ``log`` (default: the process-wide :func:`log`); those are
