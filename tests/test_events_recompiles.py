@@ -193,3 +193,29 @@ def test_transparent_mode_reports_recompiles_without_the_listeners(tmp_path):
     assert [(e.kind, e.source) for e in mine if e.kind == "recompile"] == [("recompile", "jit")]
     assert next(e for e in mine if e.kind == "recompile").changes[0]["after"] == "float32[6]"
     assert not any(e.kind == "trace" for e in seen)  # JAX's own signals stay off without the listeners
+
+
+def test_the_recompile_warning_threshold_can_be_changed_or_turned_off():
+    @jax.jit
+    def grow2(x):
+        return x.max()
+
+    @jax.jit
+    def grow3(x):
+        return x.min()
+
+    try:
+        with warnings.catch_warnings(record=True) as caught, events.record():
+            warnings.simplefilter("always")
+            events.warn_recompiles(after=2)
+            for n in range(1, 5):  # 3 recompiles: over 2
+                grow2(jnp.ones(n))
+            events.warn_recompiles(after=None)
+            for n in range(1, 5):
+                grow3(jnp.ones(n))
+        texts = [str(w.message) for w in caught if issubclass(w.category, events.RecompileWarning)]
+        assert len(texts) == 1 and texts[0].startswith("jit_grow2 recompiled 3 times"), texts
+        with pytest.raises(ValueError, match="at least 1"):
+            events.warn_recompiles(after=0)
+    finally:
+        events.warn_recompiles()

@@ -204,10 +204,10 @@ class RetraceTracker:
 
     Args:
       warn_after: a :class:`RecompileWarning` is issued (once per function) when a function recompiles more
-        than this many times within ``window_s`` seconds.
+        than this many times within ``window_s`` seconds; None: never.
     """
 
-    def __init__(self, warn_after: int = 5, window_s: float = 60.0) -> None:
+    def __init__(self, warn_after: int | None = 5, window_s: float = 60.0) -> None:
         self.warn_after = warn_after
         self.window_s = window_s
         self._lock = threading.Lock()
@@ -249,8 +249,12 @@ class RetraceTracker:
 
     def _maybe_warn(self, ident: tuple, name: str | None, changes: list[dict[str, str]]) -> None:
         now = time.monotonic()
+        if self.warn_after is None:
+            return
         with self._lock:
             times = self._times.setdefault(ident, collections.deque(maxlen=max(1, self.warn_after + 1)))
+            if times.maxlen != self.warn_after + 1:  # the threshold changed since
+                times = self._times[ident] = collections.deque(times, maxlen=self.warn_after + 1)
             times.append(now)
             recent = [t for t in times if now - t <= self.window_s]
             if len(recent) <= self.warn_after or ident in self._warned:
