@@ -7,11 +7,12 @@ that JAX's in-process cache answers, which emits nothing — and one walk costs 
 The rule (library files as :mod:`xlakit._sources` defines them):
 
 * ``site`` is the first user frame, innermost first: the line of user code that led to the program.
-* ``origin`` is ``"user"`` when the traced Python function is user code (the ``fun`` JAX's ``pjit`` frames
-  trace), or when the user frame called JAX's jit machinery (``jax.jit(f)(x)``, ``.lower``, ``.compile``) or
-  xlakit directly; ``"library"`` when the user frame called into jax/flax/optax/... and the program was
-  jitted in there (JAX's helpers such as ``jit_broadcast_in_dim``, ``jit__threefry_split``, ``jit__normal``
-  from ``jnp.ones``, ``jax.random``, ``model.init``).
+* ``origin`` is ``"user"`` when the traced Python function is user code (the ``fun`` of the innermost JAX
+  ``pjit`` frame); ``"library"`` when it is JAX's own (its jitted helpers: ``jit_broadcast_in_dim``,
+  ``jit__threefry_split``, ``jit__normal``, ``jit_relu`` from ``jnp.ones``, ``jax.random``, ``nn.relu``,
+  ``model.init``); for another library's function (``jax.jit(model.apply)``) it is ``"user"`` when the user
+  frame called JAX's jit machinery (``jax.jit(f)(x)``, ``.lower``, ``.compile``) or xlakit directly, and
+  ``"library"`` when it called into that library, which jitted it.
 * Events emitted with no JAX frame on the stack (folder maintenance, a bundle's background thread, events a
   test or a tool emits itself) get None for both: nothing says whose program they are.
 """
@@ -47,8 +48,9 @@ def _is_entry(path: str) -> bool:
     return library_package(path) == "xlakit" or p.endswith(_JIT_ENTRY)
 
 
-def _traced_function(frame: FrameType) -> Frame | None:
-    """The user-code function a ``pjit`` frame is tracing (its ``fun`` local), or None."""
+def _traced_function(frame: FrameType) -> tuple[str | None, Frame] | None:
+    """``(library package or None for user code, definition)`` of the function a ``pjit`` frame traces or
+    compiles (its ``fun`` local), or None when the frame has no such function."""
     code = frame.f_code
     if "fun" not in code.co_varnames or not _norm(code.co_filename).endswith(_PJIT):
         return None
@@ -59,9 +61,10 @@ def _traced_function(frame: FrameType) -> Frame | None:
             break
         fun = inner
     fcode = getattr(fun, "__code__", None)
-    if fcode is None or library_package(fcode.co_filename) is not None:
+    if fcode is None:
         return None
-    return Frame(fcode.co_filename, fcode.co_firstlineno, getattr(fun, "__qualname__", fcode.co_name))
+    return library_package(fcode.co_filename), Frame(fcode.co_filename, fcode.co_firstlineno,
+                                                      getattr(fun, "__qualname__", fcode.co_name))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -72,7 +75,7 @@ def _site(path: str, line: int, function: str) -> str:
 def _walk(start: FrameType | None) -> tuple[str | None, str | None, bool]:
     """``(origin, site, saw_jax)`` for the stack from ``start`` outwards (``site`` only when ``saw_jax``)."""
     saw_jax = False
-    traced: Frame | None = None
+    traced: tuple[str | None, Frame] | None = None  # the innermost pjit frame's function decides
     inner: FrameType | None = None
     frame = start
     for _ in range(_MAX_FRAMES):
@@ -85,17 +88,20 @@ def _walk(start: FrameType | None) -> tuple[str | None, str | None, bool]:
                 return None, None, False  # no program is being traced or compiled here
             code = frame.f_code
             site = _site(path, frame.f_lineno, getattr(code, "co_qualname", code.co_name))
+            if traced is not None and traced[0] is None:
+                return "user", site, True  # the traced function is user code
+            if traced is not None and traced[0] in ("jax", "jaxlib"):
+                return "library", site, True  # JAX's own jitted helpers (jax.nn.relu, jnp ufuncs, ...)
             called_jit = inner is not None and _is_entry(inner.f_code.co_filename)
-            user = traced is not None or called_jit
-            return ("user" if user else "library"), site, saw_jax
+            return ("user" if called_jit else "library"), site, True
         if package in ("jax", "jaxlib"):
             saw_jax = True
             if traced is None:
                 traced = _traced_function(frame)
         inner = frame
         frame = frame.f_back
-    if traced is not None:  # no user frame (a worker thread) but the traced function is the user's
-        return "user", describe(traced), saw_jax
+    if traced is not None and traced[0] is None:  # no user frame (a worker thread), the user's function
+        return "user", describe(traced[1]), saw_jax
     return None, None, saw_jax
 
 
