@@ -31,6 +31,7 @@ KIND_STYLE: dict[str, tuple[str, str]] = {
     "remote_hit": ("diamond-open", "#2ca02c"), "remote_miss": ("x-open", "#d62728"),
     "upload": ("triangle-up-open", "#9467bd"), "upload_error": ("cross-open", "#bcbd22"),
     "claim": ("star-open", "#1f77b4"), "wait": ("triangle-right", "#7f7f7f"),
+    "recompile": ("hexagram", "#ff7f0e"),  # a retrace of a function seen before, with what changed
 }
 _NO_NAME = "(no name)"
 #: Vertical offset of each kind within its lane, so a hit 60 ms after a compile is never hidden under it.
@@ -38,6 +39,7 @@ KIND_OFFSET: dict[str, float] = {
     "compile": 0.0, "hit": 0.3, "miss": -0.3, "store": 0.15, "skip": -0.15, "corrupt": -0.4, "evict": 0.4,
     "load_error": -0.22, "store_error": 0.22, "trace": -0.07, "lower": 0.07,
     "remote_hit": 0.26, "remote_miss": -0.26, "upload": 0.11, "upload_error": 0.34, "claim": 0.45, "wait": -0.45,
+    "recompile": -0.37,
 }
 #: Kinds with a duration drawn as a span from its start to its end (``Event.time`` is the end): compiles,
 #: and hits (the load).
