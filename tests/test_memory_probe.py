@@ -117,3 +117,11 @@ def test_output_printed_by_anything_else_in_the_probe_child_is_not_taken_for_its
     monkeypatch.setenv("PROBE_CHILD_QUITS", "1")
     with pytest.raises(RuntimeError, match="wrote no readable result.*_probe_child protocol"):
         probe(f, jnp.ones(1024), isolate=True)
+
+
+def test_an_isolated_probe_of_a_linalg_program_does_not_crash_its_child():
+    """The probe's child loads the executable without lowering anything, so jaxlib's CPU LAPACK kernel table
+    was still empty there: a cholesky program died with SIGSEGV on its first run."""
+    m = jnp.eye(32) * 2.0
+    result = probe(jax.jit(lambda a: jnp.linalg.cholesky(a) @ jnp.linalg.inv(a)), m, isolate=True)
+    assert result.method.startswith("subprocess") and result.peak_bytes > 0

@@ -30,11 +30,15 @@ def main(path: str, result_path: str) -> int:
     import numpy as np
     from jax.experimental import serialize_executable
 
+    from xlakit._jax.kernels import make_ready
     from xlakit.memory.probe import measure_runs
 
     device = next(d for d in jax.devices(job["platform"]) if d.id == job["device_id"])
     loaded = serialize_executable.deserialize_and_load(job["payload"], job["in_tree"], job["out_tree"],
                                                        backend=job["platform"], execution_devices=[device])
+    # Nothing is lowered here, so kernels that jaxlib fills in at lowering (CPU LAPACK) must be made ready
+    # before the first run, or a linalg program calls a null pointer (raises KernelsNotReady otherwise).
+    make_ready(loaded.runtime_executable(), job["platform"])
     def make_run():  # fresh arguments for each run: a donated one is consumed by the run
         flat = [jax.device_put(np.zeros(shape, jnp.dtype(dtype)), device) for shape, dtype in job["specs"]]
         args, kwargs = jax.tree.unflatten(job["in_tree"], flat)
