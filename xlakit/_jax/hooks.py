@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from xlakit._jax import keys, versions
+from xlakit._jax import cache_signals, keys, versions
 
 __all__ = ["CompileContext", "Handler", "acquire", "release", "route", "set_default", "mark", "handler_of",
            "current_handler", "installed"]
@@ -267,6 +267,14 @@ def _cache_write(cache_key, compile_time_secs, module_name, backend, executable,
     return handler.write(ctx, compile_time_secs, backend, executable, host_callbacks)
 
 
+def _log_miss(module_name, cache_key):
+    """JAX's persistent-cache miss record; at WARNING under ``jax_explain_cache_misses`` also when xlakit's store
+    answered (JAX gives WARNING only when its own directory cache is configured)."""
+    if _current() is None:
+        return _saved["log_miss"](module_name, cache_key)
+    return cache_signals.log_miss(module_name, cache_key)
+
+
 def _hide_frames(hide: bool) -> None:
     """Count this file's frames (the :func:`_run_python_pjit` and :func:`mark` wrappers, on the stack of every
     trace) as JAX's own, not the user's, as JAX does for its files.
@@ -305,7 +313,8 @@ def acquire() -> None:
             key_logger = logging.getLogger(_KEY_LOGGER)
             capture = _KeyCapture(passthrough_level=key_logger.getEffectiveLevel())
             _saved.update(read=compiler._cache_read, write=compiler._cache_write, key_get=cache_key.get,
-                          run_python_pjit=pjit._run_python_pjit, logger_level=key_logger.level, capture=capture)
+                          run_python_pjit=pjit._run_python_pjit, logger_level=key_logger.level, capture=capture,
+                          log_miss=getattr(compiler, "log_persistent_cache_miss", None))
             key_logger.addFilter(capture)
             # inspect.signature follows __wrapped__: version checks keep seeing JAX's own signatures.
             _cache_read.__wrapped__ = _saved["read"]  # type: ignore[attr-defined]
@@ -314,6 +323,8 @@ def acquire() -> None:
             compiler._cache_write = _cache_write
             cache_key.get = _key_get
             pjit._run_python_pjit = _run_python_pjit
+            if _saved["log_miss"] is not None:
+                compiler.log_persistent_cache_miss = _log_miss
             _hide_frames(True)
         _users += 1
 
@@ -332,6 +343,8 @@ def release() -> None:
             compiler._cache_write = _saved["write"]
             cache_key.get = _saved["key_get"]
             pjit._run_python_pjit = _saved["run_python_pjit"]
+            if _saved.get("log_miss") is not None:
+                compiler.log_persistent_cache_miss = _saved["log_miss"]
             key_logger = logging.getLogger(_KEY_LOGGER)
             key_logger.removeFilter(_saved["capture"])
             key_logger.setLevel(_saved["logger_level"])

@@ -130,3 +130,17 @@ def _miss_reason() -> str:
     folder = getattr(jax.config, "jax_compilation_cache_dir", None)
     return (f"no entry for this key in JAX's persistent cache at {folder} "
             "(JAX does not say whether it was absent or unreadable)")
+
+
+def tracing_miss_name(text: str) -> str | None:
+    """The function a "TRACING CACHE MISS" explanation is about (its "for f defined at ..." or "never seen
+    function: f id=..." line), or None."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        m = re.match(r"\s+for (.+?)(?: defined at .*)?$", line)
+        if m:
+            return m.group(1)
+        if line.strip() == "never seen function:" and i + 1 < len(lines):
+            m = re.match(r"\s+(.+?) id=\d+", lines[i + 1])
+            return m.group(1) if m else None
+    return None

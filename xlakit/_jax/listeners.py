@@ -15,6 +15,8 @@ What is listened to (checked on jax 0.10.2; every hook is optional and missing o
   ``jax._src.compilation_cache``) and "Evicting cache entry ..." (``jax._src.lru_cache``) become the
   ``miss``, ``compile``, ``skip``, ``store`` and ``evict`` of JAX's persistent cache — including the
   programs JAX silently declines to store (under ``jax_persistent_cache_min_compile_time_secs``).
+* Each trace of a function traced before is also a ``recompile`` (``source="jit"``) with what changed in its
+  signature (:mod:`xlakit._jax.retrace`), read from JAX's frames at trace time.
 * With ``jax_explain_cache_misses`` on, the WARNING "TRACING CACHE MISS at ..." of
   ``jax._src.interpreters.partial_eval`` becomes a ``miss`` with ``source="jit"`` and JAX's explanation as
   the reason. In-process cache *hits* emit nothing in JAX, so there are none to record.
@@ -52,7 +54,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import re
 import sys
 import threading
 import warnings
@@ -87,7 +88,9 @@ from xlakit._jax.jax_signals import (  # noqa: F401 - the names JAX signals are 
     _registered,
     _Step,
     module_name,
+    tracing_miss_name,
 )
+from xlakit._jax.retrace import TRACKER
 
 
 class Sink(Protocol):
@@ -276,7 +279,9 @@ class JaxListeners:
     def _handle_duration(self, event: str, duration: float, **kwargs: Any) -> None:
         fun_name = kwargs.get("fun_name")
         if event == _TRACE:
-            self._emit("trace", "jax", name=module_name(fun_name, wrap="jit"), duration_s=float(duration))
+            name = module_name(fun_name, wrap="jit")
+            TRACKER.on_trace(self.log.emit, name, fun_name)  # a retrace of a function seen before: what changed
+            self._emit("trace", "jax", name=name, duration_s=float(duration))
         elif event == _LOWER:
             self._emit("lower", "jax", name=module_name(fun_name), duration_s=float(duration))
         elif event == _SAVED:
@@ -359,18 +364,8 @@ class JaxListeners:
                               "(jax_compilation_cache_max_size)")
 
     def _tracing_miss(self, text: str) -> None:
-        lines = text.split("\n")
-        name = None
-        for i, line in enumerate(lines):
-            m = re.match(r"\s+for (.+?)(?: defined at .*)?$", line)
-            if m:
-                name = m.group(1)
-                break
-            if line.strip() == "never seen function:" and i + 1 < len(lines):
-                m = re.match(r"\s+(.+?) id=\d+", lines[i + 1])
-                name = m.group(1) if m else None
-                break
-        self._emit("miss", "jit", name=module_name(name, wrap="jit"), reason=text[len(_TRACING_MISS):].strip())
+        self._emit("miss", "jit", name=module_name(tracing_miss_name(text), wrap="jit"),
+                   reason=text[len(_TRACING_MISS):].strip())
 
 
 _PERSISTENT_MESSAGES = frozenset({_MSG_HIT, _MSG_MISS, _MSG_TOOK, _MSG_TOO_FAST, _MSG_CALLBACKS, _MSG_NOT_PROCESS_0,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 # Imported here, not on first use: the first warm hit of a process would pay for them (~1 ms each where no
 # bytecode cache is written). None of them imports JAX.
-from xlakit._jax import executables, keys
+from xlakit._jax import cache_signals, executables, keys
 from xlakit._jax.environment import current_environment, expectations
 from xlakit.cache import entry as _entry
 from xlakit.cache.coordinated import CoordinatedCompiles
@@ -105,7 +104,8 @@ class StoreHandler(CacheFolder):
         self._keep(decision)
         if executable is None:
             return None, None
-        return executable, int(math.ceil(decision.compile_s or 0.0))
+        # JAX's own value (whole seconds, truncated): JAX reports compile_time_saved_sec from it.
+        return executable, cache_signals.stored_compile_s(decision.compile_s)
 
     def write(self, ctx: Any, compile_time_secs: float, backend: Any, executable: Any,
               host_callbacks: Any = ()) -> None:
@@ -119,10 +119,12 @@ class StoreHandler(CacheFolder):
             partition = env.partition_name()
             self.io.compiled(partition, key, name, compile_time_secs)
             claimed = self.coordination.claimed(partition, key)
-            reason = self._skip_reason(compile_time_secs, host_callbacks, claimed)
+            reason, why = self._skip_reason(compile_time_secs, host_callbacks, claimed)
             if reason:
+                cache_signals.not_written(name, why, threshold_s=self.min_compile_time_s, compile_s=compile_time_secs)
                 self._keep(self.io.skip(partition, key, name, reason, compile_time_secs))
                 return
+            cache_signals.took_at_least(name, self.min_compile_time_s, compile_time_secs)
             try:
                 payload = executables.serialize(executable)
             except Exception as exc:  # noqa: BLE001
@@ -132,6 +134,7 @@ class StoreHandler(CacheFolder):
             header = _entry.program_header(name=name, compile_s=compile_time_secs, environment=env.to_dict(),
                                            key_parts=ctx.parts(), memory=executables.memory_stats(executable),
                                            module_text=module_text(ctx.module))
+            cache_signals.writing(name, key)  # JAX's signals of a write, given where JAX gives them: before the put
             capture = self._capture_now()
             if capture is not None and capture.defer and not claimed:
                 capture.pending = (partition, key, header, payload)  # published by the caller, with more in it
@@ -177,14 +180,16 @@ class StoreHandler(CacheFolder):
             capture.decisions.append(decision)
 
     # -- policy ----------------------------------------------------------------------------------------
-    def _skip_reason(self, compile_time_secs: float, host_callbacks: Any, claimed: bool = False) -> str | None:
+    def _skip_reason(self, compile_time_secs: float, host_callbacks: Any,
+                     claimed: bool = False) -> tuple[str | None, str]:
+        """``(reason, which of JAX's own reasons it is)``; ``(None, "")`` when the program is to be stored."""
         index = executables.process_index()
         if index != 0 and not claimed:  # a coordination claimant stores for every process
-            return f"only process 0 writes the cache (this is process {index})"
+            return f"only process 0 writes the cache (this is process {index})", "process"
         if host_callbacks:  # only passed by JAX <= 0.10, which cannot rebind callbacks on load
             return ("the program uses host callbacks (jax.debug.print, io_callback, pure_callback); "
-                    "their Python functions cannot be serialized")
+                    "their Python functions cannot be serialized"), "callbacks"
         if compile_time_secs < self.min_compile_time_s:
             return (f"compiled in {compile_time_secs:.3f} s, under min_compile_time_s="
-                    f"{self.min_compile_time_s:g} s")
-        return None
+                    f"{self.min_compile_time_s:g} s"), "too_fast"
+        return None, ""

@@ -31,7 +31,14 @@ claim       under ``jax.distributed``, this process claimed a program and compil
             ``duration_s`` = claim + compile + upload seconds
 wait        this process waited for another's compile; ``duration_s`` = seconds waited; ``reason`` is set
             when the wait ended without a program (timeout, claimant failed) and this process compiled
+recompile   JAX retraced a function it had traced before in this process (``source="jit"``); ``changes``
+            lists what differs from the previous trace (argument path, shape, dtype, weak type, static
+            value, pytree structure, sharding, global config), ``reason`` says it in one line. Recorded while
+            the JAX listeners are installed (:func:`record`, :func:`install_listeners`)
 =========== ===========================================================================================
+
+Every event of a program also says whose program it is: ``origin`` ``"user"`` or ``"library"`` (JAX's own
+helpers, jitted inside jax/flax/optax), and ``site``, the first user frame (see :mod:`xlakit.events._origin`).
 
 Sources (``Event.source``, a closed set — the three cache layers stay distinguishable):
 
@@ -51,18 +58,20 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from xlakit.events._calls import CallDecision
 from xlakit.events._log import EventLog, Observer
 from xlakit.events._model import CACHE_SOURCES, FAILURE_KINDS, FLEET_KINDS, KINDS, SOURCES, Event
-from xlakit.events._stats import CacheStats, Summary, SummaryRow
+from xlakit.events._stats import LIBRARY_ROW, CacheStats, Summary, SummaryRow
 
 if TYPE_CHECKING:
     from xlakit._jax.listeners import JaxListeners
 
 __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event", "EventLog", "Observer",
-           "CacheStats", "Summary", "SummaryRow", "log", "cache_stats", "record", "load", "install_listeners",
-           "uninstall_listeners", "prometheus_collector"]
+           "CacheStats", "Summary", "SummaryRow", "LIBRARY_ROW", "CallDecision", "RecompileWarning", "log",
+           "cache_stats", "record", "load", "last", "recompiles", "install_listeners", "uninstall_listeners",
+           "prometheus_collector"]
 
 _LOG = EventLog()
 
@@ -79,6 +88,49 @@ def cache_stats(source: str | None = None) -> CacheStats:
       source: one layer (:data:`SOURCES`), or None for all sources together.
     """
     return _LOG.stats(source)
+
+
+def last(fn: Any, since: float | None = None, log: EventLog | None = None) -> CallDecision | None:
+    """The latest decision for a jitted function in ``log`` (default: the process-wide :func:`log`).
+
+    ``fn`` is the ``jax.jit`` object, the Python function or its name. The answer is ``hit``, ``miss`` (with
+    the reason), ``compiled`` or ``recompiled`` (with what changed); see :meth:`EventLog.last`. To assert that
+    a warm call compiled nothing::
+
+        t = time.monotonic()
+        step(state, batch)
+        decision = xlakit.events.last(step, since=t)
+        assert decision is None or not decision.compiled   # None: JAX's in-process cache answered
+
+    Raises:
+      TypeError: ``fn`` is neither a name nor a callable.
+    """
+    return (log if log is not None else _LOG).last(fn, since=since)
+
+
+def recompiles(log: EventLog | None = None):
+    """Which functions recompiled, and why: a ``pandas.DataFrame``, one row per function, most recompiles first.
+
+    Columns: ``function`` (event name, ``jit_step``), ``origin`` / ``site`` (whose program, first user frame),
+    ``recompiles`` (retraces after the first trace), ``compile_s`` (seconds XLA spent compiling those
+    retraces), ``argument`` and ``what`` (the change seen most often: an argument path such as ``x`` or
+    ``batch['image']`` and ``shape`` / ``dtype`` / ``weak_type`` / ``static`` / ``structure`` / ``sharding``
+    / ``config`` / ``function``), ``values`` (that argument's successive values, e.g.
+    ``float32[8], float32[16]``) and ``last_change`` (the latest recompile's reason).
+
+    Built from the ``recompile`` events of ``log`` (default: the process-wide :func:`log`); those are
+    recorded while the JAX listeners are installed (:func:`record`, :func:`install_listeners`). A
+    :class:`RecompileWarning` is issued once per function that recompiles more than 5 times within 60 s.
+    """
+    return (log if log is not None else _LOG).recompiles()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RecompileWarning":  # defined beside the tracker that issues it; imports no JAX
+        from xlakit._jax.retrace import RecompileWarning
+
+        return RecompileWarning
+    raise AttributeError(f"module 'xlakit.events' has no attribute {name!r}")
 
 
 def load(path: str | os.PathLike, maxlen: int | None = None) -> EventLog:

@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterable, Iterator
 from html import escape
 from typing import Any
 
-from xlakit.events import _jsonl
+from xlakit.events import _calls, _jsonl
+from xlakit.events._calls import CallDecision
 from xlakit.events._model import SOURCES, Event, _cell
+from xlakit.events._origin import PROGRAM_KINDS, attribute
 from xlakit.events._stats import CacheStats, Summary, Totals
 
 __all__ = ["EventLog", "Observer"]
@@ -80,10 +82,17 @@ class EventLog:
     def emit(self, kind: str, **fields: Any) -> Event:
         """Create an :class:`~xlakit.events.Event` from keyword fields and append it.
 
+        An event of a program (trace, compile, hit, miss, store, ...) given no ``origin`` is attributed from
+        the Python stack at this moment: ``origin`` ("user" / "library") and ``site`` (the first user frame),
+        see :mod:`xlakit.events._origin`.
+
         Raises:
           TypeError: a field :class:`~xlakit.events.Event` does not have.
           ValueError: an unknown ``kind`` or ``source``.
         """
+        if "origin" not in fields and kind in PROGRAM_KINDS:
+            fields["origin"], site = attribute(fields.get("name"))
+            fields.setdefault("site", site)
         return self.append(Event(kind=kind, **fields))
 
     def extend(self, events: Iterable[Event]) -> None:
@@ -180,9 +189,36 @@ class EventLog:
         with self._lock:
             return {s: self._totals.snapshot(s) for s in SOURCES}
 
-    def summary(self) -> Summary:
-        """Per function and layer: counts per kind, compile/load/saved seconds; see :class:`~xlakit.events.Summary`."""
-        return Summary.of(self.events())
+    def summary(self, fold_library: bool = True) -> Summary:
+        """Per function and layer: counts per kind, compile/load/saved seconds; see :class:`~xlakit.events.Summary`.
+
+        Args:
+          fold_library: fold the programs of library code (JAX's helpers such as ``jit_broadcast_in_dim``,
+            ``Event.origin == "library"``) into one ``"library helpers"`` row per layer, counts and seconds
+            kept; False lists every function.
+        """
+        return Summary.of(self.events(), fold_library=fold_library)
+
+    def last(self, fn: Any, since: float | None = None) -> CallDecision | None:
+        """The latest decision for a jitted function: ``hit``, ``miss`` (with reason), ``compiled`` or
+        ``recompiled`` (with what changed); see :class:`~xlakit.events.CallDecision`.
+
+        Args:
+          fn: the ``jax.jit`` object, the Python function it wraps, or its name (``"step"`` / ``"jit_step"``).
+          since: only events at or after this ``time.monotonic()`` second; None when nothing happened since
+            (a call JAX's in-process cache answered emits nothing).
+
+        Returns:
+          The decision, or None when the log holds no event of ``fn`` (since ``since``).
+
+        Raises:
+          TypeError: ``fn`` is neither a name nor a callable.
+        """
+        return _calls.last(self.events(), fn, since)
+
+    def recompiles(self):
+        """The functions that recompiled in this log (a ``pandas.DataFrame``): :func:`xlakit.events.recompiles`."""
+        return _calls.recompiles(self.events())
 
     def to_frame(self):
         """The kept events as a ``pandas.DataFrame``: one row per event, one column per Event field."""

@@ -11,7 +11,7 @@ __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", 
 
 #: Every ``Event.kind``, in the order tables and frames list them. See the table in :mod:`xlakit.events`.
 KINDS = ("hit", "miss", "compile", "store", "skip", "corrupt", "evict", "load_error", "store_error", "trace",
-         "lower", "remote_hit", "remote_miss", "upload", "upload_error", "claim", "wait")
+         "lower", "remote_hit", "remote_miss", "upload", "upload_error", "claim", "wait", "recompile")
 
 #: Kinds of a shared (remote) tier and of coordination across processes; their seconds and bytes are summed
 #: per kind (:attr:`xlakit.events.CacheStats.fleet_s`, ``fleet_bytes``).
@@ -59,6 +59,10 @@ class Event:
         up to it is inside jax/flax/optax/… (JAX's own helpers such as ``jit_broadcast_in_dim``), None when
         unknown (an event from a hook that sees no Python stack). The rule is :mod:`xlakit._sources`'.
       site: the first user frame as text (``train.py:42 (train_step)``, ``cell [7], line 3 (step)``), or None.
+      changes: for a ``recompile``, what differs from the function's previous trace: one dict per change with
+        ``what`` ("shape", "dtype", "weak_type", "sharding", "static", "structure", "config", "function"),
+        ``path`` (argument path such as ``x`` or ``batch['image']``, or the config name), ``before`` and
+        ``after`` (text); None otherwise.
       time: wall-clock seconds since the epoch (``time.time()``) when the event was recorded — for an
         action with a duration, its end.
       monotonic: ``time.monotonic()`` seconds at the same moment, for ordering and intervals within one
@@ -81,6 +85,7 @@ class Event:
     memory: dict[str, int] | None = None
     origin: str | None = None
     site: str | None = None
+    changes: list[dict[str, str]] | None = None
     time: float = dataclasses.field(default_factory=_time.time)
     monotonic: float = dataclasses.field(default_factory=_time.monotonic)
 

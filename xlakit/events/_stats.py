@@ -21,7 +21,10 @@ from typing import Any
 
 from xlakit.events._model import FLEET_KINDS, KINDS, SOURCES, Event
 
-__all__ = ["CacheStats", "Summary", "SummaryRow"]
+__all__ = ["CacheStats", "Summary", "SummaryRow", "LIBRARY_ROW"]
+
+#: The name of the row (and lane) that folds the programs of library code (``Event.origin == "library"``).
+LIBRARY_ROW = "library helpers"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +167,9 @@ class SummaryRow:
       counts: events per kind (every kind present).
       compile_s, load_s, saved_s, trace_s, lower_s: seconds, as in :class:`CacheStats`.
       stored_bytes: bytes written by ``store`` events.
+      origin: ``"user"``, ``"library"`` or None (unknown), as the function's events say (``Event.origin``).
+      site: the first user frame that led to the function (``Event.site``), or None.
+      programs: how many functions the row covers: 1, or the number folded into the ``"library helpers"`` row.
     """
 
     name: str | None
@@ -175,11 +181,15 @@ class SummaryRow:
     trace_s: float
     lower_s: float
     stored_bytes: int
+    origin: str | None = None
+    site: str | None = None
+    programs: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, **self.counts, "compile_s": self.compile_s,
                 "load_s": self.load_s, "saved_s": self.saved_s, "trace_s": self.trace_s,
-                "lower_s": self.lower_s, "stored_bytes": self.stored_bytes}
+                "lower_s": self.lower_s, "stored_bytes": self.stored_bytes, "origin": self.origin,
+                "site": self.site, "programs": self.programs}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,24 +201,45 @@ class Summary:
 
     Attributes:
       rows: one :class:`SummaryRow` per (name, source), sorted by name then by the order of
-        :data:`~xlakit.events.SOURCES`.
+        :data:`~xlakit.events.SOURCES`; when folded, the library programs' rows are one
+        :data:`LIBRARY_ROW` row per source, last (counts and seconds summed, ``programs`` says how many).
+      folded: whether library programs were folded.
     """
 
     rows: tuple[SummaryRow, ...]
+    folded: bool = False
 
     @classmethod
-    def of(cls, events: Iterable[Event]) -> Summary:
+    def of(cls, events: Iterable[Event], fold_library: bool = False) -> Summary:
+        """The summary of ``events``; with ``fold_library``, functions whose events say ``origin="library"``
+        (JAX's own helpers such as ``jit_broadcast_in_dim``) become one :data:`LIBRARY_ROW` row per source."""
         tallies: dict[tuple[str | None, str], _Tally] = {}
+        origins: dict[str | None, str | None] = {}
+        sites: dict[str | None, str | None] = {}
         for e in events:
             tallies.setdefault((e.name, e.source), _Tally()).add(e)
+            if origins.get(e.name) is None:
+                origins[e.name] = e.origin
+            if sites.get(e.name) is None:
+                sites[e.name] = e.site
         order = {s: i for i, s in enumerate(SOURCES)}
         keys = sorted(tallies, key=lambda k: (k[0] is None, k[0] or "", order[k[1]]))
-        rows = []
+        rows: list[SummaryRow] = []
+        library: dict[str, tuple[_Tally, set[str | None]]] = {}
         for name, source in keys:
             t = tallies[(name, source)]
+            if fold_library and origins.get(name) == "library":
+                merged, names = library.setdefault(source, (_Tally(), set()))
+                merged.merge(t)
+                names.add(name)
+                continue
             rows.append(SummaryRow(name, source, dict(t.counts), t.compile_s, t.load_s, t.saved_s, t.trace_s,
-                                   t.lower_s, t.stored_bytes))
-        return cls(tuple(rows))
+                                   t.lower_s, t.stored_bytes, origins.get(name), sites.get(name)))
+        for source in sorted(library, key=order.__getitem__):
+            t, names = library[source]
+            rows.append(SummaryRow(LIBRARY_ROW, source, dict(t.counts), t.compile_s, t.load_s, t.saved_s,
+                                   t.trace_s, t.lower_s, t.stored_bytes, "library", None, len(names)))
+        return cls(tuple(rows), fold_library)
 
     def row(self, name: str | None, source: str) -> SummaryRow | None:
         """The row for ``name`` on ``source``, or None."""
@@ -219,14 +250,15 @@ class Summary:
         import pandas as pd
 
         columns = ["name", "source", *KINDS, "compile_s", "load_s", "saved_s", "trace_s", "lower_s",
-                   "stored_bytes"]
+                   "stored_bytes", "origin", "site", "programs"]
         return pd.DataFrame([r.to_dict() for r in self.rows], columns=columns)
 
     def _table(self) -> tuple[list[str], list[list[str]]]:
         used = [k for k in KINDS if any(r.counts[k] for r in self.rows)]
         header = ["name", "source", *used, "compile s", "load s", "saved s"]
-        body = [[r.name or "?", r.source, *(str(r.counts[k]) for k in used), f"{r.compile_s:.3f}",
-                 f"{r.load_s:.3f}", f"{r.saved_s:.3f}"] for r in self.rows]
+        body = [[(r.name or "?") + (f" ({r.programs} programs)" if r.name == LIBRARY_ROW else ""), r.source,
+                 *(str(r.counts[k]) for k in used), f"{r.compile_s:.3f}", f"{r.load_s:.3f}", f"{r.saved_s:.3f}"]
+                for r in self.rows]
         return header, body
 
     def __repr__(self) -> str:

@@ -1,0 +1,283 @@
+"""Recompiles explained: each retrace of a function seen before, with what changed against its previous trace.
+
+Read at trace time only: JAX reports ``/jax/core/compile/jaxpr_trace_duration`` when it has traced a function
+for ``jit`` because its tracing cache missed (a call JAX's caches answer runs no Python here at all, so the
+hot path is untouched). At that moment JAX's ``pjit._trace_for_jit`` frame is on the stack with the function
+(``fun``), its jit options (``ji``: static argument numbers and names), the argument paths (``dbg.arg_names``),
+the abstract values (``avals``: shape, dtype, weak type) and the call's arguments; the signature built from
+them is compared with the function's previous one. Checked on jax 0.10.2; on a JAX whose frame differs, a
+retrace is still reported, with "the signature could not be read on this JAX version".
+
+A function is known by where it is defined (qualified name, file, first line), so a function re-created on
+every call (``jax.jit(lambda ...)`` in a loop) is recognised as the same one, with the change "function".
+The first trace of a function is not a recompile.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+import warnings
+import weakref
+from typing import Any
+
+__all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER"]
+
+#: Global settings that change what JAX traces (part of its trace context), compared between traces.
+CONFIG_NAMES = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
+                "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_debug_nans", "jax_disable_jit")
+
+#: The usual fix, per kind of change.
+FIXES = {
+    "shape": "pad or bucket the argument to a few fixed shapes, or mark it static if it is a Python value",
+    "dtype": "pass one dtype every time (e.g. jnp.asarray(x, jnp.float32))",
+    "weak_type": "pass arrays, not Python scalars, or always the same kind (a Python float is weakly typed)",
+    "static": "a static argument's value is part of the cache key: keep its values few, or pass it as an array "
+              "instead of in static_argnums/static_argnames",
+    "structure": "keep the argument's pytree structure fixed (same keys and lengths, no None switching)",
+    "sharding": "place the argument with the same sharding every call (jax.device_put)",
+    "config": "do not change this global setting between calls",
+    "function": "create the jitted function once (outside the loop), not on every call",
+    "unknown": "look at JAX's explanation with jax.config.update('jax_explain_cache_misses', True)",
+}
+
+
+class RecompileWarning(UserWarning):
+    """A jitted function recompiled more often than the threshold within the window (issued once per function)."""
+
+
+_Signature = dict[str, Any]
+
+
+def _unwrap(fun: Any) -> Any:
+    for _ in range(8):
+        inner = getattr(fun, "func", None) or getattr(fun, "__wrapped__", None)
+        if inner is None:
+            break
+        fun = inner
+    return fun
+
+
+def _identity(fun: Any, fun_name: str | None) -> tuple:
+    inner = _unwrap(fun)
+    code = getattr(inner, "__code__", None)
+    if code is None:
+        return (fun_name, None, 0)
+    return (getattr(inner, "__qualname__", code.co_name), code.co_filename, code.co_firstlineno)
+
+
+def _eager_primitive(fun: Any) -> bool:
+    """JAX's wrapper that jits one primitive applied eagerly (``jit_broadcast_in_dim`` from ``jnp.ones``)."""
+    code = getattr(_unwrap(fun), "__code__", None)
+    return code is not None and code.co_filename.replace("\\", "/").endswith("/jax/_src/dispatch.py")
+
+
+def _trace_frame() -> Any:
+    frame: Any = sys._getframe(1)
+    for _ in range(30):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "_trace_for_jit":
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _aval(aval: Any) -> tuple[str, str, bool, str]:
+    shape = getattr(aval, "shape", None)
+    dtype = str(getattr(aval, "dtype", "?"))
+    shape_s = "[" + ",".join(str(d) for d in shape) + "]" if shape is not None else ""
+    return shape_s, dtype, bool(getattr(aval, "weak_type", False)), ""
+
+
+def _text(value: Any, limit: int = 60) -> str:
+    try:
+        s = repr(value)
+    except Exception:  # noqa: BLE001 - any object may be a static argument
+        s = f"<{type(value).__name__}>"
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _signature(frame: Any) -> _Signature:
+    """What JAX's tracing cache keys a trace on, as comparable text, read from ``_trace_for_jit``'s locals."""
+    import jax
+
+    local = frame.f_locals
+    fun, ji, dbg, avals = local["fun"], local["ji"], local["dbg"], local["avals"]
+    args, kwargs = local.get("args", ()), local.get("kwargs", {})
+    names = list(getattr(dbg, "arg_names", None) or ())
+    leaves: dict[str, tuple[str, str, bool, str]] = {}
+    for i, aval in enumerate(avals):
+        leaves[names[i] if i < len(names) and names[i] else f"arg{i}"] = _aval(aval)
+    static_nums = tuple(getattr(ji, "static_argnums", ()) or ())
+    static_names = tuple(getattr(ji, "static_argnames", ()) or ())
+    params = list(getattr(getattr(ji, "fun_signature", None), "parameters", {}) or ())
+    static: dict[str, str] = {}
+    dynamic: list[Any] = []
+    for i, a in enumerate(args):
+        if i in static_nums:
+            static[params[i] if i < len(params) else f"args[{i}]"] = _text(a)
+        else:
+            dynamic.append(a)
+    for k, v in kwargs.items():
+        if k in static_names:
+            static[k] = _text(v)
+        else:
+            dynamic.append(v)
+    shardings = []
+    for leaf in jax.tree_util.tree_leaves(dynamic):
+        sharding = getattr(leaf, "sharding", None) if getattr(leaf, "_committed", False) else None
+        shardings.append(str(sharding) if sharding is not None else "")
+    for (path, (shape, dtype, weak, _)), sharding in zip(list(leaves.items()), shardings, strict=False):
+        leaves[path] = (shape, dtype, weak, sharding)
+    structure = str(jax.tree_util.tree_structure((tuple(dynamic),)))
+    config = {n: str(getattr(jax.config, n, None)) for n in CONFIG_NAMES}
+    inner = _unwrap(fun)
+    try:
+        ref: Any = weakref.ref(inner)
+    except TypeError:  # an object without weak references: compare it by identity while it lives
+        ref = (lambda obj: lambda: obj)(inner)
+    return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
+            "structure": structure, "config": config,
+            "mesh": str(local.get("ctx_mesh", ""))}
+
+
+def _leaf_text(leaf: tuple[str, str, bool, str]) -> str:
+    shape, dtype, weak, _ = leaf
+    return f"{'weak ' if weak else ''}{dtype}{shape}"
+
+
+def diff(before: _Signature, after: _Signature) -> list[dict[str, str]]:
+    """The changes from ``before`` to ``after``: dicts with ``what``, ``path``, ``before``, ``after``."""
+    out: list[dict[str, str]] = []
+
+    def add(what: str, path: str, b: str, a: str) -> None:
+        out.append({"what": what, "path": path, "before": b, "after": a})
+
+    bl, al = before["leaves"], after["leaves"]
+    if list(bl) != list(al) or before["structure"] != after["structure"]:
+        gone, new = [p for p in bl if p not in al], [p for p in al if p not in bl]
+        add("structure", (gone or new or ["arguments"])[0], ", ".join(gone) or before["structure"][:120],
+            ", ".join(new) or after["structure"][:120])
+    for path in (p for p in al if p in bl):
+        b, a = bl[path], al[path]
+        if b[0] != a[0]:
+            add("shape", path, _leaf_text(b), _leaf_text(a))
+        elif b[1] != a[1]:
+            add("dtype", path, _leaf_text(b), _leaf_text(a))
+        elif b[2] != a[2]:
+            add("weak_type", path, _leaf_text(b), _leaf_text(a))
+        elif b[3] != a[3]:
+            add("sharding", path, b[3] or "uncommitted", a[3] or "uncommitted")
+    bs, as_ = before["static"], after["static"]
+    for path in sorted(set(bs) | set(as_)):
+        if bs.get(path) != as_.get(path):
+            add("static", path, bs.get(path, "absent"), as_.get(path, "absent"))
+    for name, value in after["config"].items():
+        if before["config"].get(name) != value:
+            add("config", name, str(before["config"].get(name)), value)
+    if before["mesh"] != after["mesh"]:
+        add("sharding", "mesh", before["mesh"][:120], after["mesh"][:120])
+    if not out and before["ref"]() is not after["ref"]():
+        add("function", after.get("qualname") or "function", "an earlier function object",
+            "a new function object (same code)")
+    return out
+
+
+def describe(changes: list[dict[str, str]]) -> str:
+    """One line: ``x: shape float32[8] -> float32[16]; n: static 2 -> 3``."""
+    if not changes:
+        return ("no argument changed: JAX's tracing cache no longer held this signature (a new jax.jit object, "
+                "jax.clear_caches(), or an evicted entry)")
+    return "; ".join(f"{c['path']}: {c['what']} {c['before']} -> {c['after']}" for c in changes)
+
+
+class RetraceTracker:
+    """Keeps each function's last trace signature; turns a retrace into a ``recompile`` event.
+
+    One per process (:data:`TRACKER`), so a function's history outlives one ``events.record()`` block.
+
+    Args:
+      warn_after: a :class:`RecompileWarning` is issued (once per function) when a function recompiles more
+        than this many times within ``window_s`` seconds.
+    """
+
+    def __init__(self, warn_after: int = 5, window_s: float = 60.0) -> None:
+        self.warn_after = warn_after
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._last: collections.OrderedDict[tuple, _Signature | None] = collections.OrderedDict()
+        self._times: dict[tuple, collections.deque[float]] = {}
+        self._warned: set[tuple] = set()
+
+    def on_trace(self, emit: Any, name: str | None, fun_name: str | None) -> None:
+        """Called at JAX's trace-duration signal, on the tracing thread, with JAX's frames on the stack;
+        a retrace is emitted as ``emit("recompile", source="jit", name=..., reason=..., changes=[...])``."""
+        frame = _trace_frame()
+        if frame is not None and _eager_primitive(frame.f_locals.get("fun")):
+            return  # jnp/lax applied outside jit: each new parameter set is another program, not a recompile
+        sig: _Signature | None = None
+        ident: tuple = (fun_name, None, 0)
+        if frame is not None:
+            try:
+                ident = _identity(frame.f_locals.get("fun"), fun_name)
+                sig = _signature(frame)
+            except Exception:  # noqa: BLE001 - another JAX's frame: report the retrace without the signature
+                sig = None
+        with self._lock:
+            seen = ident in self._last
+            before = self._last.get(ident)
+            self._last[ident] = sig
+            self._last.move_to_end(ident)
+            while len(self._last) > 4096:
+                self._last.popitem(last=False)
+        if not seen:
+            return
+        if before is not None and sig is not None:
+            changes = diff(before, sig)
+            reason = describe(changes)
+        else:
+            changes = [{"what": "unknown", "path": "arguments", "before": "?", "after": "?"}]
+            reason = "retraced; the signature could not be read on this JAX version"
+        emit("recompile", source="jit", name=name, reason=reason, changes=changes)
+        self._maybe_warn(ident, name, changes)
+
+    def _maybe_warn(self, ident: tuple, name: str | None, changes: list[dict[str, str]]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            times = self._times.setdefault(ident, collections.deque(maxlen=max(1, self.warn_after + 1)))
+            times.append(now)
+            recent = [t for t in times if now - t <= self.window_s]
+            if len(recent) <= self.warn_after or ident in self._warned:
+                return
+            self._warned.add(ident)
+        main = changes[0] if changes else {"what": "unknown", "path": "arguments"}
+        message = (
+            f"{name or ident[0]} recompiled {len(recent)} times in {now - recent[0]:.0f} s; the last time because "
+            f"{main['path']} changed its {main['what'].replace('_', ' ')} ({describe(changes)}). Usual fix: "
+            f"{FIXES.get(main['what'], FIXES['unknown'])}. See xlakit.events.recompiles().")
+        frame = _user_frame()
+        if frame is None:
+            warnings.warn(message, RecompileWarning, stacklevel=2)
+            return
+        warnings.warn_explicit(message, RecompileWarning, frame.f_code.co_filename, frame.f_lineno,
+                               module=frame.f_globals.get("__name__"),
+                               registry=frame.f_globals.setdefault("__warningregistry__", {}))
+
+
+def _user_frame() -> Any:
+    """The innermost frame of user code (where the warning points), or None."""
+    from xlakit._sources import is_library_file
+
+    frame: Any = sys._getframe(1)
+    for _ in range(200):
+        if frame is None or not is_library_file(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+#: The process's tracker, used by the JAX listeners.
+TRACKER = RetraceTracker()

@@ -1,0 +1,161 @@
+"""Answers per function from an event log: the latest decision (:func:`last`) and the recompiles (:func:`recompiles`).
+
+A function is named as in the log, by the module name JAX compiles it under (``jax.jit(step)`` -> ``jit_step``);
+:func:`resolve_name` accepts the jitted object, the Python function or the name.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from xlakit.events._model import Event
+
+__all__ = ["CallDecision", "last", "recompiles", "resolve_name", "RECOMPILE_COLUMNS"]
+
+_LOOKUPS = ("xlakit", "jax-persistent")
+RECOMPILE_COLUMNS = ["function", "origin", "site", "recompiles", "compile_s", "argument", "what", "values",
+                     "last_change"]
+
+
+def resolve_name(fn: Any, names: Iterable[str | None] = ()) -> str:
+    """The event name of ``fn``: a ``jax.jit`` object, the Python function it wraps (or a ``functools.partial``
+    of one), or a name (``"step"`` or ``"jit_step"``; a name already in ``names`` is taken as it is).
+
+    Raises:
+      TypeError: ``fn`` is neither a string nor a callable.
+    """
+    from xlakit._jax.jax_signals import module_name  # the naming rule of JAX's listeners (imports no JAX)
+
+    if isinstance(fn, str):
+        if fn in set(names) or fn.startswith(("jit_", "pjit_")):
+            return fn
+        return module_name(fn, wrap="jit") or fn
+    if not callable(fn):
+        raise TypeError(f"expected a jitted function, a Python function or its name, got {type(fn).__name__}")
+    inner = fn
+    for _ in range(8):  # jax.jit objects and functools.wraps keep __wrapped__; partials keep .func
+        nxt = getattr(inner, "__wrapped__", None) or (inner.func if isinstance(inner, functools.partial) else None)
+        if nxt is None:
+            break
+        inner = nxt
+    name = getattr(inner, "__name__", None) or "<unnamed function>"
+    return module_name(name, wrap="jit") or name
+
+
+@dataclasses.dataclass(frozen=True)
+class CallDecision:
+    """What happened the last time a jitted function needed a program.
+
+    Attributes:
+      name: the function's event name (``jit_step``).
+      kind: ``"recompiled"`` (retraced because its signature changed, then compiled), ``"compiled"`` (XLA
+        compiled it: a first compile or a miss), ``"hit"`` (a cache served the executable, no compile),
+        ``"miss"`` (a lookup missed and no compile was recorded yet) or ``"traced"`` (traced, nothing else seen).
+      reason: the miss reason (for compiled / miss), what changed (for recompiled), else None.
+      changes: for ``recompiled``, the changes (dicts with ``what``, ``path``, ``before``, ``after``); else ().
+      compile_s: seconds XLA compiled in this decision (sum of its ``compile`` events), 0.0 when none.
+      events: this decision's events, oldest first.
+
+    JAX's in-process cache answers a warm call without emitting anything, so no new decision appears for it:
+    pass ``since`` to :func:`last` to ask "did anything happen after this point?".
+    """
+
+    name: str
+    kind: str
+    reason: str | None
+    changes: tuple[dict[str, str], ...]
+    compile_s: float
+    events: tuple[Event, ...]
+
+    @property
+    def compiled(self) -> bool:
+        """True when XLA compiled in this decision."""
+        return self.kind in ("compiled", "recompiled")
+
+    def __repr__(self) -> str:
+        extra = f": {self.reason}" if self.reason else ""
+        return (f"CallDecision({self.name} {self.kind}{extra}; compile {self.compile_s:.3f} s, "
+                f"{len(self.events)} events)")
+
+
+def _group(events: Sequence[Event]) -> list[Event]:
+    """The events of the newest decision among one function's events (oldest first)."""
+    start = None
+    for i in range(len(events) - 1, -1, -1):
+        if events[i].kind == "trace":
+            start = i
+            while start > 0 and (events[start - 1].kind == "recompile"
+                                 or (events[start - 1].kind == "miss" and events[start - 1].source == "jit")):
+                start -= 1
+            break
+    if start is None:  # no trace seen (JAX listeners off): from the newest cache lookup
+        start = next((i for i in range(len(events) - 1, -1, -1)
+                      if events[i].kind in ("hit", "miss") and events[i].source in _LOOKUPS), 0)
+    return list(events[start:])
+
+
+def last(events: Sequence[Event], fn: Any, since: float | None = None) -> CallDecision | None:
+    """The latest decision for ``fn`` among ``events`` (see :meth:`xlakit.events.EventLog.last`)."""
+    name = resolve_name(fn, (e.name for e in events))
+    mine = [e for e in events if e.name == name and (since is None or e.monotonic >= since)]
+    if not mine:
+        return None
+    group = _group(mine)
+    kinds = {e.kind for e in group}
+    compiles = [e for e in group if e.kind == "compile"]
+    recompile = next((e for e in group if e.kind == "recompile"), None)
+    miss = next((e for e in group if e.kind == "miss" and e.source in _LOOKUPS), None) or next(
+        (e for e in group if e.kind == "miss"), None)
+    if compiles and recompile is not None:
+        kind, reason = "recompiled", recompile.reason
+    elif compiles:
+        kind, reason = "compiled", miss.reason if miss is not None else None
+    elif "hit" in kinds:
+        kind, reason = "hit", None
+    elif miss is not None:
+        kind, reason = "miss", miss.reason
+    else:
+        kind, reason = ("recompiled", recompile.reason) if recompile is not None else ("traced", None)
+    return CallDecision(name, kind, reason, tuple(recompile.changes or ()) if recompile is not None else (),
+                        sum(e.duration_s or 0.0 for e in compiles), tuple(group))
+
+
+def recompiles(events: Iterable[Event]):
+    """One row per function that recompiled (see :func:`xlakit.events.recompiles`)."""
+    import pandas as pd
+
+    rows: dict[str, dict[str, Any]] = {}
+    pending: set[str] = set()  # functions whose next compile is a recompile's
+    for e in events:
+        if e.name is None:
+            continue
+        if e.kind == "recompile":
+            row = rows.setdefault(e.name, {"function": e.name, "origin": e.origin, "site": e.site, "recompiles": 0,
+                                           "compile_s": 0.0, "_paths": collections.Counter(), "_values": {}})
+            row["recompiles"] += 1
+            row["site"] = e.site or row["site"]
+            row["last_change"] = e.reason
+            for c in e.changes or ():
+                key = (c.get("path", "?"), c.get("what", "?"))
+                row["_paths"][key] += 1
+                values = row["_values"].setdefault(key, [])
+                for v in (c.get("before"), c.get("after")):
+                    if v is not None and (not values or values[-1] != v):
+                        values.append(v)
+            pending.add(e.name)
+        elif e.name in pending and e.kind in ("compile", "hit"):
+            if e.kind == "compile":
+                rows[e.name]["compile_s"] += e.duration_s or 0.0
+            pending.discard(e.name)
+    out = []
+    for row in rows.values():
+        paths, values = row.pop("_paths"), row.pop("_values")
+        (path, what), _ = paths.most_common(1)[0] if paths else (("?", "unknown"), 0)
+        seen = values.get((path, what), [])
+        out.append({**row, "argument": path, "what": what, "values": ", ".join(dict.fromkeys(seen))})
+    frame = pd.DataFrame(out, columns=RECOMPILE_COLUMNS)
+    return frame.sort_values(["recompiles", "compile_s"], ascending=False, ignore_index=True)
