@@ -138,3 +138,19 @@ def test_widget_fold_toggle_and_no_redraw_while_off_screen():
     w._clicks.visible_input.value = "2 1"  # shown again: one redraw with what arrived
     assert len(drawn) == 1 and w.data.total == 15
     w.close()
+
+
+def test_a_recompile_is_a_marker_in_its_lane_and_its_label_counts_them():
+    t0 = 1_700_000_000.0
+    events = [Event("compile", name="jit_step", duration_s=0.2, origin="user", time=t0)]
+    events += [Event("recompile", name="jit_step", origin="user", time=t0 + i, duration_s=0.1,
+                     reason=f"x: shape float32[{8 * i}] -> float32[{8 * (i + 1)}]") for i in (1, 2, 3)]
+    cols = tl.EventColumns()
+    cols.extend(events)
+    data = tl.timeline_data(cols)
+    assert data.counts["jit_step"]["recompile"] == 3
+    fig = tl.timeline_figure(data)
+    marker = next(t for t in fig.data if t.name == "recompile")
+    assert len(marker.x) == 3 and marker.marker.symbol == "hexagon"
+    assert tuple(fig.layout.yaxis.ticktext) == ("jit_step ⟳3",)
+    assert "float32[16] -&gt; float32[24]" in data.points["recompile"]["hover"][1]

@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from xlakit.events import LIBRARY_ROW
+
 __all__ = ["LIBRARY_LANE", "combine_origin", "lane_plan", "aggregate", "SCREEN_BINS"]
 
-#: Name of the folded lane (followed by how many programs it holds).
-LIBRARY_LANE = "library helpers"
+#: Name of the folded lane (followed by how many programs it holds); the summary's folded row has the same.
+LIBRARY_LANE = LIBRARY_ROW
 #: Time bins per group at most: about one per pixel column of a wide chart.
 SCREEN_BINS = 1000
 
