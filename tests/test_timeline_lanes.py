@@ -154,3 +154,20 @@ def test_a_recompile_is_a_marker_in_its_lane_and_its_label_counts_them():
     assert len(marker.x) == 3 and marker.marker.symbol == "hexagon"
     assert tuple(fig.layout.yaxis.ticktext) == ("jit_step ⟳3",)
     assert "float32[16] -&gt; float32[24]" in data.points["recompile"]["hover"][1]
+
+
+def test_columns_convert_only_new_rows_and_match_a_full_conversion():
+    cols = tl.EventColumns(maxlen=50)
+    cols.extend(_session())
+    first = cols.arrays()
+    assert cols.arrays() is first
+    cols.extend(Event("store", name=f"jit_g{i}", bytes=i, origin="user") for i in range(45))  # drops 9
+    inc = cols.arrays()
+    fresh = tl.EventColumns(maxlen=50)
+    fresh.extend([*_session(), *(Event("store", name=f"jit_g{i}", bytes=i, origin="user") for i in range(45))])
+    full = fresh.arrays()
+    assert inc["time"].size == 50 and cols.dropped == 9
+    for f in ("kind", "name", "origin", "kind_code"):
+        assert inc[f].tolist() == full[f].tolist()
+    assert np.array_equal(inc["bytes"], full["bytes"], equal_nan=True)
+    assert inc["lane"].tolist() == [cols.lanes[n] for n in inc["name"]]

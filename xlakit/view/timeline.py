@@ -16,7 +16,7 @@ from typing import Any
 from xlakit.events import KINDS, Event
 from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
 from xlakit.view.html import note, snapshot
-from xlakit.view.lanes import aggregate, combine_origin, lane_plan
+from xlakit.view.lanes import SCREEN_BINS, aggregate, combine_origin, lane_plan
 from xlakit.view.table import Column, Table
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
@@ -80,6 +80,7 @@ class EventColumns:
         self._cols: dict[str, list[Any]] = {f: [] for f in (*self.FIELDS, "lane")}
         self._lock = threading.Lock()
         self._arrays: dict[str, Any] | None = None
+        self._cached_dropped = 0  # rows dropped since the arrays were converted
 
     def __len__(self) -> int:
         return len(self._cols["time"])
@@ -105,29 +106,52 @@ class EventColumns:
             extra = len(cols["time"]) - self.maxlen
             if extra > 0:
                 self.dropped += extra
+                self._cached_dropped += extra
                 for f in cols:
                     del cols[f][:extra]
-            if n:
-                self._arrays = None
         return n
 
     def arrays(self) -> dict[str, Any]:
-        """The columns as numpy arrays (cached until the next append): numbers as float64 (NaN = None)."""
+        """The columns as numpy arrays (numbers as float64, NaN = None; ``kind_code``: index in
+        :data:`~xlakit.events.KINDS`, -1 for a kind this version does not know). The same object until the
+        next append; an append converts only the new rows (a live redraw of 100,000 events stays cheap)."""
         import numpy as np
 
         with self._lock:
-            if self._arrays is None:
-                c = self._cols
-                out = {"time": np.asarray(c["time"], dtype=float), "lane": np.asarray(c["lane"], dtype=np.int64)}
-                for f in ("duration_s", "bytes", "saved_s"):
-                    out[f] = np.asarray([np.nan if v is None else v for v in c[f]], dtype=float)
-                for f in ("kind", "name", "source", "key", "partition", "reason", "origin", "site"):
-                    out[f] = np.asarray(c[f], dtype=object)
-                codes = {k: i for i, k in enumerate(KINDS)}
-                out["kind_code"] = np.fromiter((codes.get(k, -1) for k in c["kind"]), dtype=np.int64,
-                                               count=len(c["kind"]))
-                self._arrays = out
-            return self._arrays
+            c, old = self._cols, self._arrays
+            total = len(c["time"])
+            if old is not None:
+                kept = old["time"].size - self._cached_dropped
+                if kept == total and not self._cached_dropped:
+                    return old
+                if kept < 0:
+                    old, kept = None, 0
+            else:
+                kept = 0
+            new = self._convert(kept)  # rows before ``kept`` are old's, after its dropped head
+            if old is not None:
+                drop = self._cached_dropped
+                new = {f: np.concatenate([old[f][drop:], new[f]]) for f in new}
+            self._arrays, self._cached_dropped = new, 0
+            return new
+
+    def _convert(self, start: int) -> dict[str, Any]:
+        import numpy as np
+
+        c = self._cols
+        nan = float("nan")
+        out = {"time": np.asarray(c["time"][start:], dtype=float),
+               "lane": np.asarray(c["lane"][start:], dtype=np.int64)}
+        for f in ("duration_s", "bytes", "saved_s"):
+            out[f] = np.asarray([nan if v is None else v for v in c[f][start:]], dtype=float)
+        for f in ("kind", "name", "source", "key", "partition", "reason", "origin", "site"):
+            column = np.empty(len(c[f]) - start, dtype=object)
+            column[:] = c[f][start:]
+            out[f] = column
+        codes = {k: i for i, k in enumerate(KINDS)}
+        out["kind_code"] = np.fromiter((codes.get(k, -1) for k in c["kind"][start:]), dtype=np.int64,
+                                       count=len(c["kind"]) - start)
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,12 +293,20 @@ def _hover(a: dict[str, Any], i: int) -> str:
 
 
 def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float, last: float) -> str:
-    """Hover of a marker standing for ``count`` events of one lane and kind in [first, last] s."""
+    """Hover of a marker standing for ``count`` events of one lane and kind in [first, last] s: kept short
+    (thousands of them go to the page in every redraw); the slowest event's full hover is one click away."""
     if count == 1:
         return _hover(a, i)
-    head = (f"<b>{count:,} × {escape(str(a['kind'][i]))}</b> {first:.2f}–{last:.2f} s"
-            + (f"; total {fmt_seconds(total)}" if total > 0 else ""))
-    return head + "<br>slowest: " + _hover(a, i)
+    parts = [f"<b>{count:,} × {escape(str(a['kind'][i]))}</b> {escape(str(a['name'][i]))}",
+             f"{first:.2f}–{last:.2f} s" + (f", total {fmt_seconds(total)}" if total > 0 else "")]
+    d = a["duration_s"][i]
+    if d == d and d > 0:
+        parts.append(f"slowest: {fmt_seconds(float(d))}")
+    reason = a["reason"][i]
+    if reason:
+        text = " ".join(str(reason).split())
+        parts.append("reason: " + escape(text if len(text) <= 80 else text[:77] + "..."))
+    return "<br>".join(parts)
 
 
 def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, name_filter: str = "",
@@ -340,7 +372,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     sx, sy = x[hits][order], np.cumsum(saved[order])
     if sx.size:
         sx, sy = np.r_[0.0, sx, x.max()], np.r_[0.0, sy, sy[-1]]
-        sx, sy = downsample_series(sx, sy, max_points)
+        sx, sy = downsample_series(sx, sy, min(max_points, 2 * SCREEN_BINS))  # a line: ~2 points per column
     counts: dict[str, dict[str, int]] = {}
     seconds: dict[str, dict[str, float]] = {}
     if sel.size:
@@ -382,10 +414,15 @@ def timeline_figure(data: TimelineData, *, max_lanes: int = MAX_LANES):
     from xlakit.view.theme import BASE_LAYOUT, LEGEND
 
     has_saved = bool(data.saved_x.size)
+    # The values are built here, so plotly's per-element validation (most of the build time) is skipped.
     fig = make_subplots(rows=2 if has_saved else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        row_heights=[0.72, 0.28] if has_saved else None)
+                        row_heights=[0.72, 0.28] if has_saved else None, figure=go.Figure(_validate=False))
     n_points = sum(len(p["x"]) for p in data.points.values())
-    Scatter = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
+    trace_type = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
+
+    def Scatter(**kwargs: Any) -> Any:
+        return trace_type(**kwargs, _validate=False)
+
     for kind, p in data.points.items():
         symbol, color = KIND_STYLE.get(kind, _OTHER_STYLE)
         if kind in SPAN_KINDS:
@@ -404,8 +441,7 @@ def timeline_figure(data: TimelineData, *, max_lanes: int = MAX_LANES):
         scale, unit = _seconds_axis(data.saved_y)
         fig.add_trace(Scatter(x=data.saved_x, y=np.asarray(data.saved_y) * scale, mode="lines",
                               name="seconds saved (cumulative)", line=dict(color="#2ca02c", width=2, shape="hv"),
-                              customdata=[fmt_seconds(float(v)) for v in data.saved_y],
-                              hovertemplate="%{x:.2f} s: %{customdata} saved<extra></extra>"), row=2, col=1)
+                              hovertemplate=f"%{{x:.2f}} s: %{{y:.4g}} {unit} saved<extra></extra>"), row=2, col=1)
         fig.update_yaxes(title_text=f"saved ({unit})", rangemode="tozero", tickformat="~g", ticksuffix=f" {unit}",
                          nticks=4, row=2, col=1)
     lanes = list(data.lanes)

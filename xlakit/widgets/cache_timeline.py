@@ -19,7 +19,7 @@ from xlakit.widgets._clicks import ClickBridge
 __all__ = ["CacheTimeline"]
 
 #: Markers drawn at most in a static snapshot (``to_html`` and the notebook's saved ``text/html``).
-SNAPSHOT_POINTS = 2000
+SNAPSHOT_POINTS = 1500
 _ALL = "\x00all"  # the source menu's "every source" value (a Dropdown shows None as an empty box)
 
 
@@ -77,8 +77,8 @@ class CacheTimeline(View, widgets.VBox):
     name_filter = traitlets.Unicode("")
     #: Only events of this source (:data:`xlakit.events.SOURCES`), or None for all (str | None, default None).
     source = traitlets.Unicode(None, allow_none=True)
-    #: Markers drawn at most, after down-sampling (int >= 100, default 5,000 markers).
-    max_points = traitlets.Int(5000)
+    #: Markers drawn at most (int >= 100, default 3,000 markers; beyond, one per lane, kind and time bin).
+    max_points = traitlets.Int(3000)
     #: Follow the log as events arrive (bool, default True).
     live = traitlets.Bool(True)
     #: Seconds a live redraw waits for a burst to go on (float >= 0, default 1 s): at most one redraw a second.
@@ -91,7 +91,7 @@ class CacheTimeline(View, widgets.VBox):
     on_screen = traitlets.Bool(True)
 
     def __init__(self, log: EventLog | Iterable[Event] | None = None, *, kinds: Iterable[str] | None = None,
-                 name_filter: str = "", source: str | None = None, max_points: int = 5000, live: bool = True,
+                 name_filter: str = "", source: str | None = None, max_points: int = 3000, live: bool = True,
                  throttle_s: float = 1.0, maxlen: int | None = None, fold_library: bool = True,
                  layout: widgets.Layout | None = None) -> None:
         from xlakit import events as _events
