@@ -90,9 +90,13 @@ def test_100k_events_over_324_lanes_build_a_bounded_figure_and_snapshot():
     fig = tl.timeline_figure(data)
     built = time.perf_counter() - start
     assert data.shown <= 5500 and sum(sum(c.values()) for c in data.counts.values()) == 100_000
-    assert len(data.lanes) == 301 and data.hidden_lanes == 271  # 300 user lanes + the folded one
-    assert fig.layout.height <= 90 + 32 * 30 + 140 and fig.layout.dragmode == "pan"
-    assert tuple(fig.layout.yaxis.range) == (29.6, -0.6)
+    # 300 user lanes + the folded one: 30 drawn one by one, 271 collapsed into a last lane, counts kept
+    assert len(data.lanes) == 31 and data.hidden_lanes == 271 and data.lanes[-1] == "… 271 more program lane(s)"
+    assert sum(data.counts[data.lanes[-1]].values()) == 100_000 - sum(sum(data.counts[n].values())
+                                                                     for n in data.lanes[:30])
+    assert fig.layout.height <= 90 + 32 * 31 + 140 and tuple(fig.layout.yaxis.range) == (30.6, -0.6)
+    scrolled = tl.timeline_data(cols, max_points=5000, lane_offset=100)
+    assert scrolled.lanes[0] == "jit_fn100" and scrolled.hidden_lanes == 271
     assert {t.type for t in fig.data if t.name in kinds} == {"scattergl"}
     hover = next(h for h in data.points["hit"]["hover"] if h.startswith("<b>"))
     assert "×" in hover and "slowest:" in hover
@@ -171,3 +175,14 @@ def test_columns_convert_only_new_rows_and_match_a_full_conversion():
         assert inc[f].tolist() == full[f].tolist()
     assert np.array_equal(inc["bytes"], full["bytes"], equal_nan=True)
     assert inc["lane"].tolist() == [cols.lanes[n] for n in inc["name"]]
+
+
+def test_widget_scrolls_the_lane_window_with_lanes_from():
+    from xlakit.widgets import CacheTimeline
+
+    w = CacheTimeline([Event("compile", name=f"jit_fn{i}", origin="user") for i in range(45)], live=False)
+    assert len(w.data.lanes) == 31 and w.data.hidden_lanes == 15 and w._offset_box.layout.display == ""
+    w._offset_box.value = 15
+    assert w.data.lanes[0] == "jit_fn15" and w.data.lanes[29] == "jit_fn44"
+    assert "15 lane(s) collapsed into the last" in w.status.value
+    w.close()

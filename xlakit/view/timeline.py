@@ -48,8 +48,9 @@ KIND_OFFSET: dict[str, float] = {
 SPAN_KINDS = ("compile", "hit")
 #: Markers above which a kind is drawn with WebGL (``scattergl``); below it, SVG (crisper, no GPU needed).
 GL_THRESHOLD = 1000
-#: Lanes shown at once; the rest are reached by dragging (scrolling) the lane axis or by the name filter.
+#: Lanes drawn one by one; the rest share one collapsed lane (scroll with ``lane_offset`` or the name filter).
 MAX_LANES = 30
+_COLLAPSED_POINTS = 600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,7 @@ class TimelineData:
         listed after the user's. folded: whether they are folded.
       seconds: lane name -> {kind: summed ``duration_s``} over the matched events (s).
       library_misses: matched misses of folded library programs (left out of ``misses`` while folded).
-      hidden_lanes: lanes beyond :data:`MAX_LANES`, reached by dragging the lane axis.
+      hidden_lanes: lanes collapsed into the last lane ("… N more program lane(s)"; 0 when none).
       dropped: events the columns dropped to stay bounded (oldest first).
     """
 
@@ -209,7 +210,7 @@ def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float
 
 def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, name_filter: str = "",
                   source: str | None = None, max_points: int = 5000, fold_library: bool = True,
-                  max_lanes: int = MAX_LANES) -> TimelineData:
+                  max_lanes: int = MAX_LANES, lane_offset: int = 0) -> TimelineData:
     """Filter, fold and aggregate ``columns`` for drawing.
 
     Args:
@@ -220,7 +221,9 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
       max_points: budget of drawn event markers (int); beyond it one marker per lane, kind and time bin. The
         curve has its own budget of the same size.
       fold_library: fold the programs of origin "library" into one "library helpers" lane (default True).
-      max_lanes: lanes shown at once (the rest are counted in ``hidden_lanes``).
+      max_lanes: lanes drawn one by one at most; the others are collapsed into one last lane ("… N more
+        programs"), their events aggregated per kind and time bin (at most 600 markers), counts kept.
+      lane_offset: the first lane drawn one by one (scrolls the window of ``max_lanes`` lanes; int >= 0).
     """
     import numpy as np
 
@@ -228,6 +231,13 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     total = a["time"].size
     names = tuple(sorted(columns.lanes, key=lambda name: columns.lanes[name]))
     lanes, lane_map, library = lane_plan(names, columns.origins, fold_library)
+    hidden = max(0, len(lanes) - max_lanes)
+    if hidden:  # collapse every lane outside the window [offset, offset + max_lanes) into one last lane
+        offset = min(max(0, lane_offset), len(lanes) - max_lanes)
+        window = np.full(len(lanes), max_lanes, dtype=np.int64)
+        window[offset:offset + max_lanes] = np.arange(max_lanes, dtype=np.int64)
+        lane_map = window[lane_map]
+        lanes = (*lanes[offset:offset + max_lanes], f"… {hidden} more program lane(s)")
     folded = bool(fold_library and library)
     if total == 0:
         empty = np.zeros(0)
@@ -248,7 +258,16 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     mask = base & wanted[a["kind_code"]]
     sel = np.flatnonzero(mask)
     group = shown_lane[sel] * len(KINDS) + a["kind_code"][sel]
-    rep, count, summed, first, last = aggregate(x[sel], a["duration_s"][sel], group, max_points)
+    if hidden:  # the collapsed lane gets a small budget of its own, so it never crowds out the drawn lanes
+        more = shown_lane[sel] == max_lanes
+        budget = min(_COLLAPSED_POINTS, max_points // 2)
+        parts = [aggregate(x[sel][m], a["duration_s"][sel][m], group[m], max_points - budget if w else budget)
+                 for w, m in ((True, ~more), (False, more))]
+        where = [np.flatnonzero(~more), np.flatnonzero(more)]
+        rep = np.concatenate([w[p[0]] for w, p in zip(where, parts, strict=True)])
+        count, summed, first, last = (np.concatenate([p[i] for p in parts]) for i in range(1, 5))
+    else:
+        rep, count, summed, first, last = aggregate(x[sel], a["duration_s"][sel], group, max_points)
     picked = sel[rep]
     top = float(np.nanmax(a["duration_s"][sel])) if sel.size and not np.all(np.isnan(a["duration_s"][sel])) else 0.0
     points = {}
@@ -291,7 +310,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     return TimelineData(t0, lanes, points, sx, sy, total, int(sel.size), int(picked.size),
                         float(saved.sum()), counts, misses, library=library, folded=folded, seconds=seconds,
                         library_misses=int(np.count_nonzero(is_miss & library_rows)),
-                        hidden_lanes=max(0, len(lanes) - max_lanes), dropped=columns.dropped)
+                        hidden_lanes=hidden, dropped=columns.dropped)
 
 
 def _seconds_axis(values: Any) -> tuple[float, str]:
@@ -300,11 +319,11 @@ def _seconds_axis(values: Any) -> tuple[float, str]:
     return (1e3, "ms") if top < 1.0 else (1.0, "s")
 
 
-def timeline_figure(data: TimelineData, *, max_lanes: int = MAX_LANES):
+def timeline_figure(data: TimelineData):
     """Lanes of events (compiles and loads as spans from start to end, every kind at its own height in the
     lane, marker size by duration; a lane with recompiles says how many) over a second panel with the
-    cumulative seconds saved by hits. The user's lanes come first, top down; beyond ``max_lanes`` lanes the
-    chart keeps its height and the lane axis is dragged (scrolled) to reach the rest."""
+    cumulative seconds saved by hits. The user's lanes come first, top down; at most ``max_lanes`` + 1 lanes
+    (see :func:`timeline_data`), so the chart's height is bounded."""
     import numpy as np
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -346,12 +365,11 @@ def timeline_figure(data: TimelineData, *, max_lanes: int = MAX_LANES):
     title = f"Cache events: {data.matched:,} of {data.total:,}"
     if data.downsampled:
         title += f" (drawn: {data.shown:,} markers, one per lane, kind and time bin)"
-    visible = max(1, min(len(lanes), max_lanes))
-    if len(lanes) > visible:
-        title += f"<br><sub>{visible} of {len(lanes)} lanes shown: drag the lane axis to scroll</sub>"
+    visible = max(1, len(lanes))
+    if data.hidden_lanes:
+        title += f"<br><sub>{data.hidden_lanes} lanes collapsed into the last: scroll with “lanes from”</sub>"
     height = max(320, 90 + 32 * visible) + (140 if has_saved else 0)
-    fig.update_layout(**{**BASE_LAYOUT, "height": height}, title=title, legend=LEGEND,
-                      dragmode="pan" if len(lanes) > visible else "zoom")
+    fig.update_layout(**{**BASE_LAYOUT, "height": height}, title=title, legend=LEGEND)
     labels = [f"{name} ⟳{data.counts[name]['recompile']}" if data.counts.get(name, {}).get("recompile") else name
               for name in lanes]
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=labels,

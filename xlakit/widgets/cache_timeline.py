@@ -38,8 +38,8 @@ class CacheTimeline(View, widgets.VBox):
     never sent from the thread); a timeline the page does not show (scrolled away, a hidden tab) is not
     redrawn until it is shown again. Large logs stay responsive: WebGL traces (``scattergl``) above 1,000
     markers; beyond :attr:`max_points` one marker per lane, kind and time bin, the bin's slowest event with
-    the bin's count (:func:`xlakit.view.lanes.aggregate`); at most 30 lanes at once (drag the lane axis for
-    the rest).
+    the bin's count (:func:`xlakit.view.lanes.aggregate`); at most 30 lanes one by one, the others collapsed
+    into one last lane (counts kept), the *lanes from* box (:attr:`lane_offset`) scrolling the window.
 
     **Your programs first**: programs whose every event came from inside jax/flax/optax
     (``Event.origin == "library"``: ``jit_broadcast_in_dim``, ``jit__threefry_split``, …) share one
@@ -89,6 +89,9 @@ class CacheTimeline(View, widgets.VBox):
     #: Whether the page shows the timeline now (set by the page: scrolled away, a hidden tab or browser tab is
     #: False; True without a page). Live redraws wait while False and run once when it comes back.
     on_screen = traitlets.Bool(True)
+    #: The first lane drawn one by one when there are more than 30 (int >= 0, default 0): the "lanes from"
+    #: box scrolls the window; the lanes outside it share one collapsed lane, counts kept.
+    lane_offset = traitlets.Int(0)
 
     def __init__(self, log: EventLog | Iterable[Event] | None = None, *, kinds: Iterable[str] | None = None,
                  name_filter: str = "", source: str | None = None, max_points: int = 3000, live: bool = True,
@@ -123,6 +126,8 @@ class CacheTimeline(View, widgets.VBox):
         self._fold_box = widgets.Checkbox(value=fold_library, description="fold library helpers", indent=False,
                                           layout=widgets.Layout(width="200px"))
         self._stale = False
+        self._offset_box = widgets.BoundedIntText(value=0, min=0, max=0, description="lanes from",
+                                                  layout=widgets.Layout(width="180px", display="none"))
         self.status = widgets.HTML()
         self.status.add_class("xlakit-timeline-status")
         # Why a miss happened: pick one (newest first) and its recorded reason shows below the chart.
@@ -137,8 +142,10 @@ class CacheTimeline(View, widgets.VBox):
         self._clicks = ClickBridge("xlakit-cache-timeline", self._guard(self._on_click, "click"),
                                    self._guard(self._on_screen_change, "visibility"))
         controls = widgets.HBox([self._kind_menu, widgets.VBox([self._name_box, self._source_menu,
-                                                                widgets.HBox([self._live_box, self._fold_box])])])
-        self._owned = [self._kind_menu, self._name_box, self._source_menu, self._live_box, self._fold_box, self.status,
+                                                                widgets.HBox([self._live_box, self._fold_box]),
+                                                                self._offset_box])])
+        self._owned = [self._kind_menu, self._name_box, self._source_menu, self._live_box, self._fold_box,
+                       self._offset_box, self.status,
                        self.chart, controls, self.error_area, self._style, self._miss_menu, self.miss_explanation,
                        *self._clicks.widgets]
         super().__init__(children=[self._style, controls, self.error_area, self.status, self.chart, self._miss_menu,
@@ -153,8 +160,9 @@ class CacheTimeline(View, widgets.VBox):
                      transform=(lambda v: None if v == _ALL else v, lambda v: _ALL if v is None else v))
         widgets.link((self._live_box, "value"), (self, "live"))
         widgets.link((self._fold_box, "value"), (self, "fold_library"))
-        self.observe(self._guard(lambda _c: self._redraw(), "filter"), names=["kinds", "name_filter", "source",
-                                                                               "max_points", "fold_library"])
+        widgets.link((self._offset_box, "value"), (self, "lane_offset"))
+        self.observe(self._guard(lambda _c: self._redraw(), "filter"),
+                     names=["kinds", "name_filter", "source", "max_points", "fold_library", "lane_offset"])
         self.observe(self._guard(self._on_live, "live"), names=["live", "throttle_s"])
         self._miss_menu.observe(self._guard(lambda c: self.explain_miss(c["new"]), "explain miss"), names=["value"])
         self._cleanups.append(self._detach)
@@ -257,7 +265,8 @@ class CacheTimeline(View, widgets.VBox):
             if self._closed:
                 return
             data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter,
-                                       source=self.source, max_points=self.max_points, fold_library=self.fold_library)
+                                       source=self.source, max_points=self.max_points, fold_library=self.fold_library,
+                                       lane_offset=self.lane_offset)
             self.data = data
             self._stale = False
             self.chart.show(_figures.timeline_figure(data))
@@ -272,7 +281,10 @@ class CacheTimeline(View, widgets.VBox):
             programs = len(self.columns.lanes)
             folded = (f" ({len(data.library)} library helper(s) folded into one lane)" if data.folded else
                       f" ({len(data.library)} of them library helpers)" if data.library else "")
-            hidden = f"; {data.hidden_lanes} more lane(s): drag the lane axis" if data.hidden_lanes else ""
+            hidden = (f"; {data.hidden_lanes} lane(s) collapsed into the last (scroll with “lanes from”)"
+                      if data.hidden_lanes else "")
+            self._offset_box.max = len(data.lanes) - 1 + data.hidden_lanes - 30 if data.hidden_lanes else 0
+            self._offset_box.layout.display = "" if data.hidden_lanes else "none"
             dropped = f"; {data.dropped:,} older events dropped (bounded)" if data.dropped else ""
             self.status.value = (f"<small><span class='xlakit-event-count' data-events='{data.total}'>"
                                  f"{data.total:,} events</span>, {data.matched:,} match{sampled}; "
@@ -318,7 +330,8 @@ class CacheTimeline(View, widgets.VBox):
         """Static snapshot: the timeline figure (at most :data:`SNAPSHOT_POINTS` markers, so a saved notebook
         stays small), the counts, and a per-function table of event kinds, with the current filters."""
         data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter, source=self.source,
-                                   max_points=min(self.max_points, SNAPSHOT_POINTS), fold_library=self.fold_library)
+                                   max_points=min(self.max_points, SNAPSHOT_POINTS), fold_library=self.fold_library,
+                                   lane_offset=self.lane_offset)
         return _snapshots.timeline_html(data, include_plotlyjs=include_plotlyjs)
 
     def __repr__(self) -> str:
