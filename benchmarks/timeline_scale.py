@@ -6,8 +6,9 @@ Prints, side by side with the issue's bounds: the seconds to build the widget's 
 aggregate, plotly figure), to serialise it as the one message the front-end draws (``Chart.show``: plotly
 JSON) and its size, a live redraw after one more event, the static snapshot's size (``to_html`` without
 plotly.js, which a notebook carries once for all charts), and the view's own event columns in memory.
-Drawing in a browser is not timed here (no browser on the benchmark machine); the figure holds at most
-``max_points`` WebGL markers and 30 lanes' height whatever the number of events.
+With Debian's ``chromium`` installed (``make browser``), also the seconds ``Plotly.newPlot`` takes to draw
+that message in headless chromium (``--disable-gpu``: WebGL is software-rendered, so this is an upper bound
+for a machine with a GPU), first draw and a redraw.
 """
 
 from __future__ import annotations
@@ -30,6 +31,28 @@ def _events(n: int, programs: int, library_from: int):
                   origin="library" if i % programs >= library_from else "user",
                   site=None if i % programs >= library_from else f"train.py:{i % programs} (step)")
             for i in range(n)]
+
+
+def _browser_draw_s(message: str) -> tuple[float, float] | None:
+    """(first, second) seconds of ``Plotly.newPlot`` for the figure JSON in headless chromium, or None."""
+    import shutil
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        return None
+    from playwright.sync_api import sync_playwright
+    from plotly.offline import get_plotlyjs
+
+    page_html = f"<html><body><div id='g' style='width:1400px'></div><script>{get_plotlyjs()}</script></body></html>"
+    draw = """async (s) => { const f = JSON.parse(s); Plotly.purge('g'); const t = performance.now();
+      await Plotly.newPlot('g', f.data, f.layout); return (performance.now() - t) / 1000; }"""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.set_content(page_html)
+        first, second = page.evaluate(draw, message), page.evaluate(draw, message)
+        browser.close()
+    return first, second
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,9 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     lanes, shown = len(w.data.lanes), w.data.shown
     w.close()
 
+    drawn = _browser_draw_s(message)
     rows = [("figure built (filter, fold, aggregate, plotly)", f"{build_s:.3f} s", "<= 1 s", build_s <= 1.0),
             ("figure serialised for the page (plotly JSON)", f"{json_s:.3f} s", "", True),
             ("message to the page", f"{len(message) / 1e3:,.0f} KB", "", True),
+            ("drawn by chromium (Plotly.newPlot; first, again)",
+             f"{drawn[0]:.2f} s, {drawn[1]:.2f} s" if drawn else "no chromium", "", True),
             ("widget built and first drawn (kernel side)", f"{widget_s:.3f} s", "", True),
             ("live redraw after one more event", f"{redraw_s:.3f} s", "<= 1 s", redraw_s <= 1.0),
             ("static snapshot (without plotly.js)", f"{len(snap.encode()) / 1e3:,.0f} KB in {snap_s:.2f} s",
@@ -92,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     for what, value, bound, ok in rows:
         print(f"  {what:<48} {value:>28}  {bound:<10} {'' if not bound else ('ok' if ok else 'OVER')}")
     print(json.dumps({"build_s": build_s, "json_s": json_s, "message_bytes": len(message), "widget_s": widget_s,
-                      "redraw_s": redraw_s, "snapshot_bytes": len(snap.encode()), "markers": shown, "lanes": lanes,
+                      "redraw_s": redraw_s,
+                      "browser_draw_s": drawn, "snapshot_bytes": len(snap.encode()), "markers": shown, "lanes": lanes,
                       "columns_bytes": columns_bytes}))
     return 0 if all(ok for *_, ok in rows) else 1
 
