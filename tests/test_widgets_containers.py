@@ -8,6 +8,7 @@ import re
 import ipywidgets as ipw
 import plotly.graph_objects as go
 import pytest
+from IPython import get_ipython
 from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = start_ipython()
+    shell = start_ipython() or get_ipython()  # started once per session
     widgets.containers.install(shell)
     return shell
 

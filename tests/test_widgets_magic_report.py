@@ -7,6 +7,7 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
+from IPython import get_ipython
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
@@ -22,7 +23,7 @@ MiB = 2**20
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = start_ipython()
+    shell = start_ipython() or get_ipython()  # started once per session
     shell.run_line_magic("load_ext", "xlakit")
     return shell
 
