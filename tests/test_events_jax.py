@@ -156,8 +156,9 @@ print(json.dumps([(e.kind, e.source, e.name) for e in ev.log().events()]))
 """
     f = "jit_f"
     for mode, expected in (("jit", [("miss", "xlakit", f), ("compile", "xlakit", f), ("store", "xlakit", f)]),
-                           ("compile", [("hit", "xlakit", f), ("compile", "jax", f), ("trace", "jax", f),
-                                        ("lower", "jax", f)])):
+                           # the explain probe retraces f for another shape: a recompile, then its trace and lower
+                           ("compile", [("hit", "xlakit", f), ("compile", "jax", f), ("recompile", "jit", f),
+                                        ("trace", "jax", f), ("lower", "jax", f)])):
         proc = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=worker_env(),
                               timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -284,7 +285,8 @@ print(json.dumps({'outer': [(e.kind, e.name) for e in outer], 'inner': [(e.kind,
 """
     r = json.loads(run_python(code)[0])
     steps = [["trace", "jit_triple"], ["lower", "jit_triple"], ["compile", "jit_triple"]]
-    assert r["outer"] == steps * 2 and r["inner"] == steps
+    recompiled = [["recompile", "jit_triple"], *steps]  # the second call retraces triple for another shape
+    assert r["outer"] == steps + recompiled and r["inner"] == recompiled
     assert r["still"] and r["after"]
     assert r["outer_compile_s"] == pytest.approx(r["sum"]) and r["sum"] > 0
 

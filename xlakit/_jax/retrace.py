@@ -11,6 +11,10 @@ retrace is still reported, with "the signature could not be read on this JAX ver
 A function is known by where it is defined (qualified name, file, first line), so a function re-created on
 every call (``jax.jit(lambda ...)`` in a loop) is recognised as the same one, with the change "function".
 The first trace of a function is not a recompile.
+
+Who reports: the JAX listeners (:mod:`xlakit._jax.listeners`, installed by ``events.record()`` and
+``events.install_listeners()``) while installed; otherwise, while transparent mode is enabled, :func:`watch`'s
+own trace-duration listener (registered with ``jax.monitoring`` once, removed by the last ``unwatch``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import warnings
 import weakref
 from typing import Any
 
-__all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER"]
+__all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER", "watch"]
 
 #: Global settings that change what JAX traces (part of its trace context), compared between traces.
 CONFIG_NAMES = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
@@ -132,7 +136,7 @@ def _signature(frame: Any) -> _Signature:
         shardings.append(str(sharding) if sharding is not None else "")
     for (path, (shape, dtype, weak, _)), sharding in zip(list(leaves.items()), shardings, strict=False):
         leaves[path] = (shape, dtype, weak, sharding)
-    structure = str(jax.tree_util.tree_structure((tuple(dynamic),)))
+    structure = str(jax.tree_util.tree_structure(tuple(dynamic))).removeprefix("PyTreeDef(")[:-1]
     config = {n: str(getattr(jax.config, n, None)) for n in CONFIG_NAMES}
     inner = _unwrap(fun)
     try:
@@ -159,8 +163,7 @@ def diff(before: _Signature, after: _Signature) -> list[dict[str, str]]:
     bl, al = before["leaves"], after["leaves"]
     if list(bl) != list(al) or before["structure"] != after["structure"]:
         gone, new = [p for p in bl if p not in al], [p for p in al if p not in bl]
-        add("structure", (gone or new or ["arguments"])[0], ", ".join(gone) or before["structure"][:120],
-            ", ".join(new) or after["structure"][:120])
+        add("structure", (gone or new or ["arguments"])[0], before["structure"][:120], after["structure"][:120])
     for path in (p for p in al if p in bl):
         b, a = bl[path], al[path]
         if b[0] != a[0]:
@@ -201,10 +204,10 @@ class RetraceTracker:
 
     Args:
       warn_after: a :class:`RecompileWarning` is issued (once per function) when a function recompiles more
-        than this many times within ``window_s`` seconds.
+        than this many times within ``window_s`` seconds; None: never.
     """
 
-    def __init__(self, warn_after: int = 5, window_s: float = 60.0) -> None:
+    def __init__(self, warn_after: int | None = 5, window_s: float = 60.0) -> None:
         self.warn_after = warn_after
         self.window_s = window_s
         self._lock = threading.Lock()
@@ -246,8 +249,12 @@ class RetraceTracker:
 
     def _maybe_warn(self, ident: tuple, name: str | None, changes: list[dict[str, str]]) -> None:
         now = time.monotonic()
+        if self.warn_after is None:
+            return
         with self._lock:
             times = self._times.setdefault(ident, collections.deque(maxlen=max(1, self.warn_after + 1)))
+            if times.maxlen != self.warn_after + 1:  # the threshold changed since
+                times = self._times[ident] = collections.deque(times, maxlen=self.warn_after + 1)
             times.append(now)
             recent = [t for t in times if now - t <= self.window_s]
             if len(recent) <= self.warn_after or ident in self._warned:
@@ -281,3 +288,52 @@ def _user_frame() -> Any:
 
 #: The process's tracker, used by the JAX listeners.
 TRACKER = RetraceTracker()
+
+
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+_watch_lock = threading.Lock()
+_watchers: list[Any] = []
+
+
+def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
+    if event != _TRACE or not _watchers:
+        return
+    listeners = sys.modules.get("xlakit._jax.listeners")
+    if listeners is not None and listeners.installed() is not None:
+        return  # the listeners report retraces themselves, into their own log
+    try:
+        from xlakit._jax.jax_signals import module_name
+
+        fun_name = kwargs.get("fun_name")
+        TRACKER.on_trace(_watchers[-1], module_name(fun_name, wrap="jit"), fun_name)
+    except Exception:  # noqa: BLE001 - never break a trace for a report about it
+        pass
+
+
+def watch(emit: Any) -> Any:
+    """Report retraces to ``emit`` (the newest watcher wins) while no JAX listeners are installed; returns the
+    function that stops it. Imports JAX."""
+    from jax._src import monitoring
+
+    with _watch_lock:
+        if not _watchers:
+            monitoring.register_event_duration_secs_listener(_on_duration)  # type: ignore[arg-type]
+        _watchers.append(emit)
+
+    def unwatch() -> None:
+        with _watch_lock:
+            if emit not in _watchers:
+                return
+            _watchers.remove(emit)
+            if _watchers:
+                return
+            for remover in ("unregister_event_duration_listener", "_unregister_event_duration_listener_by_callback"):
+                remove = getattr(monitoring, remover, None)
+                if remove is not None:
+                    try:
+                        remove(_on_duration)
+                    except (AssertionError, ValueError, KeyError):  # already removed (clear_event_listeners)
+                        pass
+                    return
+
+    return unwatch

@@ -26,14 +26,19 @@ class TransparentCache(StoreHandler):
     """
 
     _saved_config: dict[str, Any] | None = None
+    _unwatch: Any = None
 
     def install(self) -> None:
-        """Hook into JAX. Raises :class:`xlakit.UnsupportedJaxVersion` on an unsupported JAX."""
-        from xlakit._jax import hooks, persistent
+        """Hook into JAX. Raises :class:`xlakit.UnsupportedJaxVersion` on an unsupported JAX.
+
+        While enabled, each retrace of a function traced before is a ``recompile`` event in :attr:`log`
+        (:mod:`xlakit._jax.retrace`; read at trace time, nothing on a call JAX's caches answer)."""
+        from xlakit._jax import hooks, persistent, retrace
 
         hooks.acquire()
         self._saved_config = persistent.apply_config()
         hooks.set_default(self)
+        self._unwatch = retrace.watch(self.log.emit)
 
     def explain(self, fn_or_lowered: Any, *args: Any, **kwargs: Any):
         """Would this program hit this cache? :meth:`xlakit.ExecutableCache.explain`, for transparent mode.
@@ -55,6 +60,9 @@ class TransparentCache(StoreHandler):
         from xlakit._jax.environment import use_memo_dir
 
         use_memo_dir(None, only_if=self.store.root)
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         hooks.set_default(None)
         close = getattr(self.store, "close", None)  # a SharedStore: finish (bounded) pending uploads
         if close is not None:

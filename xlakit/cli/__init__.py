@@ -11,6 +11,7 @@ Commands (each ``cache`` command takes ``--path DIR`` and ``--json``)::
     xlakit demo [--keep-cache DIR] [--quick]    run the demo (the only command that imports JAX)
     xlakit report --out FILE [--path DIR] [--events FILE] [--cdn]  the widgets' views as one standalone
                                                 HTML file (imports JAX)
+    xlakit report --events FILE --trace PATH    the events as Chrome trace-event JSON (ui.perfetto.dev)
     xlakit bundle warm PATH [--workers N] [--no-progress]  load a bundle, compiling what its .cache lacks;
                                                 print the per-module report (imports JAX; exit 1 if a module failed)
     xlakit bundle check PATH                    manifest, module hashes, partitions, what a load would drop
@@ -117,7 +118,9 @@ def _build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=bundle_cmd.check)
 
     report_cmd = commands.add_parser("report", help="the widgets' views as one standalone HTML file (imports JAX)")
-    report_cmd.add_argument("--out", metavar="FILE", required=True, help="the HTML file to write")
+    report_cmd.add_argument("--out", metavar="FILE", help="the HTML file to write")
+    report_cmd.add_argument("--trace", metavar="PATH",
+                            help="also (or only) write --events as Chrome trace-event JSON, for ui.perfetto.dev")
     report_cmd.add_argument("--path", metavar="DIR",
                             help="cache folder (default: $XLAKIT_CACHE_DIR, else the user cache folder)")
     report_cmd.add_argument("--events", metavar="FILE",

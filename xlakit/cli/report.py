@@ -26,7 +26,15 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    """``xlakit report --out FILE``: the widgets' views as one standalone HTML file."""
+    """``xlakit report --out FILE``: the widgets' views as one standalone HTML file; ``--trace PATH``: the
+    ``--events`` file as Chrome trace-event JSON."""
+    trace = getattr(args, "trace", None)
+    if not args.out and not trace:
+        raise CliError("report needs --out FILE (HTML) or --trace PATH (with --events FILE)")
+    if trace:
+        _trace(args.events, trace)
+        if not args.out:
+            return 0
     try:
         import plotly  # noqa: F401 - the report's figures
 
@@ -57,3 +65,20 @@ def report(args: argparse.Namespace) -> int:
           f"{'' if folder is not None else ' (no such folder)'}, {len(log) if log is not None else 0} events"
           + ("" if log is not None else " (no timeline: pass --events FILE, a log saved with events.log().save)"))
     return 0
+
+
+def _trace(events_path: str | None, trace: str) -> None:
+    if not events_path:
+        raise CliError("--trace needs --events FILE: a JSON-lines file written by EventLog.save()")
+    from xlakit import events
+
+    try:
+        log = events.load(events_path)
+    except (OSError, ValueError) as e:
+        raise CliError(f"--events {events_path}: {e}") from None
+    out_dir = Path(trace).expanduser().resolve().parent
+    if not out_dir.is_dir():
+        raise CliError(f"--trace {trace}: the folder {out_dir} does not exist; create it first")
+    out = log.save_trace(trace, process_name=f"xlakit events from {Path(events_path).name}")
+    print(f"wrote {out} ({out.stat().st_size:,} bytes): {len(log)} events as Chrome trace-event JSON "
+          "(open it in ui.perfetto.dev or chrome://tracing)")

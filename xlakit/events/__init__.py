@@ -70,8 +70,8 @@ if TYPE_CHECKING:
 
 __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event", "EventLog", "Observer",
            "CacheStats", "Summary", "SummaryRow", "LIBRARY_ROW", "CallDecision", "RecompileWarning", "log",
-           "cache_stats", "record", "load", "last", "recompiles", "install_listeners", "uninstall_listeners",
-           "prometheus_collector"]
+           "cache_stats", "record", "load", "last", "recompiles", "warn_recompiles", "install_listeners",
+           "uninstall_listeners", "prometheus_collector"]
 
 _LOG = EventLog()
 
@@ -115,14 +115,31 @@ def recompiles(log: EventLog | None = None):
     ``recompiles`` (retraces after the first trace), ``compile_s`` (seconds XLA spent compiling those
     retraces), ``argument`` and ``what`` (the change seen most often: an argument path such as ``x`` or
     ``batch['image']`` and ``shape`` / ``dtype`` / ``weak_type`` / ``static`` / ``structure`` / ``sharding``
-    / ``config`` / ``function``), ``values`` (that argument's successive values, e.g.
+    / ``config`` / ``function``), ``values_seen`` (that argument's successive values, e.g.
     ``float32[8], float32[16]``) and ``last_change`` (the latest recompile's reason).
 
     Built from the ``recompile`` events of ``log`` (default: the process-wide :func:`log`); those are
     recorded while the JAX listeners are installed (:func:`record`, :func:`install_listeners`). A
-    :class:`RecompileWarning` is issued once per function that recompiles more than 5 times within 60 s.
+    :class:`RecompileWarning` is issued once per function that recompiles more than 5 times within 60 s
+    (:func:`warn_recompiles` changes or turns off the threshold).
     """
     return (log if log is not None else _LOG).recompiles()
+
+
+def warn_recompiles(after: int | None = 5, window_s: float = 60.0) -> None:
+    """Set when a :class:`RecompileWarning` is issued: once per function that recompiles more than ``after``
+    times within ``window_s`` seconds (default 5 in 60 s); ``after=None`` turns the warning off.
+
+    Raises:
+      ValueError: ``after`` < 1 or ``window_s`` <= 0.
+    """
+    from xlakit._jax.retrace import TRACKER
+
+    if after is not None and after < 1:
+        raise ValueError(f"after must be at least 1 recompile (or None to turn the warning off), got {after}")
+    if not window_s > 0:
+        raise ValueError(f"window_s must be a positive number of seconds, got {window_s}")
+    TRACKER.warn_after, TRACKER.window_s = after, float(window_s)
 
 
 def __getattr__(name: str) -> Any:

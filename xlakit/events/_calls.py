@@ -17,7 +17,7 @@ from xlakit.events._model import Event
 __all__ = ["CallDecision", "last", "recompiles", "resolve_name", "RECOMPILE_COLUMNS"]
 
 _LOOKUPS = ("xlakit", "jax-persistent")
-RECOMPILE_COLUMNS = ["function", "origin", "site", "recompiles", "compile_s", "argument", "what", "values",
+RECOMPILE_COLUMNS = ["function", "origin", "site", "recompiles", "compile_s", "argument", "what", "values_seen",
                      "last_change"]
 
 
@@ -156,6 +156,6 @@ def recompiles(events: Iterable[Event]):
         paths, values = row.pop("_paths"), row.pop("_values")
         (path, what), _ = paths.most_common(1)[0] if paths else (("?", "unknown"), 0)
         seen = values.get((path, what), [])
-        out.append({**row, "argument": path, "what": what, "values": ", ".join(dict.fromkeys(seen))})
+        out.append({**row, "argument": path, "what": what, "values_seen": ", ".join(dict.fromkeys(seen))})
     frame = pd.DataFrame(out, columns=RECOMPILE_COLUMNS)
     return frame.sort_values(["recompiles", "compile_s"], ascending=False, ignore_index=True)

@@ -8,6 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from xlakit.events import _calls, _jsonl
@@ -238,6 +239,30 @@ class EventLog:
           OSError: the folder is missing or not writable.
         """
         return _jsonl.write(path, self.events(), append=append)
+
+    def save_trace(self, path: str | os.PathLike, *, pid: int | None = None,
+                   process_name: str | None = None) -> Path:
+        """Write the kept events as Chrome trace-event JSON (opens in ui.perfetto.dev and chrome://tracing).
+
+        Compiles, loads, traces and lowers are complete events (``"ph": "X"``) in one lane per function
+        (user programs first); hits, misses, stores, skips and recompiles are instant events (``"ph": "i"``)
+        with their reason and key in ``args``; one process track. Timestamps are wall-clock microseconds,
+        non-decreasing, so the file can be opened beside a ``jax.profiler`` trace. Format details:
+        :mod:`xlakit.events._trace`.
+
+        Args:
+          pid: the process track's id (default: this process's id).
+          process_name: the track's name (default ``"xlakit events (pid N)"``).
+
+        Returns:
+          The path written (replaced atomically).
+
+        Raises:
+          OSError: the folder is missing or not writable.
+        """
+        from xlakit.events._trace import write_trace
+
+        return write_trace(path, self.events(), pid=pid, process_name=process_name)
 
     @classmethod
     def load(cls, path: str | os.PathLike, maxlen: int | None = None) -> EventLog:

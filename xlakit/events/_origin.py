@@ -7,26 +7,25 @@ that JAX's in-process cache answers, which emits nothing — and one walk costs 
 The rule (library files as :mod:`xlakit._sources` defines them):
 
 * ``site`` is the first user frame, innermost first: the line of user code that led to the program.
-* ``origin`` is ``"user"`` when the traced Python function is user code (the ``fun`` JAX's ``pjit`` frames
-  trace), or when the user frame called JAX's jit machinery (``jax.jit(f)(x)``, ``.lower``, ``.compile``) or
-  xlakit directly; ``"library"`` when the user frame called into jax/flax/optax/... and the program was
-  jitted in there (JAX's helpers such as ``jit_broadcast_in_dim``, ``jit__threefry_split``, ``jit__normal``
-  from ``jnp.ones``, ``jax.random``, ``model.init``).
-* Events emitted with no JAX frame on the stack (folder maintenance, a bundle's background thread) take the
-  attribution last seen for the same name, else None.
+* ``origin`` is ``"user"`` when the traced Python function is user code (the ``fun`` of the innermost JAX
+  ``pjit`` frame); ``"library"`` when it is JAX's own (its jitted helpers: ``jit_broadcast_in_dim``,
+  ``jit__threefry_split``, ``jit__normal``, ``jit_relu`` from ``jnp.ones``, ``jax.random``, ``nn.relu``,
+  ``model.init``); for another library's function (``jax.jit(model.apply)``) it is ``"user"`` when the user
+  frame called JAX's jit machinery (``jax.jit(f)(x)``, ``.lower``, ``.compile``) or xlakit directly, and
+  ``"library"`` when it called into that library, which jitted it.
+* Events emitted with no JAX frame on the stack (folder maintenance, a bundle's background thread, events a
+  test or a tool emits itself) get None for both: nothing says whose program they are.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import sys
-import threading
 from types import FrameType
 
 from xlakit._sources import Frame, describe, library_package
 
-__all__ = ["attribute", "remember", "PROGRAM_KINDS"]
+__all__ = ["attribute", "PROGRAM_KINDS"]
 
 #: Kinds that belong to one program's trace, compile or lookup (the ones attributed).
 PROGRAM_KINDS = frozenset({"hit", "miss", "compile", "store", "skip", "trace", "lower", "recompile", "remote_hit",
@@ -37,10 +36,6 @@ _JIT_ENTRY = ("/jax/_src/traceback_util.py", "/jax/_src/pjit.py", "/jax/_src/api
               "/jax/_src/api_util.py", "/jax/_src/linear_util.py")
 _PJIT = "/jax/_src/pjit.py"
 _MAX_FRAMES = 200
-_MAX_NAMES = 4096
-
-_lock = threading.Lock()
-_by_name: collections.OrderedDict[str, tuple[str | None, str | None]] = collections.OrderedDict()
 
 
 def _norm(path: str) -> str:
@@ -53,8 +48,9 @@ def _is_entry(path: str) -> bool:
     return library_package(path) == "xlakit" or p.endswith(_JIT_ENTRY)
 
 
-def _traced_function(frame: FrameType) -> Frame | None:
-    """The user-code function a ``pjit`` frame is tracing (its ``fun`` local), or None."""
+def _traced_function(frame: FrameType) -> tuple[str | None, Frame] | None:
+    """``(library package or None for user code, definition)`` of the function a ``pjit`` frame traces or
+    compiles (its ``fun`` local), or None when the frame has no such function."""
     code = frame.f_code
     if "fun" not in code.co_varnames or not _norm(code.co_filename).endswith(_PJIT):
         return None
@@ -65,15 +61,21 @@ def _traced_function(frame: FrameType) -> Frame | None:
             break
         fun = inner
     fcode = getattr(fun, "__code__", None)
-    if fcode is None or library_package(fcode.co_filename) is not None:
+    if fcode is None:
         return None
-    return Frame(fcode.co_filename, fcode.co_firstlineno, getattr(fun, "__qualname__", fcode.co_name))
+    return library_package(fcode.co_filename), Frame(fcode.co_filename, fcode.co_firstlineno,
+                                                      getattr(fun, "__qualname__", fcode.co_name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _site(path: str, line: int, function: str) -> str:
+    return describe(Frame(path, line, function))
 
 
 def _walk(start: FrameType | None) -> tuple[str | None, str | None, bool]:
-    """``(origin, site, saw_jax)`` for the stack from ``start`` outwards."""
+    """``(origin, site, saw_jax)`` for the stack from ``start`` outwards (``site`` only when ``saw_jax``)."""
     saw_jax = False
-    traced: Frame | None = None
+    traced: tuple[str | None, Frame] | None = None  # the innermost pjit frame's function decides
     inner: FrameType | None = None
     frame = start
     for _ in range(_MAX_FRAMES):
@@ -82,48 +84,35 @@ def _walk(start: FrameType | None) -> tuple[str | None, str | None, bool]:
         path = frame.f_code.co_filename
         package = library_package(path)
         if package is None:  # the first user frame
-            site = describe(Frame(path, frame.f_lineno, frame.f_code.co_qualname
-                                  if hasattr(frame.f_code, "co_qualname") else frame.f_code.co_name))
+            if not saw_jax:
+                return None, None, False  # no program is being traced or compiled here
+            code = frame.f_code
+            site = _site(path, frame.f_lineno, getattr(code, "co_qualname", code.co_name))
+            if traced is not None and traced[0] is None:
+                return "user", site, True  # the traced function is user code
+            if traced is not None and traced[0] in ("jax", "jaxlib"):
+                return "library", site, True  # JAX's own jitted helpers (jax.nn.relu, jnp ufuncs, ...)
             called_jit = inner is not None and _is_entry(inner.f_code.co_filename)
-            user = traced is not None or called_jit or not saw_jax
-            return ("user" if user else "library"), site, saw_jax
+            return ("user" if called_jit else "library"), site, True
         if package in ("jax", "jaxlib"):
             saw_jax = True
             if traced is None:
                 traced = _traced_function(frame)
         inner = frame
         frame = frame.f_back
-    if traced is not None:  # no user frame (a worker thread) but the traced function is the user's
-        return "user", describe(traced), saw_jax
+    if traced is not None and traced[0] is None:  # no user frame (a worker thread), the user's function
+        return "user", describe(traced[1]), saw_jax
     return None, None, saw_jax
 
 
-def attribute(name: str | None, depth: int = 2) -> tuple[str | None, str | None]:
+def attribute(name: str | None = None, depth: int = 2) -> tuple[str | None, str | None]:
     """``(origin, site)`` for an event of program ``name`` emitted now (see the module docstring).
 
     Args:
       depth: frames to skip (the caller's own frames in the event log).
     """
     try:
-        origin, site, saw_jax = _walk(sys._getframe(depth))
+        origin, site, _ = _walk(sys._getframe(depth))
     except Exception:  # noqa: BLE001 - attribution is a label; never fail the event for it
-        origin, site, saw_jax = None, None, False
-    if not saw_jax:
-        if name is not None:
-            with _lock:
-                known = _by_name.get(name)
-            if known is not None:
-                return known
         return None, None
-    if name is not None and origin is not None:
-        remember(name, origin, site)
     return origin, site
-
-
-def remember(name: str, origin: str | None, site: str | None) -> None:
-    """Keep ``(origin, site)`` for ``name`` (the newest 4096 names), for its events emitted off JAX's stack."""
-    with _lock:
-        _by_name[name] = (origin, site)
-        _by_name.move_to_end(name)
-        while len(_by_name) > _MAX_NAMES:
-            _by_name.popitem(last=False)

@@ -1,0 +1,222 @@
+"""Recompiles explained, whose program it is, and the latest decision per function — with real jax.jit calls.
+
+Faults these tests catch: a retrace of a function is not an event, or does not say which argument changed
+and how (shape, dtype, weak type, static value, pytree structure, a re-created function, a global setting);
+the warning about a function that keeps recompiling is missing, repeated, or does not name the argument and
+the fix; JAX's own helpers (``jit_broadcast_in_dim`` ...) are not told apart from the user's programs, or the
+summary loses their counts when folding them; ``last(fn)`` does not resolve the jitted object, the function
+or the name, or reports a stale decision for a warm call.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import warnings
+
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+from xlakit import events  # noqa: E402
+
+HERE = "test_events_recompiles.py:"
+
+
+def changes(rec: events.EventLog, name: str) -> list[tuple[str, str, str, str]]:
+    return [(c["what"], c["path"], c["before"], c["after"]) for e in rec.events("recompile") if e.name == name
+            for c in e.changes or ()]
+
+
+def test_a_recompile_names_the_argument_and_what_changed():
+    @functools.partial(jax.jit, static_argnums=(1,))
+    def scale(x, n):
+        return x * n
+
+    with events.record() as rec:
+        scale(jnp.ones(2), 2)  # first trace: not a recompile
+        scale(jnp.ones(3), 2)
+        scale(jnp.ones(3, jnp.int32), 2)
+        scale(jnp.ones(3, jnp.int32), 3)
+        scale(jnp.ones(3, jnp.int32), 3)  # answered by JAX's in-process cache: nothing
+    assert changes(rec, "jit_scale") == [("shape", "x", "float32[2]", "float32[3]"),
+                                         ("dtype", "x", "float32[3]", "int32[3]"), ("static", "n", "2", "3")]
+    recompile = rec.events("recompile")[0]
+    assert recompile.source == "jit" and recompile.reason == "x: shape float32[2] -> float32[3]"
+    assert recompile.origin == "user" and HERE in recompile.site
+
+    frame = rec.recompiles()
+    row = frame.set_index("function").loc["jit_scale"]
+    assert row.recompiles == 3 and row.origin == "user"
+    compiles = [e.duration_s for e in rec.events("compile") if e.name == "jit_scale"]
+    assert len(compiles) == 4 and row.compile_s == pytest.approx(sum(compiles[1:]))  # the first is no recompile
+    assert (row.argument, row.what, row.values_seen) == ("x", "shape", "float32[2], float32[3]")
+
+
+def test_weak_type_structure_function_and_config_changes():
+    @jax.jit
+    def inc(v):
+        return v + 1
+
+    @jax.jit
+    def total(tree):
+        return sum(jax.tree_util.tree_leaves(tree))
+
+    @jax.jit
+    def rank(a, b):
+        return a + b
+
+    x = jnp.ones(2)
+    with events.record() as rec:
+        inc(1.0)
+        inc(jnp.float32(1.0))
+        total({"a": x})
+        total({"a": x, "b": x})
+        for _ in range(2):
+            jax.jit(lambda v: v * 3)(x)  # re-created every time round the loop
+        rank(x, x)
+        with jax.numpy_rank_promotion("warn"):
+            rank(x, x)
+    assert changes(rec, "jit_inc") == [("weak_type", "v", "weak float32[]", "float32[]")]
+    assert changes(rec, "jit_total") == [("structure", "tree['b']", "({'a': *},)", "({'a': *, 'b': *},)")]
+    assert [c[0] for c in changes(rec, "jit__lambda")] == ["function"]
+    assert changes(rec, "jit_rank") == [("config", "jax_numpy_rank_promotion", "allow", "warn")]
+
+
+def test_a_function_that_keeps_recompiling_warns_once_naming_the_argument_and_fix():
+    @jax.jit
+    def grow(x):
+        return x.sum()
+
+    with warnings.catch_warnings(record=True) as caught, events.record() as rec:
+        warnings.simplefilter("always")
+        for n in range(1, 9):  # 7 recompiles, over the default threshold of 5
+            grow(jnp.ones(n))
+    mine = [w for w in caught if issubclass(w.category, events.RecompileWarning)]
+    assert len(rec.events("recompile")) == 7
+    assert len(mine) == 1, [str(w.message) for w in mine]
+    text = str(mine[0].message)
+    assert "jit_grow recompiled 6 times" in text and "x changed its shape" in text and "pad" in text
+    assert mine[0].filename.endswith("test_events_recompiles.py")  # points at the user's call, not xlakit
+
+
+def test_user_programs_and_library_helpers_are_told_apart_and_folded():
+    @jax.jit
+    def user_step(x):
+        return x * 2
+
+    with events.record() as rec:
+        x = jnp.zeros((13, 17), jnp.float16) + jnp.arange(17, dtype=jnp.float16)  # eager jnp: JAX's helpers
+        x = jax.nn.relu(x)  # called by the user, but one of JAX's own jitted functions
+        user_step(x)
+    programs = [e for e in rec.events() if e.kind in ("trace", "lower", "compile")]
+    mine = [e for e in programs if e.name == "jit_user_step"]
+    helpers = [e for e in programs if e.name != "jit_user_step"]
+    assert mine and all(e.origin == "user" and HERE in e.site for e in mine)
+    assert helpers and all(e.origin == "library" and HERE in e.site for e in helpers), helpers
+    assert {"jit_broadcast_in_dim", "jit_relu"} <= {e.name for e in helpers}
+
+    folded = rec.summary()
+    names = {r.name for r in folded.rows}
+    assert "jit_user_step" in names and events.LIBRARY_ROW in names and not names & {e.name for e in helpers}
+    row = folded.row(events.LIBRARY_ROW, "jax")
+    assert row.programs == len({e.name for e in helpers}) and row.origin == "library"
+    assert row.counts["compile"] == sum(e.kind == "compile" for e in helpers)
+    assert row.compile_s == pytest.approx(sum(e.duration_s for e in helpers if e.kind == "compile"))
+    full = rec.summary(fold_library=False)
+    assert {e.name for e in helpers} <= {r.name for r in full.rows}
+    frame = rec.to_frame()
+    assert set(frame.loc[frame.name == "jit_user_step", "origin"]) == {"user"}
+
+
+def test_last_resolves_the_function_and_reports_nothing_for_a_warm_call():
+    @jax.jit
+    def double(x):
+        return x * 2
+
+    with events.record() as rec:
+        double(jnp.ones(4))
+        first = rec.last(double)
+        double(jnp.ones(5))
+        second = events.last("double", log=rec)
+        t = time.monotonic()
+        double(jnp.ones(5))
+        warm = rec.last(double.__wrapped__, since=t)
+    assert first is not None and first.kind == "compiled" and first.compiled and first.compile_s > 0
+    assert second is not None and second.kind == "recompiled" and second.name == "jit_double"
+    assert second.changes[0]["path"] == "x" and second.reason == "x: shape float32[4] -> float32[5]"
+    assert warm is None  # JAX's in-process cache answered: no compile on the warm path
+    with pytest.raises(TypeError, match="jitted function"):
+        rec.last(3)
+
+
+def test_last_on_a_cache_hit_and_a_miss():
+    log = events.EventLog()
+    log.emit("trace", name="jit_f", source="jax", duration_s=0.01)
+    log.emit("miss", name="jit_f", source="xlakit", reason="no entry with this key")
+    log.emit("compile", name="jit_f", source="xlakit", duration_s=0.5)
+    log.emit("store", name="jit_f", source="xlakit")
+    assert (log.last("f").kind, log.last("f").reason, log.last("jit_f").compile_s) == \
+        ("compiled", "no entry with this key", 0.5)
+    log.emit("trace", name="jit_f", source="jax", duration_s=0.01)
+    log.emit("hit", name="jit_f", source="xlakit", duration_s=0.02)
+    hit = log.last("jit_f")
+    assert hit.kind == "hit" and not hit.compiled and [e.kind for e in hit.events] == ["trace", "hit"]
+    log.emit("miss", name="jit_g", source="xlakit", reason="other environment")
+    assert (log.last("g").kind, log.last("g").reason) == ("miss", "other environment")
+    assert log.last("h") is None
+
+
+def test_transparent_mode_reports_recompiles_without_the_listeners(tmp_path):
+    import xlakit
+    from xlakit._jax import listeners
+
+    assert listeners.installed() is None  # no record() block open: only transparent mode can report
+
+    @jax.jit
+    def halve(x):
+        return x / 2
+
+    seen: list[events.Event] = []
+    unsubscribe = events.log().subscribe(seen.append)
+    try:
+        xlakit.enable_cache(tmp_path / "cache")
+        try:
+            halve(jnp.ones(2))
+            halve(jnp.ones(6))
+        finally:
+            xlakit.disable_cache()
+        halve(jnp.ones(7))  # after disable_cache: no longer watched
+    finally:
+        unsubscribe()
+    mine = [e for e in seen if e.name == "jit_halve"]
+    assert [(e.kind, e.source) for e in mine if e.kind == "recompile"] == [("recompile", "jit")]
+    assert next(e for e in mine if e.kind == "recompile").changes[0]["after"] == "float32[6]"
+    assert not any(e.kind == "trace" for e in seen)  # JAX's own signals stay off without the listeners
+
+
+def test_the_recompile_warning_threshold_can_be_changed_or_turned_off():
+    @jax.jit
+    def grow2(x):
+        return x.max()
+
+    @jax.jit
+    def grow3(x):
+        return x.min()
+
+    try:
+        with warnings.catch_warnings(record=True) as caught, events.record():
+            warnings.simplefilter("always")
+            events.warn_recompiles(after=2)
+            for n in range(1, 5):  # 3 recompiles: over 2
+                grow2(jnp.ones(n))
+            events.warn_recompiles(after=None)
+            for n in range(1, 5):
+                grow3(jnp.ones(n))
+        texts = [str(w.message) for w in caught if issubclass(w.category, events.RecompileWarning)]
+        assert len(texts) == 1 and texts[0].startswith("jit_grow2 recompiled 3 times"), texts
+        with pytest.raises(ValueError, match="at least 1"):
+            events.warn_recompiles(after=0)
+    finally:
+        events.warn_recompiles()
