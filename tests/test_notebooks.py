@@ -86,6 +86,9 @@ def _check_01(text: str) -> None:
     assert m, "the notebook breaks down the warm first call's seconds"
     total, *parts = (float(v) for v in m.groups())
     assert abs(sum(parts) - total) < 0.02 and float(m.group(4)) > 0
+    # A recompile is shown with the argument that changed and its successive shapes.
+    assert re.search(r"jit_normalize recompiled 2 times: x changed shape: float32\[32\], float32\[64\], "
+                     r"float32\[128\]", text), text[-2000:]
 
 
 def _check_02(text: str) -> None:
@@ -134,6 +137,9 @@ def _check_05(text: str) -> None:
     assert "nearest entry's arguments:" in text and "differs: shape of argument 0: now 8x5" in text
     assert "repaired: True" in text
     assert "evicted under the cap: True" in text
+    # Counted per layer: the cache's own layer looked up and stored each of the 8 programs once.
+    assert "xlakit's store, 8 programs looked up: 8 stored" in text, text[-2000:]
+    assert "CacheBrowser(" in text
 
 
 CHECKS = {"01": _check_01, "02": _check_02, "03": _check_03, "04": _check_04, "05": _check_05}

@@ -438,6 +438,36 @@ def test_cache_browser_table_filters_and_actions(cache):
     b.close()
 
 
+def test_cache_browser_folds_library_programs_into_one_line(cache):
+    """Entries of programs this process saw called only from inside JAX are one "library helpers" line."""
+    cube = next(i for i in cache.store.entries() if i.name == "jit_cube")
+    cache.log.clear()  # the test's own calls are the user's; say this one came from inside JAX
+    cache.log.emit("store", name="jit_cube", key=cube.key, origin="library")
+    cache.log.emit("store", name="jit_square", origin="user")
+    b = CacheBrowser(cache)
+    assert list(b.frame["name"]) == ["jit_square"] and list(b.frame["origin"]) == ["user"]
+    assert "library helpers: 1 entries of 1 program(s)" in b.library_html.value
+    assert "jit_cube" in b.library_html.value and "1 of library helpers folded" in b.status.value
+    assert "library helpers: 1 entries" in b.to_html(include_plotlyjs=False)
+    b._fold_box.value = False
+    assert set(b.frame["name"]) == {"jit_square", "jit_cube"} and b.library_html.value == ""
+    b.close()
+
+
+def test_memory_breakdown_of_a_cache_folds_library_programs(cache):
+    cube = next(i for i in cache.store.entries() if i.name == "jit_cube")
+    cache.log.clear()
+    cache.log.emit("store", name="jit_cube", key=cube.key, origin="library")
+    w = MemoryBreakdown(cache)
+    assert [n.split(" ")[0] for n in w.program_names] == ["jit_square"]
+    assert "library helpers: 1 program(s)" in w.status.value and "jit_cube" in w.status.value
+    assert "library helpers: 1 program(s)" in w.to_html(include_plotlyjs=False)
+    expanded = MemoryBreakdown(cache, fold_library=False)
+    assert len(expanded.program_names) == 2
+    w.close()
+    expanded.close()
+
+
 def test_cache_browser_quarantines_a_corrupt_entry_and_shows_errors(cache, monkeypatch):
     b = CacheBrowser(cache)
     info = next(i for i in cache.store.entries() if i.name == "jit_square")

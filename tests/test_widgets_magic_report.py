@@ -7,6 +7,7 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
+from IPython import get_ipython
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 from IPython.utils.capture import capture_output
@@ -22,7 +23,7 @@ MiB = 2**20
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = start_ipython()
+    shell = start_ipython() or get_ipython()  # started once per session
     shell.run_line_magic("load_ext", "xlakit")
     return shell
 
@@ -48,6 +49,9 @@ def test_cell_magic_shows_compiles_hits_misses_seconds_and_peak(ip):
     assert any(e.name == "jit_magic_probe" and e.kind == "compile" for e in summary.events.events())
     text = cap.outputs[-1].data["text/plain"]
     assert text.startswith("xlakit:") and "compile(s)" in text and "process high-water mark" in text
+    # The count says whose programs compiled: the cell's own function apart from JAX's helpers.
+    assert summary.compiles_by_origin["yours"] == (1, 1) and "1 of your 1 program(s)" in text
+    assert sum(n for n, _ in summary.compiles_by_origin.values()) == summary.compiles
     assert "the cell's own: reset at its start" in text and "in use " in text
     html = summary._repr_html_()
     assert f"data-bytes='{summary.peak_bytes}'" in html and "misses" in html and "hits" in html

@@ -19,6 +19,7 @@ from xlakit._version import __version__
 from xlakit.events import CacheStats, Event, EventLog, cache_stats
 
 if TYPE_CHECKING:
+    from xlakit import widgets as widgets  # reached lazily by __getattr__ (imports ipywidgets)
     from xlakit._jax.serialize import DevicePlacementError
     from xlakit._jax.versions import UnsupportedJaxVersion
     from xlakit.bundle import BundleWatcher, export_bundle, load_bundle
@@ -128,6 +129,10 @@ def load_ipython_extension(ipython) -> None:
 
 def __getattr__(name: str):
     # Loaded on first use so that `import xlakit` stays light.
+    if name == "widgets":  # ``xlakit.widgets.dashboard()`` after a bare ``import xlakit`` (imports ipywidgets)
+        import importlib
+
+        return importlib.import_module("xlakit.widgets")
     if name in _LAZY:
         import importlib
 

@@ -100,6 +100,11 @@ class CellSummary:
       in_use_change_bytes: change of bytes in use over the cell, summed over devices (int), or None.
       failed: the cell raised.
       events: the :class:`~xlakit.events.EventLog` of the cell; tracker: the :class:`~xlakit.memory.Tracker`.
+      compiles_by_origin: whose programs the compiles were: ``"yours"`` / ``"library helpers"`` (programs
+        called only from inside jax/flax/optax, ``Event.origin == "library"``) / ``"unknown origin"`` ->
+        ``(compiles, programs)``; only the origins that compiled.
+      recompiles: in-process retraces of a function seen before (``recompile`` events; see
+        :func:`xlakit.events.recompiles` for what changed).
     """
 
     compiles: int
@@ -122,6 +127,8 @@ class CellSummary:
     reset: bool = False
     in_use_before_bytes: int | None = None
     in_use_after_bytes: int | None = None
+    compiles_by_origin: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict, compare=False)
+    recompiles: int = 0
 
     @classmethod
     def of(cls, events: Any, tracker: Any, seconds: float, failed: bool = False, *, reset: bool = False) -> CellSummary:
@@ -150,7 +157,15 @@ class CellSummary:
                 change = in_after - in_before
         return cls(stats.counts["compile"], stats.hits, stats.misses, stats.compile_s, stats.load_s, stats.saved_s,
                    seconds, peak, device, exact, method, change, failed, events, tracker, kind, before_peak, reset,
-                   in_before, in_after)
+                   in_before, in_after, _compiles_by_origin(events), stats.counts.get("recompile", 0))
+
+    def _compile_details(self) -> str:
+        """``: 3 of your 1 program(s), 6 of 3 library helper(s)`` — what the compile count counts."""
+        parts = [f"{n} of {'your' if label == 'yours' else label} {p} program(s)" if label != "library helpers"
+                 else f"{n} of {p} library helper(s)" for label, (n, p) in self.compiles_by_origin.items()]
+        if self.recompiles:
+            parts.append(f"{self.recompiles} recompile(s)")
+        return ": " + ", ".join(parts) if parts else ""
 
     def _peak_text(self) -> str:
         if self.peak_bytes is None:
@@ -176,7 +191,8 @@ class CellSummary:
                 f"({sign}{fmt_bytes(abs(self.in_use_change_bytes))})")
 
     def __repr__(self) -> str:
-        return (f"xlakit: {self.compiles} compile(s) {fmt_seconds(self.compile_s)}, {self.hits} hit(s) "
+        return (f"xlakit: {self.compiles} compile(s) {fmt_seconds(self.compile_s)}{self._compile_details()}; "
+                f"{self.hits} hit(s) "
                 f"(load {fmt_seconds(self.load_s)}, saved {fmt_seconds(self.saved_s)}), {self.misses} miss(es); "
                 f"cell {fmt_seconds(self.seconds)}{' (failed)' if self.failed else ''}; {self._in_use_text()}; "
                 f"{self._peak_text()}")
@@ -184,7 +200,7 @@ class CellSummary:
     def _repr_html_(self) -> str:
         peak_attr = f" data-bytes='{self.peak_bytes}'" if self.peak_bytes is not None else ""
         change_attr = (f" data-bytes='{self.in_use_change_bytes}'" if self.in_use_change_bytes is not None else "")
-        cells = [("compiles", f"{self.compiles} ({fmt_seconds(self.compile_s)})"),
+        cells = [("compiles", f"{self.compiles} ({fmt_seconds(self.compile_s)}){self._compile_details()}"),
                  ("hits", f"{self.hits} (load {fmt_seconds(self.load_s)}, saved {fmt_seconds(self.saved_s)})"),
                  ("misses", str(self.misses)),
                  ("cell", fmt_seconds(self.seconds) + (" — failed" if self.failed else ""))]
@@ -194,6 +210,19 @@ class CellSummary:
         body += f"<span class='xlakit-cell-peak'{peak_attr}><b>peak</b> {escape(self._peak_text())}</span>"
         return (f"<div class='xlakit-cell-summary' style='font-size:12px;color:var(--jp-ui-font-color1,#333);"
                 f"border-top:1px solid var(--jp-border-color2,#ddd);padding-top:2px'>xlakit · {body}</div>")
+
+
+def _compiles_by_origin(events: Any) -> dict[str, tuple[int, int]]:
+    """Compile events of ``events`` per origin label -> (compiles, distinct programs)."""
+    from xlakit.events import Event
+
+    found: dict[str, list[Any]] = {}
+    for e in events.events(kind="compile"):
+        assert isinstance(e, Event)
+        label = {"user": "yours", "library": "library helpers"}.get(e.origin or "", "unknown origin")
+        found.setdefault(label, []).append(e.name)
+    order = ("yours", "library helpers", "unknown origin")
+    return {label: (len(found[label]), len(set(found[label]))) for label in order if label in found}
 
 
 @magics_class

@@ -35,6 +35,8 @@ class EventLog:
         :meth:`stats` (and the Prometheus counters) are kept separately and never dropped.
 
     Attributes:
+      dropped: events dropped so far to stay within ``maxlen`` (int, oldest first); ``dropped_kinds``: the
+        same per kind (dict kind -> int). ``repr`` and the HTML view say so.
       observer_errors: ``"observer: ExcType: message"`` for the latest observer failures (at most 100).
         An observer that raises is neither removed nor allowed to break the program that appended.
 
@@ -49,6 +51,8 @@ class EventLog:
         self._lock = threading.Lock()
         self._observers: list[Observer] = []
         self._totals = Totals()
+        self.dropped = 0
+        self.dropped_kinds: dict[str, int] = {}
         self.observer_errors: list[str] = []
 
     @property
@@ -60,6 +64,10 @@ class EventLog:
     def append(self, event: Event) -> Event:
         """Add ``event``, update the running totals and notify every observer once; returns ``event``."""
         with self._lock:
+            if len(self._events) == self._events.maxlen:
+                oldest = self._events[0].kind
+                self.dropped += 1
+                self.dropped_kinds[oldest] = self.dropped_kinds.get(oldest, 0) + 1
             self._events.append(event)
             self._totals.add(event)
             observers = self._observers  # replaced, never mutated, so this snapshot is stable
@@ -112,6 +120,8 @@ class EventLog:
         with self._lock:
             self._events.clear()
             self._totals = Totals()
+            self.dropped = 0
+            self.dropped_kinds = {}
 
     # -- reading ---------------------------------------------------------------------------------------
     def events(self, kind: str | None = None, since: float | None = None, *,
@@ -276,7 +286,8 @@ class EventLog:
     def __repr__(self) -> str:
         stats = self.stats()
         counts = ", ".join(f"{k}={v}" for k, v in stats.counts.items() if v)
-        return f"EventLog({len(self)} of at most {self.maxlen} events kept; totals: {counts or 'none'})"
+        dropped = f", {self.dropped} older dropped" if self.dropped else ""
+        return f"EventLog({len(self)} of at most {self.maxlen} events kept{dropped}; totals: {counts or 'none'})"
 
     def _repr_html_(self, limit: int = 20) -> str:
         events = self.events()[-limit:]

@@ -7,7 +7,7 @@ signatures) and entry headers; shared by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from xlakit.view.format import fmt_bytes, fmt_count
@@ -15,13 +15,15 @@ from xlakit.view.html import frame_records, note, snapshot
 from xlakit.view.table import Column, Table
 
 __all__ = ["filter_entries", "partition_totals", "explain_entry", "signature_text", "sharding_text", "entries_html",
-           "partitions_html", "cache_html", "ENTRY_COLUMNS", "entry_label", "disk_total"]
+           "partitions_html", "cache_html", "ENTRY_COLUMNS", "entry_label", "disk_total", "entry_origins",
+           "library_html"]
 
 #: The entries table: (frame column, header, kind).
 ENTRY_COLUMNS = (Column("name", "name"), Column("signature", "arguments (dtype[shape] sharding)"),
                  Column("key", "key"), Column("partition", "partition"), Column("size_bytes", "size", "bytes"),
                  Column("compile_s", "compile", "seconds"), Column("hits", "hits (this process)", "count"),
-                 Column("loadable", "loadable"), Column("argument_size_in_bytes", "arguments", "bytes"),
+                 Column("loadable", "loadable"),
+                 Column("origin", "whose (this process)"), Column("argument_size_in_bytes", "arguments", "bytes"),
                  Column("output_size_in_bytes", "outputs", "bytes"),
                  Column("temp_size_in_bytes", "temporaries", "bytes"),
                  Column("last_used", "last used", "datetime"))
@@ -70,12 +72,54 @@ def entry_label(row: dict[str, Any]) -> str:
             f"{str(row.get('key') or '')[-12:]}")
 
 
-def filter_entries(frame, name_filter: str = "", partition: str | None = None):
-    """Rows of an entries frame whose name contains ``name_filter`` (case-insensitive)
-    and, if given, in ``partition``."""
+def entry_origins(frame, events: Iterable[Any]) -> list[str | None]:
+    """Whose program each entry is, as this process's events say: ``"user"``, ``"library"`` (called only from
+    inside jax/flax/optax: ``jit_broadcast_in_dim``…) or None (no event of this process names it: an entry
+    written by another process stays unknown and is shown as the user's).
+
+    An entry is matched by its key first (xlakit's events carry it), then by its program name; a program
+    called once from user code is the user's (:func:`xlakit.view.lanes.combine_origin`).
+    """
+    from xlakit.view.lanes import combine_origin
+
+    by_key: dict[str, str | None] = {}
+    by_name: dict[str, str | None] = {}
+    for e in events:
+        if e.origin is None:
+            continue
+        if e.key:
+            by_key[e.key] = combine_origin(by_key.get(e.key), e.origin)
+        if e.name:
+            by_name[e.name] = combine_origin(by_name.get(e.name), e.origin)
+    if frame is None or frame.empty:
+        return []
+    return [by_key.get(k) or by_name.get(n) for k, n in zip(frame["key"], frame["name"].fillna(""), strict=True)]
+
+
+def library_html(frame) -> str:
+    """The folded "library helpers" line of an entries frame's library rows: entries, bytes, compile seconds
+    and the first names; "" when there are none."""
+    if frame is None or frame.empty or "origin" not in frame.columns:
+        return ""
+    lib = frame[frame["origin"] == "library"]
+    if lib.empty:
+        return ""
+    names = sorted(set(lib["name"].fillna("?")))
+    shown = ", ".join(names[:4]) + (f", … ({len(names) - 4} more)" if len(names) > 4 else "")
+    return note(f"library helpers: {len(lib)} entries of {len(names)} program(s) called from inside "
+                f"jax/flax/optax ({shown}), {fmt_bytes(disk_total(lib))} on disk, "
+                f"{float(lib['compile_s'].fillna(0).sum()):.2f} s of recorded compile time — folded; untick "
+                "“fold library helpers” to list them")
+
+
+def filter_entries(frame, name_filter: str = "", partition: str | None = None, *, fold_library: bool = False):
+    """Rows of an entries frame whose name contains ``name_filter`` (case-insensitive), if given in
+    ``partition``, and with ``fold_library`` not of origin "library" (needs an ``origin`` column)."""
     if frame.empty:
         return frame
     mask = frame["partition"].notna()
+    if fold_library and "origin" in frame.columns:
+        mask &= frame["origin"] != "library"
     if name_filter:
         mask &= frame["name"].fillna("").str.lower().str.contains(name_filter.lower(), regex=False)
     if partition:
@@ -147,10 +191,12 @@ def partitions_html(totals) -> str:
                  css_class="xlakit-partitions").to_html()
 
 
-def cache_html(frame, totals, *, max_rows: int = 200, folder: str | None = None, status: str | None = None) -> str:
-    """Snapshot of the cache browser: one on-disk total, per-partition totals and the entries table."""
+def cache_html(frame, totals, *, max_rows: int = 200, folder: str | None = None, status: str | None = None,
+               library: str = "") -> str:
+    """Snapshot of the cache browser: one on-disk total, per-partition totals, the entries table and the
+    folded library helpers line (``library``, see :func:`library_html`)."""
     n = 0 if frame is None else len(frame)
     head = note(f"folder: {folder}: {fmt_count(n)} entries, {fmt_bytes(disk_total(frame))} on disk "
                 "(the sum of the entries' files, as in the partition table)") if folder else ""
     return snapshot(f"Cache ({n} entries)", head + partitions_html(totals) + entries_html(frame, max_rows)
-                    + (status or ""))
+                    + library + (status or ""))

@@ -25,6 +25,18 @@ class Programs:
         #: label -> cache key, for programs read from a cache folder (a cache that can load them does so on demand).
         self.keys: dict[str, str] = {}
         self.origin: str = ""
+        #: label -> CompiledMemory of the cache's library programs left out (folded), see collect_programs.
+        self.library: dict[str, Any] = {}
+
+    def library_note(self) -> str:
+        """One line on the folded library programs ("" when none): how many, their names, their bytes."""
+        if not self.library:
+            return ""
+        names = sorted(self.library)
+        total = sum(int(getattr(m, "footprint_bytes", 0) or 0) for m in self.library.values())
+        shown = ", ".join(names[:4]) + (f", … ({len(names) - 4} more)" if len(names) > 4 else "")
+        return (f"library helpers: {len(names)} program(s) called only from inside jax/flax/optax folded "
+                f"({shown}; footprints {total:,} bytes in all); pass fold_library=False to show them")
 
     def add(self, label: str, memory: Any, program: Any = None, note: str | None = None) -> None:
         self.memories[label] = memory
@@ -50,7 +62,7 @@ def _is_program(value: Any) -> bool:
     return jax is not None and isinstance(value, (jax.stages.Compiled, jax.stages.Lowered))
 
 
-def collect_programs(source: Any) -> Programs:
+def collect_programs(source: Any, *, fold_library: bool = False, events: Any = None) -> Programs:
     """Programs from ``source``:
 
     * a ``jax.stages.Compiled`` (or ``Lowered``, compiled here) or a ``CompiledMemory``;
@@ -62,6 +74,9 @@ def collect_programs(source: Any) -> Programs:
       ``programs`` mapping attribute (tuple keys are joined with ``/``);
     * any object with a ``__xlakit_programs__()`` method returning such a mapping (how another container of
       compiled programs plugs in; it takes precedence).
+
+    With ``fold_library``, a cache's entries whose programs ``events`` (Event objects, e.g. this process's
+    log) show called only from inside jax/flax/optax are left out and kept in :attr:`Programs.library`.
 
     Raises:
       TypeError: ``source`` is none of these.
@@ -83,12 +98,23 @@ def collect_programs(source: Any) -> Programs:
         infos = folder.infos()
         infos.sort(key=lambda i: (i.name or "", i.key))
         labels = unique_labels([i.name for i in infos], [i.key for i in infos])
+        library = set()
+        if fold_library and events is not None and infos:
+            import pandas as pd
+
+            from xlakit.view.cache import entry_origins
+
+            frame = pd.DataFrame({"key": [i.key for i in infos], "name": [i.name for i in infos]})
+            library = {k for k, o in zip(frame["key"], entry_origins(frame, events), strict=True) if o == "library"}
         for label, info in zip(labels, infos, strict=True):
             try:
                 memory = compiled_memory(info)
             except (TypeError, ValueError) as exc:
                 memory = CompiledMemory(name=info.name, source=f"cache entry {info.key[:16]}…",
                                         notes=(str(exc),))
+            if info.key in library:
+                out.library[label] = memory
+                continue
             out.add(label, memory, None, "a cache entry records the memory totals, not the buffer assignment: "
                     "pass the compiled program (e.g. cache.compile(...)[0] or cache.load(key)) to see its buffers")
             out.keys[label] = info.key

@@ -8,18 +8,19 @@ snapshot and :mod:`xlakit.report`.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Iterable
 from html import escape
 from typing import Any
 
-from xlakit.events import KINDS, Event
+from xlakit.events import KINDS
+from xlakit.view.columns import EventColumns
 from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
 from xlakit.view.html import note, snapshot
+from xlakit.view.lanes import SCREEN_BINS, aggregate, lane_plan
 from xlakit.view.table import Column, Table
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
-           "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD"]
+           "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "MAX_LANES"]
 
 #: kind -> (plotly marker symbol, colour). Symbols are ones WebGL scatter traces draw.
 KIND_STYLE: dict[str, tuple[str, str]] = {
@@ -31,83 +32,25 @@ KIND_STYLE: dict[str, tuple[str, str]] = {
     "remote_hit": ("diamond-open", "#2ca02c"), "remote_miss": ("x-open", "#d62728"),
     "upload": ("triangle-up-open", "#9467bd"), "upload_error": ("cross-open", "#bcbd22"),
     "claim": ("star-open", "#1f77b4"), "wait": ("triangle-right", "#7f7f7f"),
-    "recompile": ("hexagram", "#ff7f0e"),  # a retrace of a function seen before, with what changed
+    # an in-process retrace/recompile of a function (what changed is in its reason)
+    "recompile": ("hexagon", "#ff4500"),
 }
-_NO_NAME = "(no name)"
+_OTHER_STYLE = ("circle-dot", "#333333")  # a kind this view does not know yet
 #: Vertical offset of each kind within its lane, so a hit 60 ms after a compile is never hidden under it.
 KIND_OFFSET: dict[str, float] = {
     "compile": 0.0, "hit": 0.3, "miss": -0.3, "store": 0.15, "skip": -0.15, "corrupt": -0.4, "evict": 0.4,
     "load_error": -0.22, "store_error": 0.22, "trace": -0.07, "lower": 0.07,
     "remote_hit": 0.26, "remote_miss": -0.26, "upload": 0.11, "upload_error": 0.34, "claim": 0.45, "wait": -0.45,
-    "recompile": -0.37,
+    "recompile": -0.36,
 }
 #: Kinds with a duration drawn as a span from its start to its end (``Event.time`` is the end): compiles,
 #: and hits (the load).
 SPAN_KINDS = ("compile", "hit")
 #: Markers above which a kind is drawn with WebGL (``scattergl``); below it, SVG (crisper, no GPU needed).
-GL_THRESHOLD = 2000
-
-
-class EventColumns:
-    """The events a timeline shows, kept as columns (appended incrementally, bounded, thread-safe).
-
-    Lanes (one per function name) are assigned on append in order of first appearance and never change.
-
-    Args:
-      maxlen: keep the newest ``maxlen`` events (int, default 100,000).
-    """
-
-    FIELDS = ("time", "kind", "name", "source", "duration_s", "bytes", "key", "partition", "reason", "saved_s")
-
-    def __init__(self, maxlen: int = 100_000) -> None:
-        if maxlen < 1:
-            raise ValueError(f"maxlen must be at least 1, got {maxlen}")
-        self.maxlen = maxlen
-        self.lanes: dict[str, int] = {}
-        self._cols: dict[str, list[Any]] = {f: [] for f in (*self.FIELDS, "lane")}
-        self._lock = threading.Lock()
-        self._arrays: dict[str, Any] | None = None
-
-    def __len__(self) -> int:
-        return len(self._cols["time"])
-
-    def extend(self, events: Iterable[Event]) -> int:
-        """Append events; returns how many."""
-        n = 0
-        with self._lock:
-            cols, lanes = self._cols, self.lanes
-            for e in events:
-                name = e.name or _NO_NAME
-                lane = lanes.get(name)
-                if lane is None:
-                    lane = lanes[name] = len(lanes)
-                for f in self.FIELDS:
-                    cols[f].append(getattr(e, f))
-                cols["name"][-1] = name
-                cols["lane"].append(lane)
-                n += 1
-            extra = len(cols["time"]) - self.maxlen
-            if extra > 0:
-                for f in cols:
-                    del cols[f][:extra]
-            if n:
-                self._arrays = None
-        return n
-
-    def arrays(self) -> dict[str, Any]:
-        """The columns as numpy arrays (cached until the next append): numbers as float64 (NaN = None)."""
-        import numpy as np
-
-        with self._lock:
-            if self._arrays is None:
-                c = self._cols
-                out = {"time": np.asarray(c["time"], dtype=float), "lane": np.asarray(c["lane"], dtype=np.int64)}
-                for f in ("duration_s", "bytes", "saved_s"):
-                    out[f] = np.asarray([np.nan if v is None else v for v in c[f]], dtype=float)
-                for f in ("kind", "name", "source", "key", "partition", "reason"):
-                    out[f] = np.asarray(c[f], dtype=object)
-                self._arrays = out
-            return self._arrays
+GL_THRESHOLD = 1000
+#: Lanes drawn one by one; the rest share one collapsed lane (scroll with ``lane_offset`` or the name filter).
+MAX_LANES = 30
+_COLLAPSED_POINTS = 600
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,9 +65,17 @@ class TimelineData:
       saved_x, saved_y: the cumulative seconds-saved curve (x in s after ``t0``; y in s), down-sampled.
       misses: the matched misses, newest first (at most 200): dicts with ``index`` (row in the columns),
         ``label`` (time, function) and ``reason`` (why it missed, as recorded).
-      total: events kept. matched: events passing the filters. shown: points drawn (after down-sampling).
+      total: events kept. matched: events passing the filters. shown: markers drawn (one per event, or per
+        lane, kind and time bin beyond ``max_points``: :func:`xlakit.view.lanes.aggregate`).
       saved_s: total seconds saved by the matched hits.
-      counts: lane name -> {kind: events} over the matched events (every event, not only those drawn).
+      counts: lane name -> {kind: events} over the matched events (every event, not only those drawn); the
+        folded lane's entry sums its programs.
+      library: the library programs (origin "library"): folded into the last lane when ``folded``, else
+        listed after the user's. folded: whether they are folded.
+      seconds: lane name -> {kind: summed ``duration_s``} over the matched events (s).
+      library_misses: matched misses of folded library programs (left out of ``misses`` while folded).
+      hidden_lanes: lanes collapsed into the last lane ("… N more program lane(s)"; 0 when none).
+      dropped: events the columns dropped to stay bounded (oldest first).
     """
 
     t0: float | None
@@ -138,6 +89,12 @@ class TimelineData:
     saved_s: float
     counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     misses: tuple[dict[str, Any], ...] = ()
+    library: tuple[str, ...] = ()
+    folded: bool = False
+    seconds: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    library_misses: int = 0
+    hidden_lanes: int = 0
+    dropped: int = 0
 
     @property
     def downsampled(self) -> bool:
@@ -225,6 +182,8 @@ def _hover(a: dict[str, Any], i: int) -> str:
         parts.append("bytes: —")
     parts.append(f"key: {escape(str(a['key'][i] or '—'))}")
     parts.append(f"partition: {escape(str(a['partition'][i] or '—'))}")
+    if a["site"][i]:
+        parts.append(f"called from: {escape(str(a['site'][i]))}")
     reason = a["reason"][i]
     if reason:
         text = " ".join(str(reason).split())
@@ -232,65 +191,126 @@ def _hover(a: dict[str, Any], i: int) -> str:
     return "<br>".join(parts)
 
 
+def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float, last: float) -> str:
+    """Hover of a marker standing for ``count`` events of one lane and kind in [first, last] s: kept short
+    (thousands of them go to the page in every redraw); the slowest event's full hover is one click away."""
+    if count == 1:
+        return _hover(a, i)
+    parts = [f"<b>{count:,} × {escape(str(a['kind'][i]))}</b> {escape(str(a['name'][i]))}",
+             f"{first:.2f}–{last:.2f} s" + (f", total {fmt_seconds(total)}" if total > 0 else "")]
+    d = a["duration_s"][i]
+    if d == d and d > 0:
+        parts.append(f"slowest: {fmt_seconds(float(d))}")
+    reason = a["reason"][i]
+    if reason:
+        text = " ".join(str(reason).split())
+        parts.append("reason: " + escape(text if len(text) <= 80 else text[:77] + "..."))
+    return "<br>".join(parts)
+
+
 def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, name_filter: str = "",
-                  source: str | None = None, max_points: int = 5000) -> TimelineData:
-    """Filter and down-sample ``columns`` for drawing.
+                  source: str | None = None, max_points: int = 5000, fold_library: bool = True,
+                  max_lanes: int = MAX_LANES, lane_offset: int = 0) -> TimelineData:
+    """Filter, fold and aggregate ``columns`` for drawing.
 
     Args:
       kinds: the kinds to show (None: all). The seconds-saved curve ignores this filter (only hits save).
-      name_filter: case-insensitive substring of the function name ("" = all).
+      name_filter: case-insensitive substring of the program name ("" = all); a library program it names is
+        still drawn in the folded lane.
       source: one event source, or None for all.
-      max_points: budget of drawn event markers (int; the curve has its own budget of the same size).
+      max_points: budget of drawn event markers (int); beyond it one marker per lane, kind and time bin. The
+        curve has its own budget of the same size.
+      fold_library: fold the programs of origin "library" into one "library helpers" lane (default True).
+      max_lanes: lanes drawn one by one at most; the others are collapsed into one last lane ("… N more
+        programs"), their events aggregated per kind and time bin (at most 600 markers), counts kept.
+      lane_offset: the first lane drawn one by one (scrolls the window of ``max_lanes`` lanes; int >= 0).
     """
     import numpy as np
 
     a = columns.arrays()
     total = a["time"].size
-    lanes = tuple(sorted(columns.lanes, key=lambda name: columns.lanes[name]))
+    names = tuple(sorted(columns.lanes, key=lambda name: columns.lanes[name]))
+    lanes, lane_map, library = lane_plan(names, columns.origins, fold_library)
+    hidden = max(0, len(lanes) - max_lanes)
+    if hidden:  # collapse every lane outside the window [offset, offset + max_lanes) into one last lane
+        offset = min(max(0, lane_offset), len(lanes) - max_lanes)
+        window = np.full(len(lanes), max_lanes, dtype=np.int64)
+        window[offset:offset + max_lanes] = np.arange(max_lanes, dtype=np.int64)
+        lane_map = window[lane_map]
+        lanes = (*lanes[offset:offset + max_lanes], f"… {hidden} more program lane(s)")
+    folded = bool(fold_library and library)
     if total == 0:
         empty = np.zeros(0)
-        return TimelineData(None, lanes, {}, empty, empty, 0, 0, 0, 0.0)
+        return TimelineData(None, lanes, {}, empty, empty, 0, 0, 0, 0.0, library=library, folded=folded,
+                            dropped=columns.dropped)
     t0 = float(np.nanmin(a["time"] - np.nan_to_num(a["duration_s"], nan=0.0).clip(min=0.0)))
     x = a["time"] - t0
+    shown_lane = lane_map[a["lane"]]
     base = np.ones(total, dtype=bool)
     if name_filter:
         needle = name_filter.lower()
-        lane_ok = np.array([needle in name.lower() for name in lanes], dtype=bool)
+        lane_ok = np.array([needle in name.lower() for name in names], dtype=bool)
         base &= lane_ok[a["lane"]]
     if source:
         base &= a["source"] == source
     kind_set = set(KINDS if kinds is None else kinds)
-    mask = base & np.isin(a["kind"], list(kind_set))
+    wanted = np.array([k in kind_set for k in KINDS] + [False], dtype=bool)  # code -1: unknown kind
+    mask = base & wanted[a["kind_code"]]
     sel = np.flatnonzero(mask)
-    kind_ids = {k: i for i, k in enumerate(KINDS)}
-    group = a["lane"][sel] * len(KINDS) + np.array([kind_ids[k] for k in a["kind"][sel]], dtype=np.int64)
-    picked = sel[downsample(x[sel], a["duration_s"][sel], group, max_points)] if sel.size else sel
+    group = shown_lane[sel] * len(KINDS) + a["kind_code"][sel]
+    if hidden:  # the collapsed lane gets a small budget of its own, so it never crowds out the drawn lanes
+        more = shown_lane[sel] == max_lanes
+        budget = min(_COLLAPSED_POINTS, max_points // 2)
+        parts = [aggregate(x[sel][m], a["duration_s"][sel][m], group[m], max_points - budget if w else budget)
+                 for w, m in ((True, ~more), (False, more))]
+        where = [np.flatnonzero(~more), np.flatnonzero(more)]
+        rep = np.concatenate([w[p[0]] for w, p in zip(where, parts, strict=True)])
+        count, summed, first, last = (np.concatenate([p[i] for p in parts]) for i in range(1, 5))
+    else:
+        rep, count, summed, first, last = aggregate(x[sel], a["duration_s"][sel], group, max_points)
+    picked = sel[rep]
     top = float(np.nanmax(a["duration_s"][sel])) if sel.size and not np.all(np.isnan(a["duration_s"][sel])) else 0.0
     points = {}
-    for k in KINDS:
-        idx = picked[a["kind"][picked] == k]
-        if idx.size:
+    picked_codes = a["kind_code"][picked]
+    for code, k in enumerate(KINDS):
+        at = np.flatnonzero(picked_codes == code)
+        if at.size:
+            idx = picked[at]
             dur = np.nan_to_num(a["duration_s"][idx], nan=0.0).clip(min=0.0)
-            points[k] = {"x": x[idx], "y": a["lane"][idx] + KIND_OFFSET.get(k, 0.0),
+            points[k] = {"x": x[idx], "y": shown_lane[idx] + KIND_OFFSET.get(k, 0.0),
                          "size": marker_sizes(a["duration_s"][idx], smallest=7.0, largest=14.0, max_duration=top),
-                         "start": x[idx] - dur, "index": idx, "hover": [_hover(a, int(i)) for i in idx]}
+                         "start": x[idx] - dur, "index": idx, "count": count[at],
+                         "hover": [_bin_hover(a, int(i), int(c), float(t), float(f), float(la))
+                                   for i, c, t, f, la in zip(idx, count[at], summed[at], first[at], last[at],
+                                                             strict=True)]}
     hits = np.flatnonzero(base & (a["kind"] == "hit"))
     saved = np.nan_to_num(a["saved_s"][hits], nan=0.0).clip(min=0.0)
     order = np.argsort(x[hits], kind="stable")
     sx, sy = x[hits][order], np.cumsum(saved[order])
     if sx.size:
         sx, sy = np.r_[0.0, sx, x.max()], np.r_[0.0, sy, sy[-1]]
-        sx, sy = downsample_series(sx, sy, max_points)
+        sx, sy = downsample_series(sx, sy, min(max_points, 2 * SCREEN_BINS))  # a line: ~2 points per column
     counts: dict[str, dict[str, int]] = {}
+    seconds: dict[str, dict[str, float]] = {}
     if sel.size:
-        pairs, n = np.unique(np.stack([a["lane"][sel], group % len(KINDS)]), axis=1, return_counts=True)
-        for (lane, kind), c in zip(pairs.T, n, strict=True):
-            counts.setdefault(lanes[int(lane)], {})[KINDS[int(kind)]] = int(c)
-    miss_idx = sel[a["kind"][sel] == "miss"][::-1][:200]
+        codes = group  # shown lane x kind
+        dur = np.nan_to_num(a["duration_s"][sel], nan=0.0)
+        uniq, inverse, n = np.unique(codes, return_inverse=True, return_counts=True)
+        sums = np.bincount(inverse, weights=dur)
+        for code, c, t in zip(uniq, n, sums, strict=True):
+            lane, kind = lanes[int(code) // len(KINDS)], KINDS[int(code) % len(KINDS)]
+            counts.setdefault(lane, {})[kind] = int(c)
+            seconds.setdefault(lane, {})[kind] = float(t)
+    is_miss = a["kind"][sel] == "miss"
+    library_rows = np.isin(a["lane"][sel], [columns.lanes[n] for n in library]) if folded else np.zeros(
+        sel.size, dtype=bool)
+    miss_idx = sel[is_miss & ~library_rows][::-1][:200]
     misses = tuple({"index": int(i), "label": f"{x[i]:.2f} s: {a['name'][i]}",
                     "reason": str(a["reason"][i] or "no reason recorded"), "key": a["key"][i]} for i in miss_idx)
     return TimelineData(t0, lanes, points, sx, sy, total, int(sel.size), int(picked.size),
-                        float(saved.sum()), counts, misses)
+                        float(saved.sum()), counts, misses, library=library, folded=folded, seconds=seconds,
+                        library_misses=int(np.count_nonzero(is_miss & library_rows)),
+                        hidden_lanes=hidden, dropped=columns.dropped)
 
 
 def _seconds_axis(values: Any) -> tuple[float, str]:
@@ -301,7 +321,9 @@ def _seconds_axis(values: Any) -> tuple[float, str]:
 
 def timeline_figure(data: TimelineData):
     """Lanes of events (compiles and loads as spans from start to end, every kind at its own height in the
-    lane, marker size by duration) over a second panel with the cumulative seconds saved by hits."""
+    lane, marker size by duration; a lane with recompiles says how many) over a second panel with the
+    cumulative seconds saved by hits. The user's lanes come first, top down; at most ``max_lanes`` + 1 lanes
+    (see :func:`timeline_data`), so the chart's height is bounded."""
     import numpy as np
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -309,12 +331,17 @@ def timeline_figure(data: TimelineData):
     from xlakit.view.theme import BASE_LAYOUT, LEGEND
 
     has_saved = bool(data.saved_x.size)
+    # The values are built here, so plotly's per-element validation (most of the build time) is skipped.
     fig = make_subplots(rows=2 if has_saved else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        row_heights=[0.72, 0.28] if has_saved else None)
+                        row_heights=[0.72, 0.28] if has_saved else None, figure=go.Figure(_validate=False))
     n_points = sum(len(p["x"]) for p in data.points.values())
-    Scatter = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
+    trace_type = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
+
+    def Scatter(**kwargs: Any) -> Any:
+        return trace_type(**kwargs, _validate=False)
+
     for kind, p in data.points.items():
-        symbol, color = KIND_STYLE[kind]
+        symbol, color = KIND_STYLE.get(kind, _OTHER_STYLE)
         if kind in SPAN_KINDS:
             spans = np.flatnonzero(p["x"] - p["start"] > 0)
             if spans.size:
@@ -331,18 +358,22 @@ def timeline_figure(data: TimelineData):
         scale, unit = _seconds_axis(data.saved_y)
         fig.add_trace(Scatter(x=data.saved_x, y=np.asarray(data.saved_y) * scale, mode="lines",
                               name="seconds saved (cumulative)", line=dict(color="#2ca02c", width=2, shape="hv"),
-                              customdata=[fmt_seconds(float(v)) for v in data.saved_y],
-                              hovertemplate="%{x:.2f} s: %{customdata} saved<extra></extra>"), row=2, col=1)
+                              hovertemplate=f"%{{x:.2f}} s: %{{y:.4g}} {unit} saved<extra></extra>"), row=2, col=1)
         fig.update_yaxes(title_text=f"saved ({unit})", rangemode="tozero", tickformat="~g", ticksuffix=f" {unit}",
                          nticks=4, row=2, col=1)
     lanes = list(data.lanes)
     title = f"Cache events: {data.matched:,} of {data.total:,}"
     if data.downsampled:
-        title += f" (drawn: {data.shown:,}, down-sampled)"
-    height = max(320, 90 + 40 * len(lanes)) + (140 if has_saved else 0)
+        title += f" (drawn: {data.shown:,} markers, one per lane, kind and time bin)"
+    visible = max(1, len(lanes))
+    if data.hidden_lanes:
+        title += f"<br><sub>{data.hidden_lanes} lanes collapsed into the last: scroll with “lanes from”</sub>"
+    height = max(320, 90 + 32 * visible) + (140 if has_saved else 0)
     fig.update_layout(**{**BASE_LAYOUT, "height": height}, title=title, legend=LEGEND)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=lanes,
-                     range=[-0.6, max(len(lanes), 1) - 0.4], autorange=False, row=1, col=1)
+    labels = [f"{name} ⟳{data.counts[name]['recompile']}" if data.counts.get(name, {}).get("recompile") else name
+              for name in lanes]
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=labels,
+                     range=[visible - 0.4, -0.6], autorange=False, row=1, col=1)
     fig.update_xaxes(title_text="seconds since the first event", row=2 if has_saved else 1, col=1)
     return fig
 
@@ -356,13 +387,19 @@ def timeline_html(data: TimelineData, *, include_plotlyjs: bool | str = "once") 
     if data.total == 0:
         return snapshot("Cache timeline", note("No events yet."))
     used = [k for k in KINDS if any(k in c for c in data.counts.values())]
-    rows = [{"name": name, **{k: c.get(k, 0) for k in used}} for name, c in sorted(data.counts.items())]
-    table = Table([Column("name", "function"), *(Column(k, k, "count") for k in used)], rows,
+    order = {name: i for i, name in enumerate(data.lanes)}
+    rows = [{"name": name, **{k: c.get(k, 0) for k in used}}
+            for name, c in sorted(data.counts.items(), key=lambda item: order.get(item[0], len(order)))]
+    table = Table([Column("name", "program"), *(Column(k, k, "count") for k in used)], rows,
+                  caption="Events per program and kind (every matching event, not only those drawn)",
                   css_class="xlakit-timeline").to_html()
     start = _dt.datetime.fromtimestamp(data.t0).strftime("%Y-%m-%d %H:%M:%S") if data.t0 else "?"
     summary = note(f"{fmt_count(data.matched)} of {fmt_count(data.total)} events match the filters; "
                    f"{fmt_count(data.shown)} drawn{' (down-sampled)' if data.downsampled else ''}; first event at "
-                   f"{start}; seconds saved by hits: {fmt_seconds(data.saved_s)}")
+                   f"{start}; seconds saved by hits: {fmt_seconds(data.saved_s)}"
+                   + (f"; {len(data.library)} library program(s) of jax/flax/optax folded into one lane"
+                      if data.folded else "")
+                   + (f"; {fmt_count(data.dropped)} older events dropped to stay bounded" if data.dropped else ""))
     misses = ""
     if data.misses:
         misses = Table([Column("label", "miss"), Column("reason", "why it missed", nowrap=False)],

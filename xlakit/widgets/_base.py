@@ -233,6 +233,9 @@ class View:
         output of its own, which live front-ends hide."""
         from IPython.display import display
 
+        from xlakit.widgets._captured import note_displayed
+
+        note_displayed(self)  # an Output capturing this display keeps it for its own snapshot
         live = dict(super()._repr_mimebundle_() or {})  # type: ignore[misc]
         live["text/plain"] = repr(self)
         display(live, raw=True)

@@ -110,8 +110,10 @@ class Chart(widgets.Output):
         from IPython.display import display
 
         from xlakit.view.plotly_html import figure_html
+        from xlakit.widgets._captured import note_displayed
         from xlakit.widgets._html import static_output
 
+        note_displayed(self)
         live = dict(super()._repr_mimebundle_() or {})
         live["text/plain"] = f"Chart({self.chart_id}: {len(self.figure.data)} trace(s))"
         display(live, raw=True)

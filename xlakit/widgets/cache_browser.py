@@ -62,12 +62,21 @@ class CacheBrowser(View, widgets.VBox):
     selected = traitlets.Tuple()
     #: Table rows shown at most (int, default 200 rows).
     max_rows = traitlets.Int(200)
+    #: Fold the entries of programs called only from inside jax/flax/optax (as this process's events say)
+    #: into one "library helpers" line under the table (bool, default True); the checkbox toggles it.
+    fold_library = traitlets.Bool(True)
 
     def __init__(self, cache: Any = None, *, name_filter: str = "", partition: str = "", max_rows: int = 200,
-                 layout: widgets.Layout | None = None) -> None:
+                 fold_library: bool = True, layout: widgets.Layout | None = None) -> None:
         self._setup_view()
         #: the :class:`~xlakit.cache.CacheFolder` shown (``cache`` itself when it is one).
         self.cache = _folder.as_folder(cache, who="CacheBrowser")
+        from xlakit.events import EventLog
+        from xlakit.events import log as process_log
+
+        # Whose programs the entries are: what the cache's own log (else the process-wide one) recorded.
+        own = getattr(cache, "log", None)
+        self._origin_log = own if isinstance(own, EventLog) else process_log()
         self.entries: Any = None  # every entry (DataFrame, with a signature column)
         self.frame: Any = None  # the filtered entries shown
         self.totals: Any = None  # per-partition totals
@@ -78,6 +87,9 @@ class CacheBrowser(View, widgets.VBox):
                                       layout=widgets.Layout(width="260px"))
         self._partition_menu = widgets.Dropdown(options=[("all partitions", "")], value="", description="partition",
                                                 layout=widgets.Layout(width="auto", max_width="100%"))
+        self._fold_box = widgets.Checkbox(value=fold_library, description="fold library helpers", indent=False,
+                                          layout=widgets.Layout(width="200px"))
+        self.library_html = widgets.HTML()
         self._selector = widgets.SelectMultiple(options=[], rows=8, description="select",
                                                 layout=widgets.Layout(width="98%", min_width="0"))
         self._selector.add_class("xlakit-entry-select")
@@ -95,23 +107,27 @@ class CacheBrowser(View, widgets.VBox):
         self.result = widgets.HTML()
         self.result.add_class("xlakit-cache-result")
         self.status = widgets.HTML()
-        filters = widgets.HBox([self._name_box, self._partition_menu], layout=widgets.Layout(flex_flow="row wrap"))
+        filters = widgets.HBox([self._name_box, self._partition_menu, self._fold_box],
+                               layout=widgets.Layout(flex_flow="row wrap"))
         buttons = widgets.HBox([self.verify_button, self.evict_button, self.explain_button, self.refresh_button],
                                layout=widgets.Layout(flex_flow="row wrap"))
         self._owned = [self._name_box, self._partition_menu, self._selector, self.verify_button,
                        self.evict_button, self.explain_button, self.refresh_button, self.totals_html,
-                       self.table_html, self.result, self.status, filters, buttons, self.error_area, self._style]
+                       self.table_html, self.result, self.status, filters, buttons, self.error_area, self._style,
+                       self._fold_box, self.library_html]
         super().__init__(children=[self._style, self.status, self.totals_html, filters, self._selector, buttons,
                                    self.error_area,
-                                   self.result, self.table_html],
-                         name_filter=name_filter, partition=partition, max_rows=max_rows,
+                                   self.result, self.table_html, self.library_html],
+                         name_filter=name_filter, partition=partition, max_rows=max_rows, fold_library=fold_library,
                          layout=layout or widgets.Layout(width="100%"))
         self.add_class("xlakit-cache-browser")
         widgets.link((self._name_box, "value"), (self, "name_filter"))
         self.refresh()
         widgets.link((self._partition_menu, "value"), (self, "partition"))
         widgets.link((self._selector, "value"), (self, "selected"))
-        self.observe(self._guard(lambda _c: self._show(), "filter"), names=["name_filter", "partition", "max_rows"])
+        widgets.link((self._fold_box, "value"), (self, "fold_library"))
+        self.observe(self._guard(lambda _c: self._show(), "filter"), names=["name_filter", "partition", "max_rows",
+                                                                             "fold_library"])
 
     # -- state ------------------------------------------------------------------------------------------
     @traitlets.validate("selected")
@@ -136,6 +152,8 @@ class CacheBrowser(View, widgets.VBox):
         """Read the entries again and redraw."""
         with self._lock:
             self.entries = _folder.entries_frame(self.cache)
+            if not self.entries.empty:
+                self.entries["origin"] = _cache_view.entry_origins(self.entries, self._origin_log.events())
             self.totals = _data.partition_totals(self.entries)
             partitions = sorted(self.totals.index) if not self.totals.empty else []
             options = [("all partitions", ""), *((p, p) for p in partitions)]
@@ -147,7 +165,10 @@ class CacheBrowser(View, widgets.VBox):
 
     def _show(self) -> None:
         with self._lock:
-            self.frame = _data.filter_entries(self.entries, self.name_filter, self.partition or None)
+            self.frame = _data.filter_entries(self.entries, self.name_filter, self.partition or None,
+                                              fold_library=self.fold_library)
+            shown = _data.filter_entries(self.entries, self.name_filter, self.partition or None)
+            self.library_html.value = _cache_view.library_html(shown) if self.fold_library else ""
             rows = _data.frame_records(self.frame)
             options = [(_cache_view.entry_label(r), (r["partition"], r["key"])) for r in rows]
             keep = tuple(v for v in self.selected if v in {o[1] for o in options})
@@ -161,9 +182,11 @@ class CacheBrowser(View, widgets.VBox):
             cap_bytes = getattr(self.cache.store, "max_bytes", None)
             cap = f" (cap {fmt_bytes(cap_bytes)})" if cap_bytes else ""
             n = 0 if self.entries is None else len(self.entries)
+            hidden = len(shown) - len(self.frame)
+            folded = f" ({hidden} of library helpers folded, below)" if hidden else ""
             self.status.value = (f"<small class='xlakit-note'>{html.escape(str(self.cache.store.root))}: {n} entries, "
                                  f"<span data-bytes='{total}'>{fmt_bytes(total)}</span> on disk{cap}; "
-                                 f"{len(self.frame)} shown</small>")
+                                 f"{len(self.frame)} shown{folded}</small>")
 
     # -- actions ----------------------------------------------------------------------------------------
     def verify(self) -> list[tuple[Any, str | None]]:
@@ -232,7 +255,8 @@ class CacheBrowser(View, widgets.VBox):
     def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: per-partition totals and the (filtered) entries with exact sizes."""
         return _snapshots.cache_html(self.frame, _data.partition_totals(self.frame), max_rows=self.max_rows,
-                                     folder=str(self.cache.store.root), status=self.result.value or None)
+                                     folder=str(self.cache.store.root), status=self.result.value or None,
+                                     library=self.library_html.value)
 
     def __repr__(self) -> str:
         n = 0 if self.frame is None else len(self.frame)

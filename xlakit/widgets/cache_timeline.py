@@ -19,7 +19,7 @@ from xlakit.widgets._clicks import ClickBridge
 __all__ = ["CacheTimeline"]
 
 #: Markers drawn at most in a static snapshot (``to_html`` and the notebook's saved ``text/html``).
-SNAPSHOT_POINTS = 2000
+SNAPSHOT_POINTS = 1500
 _ALL = "\x00all"  # the source menu's "every source" value (a Dropdown shows None as an empty box)
 
 
@@ -35,9 +35,17 @@ class CacheTimeline(View, widgets.VBox):
     :meth:`xlakit.events.EventLog.subscribe` (push, not poll): the observer only queues them; a daemon
     thread waits at most :attr:`throttle_s` seconds for a burst to end, then hands one redraw to the kernel's
     thread (inside a kernel, the redraw runs when the running cell finishes or yields; widget messages are
-    never sent from the thread). Large logs stay responsive: WebGL traces (``scattergl``) above 2,000
-    markers and down-sampling to :attr:`max_points` markers that keeps each lane's shape and its slowest
-    events (:func:`xlakit.view.timeline.downsample`).
+    never sent from the thread); a timeline the page does not show (scrolled away, a hidden tab) is not
+    redrawn until it is shown again. Large logs stay responsive: WebGL traces (``scattergl``) above 1,000
+    markers; beyond :attr:`max_points` one marker per lane, kind and time bin, the bin's slowest event with
+    the bin's count (:func:`xlakit.view.lanes.aggregate`); at most 30 lanes one by one, the others collapsed
+    into one last lane (counts kept), the *lanes from* box (:attr:`lane_offset`) scrolling the window.
+
+    **Your programs first**: programs whose every event came from inside jax/flax/optax
+    (``Event.origin == "library"``: ``jit_broadcast_in_dim``, ``jit__threefry_split``, …) share one
+    "library helpers" lane, their counts and seconds kept; the *fold library helpers* checkbox
+    (:attr:`fold_library`) lists them one lane each, after yours. A ``recompile`` event is a marker in its
+    function's lane, whose label counts them (``train_step ⟳3``).
 
     The process-wide log holds what xlakit's caches do; :func:`xlakit.events.install_listeners` adds JAX's own
     compiles, traces, lowerings and persistent-cache activity to it.
@@ -69,16 +77,26 @@ class CacheTimeline(View, widgets.VBox):
     name_filter = traitlets.Unicode("")
     #: Only events of this source (:data:`xlakit.events.SOURCES`), or None for all (str | None, default None).
     source = traitlets.Unicode(None, allow_none=True)
-    #: Markers drawn at most, after down-sampling (int >= 100, default 5,000 markers).
-    max_points = traitlets.Int(5000)
+    #: Markers drawn at most (int >= 100, default 3,000 markers; beyond, one per lane, kind and time bin).
+    max_points = traitlets.Int(3000)
     #: Follow the log as events arrive (bool, default True).
     live = traitlets.Bool(True)
-    #: Seconds between live redraws at most (float >= 0, default 0.5 s).
-    throttle_s = traitlets.Float(0.5)
+    #: Seconds a live redraw waits for a burst to go on (float >= 0, default 1 s): at most one redraw a second.
+    throttle_s = traitlets.Float(1.0)
+    #: Fold the programs called only from inside jax/flax/optax (``Event.origin == "library"``) into one
+    #: "library helpers" lane, their counts and seconds kept (bool, default True); the checkbox toggles it.
+    fold_library = traitlets.Bool(True)
+    #: Whether the page shows the timeline now (set by the page: scrolled away, a hidden tab or browser tab is
+    #: False; True without a page). Live redraws wait while False and run once when it comes back.
+    on_screen = traitlets.Bool(True)
+    #: The first lane drawn one by one when there are more than 30 (int >= 0, default 0): the "lanes from"
+    #: box scrolls the window; the lanes outside it share one collapsed lane, counts kept.
+    lane_offset = traitlets.Int(0)
 
     def __init__(self, log: EventLog | Iterable[Event] | None = None, *, kinds: Iterable[str] | None = None,
-                 name_filter: str = "", source: str | None = None, max_points: int = 5000, live: bool = True,
-                 throttle_s: float = 0.5, maxlen: int | None = None, layout: widgets.Layout | None = None) -> None:
+                 name_filter: str = "", source: str | None = None, max_points: int = 3000, live: bool = True,
+                 throttle_s: float = 1.0, maxlen: int | None = None, fold_library: bool = True,
+                 layout: widgets.Layout | None = None) -> None:
         from xlakit import events as _events
 
         self._setup_view()
@@ -105,6 +123,11 @@ class CacheTimeline(View, widgets.VBox):
                                              description="source", layout=widgets.Layout(width="220px"))
         self._live_box = widgets.Checkbox(value=live, description="live", indent=False,
                                           layout=widgets.Layout(width="80px"))
+        self._fold_box = widgets.Checkbox(value=fold_library, description="fold library helpers", indent=False,
+                                          layout=widgets.Layout(width="200px"))
+        self._stale = False
+        self._offset_box = widgets.BoundedIntText(value=0, min=0, max=0, description="lanes from",
+                                                  layout=widgets.Layout(width="180px", display="none"))
         self.status = widgets.HTML()
         self.status.add_class("xlakit-timeline-status")
         # Why a miss happened: pick one (newest first) and its recorded reason shows below the chart.
@@ -116,24 +139,30 @@ class CacheTimeline(View, widgets.VBox):
         #: the timeline (:class:`~xlakit.widgets._chart.Chart`); ``figure`` is its plotly Figure.
         self.chart = Chart()
         # A click on a miss marker picks that miss in the menu (the points' customdata are event rows).
-        self._clicks = ClickBridge("xlakit-cache-timeline", self._guard(self._on_click, "click"))
+        self._clicks = ClickBridge("xlakit-cache-timeline", self._guard(self._on_click, "click"),
+                                   self._guard(self._on_screen_change, "visibility"))
         controls = widgets.HBox([self._kind_menu, widgets.VBox([self._name_box, self._source_menu,
-                                                                self._live_box])])
-        self._owned = [self._kind_menu, self._name_box, self._source_menu, self._live_box, self.status,
+                                                                widgets.HBox([self._live_box, self._fold_box]),
+                                                                self._offset_box])])
+        self._owned = [self._kind_menu, self._name_box, self._source_menu, self._live_box, self._fold_box,
+                       self._offset_box, self.status,
                        self.chart, controls, self.error_area, self._style, self._miss_menu, self.miss_explanation,
                        *self._clicks.widgets]
         super().__init__(children=[self._style, controls, self.error_area, self.status, self.chart, self._miss_menu,
                                    self.miss_explanation, *self._clicks.widgets],
                          kinds=tuple(kinds or KINDS), name_filter=name_filter, source=source, max_points=max_points,
-                         live=live, throttle_s=throttle_s, layout=layout or widgets.Layout(width="100%"))
+                         live=live, throttle_s=throttle_s, fold_library=fold_library,
+                         layout=layout or widgets.Layout(width="100%"))
         self.add_class("xlakit-cache-timeline")
         widgets.link((self._kind_menu, "value"), (self, "kinds"))
         widgets.link((self._name_box, "value"), (self, "name_filter"))
         widgets.link((self._source_menu, "value"), (self, "source"),
                      transform=(lambda v: None if v == _ALL else v, lambda v: _ALL if v is None else v))
         widgets.link((self._live_box, "value"), (self, "live"))
-        self.observe(self._guard(lambda _c: self._redraw(), "filter"), names=["kinds", "name_filter", "source",
-                                                                               "max_points"])
+        widgets.link((self._fold_box, "value"), (self, "fold_library"))
+        widgets.link((self._offset_box, "value"), (self, "lane_offset"))
+        self.observe(self._guard(lambda _c: self._redraw(), "filter"),
+                     names=["kinds", "name_filter", "source", "max_points", "fold_library", "lane_offset"])
         self.observe(self._guard(self._on_live, "live"), names=["live", "throttle_s"])
         self._miss_menu.observe(self._guard(lambda c: self.explain_miss(c["new"]), "explain miss"), names=["value"])
         self._cleanups.append(self._detach)
@@ -213,7 +242,15 @@ class CacheTimeline(View, widgets.VBox):
         return self.columns.extend(pending)
 
     def _flush_and_redraw(self) -> None:
-        if self._flush() and not self._closed:
+        if (self._flush() or self._stale) and not self._closed:
+            if self.on_screen:
+                self._redraw()
+            else:
+                self._stale = True  # drawn once when the page shows the timeline again
+
+    def _on_screen_change(self, shown: bool) -> None:
+        self.on_screen = shown
+        if shown and self._stale and not self._closed:
             self._redraw()
 
     def refresh(self) -> None:
@@ -228,18 +265,30 @@ class CacheTimeline(View, widgets.VBox):
             if self._closed:
                 return
             data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter,
-                                       source=self.source, max_points=self.max_points)
+                                       source=self.source, max_points=self.max_points, fold_library=self.fold_library,
+                                       lane_offset=self.lane_offset)
             self.data = data
+            self._stale = False
             self.chart.show(_figures.timeline_figure(data))
-            options = [("— explain a miss —", -1), *((m["label"], m["index"]) for m in data.misses)]
+            first = "— explain a miss —" if not data.library_misses else \
+                f"— explain a miss ({data.library_misses:,} of library helpers folded) —"
+            options = [(first, -1), *((m["label"], m["index"]) for m in data.misses)]
             if list(self._miss_menu.options) != options:
                 keep = self._miss_menu.value if any(v == self._miss_menu.value for _, v in options) else -1
                 self._miss_menu.options = options
                 self._miss_menu.value = keep
-            sampled = f", {data.shown:,} drawn (down-sampled)" if data.downsampled else ""
+            sampled = f", {data.shown:,} markers drawn (one per lane, kind and time bin)" if data.downsampled else ""
+            programs = len(self.columns.lanes)
+            folded = (f" ({len(data.library)} library helper(s) folded into one lane)" if data.folded else
+                      f" ({len(data.library)} of them library helpers)" if data.library else "")
+            hidden = (f"; {data.hidden_lanes} lane(s) collapsed into the last (scroll with “lanes from”)"
+                      if data.hidden_lanes else "")
+            self._offset_box.max = len(data.lanes) - 1 + data.hidden_lanes - 30 if data.hidden_lanes else 0
+            self._offset_box.layout.display = "" if data.hidden_lanes else "none"
+            dropped = f"; {data.dropped:,} older events dropped (bounded)" if data.dropped else ""
             self.status.value = (f"<small><span class='xlakit-event-count' data-events='{data.total}'>"
                                  f"{data.total:,} events</span>, {data.matched:,} match{sampled}; "
-                                 f"{len(data.lanes)} function(s); seconds saved by hits: "
+                                 f"{programs} program(s){folded}{hidden}{dropped}; seconds saved by hits: "
                                  f"{fmt_seconds(data.saved_s)}</small>")
 
     def _on_click(self, rows: list[int]) -> None:
@@ -281,7 +330,8 @@ class CacheTimeline(View, widgets.VBox):
         """Static snapshot: the timeline figure (at most :data:`SNAPSHOT_POINTS` markers, so a saved notebook
         stays small), the counts, and a per-function table of event kinds, with the current filters."""
         data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter, source=self.source,
-                                   max_points=min(self.max_points, SNAPSHOT_POINTS))
+                                   max_points=min(self.max_points, SNAPSHOT_POINTS), fold_library=self.fold_library,
+                                   lane_offset=self.lane_offset)
         return _snapshots.timeline_html(data, include_plotlyjs=include_plotlyjs)
 
     def __repr__(self) -> str:

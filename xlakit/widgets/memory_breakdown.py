@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import ipywidgets as widgets
@@ -59,10 +60,14 @@ class MemoryBreakdown(View, widgets.VBox):
     top = traitlets.Int(10)
 
     def __init__(self, programs: Any = None, *, unit: str = "bytes", sort: str = "name",
-                 selected: str | None = None, top: int = 10, layout: widgets.Layout | None = None) -> None:
+                 selected: str | None = None, top: int = 10, fold_library: bool = True,
+                 layout: widgets.Layout | None = None) -> None:
         self._setup_view()
         self._source = programs
-        self._programs = collect_programs(programs)
+        #: leave out a cache's programs called only from inside jax/flax/optax (as the cache's or this process's
+        #: events say); their number, names and bytes are in the status line. Only cache sources fold.
+        self.fold_library = fold_library
+        self._programs = self._collect()
         self._assignments: dict[str, Any] = {}
         self.largest = None
         self.liveness = None
@@ -157,13 +162,21 @@ class MemoryBreakdown(View, widgets.VBox):
     def refresh(self) -> None:
         """Read the programs again (e.g. new entries in a cache) and redraw."""
         with self._lock:
-            self._programs = collect_programs(self._source)
+            self._programs = self._collect()
             self._assignments.clear()
             self._program_menu.options = self._menu_options()
             if self.selected is not None and self.selected not in self._programs.memories:
                 self.selected = None
             self._redraw()
             self._show_selected()
+
+    def _collect(self) -> Any:
+        from xlakit.events import EventLog
+        from xlakit.events import log as process_log
+
+        own = getattr(self._source, "log", None)
+        events = (own if isinstance(own, EventLog) else process_log()).events() if self.fold_library else None
+        return collect_programs(self._source, fold_library=self.fold_library, events=events)
 
     # -- drawing ----------------------------------------------------------------------------------------
     def _menu_options(self) -> list[tuple[str, str | None]]:
@@ -176,7 +189,9 @@ class MemoryBreakdown(View, widgets.VBox):
             n = len(self.frame)
             self.status.value = (f"<small>{n} program(s) from {html_text(self._programs.origin)}; "
                                  f"{'percent of each program total' if self.unit == 'percent' else 'bytes'}, "
-                                 f"sorted by {self.sort}</small>")
+                                 f"sorted by {self.sort}"
+                                 + (f"; {html.escape(self._programs.library_note())}" if self._programs.library
+                                    else "") + "</small>")
 
     def _show_selected(self) -> None:
         with self._lock:
@@ -291,7 +306,8 @@ class MemoryBreakdown(View, widgets.VBox):
                                          selected=self.selected, largest=self.largest, liveness=self.liveness,
                                          detail_note=self.detail_note, detail_figures=figures,
                                          peak_text=repr(self.peak) if self.peak is not None else None,
-                                         notes=[f"programs from {self._programs.origin}"])
+                                         notes=[f"programs from {self._programs.origin}",
+                                                *([self._programs.library_note()] if self._programs.library else [])])
 
     def __repr__(self) -> str:
         return (f"MemoryBreakdown({len(self.frame)} program(s) from {self._programs.origin}; unit={self.unit}, "
