@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from html import escape
 from typing import Any
+
+from xlakit.view.untrusted import html_text
 
 __all__ = ["Difference", "Explanation", "compare"]
 
@@ -103,12 +104,13 @@ class Explanation:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td>{escape(d.kind)}</td><td>{escape(d.part)}</td><td><code>{escape(_short(d.now))}"
-                       f"</code></td><td><code>{escape(_short(d.entry))}</code></td></tr>" for d in self.differences)
+        rows = "".join(f"<tr><td>{html_text(d.kind)}</td><td>{html_text(d.part)}</td>"
+                       f"<td><code>{html_text(_short(d.now))}</code></td>"
+                       f"<td><code>{html_text(_short(d.entry))}</code></td></tr>" for d in self.differences)
         table = (f"<table><tr><th>kind</th><th>part</th><th>now</th><th>entry</th></tr>{rows}</table>"
                  if rows else "")
-        diff = f"<pre>{escape(self.module_diff)}</pre>" if self.module_diff else ""
-        return f"<p><b>{escape(self.summary())}</b></p>{table}{diff}"
+        diff = f"<pre>{html_text(self.module_diff)}</pre>" if self.module_diff else ""
+        return f"<p><b>{html_text(self.summary())}</b></p>{table}{diff}"
 
 
 def _short(value: Any, limit: int = 120) -> str:

@@ -26,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
-from html import escape
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from xlakit.view.format import fmt_bytes, fmt_seconds
+from xlakit.view.untrusted import html_text
 
 __all__ = ["load_ipython_extension", "unload_ipython_extension", "XlakitMagics", "CellSummary", "COMMANDS", "StatsView"]
 
@@ -204,10 +204,10 @@ class CellSummary:
                  ("hits", f"{self.hits} (load {fmt_seconds(self.load_s)}, saved {fmt_seconds(self.saved_s)})"),
                  ("misses", str(self.misses)),
                  ("cell", fmt_seconds(self.seconds) + (" — failed" if self.failed else ""))]
-        body = "".join(f"<span style='margin-right:14px'><b>{escape(k)}</b> {escape(v)}</span>" for k, v in cells)
+        body = "".join(f"<span style='margin-right:14px'><b>{html_text(k)}</b> {html_text(v)}</span>" for k, v in cells)
         body += (f"<span class='xlakit-cell-in-use' style='margin-right:14px'{change_attr}>"
-                 f"{escape(self._in_use_text())}</span>")
-        body += f"<span class='xlakit-cell-peak'{peak_attr}><b>peak</b> {escape(self._peak_text())}</span>"
+                 f"{html_text(self._in_use_text())}</span>")
+        body += f"<span class='xlakit-cell-peak'{peak_attr}><b>peak</b> {html_text(self._peak_text())}</span>"
         return (f"<div class='xlakit-cell-summary' style='font-size:12px;color:var(--jp-ui-font-color1,#333);"
                 f"border-top:1px solid var(--jp-border-color2,#ddd);padding-top:2px'>xlakit · {body}</div>")
 

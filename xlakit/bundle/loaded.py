@@ -21,13 +21,13 @@ import concurrent.futures
 import threading
 import time
 import warnings
-from html import escape
 from pathlib import Path
 from typing import Any
 
 from xlakit.bundle.errors import BundleError, ModuleError
 from xlakit.bundle.manifest import DEFAULT_VARIANT, Manifest, ModuleSpec, dtype_name
 from xlakit.bundle.reports import REPORT_COLUMNS, ModuleReport
+from xlakit.view.untrusted import html_text
 
 __all__ = ["LoadedBundle"]
 
@@ -394,9 +394,9 @@ class LoadedBundle:
                 f"batch sizes {list(self.manifest.batch_sizes)}, variants {list(self.manifest.variants)})")
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{escape(c)}</th>" for c in ("module", "status", "load s", "compile s", "reason"))
+        head = "".join(f"<th>{html_text(c)}</th>" for c in ("module", "status", "load s", "compile s", "reason"))
         rows = "".join(
-            f"<tr><td>{escape(r.module)}</td><td>{escape(r.status)}</td><td>{r.load_s:.3f}</td>"
-            f"<td>{'' if r.compile_s is None else f'{r.compile_s:.3f}'}</td><td>{escape(r.reason or '')}</td></tr>"
+            f"<tr><td>{html_text(r.module)}</td><td>{html_text(r.status)}</td><td>{r.load_s:.3f}</td>"
+            f"<td>{'' if r.compile_s is None else f'{r.compile_s:.3f}'}</td><td>{html_text(r.reason or '')}</td></tr>"
             for r in self.reports)
-        return f"<p>{escape(repr(self))}</p><table><tr>{head}</tr>{rows}</table>"
+        return f"<p>{html_text(repr(self))}</p><table><tr>{head}</tr>{rows}</table>"

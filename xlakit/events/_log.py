@@ -7,7 +7,6 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from xlakit.events._calls import CallDecision
 from xlakit.events._model import SOURCES, Event, _cell
 from xlakit.events._origin import PROGRAM_KINDS, attribute
 from xlakit.events._stats import CacheStats, Summary, Totals
+from xlakit.view.untrusted import html_text
 
 __all__ = ["EventLog", "Observer"]
 
@@ -292,8 +292,8 @@ class EventLog:
     def _repr_html_(self, limit: int = 20) -> str:
         events = self.events()[-limit:]
         columns = ["kind", "name", "source", "duration_s", "saved_s", "bytes", "reason"]
-        head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-        body = "".join("<tr>" + "".join(f"<td>{escape(_cell(getattr(e, c)))}</td>" for c in columns) + "</tr>"
+        head = "".join(f"<th>{html_text(c)}</th>" for c in columns)
+        body = "".join("<tr>" + "".join(f"<td>{html_text(_cell(getattr(e, c)))}</td>" for c in columns) + "</tr>"
                        for e in events)
-        return (f"<p>{escape(repr(self))}; newest {len(events)} shown</p>"
+        return (f"<p>{html_text(repr(self))}; newest {len(events)} shown</p>"
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")

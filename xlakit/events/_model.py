@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import time as _time
-from html import escape
 from typing import Any
 
-from xlakit.view.untrusted import terminal_text
+from xlakit.view.untrusted import html_text, terminal_text
 
 __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event"]
 
@@ -131,7 +130,7 @@ class Event:
         return terminal_text(f"Event({', '.join(parts)})")  # names and reasons come from logs and manifests
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><th style='text-align:left'>{escape(k)}</th><td>{escape(_cell(v))}</td></tr>"
+        rows = "".join(f"<tr><th style='text-align:left'>{html_text(k)}</th><td>{html_text(_cell(v))}</td></tr>"
                        for k, v in self.to_dict().items())
         return f"<table>{rows}</table>"
 

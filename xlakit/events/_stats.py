@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from html import escape
 from typing import Any
 
 from xlakit.events._model import FLEET_KINDS, KINDS, SOURCES, Event
+from xlakit.view.untrusted import html_text
 
 __all__ = ["CacheStats", "Summary", "SummaryRow", "LIBRARY_ROW"]
 
@@ -88,7 +88,7 @@ class CacheStats:
                 f"load {self.load_s:.3f} s, saved {self.saved_s:.3f} s, stored {self.stored_bytes} bytes)")
 
     def _repr_html_(self) -> str:
-        cells = "".join(f"<tr><th style='text-align:left'>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>"
+        cells = "".join(f"<tr><th style='text-align:left'>{html_text(str(k))}</th><td>{html_text(str(v))}</td></tr>"
                         for k, v in self.to_dict().items())
         return f"<table>{cells}</table>"
 
@@ -272,6 +272,6 @@ class Summary:
 
     def _repr_html_(self) -> str:
         header, body = self._table()
-        head = "".join(f"<th>{escape(h)}</th>" for h in header)
-        rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in body)
+        head = "".join(f"<th>{html_text(h)}</th>" for h in header)
+        rows = "".join("<tr>" + "".join(f"<td>{html_text(c)}</td>" for c in row) + "</tr>" for row in body)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping, Sequence
-from html import escape
 from typing import Any
 
 from xlakit.view.format import fmt_bytes
 from xlakit.view.html import note, snapshot
 from xlakit.view.table import Column, Table
+from xlakit.view.untrusted import html_text
 
 __all__ = ["displayed_peak", "allocator_rows", "sparkline_svg", "peak_cell", "reset_text", "allocator_html",
            "bytes_span"]
@@ -79,7 +79,7 @@ def peak_cell(row: Mapping[str, Any]) -> str:
     """The peak value as HTML: bytes (exact in ``data-bytes``) and what kind of peak it is."""
     if row.get("peak") is None:
         return "<span class='xlakit-na'>not reported</span>"
-    return f"{bytes_span(row['peak'])} <small class='xlakit-note'>{escape(row['peak_note'])}</small>"
+    return f"{bytes_span(row['peak'])} <small class='xlakit-note'>{html_text(row['peak_note'])}</small>"
 
 
 def reset_text(result: Any) -> str:
@@ -97,7 +97,7 @@ def allocator_html(rows: Sequence[Mapping[str, Any]], histories: Mapping[str, Se
     table_rows = [{"device": r["device"], "in_use": r["in_use"], "peak": peak_cell(r), "limit": r["limit"],
                    "largest": r["largest_alloc"], "count": r["num_allocs"],
                    "spark": sparkline_svg(histories.get(r["device"], ())),
-                   "reset": escape(reset_text(resets.get(r["device"])))} for r in rows]
+                   "reset": html_text(reset_text(resets.get(r["device"])))} for r in rows]
     table = Table([Column("device", "device"), Column("in_use", "in use", "bytes"),
                    Column("peak", "peak", "html", nowrap=False), Column("limit", "limit", "bytes"),
                    Column("largest", "largest allocation", "bytes"), Column("count", "allocations", "count"),

@@ -7,13 +7,13 @@ shared by :class:`xlakit.widgets.MemoryBreakdown`, its snapshot and :mod:`xlakit
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from html import escape
 from typing import Any
 
 from xlakit.view.format import byte_ticks, fmt_bytes
 from xlakit.view.html import frame_records, missing, note, snapshot
 from xlakit.view.table import Column, Table
 from xlakit.view.theme import BASE_LAYOUT, LEGEND, PLOTLY_TEMPLATE  # noqa: F401 - re-exported
+from xlakit.view.untrusted import html_text
 
 __all__ = ["BREAKDOWN_PARTS", "SORT_KEYS", "UNITS", "breakdown_frame", "breakdown_values", "unique_labels",
            "breakdown_figure", "liveness_figure", "breakdown_html", "details_html", "PART_COLORS", "BASE_LAYOUT",
@@ -203,7 +203,7 @@ def details_html(selected: str | None, largest, note_text: str | None = None) ->
     """The largest-buffers table of the selected program (or the note saying why there is none)."""
     if selected is None:
         return note("Select a program to see its largest buffers and live bytes over program order.")
-    parts = [f"<h5 style='margin:6px 0'>Largest buffers at the peak: {escape(selected)}</h5>"]
+    parts = [f"<h5 style='margin:6px 0'>Largest buffers at the peak: {html_text(selected)}</h5>"]
     if note_text:
         parts.append(note(note_text))
     if largest is not None and not largest.empty:
@@ -238,7 +238,7 @@ def breakdown_html(frame, unit: str = "bytes", *, include_plotlyjs: bool | str =
     body += [note(n) for n in notes]
     if selected is not None:
         if peak_text:
-            body.append(f"<div class='xlakit-peak-summary'>{escape(peak_text)}</div>")
+            body.append(f"<div class='xlakit-peak-summary'>{html_text(peak_text)}</div>")
         body.append(details_html(selected, largest, detail_note))
         if detail_figures:
             body += [figure_html(f, False) for f in detail_figures]

@@ -5,7 +5,6 @@ No widget library here; pandas is imported only by the functions that take frame
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from xlakit.view.format import fmt_bytes
 from xlakit.view.table import Column, Table
 from xlakit.view.theme import STYLE
+from xlakit.view.untrusted import html_text
 
 __all__ = ["snapshot", "page", "note", "missing", "frame_records", "bytes_cell", "table_html", "TABLE_STYLE"]
 
@@ -22,18 +22,18 @@ TABLE_STYLE = STYLE
 
 def snapshot(title: str, body: str) -> str:
     """The frame of a widget's static snapshot (class ``xlakit-snapshot``)."""
-    return f"<div class='xlakit-snapshot'><h4>{html.escape(title)}</h4>{body}</div>"
+    return f"<div class='xlakit-snapshot'><h4>{html_text(title)}</h4>{body}</div>"
 
 
 def note(text: str) -> str:
     """A muted line of explanation (escaped)."""
-    return f"<p class='xlakit-note'>{html.escape(text)}</p>"
+    return f"<p class='xlakit-note'>{html_text(text)}</p>"
 
 
 def page(title: str, sections: list[str]) -> str:
     """A standalone HTML page around snapshot sections (light colours, the same stylesheet)."""
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
-            f"<meta name='viewport' content='width=device-width'><title>{html.escape(title)}</title>"
+            f"<meta name='viewport' content='width=device-width'><title>{html_text(title)}</title>"
             "<style>body{font-family:sans-serif;margin:16px} section{margin-bottom:32px}</style>"
             f"{STYLE}</head><body>" + "".join(f"<section>{s}</section>" for s in sections) + "</body></html>")
 
@@ -62,7 +62,7 @@ def bytes_cell(n: Any) -> str:
     if missing(n):
         return "<td class='xlakit-num xlakit-na'>not reported</td>"
     n = int(n)
-    return f"<td class='xlakit-num' data-bytes='{n}' title='{n:,} bytes'>{html.escape(fmt_bytes(n))}</td>"
+    return f"<td class='xlakit-num' data-bytes='{n}' title='{n:,} bytes'>{html_text(fmt_bytes(n))}</td>"
 
 
 def table_html(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]], *,

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from html import escape
 from typing import Any
 
 from xlakit.view.format import byte_ticks, fmt_bytes
+from xlakit.view.untrusted import html_text
 
 __all__ = ["ROLES", "ROLE_COLORS", "GL_THRESHOLD", "keep_indices", "peak_of", "liveness_chart", "lifetime_chart",
            "buffer_hover", "shape_text", "chart_layout"]
@@ -152,7 +152,7 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     below = np.zeros(idx.size)
     parts = [(k, frame[k].to_numpy(dtype=float)[idx], _KIND_COLORS[k]) for k in kinds] or \
         [("live bytes", total[idx], "#1f77b4")]
-    where = [f"<br>{escape(str(i))}" for i in instr] if instr is not None else [""] * idx.size
+    where = [f"<br>{html_text(str(i))}" for i in instr] if instr is not None else [""] * idx.size
     for name, ys, color in parts:
         top = below + ys
         labels = [f"{fmt_bytes(v)} {name}, {fmt_bytes(t)} live{w}"
@@ -166,10 +166,10 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     text = f"peak {fmt_bytes(p_bytes)} at step {p_step} of {n_steps}"
     if caption:
         text += f": {caption}"
-    _mark_peak(fig, p_step, escape(text))
+    _mark_peak(fig, p_step, html_text(text))
     fig.add_trace(scatter(x=[p_step], y=[p_bytes], mode="markers", name="peak",
                           marker=dict(color=_PEAK_COLOR, size=9, symbol="diamond"),
-                          customdata=[escape(text)], hovertemplate="%{customdata}<extra></extra>"))
+                          customdata=[html_text(text)], hovertemplate="%{customdata}<extra></extra>"))
     meta.update(peak_step=p_step, peak_bytes=p_bytes, steps=n_steps, points=int(idx.size))
     chart_layout(fig, title or "Live bytes over program order", 340)
     fig.update_layout(xaxis_title="step (instruction in schedule order)", yaxis_title="bytes",
@@ -220,11 +220,11 @@ def _text(v: Any, missing: str = "unknown") -> str:
 def buffer_hover(row: Any) -> str:
     """Tooltip of one buffer row: instruction, role, bytes, dtype[shape], scope, source, parameter, live range."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
-    parts = [f"<b>{escape(_text(get('instruction')))}</b> ({escape(_text(get('role')))})",
-             f"{fmt_bytes(get('bytes'))} {escape(_text(get('dtype'), '?'))}[{escape(shape_text(get('shape')))}]",
-             f"scope: {escape(_text(get('scope')))}", f"source: {escape(_text(get('source')))}"]
+    parts = [f"<b>{html_text(_text(get('instruction')))}</b> ({html_text(_text(get('role')))})",
+             f"{fmt_bytes(get('bytes'))} {html_text(_text(get('dtype'), '?'))}[{html_text(shape_text(get('shape')))}]",
+             f"scope: {html_text(_text(get('scope')))}", f"source: {html_text(_text(get('source')))}"]
     if get("parameter") is not None and _text(get("parameter"), "") not in ("", "unknown"):
-        parts.append(f"parameter: {escape(str(get('parameter')))}")
+        parts.append(f"parameter: {html_text(str(get('parameter')))}")
     if get("start") is not None and get("end") is not None:
         parts.append(f"live steps {_text(get('start'))}–{_text(get('end'))}")
     return "<br>".join(parts)

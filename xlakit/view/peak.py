@@ -10,13 +10,13 @@ Pure functions of a peak-buffers frame (one row per logical buffer live at the p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
 from xlakit.view.format import fmt_bytes
 from xlakit.view.html import frame_records, note, snapshot
 from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, shape_text
 from xlakit.view.table import Column, Table
+from xlakit.view.untrusted import html_text
 
 __all__ = ["MISSING_LABEL", "group_bytes", "peak_caption", "peak_treemap_nodes", "peak_treemap_figure",
            "peak_tables_html", "peak_html", "variants_figure"]
@@ -101,7 +101,7 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
                 parents.append(par)
                 values.append(int(sums[nid]))
                 colors.append("#dddddd")
-                hover.append(f"{col}: {escape(lab)}<br>{fmt_bytes(int(sums[nid]))}")
+                hover.append(f"{col}: {html_text(lab)}<br>{fmt_bytes(int(sums[nid]))}")
         order = nbytes.to_numpy().argsort(kind="stable")[::-1]
         big = order[:max_leaves]
         roles, instructions = _labels(frame, "role"), _labels(frame, "instruction")
@@ -165,7 +165,7 @@ def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by bat
         points.sort()
         fig.add_scatter(x=[b for b, _ in points], y=[p for _, p in points], mode="lines+markers", name=name,
                         customdata=[fmt_bytes(p) for _, p in points],
-                        hovertemplate=f"{escape(name)}<br>batch %{{x}}: %{{customdata}}<extra></extra>")
+                        hovertemplate=f"{html_text(name)}<br>batch %{{x}}: %{{customdata}}<extra></extra>")
     chart_layout(fig, title, 320, xaxis_title="batch size", yaxis_title="peak")
     vals, text = byte_ticks([0.0, *[float(p) for pts in variants.values() for _, p in pts]])
     fig.update_layout(yaxis=dict(tickmode="array", tickvals=vals, ticktext=text))
@@ -202,7 +202,7 @@ def peak_html(title: str, *, summary: str, figures: Sequence[Any], buffers, incl
     """Snapshot of a peak: a summary line, the figures (plotly HTML, plotly.js at most once), the tables."""
     from xlakit.view.plotly_html import figure_html
 
-    body = [f"<div class='xlakit-peak-summary'>{escape(summary)}</div>"] if summary else []
+    body = [f"<div class='xlakit-peak-summary'>{html_text(summary)}</div>"] if summary else []
     for i, fig in enumerate(figures):  # plotly.js (when asked for) before the first chart only
         body.append(figure_html(fig, include_plotlyjs if i == 0 else False))
     body.append(peak_tables_html(buffers))

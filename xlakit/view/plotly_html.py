@@ -13,12 +13,13 @@ from __future__ import annotations
 import base64
 import functools
 import gzip
-import html
 import itertools
 import json
 import os
 import threading
 from typing import Any
+
+from xlakit.view.untrusted import html_text
 
 __all__ = ["figure_html", "loader_html", "plotly_js_size", "reset_once", "STATIC_CLASS"]
 
@@ -151,4 +152,4 @@ def figure_html(fig: Any, include_plotlyjs: bool | str = "once", *, height: int 
         prefix = ""
     return (f"{prefix}<div class='xlakit-chart' id='{uid}' style='width:100%;height:{int(h)}px'></div>"
             f"<script type='application/json' id='{uid}-spec'>{payload}</script>"
-            f"<script type='text/javascript'>{_DRAW_JS % {'id': html.escape(uid)}}</script>")
+            f"<script type='text/javascript'>{_DRAW_JS % {'id': html_text(uid)}}</script>")

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from html import escape
 from typing import Any
 
 from xlakit.view.format import NOT_REPORTED, _missing, fmt_value
-from xlakit.view.untrusted import terminal_text
+from xlakit.view.untrusted import html_text, terminal_text
 
 __all__ = ["Column", "Table", "KINDS"]
 
@@ -115,7 +114,7 @@ class Table:
         elif column.kind == "seconds" and not _missing(v):
             attrs = f" data-seconds='{float(v)!r}' title='{float(v)!r} s'"
         text = self.cell_text(column, row)
-        body = text if column.kind == "html" else escape(text)
+        body = text if column.kind == "html" else html_text(text)
         return f"<td class='{' '.join(cls)}'{attrs}>{body}</td>"
 
     def to_html(self) -> str:
@@ -123,13 +122,13 @@ class Table:
         horizontally scrolling wrapper so a narrow window scrolls the table as one, header included."""
         cols = self.cols
         head = "".join(f"<th class='{'xlakit-num' if c.kind in ('bytes', 'seconds', 'count', 'float') else ''}'>"
-                       f"{escape(c.header)}</th>" for c in cols)
+                       f"{html_text(c.header)}</th>" for c in cols)
         body = "".join("<tr>" + "".join(self._td(c, r) for c in cols) + "</tr>" for r in self.shown)
         if self.more:
             body += f"<tr><td colspan='{len(cols)}'>… {self.more} more row(s)</td></tr>"
-        cap = f"<caption>{escape(self.caption)}</caption>" if self.caption else ""
+        cap = f"<caption>{html_text(self.caption)}</caption>" if self.caption else ""
         thead = f"<thead><tr>{head}</tr></thead>" if any(c.header for c in cols) else ""
-        return (f"<div class='xlakit-table-wrap'><table class='xlakit-table {escape(self.css_class)}'>{cap}"
+        return (f"<div class='xlakit-table-wrap'><table class='xlakit-table {html_text(self.css_class)}'>{cap}"
                 f"{thead}<tbody>{body}</tbody></table></div>")
 
     def _repr_html_(self) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from html import escape
 from typing import Any
 
 from xlakit.events import KINDS
@@ -18,6 +17,7 @@ from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
 from xlakit.view.html import note, snapshot
 from xlakit.view.lanes import SCREEN_BINS, aggregate, lane_plan
 from xlakit.view.table import Column, Table
+from xlakit.view.untrusted import html_text
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
            "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "MAX_LANES"]
@@ -167,7 +167,7 @@ def downsample_series(x, y, max_points: int):
 
 
 def _hover(a: dict[str, Any], i: int) -> str:
-    parts = [f"<b>{escape(str(a['kind'][i]))}</b> {escape(str(a['name'][i]))} [{escape(str(a['source'][i]))}]"]
+    parts = [f"<b>{html_text(str(a['kind'][i]))}</b> {html_text(str(a['name'][i]))} [{html_text(str(a['source'][i]))}]"]
     d = a["duration_s"][i]
     if d == d:  # not NaN
         parts.append(f"duration: {fmt_seconds(float(d))}")
@@ -180,14 +180,14 @@ def _hover(a: dict[str, Any], i: int) -> str:
         parts.append(f"bytes: {fmt_bytes(int(b))}{exact}")
     else:
         parts.append("bytes: —")
-    parts.append(f"key: {escape(str(a['key'][i] or '—'))}")
-    parts.append(f"partition: {escape(str(a['partition'][i] or '—'))}")
+    parts.append(f"key: {html_text(str(a['key'][i] or '—'))}")
+    parts.append(f"partition: {html_text(str(a['partition'][i] or '—'))}")
     if a["site"][i]:
-        parts.append(f"called from: {escape(str(a['site'][i]))}")
+        parts.append(f"called from: {html_text(str(a['site'][i]))}")
     reason = a["reason"][i]
     if reason:
         text = " ".join(str(reason).split())
-        parts.append("reason: " + escape(text if len(text) <= 160 else text[:157] + "..."))
+        parts.append("reason: " + html_text(text if len(text) <= 160 else text[:157] + "..."))
     return "<br>".join(parts)
 
 
@@ -196,7 +196,7 @@ def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float
     (thousands of them go to the page in every redraw); the slowest event's full hover is one click away."""
     if count == 1:
         return _hover(a, i)
-    parts = [f"<b>{count:,} × {escape(str(a['kind'][i]))}</b> {escape(str(a['name'][i]))}",
+    parts = [f"<b>{count:,} × {html_text(str(a['kind'][i]))}</b> {html_text(str(a['name'][i]))}",
              f"{first:.2f}–{last:.2f} s" + (f", total {fmt_seconds(total)}" if total > 0 else "")]
     d = a["duration_s"][i]
     if d == d and d > 0:
@@ -204,7 +204,7 @@ def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float
     reason = a["reason"][i]
     if reason:
         text = " ".join(str(reason).split())
-        parts.append("reason: " + escape(text if len(text) <= 80 else text[:77] + "..."))
+        parts.append("reason: " + html_text(text if len(text) <= 80 else text[:77] + "..."))
     return "<br>".join(parts)
 
 

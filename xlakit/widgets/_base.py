@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import functools
-import html
 import logging
 import threading
 import traceback
@@ -29,6 +28,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from xlakit.view.theme import STYLE
+from xlakit.view.untrusted import html_text
 from xlakit.widgets._chart import kernel_loop, on_kernel_thread
 from xlakit.widgets._html import page, static_output
 
@@ -134,11 +134,11 @@ class View:
         log.error("xlakit widget %s: %s\n%s", type(self).__name__, text, tb)
         self.errors.append(text)
         del self.errors[:-_MAX_ERRORS]
-        items = "".join(f"<li><code>{html.escape(e)}</code></li>" for e in self.errors[-5:])
+        items = "".join(f"<li><code>{html_text(e)}</code></li>" for e in self.errors[-5:])
         self.error_area.value = (
             "<div class='xlakit-error'>"
             f"<b>Error in a callback</b> ({len(self.errors)} so far; newest last)<ul>{items}</ul>"
-            f"<details><summary>traceback of the newest</summary><pre>{html.escape(tb)}</pre></details></div>")
+            f"<details><summary>traceback of the newest</summary><pre>{html_text(tb)}</pre></details></div>")
         self.error_area.layout.display = ""
 
     def clear_errors(self) -> None:
@@ -217,7 +217,7 @@ class View:
             return self.to_html(include_plotlyjs)
         except Exception as exc:  # noqa: BLE001 - the live view must still display
             self._show_error("static snapshot", exc)
-            return f"<pre>{html.escape(type(self).__name__)}: snapshot failed: {html.escape(str(exc))}</pre>"
+            return f"<pre>{html_text(type(self).__name__)}: snapshot failed: {html_text(str(exc))}</pre>"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         """The live view and, as ``text/html``, the static snapshot (one output)."""

@@ -19,11 +19,12 @@ Keyboard and screen-reader users keep the widgets' menus, which do the same thin
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
+
+from xlakit.view.untrusted import html_text
 
 __all__ = ["ClickBridge", "parse_click"]
 
@@ -77,7 +78,7 @@ class ClickBridge:
         # Both hidden: an <img> in a display:none box still fails to load, so its handler runs.
         self.input = widgets.Text(value="", continuous_update=True, layout=widgets.Layout(display="none"))
         self.input.add_class("xlakit-click-input")
-        js = html.escape(" ".join(_HOOK_JS.split("\n")) % {"root": root_class}, quote=True)
+        js = html_text(" ".join(_HOOK_JS.split("\n")) % {"root": root_class})
         self.hook = widgets.HTML(value=f'<img alt="" src="" style="display:none" onerror="{js}">',
                                  layout=widgets.Layout(display="none"))
         self.hook.add_class("xlakit-click-hook")

@@ -6,7 +6,6 @@ browsing a cache installs no JAX hooks; only explaining makes an ``ExecutableCac
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import ipywidgets as widgets
@@ -15,6 +14,7 @@ import traitlets
 from xlakit.view import cache as _cache_view
 from xlakit.view import folder as _folder
 from xlakit.view.format import fmt_bytes
+from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View
 
@@ -184,7 +184,7 @@ class CacheBrowser(View, widgets.VBox):
             n = 0 if self.entries is None else len(self.entries)
             hidden = len(shown) - len(self.frame)
             folded = f" ({hidden} of library helpers folded, below)" if hidden else ""
-            self.status.value = (f"<small class='xlakit-note'>{html.escape(str(self.cache.store.root))}: {n} entries, "
+            self.status.value = (f"<small class='xlakit-note'>{html_text(str(self.cache.store.root))}: {n} entries, "
                                  f"<span data-bytes='{total}'>{fmt_bytes(total)}</span> on disk{cap}; "
                                  f"{len(self.frame)} shown{folded}</small>")
 
@@ -216,7 +216,7 @@ class CacheBrowser(View, widgets.VBox):
             if _folder.evict(self.cache, partition, key, name=row.get("name"), size_bytes=row.get("size_bytes"),
                              reason="evicted by hand in CacheBrowser"):
                 removed.append((partition, key))
-        names = ", ".join(html.escape(f"{info.get(pk, {}).get('name') or '?'} ({pk[1][:16]}…)") for pk in removed)
+        names = ", ".join(html_text(f"{info.get(pk, {}).get('name') or '?'} ({pk[1][:16]}…)") for pk in removed)
         self.result.value = f"<b>Evict</b>: removed {len(removed)} of {len(self.selected)} selected: {names}"
         self.last_action = ("evict", removed)
         self.selected = ()

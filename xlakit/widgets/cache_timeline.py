@@ -11,6 +11,7 @@ import traitlets
 
 from xlakit.events import KINDS, SOURCES, Event, EventLog
 from xlakit.view.format import fmt_seconds
+from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart
@@ -312,7 +313,6 @@ class CacheTimeline(View, widgets.VBox):
     def explain_miss(self, index: int | None) -> str:
         """Show why the miss at row ``index`` of :attr:`columns` happened (its recorded reason, key and
         partition); -1 or None clears. Returns the text shown."""
-        import html as _html
 
         if index is None or index < 0:
             self.miss_explanation.value = ""
@@ -322,7 +322,7 @@ class CacheTimeline(View, widgets.VBox):
             raise ValueError(f"row {index} is not a miss")
         text = (f"{a['name'][index]} missed: {a['reason'][index] or 'no reason recorded'} "
                 f"(key {a['key'][index] or '—'}, partition {a['partition'][index] or '—'})")
-        self.miss_explanation.value = f"<p class='xlakit-note'>{_html.escape(text)}</p>"
+        self.miss_explanation.value = f"<p class='xlakit-note'>{html_text(text)}</p>"
         return text
 
     # -- display ----------------------------------------------------------------------------------------

@@ -18,11 +18,11 @@ inside ``with out:``, and widgets of other libraries leave no snapshot.
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import ipywidgets as widgets
 
+from xlakit.view.untrusted import html_text
 from xlakit.widgets._base import View
 from xlakit.widgets._captured import captured
 from xlakit.widgets._chart import Chart
@@ -92,11 +92,11 @@ def _outputs_html(w: widgets.Output) -> str:
         if _model_widget(data) is not None:
             continue  # drawn from the widget itself
         if isinstance(out, dict) and out.get("output_type") == "stream":
-            parts.append(f"<pre>{html.escape(str(out.get('text', '')))}</pre>")
+            parts.append(f"<pre>{html_text(str(out.get('text', '')))}</pre>")
         elif "text/html" in data:
             parts.append(str(data["text/html"]))
         elif "text/plain" in data:
-            parts.append(f"<pre>{html.escape(str(data['text/plain']))}</pre>")
+            parts.append(f"<pre>{html_text(str(data['text/plain']))}</pre>")
     return "".join(parts)
 
 
@@ -111,7 +111,7 @@ def _html(w: Any, include_plotlyjs: bool | str, depth: int, seen: set[int]) -> s
     if isinstance(w, widgets.Output):
         return f"<div class='xlakit-output'>{''.join(inner)}{_outputs_html(w)}</div>"
     if isinstance(w, (widgets.Tab, widgets.Accordion, widgets.Stack)):
-        return "".join(f"<h5>{html.escape(t)}</h5>{h}" for t, h in zip(_titles(w, len(inner)), inner, strict=True))
+        return "".join(f"<h5>{html_text(t)}</h5>{h}" for t, h in zip(_titles(w, len(inner)), inner, strict=True))
     if isinstance(w, widgets.Box):
         row = isinstance(w, widgets.HBox)
         style = "display:flex;flex-direction:row;flex-wrap:wrap;gap:12px" if row else "display:flex;" \
@@ -121,11 +121,11 @@ def _html(w: Any, include_plotlyjs: bool | str, depth: int, seen: set[int]) -> s
     if isinstance(w, widgets.HTML):
         return str(w.value)
     if isinstance(w, widgets.Label):
-        return f"<span>{html.escape(str(w.value))}</span>"
+        return f"<span>{html_text(str(w.value))}</span>"
     value = getattr(w, "value", None)
     if isinstance(value, (str, int, float, bool)):
         desc = getattr(w, "description", "") or ""
-        return f"<span>{html.escape(f'{desc}: {value}' if desc else str(value))}</span>"
+        return f"<span>{html_text(f'{desc}: {value}' if desc else str(value))}</span>"
     return ""
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import ipywidgets as widgets
@@ -190,7 +189,7 @@ class MemoryBreakdown(View, widgets.VBox):
             self.status.value = (f"<small>{n} program(s) from {html_text(self._programs.origin)}; "
                                  f"{'percent of each program total' if self.unit == 'percent' else 'bytes'}, "
                                  f"sorted by {self.sort}"
-                                 + (f"; {html.escape(self._programs.library_note())}" if self._programs.library
+                                 + (f"; {html_text(self._programs.library_note())}" if self._programs.library
                                     else "") + "</small>")
 
     def _show_selected(self) -> None:

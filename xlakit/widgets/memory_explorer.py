@@ -8,7 +8,6 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from html import escape
 from typing import Any
 
 import ipywidgets as widgets
@@ -17,6 +16,7 @@ import traitlets
 from xlakit.view.format import fmt_bytes, fmt_seconds
 from xlakit.view.html import note
 from xlakit.view.table import Column, Table
+from xlakit.view.untrusted import html_text
 from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart
 
@@ -225,7 +225,7 @@ class MemoryExplorer(View, widgets.VBox):
         if known:
             self._draw()
             return
-        self.status.value = (f"<small>compiling batch {key[0]}, remat {escape(key[1])}, donate {escape(key[2])}"
+        self.status.value = (f"<small>compiling batch {key[0]}, remat {html_text(key[1])}, donate {html_text(key[2])}"
                              f"{' through the cache' if self.cache is not None else ''}…</small>")
         self._worker.poke()
 
@@ -294,12 +294,12 @@ class MemoryExplorer(View, widgets.VBox):
         from xlakit.view.peak import peak_caption, peak_treemap_figure, peak_treemap_nodes
 
         if result.error is not None:
-            self.status.value = f"<small>{escape(self._label(result))}: failed</small>"
-            self.summary.value = f"<div class='xlakit-error'>{escape(result.error)}</div>"
+            self.status.value = f"<small>{html_text(self._label(result))}: failed</small>"
+            self.summary.value = f"<div class='xlakit-error'>{html_text(result.error)}</div>"
             return
         pk = result.peak
-        self.status.value = f"<small>{escape(self._label(result))}</small>"
-        self.summary.value = f"<div class='xlakit-peak-summary'><pre>{escape(repr(pk))}</pre></div>"
+        self.status.value = f"<small>{html_text(self._label(result))}</small>"
+        self.summary.value = f"<div class='xlakit-peak-summary'><pre>{html_text(repr(pk))}</pre></div>"
         attribution = getattr(pk, "attribution", None)
         self.liveness_chart.show(liveness_chart(getattr(attribution, "liveness", None), peak_step=pk.step,
                                                 caption=peak_caption(pk.buffers), steps=pk.steps))
