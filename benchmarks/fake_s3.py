@@ -5,7 +5,7 @@ It speaks just enough S3 for s3fs: ``GET`` (with ``Range``), ``PUT`` (create-onl
 request (settable between requests):
 
 - ``"ok"``: an honest server over ``objects`` (``{bucket/key: bytes}``).
-- ``"hang"``: reads the request, never answers.
+- ``"hang"``: reads the request, never answers (``"hang_get"``: only object reads hang; listings answer).
 - ``"drip"``: answers one byte every ``drip_s`` seconds, never finishing.
 - ``"ignore_range"``: GET returns the whole object with 200, whatever ``Range`` asked (``flood`` bytes of
   zeros when the object is absent: a server streaming far more than asked).
@@ -141,7 +141,7 @@ class FakeS3:
     def _answer(self, c: socket.socket, method: str, target: str, headers: dict, body: bytes) -> bool:
         """Answer one request; False closes the connection."""
         mode = self.mode
-        if mode == "hang":
+        if mode == "hang" or (mode == "hang_get" and method == "GET" and "list-type" not in target):
             while c.recv(65536):  # until the client gives up and closes
                 pass
             return False

@@ -131,3 +131,13 @@ def test_a_file_rewritten_while_read_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(weights.os, "fstat", fstat_after_a_rewrite)
     with pytest.raises(WeightsError, match="changed while it was read"):
         read_weights(f)
+
+
+def test_a_shape_whose_element_count_overflows_64_bits_is_a_weights_error(tmp_path):
+    """Fault: the size check multiplied the shape in int64, so ``[2**32, 2**32]`` wrapped to 0 elements and a
+    tensor with ``data_offsets [0, 0]`` passed, to fail later as a bare numpy "array is too big"."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2**32, 2**32], "data_offsets": [0, 0]}}).encode()
+    path = tmp_path / "weights.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header)
+    with pytest.raises(WeightsError, match="do not fit shape"):
+        read_weights(path)

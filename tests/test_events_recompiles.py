@@ -220,3 +220,69 @@ def test_the_recompile_warning_threshold_can_be_changed_or_turned_off():
             events.warn_recompiles(after=0)
     finally:
         events.warn_recompiles()
+
+
+def test_last_names_each_recompile_with_the_cache_on_and_the_listeners_off(tmp_path):
+    import xlakit
+
+    @jax.jit
+    def widen(x):
+        return x * 2
+
+    decisions = []
+    xlakit.enable_cache(tmp_path / "cache")
+    try:
+        for n in range(1, 5):
+            widen(jnp.ones(n))
+            decisions.append(events.last(widen))
+    finally:
+        xlakit.disable_cache()
+    assert decisions[0] is not None and decisions[0].kind == "compiled"
+    for n, d in enumerate(decisions[1:], start=2):
+        assert d is not None and d.kind == "recompiled", d
+        assert d.reason == f"x: shape float32[{n - 1}] -> float32[{n}]"
+        assert [e.kind for e in d.events] == ["recompile", "miss", "compile", "store"]
+    assert not any(e.kind == "trace" for d in decisions for e in d.events)  # JAX's listeners were off
+
+
+def test_last_after_a_record_block_is_only_the_newest_call(tmp_path):
+    import xlakit
+
+    @jax.jit
+    def stretch(x):
+        return x * 3
+
+    xlakit.enable_cache(tmp_path / "cache")
+    try:
+        with events.record():
+            for n in range(1, 4):
+                stretch(jnp.ones(n))
+        stretch(jnp.ones(5))  # outside record(): only xlakit's lookup and the retrace watcher report
+    finally:
+        xlakit.disable_cache()
+    d = events.last(stretch)
+    assert d is not None and d.kind == "recompiled"
+    assert d.reason == "x: shape float32[3] -> float32[5]" and d.changes[0]["after"] == "float32[5]"
+    assert [e.kind for e in d.events] == ["recompile", "miss", "compile", "store"]
+    assert d.compile_s == pytest.approx(next(e.duration_s for e in d.events if e.kind == "compile"))
+
+
+def test_last_cuts_the_log_into_calls():
+    log = events.EventLog()
+    log.emit("trace", name="jit_f", source="jax")
+    log.emit("miss", name="jit_f", source="xlakit", reason="no entry")
+    log.emit("compile", name="jit_f", source="xlakit", duration_s=0.5)
+    log.emit("recompile", name="jit_f", source="jit", reason="x: shape float32[1] -> float32[2]")
+    log.emit("trace", name="jit_f", source="jax")
+    log.emit("miss", name="jit_f", source="xlakit", reason="no entry")
+    log.emit("compile", name="jit_f", source="xlakit", duration_s=0.25)
+    log.emit("recompile", name="jit_f", source="jit", reason="x: shape float32[2] -> float32[3]")
+    log.emit("hit", name="jit_f", source="xlakit")  # no trace: the listeners were off for this call
+    d = log.last("f")
+    assert (d.kind, [e.kind for e in d.events]) == ("hit", ["recompile", "hit"])
+    log.emit("recompile", name="jit_f", source="jit", reason="x: shape float32[3] -> float32[4]")
+    log.emit("miss", name="jit_f", source="xlakit", reason="no entry")
+    log.emit("compile", name="jit_f", source="xlakit", duration_s=0.125)
+    d = log.last("f")
+    assert (d.kind, d.reason, d.compile_s) == ("recompiled", "x: shape float32[3] -> float32[4]", 0.125)
+    assert len(d.events) == 3

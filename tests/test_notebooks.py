@@ -142,7 +142,23 @@ def _check_05(text: str) -> None:
     assert "CacheBrowser(" in text
 
 
+def _check_04_outputs(nb) -> None:
+    """The closing chart is a ``Chart`` (a live drawing plus a static HTML copy), not a bare plotly figure, whose
+    plotly mimetype nbconvert's HTML cannot represent (the saved or converted notebook had no chart)."""
+    chart_cells = [c for c in nb.cells if c.cell_type == "code" and any(
+        "application/vnd.plotly.v1+json" in o.get("data", {}) or "Chart(" in o.get("data", {}).get("text/plain", "")
+        for o in c.get("outputs", []))]
+    assert chart_cells, "notebook 04 draws its closing chart"
+    outputs = [o for o in chart_cells[-1].outputs if "data" in o]
+    assert not any("application/vnd.plotly.v1+json" in o["data"] for o in outputs), "a bare plotly figure"
+    assert outputs and "text/html" in outputs[-1]["data"], [sorted(o["data"]) for o in outputs]
+    assert "plotly" in outputs[-1]["data"]["text/html"].lower() and outputs[-1]["data"]["text/plain"].startswith(
+        "Chart(")
+
+
 CHECKS = {"01": _check_01, "02": _check_02, "03": _check_03, "04": _check_04, "05": _check_05}
+#: Checks of an executed notebook's outputs themselves (mimetypes), beyond their text.
+OUTPUT_CHECKS = {"04": _check_04_outputs}
 
 
 @pytest.mark.slow
@@ -155,6 +171,7 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     assert not errors, errors
     assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s"
     CHECKS[path.stem[:2]](_all_text(nb))
+    OUTPUT_CHECKS.get(path.stem[:2], lambda nb: None)(nb)
     saved = tmp_path / path.name
     nbformat.write(nb, saved)  # with outputs and the widget state, as Save in JupyterLab writes it
     size = saved.stat().st_size

@@ -169,3 +169,27 @@ def test_verify_reads_junk_no_further_than_its_header(server):
     [report] = rm.verify(remote, SECRET, fix=True)
     assert report.reason.startswith("unauthenticated: header") and not report.deleted
     assert srv.sent <= rm.HEAD_BYTES + 4096, srv.sent
+
+
+def test_prune_of_a_bucket_that_lists_but_never_serves_costs_one_deadline_and_deletes_nothing(server, monkeypatch,
+                                                                                             capsys):
+    """Fault: remote prune read each listed object's header under its own deadline and skipped the ones that did
+    not answer: 20 listed objects cost 20 deadlines (1,000 objects at the 30 s default: hours), then it printed
+    "Deleted 0 objects" and exited 0. The first missed deadline now stops the whole command (exit 2, nothing
+    deleted)."""
+    import json
+
+    from xlakit.cli import main
+
+    srv = server("ok")
+    for i in range(8):
+        srv.objects[f"bkt/pre/v1/{PART}/{_key(i)}"] = b"x" * 100
+    srv.mode = "hang_get"  # the listing answers, every object read hangs
+    monkeypatch.setenv("XLAKIT_CACHE_REMOTE_TIMEOUT_S", str(DEADLINE_S))
+    monkeypatch.setenv("XLAKIT_CACHE_REMOTE_OPTIONS", json.dumps(srv.options()))
+    monkeypatch.setenv("XLAKIT_CACHE_SECRET", SECRET.decode())
+    t0 = time.perf_counter()
+    assert main(["cache", "prune", "--remote", "s3://bkt/pre", "--max-bytes", "1"]) == 2
+    assert time.perf_counter() - t0 <= 2 * DEADLINE_S + SLACK_S + 1.0  # not 8 deadlines
+    assert "did not answer" in capsys.readouterr().err
+    assert len(srv.objects) == 8

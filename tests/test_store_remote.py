@@ -415,3 +415,21 @@ def test_a_reader_reads_objects_with_long_headers_and_at_the_bounds_exactly():
         read_object(store, _PART, "k3", len(small) - 1, _OURS)
     with pytest.raises(ObjectRefused, match="foreign"):  # a big object of another key: its header stops the read
         read_object(store, _PART, "k2", 1 << 30, _THEIRS)
+
+
+def test_prune_ages_objects_by_their_sealed_creation_time_so_replayed_old_objects_go_first(tmp_path):
+    """Fault: prune aged objects by the bucket's listing time. Someone who can only create objects re-uploaded
+    genuine objects a prune had removed; they were the newest by the listing, so ``prune --max-bytes`` evicted
+    the team's current programs instead. The age now comes from the authenticated header's ``created``."""
+    from xlakit.cache import remote_maintenance as rm
+    from xlakit.store import seal
+
+    store = RemoteStore(f"file://{tmp_path}/bucket")
+    now = time.time()
+    assert store.put(_PART, "current", seal({"name": "jit_f", "key": "current", "partition": _PART,
+                                             "created": now - 60}, b"y" * 100, _OURS))
+    time.sleep(0.05)
+    assert store.put(_PART, "replayed", seal({"name": "jit_f", "key": "replayed", "partition": _PART,
+                                              "created": now - 86400 * 30}, b"y" * 100, _OURS))
+    one = max(o.size_bytes for o in store.list())
+    assert [r.key for r in rm.prune(store, _OURS, max_bytes=one, dry_run=True).deleted] == ["replayed"]

@@ -159,3 +159,71 @@ def test_reprs_and_text_tables_show_control_characters_as_escapes():
     assert "\x1b" not in repr(Event("miss", name=HOSTILE, reason=HOSTILE))
     text = Table([Column("name", "name")], [{"name": HOSTILE}]).to_text()
     assert "\x1b" not in text and "PWNED" in text
+
+
+def test_a_bundle_name_reaches_the_notebook_progress_bar_as_text(monkeypatch):
+    """Fault: ``load_bundle`` put the manifest's name into tqdm's notebook bar, which writes it into an HTML
+    widget unescaped: a bundle named ``<img src=x onerror=...>`` ran script in the user's JupyterLab."""
+    pytest.importorskip("ipywidgets")
+    from xlakit.bundle import progress
+
+    monkeypatch.setattr(progress, "_in_notebook", lambda: True)
+    bar = progress.progress_bar(2, MARKUP + HOSTILE)
+    bar.set_postfix_str(MARKUP)
+    shown = [w.value for w in bar._bar.container.children if hasattr(w, "value") and isinstance(w.value, str)]
+    desc, postfix = bar._bar.desc, bar._bar.postfix
+    bar.close()
+    assert shown and not any(MARKUP in v or "\x1b" in v for v in shown)
+    assert html_text(MARKUP) in desc and "\x1b" not in desc and html_text(MARKUP) in postfix
+
+
+def test_an_event_log_with_wrong_types_or_deep_nesting_is_refused_with_a_value_error(tmp_path):
+    """Fault: a log line with ``"duration_s": "text"`` loaded, then broke every repr and ``xlakit report``; a
+    line nested 100,000 deep raised RecursionError; unknown field names reached the warning raw."""
+    from xlakit.events import EventLog
+
+    typed = tmp_path / "typed.jsonl"
+    typed.write_text(json.dumps({"kind": "miss", "duration_s": "text"}) + "\n" + json.dumps({"kind": "hit"}) + "\n")
+    with pytest.raises(ValueError, match="duration_s"):
+        EventLog.load(typed)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n" + json.dumps({"kind": "hit"}) + "\n")
+    with pytest.raises(ValueError, match="not an xlakit event"):
+        EventLog.load(deep)
+    named = tmp_path / "named.jsonl"
+    named.write_text(json.dumps({"kind": "hit", HOSTILE: 1}) + "\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        EventLog.load(named)
+    assert seen and all("\x1b" not in str(w.message) for w in seen)
+
+
+def test_a_local_dry_run_prune_is_refused_and_deletes_nothing(tmp_path, capsys):
+    """Fault: ``xlakit cache prune --max-bytes 0 --dry-run`` on the local folder ignored ``--dry-run`` and
+    evicted every entry."""
+    import jax
+    import jax.numpy as jnp
+
+    import xlakit
+    from xlakit.cli import main
+
+    folder = tmp_path / "cache"
+    xlakit.ExecutableCache(folder).compile(jax.jit(lambda v: v - 1), jnp.ones(3))
+    assert main(["cache", "prune", "--max-bytes", "0", "--dry-run", "--path", str(folder)]) == 2
+    assert "nothing was removed" in capsys.readouterr().err
+    assert len(xlakit.ExecutableCache(folder).entries()) == 1
+
+
+def test_a_reader_that_closes_the_pipe_is_not_reported_as_a_folder_error(tmp_path):
+    """Fault: ``xlakit cache stats | head -1`` ended with "cannot access: Broken pipe; check the folder's
+    permissions" and exit 2."""
+    import subprocess
+    import sys
+
+    from xlakit.store import LocalStore
+
+    LocalStore(tmp_path / "cache")
+    cmd = (f"{sys.executable} -m xlakit cache ls --path {tmp_path / 'cache'} --json; "
+           f"for i in 1 2 3 4 5 6; do {sys.executable} -m xlakit cache where; done")
+    proc = subprocess.run(["bash", "-c", f"({cmd}) | head -c 1"], capture_output=True, text=True, timeout=120)
+    assert "Broken pipe" not in proc.stderr and "permissions" not in proc.stderr, proc.stderr

@@ -21,10 +21,11 @@ import os
 import re
 import sys
 import sysconfig
+import types
 from collections.abc import Iterable
 
 __all__ = ["LIBRARY_PACKAGES", "Frame", "is_library_file", "library_package", "first_user_frame",
-           "display_file", "describe"]
+           "display_file", "describe", "user_stacklevel"]
 
 #: Top-level packages whose frames are never "the user's line", even from a source checkout.
 LIBRARY_PACKAGES = frozenset({
@@ -98,6 +99,17 @@ def first_user_frame(frames: Iterable[Frame]) -> Frame | None:
         if not is_library_file(frame.file):
             return frame
     return None
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` written directly in the caller, so that the warning names
+    the first frame of user code (the line that called into xlakit or JAX), not xlakit's or JAX's insides."""
+    frame: types.FrameType | None = sys._getframe(1)  # the function about to call warnings.warn
+    level = 1
+    while frame is not None and is_library_file(frame.f_code.co_filename):
+        frame = frame.f_back
+        level += 1
+    return level if frame is not None else 2
 
 
 def _cell_number(path: str) -> int | None:

@@ -12,6 +12,7 @@ Reading needs no JAX; arrays come back as NumPy arrays (``bfloat16`` through ``m
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -165,7 +166,7 @@ def _header(path: Path, f, size: int) -> tuple[dict[str, tuple[np.dtype, tuple[i
         except (KeyError, TypeError, ValueError) as e:
             raise bad(f"tensor {name!r} has a malformed entry ({type(e).__name__}: {e})") from None
         if any(d < 0 for d in shape) or not 0 <= begin <= end <= data_bytes \
-                or end - begin != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+                or end - begin != math.prod(shape) * dtype.itemsize:  # Python ints: a huge shape cannot wrap to 0
             raise bad(f"tensor {name!r}: offsets {[begin, end]} do not fit shape {list(shape)} of {dtype.name} "
                       f"within the file's {data_bytes} data bytes")
         out[str(name)] = (dtype, shape, begin, end)

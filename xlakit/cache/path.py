@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from xlakit._jax.kernels import KernelsNotReady
+from xlakit._sources import user_stacklevel
 from xlakit.cache import entry as _entry
 from xlakit.cache.decision import Decision
 
@@ -229,12 +230,12 @@ class CachePath:
                           f"({', '.join(others[:3])}{', …' if len(others) > 3 else ''}) but none for this one "
                           f"({partition}): after a jax/jaxlib, device or XLA-flag change every program is compiled "
                           "and stored anew. `xlakit cache clear --partition NAME` removes an old environment's "
-                          "entries.", RuntimeWarning, stacklevel=4)
+                          "entries.", RuntimeWarning, stacklevel=user_stacklevel())
 
     def _warn_once(self, topic: str, message: str) -> None:
         if topic not in self._warned:
             self._warned.add(topic)
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
 
 
 def _number(value: Any) -> float | None:

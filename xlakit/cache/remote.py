@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from xlakit._sources import user_stacklevel
 from xlakit.store import LocalStore
 
 __all__ = ["SharedStore", "open_store", "RefusedObjectWarning"]
@@ -153,7 +154,7 @@ class SharedStore(LocalStore):
                     self._warned = True
                     warnings.warn(f"xlakit refused an object in {self.remote_url} ({ev.key}): {ev.reason}. It was "
                                   "not used; `xlakit cache verify --remote URL` lists such objects.",
-                                  RefusedObjectWarning, stacklevel=2)
+                                  RefusedObjectWarning, stacklevel=user_stacklevel())
         elif kind == "upload":
             reason = None if ev.created else "already existed (another process uploaded it first)"
         elif kind in ("remote_error", "remote_off"):

@@ -135,6 +135,8 @@ def _head(remote, o, quiet: bool = True) -> bytes | None:
             if len(head) < need <= PREFIX_BYTES + MAX_HEADER_BYTES and len(head) == HEAD_BYTES:
                 head = remote.peek(o.partition, o.key, need)
         return head
+    except TimeoutError:
+        raise  # a missed deadline: the remote is not answering; the whole command stops (one deadline, not N)
     except (OSError, ObjectRefused):
         if not quiet:
             raise
@@ -205,6 +207,8 @@ def verify(remote, secret: bytes, *, fix: bool = False, mode: str = "rw", partit
                     reason = verify_object(blob, o.partition, o.key, secret)
         except ObjectRefused as e:
             reason = f"corrupt: {e.reason}"
+        except TimeoutError:
+            raise  # the remote stopped answering: one deadline for the command, not one per listed object
         except OSError as e:
             out.append(RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, f"error: {e}"))
             continue
@@ -235,7 +239,9 @@ class PruneResult:
     (``other_key``: count, bytes), objects that are not xlakit's (``not_xlakit``: count), upload temps of
     killed writers removed (``temps_removed``) and temps still fresh (``temps_left``); ``unproven`` (count,
     bytes): objects that carry xlakit's magic but whose header does not authenticate with this key, or authentic
-    envelopes copied under another name or length: never counted as ours, never deleted."""
+    envelopes copied under another name or length: never counted as ours, never deleted; ``unreadable`` (count,
+    bytes): objects whose header could not be read (an error other than a missed deadline, which stops the
+    whole prune before anything is deleted)."""
 
     deleted: list[RemoteReport]
     other_key: int = 0
@@ -243,8 +249,30 @@ class PruneResult:
     not_xlakit: int = 0
     unproven: int = 0
     unproven_bytes: int = 0
+    unreadable: int = 0
+    unreadable_bytes: int = 0
     temps_removed: int = 0
     temps_left: int = 0
+
+
+def _aged_by_header(o, head: bytes, secret: bytes):
+    """``o`` with its age taken from its authenticated header's ``created`` time when that is earlier than the
+    listing's: someone who can only create objects could re-upload old genuine objects (after a prune removed
+    them) and, by the listing's time, make them the newest — so that prune evicts the current programs. The
+    header's time is sealed by the MAC; the listing's is the bucket's."""
+    import dataclasses
+    import math
+
+    from xlakit.store.envelope import read_header
+
+    try:
+        created = read_header(bytes(head), secret).get("created")
+    except Exception:  # noqa: BLE001 - authenticate() already proved it; never fail a prune on this
+        return o
+    if isinstance(created, (int, float)) and not isinstance(created, bool) and math.isfinite(created) \
+            and 0 < created < o.mtime:
+        return dataclasses.replace(o, mtime=float(created))
+    return o
 
 
 def prune(remote, secret: bytes, *, older_than_s: float | None = None, max_bytes: int | None = None,
@@ -272,12 +300,14 @@ def prune(remote, secret: bytes, *, older_than_s: float | None = None, max_bytes
     result = PruneResult([])
     ours = []
     for o in listing(remote, scan=scan):
-        head = _head(remote, o)
+        head = _head(remote, o)  # a missed deadline raises (nothing is deleted: deletions come after the loop)
         if head is None:
+            result.unreadable += 1  # not proven ours: never counted, never deleted, but said
+            result.unreadable_bytes += o.size_bytes
             continue
         reason = authenticate(head, o.partition, o.key, o.size_bytes, secret)
         if reason is None:
-            ours.append(o)
+            ours.append(_aged_by_header(o, head, secret))
         elif reason.startswith("foreign:"):
             result.other_key += 1
             result.other_key_bytes += o.size_bytes

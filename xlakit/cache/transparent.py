@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from xlakit._sources import user_stacklevel
 from xlakit.cache.handler import StoreHandler
 
 __all__ = ["TransparentCache", "enable", "disable", "active"]
@@ -93,7 +94,7 @@ def _warn_if_late() -> None:
                   "JAX's own operations); they keep running from JAX's in-memory cache and are not stored, so a "
                   "restart compiles them again. New compiles from now on, of any jax.jit (also one created "
                   "earlier), use the cache. Call enable_cache() before the first jax.jit call to store them all.",
-                  RuntimeWarning, stacklevel=3)
+                  RuntimeWarning, stacklevel=user_stacklevel())
 
 
 def active() -> TransparentCache | None:

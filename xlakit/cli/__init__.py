@@ -87,7 +87,8 @@ def _build_parser() -> argparse.ArgumentParser:
                                   help="evict least-recently-used entries down to a size")
     prune.add_argument("--older-than", metavar="AGE", help="with --remote: delete objects created more than AGE "
                        "ago (30d, 12h, 90m, 2w)")
-    prune.add_argument("--dry-run", action="store_true", help="with --remote: list what would be deleted")
+    prune.add_argument("--dry-run", action="store_true", help="with --remote: list what would be deleted "
+                       "(refused for the local folder)")
     prune.add_argument("--max-bytes", metavar="N",
                        help="target size: bytes, or with a unit: 10k, 500MB, 2GiB "
                        "(k/MB/GB = 1000s, KiB/MiB/GiB = 1024s)")
@@ -176,6 +177,14 @@ def _run(func: Any, args: argparse.Namespace) -> int:
             return 2
         print(f"{PROG}: error: the cache is locked by another process ({e}); try again shortly", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`xlakit cache ls | head`): not a cache problem. Point stdout at /dev/null so
+        # Python's flush at exit is silent, and exit as a command killed by SIGPIPE does.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())  # type: ignore[union-attr]
+        except (OSError, AttributeError, ValueError):
+            pass
+        return 141
     except OSError as e:
         where = f" {e.filename}" if getattr(e, "filename", None) else ""
         print(f"{PROG}: error: cannot access{where}: {e.strerror or e}; check the folder's permissions "

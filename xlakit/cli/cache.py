@@ -247,6 +247,9 @@ def prune(args: argparse.Namespace) -> int:
         return remote.prune(args)
     if args.max_bytes is None:
         raise CliError("prune needs --max-bytes N for the local folder (--older-than is for --remote URL)")
+    if getattr(args, "dry_run", False):  # a dry run that deleted would be the worst surprise: refuse it
+        raise CliError("--dry-run is for --remote URL; for the local folder, `xlakit cache ls --sort last_used` "
+                       "lists entries least recently used first (what prune would evict first); nothing was removed")
     try:
         limit = parse_size(args.max_bytes)
     except ValueError as e:

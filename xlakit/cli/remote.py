@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from xlakit.cli._common import CliError, Column, emit_json, human, local_time, parse_size, print_table
 
@@ -151,6 +152,7 @@ def prune(args: argparse.Namespace) -> int:
                     "bytes_deleted": sum(r.size_bytes for r in gone), "other_key": result.other_key,
                     "other_key_bytes": result.other_key_bytes, "not_xlakit": result.not_xlakit,
                     "unproven": result.unproven, "unproven_bytes": result.unproven_bytes,
+                    "unreadable": result.unreadable, "unreadable_bytes": result.unreadable_bytes,
                     "temps_removed": result.temps_removed, "temps_left": result.temps_left})
         return 0
     verb = "would delete" if args.dry_run else "deleted"
@@ -167,5 +169,9 @@ def prune(args: argparse.Namespace) -> int:
               "with this key or that copy an envelope under another name (not provably ours; never counted)")
     if result.temps_removed or result.temps_left:
         print(f"Removed {result.temps_removed} unfinished uploads over an hour old; {result.temps_left} newer left")
+    if result.unreadable:
+        print(f"Could not read {result.unreadable} objects ({human(result.unreadable_bytes)}): not counted, not "
+              "deleted; run `xlakit cache verify --remote` to see why", file=sys.stderr)
+        return 1
     return 0
 

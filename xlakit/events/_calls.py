@@ -82,19 +82,43 @@ class CallDecision:
                 f"{len(self.events)} events)")
 
 
+def _is_lookup(e: Event) -> bool:
+    return e.kind in ("hit", "miss") and e.source in _LOOKUPS
+
+
+def _is_prefix(e: Event) -> bool:
+    """Events emitted before a call's trace or lookup: the retrace (``recompile``) and JAX's explained miss."""
+    return e.kind == "recompile" or (e.kind == "miss" and e.source == "jit")
+
+
+def _opens_decision(current: Sequence[Event], e: Event) -> bool:
+    """Whether ``e`` starts a new decision after the events ``current`` of the decision under way."""
+    if not current:
+        return True
+    if _is_prefix(e):  # a retrace or an explained miss comes first in a call: one of each per call
+        return not all(_is_prefix(c) for c in current) or any(
+            c.kind == e.kind and c.source == e.source for c in current)
+    if e.kind == "trace":  # one trace per call, after its prefix events
+        return not all(_is_prefix(c) for c in current)
+    if _is_lookup(e):  # one cache lookup per call, before its compile
+        return any(_is_lookup(c) or c.kind == "compile" for c in current)
+    return False
+
+
 def _group(events: Sequence[Event]) -> list[Event]:
-    """The events of the newest decision among one function's events (oldest first)."""
-    start = None
-    for i in range(len(events) - 1, -1, -1):
-        if events[i].kind == "trace":
-            start = i
-            while start > 0 and (events[start - 1].kind == "recompile"
-                                 or (events[start - 1].kind == "miss" and events[start - 1].source == "jit")):
-                start -= 1
-            break
-    if start is None:  # no trace seen (JAX listeners off): from the newest cache lookup
-        start = next((i for i in range(len(events) - 1, -1, -1)
-                      if events[i].kind in ("hit", "miss") and events[i].source in _LOOKUPS), 0)
+    """The events of the newest decision among one function's events (oldest first).
+
+    The events are cut into calls: a call opens with its ``recompile`` (and JAX's explained ``miss``), else
+    with its ``trace``, else (JAX's listeners off) with its cache lookup; lowering, compiling and storing
+    belong to the call under way. The newest call is the answer, so it never reaches back past the previous
+    decision of the same function.
+    """
+    start = 0
+    current: list[Event] = []
+    for i, e in enumerate(events):
+        if _opens_decision(current, e):
+            start, current = i, []
+        current.append(e)
     return list(events[start:])
 
 

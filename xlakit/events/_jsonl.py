@@ -15,6 +15,7 @@ from pathlib import Path
 
 from xlakit import _atomic
 from xlakit.events._model import _FIELD_NAMES, Event
+from xlakit.view.untrusted import terminal_text
 
 __all__ = ["write", "read"]
 
@@ -72,13 +73,14 @@ def read(path: str | os.PathLike) -> list[Event]:
                 dropped |= extra
                 data = {k: v for k, v in data.items() if k in _FIELD_NAMES}
             events.append(Event.from_dict(data))
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             if number == len(lines):
                 warnings.warn(f"{path}:{number}: skipped an incomplete last line (a writer stopped mid-line?): "
                               f"{exc}", RuntimeWarning, stacklevel=3)
                 break
             raise ValueError(f"{path}:{number}: not an xlakit event: {exc}") from exc
     if dropped:
-        warnings.warn(f"{path}: ignored event field(s) this xlakit does not know: {', '.join(sorted(dropped))}",
+        names = terminal_text(", ".join(sorted(dropped)))  # the names come from the file
+        warnings.warn(f"{path}: ignored event field(s) this xlakit does not know: {names}",
                       RuntimeWarning, stacklevel=3)
     return events

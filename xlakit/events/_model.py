@@ -112,6 +112,11 @@ class Event:
             raise ValueError(f"unknown event field(s) {', '.join(sorted(unknown))}")
         if "kind" not in data:
             raise ValueError("an event needs a 'kind'")
+        for field, types in _FIELD_TYPES.items():  # a log file is untrusted: wrong types fail here, not in a repr
+            value = data.get(field)
+            if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+                raise ValueError(f"event field {field!r} must be {' or '.join(t.__name__ for t in types)} or null, "
+                                 f"got {type(value).__name__}")
         return cls(**data)
 
     def __repr__(self) -> str:
@@ -136,6 +141,11 @@ class Event:
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Event))
+_NUMBER = (int, float)
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "kind": (str,), "name": (str,), "key": (str,), "reason": (str,), "partition": (str,), "source": (str,),
+    "folder": (str,), "origin": (str,), "site": (str,), "duration_s": _NUMBER, "saved_s": _NUMBER,
+    "time": _NUMBER, "monotonic": _NUMBER, "bytes": (int,), "memory": (dict,), "changes": (list,)}
 
 
 def _short(key: str) -> str:

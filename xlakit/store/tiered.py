@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from xlakit._sources import user_stacklevel
+
 from .base import DeadlineExceeded, ObjectRefused, ObjectStat, Store
 
 __all__ = ["TieredStore", "TierEvent", "RemoteUnavailableWarning"]
@@ -278,7 +280,7 @@ class TieredStore:
             what = ("no answer within the deadline" if dark else f"{self.max_failures} consecutive remote errors")
             reason = (f"{what}, the last: {_describe(e)}; the remote {self.remote!r} is off for this process, "
                       "local caching continues")
-            warnings.warn(reason, RemoteUnavailableWarning, stacklevel=3)
+            warnings.warn(reason, RemoteUnavailableWarning, stacklevel=user_stacklevel())
             self._emit("remote_off", partition, key, reason=reason)
 
     # -- Store ------------------------------------------------------------------------------------------------

@@ -199,14 +199,48 @@ def liveness_figure(frame, name: str, max_points: int = 2000, *, peak_step: int 
                           title=f"Live bytes over program order: {name}")
 
 
-def details_html(selected: str | None, largest, note_text: str | None = None) -> str:
-    """The largest-buffers table of the selected program (or the note saying why there is none)."""
+_PEAK_BUFFER_COLUMNS = (Column("role", "role"), Column("source", "source"), Column("layer", "layer"),
+                        Column("parameter", "parameter"), Column("dtype", "dtype"), Column("shape", "shape"),
+                        Column("bytes", "bytes at the peak", "bytes"), Column("buffer_bytes", "own size", "bytes"),
+                        Column("instruction", "instruction (XLA)"))
+
+
+def _peak_buffers_table(peak_buffers, top: int) -> str:
+    """The ``top`` largest buffers of ``Peak.buffers`` in the user's terms (role, source, layer, parameter,
+    shape, bytes charged at the peak), the XLA instruction last."""
+    from xlakit.view.memory_charts import shape_text
+
+    largest = peak_buffers.sort_values("bytes", ascending=False, kind="stable").head(top)
+    rows = frame_records(largest)
+    for r in rows:
+        r["shape"] = None if r.get("shape") is None else shape_text(r["shape"])
+        for key in ("source", "layer"):
+            if r.get(key) in ("unknown", "", "argument"):  # "argument": a parameter's layer, said by its source
+                r[key] = None
+    cols = [c for c in _PEAK_BUFFER_COLUMNS if c.key in largest.columns]
+    if "buffer_bytes" in largest.columns and (largest["buffer_bytes"] == largest["bytes"]).all():
+        cols = [c for c in cols if c.key != "buffer_bytes"]  # nothing shared: the same number twice
+    return (Table(cols, rows, css_class="xlakit-largest xlakit-peak-buffers").to_html()
+            + note("bytes at the peak: what each buffer adds to the peak, bytes shared with a larger buffer "
+                   "counted once (xlakit.memory.peak)"))
+
+
+def details_html(selected: str | None, largest, note_text: str | None = None, *, peak_buffers=None,
+                 top: int = 10) -> str:
+    """The largest-buffers table of the selected program (or the note saying why there is none).
+
+    With ``peak_buffers`` (``xlakit.memory.peak(...).buffers``) the table is its ``top`` largest buffers in the
+    user's terms: role, source, layer, parameter, shape and the bytes each is charged at the peak, the XLA
+    instruction last. Without it (no peak attribution), XLA's own list ``largest``
+    (:meth:`xlakit.memory.BufferAssignment.largest`)."""
     if selected is None:
         return note("Select a program to see its largest buffers and live bytes over program order.")
     parts = [f"<h5 style='margin:6px 0'>Largest buffers at the peak: {html_text(selected)}</h5>"]
     if note_text:
         parts.append(note(note_text))
-    if largest is not None and not largest.empty:
+    if peak_buffers is not None and not peak_buffers.empty:
+        parts.append(_peak_buffers_table(peak_buffers, top))
+    elif largest is not None and not largest.empty:
         rows = frame_records(largest)
         for r in rows:
             r["shape"] = "×".join(str(d) for d in (r.get("shape") or ())) if r.get("shape") is not None else None
@@ -221,10 +255,12 @@ def details_html(selected: str | None, largest, note_text: str | None = None) ->
 
 def breakdown_html(frame, unit: str = "bytes", *, include_plotlyjs: bool | str = "once", selected: str | None = None,
                    largest=None, liveness=None, detail_note: str | None = None, notes: Sequence[str] = (),
-                   detail_figures: Sequence[Any] = (), peak_text: str | None = None) -> str:
+                   detail_figures: Sequence[Any] = (), peak_text: str | None = None, peak_buffers=None,
+                   top: int = 10) -> str:
     """Snapshot of a memory breakdown: the bar chart, one table row per program, and the selection's detail
     (``detail_figures`` when given — the liveness, lifetime and treemap figures the widget shows — else the
-    liveness figure of ``liveness``; ``peak_text`` a line above them)."""
+    liveness figure of ``liveness``; ``peak_text`` a line above them; the largest buffers from ``peak_buffers``,
+    ``Peak.buffers``, when given, else from ``largest``: see :func:`details_html`)."""
     from xlakit.view.plotly_html import figure_html
 
     if frame.empty:
@@ -239,7 +275,7 @@ def breakdown_html(frame, unit: str = "bytes", *, include_plotlyjs: bool | str =
     if selected is not None:
         if peak_text:
             body.append(f"<div class='xlakit-peak-summary'>{html_text(peak_text)}</div>")
-        body.append(details_html(selected, largest, detail_note))
+        body.append(details_html(selected, largest, detail_note, peak_buffers=peak_buffers, top=top))
         if detail_figures:
             body += [figure_html(f, False) for f in detail_figures]
         elif liveness is not None and not liveness.empty:

@@ -6,7 +6,8 @@ shared by :class:`xlakit.widgets.MemoryBreakdown`, :class:`xlakit.widgets.Memory
 The frames are the ones :mod:`xlakit.memory` builds: a liveness frame (``step``, ``live_bytes`` and optionally
 ``instruction`` and per-kind columns ``parameter``/``output``/``temporary``/``constant``, from
 ``BufferAssignment.live_bytes_by_step()`` or ``Attribution.liveness``) and a buffers frame (one row per logical
-buffer: ``buffer_id, instruction, bytes, shape, dtype, role, scope, source, parameter, start, end``).
+buffer: ``buffer_id, instruction, bytes, shape, dtype, role, scope, source, layer, parameter, start, end`` and
+optionally ``allocation``/``offset``: logical buffers in one allocation slice at once are one bar).
 
 They stay fast for programs of 10,000+ instructions: a line keeps at most about ``max_points`` points (per bin
 the smallest and largest value, the first and last step, and always the peak step) and is drawn with WebGL
@@ -24,7 +25,7 @@ from xlakit.view.format import byte_ticks, fmt_bytes
 from xlakit.view.untrusted import html_text
 
 __all__ = ["ROLES", "ROLE_COLORS", "GL_THRESHOLD", "keep_indices", "peak_of", "liveness_chart", "lifetime_chart",
-           "buffer_hover", "shape_text", "chart_layout"]
+           "buffer_hover", "buffer_label", "buffer_slices", "shape_text", "chart_layout"]
 
 #: The roles :func:`xlakit.memory.attribute` gives a logical buffer (``xlakit.memory.ROLES``), in legend order.
 ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "temporary", "constant", "thread-local",
@@ -230,27 +231,133 @@ def buffer_hover(row: Any) -> str:
     return "<br>".join(parts)
 
 
-def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, title: str = ""):
-    """Buffer lifetimes: each of the ``top`` largest buffers a horizontal bar over program order from
-    ``start`` to ``end`` (inclusive), coloured by role, with a tooltip naming scope, source, shape and bytes.
+_PARAMETER_ROLES = ("parameter", "optimizer state", "aliased")
 
-    Bars are ordered by start step (top to bottom), so the chart reads like the program. Buffers without a
-    live range (``start``/``end`` missing or -1) are counted, not drawn.
+
+def _known(v: Any) -> str | None:
+    """``v`` as text, or None when it is missing, empty or ``"unknown"``."""
+    t = _text(v, "")
+    return None if t in ("", "unknown", "None", "<NA>") else t
+
+
+def buffer_label(row: Any, *, size: bool = True) -> str:
+    """A buffer named in the user's terms: its parameter path (parameters, optimizer state, donated results),
+    else its source line (``cell [4], line 3 (block)``), else its layer, else its parameter, else the XLA
+    instruction; then the role and (``size``) the bytes, e.g. ``"cell [4], line 3 (block) · residual · 8.0 MiB"``.
+    """
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
+    role = _text(get("role"))
+    parameter = _known(get("parameter"))
+    where = (parameter if role in _PARAMETER_ROLES and parameter else None) or _known(get("source")) \
+        or _known(get("layer")) or parameter or _text(get("instruction"), "?")
+    parts = [where, role]
+    if size:
+        parts.append(fmt_bytes(get("bytes")))
+    return " · ".join(parts)
+
+
+def _slice_groups(frame) -> list[list[int]]:
+    """Positions in ``frame`` grouped by allocation slice: rows of the same ``allocation`` and ``offset`` whose
+    live ranges (``start``..``end``, inclusive) overlap, chained, are one group (in-place updates, bitcasts and
+    loop-carried aliases of one piece of memory). Rows without an allocation or offset, or every row when the
+    frame lacks those columns, are groups of their own."""
+    import numpy as np
+    import pandas as pd
+
+    n = len(frame)
+    if not {"allocation", "offset"} <= set(frame.columns):
+        return [[i] for i in range(n)]
+    alloc = pd.to_numeric(frame["allocation"], errors="coerce").to_numpy(dtype=float)
+    off = pd.to_numeric(frame["offset"], errors="coerce").to_numpy(dtype=float)
+    start = frame["start"].to_numpy(dtype=float)
+    end = frame["end"].to_numpy(dtype=float)
+    keyed = ~(np.isnan(alloc) | np.isnan(off))
+    groups: list[list[int]] = [[int(i)] for i in np.flatnonzero(~keyed)]
+    idx = np.flatnonzero(keyed)
+    current: list[int] = []
+    reach = -np.inf
+    for i in idx[np.lexsort((start[idx], off[idx], alloc[idx]))].tolist():
+        if current and alloc[i] == alloc[current[0]] and off[i] == off[current[0]] and start[i] <= reach:
+            current.append(i)
+            reach = max(reach, end[i])
+        else:
+            current = [i]
+            groups.append(current)
+            reach = end[i]
+    return groups
+
+
+def buffer_slices(buffers):
+    """One row per piece of memory a buffers frame's live buffers occupy (see :func:`_slice_groups`): the
+    representative buffer (the largest; then one that is not a temporary; then one whose source is known; then
+    the longest lived; then the first to start) with the group's ``start`` the earliest, ``end`` the latest and
+    ``bytes`` the largest (counted once), plus ``aliases`` (a tuple of the other buffers' instructions, in start
+    order). Buffers without a live range are dropped."""
+    import numpy as np
+    import pandas as pd
+
+    start, end = (pd.to_numeric(buffers[c], errors="coerce") for c in ("start", "end"))
+    ranged = buffers[(start >= 0) & (end >= start)].reset_index(drop=True)
+    ranged = ranged.assign(start=pd.to_numeric(ranged["start"]), end=pd.to_numeric(ranged["end"]))
+    groups = _slice_groups(ranged)
+    sizes = ranged["bytes"].to_numpy(dtype=float)
+    starts, ends = ranged["start"].to_numpy(dtype=float), ranged["end"].to_numpy(dtype=float)
+    named = np.array([_known(r.get("source")) is not None or _known(r.get("layer")) is not None
+                      or _known(r.get("parameter")) is not None for r in ranged.to_dict("records")], dtype=bool) \
+        if len(ranged) else np.zeros(0, dtype=bool)
+    names = ranged["instruction"].tolist() if "instruction" in ranged.columns else [None] * len(ranged)
+    roles = ranged["role"].fillna("unknown").astype(str).tolist()
+    reps, lo, hi, top, aliases = [], [], [], [], []
+    for g in groups:
+        rep = min(g, key=lambda i: (-sizes[i], roles[i] in ("temporary", "unknown"), not named[i],
+                                    starts[i] - ends[i], starts[i]))
+        reps.append(rep)
+        lo.append(min(starts[i] for i in g))
+        hi.append(max(ends[i] for i in g))
+        top.append(max(sizes[i] for i in g))
+        aliases.append(tuple(_text(names[i], "?") for i in sorted(g, key=lambda i: starts[i]) if i != rep))
+    out = ranged.iloc[reps].reset_index(drop=True)
+    if not len(out):
+        return out.assign(aliases=[])
+    return out.assign(start=np.asarray(lo).astype(np.int64), end=np.asarray(hi).astype(np.int64),
+                      bytes=np.asarray(top).astype(np.int64), aliases=aliases)
+
+
+def _slice_hover(row: Any) -> str:
+    hover = buffer_hover(row)
+    aliases = row.get("aliases") or ()
+    if aliases:
+        listed = ", ".join(html_text(str(a)) for a in aliases[:8]) + (", …" if len(aliases) > 8 else "")
+        hover += (f"<br>+{len(aliases)} alias{'es' if len(aliases) > 1 else ''} (same allocation slice, "
+                  f"bytes counted once): {listed}")
+    return hover
+
+
+def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, title: str = ""):
+    """Buffer lifetimes: each of the ``top`` largest pieces of memory a horizontal bar over program order from
+    ``start`` to ``end`` (inclusive), coloured by role, labelled in the user's terms (:func:`buffer_label`), with
+    a tooltip naming the instruction, scope, source, shape and bytes.
+
+    Logical buffers that share one allocation slice at once (same ``allocation`` and ``offset``, overlapping live
+    ranges: in-place updates, bitcasts, a loop's carried value) are one bar over the union of their live ranges,
+    their bytes counted once, the tooltip naming the aliases (:func:`buffer_slices`); without those columns each
+    buffer is its own bar. Bars are ordered by start step (top to bottom), so the chart reads like the program.
+    Buffers without a live range (``start``/``end`` missing or -1) are counted, not drawn.
 
     Args:
-      buffers: a buffers frame (see the module docstring). top: how many of the largest buffers to draw
+      buffers: a buffers frame (see the module docstring). top: how many of the largest bars to draw
         (int >= 1). peak_step: a step to mark with a dashed line (e.g. ``Peak.step``). title: the figure title.
 
     Returns:
       a ``plotly.graph_objects.Figure``, one bar trace per role present; ``layout.meta["xlakit_lifetime"]``
-      holds ``shown`` (bars drawn), ``more`` / ``more_bytes`` (buffers with a live range left out, their
-      bytes), ``no_range`` (buffers without one) and ``buffer_ids`` (drawn, top to bottom).
+      holds ``shown`` (bars drawn), ``more`` / ``more_bytes`` (bars with a live range left out, their bytes),
+      ``no_range`` (buffers without one), ``aliases`` (buffers drawn as part of another's bar, or left out with
+      it), and per bar drawn, top to bottom: ``buffer_ids`` (the representative's), ``bytes`` and ``labels``.
 
     Raises:
       ValueError: ``top`` < 1, or the frame lacks a column the chart needs.
     """
     import numpy as np
-    import pandas as pd
     import plotly.graph_objects as go
 
     if top < 1:
@@ -259,17 +366,19 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     if buffers is not None and not need <= set(buffers.columns):
         raise ValueError(f"a buffers frame needs columns {sorted(need)}; got {sorted(buffers.columns)}")
     fig = go.Figure()
-    meta: dict[str, Any] = {"shown": 0, "more": 0, "more_bytes": 0, "no_range": 0, "buffer_ids": []}
+    meta: dict[str, Any] = {"shown": 0, "more": 0, "more_bytes": 0, "no_range": 0, "aliases": 0, "buffer_ids": [],
+                            "bytes": [], "labels": []}
     if buffers is None or buffers.empty:
         chart_layout(fig, title or "Buffer lifetimes", 300)
         fig.update_layout(meta={"xlakit_lifetime": meta})
         return fig
-    start, end = (pd.to_numeric(buffers[c], errors="coerce") for c in ("start", "end"))
-    ranged = buffers[(start >= 0) & (end >= start)]  # -1 / missing: XLA gave the buffer no live range
-    meta["no_range"] = int(len(buffers) - len(ranged))
-    order = np.argsort(-ranged["bytes"].to_numpy(dtype=float), kind="stable")
-    shown = ranged.iloc[order[:top]]
-    rest = ranged.iloc[order[top:]]
+    slices = buffer_slices(buffers)
+    n_ranged = int(len(slices) + sum(len(a) for a in slices["aliases"]))
+    meta["no_range"] = int(len(buffers) - n_ranged)
+    meta["aliases"] = n_ranged - int(len(slices))
+    order = np.argsort(-slices["bytes"].to_numpy(dtype=float), kind="stable")
+    shown = slices.iloc[order[:top]]
+    rest = slices.iloc[order[top:]]
     meta["more"], meta["more_bytes"] = int(len(rest)), int(rest["bytes"].sum())
     shown = shown.sort_values(["start", "bytes"], ascending=[True, False], kind="stable")
     n = len(shown)
@@ -284,15 +393,16 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
             continue
         fig.add_bar(y=position[mask], x=lengths[mask], base=starts[mask], orientation="h", name=role,
                     marker=dict(color=ROLE_COLORS.get(role, "#8c564b"), line=dict(width=0)),
-                    customdata=[buffer_hover(r) for r, m in zip(records, mask, strict=True) if m],
+                    customdata=[_slice_hover(r) for r, m in zip(records, mask, strict=True) if m],
                     hovertemplate="%{customdata}<extra></extra>")
     if "buffer_id" in shown.columns:
         meta["buffer_ids"] = [int(b) for b in shown["buffer_id"]]
-    meta["shown"] = n
-    labels = [f"{_text(r.get('instruction'))} · {fmt_bytes(r.get('bytes'))}" for r in records]
+    labels = [buffer_label(r) for r in records]
+    meta.update(shown=n, bytes=[int(b) for b in shown["bytes"]], labels=labels)
     show_ticks = n <= 40
     fig.update_layout(barmode="overlay", bargap=0.15,
-                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=labels, showticklabels=show_ticks,
+                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=[html_text(t) for t in labels],
+                                 showticklabels=show_ticks, automargin=True,
                                  title=None if show_ticks else f"{n} largest buffers (hover for each)"),
                       xaxis_title="step (instruction in schedule order)")
     if peak_step is not None:

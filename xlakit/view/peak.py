@@ -1,4 +1,5 @@
-"""Pictures of what holds a compiled program's peak: a treemap of the buffers live there by scope and source,
+"""Pictures of what holds a compiled program's peak: a treemap of the buffers live there by scope and source
+(every tile coloured by its role, the main role of a group; source tiles named by source line and layer),
 a one-line caption naming the largest group, and the snapshot of a peak (liveness, lifetimes, treemap, tables).
 
 Pure functions of a peak-buffers frame (one row per logical buffer live at the peak: ``bytes``, ``role``,
@@ -14,7 +15,7 @@ from typing import Any
 
 from xlakit.view.format import fmt_bytes
 from xlakit.view.html import frame_records, note, snapshot
-from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, shape_text
+from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, buffer_label, shape_text
 from xlakit.view.table import Column, Table
 from xlakit.view.untrusted import html_text
 
@@ -66,16 +67,26 @@ def peak_caption(buffers, *, groups: Sequence[str] = ("source", "scope")) -> str
     return "; ".join(parts)
 
 
+def _role_color(role: str) -> str:
+    return ROLE_COLORS.get(role, "#8c564b")
+
+
 def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, max_leaves: int = 200
                        ) -> dict[str, list[Any]]:
     """Treemap nodes root -> ``path[0]`` -> ``path[1]`` ... -> buffer, valued in bytes (``branchvalues="total"``:
     each node's value is the sum of its children, the root's is the sum of every buffer's bytes).
 
+    Every tile is coloured by role (:data:`~xlakit.view.memory_charts.ROLE_COLORS`): a buffer by its own, a
+    group by the role holding most of its bytes. A ``source`` tile is named by the source line and, when known
+    and different, the layer (``"model.py:42 (MLP.__call__)<br>MLP.__call__ › self.l1(x)"``); a buffer by its
+    parameter path or role and shape (the XLA instruction is in its tooltip).
+
     The ``max_leaves`` largest buffers are leaves of their own; the rest are summed into one
     "+k smaller buffers" leaf under their group, so the sums stay exact however many buffers there are.
 
     Returns:
-      a dict of lists ``ids``, ``labels``, ``parents``, ``values`` (bytes), ``colors`` and ``hover``.
+      a dict of lists ``ids``, ``labels``, ``parents``, ``values`` (bytes), ``colors``, ``roles`` (the role each
+      tile is coloured by; ``""`` for the root), ``text`` (readable bytes) and ``hover``.
 
     Raises:
       ValueError: ``max_leaves`` < 1.
@@ -85,59 +96,98 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
     if max_leaves < 1:
         raise ValueError(f"max_leaves must be >= 1, got {max_leaves}")
     ids, labels, parents, values, colors, hover = [_ROOT], [_ROOT], [""], [0], ["#eeeeee"], [""]
+    roles_of: list[str] = [""]
     if buffers is not None and not buffers.empty:
         frame = buffers.reset_index(drop=True)
         nbytes = frame["bytes"].astype("int64")
         values[0] = int(nbytes.sum())
+        roles = _labels(frame, "role")
+        role_series = pd.Series(roles, index=frame.index)
+        layers = _labels(frame, "layer") if "layer" in frame.columns else None
         node = pd.Series(_ROOT, index=frame.index)
         for col in path:  # one level of groups at a time: ids are the path so far
             level = pd.Series(_labels(frame, col), index=frame.index)
             parent, node = node, node + "/" + level
             sums = nbytes.groupby(node, sort=False).sum().to_dict()
+            by_role = nbytes.groupby([node, role_series], sort=False).sum()
+            main_role = {nid: str(r) for (nid, r), _ in by_role.sort_values(ascending=False, kind="stable")
+                         .groupby(level=0, sort=False).head(1).items()}
+            main_layer: dict[str, str] = {}
+            if col == "source" and layers is not None:
+                by_layer = nbytes.groupby([node, pd.Series(layers, index=frame.index)], sort=False).sum()
+                main_layer = {nid: str(lay) for (nid, lay), _ in by_layer.sort_values(ascending=False, kind="stable")
+                              .groupby(level=0, sort=False).head(1).items()}
             first = ~node.duplicated()
             for nid, lab, par in zip(node[first].tolist(), level[first].tolist(), parent[first].tolist(), strict=True):
+                role = main_role.get(nid, "unknown")
+                layer = main_layer.get(nid, "")
+                shown = html_text(lab)
+                if layer and layer not in ("unknown", MISSING_LABEL["source"], lab) and layer not in lab:
+                    shown = html_text(layer) if lab == MISSING_LABEL["source"] else f"{shown}<br>{html_text(layer)}"
                 ids.append(nid)
-                labels.append(lab)
+                labels.append(shown)
                 parents.append(par)
                 values.append(int(sums[nid]))
-                colors.append("#dddddd")
-                hover.append(f"{col}: {html_text(lab)}<br>{fmt_bytes(int(sums[nid]))}")
+                colors.append(_role_color(role))
+                roles_of.append(role)
+                hover.append(f"{col}: {html_text(lab)}" + (f"<br>layer: {html_text(layer)}" if layer else "")
+                             + f"<br>{fmt_bytes(int(sums[nid]))}, mostly {html_text(role)}")
         order = nbytes.to_numpy().argsort(kind="stable")[::-1]
         big = order[:max_leaves]
-        roles, instructions = _labels(frame, "role"), _labels(frame, "instruction")
         records = frame.iloc[big].to_dict("records")
         node_of = node.tolist()
         for i, rec in zip(big.tolist(), records, strict=True):
             ids.append(f"{node_of[i]}/#{i}")
-            labels.append(f"{instructions[i]} {shape_text(rec.get('shape'))}")
+            what = buffer_label(rec, size=False) if "source" not in path else \
+                (rec.get("parameter") if roles[i] in ("parameter", "optimizer state", "aliased")
+                 and rec.get("parameter") else roles[i])
+            labels.append(html_text(f"{what} {shape_text(rec.get('shape'))}"))
             parents.append(node_of[i])
             values.append(int(rec["bytes"]))
-            colors.append(ROLE_COLORS.get(roles[i], "#8c564b"))
+            colors.append(_role_color(roles[i]))
+            roles_of.append(roles[i])
             hover.append(f"{buffer_hover(rec)}")
         rest = order[max_leaves:]
         if rest.size:
             grouped = nbytes.iloc[rest].groupby(node.iloc[rest], sort=False).agg(["sum", "count"])
+            rest_roles = nbytes.iloc[rest].groupby([node.iloc[rest], role_series.iloc[rest]], sort=False).sum()
+            rest_main = {nid: str(r) for (nid, r), _ in rest_roles.sort_values(ascending=False, kind="stable")
+                         .groupby(level=0, sort=False).head(1).items()}
             for par, (total, count) in grouped.iterrows():
+                role = rest_main.get(par, "unknown")
                 ids.append(f"{par}/+")
                 labels.append(f"+{count} smaller buffers")
                 parents.append(par)
                 values.append(int(total))
-                colors.append("#bbbbbb")
-                hover.append(f"{count} buffers below the {max_leaves} largest<br>{fmt_bytes(int(total))}")
-    return {"ids": ids, "labels": labels, "parents": parents, "values": values, "colors": colors, "hover": hover}
+                colors.append(_role_color(role))
+                roles_of.append(role)
+                hover.append(f"{count} buffers below the {max_leaves} largest<br>{fmt_bytes(int(total))}, "
+                             f"mostly {html_text(role)}")
+    text = [fmt_bytes(v) for v in values]
+    return {"ids": ids, "labels": labels, "parents": parents, "values": values, "colors": colors, "roles": roles_of,
+            "text": text, "hover": hover}
 
 
 def peak_treemap_figure(nodes: Mapping[str, list[Any]], title: str = "What holds the peak: scope → source → buffer"):
-    """Treemap of :func:`peak_treemap_nodes`: area = bytes, leaves coloured by role."""
+    """Treemap of :func:`peak_treemap_nodes`: area = bytes, every tile coloured by role (a legend-like note
+    under the title names the colours of the roles present), labels with readable bytes."""
     import plotly.graph_objects as go
 
     from xlakit.view.memory_charts import chart_layout
 
+    text = nodes.get("text") or [fmt_bytes(v) for v in nodes["values"]]
     fig = go.Figure(go.Treemap(ids=nodes["ids"], labels=nodes["labels"], parents=nodes["parents"],
-                               values=nodes["values"], branchvalues="total", marker=dict(colors=nodes["colors"]),
-                               customdata=nodes["hover"], textinfo="label+value", maxdepth=3,
+                               values=nodes["values"], branchvalues="total",
+                               marker=dict(colors=nodes["colors"], line=dict(width=1, color="#ffffff")),
+                               text=text, customdata=nodes["hover"], textinfo="label+text", maxdepth=3,
+                               textfont=dict(size=14), insidetextfont=dict(size=14),
                                hovertemplate="%{customdata}<extra></extra>", name="peak"))
-    chart_layout(fig, title, 420, margin=dict(l=5, r=5, t=40, b=5))
+    present = [r for r in ROLE_COLORS if r in set(nodes.get("roles") or ())]
+    key = "  ".join(f"<span style='color:{ROLE_COLORS[r]}'>■</span> {r}" for r in present)
+    chart_layout(fig, title, 440, margin=dict(l=5, r=5, t=60 if key else 40, b=5))
+    if key:
+        fig.add_annotation(x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom", xanchor="left", text=key,
+                           showarrow=False, font=dict(size=12))
     return fig
 
 

@@ -26,9 +26,10 @@ class MemoryBreakdown(View, widgets.VBox):
     below zero as a reduction, so the net height is what one run reserves. A dash marks XLA's peak; on CPU,
     where XLA:CPU's peak leaves out temporaries, it is labelled so and a second dash marks the footprint.
     Fields the backend does not report get no bar (never a fake 0). Selecting a program (the dropdown) shows
-    its largest buffers at the peak (:meth:`xlakit.memory.BufferAssignment.largest`), its live bytes over
-    program order with the peak step marked and named (the peak's top source and scope, from
-    :func:`xlakit.memory.peak`), each large buffer's lifetime as a bar over program order coloured by role, and
+    its largest buffers at the peak (from :func:`xlakit.memory.peak`: role, source, layer, parameter, shape,
+    bytes charged at the peak; XLA's :meth:`xlakit.memory.BufferAssignment.largest` only where the peak cannot
+    be attributed), its live bytes over program order with the peak step marked and named (the peak's top
+    source and scope, from :func:`xlakit.memory.peak`), each large buffer's lifetime as a bar over program order coloured by role, and
     a treemap of the buffers live at the peak by scope and source (:mod:`xlakit.view.memory_charts`,
     :mod:`xlakit.view.peak`). Where the peak cannot be attributed, the widget says why and shows the rest.
 
@@ -216,7 +217,8 @@ class MemoryBreakdown(View, widgets.VBox):
             if self.liveness is not None and self.liveness.attrs.get("source"):
                 notes.append(f"liveness: {self.liveness.attrs['source']}")
             self.detail_note = "; ".join(notes) or None
-            self.details.value = _snapshots.details_html(name, self.largest, self.detail_note)
+            self.details.value = _snapshots.details_html(name, self.largest, self.detail_note,
+                                                         peak_buffers=self._peak_buffers(), top=self.top)
             for chart, fig in zip((self.detail_chart, self.lifetime_chart, self.treemap_chart),
                                   self._detail_figures(name), strict=False):
                 chart.show(fig)
@@ -257,6 +259,11 @@ class MemoryBreakdown(View, widgets.VBox):
             self._show_error("peak attribution", exc)
             notes.append(f"peak attribution failed: {type(exc).__name__}: {exc}")
             return None
+
+    def _peak_buffers(self) -> Any:
+        """The selected program's ``Peak.buffers`` (the largest-buffers table in the user's terms), or None."""
+        buffers = getattr(self.peak, "buffers", None)
+        return buffers if buffers is not None and not buffers.empty else None
 
     def _detail_figures(self, name: str) -> list[Any]:
         """[liveness (peak marked), and with a peak: lifetimes, treemap] of the selected program."""
@@ -305,6 +312,7 @@ class MemoryBreakdown(View, widgets.VBox):
                                          selected=self.selected, largest=self.largest, liveness=self.liveness,
                                          detail_note=self.detail_note, detail_figures=figures,
                                          peak_text=repr(self.peak) if self.peak is not None else None,
+                                         peak_buffers=self._peak_buffers(), top=self.top,
                                          notes=[f"programs from {self._programs.origin}",
                                                 *([self._programs.library_note()] if self._programs.library else [])])
 
