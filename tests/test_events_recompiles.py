@@ -286,3 +286,34 @@ def test_last_cuts_the_log_into_calls():
     d = log.last("f")
     assert (d.kind, d.reason, d.compile_s) == ("recompiled", "x: shape float32[3] -> float32[4]", 0.125)
     assert len(d.events) == 3
+
+
+def test_library_helpers_recompiling_warn_nobody_and_list_after_your_functions():
+    """Fault: ``jax.random.normal`` with a new shape each step made JAX's own ``jit__normal`` recompile, and
+    xlakit warned the user to "pass it as an array instead of in static_argnums" (advice about JAX's code), and
+    listed that helper above the user's function in ``recompiles()``."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit import events
+
+    @jax.jit
+    def mine(v):
+        return v * 2
+
+    key = jax.random.key(0)
+    with warnings.catch_warnings(record=True) as seen, events.record() as log:
+        warnings.simplefilter("always")
+        events.warn_recompiles(after=2, window_s=60)
+        try:
+            for n in range(3, 8):
+                mine(jax.random.normal(key, (n,)))
+        finally:
+            events.warn_recompiles(after=5, window_s=60)
+    told = [str(w.message) for w in seen if isinstance(w.message, events.RecompileWarning)]
+    assert told and all("jit_mine" in m for m in told), told
+    frame = log.recompiles()
+    assert frame["function"].iloc[0] == "jit_mine"
+    assert (frame["origin"] == "library").any()

@@ -86,6 +86,10 @@ def _check_01(text: str) -> None:
     assert m, "the notebook breaks down the warm first call's seconds"
     total, *parts = (float(v) for v in m.groups())
     assert abs(sum(parts) - total) < 0.02 and float(m.group(4)) > 0
+    # Only the timed call's events: not the traces build() did before the timer started (a negative rest).
+    assert parts[-1] >= 0, m.group(0)
+    # The warm run's lanes are the timed call's program only: no all-zero rows of setup programs it traced.
+    assert set(re.findall(r"(\S+) · warm run", text)) == {"jit_cnn_train_step"}, re.findall(r"\S+ · warm run", text)
     # A recompile is shown with the argument that changed and its successive shapes.
     assert re.search(r"jit_normalize recompiled 2 times: x changed shape: float32\[32\], float32\[64\], "
                      r"float32\[128\]", text), text[-2000:]

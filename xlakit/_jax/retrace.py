@@ -20,6 +20,8 @@ own trace-duration listener (registered with ``jax.monitoring`` once, removed by
 from __future__ import annotations
 
 import collections
+import contextlib
+import inspect
 import sys
 import threading
 import time
@@ -27,7 +29,7 @@ import warnings
 import weakref
 from typing import Any
 
-__all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER", "watch"]
+__all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER", "watch", "quiet_recompiles"]
 
 #: Global settings that change what JAX traces (part of its trace context), compared between traces.
 CONFIG_NAMES = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
@@ -245,7 +247,8 @@ class RetraceTracker:
             changes = [{"what": "unknown", "path": "arguments", "before": "?", "after": "?"}]
             reason = "retraced; the signature could not be read on this JAX version"
         emit("recompile", source="jit", name=name, reason=reason, changes=changes)
-        self._maybe_warn(ident, name, changes)
+        if not _QUIET.depth and not _library_function(frame.f_locals.get("fun") if frame is not None else None):
+            self._maybe_warn(ident, name, changes)  # JAX's own helpers (jit__normal) recompile by design
 
     def _maybe_warn(self, ident: tuple, name: str | None, changes: list[dict[str, str]]) -> None:
         now = time.monotonic()
@@ -272,6 +275,36 @@ class RetraceTracker:
         warnings.warn_explicit(message, RecompileWarning, frame.f_code.co_filename, frame.f_lineno,
                                module=frame.f_globals.get("__name__"),
                                registry=frame.f_globals.setdefault("__warningregistry__", {}))
+
+
+class _Quiet(threading.local):
+    depth = 0
+
+
+_QUIET = _Quiet()
+
+
+@contextlib.contextmanager
+def quiet_recompiles():
+    """No :class:`RecompileWarning` on this thread inside the block (the events are still recorded): for
+    xlakit's own loops over shapes (``memory.sweep``/``max_batch``), whose recompiles are the point."""
+    _QUIET.depth += 1
+    try:
+        yield
+    finally:
+        _QUIET.depth -= 1
+
+
+def _library_function(fun: Any) -> bool:
+    """True when the traced function's code lives in a library (jax's ``_normal``, flax, optax): its
+    recompiles are the library's business, and the usual fixes (pad, static_argnums) are not the user's."""
+    from xlakit._sources import is_library_file
+
+    try:
+        code = getattr(inspect.unwrap(fun), "__code__", None)
+    except Exception:  # noqa: BLE001 - an odd callable: treat it as the user's
+        return False
+    return code is not None and is_library_file(code.co_filename)
 
 
 def _user_frame() -> Any:

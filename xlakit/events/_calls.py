@@ -182,4 +182,7 @@ def recompiles(events: Iterable[Event]):
         seen = values.get((path, what), [])
         out.append({**row, "argument": path, "what": what, "values_seen": ", ".join(dict.fromkeys(seen))})
     frame = pd.DataFrame(out, columns=RECOMPILE_COLUMNS)
-    return frame.sort_values(["recompiles", "compile_s"], ascending=False, ignore_index=True)
+    frame["_library"] = frame["origin"].eq("library")  # your functions first, JAX's own helpers after
+    frame = frame.sort_values(["_library", "recompiles", "compile_s"], ascending=[True, False, False],
+                              ignore_index=True)
+    return frame.drop(columns="_library")
