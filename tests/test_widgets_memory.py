@@ -43,18 +43,45 @@ def test_memory_breakdown_draws_the_peak_lifetimes_and_treemap_of_a_real_program
     assert w.detail_figure.layout.shapes[0].x0 == pk.step
     top_source = pk.by("source")["group"].iat[0]
     assert top_source in w.detail_figure.layout.annotations[0].text          # the peak named in the user's terms
-    # Lifetimes: the largest buffers with a live range, each bar in its role's trace, from start to end.
+    # Lifetimes: one bar per piece of memory with a live range (the logical buffers of one allocation slice
+    # merged), each in its role's trace, from the first start to the last end of the buffers it stands for.
     buffers = pk.attribution.buffers
     ranged = buffers[buffers["start"] >= 0]
     life = w.lifetime_figure.layout.meta["xlakit_lifetime"]
-    assert life["shown"] == min(150, len(ranged)) and life["no_range"] == len(buffers) - len(ranged)
+    assert life["shown"] + life["more"] + life["aliases"] == len(ranged)
+    assert life["no_range"] == len(buffers) - len(ranged) and life["more"] == 0
+    by_id = ranged.set_index("buffer_id")
     for trace in w.lifetime_figure.data:
-        rows = ranged[ranged["role"] == trace.name]
-        assert sorted(trace.base) == sorted(float(s) for s in rows["start"]), trace.name
+        for pos, base, length in zip(trace.y, trace.base, trace.x, strict=True):
+            rep = by_id.loc[life["buffer_ids"][life["shown"] - 1 - pos]]
+            assert rep["role"] == trace.name and base <= rep["start"] and base + length - 1 >= rep["end"]
+            same = ranged[(ranged["allocation"] == rep["allocation"]) & (ranged["offset"] == rep["offset"])]
+            assert same["start"].min() <= base and base + length - 1 <= same["end"].max()
     assert "residual" in {t.name for t in w.lifetime_figure.data}
+    # What the bars crossing the peak step add up to is what is live there, not more (aliases counted once).
+    crossing = sum(b for i, b in enumerate(life["bytes"]) for t in w.lifetime_figure.data
+                   for pos, base, length in zip(t.y, t.base, t.x, strict=True)
+                   if pos == life["shown"] - 1 - i and base <= pk.step < base + length)
+    assert crossing <= pk.total_bytes
+    # Bars named in the user's terms: the source line of the residual, the parameter path of a parameter.
+    ticks = list(w.lifetime_figure.layout.yaxis.ticktext)
+    assert any(t.startswith("w[&#x27;a&#x27;] · parameter") for t in ticks)
+    assert any("(loss) · residual · " in t for t in ticks)
+    # The largest buffers at the peak: xlakit.memory.peak's, in the user's terms, not XLA's instruction list.
+    assert "bytes at the peak" in w.details.value and "allocation kind" not in w.details.value
+    assert "residual" in w.details.value and pk.buffers["instruction"].iat[0] in w.details.value
     # Treemap: the root is the peak total, and the bytes charged to the buffers live there sum to it.
     tree = w.treemap_figure.data[0]
     assert tree.values[0] == pk.total_bytes == int(pk.buffers["bytes"].sum())
+    # ...its top tiles are the user's source lines, every tile in its role's colour (none left grey).
+    from xlakit.view.memory_charts import ROLE_COLORS
+
+    top = {lab: col for lab, par, col in zip(tree.labels, tree.parents, tree.marker.colors, strict=True)
+           if par == "peak"}
+    assert any(lab.startswith(top_source) for lab in top), (top_source, list(top))
+    assert set(tree.marker.colors[1:]) <= set(ROLE_COLORS.values())
+    assert top[next(lab for lab in top if lab.startswith(top_source))] == ROLE_COLORS[
+        pk.buffers.loc[pk.buffers["source"] == top_source].groupby("role")["bytes"].sum().idxmax()]
     html = w.to_html(False)
     assert html.count("class='xlakit-chart'") == 4 and repr(pk).split(":")[0] in html
     w.close()
@@ -137,3 +164,24 @@ def test_memory_explorer_closed_while_compiling_draws_nothing_afterwards():
     time.sleep(0.2)
     assert e.results[(32, "none", "none")].peak is not None    # it finished on its thread...
     assert e._drawn is None and not e.errors                    # ...and drew nothing into the closed widget
+
+
+def test_the_explorers_saved_snapshot_is_the_drawn_result_not_compiling():
+    """Fault: the static snapshot a saved notebook keeps was taken when the explorer was displayed, before its
+    background compile finished: the saved notebook and nbconvert HTML said "compiling… Nothing compiled yet"
+    forever. The displayed snapshot is now replaced once the variant is drawn."""
+
+    class Handle:
+        def __init__(self):
+            self.shown = []
+
+        def update(self, data, raw=False):
+            self.shown.append(data["text/html"])
+
+    handle = Handle()
+    e = MemoryExplorer(loss, make_args, batch_sizes=(8,), step=jax.grad, start=False)
+    e.__dict__["_snapshot_handles"] = [handle]  # what _ipython_display_ keeps for the snapshot it displayed
+    e._request()  # what start=True does once the widget exists
+    assert e.wait(120) is not None
+    e.close()
+    assert handle.shown and "Nothing compiled yet" not in handle.shown[-1] and "plotly" in handle.shown[-1]

@@ -239,4 +239,21 @@ class View:
         live = dict(super()._repr_mimebundle_() or {})  # type: ignore[misc]
         live["text/plain"] = repr(self)
         display(live, raw=True)
-        display({"text/html": static_output(self._snapshot_html()), "text/plain": repr(self)}, raw=True)
+        handle = display({"text/html": static_output(self._snapshot_html()), "text/plain": repr(self)}, raw=True,
+                         display_id=True)
+        if handle is not None:
+            self.__dict__.setdefault("_snapshot_handles", []).append(handle)
+
+    def refresh_snapshot(self) -> None:
+        """Replace the static snapshot(s) this widget displayed with one of its state now, so a notebook saved
+        after a background update (a compile that finished, a selection) records the result, not the state at
+        display time. Called by widgets that change after they were shown; failures never reach the user."""
+        handles = self.__dict__.get("_snapshot_handles")
+        if not handles:
+            return
+        data = {"text/html": static_output(self._snapshot_html()), "text/plain": repr(self)}
+        for handle in handles:
+            try:
+                handle.update(data, raw=True)
+            except Exception:  # noqa: BLE001 - a closed front-end or a finished kernel session: nothing to update
+                pass

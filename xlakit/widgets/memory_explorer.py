@@ -288,6 +288,7 @@ class MemoryExplorer(View, widgets.VBox):
                 return
             self._drawn = result
             self._show(result)
+        self.refresh_snapshot()  # a notebook saved from now on records this variant, not "compiling…"
 
     def _show(self, result: ExplorerResult) -> None:
         from xlakit.view.memory_charts import lifetime_chart, liveness_chart
