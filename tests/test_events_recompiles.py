@@ -295,7 +295,6 @@ def test_library_helpers_recompiling_warn_nobody_and_list_after_your_functions()
     import warnings
 
     import jax
-    import jax.numpy as jnp
 
     from xlakit import events
 
