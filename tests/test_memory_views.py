@@ -4,6 +4,8 @@ sums equal the bytes at the peak. Pure figure builders on small hand-made frames
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -200,3 +202,139 @@ def test_variants_figure_draws_one_line_per_variant_in_batch_order():
     lines = {t.name: t for t in fig.data}
     assert lines["remat none"].x == (8, 64) and lines["remat none"].y == (2 * MiB, 9 * MiB)
     assert lines["remat full"].x == (8,) and lines["remat full"].customdata == ("1.0 MiB",)
+
+
+def _residual_slots() -> pd.DataFrame:
+    """A scan's residual stack as XLA assigns it: slot 0 (allocation 7, offset 0) appears under five logical-buffer
+    names, in-place updates chained step to step; slot 1 (offset 8 MiB) under two; a later value that reuses slot
+    0's memory after it is freed (no overlap: a bar of its own); and a parameter."""
+    names = ["bitcast_dynamic-update-slice_fusion.1", "arg_tuple.1", "while.16", "copy.3", "wrapped_broadcast",
+             "bitcast_dynamic-update-slice_fusion.2", "copy.4", "fusion.9", "Ws.1"]
+    return pd.DataFrame({
+        "buffer_id": [10, 11, 12, 13, 14, 20, 21, 30, 1],
+        "instruction": names,
+        "bytes": [8 * MiB] * 8 + [2 * MiB],
+        "shape": [(8, 512, 512)] * 8 + [(512, 1024)],
+        "dtype": ["float32"] * 9,
+        "role": ["residual"] * 7 + ["temporary", "parameter"],
+        "scope": ["forward › while/body"] * 7 + ["transpose(jvp(block))", "argument"],
+        "source": ["cell [4], line 3 (block)"] * 7 + [None, "argument params['Ws']"],
+        "layer": ["block › x @ W"] * 7 + [None, "argument"],
+        "parameter": [None] * 8 + ["params['Ws']"],
+        "allocation": pd.array([7, 7, 7, 7, 7, 7, 7, 7, 0], dtype="Int64"),
+        "offset": pd.array([0, 0, 0, 0, 0, 8 * MiB, 8 * MiB, 0, 0], dtype="Int64"),
+        "start": [2, 5, 9, 12, 14, 3, 10, 21, 0], "end": [5, 9, 12, 14, 20, 10, 19, 25, 25]})
+
+
+def test_lifetime_chart_draws_aliases_of_one_allocation_slice_as_one_bar():
+    buffers = _residual_slots()
+    fig = lifetime_chart(buffers, peak_step=15)
+    meta = fig.layout.meta["xlakit_lifetime"]
+    # 9 logical buffers, 4 pieces of memory: slot 0 (5 names), slot 1 (2 names), the later reuse, the parameter.
+    assert meta["shown"] == 4 and meta["aliases"] == 5 and meta["more"] == 0 and meta["no_range"] == 0
+    assert meta["buffer_ids"] == [1, 14, 21, 30]      # top to bottom by start; each slice's longest-lived buffer
+    assert meta["bytes"] == [2 * MiB, 8 * MiB, 8 * MiB, 8 * MiB]     # each slice's bytes once, not 5x
+    (residual,) = [t for t in fig.data if t.name == "residual"]
+    spans = sorted(zip(residual.base, residual.x, strict=True))
+    assert spans == [(2.0, 19.0), (3.0, 17.0)]                       # steps 2..20 and 3..19: the unions
+    assert "+4 aliases" in residual.customdata[0] and "while.16" in residual.customdata[0]
+    assert "live steps 2–20" in residual.customdata[0]
+    assert "+1 alias " in residual.customdata[1] and "bitcast_dynamic-update-slice_fusion.2" in residual.customdata[1]
+    # What the bars crossing the peak step add up to is what is live there: 2 + 8 + 8 MiB, not 2 + 7 x 8 MiB.
+    crossing = [b for y, b in enumerate(meta["bytes"]) if any(
+        base <= 15 < base + x for t in fig.data for pos, base, x in zip(t.y, t.base, t.x, strict=True)
+        if pos == meta["shown"] - 1 - y)]
+    assert sum(crossing) == 18 * MiB
+    # Fewer bars asked for: the left-out count is in pieces of memory, the aliases of a drawn bar are not "more".
+    one = lifetime_chart(buffers, top=1).layout.meta["xlakit_lifetime"]
+    assert one["shown"] == 1 and one["more"] == 3 and one["more_bytes"] == 18 * MiB
+    # Without allocation/offset columns every logical buffer is its own bar, as before.
+    flat = lifetime_chart(buffers.drop(columns=["allocation", "offset"])).layout.meta["xlakit_lifetime"]
+    assert flat["shown"] == 9 and flat["aliases"] == 0 and sum(flat["bytes"]) == 66 * MiB
+
+
+def test_lifetime_chart_labels_bars_in_the_users_terms():
+    buffers = _residual_slots()
+    fig = lifetime_chart(buffers)
+    ticks = list(fig.layout.yaxis.ticktext)
+    meta = fig.layout.meta["xlakit_lifetime"]
+    assert meta["labels"] == ["params['Ws'] · parameter · 2.0 MiB",            # the parameter path
+                              "cell [4], line 3 (block) · residual · 8.0 MiB",  # the source line
+                              "cell [4], line 3 (block) · residual · 8.0 MiB",
+                              "fusion.9 · temporary · 8.0 MiB"]                 # nothing else known
+    assert ticks[1] == "cell [4], line 3 (block) · residual · 8.0 MiB"
+    assert ticks[0] == "params[&#x27;Ws&#x27;] · parameter · 2.0 MiB"          # escaped for the page
+    assert not any(t.startswith(("arg_tuple", "while", "Ws.1", "bitcast")) for t in ticks)
+    (residual,) = [t for t in fig.data if t.name == "residual"]
+    assert "<b>wrapped_broadcast</b>" in residual.customdata[0]                    # the instruction: hover
+    # Without a source, the layer names the bar.
+    no_source = buffers.assign(source=None)
+    labels = lifetime_chart(no_source).layout.meta["xlakit_lifetime"]["labels"]
+    assert labels[1] == "block › x @ W · residual · 8.0 MiB"
+
+
+def test_peak_treemap_colours_tiles_by_role_and_names_sources_in_user_terms():
+    from xlakit.view.memory_charts import ROLE_COLORS
+
+    at_peak = _buffers().iloc[[0, 1, 2, 4, 5]].assign(
+        layer=["argument", "argument", "MLP.__call__ › jnp.tanh(h)", None, "MLP.__call__ › h.copy()"])
+    nodes = peak_treemap_nodes(at_peak)
+    by_id = {i: (lab, col, role) for i, lab, col, role in
+             zip(nodes["ids"], nodes["labels"], nodes["colors"], nodes["roles"], strict=True)}
+    leaves = [i for i in nodes["ids"] if "/#" in i]
+    assert len(leaves) == 5
+    for i in leaves:                                         # every buffer in its role's colour
+        _, colour, role = by_id[i]
+        assert colour == ROLE_COLORS[role]
+    assert {by_id[i][2] for i in leaves} == {"parameter", "residual", "temporary"}
+    # Groups in the colour of their main role (by bytes): jvp(MLP) holds 8 MiB residual, 5 MiB temporary.
+    assert by_id["peak/jvp(MLP)"][1:] == (ROLE_COLORS["residual"], "residual")
+    assert by_id["peak/params"][1:] == (ROLE_COLORS["parameter"], "parameter")
+    assert by_id["peak/(no scope)"][1:] == (ROLE_COLORS["temporary"], "temporary")
+    # Source tiles: the source line and the layer; buffers by parameter path or role and shape.
+    assert by_id["peak/jvp(MLP)/model.py:42"][0] == "model.py:42<br>MLP.__call__ › jnp.tanh(h)"
+    assert by_id["peak/params/train.py:10"][0] == "train.py:10"          # "argument": no layer to add
+    leaf_labels = sorted(by_id[i][0] for i in leaves)
+    assert "residual 8×1024×256" in leaf_labels
+    assert "params[&#x27;l1&#x27;][&#x27;kernel&#x27;] 1024×1024" in leaf_labels
+    assert not any("tanh.3" in lab for lab in leaf_labels)              # the instruction is in the hover
+    assert any("tanh.3" in h for h in nodes["hover"])
+    fig = peak_treemap_figure(nodes)
+    tree = fig.data[0]
+    assert list(tree.marker.colors) == nodes["colors"] and "#dddddd" not in tree.marker.colors
+    assert tree.text[0] == fmt_bytes(21 * MiB) and tree.textinfo == "label+text"
+    assert "residual" in fig.layout.annotations[0].text                 # the colour key
+    # An alias charged nothing at the peak (its bytes counted with a larger buffer) gets no tile of its own.
+    alias = at_peak.iloc[[2]].assign(bytes=0, instruction="copy.7")
+    with_alias = peak_treemap_nodes(pd.concat([at_peak, alias]))
+    assert len([i for i in with_alias["ids"] if "/#" in i]) == 5 and with_alias["values"][0] == 21 * MiB
+
+
+def test_details_table_shows_the_peaks_buffers_in_user_terms_and_xlas_only_without_one():
+    from xlakit.view.breakdown import details_html
+
+    peak_buffers = _buffers().iloc[[0, 1, 2, 4, 5]].assign(
+        layer=["argument", "argument", "MLP.__call__ › jnp.tanh(h)", None, None],
+        buffer_bytes=lambda f: f["bytes"])
+    peak_buffers.loc[5, "bytes"] = 1 * MiB                     # shares 4 of its 5 MiB with a larger buffer
+    largest = pd.DataFrame({"instruction": ["wrapped_broadcast", "copy.10"], "opcode": ["fusion", "copy"],
+                            "dtype": ["f32", "f32"], "shape": [(8,), (8,)], "bytes": [64, 32],
+                            "kind": ["temporary", "temporary"], "allocation": [1, 2]})
+    largest.attrs["source"] = "XLA peak_buffers"
+    html = details_html("step", largest, peak_buffers=peak_buffers, top=5)
+    headers = re.findall(r"<th class='[^']*'>([^<]*)</th>", html)
+    assert headers == ["role", "source", "layer", "parameter", "dtype", "shape", "bytes at the peak", "own size",
+                       "instruction (XLA)"]
+    body = html.split("<tbody>")[1]
+    rows = body.split("<tr>")[1:]
+    assert len(rows) == 5 and "residual" in rows[0] and "model.py:42" in rows[0] and "8×1024×256" in rows[0]
+    assert re.findall(r"<td[^>]*>([^<]*)</td>", rows[0])[-1] == "tanh.3"              # the instruction last
+    assert f"data-bytes='{8 * MiB}'" in rows[0] and "params[&#x27;l1&#x27;][&#x27;kernel&#x27;]" in rows[1]
+    assert f"data-bytes='{1 * MiB}'" in rows[4] and f"data-bytes='{5 * MiB}'" in rows[4]  # charged, own size
+    assert "own size" not in details_html("step", largest, peak_buffers=peak_buffers, top=3)  # all unshared
+    for gone in ("wrapped_broadcast", "copy.10", "allocation kind", "XLA peak_buffers"):
+        assert gone not in html
+    # No peak attribution: XLA's own list, as before.
+    old = details_html("step", largest)
+    assert "wrapped_broadcast" in old and "allocation kind" in old and "source: XLA peak_buffers" in old
+    assert "bytes at the peak" not in old

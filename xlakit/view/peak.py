@@ -122,7 +122,7 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
                 role = main_role.get(nid, "unknown")
                 layer = main_layer.get(nid, "")
                 shown = html_text(lab)
-                if layer and layer not in ("unknown", MISSING_LABEL["source"], lab) and layer not in lab:
+                if layer and layer not in ("unknown", "argument", MISSING_LABEL["source"]) and layer not in lab:
                     shown = html_text(layer) if lab == MISSING_LABEL["source"] else f"{shown}<br>{html_text(layer)}"
                 ids.append(nid)
                 labels.append(shown)
@@ -133,6 +133,7 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
                 hover.append(f"{col}: {html_text(lab)}" + (f"<br>layer: {html_text(layer)}" if layer else "")
                              + f"<br>{fmt_bytes(int(sums[nid]))}, mostly {html_text(role)}")
         order = nbytes.to_numpy().argsort(kind="stable")[::-1]
+        order = order[nbytes.to_numpy()[order] > 0]  # an alias charged nothing at the peak: no tile of its own
         big = order[:max_leaves]
         records = frame.iloc[big].to_dict("records")
         node_of = node.tolist()

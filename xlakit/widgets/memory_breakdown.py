@@ -29,9 +29,10 @@ class MemoryBreakdown(View, widgets.VBox):
     its largest buffers at the peak (from :func:`xlakit.memory.peak`: role, source, layer, parameter, shape,
     bytes charged at the peak; XLA's :meth:`xlakit.memory.BufferAssignment.largest` only where the peak cannot
     be attributed), its live bytes over program order with the peak step marked and named (the peak's top
-    source and scope, from :func:`xlakit.memory.peak`), each large buffer's lifetime as a bar over program order coloured by role, and
-    a treemap of the buffers live at the peak by scope and source (:mod:`xlakit.view.memory_charts`,
-    :mod:`xlakit.view.peak`). Where the peak cannot be attributed, the widget says why and shows the rest.
+    source and scope, from :func:`xlakit.memory.peak`), each large buffer's lifetime as a bar over program
+    order coloured by role, and a treemap of the buffers live at the peak by source and scope
+    (:mod:`xlakit.view.memory_charts`, :mod:`xlakit.view.peak`). Where the peak cannot be attributed, the widget
+    says why and shows the rest.
 
     Args:
       programs: a ``jax.stages.Compiled``; a dict name -> Compiled (or ``CompiledMemory``, or anything
@@ -89,7 +90,7 @@ class MemoryBreakdown(View, widgets.VBox):
         self.detail_chart = Chart()
         #: each large buffer of the selected program over program order, coloured by role.
         self.lifetime_chart = Chart()
-        #: the buffers live at the selected program's peak, by scope and source.
+        #: the buffers live at the selected program's peak, by source and scope, coloured by role.
         self.treemap_chart = Chart()
         self._peak_box = widgets.VBox([self.lifetime_chart, self.treemap_chart],
                                       layout=widgets.Layout(display="none", width="100%"))
@@ -281,8 +282,8 @@ class MemoryBreakdown(View, widgets.VBox):
         if attribution is not None:
             figs.append(lifetime_chart(attribution.buffers, peak_step=pk.step,
                                        title=f"Buffer lifetimes: {name} (largest buffers, coloured by role)"))
-        figs.append(peak_treemap_figure(peak_treemap_nodes(pk.buffers),
-                                        title=f"What holds the peak of {name}: scope → source → buffer"))
+        figs.append(peak_treemap_figure(peak_treemap_nodes(pk.buffers, ("source", "scope")),
+                                        title=f"What holds the peak of {name}: source → scope → buffer"))
         return figs
 
     def _assignment(self, name: str, notes: list[str]) -> Any:
