@@ -137,7 +137,7 @@ def _header(path: Path, f, size: int) -> tuple[dict[str, tuple[np.dtype, tuple[i
     """The safetensors header: ``{name: (dtype, shape, begin, end)}`` (offsets relative to the data, which
     starts at the returned offset), checked against the file's ``size`` in bytes. Format: an 8-byte
     little-endian header length, that many bytes of JSON, then the tensors' bytes."""
-    import json
+    from xlakit.store import safejson
 
     def bad(why: str) -> WeightsError:
         return WeightsError(path, None, f"not a readable safetensors file: {why}")
@@ -149,7 +149,7 @@ def _header(path: Path, f, size: int) -> tuple[dict[str, tuple[np.dtype, tuple[i
     if n > min(_MAX_HEADER_BYTES, size - 8):
         raise bad(f"header length {n} exceeds the file ({size} bytes) or the format's bound")
     try:
-        meta = json.loads(f.read(n))
+        meta = safejson.loads(f.read(n))  # bounded depth and numbers: the header is untrusted input
     except ValueError as e:
         raise bad(f"header is not JSON ({e})") from None
     if not isinstance(meta, dict):
