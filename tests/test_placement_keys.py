@@ -41,7 +41,9 @@ def placements(tmp_path_factory):
 
 
 def _kinds(run: dict) -> list[str]:
-    return [e["kind"] for e in run["events"]]
+    """The cache's decisions; a ``recompile`` event (JAX retraced for the new placement) is the timeline's
+    account of the same call, not a cache decision."""
+    return [e["kind"] for e in run["events"] if e["kind"] != "recompile"]
 
 
 def test_permuted_and_shifted_devices_hit_one_entry_with_the_same_values(placements):
@@ -61,7 +63,7 @@ def test_permuted_and_shifted_devices_hit_one_entry_with_the_same_values(placeme
     assert _kinds(runs["1_dev3"]) == ["hit"] and runs["1_dev3"]["shards"] == [3]
     assert runs["1_dev3"]["value"] == runs["1_dev0"]["value"]
     # the entry keys: one per device count
-    keys = {e["key"] for r in runs.values() for e in r["events"]}
+    keys = {e["key"] for r in runs.values() for e in r["events"] if e["kind"] != "recompile"}
     assert len(keys) == 3
 
 
