@@ -34,7 +34,7 @@ neither the exporter nor the watcher: the first result after a restart pays only
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from xlakit.bundle.check import BundleCheck, ModuleCheck, check_bundle
@@ -49,6 +49,8 @@ __all__ = ["export_bundle", "load_bundle", "LoadedBundle", "ModuleReport", "DEFA
            "BundleWatcher", "BundleChange", "check_bundle", "BundleCheck", "ModuleCheck", "Manifest", "ModuleSpec",
            "TensorSpec", "Drop", "BundleError", "ManifestError", "ModuleError", "WeightsError"]
 
+from xlakit._lazy import lazy_exports  # noqa: E402 - placed by the names it serves
+
 #: Public name -> the module that defines it.
 _HOME = {
     **dict.fromkeys(("BundleCheck", "ModuleCheck", "check_bundle"), "check"),
@@ -61,15 +63,4 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        import importlib
-
-        value = getattr(importlib.import_module(f"xlakit.bundle.{_HOME[name]}"), name)
-        globals()[name] = value  # later lookups are plain attribute reads
-        return value
-    raise AttributeError(f"module 'xlakit.bundle' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _HOME, globals(), __all__)

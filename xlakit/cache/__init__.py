@@ -18,7 +18,7 @@ on first use (a bundle load needs :mod:`.path` and :mod:`.entry`, not transparen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from xlakit.cache.decision import DECISION_KINDS, Decision
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["Decision", "DECISION_KINDS", "CachePath", "CacheFolder", "ExecutableCache", "CacheEvent",
            "TransparentCache", "enable", "disable", "active", "current_environment", "current_partition"]
 
+from xlakit._lazy import lazy_exports  # noqa: E402 - placed by the names it serves
+
 #: Public name -> the module that defines it.
 _HOME = {
     **dict.fromkeys(("DECISION_KINDS", "Decision"), "decision"),
@@ -42,15 +44,4 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        import importlib
-
-        value = getattr(importlib.import_module(f"xlakit.cache.{_HOME[name]}"), name)
-        globals()[name] = value  # later lookups are plain attribute reads
-        return value
-    raise AttributeError(f"module 'xlakit.cache' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _HOME, globals(), __all__)
