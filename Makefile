@@ -9,7 +9,8 @@ VENV312 ?= .venv-312
 CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_store_entries.py tests/test_store_folder.py \
               tests/test_store_hostile.py tests/test_secret.py tests/test_environment.py tests/test_api.py \
               tests/test_transparent.py tests/test_executable_cache.py tests/test_cache_decisions.py \
-              tests/test_placement_keys.py tests/test_serialize.py tests/test_fleet_coordinate.py
+              tests/test_placement_keys.py tests/test_serialize.py tests/test_fleet_coordinate.py \
+              tests/test_unpickle_policy.py tests/test_partition_devices.py
 
 .PHONY: demo test lint test-default test-py312 venv benchmark clean browser
 
