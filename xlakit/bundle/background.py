@@ -159,6 +159,12 @@ class ProgramLoader:
         start = time.perf_counter()
         try:
             report, compiled = self._ctx.load_module(spec, self._blobs[file], self._current[file])
+        except (KeyboardInterrupt, SystemExit):
+            # On the main thread (a call loading its own program) a Ctrl-C must end the script, not become
+            # this module's error; the module goes back to pending for whoever continues.
+            with self._lock:
+                self._pending[file] = spec
+            raise
         except BaseException as e:  # noqa: BLE001 - load_module never raises; if it does, the module fails alone
             err = e if isinstance(e, BundleError) else ModuleError(self._ctx.path / file, None,
                                                                    f"{type(e).__name__}: {e}")
