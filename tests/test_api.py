@@ -19,6 +19,17 @@ def test_import_is_light_and_changes_nothing():
     assert out == "[]"
 
 
+def test_every_subpackage_is_an_attribute_of_a_bare_import_loaded_on_first_use():
+    """Fault: after ``import xlakit``, ``xlakit.memory.peak(...)`` (the README's memory line) raised
+    AttributeError: only ``xlakit.widgets`` was reachable. Each subpackage is imported when first named."""
+    out = run_python(
+        "import sys, xlakit\n"
+        "before = [m for m in ('xlakit.memory', 'xlakit.bundle', 'xlakit.widgets') if m in sys.modules]\n"
+        "found = [callable(xlakit.memory.peak), callable(xlakit.bundle.load_bundle), callable(xlakit.store.LocalStore)]\n"
+        "print(repr((before, found, 'xlakit.memory' in sys.modules)))")
+    assert out == "([], [True, True, True], True)"
+
+
 def test_enable_then_disable_restores_jax_settings_and_hooks(tmp_path):
     code = f"""
 import json, logging, jax

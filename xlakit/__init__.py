@@ -127,12 +127,17 @@ def load_ipython_extension(ipython) -> None:
     load(ipython)
 
 
+# Subpackages reachable as attributes after a bare ``import xlakit``, each imported on first use.
+_SUBPACKAGES = frozenset({"bundle", "cache", "cli", "demo", "explain", "ipython", "memory", "report", "store",
+                          "view", "widgets"})
+
+
 def __getattr__(name: str):
     # Loaded on first use so that `import xlakit` stays light.
-    if name == "widgets":  # ``xlakit.widgets.dashboard()`` after a bare ``import xlakit`` (imports ipywidgets)
+    if name in _SUBPACKAGES:  # ``xlakit.memory.peak(...)``, ``xlakit.widgets.dashboard()`` after ``import xlakit``
         import importlib
 
-        return importlib.import_module("xlakit.widgets")
+        return importlib.import_module(f"xlakit.{name}")
     if name in _LAZY:
         import importlib
 

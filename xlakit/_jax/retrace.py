@@ -223,6 +223,8 @@ class RetraceTracker:
         frame = _trace_frame()
         if frame is not None and _eager_primitive(frame.f_locals.get("fun")):
             return  # jnp/lax applied outside jit: each new parameter set is another program, not a recompile
+        if frame is not None and _xlakit_function(frame.f_locals.get("fun")):
+            return  # xlakit's own shape evaluations (memory.sweep's abstract arguments) are not the user's retraces
         sig: _Signature | None = None
         ident: tuple = (fun_name, None, 0)
         if frame is not None:
@@ -305,6 +307,17 @@ def _library_function(fun: Any) -> bool:
     except Exception:  # noqa: BLE001 - an odd callable: treat it as the user's
         return False
     return code is not None and is_library_file(code.co_filename)
+
+
+def _xlakit_function(fun: Any) -> bool:
+    """True when the traced function is defined inside xlakit itself."""
+    from xlakit._sources import library_package
+
+    try:
+        code = getattr(inspect.unwrap(fun), "__code__", None)
+    except Exception:  # noqa: BLE001 - an odd callable: not ours
+        return False
+    return code is not None and library_package(code.co_filename) == "xlakit"
 
 
 def _user_frame() -> Any:

@@ -36,7 +36,7 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
     from xlakit.memory.compiled import compiled_memory
     from xlakit.memory.peak import peak
 
-    args = make_args(batch)
+    args = make_args(batch) if probe else _abstract_args(make_args, batch)
     args = args if isinstance(args, tuple) else (args,)
     decision = None
     if cache is not None:
@@ -63,6 +63,19 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
         row["agrees"] = bool(result.exact)
         row["probe_reason"] = result.reason
     return row
+
+
+def _abstract_args(make_args: Callable[[int], Any], batch: int) -> Any:
+    """``make_args(batch)`` as shapes and dtypes (``jax.ShapeDtypeStruct`` leaves, via ``jax.eval_shape``): a
+    compile-only measurement needs no data, so no batch's arrays are allocated and nothing that builds them
+    (``jnp.ones``, an initialiser) is compiled for each size tried. Arguments that cannot be abstracted (a
+    static string, a function that needs concrete values) are made concretely instead."""
+    import jax
+
+    try:
+        return jax.eval_shape(lambda: make_args(batch))
+    except Exception:  # noqa: BLE001 - e.g. a non-array leaf or a concrete-value branch: build the real arguments
+        return make_args(batch)
 
 
 def _frame(rows: list[dict[str, Any]]):
