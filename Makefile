@@ -30,8 +30,11 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check xlakit tests benchmarks
 	$(VENV)/bin/mypy xlakit
 
+# Two pytest workers (pytest-xdist), whole files to one worker (module fixtures such as the S3 server and
+# JupyterLab start once): on 2 cores this halves the wall time; the tests run JAX in subprocesses anyway.
+TEST_WORKERS ?= 2
 test-default: $(VENV)/.installed-test browser
-	XLAKIT_TEST_BINDER=1 $(VENV)/bin/python -m pytest -q
+	XLAKIT_TEST_BINDER=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-py312:
 	@if [ -z "$(PY312)" ]; then echo "test-py312: no Python 3.12 on this machine; skipped"; exit 0; fi; \
@@ -39,7 +42,7 @@ test-py312:
 	$(VENV312)/bin/python -m pip install --quiet --upgrade pip; \
 	$(VENV312)/bin/python -m pip install --quiet --upgrade -e '.[test]'; \
 	$(VENV312)/bin/python -c 'import jax; print("cache tests on Python 3.12, jax", jax.__version__)'; \
-	$(VENV312)/bin/python -m pytest -q $(CACHE_TESTS)
+	$(VENV312)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(CACHE_TESTS)
 
 # Debian's chromium for the real-browser widget test (tests/test_browser.py; Playwright's own browser download
 # does not work here). Installed only when missing; as root a failed install fails the target (CI must run the

@@ -25,7 +25,8 @@ def test_every_subpackage_is_an_attribute_of_a_bare_import_loaded_on_first_use()
     out = run_python(
         "import sys, xlakit\n"
         "before = [m for m in ('xlakit.memory', 'xlakit.bundle', 'xlakit.widgets') if m in sys.modules]\n"
-        "found = [callable(xlakit.memory.peak), callable(xlakit.bundle.load_bundle), callable(xlakit.store.LocalStore)]\n"
+        "found = [callable(xlakit.memory.peak), callable(xlakit.bundle.load_bundle),\n"
+        "         callable(xlakit.store.LocalStore)]\n"
         "print(repr((before, found, 'xlakit.memory' in sys.modules)))")
     assert out == "([], [True, True, True], True)"
 

@@ -87,6 +87,34 @@ def test_call_waits_only_for_its_own_program(warm_bundle, monkeypatch):
     assert 0 < loaded.ready_s <= loaded.total_s
 
 
+def test_the_other_programs_load_after_the_first_calls_result_not_beside_its_run(warm_bundle, monkeypatch):
+    """Fault: the other programs started loading the moment the first one had loaded, so on 2 cores they shared
+    the cores with the first call's run (XLA:CPU's first run of a program is its most expensive) and slowed the
+    first result. They now wait for that result, or for HEAD_YIELD_S when no call comes."""
+    import time
+
+    from xlakit.bundle import background
+
+    started = _record_loads(monkeypatch)
+    monkeypatch.setattr(background, "HEAD_YIELD_S", 30.0)
+    loaded = load_bundle(warm_bundle, progress=False, max_workers=2)
+    assert loaded.wait_for(1, timeout=30)
+    time.sleep(0.3)
+    assert started == ["model.b1.jaxexp"]                 # loaded, not yet called: b4 waits
+    out = np.asarray(loaded(xs(1)))                       # the first result...
+    deadline = time.monotonic() + 20
+    while not loaded.ready(4) and time.monotonic() < deadline:  # ready() never asks for b4 (wait_for would)
+        time.sleep(0.02)
+    assert loaded.ready(4)                                # ...released b4 long before HEAD_YIELD_S
+    np.testing.assert_allclose(out, expected(xs(1)), rtol=1e-6)
+    assert started == ["model.b1.jaxexp", "model.b4.jaxexp"]
+
+    monkeypatch.setattr(background, "HEAD_YIELD_S", 0.2)
+    started.clear()
+    assert load_bundle(warm_bundle, progress=False, max_workers=2).wait_for(4, timeout=30)  # no call: loads on
+    assert started == ["model.b1.jaxexp", "model.b4.jaxexp"]
+
+
 def test_background_failure_surfaces_on_the_call_and_in_the_report(warm_bundle, tmp_path):
     import shutil
 

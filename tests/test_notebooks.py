@@ -3,21 +3,14 @@
 The kernel is ``python3``, which jupyter_client resolves to the interpreter running pytest (ipykernel's
 built-in kernelspec uses ``sys.executable``), so the notebooks run against this virtual environment.
 
-The Binder test builds binder/requirements.txt in a fresh virtual environment from nothing, runs binder/postBuild
-and executes 01_quickstart there. It is marked ``binder`` and runs only with XLAKIT_TEST_BINDER=1 (installing
-jax, flax, jupyterlab, ... takes minutes even from a warm pip cache).
+Binder's build of binder/ is tested in tests/test_binder.py.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import re
-import shutil
-import subprocess
-import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -202,95 +195,3 @@ def test_notebook_committed_clean(path: Path) -> None:
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert "except ImportError" in first_code.source and 'xlakit[notebook]' in first_code.source
     assert "tempfile" in first_code.source
-
-
-#: The Python repo2docker (Binder's builder) installs when the binder/ folder has no runtime.txt: its default, not
-#: the project's requires-python, which it never reads once a binder/ folder exists.
-REPO2DOCKER_DEFAULT_PYTHON = "3.10"
-
-
-def binder_python_version(binder: Path = ROOT / "binder") -> str:
-    """The Python version repo2docker builds ``binder`` with: ``binder/runtime.txt`` (``python-X.Y``; with a
-    binder/ folder, files beside it in the repository root are ignored), else repo2docker's default."""
-    runtime = binder / "runtime.txt"
-    if not runtime.exists():
-        return REPO2DOCKER_DEFAULT_PYTHON
-    text = runtime.read_text().strip()
-    m = re.fullmatch(r"python-(\d+\.\d+)(?:\.\d+)?", text)
-    assert m, f"{runtime}: repo2docker reads 'python-X.Y', not {text!r}"
-    return m.group(1)
-
-
-def _python_of_version(version: str) -> str | None:
-    """An interpreter of ``version`` on this machine: this one, pythonX.Y on PATH, or a pyenv build."""
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        return sys.executable
-    for candidate in [shutil.which(f"python{version}"), *sorted(glob.glob(os.path.expanduser(
-            f"~/.pyenv/versions/{version}.*/bin/python")))]:
-        if candidate and subprocess.run([candidate, "-c", f"import sys; assert '%d.%d' % sys.version_info[:2] == "
-                                         f"'{version}'"], capture_output=True).returncode == 0:
-            return candidate
-    return None
-
-
-def test_binder_builds_with_a_python_the_project_supports(tmp_path: Path) -> None:
-    """Without binder/runtime.txt repo2docker picked its default Python 3.10, where binder/requirements.txt finds
-    no jaxlib (the project needs >= 3.11), while the Binder build test used this interpreter and passed."""
-    from packaging.specifiers import SpecifierSet
-
-    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
-    version = binder_python_version()
-    assert version in SpecifierSet(requires), f"Binder would build with Python {version}; requires {requires}"
-    (tmp_path / "runtime.txt").unlink(missing_ok=True)  # the rule itself: no runtime.txt means the default
-    assert binder_python_version(tmp_path) == REPO2DOCKER_DEFAULT_PYTHON
-    assert REPO2DOCKER_DEFAULT_PYTHON not in SpecifierSet(requires)
-
-
-@pytest.mark.binder
-@pytest.mark.skipif(os.environ.get("XLAKIT_TEST_BINDER") != "1",
-                    reason="builds a fresh Binder environment (minutes); set XLAKIT_TEST_BINDER=1")
-@pytest.mark.timeout(1800)
-def test_binder_environment(tmp_path: Path) -> None:
-    """Build binder/ as Binder does (the Python of binder/runtime.txt, requirements.txt, then postBuild, from the
-    repository root) and run every notebook in it. `make test` (the README's test command, and CI) sets
-    XLAKIT_TEST_BINDER=1. The environment (~1 GB) is removed afterwards, also when the test fails."""
-    version = binder_python_version()
-    python = _python_of_version(version)
-    if python is None:
-        pytest.skip(f"Binder builds with Python {version} (binder/runtime.txt); this machine has none")
-    venv = tmp_path / "venv"
-    try:
-        _build_and_run_binder(python, venv, tmp_path)
-    finally:
-        shutil.rmtree(venv, ignore_errors=True)
-
-
-def _build_and_run_binder(python: str, venv: Path, tmp_path: Path) -> None:
-    subprocess.run([python, "-m", "venv", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    built = subprocess.run([str(py), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
-                           text=True, check=True).stdout.strip()
-    assert built == binder_python_version(), built
-    env = _kernel_env()
-    env.pop("PYTHONPATH", None)          # xlakit must come from the install, not from this checkout's path
-    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
-    env["VIRTUAL_ENV"] = str(venv)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"], cwd=ROOT, env=env,
-                   check=True)
-    subprocess.run(["bash", "binder/postBuild"], cwd=ROOT, env=env, check=True)
-    script = (
-        "import sys, nbformat, nbclient\n"
-        "nb = nbformat.read(sys.argv[1], as_version=4)\n"
-        "nbclient.NotebookClient(nb, timeout=180, kernel_name='python3',"
-        " resources={'metadata': {'path': sys.argv[2]}}).execute()\n"
-        "nbformat.write(nb, sys.argv[3])\n"
-    )
-    for path in NOTEBOOKS:  # every notebook, top to bottom, in the environment Binder would build
-        out = tmp_path / f"{path.stem}_executed.ipynb"
-        subprocess.run([str(py), "-c", script, str(path), str(tmp_path), str(out)], cwd=tmp_path, env=env,
-                       check=True, timeout=600)
-    nb = nbformat.read(tmp_path / "01_quickstart_executed.ipynb", as_version=4)
-    where = subprocess.run([str(py), "-c", "import xlakit; print(xlakit.__file__)"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, check=True).stdout
-    assert str(venv) in where or str(ROOT) in where, where
-    _check_01(_all_text(nb))

@@ -44,6 +44,11 @@ from xlakit.bundle.reports import ModuleReport
 __all__ = ["ProgramLoader"]
 
 
+#: Seconds the head-start worker waits, after the first program loaded, for a first call before it loads the
+#: others anyway (a notebook's next cell comes later than this; a script's first call comes sooner).
+HEAD_YIELD_S = 0.25
+
+
 class ProgramLoader:
     """Loads ``specs`` with ``ctx.load_module`` in ``workers`` threads, best rank first.
 
@@ -78,6 +83,11 @@ class ProgramLoader:
         self._left = len(specs)
         self._all_done = threading.Event()
         self.finished_at: float | None = None  # time.perf_counter() when the last module was done (warm-up too)
+        # Head start: after the best-ranked program loads, the others wait for its first call to finish (or for a
+        # call that needs another program, wait(), a cancel, or HEAD_YIELD_S without any call).
+        self._head_start = head_start
+        self._released = threading.Event()
+        self._first_outputs: list[Any] = []
         # A module that could not even be read (missing, FIFO, too large) fails here, on the caller's thread, so
         # load_bundle can name it before returning instead of on some later call.
         for s in specs:
@@ -114,7 +124,17 @@ class ProgramLoader:
             with self._lock:
                 if file in self._pending:
                     self._rank[file] = next(self._bumps)
+                    self._released.set()  # a call needs a program not loaded yet: load on, now
         return future.result(timeout)
+
+    def first_run(self, outputs: Any) -> None:
+        """A call dispatched the first program run of this load (``outputs``: its output arrays, maybe still
+        computing): the other programs load once they are ready. Only the first call counts."""
+        if self._head_start and not self._released.is_set():
+            with self._lock:
+                if not self._released.is_set():  # else the head worker stopped waiting: keep no reference
+                    self._first_outputs.append(outputs)
+                    self._released.set()
 
     def mark_used(self, file: str) -> None:
         """A call is about to run this program: a warm-up that has not started is no longer needed."""
@@ -126,10 +146,12 @@ class ProgramLoader:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every module resolved and, with ``warmup``, was warmed up; False if ``timeout`` seconds
         passed first."""
+        self._released.set()
         return self._all_done.wait(timeout)
 
     def cancel(self, reason: str = "cancelled: the load failed before this module was loaded") -> None:
         """Load nothing more (modules already loading finish; the rest resolve as ``error`` reports)."""
+        self._released.set()
         with self._lock:
             cancelled = list(self._pending.values())
             self._pending.clear()
@@ -143,9 +165,28 @@ class ProgramLoader:
         others once its first module is loaded."""
         first = True
         while self._take_next():
-            if first and head and self._workers > 1 and not _interrupted_exit():
-                self._spawn(self._workers - 1)
+            if first and head:
+                self._yield_to_first_run()
+                if self._workers > 1 and not _interrupted_exit():
+                    self._spawn(self._workers - 1)
             first = False
+
+    def _yield_to_first_run(self) -> None:
+        """Let the first call's run have the cores: XLA:CPU's first run of a program costs ~5x a later one, and
+        loading the other programs beside it (GIL, 2 cores) slowed the first result by ~15 ms of ~50 (measured
+        with benchmarks/first_result.py). Waits at most HEAD_YIELD_S for a call; none: load on."""
+        self._released.wait(HEAD_YIELD_S)
+        with self._lock:
+            self._released.set()  # from now on a first call hands over nothing
+            outputs = self._first_outputs.pop() if self._first_outputs else None
+        if outputs is None:
+            return
+        try:
+            import jax
+
+            jax.block_until_ready(outputs)  # releases the GIL while the run computes
+        except Exception:  # noqa: BLE001, S110 - the caller sees its own run's errors; loading goes on
+            pass
 
     def _take_next(self) -> bool:
         """Load the best-ranked pending module; False when none was pending (all taken, or cancelled)."""

@@ -248,8 +248,6 @@ class LoadedBundle:
         batched leaves cut back to ``n``."""
         import jax
 
-        from xlakit.bundle.rows import pad_rows
-
         compiled = self._programs[(variant, batch)]
         if (variant, batch) not in self._called:
             self._first_call(variant, batch)
@@ -258,8 +256,13 @@ class LoadedBundle:
             if n == batch and isinstance(x, jax.Array) and x.devices() == {self.device}:
                 args.append(x)  # already in place: no copy
                 continue
-            args.append(jax.device_put(pad_rows(x, batch - n), self.device))
+            if n != batch:
+                from xlakit.bundle.rows import pad_rows
+
+                x = pad_rows(x, batch - n)
+            args.append(jax.device_put(x, self.device))
         out = compiled(self.weights, *args)
+        self._loader.first_run(out)  # the first result of a background load gets the cores first
         leaves = list(out) if variant in self._treedefs else jax.tree_util.tree_leaves(out)
         if variant not in self._treedefs:  # a version-1 module returns the pytree itself
             self._treedefs.setdefault(("v1", variant), jax.tree_util.tree_structure(out))
