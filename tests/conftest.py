@@ -14,6 +14,12 @@ import pytest
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "jaxworker.py"
 
+# The hundreds of processes the tests start (JAX workers, notebook kernels, JupyterLab) read bytecode caches:
+# with PYTHONDONTWRITEBYTECODE set none is ever written for this checkout, and each process compiled every
+# xlakit module it imports from source again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_home(tmp_path_factory):
