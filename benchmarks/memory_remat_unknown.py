@@ -1,12 +1,13 @@
 """How much of a rematerialised train step's peak ``xlakit.memory.peak()`` cannot attribute, and how much it calls
-recomputed: a 3-layer MLP, batch 256, one SGD step of ``jax.grad``, with no remat, ``jax.checkpoint`` under
-``nothing_saveable`` and under ``dots_saveable``, in two styles (plain JAX, flax.linen ``nn.remat``), on CPU.
+recomputed: a 3-layer MLP, batch 256, one train step of ``jax.grad``, with no remat, ``jax.checkpoint`` under
+``nothing_saveable`` and under ``dots_saveable``, in three styles (plain JAX and flax.linen ``nn.remat`` with
+SGD, flax.nnx with adam), on CPU.
 
 Per variant, at the peak step (bytes charged there, shared bytes once; they sum to the peak): bytes with an
 unknown source (no stack frame), an unknown scope (no op name), and bytes of the role ``recomputed``
-(values JAX recomputes in the backward pass, name stack ``.../rematted_computation/...``); then the same over
-every logical buffer of the program (bytes of each buffer, not only the peak's). Compile-only (abstract
-arguments); one process, about 15 s on 2 CPU cores.
+(values JAX recomputes in the backward pass, name stack ``.../rematted_computation/...``), and the peak's bytes
+per role; then the same over every logical buffer of the program (bytes of each buffer, not only the peak's).
+Compile-only (abstract arguments); one process, about 20 s on 2 CPU cores.
 
 Run: ``PYTHONPATH=. python benchmarks/memory_remat_unknown.py``.
 """
@@ -66,6 +67,44 @@ def flax_linen(policy):
                 jax.ShapeDtypeStruct((BATCH, 10), F32))
 
 
+def flax_nnx(policy):
+    """flax.nnx, activation-bound: ``Linear(16, 2048)``, relu, averaged down to 64, ``Linear(64, 64)``, relu,
+    ``Linear(64, 10)`` and one adam step, so the peak falls inside the backward pass (the other two peak at
+    the update); ``jax.checkpoint`` around the model call, as a user does around ``nnx.merge(...)(x)``."""
+    import optax
+    from flax import nnx
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.wide = nnx.Linear(16, 2048, rngs=rngs)
+            self.mid = nnx.Linear(64, 64, rngs=rngs)
+            self.out = nnx.Linear(64, 10, rngs=rngs)
+
+        def __call__(self, x):
+            h = nnx.relu(self.wide(x))
+            h = nnx.relu(self.mid(h.reshape(h.shape[0], 32, -1).mean(axis=1)))
+            return self.out(h)
+
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: MLP(nnx.Rngs(0))), nnx.Param)
+    params, opt = nnx.to_pure_dict(state), optax.adam(1e-3)
+
+    def forward(p, x):
+        st = jax.tree.map(lambda v: v, state)
+        nnx.replace_by_pure_dict(st, p)
+        return nnx.merge(graphdef, st)(x)
+
+    if policy is not None:
+        forward = jax.checkpoint(forward, policy=policy)
+
+    def step(p, opt_state, x, y):
+        value, grads = jax.value_and_grad(lambda q: ((forward(q, x) - y) ** 2).mean())(p)
+        updates, opt_state = opt.update(grads, opt_state, p)
+        return optax.apply_updates(p, updates), opt_state, value
+
+    return jax.jit(step), (params, jax.eval_shape(opt.init, params), jax.ShapeDtypeStruct((BATCH, 16), F32),
+                           jax.ShapeDtypeStruct((BATCH, 10), F32))
+
+
 def main() -> None:
     from xlakit.memory import peak
 
@@ -73,7 +112,7 @@ def main() -> None:
     head = (f"{'model':11}{'remat':18}{'peak MiB':>9}{'src unknown':>13}{'scope unknown':>14}{'recomputed':>12}"
             f"   | all buffers: {'src unknown':>11}{'recomputed':>11}{'total MiB':>10}")
     print(head)
-    for build in (plain_jax, flax_linen):
+    for build in (plain_jax, flax_linen, flax_nnx):
         for label, policy in POLICIES.items():
             fn, args = build(policy)
             p = peak(fn, *args)
@@ -89,6 +128,9 @@ def main() -> None:
                   f"{share(b, b['role'] == 'recomputed', p.total_bytes):>12}"
                   f"   |              {share(every, every['source'] == 'unknown', total_all):>11}"
                   f"{share(every, every['role'] == 'recomputed', total_all):>11}{total_all / 2**20:10.2f}")
+            split = ", ".join(f"{g} {v / 2**20:.2f}" for g, v in zip(p.by("role")["group"], p.by("role")["bytes"],
+                                                                      strict=True) if v >= 2**10)
+            print(f"{'':29}at the peak ({p.where}), MiB: {split}")
 
 
 if __name__ == "__main__":

@@ -200,22 +200,21 @@ def _read_by_backward(ids: list[int], mod: Any, phase: dict[int, str], users: di
     return False
 
 
-_SHARING = frozenset({"bitcast", "tuple", "get-tuple-element", "opt-barrier", "optimization-barrier"})
+_SHARING = frozenset({"bitcast", "tuple", "opt-barrier", "optimization-barrier"})
 
 
-def _reaches_root(ids: list[int], root_id: int, mod: Any, users: dict[int, list[int]]) -> bool:
-    """True when one of ``ids`` (a buffer's positions) is the entry's root, or passes into it through ops that
-    make no buffer of their own (a root ``tuple``, a ``bitcast``): the buffer is a result of the program."""
-    stack, seen = list(ids), set(ids)
+def _results(mod: Any, root_id: int) -> set[int]:
+    """The entry's root and what it passes on without a buffer of its own (a root ``tuple``'s elements, a
+    ``bitcast``'s operand, followed down): a buffer at one of these positions is a result of the program."""
+    out, stack = {root_id}, [root_id]
     while stack:
-        iid = stack.pop()
-        if iid == root_id:
-            return True
-        for user in users.get(iid, ()):
-            if user not in seen and mod.instructions[user].opcode in _SHARING:
-                seen.add(user)
-                stack.append(user)
-    return False
+        ins = mod.instructions.get(stack.pop())
+        if ins is not None and ins.opcode in _SHARING:
+            for op in ins.operands:
+                if op not in out:
+                    out.add(op)
+                    stack.append(op)
+    return out
 
 
 def _optimizer_path(path: str) -> bool:
@@ -283,7 +282,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
     placed = ba.allocation_of()
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
-    root_id = mod.computations[mod.entry_id][2]
+    results = _results(mod, mod.computations[mod.entry_id][2])
     shown_files: dict[str, str] = {}
     out = []
     for b in ba.logical_buffers:
@@ -331,7 +330,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
                 role = "thread-local"
             elif alloc.is_parameter:
                 role = "aliased"
-            elif alloc.maybe_live_out and _reaches_root(positions, root_id, mod, users):
+            elif alloc.maybe_live_out and results.intersection(positions):
                 role = "output"
             elif names.phase == "forward" and _read_by_backward(positions, mod, phase, users):
                 role = "residual"

@@ -23,7 +23,7 @@ __all__ = ["Peak", "peak", "peak_of", "group_frame", "PEAK_COLUMNS", "GROUPS"]
 PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "shape", "dtype", "instruction", "parameter",
                 "buffer_id", "allocation", "start", "end", "buffer_bytes"]
 _PLURAL = {"parameter": "parameters", "residual": "residuals", "temporary": "temporaries", "output": "outputs",
-           "constant": "constants", "aliased": "aliased outputs"}
+           "constant": "constants", "aliased": "aliased outputs", "recomputed": "recomputed values"}
 
 
 def _charge(live: Any) -> list[int]:
