@@ -119,6 +119,11 @@ def test_a_notebook_cell_reads_as_cell_and_line(tmp_path, monkeypatch):
     ("jit(loss)/jvp()/jit(relu)/max", "forward", "forward › relu", "max"),
     ("jit(f)/outer/inner/add", "", "outer/inner", "add"),
     ("", "", "unknown", ""),
+    # what jax.checkpoint recomputes for the backward pass
+    ("jit(step)/transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general", "backward",
+     "recomputed in the backward pass (remat) › checkpoint", "dot_general"),
+    # XLA joins the op names of instructions it merged with ';': the first is the instruction's own
+    ("jit(step)/transpose(jvp())/mul;jit(step)/transpose(jvp())/broadcast_in_dim", "backward", "backward", "mul"),
 ])
 def test_jax_name_stacks_read_as_phase_and_scope(op_name, phase, scope, primitive):
     ns = parse_op_name(op_name)

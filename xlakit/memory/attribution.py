@@ -36,6 +36,7 @@ thread-local      a small per-thread value (not device memory)
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any
 
@@ -135,18 +136,18 @@ def _fused_frame(mod: Any, fusion: Any) -> Any:
     (nested fusions included); None when no fused instruction has a frame."""
     own = fusion.op_name.split(";", 1)[0]
     order: list[Any] = []
-    stack = [mod.computations[c][2] for c in fusion.called if c in mod.computations]
+    queue = collections.deque(mod.computations[c][2] for c in fusion.called if c in mod.computations)
     seen: set[int] = set()
-    while stack:  # breadth-first from the root: the nearest value to what the fusion writes comes first
-        iid = stack.pop(0)
+    while queue:  # breadth-first from the root: the nearest value to what the fusion writes comes first
+        iid = queue.popleft()
         ins = mod.instructions.get(iid)
         if iid in seen or ins is None:
             continue
         seen.add(iid)
         order.append(ins)
-        stack.extend(ins.operands)
+        queue.extend(ins.operands)
         if ins.opcode == "fusion":
-            stack.extend(mod.computations[c][2] for c in ins.called if c in mod.computations)
+            queue.extend(mod.computations[c][2] for c in ins.called if c in mod.computations)
     framed = [i for i in order if i.frame_id]
     same = [i for i in framed if own and i.op_name.split(";", 1)[0] == own]
     return (same or framed or [None])[0]
