@@ -119,6 +119,11 @@ def test_a_notebook_cell_reads_as_cell_and_line(tmp_path, monkeypatch):
     ("jit(loss)/jvp()/jit(relu)/max", "forward", "forward › relu", "max"),
     ("jit(f)/outer/inner/add", "", "outer/inner", "add"),
     ("", "", "unknown", ""),
+    # what jax.checkpoint recomputes for the backward pass
+    ("jit(step)/transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general", "backward",
+     "recomputed in the backward pass (remat) › checkpoint", "dot_general"),
+    # XLA joins the op names of instructions it merged with ';': the first is the instruction's own
+    ("jit(step)/transpose(jvp())/mul;jit(step)/transpose(jvp())/broadcast_in_dim", "backward", "backward", "mul"),
 ])
 def test_jax_name_stacks_read_as_phase_and_scope(op_name, phase, scope, primitive):
     ns = parse_op_name(op_name)
@@ -226,3 +231,84 @@ def test_bytes_shared_in_place_are_charged_once_at_the_peak():
                          "offset": pd.array([0, 50, 60, None], dtype="Int64")})
     # [0,100) whole; [50,140) adds 40; [60,145) adds only [140,145); an unplaced buffer counts in full
     assert _charge(live) == [100, 40, 5, 10]
+
+
+@pytest.fixture(scope="module")
+def remat8():
+    """The 2-layer train step with the model call under ``jax.checkpoint(nothing_saveable)``, batch 8."""
+    step, params, opt_state = mm.train_step(remat=True)
+    return attribute(step, params, opt_state, *mm.batch(8))
+
+
+def _own_op_name(a, instruction: str) -> str:
+    return next(i.op_name for i in a.assignment._module.instructions.values() if i.name == instruction)
+
+
+def test_values_remat_recomputes_in_the_backward_pass_are_their_own_role_with_their_line(remat8, mlp):
+    from xlakit.memory._hlo_frames import RECOMPUTED_SCOPE
+
+    b = remat8.buffers
+    again = b[b["role"] == "recomputed"]
+    # JAX traces the recomputation under .../rematted_computation/...: every such value says so (but a result,
+    # or a reducer's per-thread scalar)
+    marked = b[[("rematted_computation" in _own_op_name(remat8, i)) for i in b["instruction"]]]
+    other = marked["role"].isin(["output", "aliased", "thread-local"])
+    assert set(again["buffer_id"]) == set(marked.loc[~other, "buffer_id"])
+    assert len(again) >= 2 and (again["phase"] == "backward").all()
+    assert all(s.startswith(RECOMPUTED_SCOPE) for s in again["scope"]) and "rematted" not in " ".join(again["scope"])
+    # the big activation is recomputed on its own line: batch 8 x 2048 float32
+    wide = again[again["source"].str.endswith(f"memory_models.py:{mm.BIG_LINE} (MLP.__call__)")]
+    assert 8 * mm.WIDE * 4 in set(wide["bytes"]) and "MLP.__call__ › self.wide(x)" in set(wide["layer"])
+    assert "recomputed" not in set(mlp.buffers["role"])  # without remat nothing is recomputed
+
+
+def test_a_fusion_xla_merged_without_a_frame_takes_the_line_of_its_fused_instructions(remat8):
+    mod = remat8.assignment._module
+    by_name = {i.name: i for i in mod.instructions.values()}
+
+    def fused_frames(ins):
+        return [mod.instructions[i].frame_id for c in ins.called for i in mod.computations[c][1]
+                if mod.instructions[i].frame_id]
+
+    rows = remat8.buffers[[(by_name[n].opcode == "fusion" and not by_name[n].frame_id)
+                           for n in remat8.buffers["instruction"]]]
+    framed = rows[[bool(fused_frames(by_name[n])) for n in rows["instruction"]]]
+    # XLA joined the op names of the instructions it merged with ';' and kept no frame: the fused ones have it
+    assert len(framed) and any(";" in by_name[n].op_name for n in framed["instruction"])
+    assert all(s.startswith("tests/memory_models.py:") or "memory_models.py:" in s for s in framed["source"])
+    assert not any(";" in s for s in framed["scope"]) and "unknown" not in set(framed["scope"])
+    bare = rows[[not fused_frames(by_name[n]) and not by_name[n].op_name for n in rows["instruction"]]]
+    assert set(bare["source"]) <= {"unknown"}  # nothing inside has metadata: nothing guessed
+
+
+def test_only_results_of_the_program_are_outputs_not_temporaries_sharing_their_allocation(remat8):
+    b = remat8.buffers
+    outputs = b[b["role"] == "output"]
+    assert len(outputs) >= 13 and (outputs["end"] == remat8.steps - 1).all()  # a result lives to the end
+    live_out = {a.index for a in remat8.assignment.allocations if a.maybe_live_out}
+    earlier = b[b["allocation"].isin(live_out) & (b["end"] < remat8.steps - 1)]
+    # XLA reuses an output's allocation for values that die before the output is written
+    assert len(earlier) >= 3 and "output" not in set(earlier["role"])
+
+
+def test_live_bytes_are_split_by_role_and_the_peak_step_splits_as_the_peak(mlp, remat8):
+    from xlakit.memory.attribution import ROLES
+    from xlakit.view.memory_charts import liveness_chart
+    from xlakit.view.theme import ROLE_COLORS
+
+    for a in (mlp, remat8):
+        live = a.liveness
+        roles = [r for r in ROLES if r in live.columns]
+        assert (live[roles].sum(axis=1) == live["live_bytes"]).all()  # each byte charged to one role
+        p = peak(a)
+        at = live.loc[live["step"] == p.step, roles].iloc[0]
+        by_role = p.by("role").set_index("group")["bytes"]
+        assert {r: int(v) for r, v in at.items() if v} == {r: int(v) for r, v in by_role.items()}
+        fig = liveness_chart(live, peak_step=p.step)
+        meta = fig.layout.meta["xlakit_liveness"]
+        assert meta["stacked_by"] == "role" and meta["peak_step"] == p.step
+        assert {r: v for r, v in meta["at_peak"].items() if v} == {r: int(v) for r, v in at.items() if v}
+        traces = {t.name: t for t in fig.data if t.name != "peak"}
+        assert all(t.line.color == ROLE_COLORS[n] for n, t in traces.items())
+    assert "residual" in {t.name for t in liveness_chart(mlp.liveness).data}
+    assert "recomputed" in {t.name for t in liveness_chart(remat8.liveness).data}

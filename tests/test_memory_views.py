@@ -81,6 +81,41 @@ def test_liveness_chart_stacks_kinds_to_the_total():
     assert fig.layout.meta["xlakit_liveness"]["peak_step"] == 1 and fig.layout.shapes[0].x0 == 1
 
 
+def test_liveness_chart_stacks_an_attributions_roles_in_the_colours_of_the_other_pictures():
+    """An attribution's liveness has one column per role: a residual is stacked as "residual" (not as XLA's
+    "temporary" kind), coloured as its lifetime bar and treemap tile, and hovering the peak step lists the
+    bytes of every role there."""
+    from xlakit.view.theme import ROLE_COLORS
+
+    frame = pd.DataFrame({"step": [0, 1, 2, 3], "instruction": ["p", "tanh.3", "fusion.7", "tuple"],
+                          "parameter": [4, 4, 4, 4], "optimizer state": [2, 2, 2, 2], "residual": [0, 8, 8, 0],
+                          "recomputed": [0, 0, 3, 0], "temporary": [0, 1, 0, 0], "output": [0, 0, 0, 4]})
+    frame["live_bytes"] = frame[["parameter", "optimizer state", "residual", "recomputed", "temporary",
+                                 "output"]].sum(axis=1)
+    frame.attrs["stacked_by"] = "role"
+    fig = liveness_chart(frame, caption="mostly residual")
+    names = [t.name for t in fig.data]
+    assert names == ["parameter", "optimizer state", "output", "residual", "recomputed", "temporary", "peak"]
+    stacks = {t.name: t for t in fig.data[:-1]}
+    assert list(fig.data[-2].y) == list(frame["live_bytes"]) == [6, 15, 17, 10]  # the stack's top is the total
+    bars = {t.name: t for t in lifetime_chart(_buffers()).data}
+    for role in ("parameter", "residual", "temporary", "output"):  # one colour per role across the pictures
+        assert stacks[role].line.color == bars[role].marker.color == ROLE_COLORS[role]
+    assert stacks["recomputed"].line.color == ROLE_COLORS["recomputed"] != ROLE_COLORS["temporary"]
+    meta = fig.layout.meta["xlakit_liveness"]
+    assert meta["peak_step"] == 2 and fig.layout.shapes[0].x0 == 2 and meta["stacked_by"] == "role"
+    assert meta["at_peak"] == {"parameter": 4, "optimizer state": 2, "output": 0, "residual": 8, "recomputed": 3,
+                               "temporary": 0}
+    assert fig.layout.hovermode == "x unified" and fig.layout.legend.title.text == "by role"
+    assert stacks["residual"].customdata[2] == "residual: 8 B" and "17 B live</b> at fusion.7" in \
+        stacks["temporary"].customdata[2]
+    peak_hover = fig.data[-1].customdata[0]
+    assert "peak 17 B at step 2 of 4: mostly residual" in peak_hover and "residual: 8 B<br>" in peak_hover
+    # A buffer assignment's frame has no roles: it is stacked by XLA's kind, and says so.
+    kinds = pd.DataFrame({"step": [0, 1], "parameter": [4, 4], "temporary": [0, 1], "live_bytes": [4, 5]})
+    assert liveness_chart(kinds).layout.legend.title.text == "by XLA buffer kind"
+
+
 def test_lifetime_chart_draws_the_largest_buffers_by_role_with_their_ranges():
     buffers = _buffers()
     fig = lifetime_chart(buffers, top=3, peak_step=7)

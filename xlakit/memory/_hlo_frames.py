@@ -11,7 +11,10 @@ file names, function names, file locations (``file_name_id``, ``function_name_id
 Name stack: JAX writes ``jit(step)/transpose(jvp(MLP))/Dense_0/dot_general``: transformations wrap the names
 of the scopes they were applied under (``jvp(...)`` = the forward pass of a gradient, ``transpose(...)`` = its
 backward pass), ``jax.named_scope`` / flax linen / haiku / equinox add plain path parts, and the last part is
-the primitive.
+the primitive. A value JAX recomputes for the backward pass of a ``jax.checkpoint`` (remat) is traced under
+``.../transpose(...)/.../rematted_computation/...`` (``jax._src.ad_checkpoint`` extends the name stack so).
+When XLA merges instructions (fusion, CSE) it joins their op names with ``;``; the first is the
+instruction's own.
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ import linecache
 from xlakit._sources import Frame, display_file, first_user_frame
 from xlakit.memory._proto import Message
 
-__all__ = ["FrameTable", "NameStack", "parse_op_name", "layer_of", "source_of"]
+__all__ = ["FrameTable", "NameStack", "parse_op_name", "layer_of", "source_of", "RECOMPUTED_SCOPE"]
+
+#: The scope of a value recomputed for the backward pass (``NameStack.recomputed``).
+RECOMPUTED_SCOPE = "recomputed in the backward pass (remat)"
+_REMAT_MARK = "rematted_computation"  # jax._src.ad_checkpoint's name-stack part for the recomputation
 
 # StackFrameIndexProto / .FileLocation / .StackFrame field numbers (xla/service/hlo.proto)
 _FILES, _FUNCTIONS, _LOCATIONS, _FRAMES = 1, 2, 3, 4
@@ -98,22 +105,27 @@ class NameStack:
     ``"backward"`` (under ``transpose``) or ``""`` (no differentiation, or no op name). ``names``: the scope
     names (named scopes, module paths, names inside transformations) outermost first. ``primitive``: the last
     part (``dot_general``), ``""`` when unknown. ``transforms``: the transformation names seen
-    (``jit``, ``jvp``, ``transpose``, ``vmap``, ``checkpoint``...)."""
+    (``jit``, ``jvp``, ``transpose``, ``vmap``, ``checkpoint``...). ``recomputed``: the op recomputes a
+    forward-pass value in the backward pass (JAX's ``rematted_computation`` scope of a ``jax.checkpoint``);
+    that marker is not among ``names``."""
 
     phase: str
     names: tuple[str, ...]
     primitive: str
     transforms: tuple[str, ...]
+    recomputed: bool = False
 
     @property
     def scope(self) -> str:
-        """``"backward › MLP/Dense_0"``, ``"forward"``, ``"MLP/l1"``; ``"unknown"`` without an op name."""
-        if not (self.phase or self.names or self.primitive):
+        """``"backward › MLP/Dense_0"``, ``"forward"``, ``"MLP/l1"``, ``"recomputed in the backward pass (remat)
+        › MLP/checkpoint"``; ``"unknown"`` without an op name."""
+        if not (self.phase or self.names or self.primitive or self.recomputed):
             return "unknown"
         path = "/".join(self.names)
-        if self.phase and path:
-            return f"{self.phase} › {path}"
-        return self.phase or path or "(top level)"
+        phase = RECOMPUTED_SCOPE if self.recomputed else self.phase
+        if phase and path:
+            return f"{phase} › {path}"
+        return phase or path or "(top level)"
 
 
 def _split(op_name: str) -> list[str]:
@@ -152,8 +164,8 @@ def _unwrap(part: str, transforms: list[str], names: list[str]) -> None:
 def parse_op_name(op_name: str) -> NameStack:
     """Split JAX's op name (``jit(step)/transpose(jvp(MLP))/Dense_0/dot_general``) into a :class:`NameStack`.
     The outermost ``jit(<fn>)`` is dropped (it is the program itself); an empty op name gives an unknown
-    stack (all fields empty)."""
-    parts = _split(op_name)
+    stack (all fields empty). Of op names XLA joined with ``;`` (merged instructions) the first is read."""
+    parts = _split(op_name.split(";", 1)[0])
     if not parts:
         return NameStack("", (), "", ())
     primitive = parts.pop() if len(parts) > 1 or "(" not in parts[0] else ""
@@ -164,7 +176,9 @@ def parse_op_name(op_name: str) -> NameStack:
     for part in parts:
         _unwrap(part, transforms, names)
     phase = "backward" if "transpose" in transforms else "forward" if "jvp" in transforms else ""
-    return NameStack(phase, tuple(names), primitive, tuple(transforms))
+    recomputed = phase == "backward" and _REMAT_MARK in names
+    kept = tuple(n for n in names if n != _REMAT_MARK) if recomputed else tuple(names)
+    return NameStack(phase, kept, primitive, tuple(transforms), recomputed)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -9,7 +9,10 @@ Sources, all from the compiled program itself (nothing is guessed; what is missi
   :func:`~xlakit.memory._hlo_frames.parse_op_name`) and ``stack_frame_id`` into the module's stack frame
   index, whose first frame outside jax/flax/optax/Python is the ``source`` (``model.py:42 (MLP.__call__ ›
   self.l1(x))``; a notebook cell reads ``cell [7], line 3``). An instruction XLA added without metadata
-  (``copy``, ``bitcast``, ``get-tuple-element``...) takes the metadata of the value it copies;
+  (``copy``, ``bitcast``, ``get-tuple-element``...) takes the metadata of the value it copies; a fusion whose
+  own metadata has no stack frame (XLA merged it from several instructions) takes the frame of the fused
+  instruction with its op name, else of the one nearest the fused root; a buffer with no metadata anywhere
+  stays ``"unknown"``;
 * the jitted function's argument tree (``Compiled.in_tree``) for each entry parameter's pytree path, else the
   parameter's own op name (JAX records the argument path there).
 
@@ -19,9 +22,12 @@ Roles:
 parameter         an entry argument (``parameter``: its pytree path; ``donated``: XLA may reuse it)
 optimizer state   an entry argument under an optax state node, ``nnx.Optimizer`` or an ``opt_state`` key
 aliased           a result written into a donated argument's buffer
-output            a result (XLA: maybe-live-out), not in an argument's buffer
+output            a result (a position of the entry's root), not in an argument's buffer; a temporary XLA
+                  placed in an output's allocation earlier in the program is not an output
 residual          a forward-pass value (op name under ``jvp``) read by the backward pass (under
                   ``transpose``): what a gradient keeps alive, what ``jax.checkpoint`` trades for compute
+recomputed        a forward-pass value recomputed in the backward pass (remat): JAX traced it under the
+                  ``rematted_computation`` scope of a ``jax.checkpoint``
 temporary         any other value in XLA's scratch
 constant          a literal compiled into the program
 thread-local      a small per-thread value (not device memory)
@@ -30,6 +36,7 @@ thread-local      a small per-thread value (not device memory)
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any
 
@@ -38,7 +45,7 @@ from xlakit.memory._hlo_frames import FrameTable, layer_of, parse_op_name, sourc
 
 __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
 
-ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "temporary", "constant",
+ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "recomputed", "temporary", "constant",
          "thread-local")
 BUFFER_COLUMNS = ["buffer_id", "instruction", "opcode", "bytes", "shape", "dtype", "role", "scope", "phase",
                   "layer", "source", "file", "line", "parameter", "donated", "allocation", "offset", "start",
@@ -62,8 +69,10 @@ class Attribution:
         donated (bool), allocation/offset, start/end (program steps of its live range, ints; -1 when XLA
         gives the buffer no place in the schedule, e.g. thread-local values), stack (every frame, innermost
         first, one per line).
-      liveness: ``pandas.DataFrame``, one row per program step: step, instruction, opcode, parameter, output,
-        temporary, constant, live_bytes (bytes occupied at that step, shared bytes counted once).
+      liveness: ``pandas.DataFrame``, one row per program step: step, instruction, opcode, one column per
+        role of :data:`ROLES` (bytes of that role live at the step, shared bytes charged once as
+        :class:`~xlakit.memory.Peak` charges them, so at the peak step they equal ``Peak.by("role")``), and
+        live_bytes (bytes occupied at that step, the roles' sum). ``attrs["stacked_by"]`` is ``"role"``.
       steps: number of program steps (instructions of the flattened entry schedule).
       name: HLO module name. platform: ``"cpu"``, ``"gpu"``... memory: the
         :class:`~xlakit.memory.CompiledMemory`. assignment: the :class:`~xlakit.memory.BufferAssignment`.
@@ -121,6 +130,29 @@ def _metadata_source(mod: Any, iid: int | None) -> Any:
     return mod.instructions.get(iid) if iid is not None else None
 
 
+def _fused_frame(mod: Any, fusion: Any) -> Any:
+    """For a fusion whose metadata names no stack frame, the fused instruction whose frame speaks for it: the
+    first with the fusion's own op name, else the first met walking from the fused root through operands
+    (nested fusions included); None when no fused instruction has a frame."""
+    own = fusion.op_name.split(";", 1)[0]
+    order: list[Any] = []
+    queue = collections.deque(mod.computations[c][2] for c in fusion.called if c in mod.computations)
+    seen: set[int] = set()
+    while queue:  # breadth-first from the root: the nearest value to what the fusion writes comes first
+        iid = queue.popleft()
+        ins = mod.instructions.get(iid)
+        if iid in seen or ins is None:
+            continue
+        seen.add(iid)
+        order.append(ins)
+        queue.extend(ins.operands)
+        if ins.opcode == "fusion":
+            queue.extend(mod.computations[c][2] for c in ins.called if c in mod.computations)
+    framed = [i for i in order if i.frame_id]
+    same = [i for i in framed if own and i.op_name.split(";", 1)[0] == own]
+    return (same or framed or [None])[0]
+
+
 def _stacked_value(mod: Any, iid: int) -> Any:
     """For a ``dynamic-update-slice`` (or a fusion rooted in one: how ``lax.scan`` stacks each iteration's
     residual into one array), the instruction whose metadata speaks for the slice written — it names the line
@@ -169,8 +201,40 @@ def _read_by_backward(ids: list[int], mod: Any, phase: dict[int, str], users: di
     return False
 
 
+_SHARING = frozenset({"bitcast", "tuple", "opt-barrier", "optimization-barrier"})
+
+
+def _results(mod: Any, root_id: int) -> set[int]:
+    """The entry's root and what it passes on without a buffer of its own (a root ``tuple``'s elements, a
+    ``bitcast``'s operand, followed down): a buffer at one of these positions is a result of the program."""
+    out, stack = {root_id}, [root_id]
+    while stack:
+        ins = mod.instructions.get(stack.pop())
+        if ins is not None and ins.opcode in _SHARING:
+            for op in ins.operands:
+                if op not in out:
+                    out.add(op)
+                    stack.append(op)
+    return out
+
+
 def _optimizer_path(path: str) -> bool:
     return "opt_state" in path
+
+
+def _liveness_by_role(rows: list[dict[str, Any]], buffers: Any) -> Any:
+    """The schedule's per-step rows (step, instruction, opcode, live_bytes) with one column of live bytes per
+    role (:data:`ROLES`, each byte charged once, as at the peak) in place of XLA's per-kind columns."""
+    import pandas as pd
+
+    from xlakit.memory._role_liveness import role_columns
+
+    base = pd.DataFrame(rows)
+    keep = [c for c in ("step", "instruction", "opcode") if c in base.columns]
+    frame = pd.concat([base[keep], pd.DataFrame(role_columns(buffers, len(base), ROLES))], axis=1)
+    frame["live_bytes"] = base["live_bytes"] if "live_bytes" in base.columns else 0
+    frame.attrs["stacked_by"] = "role"
+    return frame
 
 
 def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attribution:
@@ -219,6 +283,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
     placed = ba.allocation_of()
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
+    results = _results(mod, mod.computations[mod.entry_id][2])
     shown_files: dict[str, str] = {}
     out = []
     for b in ba.logical_buffers:
@@ -229,14 +294,21 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
         # loop's operand or result that holds the same buffer has).
         meta = next((m for m in (_metadata_source(mod, i) for i in positions) if m is not None
                      and (m.op_name or m.frame_id)), None)
-        stack = frames.chain(meta.frame_id) if meta is not None and meta.frame_id else ()
+        framed = meta
+        if meta is None or not meta.frame_id:  # a fusion XLA built or merged: its fused instructions speak
+            fusion = meta if meta is not None else next(
+                (f for f in (_metadata_source(mod, i) for i in positions) if f is not None), None)
+            if fusion is not None and fusion.opcode == "fusion":
+                framed = _fused_frame(mod, fusion) or meta
+        stack = frames.chain(framed.frame_id) if framed is not None and framed.frame_id else ()
         user = user_frame(stack)
         stacked = next((v for v in (_stacked_value(mod, i) for i in positions) if v is not None), None)
         if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
             inner = frames.chain(stacked.frame_id)
             if user_frame(inner) is not None:
                 stack, user = inner, user_frame(inner)
-        names = parse_op_name(meta.op_name if meta is not None else "")
+        names = parse_op_name(meta.op_name if meta is not None and meta.op_name else
+                              framed.op_name if framed is not None else "")
         parameter = None
         role = "temporary"
         is_entry_param = b.instruction_id in param_ids
@@ -259,10 +331,12 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
                 role = "thread-local"
             elif alloc.is_parameter:
                 role = "aliased"
-            elif alloc.maybe_live_out:
+            elif alloc.maybe_live_out and results.intersection(positions):
                 role = "output"
             elif names.phase == "forward" and _read_by_backward(positions, mod, phase, users):
                 role = "residual"
+            elif names.recomputed:
+                role = "recomputed"
         start, end = ranges.get(b.id, (-1, -1))
         out.append({"buffer_id": b.id, "instruction": b.instruction, "opcode": b.opcode, "bytes": b.size,
                     "shape": b.shape, "dtype": b.dtype, "role": role, "scope": scope, "phase": names.phase,
@@ -282,7 +356,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
     buffers["line"] = buffers["line"].astype("Int64")
     buffers["allocation"] = buffers["allocation"].astype("Int64")
     buffers["offset"] = buffers["offset"].astype("Int64")
-    liveness = pd.DataFrame(rows)
+    liveness = _liveness_by_role(rows, buffers)
     method = "reconstructed from the HLO schedule and buffer aliases"
     if ba.heap_traces:
         method += " (XLA's heap simulator trace also shipped; Peak uses it for the step)"

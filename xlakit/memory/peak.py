@@ -23,34 +23,17 @@ __all__ = ["Peak", "peak", "peak_of", "group_frame", "PEAK_COLUMNS", "GROUPS"]
 PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "shape", "dtype", "instruction", "parameter",
                 "buffer_id", "allocation", "start", "end", "buffer_bytes"]
 _PLURAL = {"parameter": "parameters", "residual": "residuals", "temporary": "temporaries", "output": "outputs",
-           "constant": "constants", "aliased": "aliased outputs"}
+           "constant": "constants", "aliased": "aliased outputs", "recomputed": "recomputed values"}
 
 
 def _charge(live: Any) -> list[int]:
     """Bytes of each live buffer not already covered by a larger one at overlapping offsets of the same
-    allocation (so the charges sum to the bytes occupied)."""
-    sizes = [int(v) for v in live["bytes"]]
-    allocs = [None if v is None or str(v) == "<NA>" else int(v) for v in live["allocation"]]
-    offsets = [None if v is None or str(v) == "<NA>" else int(v) for v in live["offset"]]
-    covered: dict[int, list[tuple[int, int]]] = {}
-    charge = [0] * len(sizes)
-    for i in sorted(range(len(sizes)), key=lambda j: -sizes[j]):
-        alloc, offset = allocs[i], offsets[i]
-        if alloc is None or offset is None:
-            charge[i] = sizes[i]
-            continue
-        lo, hi = offset, offset + sizes[i]
-        spans = covered.setdefault(alloc, [])
-        overlap = sum(max(0, min(hi, b) - max(lo, a)) for a, b in spans)  # spans are disjoint
-        charge[i] = sizes[i] - overlap
-        merged: list[tuple[int, int]] = []
-        for a, b in sorted([*spans, (lo, hi)]):
-            if merged and a <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-            else:
-                merged.append((a, b))
-        covered[alloc] = merged
-    return charge
+    allocation (so the charges sum to the bytes occupied); the rule of the per-role liveness too."""
+    from xlakit.memory._role_liveness import charge
+
+    return charge([int(v) for v in live["bytes"]],
+                  [None if v is None or str(v) == "<NA>" else int(v) for v in live["allocation"]],
+                  [None if v is None or str(v) == "<NA>" else int(v) for v in live["offset"]])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,13 +1,15 @@
-"""Pictures of one compiled program's memory over program order: live bytes with the peak marked, and buffer
-lifetimes (each large logical buffer a bar from the step that defines it to its last use, coloured by role).
+"""Pictures of one compiled program's memory over program order: live bytes stacked by role with the peak marked,
+and buffer lifetimes (each large logical buffer a bar from the step that defines it to its last use), both in
+the one role -> colour map :data:`~xlakit.view.theme.ROLE_COLORS`.
 
 Pure functions of DataFrames (numpy and plotly imported where used), so they are tested without a browser and
 shared by :class:`xlakit.widgets.MemoryBreakdown`, :class:`xlakit.widgets.MemoryExplorer` and their snapshots.
 The frames are the ones :mod:`xlakit.memory` builds: a liveness frame (``step``, ``live_bytes`` and optionally
-``instruction`` and per-kind columns ``parameter``/``output``/``temporary``/``constant``, from
-``BufferAssignment.live_bytes_by_step()`` or ``Attribution.liveness``) and a buffers frame (one row per logical
-buffer: ``buffer_id, instruction, bytes, shape, dtype, role, scope, source, layer, parameter, start, end`` and
-optionally ``allocation``/``offset``: logical buffers in one allocation slice at once are one bar).
+``instruction`` and columns of bytes to stack: one per role from ``Attribution.liveness``, or per XLA buffer
+kind ``parameter``/``output``/``temporary``/``constant`` from ``BufferAssignment.live_bytes_by_step()``) and
+a buffers frame (one row per logical buffer: ``buffer_id, instruction, bytes, shape, dtype, role, scope,
+source, layer, parameter, start, end`` and optionally ``allocation``/``offset``: logical buffers in one
+allocation slice at once are one bar).
 
 They stay fast for programs of 10,000+ instructions: a line keeps at most about ``max_points`` points (per bin
 the smallest and largest value, the first and last step, and always the peak step) and is drawn with WebGL
@@ -22,19 +24,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from xlakit.view.format import byte_ticks, fmt_bytes
+from xlakit.view.theme import ROLE_COLORS
 from xlakit.view.untrusted import html_text
 
 __all__ = ["ROLES", "ROLE_COLORS", "GL_THRESHOLD", "keep_indices", "peak_of", "liveness_chart", "lifetime_chart",
            "buffer_hover", "buffer_label", "buffer_slices", "shape_text", "chart_layout"]
 
 #: The roles :func:`xlakit.memory.attribute` gives a logical buffer (``xlakit.memory.ROLES``), in legend order.
-ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "temporary", "constant", "thread-local",
-         "unknown")
-ROLE_COLORS = {"parameter": "#1f77b4", "optimizer state": "#17becf", "aliased": "#7f7f7f",
-               "output": "#ff7f0e", "residual": "#d62728", "temporary": "#2ca02c", "constant": "#9467bd",
-               "thread-local": "#bcbd22", "unknown": "#c7c7c7"}
-_KINDS = ("parameter", "output", "temporary", "constant")  # live_bytes_by_step()'s per-kind columns
-_KIND_COLORS = {"parameter": "#1f77b4", "output": "#ff7f0e", "temporary": "#2ca02c", "constant": "#9467bd"}
+ROLES = tuple(ROLE_COLORS)
 #: Steps above which a liveness line is drawn with WebGL (``scattergl``) instead of SVG.
 GL_THRESHOLD = 2000
 _PEAK_COLOR = "#d62728"
@@ -110,33 +107,51 @@ def _mark_peak(fig, step: int, text: str) -> None:
                        font=dict(color=_PEAK_COLOR, size=11), bgcolor="rgba(255,255,255,0.7)", xanchor="left")
 
 
+def _stacks(frame) -> tuple[list[str], str]:
+    """The columns of ``frame`` to stack (those of :data:`ROLES` holding any bytes, in legend order) and what
+    they are: ``"role"`` for an attribution's liveness (``attrs["stacked_by"]``), else ``"XLA buffer kind"``
+    (``BufferAssignment.live_bytes_by_step()``: parameter/output/temporary/constant, coloured as the role of
+    the same name)."""
+    columns = [r for r in ROLES if r in frame.columns and frame[r].to_numpy().any()]
+    return columns, "role" if frame.attrs.get("stacked_by") == "role" else "XLA buffer kind"
+
+
 def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | None = None, title: str = "",
                    max_points: int = 2000, steps: int | None = None):
-    """Live bytes over program order with the peak step marked (a dashed vertical line and an annotation).
+    """Live bytes over program order, stacked by role, with the peak step marked (a dashed vertical line and
+    an annotation).
 
     Args:
-      liveness: a liveness frame (see the module docstring); per-kind columns are drawn stacked, else the
-        ``live_bytes`` line. A heap-simulator-trace frame (column ``trace``) is drawn one line per trace.
+      liveness: a liveness frame (see the module docstring): ``Attribution.liveness`` is stacked by role
+        (parameter, optimizer state, residual, recomputed, temporary, output...) in
+        :data:`~xlakit.view.theme.ROLE_COLORS`, the colours of the lifetime chart and the treemap; a
+        ``BufferAssignment.live_bytes_by_step()`` frame (no roles) by XLA's buffer kind, in the colours of the
+        roles of the same name; without either, the ``live_bytes`` line. A heap-simulator-trace frame
+        (column ``trace``) is drawn one line per trace.
       peak_step: the step to mark (e.g. ``Peak.step``); default the step where ``live_bytes`` is largest.
       caption: text for the annotation after "peak <bytes> at step <n>" (e.g. the peak's top source).
       title: the figure title. max_points: points per line at most (about; :func:`keep_indices`).
       steps: the program's step count for the annotation ("of 212"); default the frame's.
 
     Returns:
-      a ``plotly.graph_objects.Figure``; ``layout.meta["xlakit_liveness"]`` holds ``peak_step``,
-      ``peak_bytes``, ``steps`` and ``points`` (the points drawn per line).
+      a ``plotly.graph_objects.Figure`` (hovering a step lists the bytes of every role live there);
+      ``layout.meta["xlakit_liveness"]`` holds ``peak_step``, ``peak_bytes``, ``steps``, ``points`` (the
+      points drawn per line), ``stacked_by`` (``"role"``, ``"XLA buffer kind"`` or None) and ``at_peak``
+      (bytes per stacked column at the peak step).
     """
     import numpy as np
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    meta: dict[str, Any] = {"peak_step": None, "peak_bytes": None, "steps": 0, "points": 0}
+    meta: dict[str, Any] = {"peak_step": None, "peak_bytes": None, "steps": 0, "points": 0, "stacked_by": None,
+                            "at_peak": {}}
     if liveness is None or liveness.empty:
         chart_layout(fig, title or "Live bytes over program order", 320)
         fig.update_layout(meta={"xlakit_liveness": meta})
         return fig
     if "trace" in liveness.columns:
         return _trace_chart(liveness, title, max_points, meta)
+    columns, stacked_by = _stacks(liveness)
     frame = liveness.sort_values("step", kind="stable") if "step" in liveness.columns else liveness
     x = frame["step"].to_numpy() if "step" in frame.columns else np.arange(len(frame))
     total = frame["live_bytes"].to_numpy(dtype=float)
@@ -147,20 +162,22 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
         peak_i = int(hits[0]) if hits.size else int(np.abs(x - peak_step).argmin())
     idx = keep_indices(total, max_points, keep=[peak_i])
     instr = frame["instruction"].to_numpy(dtype=object)[idx] if "instruction" in frame.columns else None
-    kinds = [k for k in _KINDS if k in frame.columns and frame[k].to_numpy().any()]
     scatter = go.Scattergl if len(frame) > GL_THRESHOLD else go.Scatter
     xs = x[idx]
     below = np.zeros(idx.size)
-    parts = [(k, frame[k].to_numpy(dtype=float)[idx], _KIND_COLORS[k]) for k in kinds] or \
-        [("live bytes", total[idx], "#1f77b4")]
-    where = [f"<br>{html_text(str(i))}" for i in instr] if instr is not None else [""] * idx.size
-    for name, ys, color in parts:
+    parts = [(c, frame[c].to_numpy(dtype=float)[idx], ROLE_COLORS[c]) for c in columns] or \
+        [("live bytes", total[idx], ROLE_COLORS["parameter"])]
+    where = [f" at {html_text(str(i))}" for i in instr] if instr is not None else [""] * idx.size
+    for k, (name, ys, color) in enumerate(parts):
         top = below + ys
-        labels = [f"{fmt_bytes(v)} {name}, {fmt_bytes(t)} live{w}"
-                  for v, t, w in zip(ys, total[idx], where, strict=True)]
+        # Hovering a step shows every stack's bytes there (hovermode "x unified"); the last adds the total.
+        labels = [f"{html_text(name)}: {fmt_bytes(v)}" for v in ys]
+        if k == len(parts) - 1:
+            labels = [f"{lab}<br><b>{fmt_bytes(t)} live</b>{w}" for lab, t, w in zip(labels, total[idx], where,
+                                                                                      strict=True)]
         fig.add_trace(scatter(x=xs, y=top, mode="lines", name=name, line=dict(color=color, width=1, shape="hv"),
                               fill="tonexty" if len(fig.data) else "tozeroy", customdata=labels,
-                              hovertemplate="step %{x}: %{customdata}<extra></extra>"))
+                              hovertemplate="%{customdata}<extra></extra>"))
         below = top
     p_step, p_bytes = int(x[peak_i]), int(total[peak_i])
     n_steps = int(steps if steps is not None else len(frame))
@@ -168,12 +185,18 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     if caption:
         text += f": {caption}"
     _mark_peak(fig, p_step, html_text(text))
+    at_peak = {c: int(frame[c].iloc[peak_i]) for c in columns}
+    split = "".join(f"<br>{html_text(c)}: {fmt_bytes(v)}" for c, v in
+                    sorted(at_peak.items(), key=lambda kv: -kv[1]) if v)
     fig.add_trace(scatter(x=[p_step], y=[p_bytes], mode="markers", name="peak",
                           marker=dict(color=_PEAK_COLOR, size=9, symbol="diamond"),
-                          customdata=[html_text(text)], hovertemplate="%{customdata}<extra></extra>"))
-    meta.update(peak_step=p_step, peak_bytes=p_bytes, steps=n_steps, points=int(idx.size))
-    chart_layout(fig, title or "Live bytes over program order", 340)
+                          customdata=[html_text(text) + split], hovertemplate="%{customdata}<extra></extra>"))
+    meta.update(peak_step=p_step, peak_bytes=p_bytes, steps=n_steps, points=int(idx.size),
+                stacked_by=stacked_by if columns else None, at_peak=at_peak)
+    heading = title or "Live bytes over program order"
+    chart_layout(fig, heading, 340)
     fig.update_layout(xaxis_title="step (instruction in schedule order)", yaxis_title="bytes",
+                      hovermode="x unified", legend_title_text=f"by {stacked_by}" if columns else None,
                       meta={"xlakit_liveness": meta})
     _byte_axis(fig, [0.0, float(total.max())])
     return fig

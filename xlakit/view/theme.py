@@ -10,7 +10,8 @@ inline styles). No dependencies.
 
 from __future__ import annotations
 
-__all__ = ["STYLE", "PLOTLY_TEMPLATE", "plotly_template", "LEGEND", "BASE_LAYOUT", "FONT", "MUTED", "BORDER"]
+__all__ = ["STYLE", "PLOTLY_TEMPLATE", "plotly_template", "LEGEND", "BASE_LAYOUT", "FONT", "MUTED", "BORDER",
+           "ROLE_COLORS"]
 
 FONT = "var(--jp-ui-font-color1, #1a1a1a)"
 MUTED = "var(--jp-ui-font-color2, #555)"
@@ -76,3 +77,10 @@ PLOTLY_TEMPLATE = plotly_template()
 LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0)
 #: Layout every chart starts from: margins in pixels, :data:`PLOTLY_TEMPLATE`, 380 px high, width of its cell.
 BASE_LAYOUT = dict(margin=dict(l=60, r=20, t=90, b=40), template=PLOTLY_TEMPLATE, height=380, autosize=True)
+
+#: The roles :func:`xlakit.memory.attribute` gives a logical buffer (``xlakit.memory.attribution.ROLES``) plus
+#: ``"unknown"``, in legend order, each with its one colour: every memory picture (live bytes over program
+#: order, buffer lifetimes, the peak treemap) colours a role the same.
+ROLE_COLORS = {"parameter": "#1f77b4", "optimizer state": "#17becf", "aliased": "#7f7f7f",
+               "output": "#ff7f0e", "residual": "#d62728", "recomputed": "#e377c2", "temporary": "#2ca02c",
+               "constant": "#9467bd", "thread-local": "#bcbd22", "unknown": "#c7c7c7"}
