@@ -15,7 +15,7 @@ from xlakit.events import KINDS
 from xlakit.view.columns import EventColumns
 from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
 from xlakit.view.html import note, snapshot
-from xlakit.view.lanes import SCREEN_BINS, aggregate, lane_plan
+from xlakit.view.lanes import aggregate, lane_plan
 from xlakit.view.table import Column, Table
 from xlakit.view.untrusted import html_text
 
@@ -46,8 +46,15 @@ KIND_OFFSET: dict[str, float] = {
 #: Kinds with a duration drawn as a span from its start to its end (``Event.time`` is the end): compiles,
 #: and hits (the load).
 SPAN_KINDS = ("compile", "hit")
-#: Markers above which a kind is drawn with WebGL (``scattergl``); below it, SVG (crisper, no GPU needed).
-GL_THRESHOLD = 1000
+#: Markers (all kinds together) above which they are drawn with WebGL (``scattergl``); at or below it, SVG
+#: (crisper, no GPU needed). Where a page renders WebGL in software (no GPU: SwiftShader), starting the WebGL
+#: context and compiling its shaders costs ~1.1 s before the first marker, while SVG costs ~0.2 s per 1,000
+#: markers over a ~0.3 s empty figure (headless chromium, ``benchmarks/timeline_scale.py``): SVG stays the
+#: faster below ~5,000 markers, which covers the default budget of 3,000. Span lines and the seconds-saved
+#: curve are one SVG path each, whatever the count.
+GL_THRESHOLD = 5000
+#: Points of the seconds-saved curve at most (a step line; a few per pixel column is all a screen shows).
+SAVED_POINTS = 400
 #: Lanes drawn one by one; the rest share one collapsed lane (scroll with ``lane_offset`` or the name filter).
 MAX_LANES = 30
 _COLLAPSED_POINTS = 600
@@ -289,7 +296,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     sx, sy = x[hits][order], np.cumsum(saved[order])
     if sx.size:
         sx, sy = np.r_[0.0, sx, x.max()], np.r_[0.0, sy, sy[-1]]
-        sx, sy = downsample_series(sx, sy, min(max_points, 2 * SCREEN_BINS))  # a line: ~2 points per column
+        sx, sy = downsample_series(sx, sy, min(max_points, SAVED_POINTS))  # each bin's first and last point
     counts: dict[str, dict[str, int]] = {}
     seconds: dict[str, dict[str, float]] = {}
     if sel.size:
@@ -335,30 +342,31 @@ def timeline_figure(data: TimelineData):
     fig = make_subplots(rows=2 if has_saved else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         row_heights=[0.72, 0.28] if has_saved else None, figure=go.Figure(_validate=False))
     n_points = sum(len(p["x"]) for p in data.points.values())
-    trace_type = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
-
-    def Scatter(**kwargs: Any) -> Any:
-        return trace_type(**kwargs, _validate=False)
+    markers = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
 
     for kind, p in data.points.items():
         symbol, color = KIND_STYLE.get(kind, _OTHER_STYLE)
         if kind in SPAN_KINDS:
             spans = np.flatnonzero(p["x"] - p["start"] > 0)
-            if spans.size:
+            if spans.size:  # one SVG path, its spans split by NaN (no trace when nothing has a duration)
                 xs = np.column_stack([p["start"][spans], p["x"][spans], np.full(spans.size, np.nan)]).ravel()
                 ys = np.column_stack([p["y"][spans], p["y"][spans], np.full(spans.size, np.nan)]).ravel()
-                fig.add_trace(Scatter(x=xs, y=ys, mode="lines", name=f"{kind} (span)", legendgroup=kind,
-                                      showlegend=False, hoverinfo="skip", connectgaps=False,
-                                      line=dict(color=color, width=5)), row=1, col=1)
-        fig.add_trace(Scatter(x=p["x"], y=p["y"], mode="markers", name=kind, legendgroup=kind,
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{kind} (span)", legendgroup=kind,
+                                         showlegend=False, hoverinfo="skip", connectgaps=False,
+                                         line=dict(color=color, width=5), _validate=False), row=1, col=1)
+        # An outline only where the symbol is open (its stroke is all there is): per-point stroke styles are
+        # a good part of an SVG marker's cost.
+        outline = dict(line=dict(width=1, color=color)) if symbol.endswith("-open") else {}
+        fig.add_trace(markers(x=p["x"], y=p["y"], mode="markers", name=kind, legendgroup=kind,
                               customdata=p["index"], hovertext=p["hover"], hoverinfo="text",
-                              marker=dict(symbol=symbol, color=color, size=p["size"], opacity=0.9,
-                                          line=dict(width=1, color=color))), row=1, col=1)
+                              marker=dict(symbol=symbol, color=color, size=p["size"], opacity=0.9, **outline),
+                              _validate=False), row=1, col=1)
     if has_saved:
         scale, unit = _seconds_axis(data.saved_y)
-        fig.add_trace(Scatter(x=data.saved_x, y=np.asarray(data.saved_y) * scale, mode="lines",
-                              name="seconds saved (cumulative)", line=dict(color="#2ca02c", width=2, shape="hv"),
-                              hovertemplate=f"%{{x:.2f}} s: %{{y:.4g}} {unit} saved<extra></extra>"), row=2, col=1)
+        fig.add_trace(go.Scatter(x=data.saved_x, y=np.asarray(data.saved_y) * scale, mode="lines",
+                                 name="seconds saved (cumulative)", line=dict(color="#2ca02c", width=2, shape="hv"),
+                                 hovertemplate=f"%{{x:.2f}} s: %{{y:.4g}} {unit} saved<extra></extra>",
+                                 _validate=False), row=2, col=1)
         fig.update_yaxes(title_text=f"saved ({unit})", rangemode="tozero", tickformat="~g", ticksuffix=f" {unit}",
                          nticks=4, row=2, col=1)
     lanes = list(data.lanes)
@@ -369,9 +377,12 @@ def timeline_figure(data: TimelineData):
     if data.hidden_lanes:
         title += f"<br><sub>{data.hidden_lanes} lanes collapsed into the last: scroll with “lanes from”</sub>"
     height = max(320, 90 + 32 * visible) + (140 if has_saved else 0)
-    fig.update_layout(**{**BASE_LAYOUT, "height": height}, title=title, legend=LEGEND)
     labels = [f"{name} ⟳{data.counts[name]['recompile']}" if data.counts.get(name, {}).get("recompile") else name
               for name in lanes]
+    # Margins wide enough for the lane labels (~6.5 px a character at 12 px) and the x axis title: when
+    # plotly's automargin has to widen one, it draws the whole figure a second time (~40% of the draw).
+    margin = {**BASE_LAYOUT["margin"], "l": max(60, min(600, 24 + 7 * max(map(len, labels), default=0))), "b": 60}
+    fig.update_layout(**{**BASE_LAYOUT, "height": height, "margin": margin}, title=title, legend=LEGEND)
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=labels,
                      range=[visible - 0.4, -0.6], autorange=False, row=1, col=1)
     fig.update_xaxes(title_text="seconds since the first event", row=2 if has_saved else 1, col=1)

@@ -37,7 +37,7 @@ class CacheTimeline(View, widgets.VBox):
     thread waits at most :attr:`throttle_s` seconds for a burst to end, then hands one redraw to the kernel's
     thread (inside a kernel, the redraw runs when the running cell finishes or yields; widget messages are
     never sent from the thread); a timeline the page does not show (scrolled away, a hidden tab) is not
-    redrawn until it is shown again. Large logs stay responsive: WebGL traces (``scattergl``) above 1,000
+    redrawn until it is shown again. Large logs stay responsive: WebGL traces (``scattergl``) above 5,000
     markers; beyond :attr:`max_points` one marker per lane, kind and time bin, the bin's slowest event with
     the bin's count (:func:`xlakit.view.lanes.aggregate`); at most 30 lanes one by one, the others collapsed
     into one last lane (counts kept), the *lanes from* box (:attr:`lane_offset`) scrolling the window.
