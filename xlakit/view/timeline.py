@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from xlakit.events import KINDS
 from xlakit.view.columns import EventColumns
@@ -381,7 +381,8 @@ def timeline_figure(data: TimelineData):
               for name in lanes]
     # Margins wide enough for the lane labels (~6.5 px a character at 12 px) and the x axis title: when
     # plotly's automargin has to widen one, it draws the whole figure a second time (~40% of the draw).
-    margin = {**BASE_LAYOUT["margin"], "l": max(60, min(600, 24 + 7 * max(map(len, labels), default=0))), "b": 60}
+    widest = max(map(len, labels), default=0)
+    margin = {**cast(dict[str, int], BASE_LAYOUT["margin"]), "l": max(60, min(600, 24 + 7 * widest)), "b": 60}
     fig.update_layout(**{**BASE_LAYOUT, "height": height, "margin": margin}, title=title, legend=LEGEND)
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=labels,
                      range=[visible - 0.4, -0.6], autorange=False, row=1, col=1)
