@@ -47,11 +47,12 @@ KIND_OFFSET: dict[str, float] = {
 #: and hits (the load).
 SPAN_KINDS = ("compile", "hit")
 #: Markers (all kinds together) above which they are drawn with WebGL (``scattergl``); at or below it, SVG
-#: (crisper, no GPU needed). Where a page renders WebGL in software (no GPU: SwiftShader), starting the WebGL
-#: context and compiling its shaders costs ~1.1 s before the first marker, while SVG costs ~0.2 s per 1,000
-#: markers over a ~0.3 s empty figure (headless chromium, ``benchmarks/timeline_scale.py``): SVG stays the
-#: faster below ~5,000 markers, which covers the default budget of 3,000. Span lines and the seconds-saved
-#: curve are one SVG path each, whatever the count.
+#: (crisper, no GPU needed). Measured in headless chromium with WebGL in software (``--disable-gpu``:
+#: SwiftShader), 31 lanes, CPU seconds of the whole browser per ``Plotly.newPlot``: layout alone 0.2-0.3;
+#: SVG 1,500 markers 0.8, 3,000 1.0-1.1, 5,000 1.5-1.8, 8,000 2.5-2.8; WebGL 3,000 1.9-2.7, 8,000 2.4-3.7
+#: (its context alone ~0.8 s, its shaders ~0.3 s). So SVG is the faster up to about 8,000 markers without a
+#: GPU, while with one WebGL wins above a few thousand: 5,000 splits the two. Span lines and the
+#: seconds-saved curve are one SVG path each, whatever the count.
 GL_THRESHOLD = 5000
 #: Points of the seconds-saved curve at most (a step line; a few per pixel column is all a screen shows).
 SAVED_POINTS = 400
@@ -267,7 +268,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     group = shown_lane[sel] * len(KINDS) + a["kind_code"][sel]
     if hidden:  # the collapsed lane gets a small budget of its own, so it never crowds out the drawn lanes
         more = shown_lane[sel] == max_lanes
-        budget = min(_COLLAPSED_POINTS, max_points // 2)
+        budget = max(1, min(_COLLAPSED_POINTS, max_points // 8))
         parts = [aggregate(x[sel][m], a["duration_s"][sel][m], group[m], max_points - budget if w else budget)
                  for w, m in ((True, ~more), (False, more))]
         where = [np.flatnonzero(~more), np.flatnonzero(more)]
