@@ -20,7 +20,8 @@ from xlakit.view.table import Column, Table
 from xlakit.view.untrusted import html_text
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
-           "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "MAX_LANES"]
+           "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "SAVED_POINTS",
+           "MAX_LANES"]
 
 #: kind -> (plotly marker symbol, colour). Symbols are ones WebGL scatter traces draw.
 KIND_STYLE: dict[str, tuple[str, str]] = {
@@ -227,7 +228,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
         still drawn in the folded lane.
       source: one event source, or None for all.
       max_points: budget of drawn event markers (int); beyond it one marker per lane, kind and time bin. The
-        curve has its own budget of the same size.
+        curve has its own budget: at most ``SAVED_POINTS`` (or ``max_points`` if smaller).
       fold_library: fold the programs of origin "library" into one "library helpers" lane (default True).
       max_lanes: lanes drawn one by one at most; the others are collapsed into one last lane ("… N more
         programs"), their events aggregated per kind and time bin (at most 600 markers), counts kept.
@@ -355,8 +356,7 @@ def timeline_figure(data: TimelineData):
                 fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{kind} (span)", legendgroup=kind,
                                          showlegend=False, hoverinfo="skip", connectgaps=False,
                                          line=dict(color=color, width=5), _validate=False), row=1, col=1)
-        # An outline only where the symbol is open (its stroke is all there is): per-point stroke styles are
-        # a good part of an SVG marker's cost.
+        # An outline only where the symbol is open (its stroke is all there is); filled symbols need none.
         outline = dict(line=dict(width=1, color=color)) if symbol.endswith("-open") else {}
         fig.add_trace(markers(x=p["x"], y=p["y"], mode="markers", name=kind, legendgroup=kind,
                               customdata=p["index"], hovertext=p["hover"], hoverinfo="text",
