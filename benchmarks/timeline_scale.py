@@ -8,7 +8,8 @@ JSON) and its size, a live redraw after one more event, the static snapshot's si
 plotly.js, which a notebook carries once for all charts), and the view's own event columns in memory.
 With Debian's ``chromium`` installed (``make browser``), also the seconds ``Plotly.newPlot`` takes to draw
 that message in headless chromium (``--disable-gpu``: WebGL is software-rendered, so this is an upper bound
-for a machine with a GPU), first draw and a redraw.
+for a machine with a GPU), first draw and a redraw, each bounded by 1 s. On a loaded machine (the load average
+is printed) a draw waits for the CPU: compare runs at a similar load.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             ("figure serialised for the page (plotly JSON)", f"{json_s:.3f} s", "", True),
             ("message to the page", f"{len(message) / 1e3:,.0f} KB", "", True),
             ("drawn by chromium (Plotly.newPlot; first, again)",
-             f"{drawn[0]:.2f} s, {drawn[1]:.2f} s" if drawn else "no chromium", "", True),
+             f"{drawn[0]:.2f} s, {drawn[1]:.2f} s" if drawn else "no chromium", "<= 1 s" if drawn else "",
+             drawn is None or max(drawn) <= 1.0),
             ("widget built and first drawn (kernel side)", f"{widget_s:.3f} s", "", True),
             ("live redraw after one more event", f"{redraw_s:.3f} s", "<= 1 s", redraw_s <= 1.0),
             ("static snapshot (without plotly.js)", f"{len(snap.encode()) / 1e3:,.0f} KB in {snap_s:.2f} s",
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.events:,} events over {args.programs} programs ({args.programs - 24} user, 24 library); "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     for what, value, bound, ok in rows:
-        print(f"  {what:<48} {value:>28}  {bound:<10} {'' if not bound else ('ok' if ok else 'OVER')}")
+        print(f"  {what:<48} {value:>28}  {bound:<10} {'' if not bound else ('ok' if ok else 'FAIL')}")
     print(json.dumps({"build_s": build_s, "json_s": json_s, "message_bytes": len(message), "widget_s": widget_s,
                       "redraw_s": redraw_s,
                       "browser_draw_s": drawn, "snapshot_bytes": len(snap.encode()), "markers": shown, "lanes": lanes,

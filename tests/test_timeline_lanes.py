@@ -97,7 +97,16 @@ def test_100k_events_over_324_lanes_build_a_bounded_figure_and_snapshot():
     assert fig.layout.height <= 90 + 32 * 31 + 140 and tuple(fig.layout.yaxis.range) == (30.6, -0.6)
     scrolled = tl.timeline_data(cols, max_points=5000, lane_offset=100)
     assert scrolled.lanes[0] == "jit_fn100" and scrolled.hidden_lanes == 271
-    assert {t.type for t in fig.data if t.name in kinds} == {"scattergl"}
+    # Up to GL_THRESHOLD markers SVG (faster than a software-rendered WebGL context), WebGL beyond; the spans
+    # and the seconds-saved curve are one SVG path each either way, the curve at most SAVED_POINTS long.
+    assert data.shown <= tl.GL_THRESHOLD and {t.type for t in fig.data} == {"scatter"}
+    dense = tl.timeline_figure(tl.timeline_data(cols, max_points=8000))
+    assert {t.type for t in dense.data if t.name in kinds} == {"scattergl"}
+    assert {t.type for t in dense.data if t.name not in kinds} == {"scatter"}
+    saved = next(t for t in dense.data if t.name.startswith("seconds saved"))
+    assert 100 < len(saved.x) <= tl.SAVED_POINTS + 2
+    # The left margin holds the longest lane label (plotly's automargin would otherwise draw the figure twice).
+    assert fig.layout.margin.l >= 6.5 * len(data.lanes[-1]) + 12
     hover = next(h for h in data.points["hit"]["hover"] if h.startswith("<b>"))
     assert "×" in hover and "slowest:" in hover
     assert built < 10, built  # measured properly in benchmarks/timeline_scale.py

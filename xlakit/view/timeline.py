@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from xlakit.events import KINDS
 from xlakit.view.columns import EventColumns
 from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
 from xlakit.view.html import note, snapshot
-from xlakit.view.lanes import SCREEN_BINS, aggregate, lane_plan
+from xlakit.view.lanes import aggregate, lane_plan
 from xlakit.view.table import Column, Table
 from xlakit.view.untrusted import html_text
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
-           "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "MAX_LANES"]
+           "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "SAVED_POINTS",
+           "MAX_LANES"]
 
 #: kind -> (plotly marker symbol, colour). Symbols are ones WebGL scatter traces draw.
 KIND_STYLE: dict[str, tuple[str, str]] = {
@@ -46,8 +47,16 @@ KIND_OFFSET: dict[str, float] = {
 #: Kinds with a duration drawn as a span from its start to its end (``Event.time`` is the end): compiles,
 #: and hits (the load).
 SPAN_KINDS = ("compile", "hit")
-#: Markers above which a kind is drawn with WebGL (``scattergl``); below it, SVG (crisper, no GPU needed).
-GL_THRESHOLD = 1000
+#: Markers (all kinds together) above which they are drawn with WebGL (``scattergl``); at or below it, SVG
+#: (crisper, no GPU needed). Measured in headless chromium with WebGL in software (``--disable-gpu``:
+#: SwiftShader), 31 lanes, CPU seconds of the whole browser per ``Plotly.newPlot``: layout alone 0.2-0.3;
+#: SVG 1,500 markers 0.8, 3,000 1.0-1.1, 5,000 1.5-1.8, 8,000 2.5-2.8; WebGL 3,000 1.9-2.7, 8,000 2.4-3.7
+#: (its context alone ~0.8 s, its shaders ~0.3 s). So SVG is the faster up to about 8,000 markers without a
+#: GPU, while with one WebGL wins above a few thousand: 5,000 splits the two. Span lines and the
+#: seconds-saved curve are one SVG path each, whatever the count.
+GL_THRESHOLD = 5000
+#: Points of the seconds-saved curve at most (a step line; a few per pixel column is all a screen shows).
+SAVED_POINTS = 400
 #: Lanes drawn one by one; the rest share one collapsed lane (scroll with ``lane_offset`` or the name filter).
 MAX_LANES = 30
 _COLLAPSED_POINTS = 600
@@ -219,7 +228,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
         still drawn in the folded lane.
       source: one event source, or None for all.
       max_points: budget of drawn event markers (int); beyond it one marker per lane, kind and time bin. The
-        curve has its own budget of the same size.
+        curve has its own budget: at most ``SAVED_POINTS`` (or ``max_points`` if smaller).
       fold_library: fold the programs of origin "library" into one "library helpers" lane (default True).
       max_lanes: lanes drawn one by one at most; the others are collapsed into one last lane ("… N more
         programs"), their events aggregated per kind and time bin (at most 600 markers), counts kept.
@@ -260,7 +269,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     group = shown_lane[sel] * len(KINDS) + a["kind_code"][sel]
     if hidden:  # the collapsed lane gets a small budget of its own, so it never crowds out the drawn lanes
         more = shown_lane[sel] == max_lanes
-        budget = min(_COLLAPSED_POINTS, max_points // 2)
+        budget = max(1, min(_COLLAPSED_POINTS, max_points // 8))
         parts = [aggregate(x[sel][m], a["duration_s"][sel][m], group[m], max_points - budget if w else budget)
                  for w, m in ((True, ~more), (False, more))]
         where = [np.flatnonzero(~more), np.flatnonzero(more)]
@@ -289,7 +298,7 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     sx, sy = x[hits][order], np.cumsum(saved[order])
     if sx.size:
         sx, sy = np.r_[0.0, sx, x.max()], np.r_[0.0, sy, sy[-1]]
-        sx, sy = downsample_series(sx, sy, min(max_points, 2 * SCREEN_BINS))  # a line: ~2 points per column
+        sx, sy = downsample_series(sx, sy, min(max_points, SAVED_POINTS))  # each bin's first and last point
     counts: dict[str, dict[str, int]] = {}
     seconds: dict[str, dict[str, float]] = {}
     if sel.size:
@@ -335,30 +344,30 @@ def timeline_figure(data: TimelineData):
     fig = make_subplots(rows=2 if has_saved else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         row_heights=[0.72, 0.28] if has_saved else None, figure=go.Figure(_validate=False))
     n_points = sum(len(p["x"]) for p in data.points.values())
-    trace_type = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
-
-    def Scatter(**kwargs: Any) -> Any:
-        return trace_type(**kwargs, _validate=False)
+    markers = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
 
     for kind, p in data.points.items():
         symbol, color = KIND_STYLE.get(kind, _OTHER_STYLE)
         if kind in SPAN_KINDS:
             spans = np.flatnonzero(p["x"] - p["start"] > 0)
-            if spans.size:
+            if spans.size:  # one SVG path, its spans split by NaN (no trace when nothing has a duration)
                 xs = np.column_stack([p["start"][spans], p["x"][spans], np.full(spans.size, np.nan)]).ravel()
                 ys = np.column_stack([p["y"][spans], p["y"][spans], np.full(spans.size, np.nan)]).ravel()
-                fig.add_trace(Scatter(x=xs, y=ys, mode="lines", name=f"{kind} (span)", legendgroup=kind,
-                                      showlegend=False, hoverinfo="skip", connectgaps=False,
-                                      line=dict(color=color, width=5)), row=1, col=1)
-        fig.add_trace(Scatter(x=p["x"], y=p["y"], mode="markers", name=kind, legendgroup=kind,
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{kind} (span)", legendgroup=kind,
+                                         showlegend=False, hoverinfo="skip", connectgaps=False,
+                                         line=dict(color=color, width=5), _validate=False), row=1, col=1)
+        # An outline only where the symbol is open (its stroke is all there is); filled symbols need none.
+        outline = dict(line=dict(width=1, color=color)) if symbol.endswith("-open") else {}
+        fig.add_trace(markers(x=p["x"], y=p["y"], mode="markers", name=kind, legendgroup=kind,
                               customdata=p["index"], hovertext=p["hover"], hoverinfo="text",
-                              marker=dict(symbol=symbol, color=color, size=p["size"], opacity=0.9,
-                                          line=dict(width=1, color=color))), row=1, col=1)
+                              marker=dict(symbol=symbol, color=color, size=p["size"], opacity=0.9, **outline),
+                              _validate=False), row=1, col=1)
     if has_saved:
         scale, unit = _seconds_axis(data.saved_y)
-        fig.add_trace(Scatter(x=data.saved_x, y=np.asarray(data.saved_y) * scale, mode="lines",
-                              name="seconds saved (cumulative)", line=dict(color="#2ca02c", width=2, shape="hv"),
-                              hovertemplate=f"%{{x:.2f}} s: %{{y:.4g}} {unit} saved<extra></extra>"), row=2, col=1)
+        fig.add_trace(go.Scatter(x=data.saved_x, y=np.asarray(data.saved_y) * scale, mode="lines",
+                                 name="seconds saved (cumulative)", line=dict(color="#2ca02c", width=2, shape="hv"),
+                                 hovertemplate=f"%{{x:.2f}} s: %{{y:.4g}} {unit} saved<extra></extra>",
+                                 _validate=False), row=2, col=1)
         fig.update_yaxes(title_text=f"saved ({unit})", rangemode="tozero", tickformat="~g", ticksuffix=f" {unit}",
                          nticks=4, row=2, col=1)
     lanes = list(data.lanes)
@@ -369,9 +378,13 @@ def timeline_figure(data: TimelineData):
     if data.hidden_lanes:
         title += f"<br><sub>{data.hidden_lanes} lanes collapsed into the last: scroll with “lanes from”</sub>"
     height = max(320, 90 + 32 * visible) + (140 if has_saved else 0)
-    fig.update_layout(**{**BASE_LAYOUT, "height": height}, title=title, legend=LEGEND)
     labels = [f"{name} ⟳{data.counts[name]['recompile']}" if data.counts.get(name, {}).get("recompile") else name
               for name in lanes]
+    # Margins wide enough for the lane labels (~6.5 px a character at 12 px) and the x axis title: when
+    # plotly's automargin has to widen one, it draws the whole figure a second time (~40% of the draw).
+    widest = max(map(len, labels), default=0)
+    margin = {**cast(dict[str, int], BASE_LAYOUT["margin"]), "l": max(60, min(600, 24 + 7 * widest)), "b": 60}
+    fig.update_layout(**{**BASE_LAYOUT, "height": height, "margin": margin}, title=title, legend=LEGEND)
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=labels,
                      range=[visible - 0.4, -0.6], autorange=False, row=1, col=1)
     fig.update_xaxes(title_text="seconds since the first event", row=2 if has_saved else 1, col=1)

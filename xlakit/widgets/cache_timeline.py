@@ -37,7 +37,7 @@ class CacheTimeline(View, widgets.VBox):
     thread waits at most :attr:`throttle_s` seconds for a burst to end, then hands one redraw to the kernel's
     thread (inside a kernel, the redraw runs when the running cell finishes or yields; widget messages are
     never sent from the thread); a timeline the page does not show (scrolled away, a hidden tab) is not
-    redrawn until it is shown again. Large logs stay responsive: WebGL traces (``scattergl``) above 1,000
+    redrawn until it is shown again. Large logs stay responsive: WebGL traces (``scattergl``) above 5,000
     markers; beyond :attr:`max_points` one marker per lane, kind and time bin, the bin's slowest event with
     the bin's count (:func:`xlakit.view.lanes.aggregate`); at most 30 lanes one by one, the others collapsed
     into one last lane (counts kept), the *lanes from* box (:attr:`lane_offset`) scrolling the window.
@@ -78,8 +78,9 @@ class CacheTimeline(View, widgets.VBox):
     name_filter = traitlets.Unicode("")
     #: Only events of this source (:data:`xlakit.events.SOURCES`), or None for all (str | None, default None).
     source = traitlets.Unicode(None, allow_none=True)
-    #: Markers drawn at most (int >= 100, default 3,000 markers; beyond, one per lane, kind and time bin).
-    max_points = traitlets.Int(3000)
+    #: Markers drawn at most (int >= 100, default 1,500 markers; beyond, one per lane, kind and time bin). Every
+    #: marker costs the page ~0.25 ms to draw as SVG where there is no GPU; 1,500 keep a first draw under 1 s.
+    max_points = traitlets.Int(1500)
     #: Follow the log as events arrive (bool, default True).
     live = traitlets.Bool(True)
     #: Seconds a live redraw waits for a burst to go on (float >= 0, default 1 s): at most one redraw a second.
@@ -95,7 +96,7 @@ class CacheTimeline(View, widgets.VBox):
     lane_offset = traitlets.Int(0)
 
     def __init__(self, log: EventLog | Iterable[Event] | None = None, *, kinds: Iterable[str] | None = None,
-                 name_filter: str = "", source: str | None = None, max_points: int = 3000, live: bool = True,
+                 name_filter: str = "", source: str | None = None, max_points: int = 1500, live: bool = True,
                  throttle_s: float = 1.0, maxlen: int | None = None, fold_library: bool = True,
                  layout: widgets.Layout | None = None) -> None:
         from xlakit import events as _events
