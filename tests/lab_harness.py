@@ -115,6 +115,16 @@ class Lab:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"theme": theme}))
 
+    def set_windowing_mode(self, mode: str | None) -> None:
+        """Settings > Notebook > Windowing mode (``"full"``, ``"defer"``, ``"none"``; None: JupyterLab's
+        default) for pages opened from now on."""
+        path = self.settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if mode is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(json.dumps({"windowingMode": mode}))
+
     def shutdown_kernels(self) -> None:
         for k in self.api("GET", "api/kernels") or []:
             try:

@@ -5,7 +5,8 @@ Debian's ``chromium`` (``make browser`` installs it as root) is driven by Playwr
 ``tests/notebooks/allocator_reset.ipynb`` on 127.0.0.1; the test waits for the AllocatorPanel and a plotly
 FigureWidget to render, clicks a button that allocates and frees 400 MiB in the kernel, reads the peak the
 panel shows (at least 400 MiB: on CPU it is the kernel's resident high-water mark), clicks **Reset peak**
-and checks that the displayed peak drops by most of those 400 MiB. A screenshot is kept under
+and checks that the displayed peak drops by most of those 400 MiB; then, after a window resize, that every
+chart on screen (the widgets' and a standalone ``Chart``) is as high as its layout. A screenshot is kept under
 ``test-artifacts/`` (git-ignored).
 """
 
@@ -56,6 +57,12 @@ def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
         except OSError:
             time.sleep(0.2)
     raise AssertionError(f"voila did not listen on 127.0.0.1:{port} within {timeout} s")
+
+
+# [drawn height of the plot div, its layout height] of each chart on screen (px).
+_CHART_HEIGHTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .filter(gd => gd.offsetParent !== null && !gd.closest('.xlakit-static') && gd._fullLayout)
+  .map(gd => [Math.round(gd.getBoundingClientRect().height), Math.round(gd._fullLayout.height)])"""
 
 
 def _peak(page) -> int:
@@ -132,6 +139,11 @@ def test_reset_peak_in_a_browser_lowers_the_displayed_peak():
                     timings["total_s"] = time.monotonic() - start
                     page.screenshot(path=str(ARTIFACTS / "browser-allocator.png"), full_page=True)
                     method = page.locator(".xlakit-reset-method-0").inner_text()
+                    # After a window resize every drawn chart is still as high as its layout (plotly's responsive
+                    # mode used to size each to 100% of an output with no height: 0 px).
+                    page.set_viewport_size({"width": 1000, "height": 1000})
+                    page.wait_for_timeout(1500)
+                    heights = page.evaluate(_CHART_HEIGHTS_JS)
                 finally:
                     browser.close()
         finally:
@@ -147,3 +159,4 @@ def test_reset_peak_in_a_browser_lowers_the_displayed_peak():
     assert after < before - 0.75 * BYTES
     assert "clear_refs" in method
     assert (ARTIFACTS / "browser-allocator.png").stat().st_size > 10_000
+    assert heights and all(div == want > 0 for div, want in heights), heights

@@ -14,6 +14,7 @@ first run a click on a miss marker in the timeline must bring the kernel's expla
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import time
@@ -343,3 +344,79 @@ def test_page_answers_during_a_burst_with_a_dashboard_and_three_live_timelines(l
     assert worst < 2.0, f"the page stopped answering for {worst:.1f} s"
     assert max(long_tasks, default=0) < 2000, f"a task blocked the page for {max(long_tasks)} ms"
     assert len(counts) >= 4 and min(counts) >= 3000, counts  # the dashboard's timeline and the three
+
+
+def _code(source):
+    return {"cell_type": "code", "metadata": {}, "source": source, "outputs": [], "execution_count": None}
+
+
+# Standalone charts: no layout.height (drawn at the default, 360 px), 450 px, the views' base layout (380 px),
+# and one below a tall output, so its cell runs off screen. Their expected heights, by chart, in cell order.
+_STANDALONE_CELLS = [
+    "import plotly.graph_objects as go\nfrom xlakit.view.theme import BASE_LAYOUT\nfrom xlakit.widgets import Chart",
+    "Chart(go.Figure(go.Bar(y=[1, 2, 3])))",
+    "Chart(go.Figure(go.Bar(y=[1, 2, 3]), layout=dict(height=450)))",
+    "Chart(go.Figure(go.Scatter(y=[1, 3, 2]), layout=BASE_LAYOUT))",
+    "print('\\n' * 80)",
+    "Chart(go.Figure(go.Bar(y=[5, 1]), layout=dict(height=420)))",
+    "print('charts shown')",
+]
+_STANDALONE_HEIGHTS = [360, 450, 380, 420]
+
+# Each live chart's drawn height: its plotly div (what the cell reserves) and its SVG, and the widths.
+_HEIGHTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+  .filter(gd => !gd.closest('.xlakit-static') && gd.querySelector('.main-svg')).map(gd => ({
+    div: Math.round(gd.getBoundingClientRect().height),
+    svg: Math.round(gd.querySelector('.main-svg').getBoundingClientRect().height),
+    width: Math.round(gd.getBoundingClientRect().width),
+    output_width: Math.round(gd.parentElement.getBoundingClientRect().width)}))"""
+
+
+def test_standalone_charts_draw_at_their_height_with_windowing_mode_none(lab):
+    """With windowing mode "none" (dark theme), each standalone chart's plot div and SVG are as high as its
+    layout says, before and after the window narrows, and as wide as its output. The fault it proves absent:
+    the page's first chart drawn 0 px high (plotly's responsive mode sized it to 100% of an output with no
+    height once the renderer's resize had cleared ``layout.height``)."""
+    server, browser = lab
+    name = "standalone_charts.ipynb"
+    nb = {"cells": [_code(src) for src in _STANDALONE_CELLS], "nbformat": 4, "nbformat_minor": 5,
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+    (server.folder / name).write_text(json.dumps(nb))
+    server.set_windowing_mode("none")
+    server.set_theme("JupyterLab Dark")
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    measured = {}
+    try:
+        page.goto(server.url(f"lab/tree/{name}?reset"), timeout=120_000)
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+        harness._accept_kernel_dialog(page, wait_s=3)
+        harness._wait_kernel_idle(page, 90)
+        for _attempt in range(4):
+            harness._accept_kernel_dialog(page)
+            page.locator(".jp-Notebook").first.click()
+            page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+            page.locator(".lm-Menu-item[data-command='runmenu:run-all']").first.click()
+            if harness._wait_started(page, 15):
+                break
+        page.locator(".jp-OutputArea-output", has_text="charts shown").first.wait_for(timeout=120_000)
+        for width in (1300, 900):
+            page.set_viewport_size({"width": width, "height": 900})
+            for _ in range(40):  # until every chart is drawn and the renderer's resize has settled
+                charts = page.evaluate(_HEIGHTS_JS)
+                if len(charts) == len(_STANDALONE_HEIGHTS) and [c["div"] for c in charts] == _STANDALONE_HEIGHTS:
+                    break
+                page.wait_for_timeout(250)
+            page.wait_for_timeout(1000)  # a late collapse (after the resize) would show here
+            measured[width] = page.evaluate(_HEIGHTS_JS)
+        page.screenshot(path=str(server.folder / "standalone_charts.png"))
+    finally:
+        page.close()
+        server.shutdown_kernels()
+        server.set_windowing_mode(None)
+        server.set_theme("JupyterLab Light")
+    print(f"windowing mode none, standalone charts: {measured}")
+    for width, charts in measured.items():
+        assert [c["div"] for c in charts] == _STANDALONE_HEIGHTS, (width, charts)
+        assert [c["svg"] for c in charts] == _STANDALONE_HEIGHTS, (width, charts)
+        assert all(abs(c["width"] - c["output_width"]) <= 1 for c in charts), (width, charts)
+    assert measured[900][0]["width"] < measured[1300][0]["width"] - 200, measured  # it followed the window

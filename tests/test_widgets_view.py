@@ -77,6 +77,21 @@ def test_chart_is_sent_complete_in_one_outputs_message():
     c.close()
 
 
+def test_chart_sends_an_explicit_height_and_reserves_it():
+    """A chart without ``layout.height`` drew 0 px high in JupyterLab (plotly's responsive mode sized it to 100%
+    of an output with no height): the spec carries the height, is not responsive, and the output keeps it."""
+    import plotly.graph_objects as go
+
+    c = Chart(go.Figure(go.Bar(y=[1, 2])))
+    spec = c.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert spec["layout"]["height"] == 360 and c.layout.min_height == "360px"
+    assert "responsive" not in spec["config"]
+    c.show(go.Figure(go.Bar(y=[1]), layout=dict(height=450)))
+    assert c.outputs[0]["data"]["application/vnd.plotly.v1+json"]["layout"]["height"] == 450
+    assert c.layout.min_height == "450px"
+    c.close()
+
+
 class _Loop:
     """Stands in for the kernel's IO loop: records callbacks instead of running them."""
 

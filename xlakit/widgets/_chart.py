@@ -9,6 +9,16 @@ A chart has no comm of its own; a widget that needs clicks adds a :class:`xlakit
 beside it (CacheTimeline: a click on a miss explains it). ``Chart(fig)`` also shows any plotly figure this way
 in a notebook (a static copy comes with it for saved notebooks).
 
+Every chart draws at its figure's ``layout.height`` (:data:`DEFAULT_HEIGHT` when the figure has none) in every
+JupyterLab windowing mode and in Voilà, because the figure is not plotly-``responsive``: in that mode plotly.js
+sizes the plot's container to ``height: 100%`` once a resize has cleared ``layout.height`` (the renderer
+resizes after each redraw; Voilà on each window resize) unless the plot's div was 0 px high at some draw.
+Inside an output, whose height is its content, 100% is 0 px: the page's first chart (drawn once plotly.js
+had loaded, into an attached output) and, in Voilà, every chart after a window resize collapsed to 0 px.
+The width follows the cell wherever the front-end resizes outputs (JupyterLab, Notebook 7: window, sidebar);
+in Voilà it is the cell's width when drawn. The output keeps ``min-height`` at the figure's height, so the
+cell keeps its place while plotly.js loads.
+
 :func:`on_kernel_thread` runs a function on the kernel's main thread (the IPython kernel's event loop), so
 refresh threads never touch widgets themselves.
 """
@@ -24,9 +34,11 @@ from typing import Any
 
 import ipywidgets as widgets
 
-__all__ = ["Chart", "on_kernel_thread", "kernel_loop", "live_charts", "PLOTLY_MIME"]
+__all__ = ["Chart", "on_kernel_thread", "kernel_loop", "live_charts", "PLOTLY_MIME", "DEFAULT_HEIGHT"]
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+#: A figure's height (px) when its ``layout.height`` is unset (the plotly JupyterLab renderer's own default).
+DEFAULT_HEIGHT = 360
 _ids = itertools.count(1)
 _charts: weakref.WeakValueDictionary[str, Chart] = weakref.WeakValueDictionary()
 
@@ -88,13 +100,16 @@ class Chart(widgets.Output):
         return self.figure.data
 
     def show(self, fig: Any) -> None:
-        """Replace the figure with ``fig`` (a complete ``go.Figure``) in one ``outputs`` message."""
+        """Replace the figure with ``fig`` (a complete ``go.Figure``) in one ``outputs`` message; it draws
+        ``fig.layout.height`` px high (set to :data:`DEFAULT_HEIGHT` when unset) and as wide as its cell."""
         import plotly.io as pio
 
         meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
-        fig.update_layout(meta={**meta, "xlakit_chart": self.chart_id})
+        fig.update_layout(meta={**meta, "xlakit_chart": self.chart_id}, height=fig.layout.height or DEFAULT_HEIGHT)
         spec = json.loads(pio.to_json(fig, validate=False, remove_uids=True))
-        spec["config"] = {"responsive": True, "displaylogo": False}
+        # Not "responsive": that mode can size the plot to 100% of an output that has no height (0 px).
+        spec["config"] = {"displaylogo": False}
+        self.layout.min_height = f"{int(fig.layout.height)}px"
         self.figure = fig
         self.outputs = ({"output_type": "display_data", "metadata": {},
                          "data": {PLOTLY_MIME: spec, "text/plain": f"<plotly figure {self.chart_id}: "
