@@ -289,8 +289,8 @@ _LONG_TASKS_JS = """() => { window.__xlakitLong = []; new PerformanceObserver(l 
 
 def test_page_answers_during_a_burst_with_a_dashboard_and_three_live_timelines(lab):
     """A dashboard and three live timelines of the process log while 300 functions' events (3,000) arrive
-    over ~3 s: the page keeps answering (no script round trip over 2 s on a quiet machine), the cell after the burst prints its
-    output, and each timeline, once on screen, shows every event (off screen it was not redrawn)."""
+    over ~3 s: the page keeps answering (no script round trip over 2 s on a quiet machine), the cell after the
+    burst prints its output, and each timeline, once on screen, shows every event (off screen it was not redrawn)."""
     server, browser = lab
     name = "burst.ipynb"
     (server.folder / name).write_text(BURST_NOTEBOOK.read_text())
