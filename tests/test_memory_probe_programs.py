@@ -30,16 +30,16 @@ from xlakit.memory import probe
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}  # XLA keeps the work (and its temporaries) itself
 PROGRAMS = {
     "fused_outer_sum": (lambda v: jnp.outer(v, v).sum(0), (np.ones(5000, np.float32),)),
-    "sort_outer": (lambda v: jnp.sort(jnp.outer(v, v), axis=0)[0], (np.ones(4000, np.float32),)),
+    "sort_outer": (lambda v: jnp.sort(jnp.outer(v, v), axis=0)[0], (np.ones(3000, np.float32),)),
     "cumsum_reduce": (lambda a: jnp.cumsum(a, 0).max(0) + jnp.cumsum(a, 1).max(1),
-                      (np.ones((4000, 4000), np.float32),)),
+                      (np.ones((3000, 3000), np.float32),)),
     "scan": (lambda a: jax.lax.scan(lambda c, x: (c + jnp.sin(x), c * 2), jnp.zeros(a.shape[1]), a)[1].sum(),
-             (np.ones((4000, 4000), np.float32),)),
+             (np.ones((3000, 3000), np.float32),)),
     "conv": (lambda x, k: jax.lax.conv(x, k, (1, 1), "SAME").sum(),
-             (np.ones((4, 32, 256, 256), np.float32), np.ones((64, 32, 3, 3), np.float32))),
+             (np.ones((2, 32, 256, 256), np.float32), np.ones((64, 32, 3, 3), np.float32))),
     "pool": (lambda x: jax.lax.reduce_window(jnp.exp(x), -jnp.inf, jax.lax.max, (1, 3, 3), (1, 1, 1), "SAME").sum(0),
              (np.ones((3, 2000, 4000), np.float32),)),
-    "argsort": (lambda a: jnp.argsort(a[::-1] * 2, axis=1)[:, 0], (np.ones((3000, 4000), np.float32),)),
+    "argsort": (lambda a: jnp.argsort(a[::-1] * 2, axis=1)[:, 0], (np.ones((2400, 4000), np.float32),)),
     "matmul_chain": (lambda a: ((a @ a) @ a).sum(), (np.ones((2500, 2500), np.float32),)),
 }
 
