@@ -224,14 +224,14 @@ print(json.dumps({{'jax': 'jax' in sys.modules, 'columns': list(frame.columns)[:
     assert out == {"jax": False, "columns": ["name", "key", "partition"], "entries": 0}
 
 
-def test_every_wrapped_jax_function_is_version_checked():
+def test_every_wrapped_jax_function_is_version_checked(tmp_path):
     """Fault: only _cache_read/_cache_write were checked; cache_key.get and pjit._run_python_pjit were not."""
-    code = """
+    code = f"""
 from jax._src import pjit
 pjit._run_python_pjit = lambda p, args_flat: None
 import xlakit
 try:
-    xlakit.enable_cache('/tmp/never-created-xlakit')
+    xlakit.enable_cache({str(tmp_path / 'c')!r})
 except xlakit.UnsupportedJaxVersion as e:
     print(str(e))
 """
