@@ -326,7 +326,7 @@ def test_claimant_that_does_not_store_releases_the_waiters_at_once(tmp_path):
     time.sleep(0.2)
     coord0.give_up(PARTITION, key, "XLA cannot serialize this executable")
     t.join(30)
-    assert got["r"] == (None, miss0) and time.perf_counter() - start < 5  # not the 20 s bound
+    assert got["r"] == (None, miss0) and time.perf_counter() - start < 10  # not the 20 s bound
     [wait] = log1.events("wait")
     assert "did not store it" in wait.reason and "cannot serialize" in wait.reason
     assert "not stored" in log0.events("claim")[0].reason
@@ -406,9 +406,9 @@ def test_claimant_whose_compile_failed_neither_waits_on_itself_nor_holds_the_oth
     retry = coord0.on_miss(PARTITION, key, "jit_h", load, None, miss0)  # the user calls the function again
     retry_s = time.perf_counter() - start
     t.join(30)
-    assert retry == (None, miss0) and retry_s < 2  # compiles now, not after the 20 s bound
+    assert retry == (None, miss0) and retry_s < 10  # compiles now, not after the 20 s bound
     assert coord0.claimed(PARTITION, key)  # and owes the others the entry (or a give_up) again
-    assert got["r"] == (None, miss0) and time.perf_counter() - start < 5
+    assert got["r"] == (None, miss0) and time.perf_counter() - start < 10
     [wait] = log1.events("wait")
     assert "compile failed or was interrupted" in wait.reason
     assert coord0.release_all("exit") == 1 and not coord0.claimed(PARTITION, key)
