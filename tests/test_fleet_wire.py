@@ -237,22 +237,23 @@ except ImportError:
 
 
 @pytest.mark.skipif(_PLACEMENT is not None, reason=_PLACEMENT or "")
-def test_four_processes_compile_each_program_once(s3_server, tmp_path):  # noqa: F811
-    """Fault: every process of a job compiles every program. Four processes with jax.distributed start cold
-    together (own empty folders, one bucket): exactly one compile per program across all four, the others
+def test_three_processes_compile_each_program_once(s3_server, tmp_path):  # noqa: F811
+    """Fault: every process of a job compiles every program. Three processes with jax.distributed start cold
+    together (own empty folders, one bucket): exactly one compile per program across all three, the others
     wait and load it; every result equal."""
+    n = 3
     url = s3_server.url(f"job-{uuid.uuid4().hex[:8]}")
-    reports = run_job(tmp_path, url, s3_server.storage_options(), 4, *PROGRAMS)
+    reports = run_job(tmp_path, url, s3_server.storage_options(), n, *PROGRAMS)
     compiles = sorted(e["name"] for r in reports for e in of(r, "compile"))
     assert len(compiles) == len(PROGRAMS) and len(set(compiles)) == len(PROGRAMS), compiles
     assert sum(len(of(r, "claim")) for r in reports) == len(PROGRAMS)
     for r in reports:  # every program once per process: compiled (the claimant) or loaded from the shared store
         assert len(of(r, "compile")) + len(of(r, "hit")) == len(PROGRAMS), [e["kind"] for e in r["events"]]
-    # the other three got each program from the bucket once: after waiting for the claimant, or late enough
+    # the other two got each program from the bucket once: after waiting for the claimant, or late enough
     # to find its upload straight away
-    assert sum(len(of(r, "remote_hit")) for r in reports) == 3 * len(PROGRAMS)
+    assert sum(len(of(r, "remote_hit")) for r in reports) == (n - 1) * len(PROGRAMS)
     waits = [e for r in reports for e in of(r, "wait")]
-    assert len(waits) <= 3 * len(PROGRAMS)
+    assert len(waits) <= (n - 1) * len(PROGRAMS)
     assert all(e["reason"].startswith("compiled by process ") for e in waits), waits
     assert all(r["results"] == reports[0]["results"] for r in reports)
 
