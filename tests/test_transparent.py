@@ -99,51 +99,52 @@ def _reseal(path: Path, mutate) -> None:
     path.write_bytes(seal(header, payload, secret))
 
 
-def test_damaged_entries_are_quarantined_repaired_then_hit(filled, tmp_path):
-    """A truncated entry and one with a flipped payload bit: each named corrupt (before XLA sees its bytes),
-    moved to quarantine as it was, compiled and stored again, and the repaired entry hits in a later process."""
-    cache = copy_of(filled, tmp_path / "cache")
-    truncated, flipped = entry_named(cache, "jit_add_one"), entry_named(cache, "jit_matmul")
-    with open(truncated, "r+b") as f:
-        f.truncate(100)
-    data = bytearray(flipped.read_bytes())
-    data[-10] ^= 0x01
-    flipped.write_bytes(bytes(data))
-    report = run_worker(cache, "add_one", "matmul")
-    assert kinds(report, "jit_add_one") == ["corrupt", "miss", "compile", "store"]
-    assert kinds(report, "jit_matmul") == ["corrupt", "miss", "compile", "store"]
-    reasons = {e["name"]: e["reason"] for e in only(report, "corrupt")}
-    assert "truncated" in reasons["jit_add_one"] and "quarantine" in reasons["jit_add_one"]
-    assert "SHA-256" in reasons["jit_matmul"]
-    assert sorted(p.stat().st_size for p in quarantined(cache))[0] == 100
-    assert len(quarantined(cache)) == 2 and truncated.stat().st_size > 100
-    warm = run_worker(cache, "add_one", "matmul")
-    assert kinds(warm) == ["hit", "hit"]
-    assert report["results"] == warm["results"] == {n: filled[1]["results"][n] for n in ("add_one", "matmul")}
-
-
 # Each entry claims another build or partition (SHA-256 and HMAC still valid): a miss that names the field,
 # never deserialized (no hit, no load_error), quarantined, and the recompiled entry hits next time.
 FOREIGN = {"mlp": ("jaxlib_version", "0.0.1"), "cos": ("jaxlib_build", "0123456789abcdef"),
            "exp": ("platform_version", "cpu-other"), "tanh": ("partition", "cpu-other-partition")}
 
 
-def test_entry_from_another_build_or_partition_is_never_loaded(filled, tmp_path):
+def _module(program: str) -> str:
+    return "jit_net" if program == "mlp" else f"jit_{program}"
+
+
+def test_bad_entries_are_rejected_before_deserializing_repaired_then_hit(filled, tmp_path):
+    """Six bad entries, one process: a truncated one and one with a flipped payload bit are named corrupt (before
+    XLA sees their bytes) and moved to quarantine as they were; the four of FOREIGN are misses naming the
+    field. Each is compiled and stored again, and every repaired entry hits in a later process."""
     cache = copy_of(filled, tmp_path / "cache")
+    truncated, flipped = entry_named(cache, "jit_add_one"), entry_named(cache, "jit_matmul")
+    foreign = {program: entry_named(cache, _module(program)) for program in FOREIGN}
+    with open(truncated, "r+b") as f:
+        f.truncate(100)
+    data = bytearray(flipped.read_bytes())
+    data[-10] ^= 0x01
+    flipped.write_bytes(bytes(data))
     for program, (field, value) in FOREIGN.items():
-        name = "jit_net" if program == "mlp" else f"jit_{program}"
         if field == "partition":
-            _reseal(entry_named(cache, name), lambda h, v=value: h.__setitem__("partition", v))
+            _reseal(foreign[program], lambda h, v=value: h.__setitem__("partition", v))
         else:
-            _reseal(entry_named(cache, name), lambda h, f=field, v=value: h["environment"].__setitem__(f, v))
-    report = run_worker(cache, *FOREIGN)
+            _reseal(foreign[program], lambda h, f=field, v=value: h["environment"].__setitem__(f, v))
+    programs = ["add_one", "matmul", *FOREIGN]
+    report = run_worker(cache, *programs)
+
+    assert kinds(report, "jit_add_one") == ["corrupt", "miss", "compile", "store"]
+    assert kinds(report, "jit_matmul") == ["corrupt", "miss", "compile", "store"]
+    reasons = {e["name"]: e["reason"] for e in only(report, "corrupt")}
+    assert "truncated" in reasons["jit_add_one"] and "quarantine" in reasons["jit_add_one"]
+    assert "SHA-256" in reasons["jit_matmul"]
+    assert truncated.stat().st_size > 100
     for program, (field, value) in FOREIGN.items():
-        name = "jit_net" if program == "mlp" else f"jit_{program}"
-        assert kinds(report, name) == ["miss", "compile", "store"], (program, field)
-        reason = [e for e in only(report, "miss") if e["name"] == name][0]["reason"]
+        assert kinds(report, _module(program)) == ["miss", "compile", "store"], (program, field)
+        reason = [e for e in only(report, "miss") if e["name"] == _module(program)][0]["reason"]
         assert value in reason and (field in reason or field == "partition"), (field, reason)
-    assert len(quarantined(cache)) == len(FOREIGN)
-    assert kinds(run_worker(cache, *FOREIGN)) == ["hit"] * len(FOREIGN)
+    assert len(quarantined(cache)) == 2 + len(FOREIGN)
+    assert 100 in {p.stat().st_size for p in quarantined(cache)}  # the truncated entry, kept as it was
+
+    warm = run_worker(cache, *programs)
+    assert kinds(warm) == ["hit"] * len(programs)
+    assert report["results"] == warm["results"] == {n: filled[1]["results"][n] for n in programs}
 
 
 def test_fast_compiles_are_stored_or_skipped_with_the_threshold(filled, tmp_path):
