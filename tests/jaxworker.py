@@ -45,6 +45,8 @@ def programs():
         "mlp": lambda: jax.jit(net)(w, np.ones((16, 32), np.float32)),
         "debug_print": lambda: jax.jit(debug_print)(np.arange(3.0, dtype=np.float32)),
     }
+    for name in ("cos", "exp", "tanh"):  # three more distinct programs (jit_cos, ...), one compile each
+        table[name] = (lambda f=getattr(jnp, name): jax.jit(f)(np.linspace(0.0, 1.0, 5, dtype=np.float32)))
     for n in range(1, 401):  # distinct programs named jit_sin: one per input length
         table[f"sin{n}"] = (lambda n=n: jax.jit(jnp.sin)(np.arange(float(n), dtype=np.float32)))
     return table

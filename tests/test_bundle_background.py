@@ -390,10 +390,11 @@ def test_an_interrupt_at_any_moment_of_a_background_load_leaves_a_process_that_e
     for label, proc in procs.items():
         # A SIGINT that lands inside a garbage-collection callback (JAX registers one) is swallowed by Python
         # itself, in any JAX program; a user presses Ctrl-C again. What must never happen is a process that
-        # an interrupt cannot end: each gets up to five Ctrl-Cs, 8 s apart.
-        for _ in range(5):
+        # an interrupt cannot end: each gets up to five Ctrl-Cs, the waits doubling from 2 s (62 s in all, so a
+        # loaded machine's slow exit is not mistaken for a hang, while a swallowed one costs 2 s, not 8).
+        for wait_s in (2, 4, 8, 16, 32):
             try:
-                proc.communicate(timeout=8)
+                proc.communicate(timeout=wait_s)
                 break
             except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGINT)

@@ -123,7 +123,8 @@ print(json.dumps([(e.kind, e.name) for e in xlakit.events.log().events() if e.ki
 
 def test_explain_names_the_shape_of_an_entry_written_by_transparent_mode(tmp_path):
     """Fault: entries written by enable_cache() had no signature or module text, so a changed shape was
-    explained as 'module'. Also: the nearest entry prefers the fewest differing dimensions."""
+    explained as 'module'. Also: the nearest entry prefers the fewest differing dimensions; and the jaxlib
+    fingerprint memo lives beside the cache in use (enable_cache's folder), not in $XLAKIT_CACHE_DIR."""
     code = f"""
 import json, jax, jax.numpy as jnp, numpy as np, xlakit
 t = xlakit.enable_cache({str(tmp_path / 'c')!r})
@@ -147,7 +148,9 @@ print(json.dumps({{'big': [[d.kind, d.part, d.now, d.entry] for d in big.differe
                   'edited': edited.kinds, 'diff': edited.module_diff, 'own': own, 'listed': len(listed),
                   'entries': t.stats()['entries'], 'signatures': listed['name'].tolist()}}))
 """
-    out = json.loads(run_python(code))
+    out = json.loads(run_python(code, env={"XLAKIT_CACHE_DIR": str(tmp_path / "default")}))
+    assert (tmp_path / "c" / "jaxlib_fingerprints.json").is_file()
+    assert not (tmp_path / "default").exists()
     assert out["big"] == [["shape", "argument 0", "300x256", "256x256"]]
     assert out["own"] == ["shape"]  # the TransparentCache itself explains, lists and totals its entries
     assert out["listed"] == out["entries"] == 3 and out["signatures"] == ["jit_f"] * 3
@@ -224,32 +227,20 @@ print(json.dumps({{'jax': 'jax' in sys.modules, 'columns': list(frame.columns)[:
     assert out == {"jax": False, "columns": ["name", "key", "partition"], "entries": 0}
 
 
-def test_every_wrapped_jax_function_is_version_checked():
+def test_every_wrapped_jax_function_is_version_checked(tmp_path):
     """Fault: only _cache_read/_cache_write were checked; cache_key.get and pjit._run_python_pjit were not."""
-    code = """
+    code = f"""
 from jax._src import pjit
 pjit._run_python_pjit = lambda p, args_flat: None
 import xlakit
 try:
-    xlakit.enable_cache('/tmp/never-created-xlakit')
+    xlakit.enable_cache({str(tmp_path / 'c')!r})
 except xlakit.UnsupportedJaxVersion as e:
     print(str(e))
 """
     out = run_python(code)
     assert "jax._src.pjit._run_python_pjit('p', 'args_flat') has changed" in out
     assert "ExecutableCache" not in out  # it needs the same hooks: never recommended as the way out
-
-
-def test_the_fingerprint_memo_lives_beside_the_cache_in_use(tmp_path):
-    code = f"""
-import jax, numpy as np, xlakit
-xlakit.enable_cache({str(tmp_path / 'given')!r})
-jax.jit(lambda x: x + 1)(np.ones(2, np.float32))
-print("ran")
-"""
-    run_python(code, env={"XLAKIT_CACHE_DIR": str(tmp_path / "default")})
-    assert (tmp_path / "given" / "jaxlib_fingerprints.json").is_file()
-    assert not (tmp_path / "default").exists()
 
 
 def test_adapters_import_nothing_above_them():

@@ -84,7 +84,7 @@ def test_dead_claimant_waiters_compile_after_the_bound():
     coord = Coordinator(kv, 1, wait_s=0.5, poll_s=0.1, on_event=events.append)
     t0 = time.monotonic()
     assert coord.run("p", "k", fetch=lambda: None, produce=lambda: b"own compile") == b"own compile"
-    assert 0.5 <= time.monotonic() - t0 < 3
+    assert 0.5 <= time.monotonic() - t0 < 10  # waited the bound, then compiled (roomy: the machine may be loaded)
     assert [(e.kind, e.owner) for e in events] == [("wait_timeout", 7)]
     assert "no program from process 7 within 0.5 s" in events[0].reason
 
@@ -174,7 +174,7 @@ def test_claimant_that_uploaded_but_never_published_is_found_in_the_store():
     coord = Coordinator(kv, 1, wait_s=10, poll_s=0.05, store_poll_s=0.3, on_event=events.append)
     t0 = time.monotonic()
     assert coord.run("p", "k", fetch=lambda: shared.get("k"), produce=lambda: pytest.fail("compiled")) == b"exe"
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 8  # found by polling the store, well before the 10 s bound
     assert [(e.kind, e.pointer, e.owner) for e in events] == [("wait", None, 3)]
 
 
@@ -189,5 +189,5 @@ def test_a_process_never_waits_on_its_own_claim():
     assert coord.claim("p", "k") == (True, 3)
     start = time.perf_counter()
     assert coord.run("p", "k", fetch=lambda: None, produce=lambda: "compiled") == "compiled"
-    assert time.perf_counter() - start < 2
+    assert time.perf_counter() - start < 10  # at once, not after the 20 s bound
     assert kv.data["xlakit/v1/done/p/k"] == "p/k"

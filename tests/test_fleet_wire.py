@@ -237,22 +237,23 @@ except ImportError:
 
 
 @pytest.mark.skipif(_PLACEMENT is not None, reason=_PLACEMENT or "")
-def test_four_processes_compile_each_program_once(s3_server, tmp_path):  # noqa: F811
-    """Fault: every process of a job compiles every program. Four processes with jax.distributed start cold
-    together (own empty folders, one bucket): exactly one compile per program across all four, the others
+def test_three_processes_compile_each_program_once(s3_server, tmp_path):  # noqa: F811
+    """Fault: every process of a job compiles every program. Three processes with jax.distributed start cold
+    together (own empty folders, one bucket): exactly one compile per program across all three, the others
     wait and load it; every result equal."""
+    n = 3
     url = s3_server.url(f"job-{uuid.uuid4().hex[:8]}")
-    reports = run_job(tmp_path, url, s3_server.storage_options(), 4, *PROGRAMS)
+    reports = run_job(tmp_path, url, s3_server.storage_options(), n, *PROGRAMS)
     compiles = sorted(e["name"] for r in reports for e in of(r, "compile"))
     assert len(compiles) == len(PROGRAMS) and len(set(compiles)) == len(PROGRAMS), compiles
     assert sum(len(of(r, "claim")) for r in reports) == len(PROGRAMS)
     for r in reports:  # every program once per process: compiled (the claimant) or loaded from the shared store
         assert len(of(r, "compile")) + len(of(r, "hit")) == len(PROGRAMS), [e["kind"] for e in r["events"]]
-    # the other three got each program from the bucket once: after waiting for the claimant, or late enough
+    # the other two got each program from the bucket once: after waiting for the claimant, or late enough
     # to find its upload straight away
-    assert sum(len(of(r, "remote_hit")) for r in reports) == 3 * len(PROGRAMS)
+    assert sum(len(of(r, "remote_hit")) for r in reports) == (n - 1) * len(PROGRAMS)
     waits = [e for r in reports for e in of(r, "wait")]
-    assert len(waits) <= 3 * len(PROGRAMS)
+    assert len(waits) <= (n - 1) * len(PROGRAMS)
     assert all(e["reason"].startswith("compiled by process ") for e in waits), waits
     assert all(r["results"] == reports[0]["results"] for r in reports)
 
@@ -326,7 +327,7 @@ def test_claimant_that_does_not_store_releases_the_waiters_at_once(tmp_path):
     time.sleep(0.2)
     coord0.give_up(PARTITION, key, "XLA cannot serialize this executable")
     t.join(30)
-    assert got["r"] == (None, miss0) and time.perf_counter() - start < 5  # not the 20 s bound
+    assert got["r"] == (None, miss0) and time.perf_counter() - start < 10  # not the 20 s bound
     [wait] = log1.events("wait")
     assert "did not store it" in wait.reason and "cannot serialize" in wait.reason
     assert "not stored" in log0.events("claim")[0].reason
@@ -406,9 +407,9 @@ def test_claimant_whose_compile_failed_neither_waits_on_itself_nor_holds_the_oth
     retry = coord0.on_miss(PARTITION, key, "jit_h", load, None, miss0)  # the user calls the function again
     retry_s = time.perf_counter() - start
     t.join(30)
-    assert retry == (None, miss0) and retry_s < 2  # compiles now, not after the 20 s bound
+    assert retry == (None, miss0) and retry_s < 10  # compiles now, not after the 20 s bound
     assert coord0.claimed(PARTITION, key)  # and owes the others the entry (or a give_up) again
-    assert got["r"] == (None, miss0) and time.perf_counter() - start < 5
+    assert got["r"] == (None, miss0) and time.perf_counter() - start < 10
     [wait] = log1.events("wait")
     assert "compile failed or was interrupted" in wait.reason
     assert coord0.release_all("exit") == 1 and not coord0.claimed(PARTITION, key)

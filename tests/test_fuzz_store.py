@@ -48,7 +48,7 @@ def workspace():
             os.environ[k] = v
 
 
-@settings(max_examples=300, deadline=None, database=None,
+@settings(max_examples=150, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=st.builds(fuzz.Case, kind=st.sampled_from(fuzz.KINDS), target=st.sampled_from(fuzz.TARGETS),
                       position=st.integers(0, 4095), bit=st.integers(0, 7), header=_HEADERS,
@@ -72,9 +72,11 @@ def test_the_fuzzer_sees_a_reintroduced_fault(workspace, monkeypatch):
 
     monkeypatch.setattr(quarantine, "clear_quarantine", follows_links)
     template, workdir = workspace
-    findings = []
-    for seed in range(20):
+    findings: list[str] = []
+    for seed in range(20):  # the first seeds already find it; stop at the first finding
         findings += fuzz.run_case(fuzz.Case(kind="link_quarantine", ops_seed=seed), template, workdir).findings
+        if findings:
+            break
     assert "a file outside the cache folder changed" in findings
 
 
@@ -90,12 +92,16 @@ def test_hostile_object_store_never_hangs_a_reader_and_is_never_trusted():
     """A server that hangs, drips, ignores Range, lies about lengths, answers garbage or another object's bytes,
     holding forged, damaged, foreign and renamed objects: no read or upload outlives its deadline, no read returns
     anything but the genuine object of its key, no housekeeping deletes what is not provably ours
-    (benchmarks/fuzz_store.py --ops 10000 runs the same harness 10,000 times)."""
+    (benchmarks/fuzz_store.py --ops 10000 runs the same harness 10,000 times). 100 operations meet every server
+    behaviour, hangs and drips included (seed 7). The bound is the 0.5 s deadline plus 3 s of slack: a loaded
+    machine (the suite runs in parallel) took 1.8 s for an honest read, while a reader that ignored the deadline
+    would wait forever on the hanging server."""
     fz = _remote_fuzzer()
-    report = fz.run(200, seed=7, deadline_s=0.5, slack_s=1.0)
-    assert report.findings == []
+    report = fz.run(100, seed=7, deadline_s=0.5, slack_s=3.0)
+    assert report.findings == [], report.findings
     assert (report.over_bound, report.trusted_wrong, report.wrongly_deleted) == (0, 0, 0)
-    assert report.operations == 200 and report.served > 10  # the honest reads do get served
+    assert report.by_kind["read/hang"] and report.by_kind["read/drip"]  # the hostile reads were really tried
+    assert report.operations == 100 and report.served > 10  # the honest reads do get served
 
 
 def test_the_remote_fuzzer_sees_a_reintroduced_fault(monkeypatch):

@@ -47,7 +47,7 @@ else:
 
 def _run(code: str, *args: str, env: dict[str, str]) -> dict:
     p = subprocess.run([sys.executable, "-c", code, *args], env=worker_env(env), capture_output=True, text=True,
-                       timeout=120)
+                       timeout=300)  # roomy: a loaded machine
     lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"process ended with {p.returncode} (negative: killed by a signal)\n" \
                                         f"{p.stderr[-2000:]}"

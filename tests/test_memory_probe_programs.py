@@ -10,7 +10,10 @@ Faults proven here:
 * ``probe(isolate=True)`` after an in-process probe of a sort failed ("``LessThan`` is not serializable"):
   the isolated probe now sends a freshly compiled executable that has never run.
 
-Sizes: temporaries of 30-140 MiB, far above the 2 MiB tolerance, each program well under a second to run.
+Sizes: the smallest that keep each program's large buffers above glibc's largest dynamic mmap threshold
+(32 MiB): below it, a process that already freed large buffers serves them from heap pages the high-water mark
+never sees (a 15 MiB sort then reads 0 B, and the probe says it is not exact). Temporaries of 34-215 MiB, far
+above the 2 MiB tolerance.
 """
 
 from __future__ import annotations
@@ -30,16 +33,16 @@ from xlakit.memory import probe
 NO_YNN = {"xla_cpu_experimental_ynn_fusion_type": ""}  # XLA keeps the work (and its temporaries) itself
 PROGRAMS = {
     "fused_outer_sum": (lambda v: jnp.outer(v, v).sum(0), (np.ones(5000, np.float32),)),
-    "sort_outer": (lambda v: jnp.sort(jnp.outer(v, v), axis=0)[0], (np.ones(4000, np.float32),)),
+    "sort_outer": (lambda v: jnp.sort(jnp.outer(v, v), axis=0)[0], (np.ones(3000, np.float32),)),
     "cumsum_reduce": (lambda a: jnp.cumsum(a, 0).max(0) + jnp.cumsum(a, 1).max(1),
-                      (np.ones((4000, 4000), np.float32),)),
+                      (np.ones((3000, 3000), np.float32),)),
     "scan": (lambda a: jax.lax.scan(lambda c, x: (c + jnp.sin(x), c * 2), jnp.zeros(a.shape[1]), a)[1].sum(),
-             (np.ones((4000, 4000), np.float32),)),
+             (np.ones((3000, 3000), np.float32),)),
     "conv": (lambda x, k: jax.lax.conv(x, k, (1, 1), "SAME").sum(),
-             (np.ones((4, 32, 256, 256), np.float32), np.ones((64, 32, 3, 3), np.float32))),
+             (np.ones((2, 32, 256, 256), np.float32), np.ones((64, 32, 3, 3), np.float32))),
     "pool": (lambda x: jax.lax.reduce_window(jnp.exp(x), -jnp.inf, jax.lax.max, (1, 3, 3), (1, 1, 1), "SAME").sum(0),
              (np.ones((3, 2000, 4000), np.float32),)),
-    "argsort": (lambda a: jnp.argsort(a[::-1] * 2, axis=1)[:, 0], (np.ones((3000, 4000), np.float32),)),
+    "argsort": (lambda a: jnp.argsort(a[::-1] * 2, axis=1)[:, 0], (np.ones((2400, 4000), np.float32),)),
     "matmul_chain": (lambda a: ((a @ a) @ a).sum(), (np.ones((2500, 2500), np.float32),)),
 }
 
@@ -52,17 +55,19 @@ out = {"no_ynn": {}, "default": {}}
 f, args = PROGRAMS["matmul_chain"]
 out["no_ynn_first_run"] = {"matmul_chain": row(probe(
     jax.jit(lambda a: f(a) * 1.0).lower(*args).compile(compiler_options=NO_YNN), *args, warmup=False))}
+sort = jax.jit(PROGRAMS["sort_outer"][0])
 for name, (f, args) in PROGRAMS.items():
-    c = jax.jit(f).lower(*args).compile(compiler_options=NO_YNN)
+    # the sort (no YNNPACK fusion in it) is probed through jax.jit, whose executable then has run: the isolated
+    # probe below follows these two in-process probes, the way a notebook user goes
+    c = sort if name == "sort_outer" else jax.jit(f).lower(*args).compile(compiler_options=NO_YNN)
     out["no_ynn"][name] = [row(probe(c, *args)) for _ in range(2)]
 for name in ("fused_outer_sum", "matmul_chain"):
     f, args = PROGRAMS[name]
     out["default"][name] = row(probe(jax.jit(f), *args))
 
-# isolated after in-process, the way a notebook user goes
-sort = jax.jit(PROGRAMS["sort_outer"][0])
+# isolated after in-process (the two probes of the sort above)
 v = PROGRAMS["sort_outer"][1][0]
-out["sort_in_process"] = row(probe(sort, v))
+out["sort_in_process"] = out["no_ynn"]["sort_outer"][-1]
 try:
     serialize_executable.serialize(sort.lower(v).compile())
     out["memo_serializes"] = True
@@ -77,7 +82,8 @@ print(json.dumps(out))
 
 def _report() -> dict:
     if not hasattr(_report, "cached"):
-        _report.cached = json.loads(run_python(WORKER, timeout=240))  # type: ignore[attr-defined]
+        # roomy: about a minute of CPU, which a machine running the suite in parallel may stretch several-fold
+        _report.cached = json.loads(run_python(WORKER, timeout=600))  # type: ignore[attr-defined]
     return _report.cached  # type: ignore[attr-defined]
 
 
@@ -115,7 +121,7 @@ def test_isolated_probe_after_an_in_process_run_of_a_sort_sends_a_never_run_exec
     assert iso["method"] == "subprocess clear_refs"
     assert iso["exact"] and inproc["exact"], (inproc, iso)
     assert abs(iso["scratch_bytes"] - iso["xla_bytes"]) <= iso["tolerance_bytes"], iso
-    assert iso["xla_temp_bytes"] >= 60 * MiB
+    assert iso["xla_temp_bytes"] >= 30 * MiB
     if not rows["memo_serializes"]:  # jaxlib 0.10.2: the executable that ran cannot be serialized
         assert any("fresh compile" in n for n in iso["notes"]), iso
     fused = rows["fused_isolated"]

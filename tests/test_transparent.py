@@ -35,20 +35,38 @@ def only(report: dict, kind: str) -> list[dict]:
     return [e for e in report["events"] if e["kind"] == kind]
 
 
-def test_second_process_hits_every_program_bit_identical(tmp_path):
-    cache = tmp_path / "cache"
-    cold = run_worker(cache, "add_one", "matmul", "mlp")
-    assert kinds(cold).count("miss") == 3 and kinds(cold).count("store") == 3
-    assert kinds(cold).count("hit") == 0
-    assert [e["name"] for e in only(cold, "store")] == ["jit_add_one", "jit_matmul", "jit_net"]
-    warm = run_worker(cache, "add_one", "matmul", "mlp")
-    assert kinds(warm) == ["hit", "hit", "hit"]
-    assert warm["results"] == cold["results"]
-    for e in only(warm, "hit"):
-        assert e["duration_s"] > 0 and e["saved_s"] >= 0 and e["bytes"] > 0
+# One cold process fills a cache once for the whole module; each test works on its own copy of that folder
+# (a copy is itself a proof: no path enters a key), so a test pays only for the processes its fault needs.
+FILLED = ("add_one", "matmul", "mlp", "cos", "exp", "tanh", "sin1", "sin2")
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory) -> tuple[Path, dict]:
+    """(folder, report) of one cold worker that ran FILLED; tests copy the folder, never change it."""
+    folder = tmp_path_factory.mktemp("filled") / "cache"
+    return folder, run_worker(folder, *FILLED)
+
+
+def copy_of(filled: tuple[Path, dict], dest: Path) -> Path:
+    shutil.copytree(filled[0], dest)
+    return dest
+
+
+def entry_named(cache: Path, name: str) -> Path:
+    [path] = [p for p in entry_files(cache) if read_header_file(p)["name"] == name]
+    return path
+
+
+def test_cold_process_stores_every_program_with_its_header(filled):
+    folder, cold = filled
+    named = [n for n in FILLED if not n.startswith("sin")]
+    for name in named:  # sin2 retraces jax.jit(jnp.sin): that one is a recompile, not a new miss
+        assert kinds(cold, f"jit_{'net' if name == 'mlp' else name}") == ["miss", "compile", "store"], name
+    assert kinds(cold).count("store") == len(FILLED) and kinds(cold).count("hit") == 0
+    assert [e["name"] for e in only(cold, "store")][:3] == ["jit_add_one", "jit_matmul", "jit_net"]
     # the header keeps the measured compile seconds, the compiled memory and JAX's own key parts
-    headers = [read_header_file(p) for p in entry_files(cache)]
-    assert len(headers) == 3
+    headers = [read_header_file(p) for p in entry_files(folder)]
+    assert len(headers) == len(FILLED)
     for h in headers:
         assert h["compile_s"] > 0
         assert set(h["key_parts"]) >= {"computation", "jax_lib version", "XLA flags", "compile_options"}
@@ -57,70 +75,18 @@ def test_second_process_hits_every_program_bit_identical(tmp_path):
     assert mm["memory"]["argument_size_in_bytes"] == 256 and mm["memory"]["output_size_in_bytes"] == 256
 
 
-def test_truncated_entry_is_repaired_then_hits(tmp_path):
-    cache = tmp_path / "cache"
-    first = run_worker(cache, "add_one")
-    [entry] = entry_files(cache)
-    with open(entry, "r+b") as f:
-        f.truncate(100)
-    second = run_worker(cache, "add_one")
-    assert kinds(second) == ["corrupt", "miss", "compile", "store"]
-    corrupt = only(second, "corrupt")[0]
-    assert "truncated" in corrupt["reason"] and "quarantine" in corrupt["reason"]
-    assert len(quarantined(cache)) == 1 and quarantined(cache)[0].stat().st_size == 100
-    assert entry.stat().st_size > 100
-    third = run_worker(cache, "add_one")
-    assert kinds(third) == ["hit"]
-    assert first["results"] == second["results"] == third["results"]
-
-
-def test_copied_cache_hits_and_no_path_enters_the_key(tmp_path):
-    a, b = tmp_path / "A", tmp_path / "elsewhere" / "B"
-    filled = run_worker(a, "add_one", "mlp")
-    shutil.copytree(a, b)
-    moved = run_worker(b, "add_one", "mlp", env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jaxdir")})
-    assert kinds(moved) == ["hit", "hit"]
-    assert [e["key"] for e in only(moved, "hit")] == [e["key"] for e in only(filled, "store")]
+def test_second_process_on_a_moved_copy_hits_bit_identical_and_no_path_enters_the_key(filled, tmp_path):
+    a, cold = filled
+    b = copy_of(filled, tmp_path / "elsewhere" / "B")
+    warm = run_worker(b, "add_one", "matmul", "mlp", env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jaxdir")})
+    assert kinds(warm) == ["hit", "hit", "hit"]
+    assert warm["results"] == {n: cold["results"][n] for n in ("add_one", "matmul", "mlp")}
+    assert [e["key"] for e in only(warm, "hit")] == [e["key"] for e in only(cold, "store")][:3]
+    for e in only(warm, "hit"):
+        assert e["duration_s"] > 0 and e["saved_s"] >= 0 and e["bytes"] > 0
     for path in entry_files(b):
         header_text = json.dumps(read_header_file(path))
         assert str(a) not in header_text and str(tmp_path / "jaxdir") not in header_text
-
-
-def test_fast_compiles_are_stored_or_skipped_with_the_threshold(tmp_path):
-    stored = run_worker(tmp_path / "c", "add_one")
-    assert kinds(stored) == ["miss", "compile", "store"]
-    assert only(stored, "compile")[0]["duration_s"] < 1.0  # JAX's own default would have dropped it
-    skipped = run_worker(tmp_path / "d", "add_one", min_compile=30)
-    assert kinds(skipped) == ["miss", "compile", "skip"]
-    assert "min_compile_time_s=30" in only(skipped, "skip")[0]["reason"]
-    assert entry_files(tmp_path / "d") == []
-
-
-def test_eight_processes_one_cold_cache(tmp_path):
-    """Concurrent writers of one cold cache: four processes compile the same program at once (same key, racing
-    publishes), four others compile distinct programs; every result is right and every entry verifies."""
-    cache = tmp_path / "cache"
-    expected = {p: run_worker(tmp_path / f"ref-{p}", p)["results"][p] for p in ("mlp",)}
-    cmd = [sys.executable, str(Path(__file__).parent / "jaxworker.py"), "--cache", str(cache)]
-    procs = [subprocess.Popen(cmd + ["mlp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=worker_env()) for _ in range(4)]
-    procs += [subprocess.Popen(cmd + [f"sin{n}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=worker_env()) for n in range(1, 5)]
-    reports = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-3000:]
-        reports.append(json.loads(out.strip().splitlines()[-1]))
-    for r in reports[:4]:
-        assert r["results"]["mlp"] == expected["mlp"]
-        assert not any(k in ("corrupt", "load_error", "store_error") for k in kinds(r))
-    for n, r in enumerate(reports[4:], start=1):
-        values = bytes.fromhex(r["results"][f"sin{n}"])
-        assert len(values) == 4 * n
-    store = LocalStore(cache)
-    assert all(reason is None for _, reason in store.verify())
-    names = [e.name for e in store.entries()]
-    assert len(names) == 5 and len(set(e.key for e in store.entries())) == 5
 
 
 def _reseal(path: Path, mutate) -> None:
@@ -133,19 +99,87 @@ def _reseal(path: Path, mutate) -> None:
     path.write_bytes(seal(header, payload, secret))
 
 
-@pytest.mark.parametrize("field,value", [("jaxlib_version", "0.0.1"), ("jaxlib_build", "0123456789abcdef"),
-                                         ("platform_version", "cpu-other")])
-def test_entry_from_another_build_is_never_loaded(tmp_path, field, value):
+# Each entry claims another build or partition (SHA-256 and HMAC still valid): a miss that names the field,
+# never deserialized (no hit, no load_error), quarantined, and the recompiled entry hits next time.
+FOREIGN = {"mlp": ("jaxlib_version", "0.0.1"), "cos": ("jaxlib_build", "0123456789abcdef"),
+           "exp": ("platform_version", "cpu-other"), "tanh": ("partition", "cpu-other-partition")}
+
+
+def _module(program: str) -> str:
+    return "jit_net" if program == "mlp" else f"jit_{program}"
+
+
+def test_bad_entries_are_rejected_before_deserializing_repaired_then_hit(filled, tmp_path):
+    """Six bad entries, one process: a truncated one and one with a flipped payload bit are named corrupt (before
+    XLA sees their bytes) and moved to quarantine as they were; the four of FOREIGN are misses naming the
+    field. Each is compiled and stored again, and every repaired entry hits in a later process."""
+    cache = copy_of(filled, tmp_path / "cache")
+    truncated, flipped = entry_named(cache, "jit_add_one"), entry_named(cache, "jit_matmul")
+    foreign = {program: entry_named(cache, _module(program)) for program in FOREIGN}
+    with open(truncated, "r+b") as f:
+        f.truncate(100)
+    data = bytearray(flipped.read_bytes())
+    data[-10] ^= 0x01
+    flipped.write_bytes(bytes(data))
+    for program, (field, value) in FOREIGN.items():
+        if field == "partition":
+            _reseal(foreign[program], lambda h, v=value: h.__setitem__("partition", v))
+        else:
+            _reseal(foreign[program], lambda h, f=field, v=value: h["environment"].__setitem__(f, v))
+    programs = ["add_one", "matmul", *FOREIGN]
+    report = run_worker(cache, *programs)
+
+    assert kinds(report, "jit_add_one") == ["corrupt", "miss", "compile", "store"]
+    assert kinds(report, "jit_matmul") == ["corrupt", "miss", "compile", "store"]
+    reasons = {e["name"]: e["reason"] for e in only(report, "corrupt")}
+    assert "truncated" in reasons["jit_add_one"] and "quarantine" in reasons["jit_add_one"]
+    assert "SHA-256" in reasons["jit_matmul"]
+    assert truncated.stat().st_size > 100
+    for program, (field, value) in FOREIGN.items():
+        assert kinds(report, _module(program)) == ["miss", "compile", "store"], (program, field)
+        reason = [e for e in only(report, "miss") if e["name"] == _module(program)][0]["reason"]
+        assert value in reason and (field in reason or field == "partition"), (field, reason)
+    assert len(quarantined(cache)) == 2 + len(FOREIGN)
+    assert 100 in {p.stat().st_size for p in quarantined(cache)}  # the truncated entry, kept as it was
+
+    warm = run_worker(cache, *programs)
+    assert kinds(warm) == ["hit"] * len(programs)
+    assert report["results"] == warm["results"] == {n: filled[1]["results"][n] for n in programs}
+
+
+def test_fast_compiles_are_stored_or_skipped_with_the_threshold(filled, tmp_path):
+    stored = filled[1]
+    assert kinds(stored, "jit_add_one") == ["miss", "compile", "store"]
+    compile_s = [e for e in only(stored, "compile") if e["name"] == "jit_add_one"][0]["duration_s"]
+    assert compile_s < 1.0  # JAX's own default would have dropped it
+    skipped = run_worker(tmp_path / "d", "add_one", min_compile=30)
+    assert kinds(skipped) == ["miss", "compile", "skip"]
+    assert "min_compile_time_s=30" in only(skipped, "skip")[0]["reason"]
+    assert entry_files(tmp_path / "d") == []
+
+
+def test_concurrent_processes_one_cold_cache(filled, tmp_path):
+    """Concurrent writers of one cold cache: two processes compile the same program at once (same key, racing
+    publishes), two others compile distinct programs; every result is right and every entry verifies."""
     cache = tmp_path / "cache"
-    run_worker(cache, "add_one")
-    [entry] = entry_files(cache)
-    _reseal(entry, lambda h: h["environment"].__setitem__(field, value))
-    report = run_worker(cache, "add_one")
-    assert kinds(report) == ["miss", "compile", "store"]  # no hit, no load_error: never deserialized
-    reason = only(report, "miss")[0]["reason"]
-    assert field in reason and value in reason
-    assert len(quarantined(cache)) == 1
-    assert kinds(run_worker(cache, "add_one")) == ["hit"]
+    cmd = [sys.executable, str(Path(__file__).parent / "jaxworker.py"), "--cache", str(cache)]
+    programs = ["mlp", "mlp", "sin3", "sin4"]
+    procs = [subprocess.Popen(cmd + [p], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=worker_env()) for p in programs]
+    reports = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    for r in reports[:2]:
+        assert r["results"]["mlp"] == filled[1]["results"]["mlp"]
+        assert not any(k in ("corrupt", "load_error", "store_error") for k in kinds(r))
+    for n, r in zip((3, 4), reports[2:], strict=True):
+        values = bytes.fromhex(r["results"][f"sin{n}"])
+        assert len(values) == 4 * n
+    store = LocalStore(cache)
+    assert all(reason is None for _, reason in store.verify())
+    assert len(list(store.entries())) == 3 and len({e.key for e in store.entries()}) == 3
 
 
 def test_program_with_host_callback_runs_prints_and_is_recorded(tmp_path):
@@ -168,13 +202,13 @@ def test_program_with_host_callback_runs_prints_and_is_recorded(tmp_path):
         assert "host callbacks" in only(report, "skip")[0]["reason"]
 
 
-@pytest.mark.parametrize("cap", [1_000_000, 100_000])
+@pytest.mark.parametrize("cap", [1_000_000, 50_000])
 def test_cache_stays_inside_its_cap(tmp_path, cap):
-    """24 jnp.sin programs (one per input length), real compiles. Entries here are ~5 KB (8 KiB on disk), so the
-    1 MB cap holds them all; 100 kB forces eviction of the least recently used. (Eviction order and
+    """12 jnp.sin programs (one per input length), real compiles. Entries here are ~5 KB (8 KiB on disk), so the
+    1 MB cap holds them all; 50 kB forces eviction of the least recently used. (Eviction order and
     bookkeeping at scale are covered with fake payloads by the store's own tests.)"""
     cache = tmp_path / "cache"
-    count = 24
+    count = 12
     names = [f"sin{n}" for n in range(1, count + 1)]
     report = run_worker(cache, *names, max_bytes=cap)
     assert report["max_cache_bytes"] <= cap  # measured on disk after every program
@@ -186,72 +220,54 @@ def test_cache_stays_inside_its_cap(tmp_path, cap):
     assert all("least recently used" in e["reason"] for e in evicted)
     survivors = {e.key for e in LocalStore(cache).entries()}
     assert len(survivors) == count - len(evicted)
-    if cap < needed:
-        assert 3 < len(survivors) < count
     newest = [e["key"] for e in only(report, "store")][-3:]
     assert set(newest) <= survivors  # the most recently used entries survive
-    warm = run_worker(cache, *names[-3:], max_bytes=cap)
-    # jax.jit(jnp.sin) retraced for each new length: transparent mode reports those retraces as recompiles
-    assert kinds(warm) == ["hit", "recompile", "hit", "recompile", "hit"]
+    if cap < needed:
+        assert 3 < len(survivors) < count
+        warm = run_worker(cache, *names[-3:], max_bytes=cap)  # and they load
+        # jax.jit(jnp.sin) retraced for each new length: transparent mode reports those retraces as recompiles
+        assert kinds(warm) == ["hit", "recompile", "hit", "recompile", "hit"]
 
 
-def test_bad_entries_are_rejected_before_deserializing(tmp_path):
-    cache = tmp_path / "cache"
-    run_worker(cache, "add_one", "matmul")
-    first, second = entry_files(cache)
-    data = bytearray(first.read_bytes())
-    data[-10] ^= 0x01  # a flipped bit in the payload
-    first.write_bytes(bytes(data))
-    _reseal(second, lambda h: h.__setitem__("partition", "cpu-other-partition"))
-    report = run_worker(cache, "add_one", "matmul")
-    assert kinds(report) == ["corrupt", "miss", "compile", "store", "miss", "compile", "store"]
-    reasons = " ".join(e["reason"] or "" for e in report["events"])
-    assert "SHA-256" in reasons and "cpu-other-partition" in reasons
-    assert len(quarantined(cache)) == 2
-    assert kinds(run_worker(cache, "add_one", "matmul")) == ["hit", "hit"]
-
-
-def test_wrong_secret_is_never_trusted(tmp_path):
-    cache = tmp_path / "cache"
-    run_worker(cache, "add_one", env={"XLAKIT_CACHE_SECRET": "fleet-secret-number-1"})
-    [entry] = entry_files(cache)
+def test_wrong_secret_is_never_trusted(filled, tmp_path):
+    cache = copy_of(filled, tmp_path / "cache")  # signed with this test session's own secret
+    entry = entry_named(cache, "jit_add_one")
     before = entry.read_bytes()
     report = run_worker(cache, "add_one", env={"XLAKIT_CACHE_SECRET": "another-secret-of-32-characters"})
     # Another key's entry is a miss naming that, never loaded, and left in place for its owners.
     assert kinds(report)[:2] == ["miss", "compile"]
     assert "signed with another key" in only(report, "miss")[0]["reason"]
-    assert entry_files(cache) == [entry] and entry.read_bytes() == before
+    assert entry in entry_files(cache) and entry.read_bytes() == before
 
 
-def test_crafted_pickle_payload_never_runs(tmp_path):
-    """A payload that would create a file when unpickled: rejected with a bad HMAC, and even with a valid
-    one it only reaches XLA's executable parser (transparent mode never unpickles)."""
+def test_crafted_pickle_payload_never_runs(filled, tmp_path):
+    """A payload that would create a file when unpickled: rejected with a bad HMAC (jit_add_one's entry), and
+    even with a valid one (jit_matmul's) it only reaches XLA's executable parser (transparent mode never
+    unpickles). Both are then recompiled and hit in a later process."""
     import pickle
 
     from xlakit.store.secret import load_secret
 
-    cache = tmp_path / "cache"
-    run_worker(cache, "add_one")
-    [entry] = entry_files(cache)
+    cache = copy_of(filled, tmp_path / "cache")
+    forged_entry, hostile_entry = entry_named(cache, "jit_add_one"), entry_named(cache, "jit_matmul")
     marker = tmp_path / "pwned"
 
     class Exploit:
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
 
-    header, _ = open_envelope(entry.read_bytes(), load_secret())
+    header, _ = open_envelope(forged_entry.read_bytes(), load_secret())
     forged = bytearray(seal(header, pickle.dumps(Exploit()), b"attacker-does-not-know-the-secret"))
-    forged[8:16] = entry.read_bytes()[8:16]  # claim the victim's key id, so only the MACs can refuse it
-    entry.write_bytes(bytes(forged))
-    report = run_worker(cache, "add_one")
-    assert kinds(report)[0] == "corrupt" and "MAC mismatch" in only(report, "corrupt")[0]["reason"]
+    forged[8:16] = forged_entry.read_bytes()[8:16]  # claim the victim's key id, so only the MACs can refuse it
+    forged_entry.write_bytes(bytes(forged))
+    header, _ = open_envelope(hostile_entry.read_bytes(), load_secret())
+    hostile_entry.write_bytes(seal(header, pickle.dumps(Exploit()), load_secret()))  # authentic but hostile
+    report = run_worker(cache, "add_one", "matmul")
+    assert kinds(report, "jit_add_one")[0] == "corrupt"
+    assert "MAC mismatch" in only(report, "corrupt")[0]["reason"]
+    assert kinds(report, "jit_matmul")[0] == "load_error" and "hit" not in kinds(report)
     assert not marker.exists()
-
-    entry.write_bytes(seal(header, pickle.dumps(Exploit()), load_secret()))  # authentic but hostile bytes
-    report = run_worker(cache, "add_one")
-    assert kinds(report)[0] == "load_error" and "hit" not in kinds(report)
-    assert not marker.exists()
-    assert kinds(run_worker(cache, "add_one")) == ["hit"]
+    assert kinds(run_worker(cache, "add_one", "matmul")) == ["hit", "hit"]
 
 
 def test_writer_killed_mid_write_leaves_no_visible_entry(tmp_path):
@@ -292,9 +308,9 @@ def _read_only_prefix(folder: Path) -> list[str] | None:
     return ["unshare", "-m", "sh", "-c", script, "sh"] if probe.returncode == 0 else None
 
 
-def test_read_only_cache_folder_runs_programs_and_warns_once(tmp_path):
+def test_read_only_cache_folder_runs_programs_and_warns_once(filled, tmp_path):
     cache = tmp_path / "cache"
-    reference = run_worker(tmp_path / "ref", "add_one", "matmul")
+    reference = {n: filled[1]["results"][n] for n in ("add_one", "matmul")}
     cache.mkdir()
     prefix = _read_only_prefix(cache)
     if prefix is None:
@@ -302,7 +318,7 @@ def test_read_only_cache_folder_runs_programs_and_warns_once(tmp_path):
             pytest.skip("root ignores mode bits and this machine cannot make a read-only bind mount")
         os.chmod(cache, 0o555)
     report = run_worker(cache, "add_one", "matmul", prefix=prefix)
-    assert report["results"] == reference["results"]
+    assert report["results"] == reference
     failures = only(report, "store_error")
     assert [e["name"] for e in failures] == ["jit_add_one", "jit_matmul"]
     assert all("Read-only file system" in e["reason"] or "Permission denied" in e["reason"] for e in failures)
@@ -310,8 +326,8 @@ def test_read_only_cache_folder_runs_programs_and_warns_once(tmp_path):
     assert list(cache.iterdir()) == []
 
 
-def test_full_disk_runs_programs_and_records_the_failure(tmp_path):
-    reference = run_worker(tmp_path / "ref", "mlp")
+def test_full_disk_runs_programs_and_records_the_failure(filled, tmp_path):
+    reference = filled[1]
 
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))  # like `ulimit -f 2`
