@@ -240,6 +240,7 @@ except xlakit.UnsupportedJaxVersion as e:
 """
     out = run_python(code)
     assert "jax._src.pjit._run_python_pjit('p', 'args_flat') has changed" in out
+    assert not (tmp_path / "c").exists()  # refused before the cache folder was created
     assert "ExecutableCache" not in out  # it needs the same hooks: never recommended as the way out
 
 

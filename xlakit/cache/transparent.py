@@ -107,6 +107,7 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
            remote_options: dict | None = None) -> TransparentCache:
     """See :func:`xlakit.enable_cache`."""
     global _active
+    from xlakit._jax import versions
     from xlakit._jax.environment import current_environment, prefetch_build_fingerprint, use_memo_dir
     from xlakit._units import check_max_bytes, check_path, check_seconds
     from xlakit.cache.remote import open_store
@@ -116,6 +117,7 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
     check_path(path)
     max_bytes = check_max_bytes(max_bytes)
     min_compile_time_s = check_seconds(min_compile_time_s)
+    versions.check_transparent_hooks()  # an unsupported JAX is refused before any folder is created
     root = prepare_root(resolve_root(path))  # "~" expanded; a file or an uncreatable folder raises here
     store = open_store(root, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
                        remote_options=remote_options, min_upload_compile_s=min_compile_time_s)
