@@ -130,6 +130,28 @@ def test_user_programs_and_library_helpers_are_told_apart_and_folded():
     assert set(frame.loc[frame.name == "jit_user_step", "origin"]) == {"user"}
 
 
+def test_a_librarys_own_jit_inside_its_api_is_a_library_program_even_behind_jaxs_traceback_wrapper():
+    """Fault: flax's ``model.init`` runs ``jax.eval_shape(lambda ...)`` of its own (``_is_valid_rng``); flax's API
+    is wrapped by JAX's traceback filter, so the user's line seemed to call jit itself and that lambda was "your"
+    program, recompiling on every init and listed above the user's own step in ``recompiles()``."""
+    flax_linen = pytest.importorskip("flax.linen")
+
+    @jax.jit
+    def user_step(x):
+        return x + 1
+
+    with events.record() as rec:
+        model = flax_linen.Dense(4)
+        for seed in range(3):
+            model.init(jax.random.PRNGKey(seed), jnp.ones((1, 3)))
+        user_step(jnp.ones(3))
+        user_step(jnp.ones(4))
+    flax_own = [e for e in rec.events() if e.name == "jit__lambda"]
+    assert flax_own and {e.origin for e in flax_own} == {"library"}, {(e.kind, e.origin) for e in flax_own}
+    table = rec.recompiles()
+    assert table["function"].iloc[0] == "jit_user_step" and table["origin"].iloc[0] == "user"
+
+
 def test_last_resolves_the_function_and_reports_nothing_for_a_warm_call():
     @jax.jit
     def double(x):

@@ -77,7 +77,8 @@ def test_the_probe_at_the_max_batch_boundary_agrees_within_its_tolerance():
 def test_a_search_compiles_only_the_users_program_and_allocates_no_batch():
     """Fault: each size max_batch tried showed three compile events in the timeline: the user's program, JAX's
     ``broadcast_in_dim`` helper that ``jnp.ones`` in make_args compiled for that size (and the arrays it
-    allocated, up to the largest size tried), plus a recompile. Arguments are now made as shapes only."""
+    allocated, up to the largest size tried), plus a recompile. Arguments are now made as shapes only, and the
+    search's own retraces are no recompiles of the user's function."""
     def fresh_step(w, x):  # a function of its own: no earlier test's compiles are in JAX's in-memory caches
         return _step(w, x)
 
@@ -91,4 +92,21 @@ def test_a_search_compiles_only_the_users_program_and_allocates_no_batch():
     compiled = [e.name for e in log if e.kind == "compile"]
     assert found.batch is not None and len(compiled) == len(found.frame) >= 4
     assert set(compiled) == {"jit_fresh_step"}, compiled  # no jit_broadcast_in_dim: nothing was built per size
-    assert {e.name for e in log if e.kind == "recompile"} == {"jit_fresh_step"}  # xlakit's shape evaluation: none
+    assert not [e for e in log if e.kind == "recompile"]  # the search's retraces are not the user's recompiles
+
+
+def test_the_cache_enable_cache_returns_is_a_cache_for_sweep_and_max_batch(tmp_path):
+    """Fault: the README's tour passes ``cache = xlakit.enable_cache()`` to ``max_batch(..., cache=cache)``, which
+    raised AttributeError: 'TransparentCache' object has no attribute 'compile'. It compiles through the hooks."""
+    def own_step(w, x):  # a function of its own, so JAX's in-process cache holds none of its programs
+        return _step(w, x)
+
+    cache = xlakit.enable_cache(tmp_path / "cache")
+    try:
+        first = sweep(jax.jit(own_step), _args, (16, 64), cache=cache)
+        found = max_batch(jax.jit(own_step), _args, int(first.frame["total_bytes"].max()), lo=16, hi=64, cache=cache)
+    finally:
+        xlakit.disable_cache()
+    assert list(first.frame["cache"]) == ["store", "store"]
+    assert found.batch == 64 and set(found.frame["cache"]) <= {"hit", "store"}
+    assert len(list((tmp_path / "cache").rglob("*.xlk"))) >= 2  # what the sweep compiled is in the cache

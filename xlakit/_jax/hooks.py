@@ -298,6 +298,14 @@ def _hide_frames(hide: bool) -> None:
         pass
 
 
+def check_installable() -> None:
+    """Raise :class:`UnsupportedJaxVersion` now if :func:`acquire` would (JAX's functions are checked only
+    while xlakit's hooks are not in place: installed, they stand in for JAX's)."""
+    with _lock:
+        if _users == 0:
+            versions.check_transparent_hooks()
+
+
 def acquire() -> None:
     """Install the hooks (first user) or count one more user.
 

@@ -220,6 +220,8 @@ class RetraceTracker:
     def on_trace(self, emit: Any, name: str | None, fun_name: str | None) -> None:
         """Called at JAX's trace-duration signal, on the tracing thread, with JAX's frames on the stack;
         a retrace is emitted as ``emit("recompile", source="jit", name=..., reason=..., changes=[...])``."""
+        if _QUIET.depth:
+            return  # xlakit's own loop over shapes (memory.sweep): not the user's recompile, and not their history
         frame = _trace_frame()
         if frame is not None and _eager_primitive(frame.f_locals.get("fun")):
             return  # jnp/lax applied outside jit: each new parameter set is another program, not a recompile
@@ -249,7 +251,7 @@ class RetraceTracker:
             changes = [{"what": "unknown", "path": "arguments", "before": "?", "after": "?"}]
             reason = "retraced; the signature could not be read on this JAX version"
         emit("recompile", source="jit", name=name, reason=reason, changes=changes)
-        if not _QUIET.depth and not _library_function(frame.f_locals.get("fun") if frame is not None else None):
+        if not _library_function(frame.f_locals.get("fun") if frame is not None else None):
             self._maybe_warn(ident, name, changes)  # JAX's own helpers (jit__normal) recompile by design
 
     def _maybe_warn(self, ident: tuple, name: str | None, changes: list[dict[str, str]]) -> None:
@@ -288,8 +290,11 @@ _QUIET = _Quiet()
 
 @contextlib.contextmanager
 def quiet_recompiles():
-    """No :class:`RecompileWarning` on this thread inside the block (the events are still recorded): for
-    xlakit's own loops over shapes (``memory.sweep``/``max_batch``), whose recompiles are the point."""
+    """Traces on this thread inside the block are not recompiles: no ``recompile`` event, no
+    :class:`RecompileWarning`, and a function's last signature stays the user's own (its next real retrace is
+    compared with that). For xlakit's own loops over shapes (``memory.sweep``/``max_batch``, ``MemoryExplorer``),
+    whose retraces are the point: they would otherwise count against the user's function and make
+    ``events.last(fn)`` say "recompiled" for a call the user never made. Their compiles are still events."""
     _QUIET.depth += 1
     try:
         yield

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xlakit._sources import user_stacklevel
+from xlakit.cache.decision import Decision
 from xlakit.cache.handler import StoreHandler
 
 __all__ = ["TransparentCache", "enable", "disable", "active"]
@@ -41,6 +42,43 @@ class TransparentCache(StoreHandler):
         self._saved_config = persistent.apply_config()
         hooks.set_default(self)
         self._unwatch = retrace.watch(self.log.emit)
+
+    def compile(self, lowered_or_jitted: Any, *args: Any, **kwargs: Any) -> tuple[Any, Decision]:
+        """Compile a program as JAX would with this cache enabled (a hit loads, a miss compiles and stores), and
+        say what the cache did: the same ``(jax.stages.Compiled, decision)`` as
+        :meth:`xlakit.ExecutableCache.compile`, so ``memory.sweep``, ``memory.max_batch`` and ``MemoryExplorer``
+        take the cache :func:`xlakit.enable_cache` returned as their ``cache=``.
+
+        Args:
+          lowered_or_jitted: a ``jax.stages.Lowered``, a ``jax.jit`` object or a plain function (jitted here).
+          *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``) unless already lowered.
+
+        Returns:
+          ``(compiled, decision)``: ``decision`` is the last one this cache made for the program on this thread
+          (``hit``, ``store``, ``skip``, ``store_error``...); when JAX answered from its in-process memory (the
+          program was compiled earlier in this process) nothing reached the store, and the decision is a ``hit``
+          whose ``reason`` says so.
+
+        Raises:
+          RuntimeError: the cache is not enabled (its hooks do the work).
+          TypeError: ``lowered_or_jitted`` is already a ``jax.stages.Compiled``.
+        """
+        import jax
+
+        from xlakit.cache.explaining import lower_program
+
+        if self._saved_config is None:
+            raise RuntimeError("this transparent cache is not enabled; call xlakit.enable_cache() first")
+        if isinstance(lowered_or_jitted, jax.stages.Compiled):
+            raise TypeError("got a jax.stages.Compiled, which is already compiled; pass the function or its jax.jit "
+                            "followed by example arguments")
+        lowered = lower_program(lowered_or_jitted, *args, **kwargs)
+        with self.capture() as capture:
+            compiled = lowered.compile()
+        if capture.decisions:
+            return compiled, capture.decisions[-1]
+        return compiled, Decision("hit", reason="answered by JAX's in-process cache: this program was compiled "
+                                  "earlier in this process, so nothing reached the store", folder=str(self.path))
 
     def explain(self, fn_or_lowered: Any, *args: Any, **kwargs: Any):
         """Would this program hit this cache? :meth:`xlakit.ExecutableCache.explain`, for transparent mode.
@@ -107,7 +145,7 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
            remote_options: dict | None = None) -> TransparentCache:
     """See :func:`xlakit.enable_cache`."""
     global _active
-    from xlakit._jax import versions
+    from xlakit._jax import hooks
     from xlakit._jax.environment import current_environment, prefetch_build_fingerprint, use_memo_dir
     from xlakit._units import check_max_bytes, check_path, check_seconds
     from xlakit.cache.remote import open_store
@@ -117,7 +155,7 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
     check_path(path)
     max_bytes = check_max_bytes(max_bytes)
     min_compile_time_s = check_seconds(min_compile_time_s)
-    versions.check_transparent_hooks()  # an unsupported JAX is refused before any folder is created
+    hooks.check_installable()  # an unsupported JAX is refused before any folder is created
     root = prepare_root(resolve_root(path))  # "~" expanded; a file or an uncreatable folder raises here
     store = open_store(root, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
                        remote_options=remote_options, min_upload_compile_s=min_compile_time_s)

@@ -76,6 +76,7 @@ def _walk(start: FrameType | None) -> tuple[str | None, str | None, bool]:
     """``(origin, site, saw_jax)`` for the stack from ``start`` outwards (``site`` only when ``saw_jax``)."""
     saw_jax = False
     traced: tuple[str | None, Frame] | None = None  # the innermost pjit frame's function decides
+    callers: set[str] = set()  # library packages on the stack outside the tracing frame (they called jit)
     inner: FrameType | None = None
     frame = start
     for _ in range(_MAX_FRAMES):
@@ -83,6 +84,8 @@ def _walk(start: FrameType | None) -> tuple[str | None, str | None, bool]:
             break
         path = frame.f_code.co_filename
         package = library_package(path)
+        if traced is not None and package not in (None, "jax", "jaxlib", "xlakit"):
+            callers.add(package)
         if package is None:  # the first user frame
             if not saw_jax:
                 return None, None, False  # no program is being traced or compiled here
@@ -92,6 +95,8 @@ def _walk(start: FrameType | None) -> tuple[str | None, str | None, bool]:
                 return "user", site, True  # the traced function is user code
             if traced is not None and traced[0] in ("jax", "jaxlib"):
                 return "library", site, True  # JAX's own jitted helpers (jax.nn.relu, jnp ufuncs, ...)
+            if traced is not None and traced[0] in callers:
+                return "library", site, True  # flax's own eval_shape/jit of its own function, inside model.init
             called_jit = inner is not None and _is_entry(inner.f_code.co_filename)
             return ("user" if called_jit else "library"), site, True
         if package in ("jax", "jaxlib"):

@@ -28,7 +28,7 @@ COLUMNS = ["batch", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes
 def _row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: Any, probe: bool) -> dict[str, Any]:
     from xlakit._jax.retrace import quiet_recompiles
 
-    with quiet_recompiles():  # a sweep recompiles on purpose: no "usual fix" warning for it
+    with quiet_recompiles():  # a sweep retraces on purpose: not the user's recompiles
         return _measure_row(fn, make_args, batch, cache, probe)
 
 

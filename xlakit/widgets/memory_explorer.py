@@ -255,24 +255,30 @@ class MemoryExplorer(View, widgets.VBox):
         return jitted
 
     def _compile(self, key: tuple[int, str, str]) -> ExplorerResult:
-        from xlakit import memory
+        from xlakit._jax.retrace import quiet_recompiles
 
         batch, remat, donate = key
         t0 = time.perf_counter()
         try:
-            args = tuple(self.make_args(batch))
-            jitted = self._program(remat, donate)
-            if self.cache is not None:
-                compiled, decision = self.cache.compile(jitted, *args)
-                kind = str(getattr(decision, "kind", decision))
-            else:
-                compiled, kind = jitted.lower(*args).compile(), "compiled"
-            seconds = time.perf_counter() - t0
-            pk = memory.peak(compiled)
-            return ExplorerResult(batch, remat, donate, peak=pk, compile_s=seconds, decision=kind)
+            with quiet_recompiles():  # the explorer's variants are not the user's recompiles
+                return self._measure(key, t0)
         except Exception as exc:  # noqa: BLE001 - shown in the widget; the next choice still works
             return ExplorerResult(batch, remat, donate, compile_s=time.perf_counter() - t0,
                                   error=f"{type(exc).__name__}: {exc}")
+
+    def _measure(self, key: tuple[int, str, str], t0: float) -> ExplorerResult:
+        from xlakit import memory
+
+        batch, remat, donate = key
+        args = tuple(self.make_args(batch))
+        jitted = self._program(remat, donate)
+        if self.cache is not None:
+            compiled, decision = self.cache.compile(jitted, *args)
+            kind = str(getattr(decision, "kind", decision))
+        else:
+            compiled, kind = jitted.lower(*args).compile(), "compiled"
+        seconds = time.perf_counter() - t0
+        return ExplorerResult(batch, remat, donate, peak=memory.peak(compiled), compile_s=seconds, decision=kind)
 
     # -- drawing (kernel thread) ------------------------------------------------------------------------
     def _draw(self) -> None:
