@@ -298,7 +298,7 @@ def test_lifetime_chart_labels_bars_in_the_users_terms():
                               "cell [4], line 3 (block) · residual · 8.0 MiB",
                               "fusion.9 · temporary · 8.0 MiB"]                 # nothing else known
     assert ticks[1] == "cell [4], line 3 (block) · residual · 8.0 MiB"
-    assert ticks[0] == "params[&#x27;Ws&#x27;] · parameter · 2.0 MiB"          # escaped for the page
+    assert ticks[0] == "params['Ws'] · parameter · 2.0 MiB"          # plotly text: quotes as they are
     assert not any(t.startswith(("arg_tuple", "while", "Ws.1", "bitcast")) for t in ticks)
     (residual,) = [t for t in fig.data if t.name == "residual"]
     assert "<b>wrapped_broadcast</b>" in residual.customdata[0]                    # the instruction: hover
@@ -331,7 +331,8 @@ def test_peak_treemap_colours_tiles_by_role_and_names_sources_in_user_terms():
     assert by_id["peak/params/train.py:10"][0] == "train.py:10"          # "argument": no layer to add
     leaf_labels = sorted(by_id[i][0] for i in leaves)
     assert "residual 8×1024×256" in leaf_labels
-    assert "params[&#x27;l1&#x27;][&#x27;kernel&#x27;] 1024×1024" in leaf_labels
+    # plotly shows only &amp; &lt; &gt; as entities: quotes stay quotes (an escaped one read "&#x27;" on screen)
+    assert "params['l1']['kernel'] 1024×1024" in leaf_labels
     assert not any("tanh.3" in lab for lab in leaf_labels)              # the instruction is in the hover
     assert any("tanh.3" in h for h in nodes["hover"])
     fig = peak_treemap_figure(nodes)

@@ -65,7 +65,7 @@ def test_memory_breakdown_draws_the_peak_lifetimes_and_treemap_of_a_real_program
     assert crossing <= pk.total_bytes
     # Bars named in the user's terms: the source line of the residual, the parameter path of a parameter.
     ticks = list(w.lifetime_figure.layout.yaxis.ticktext)
-    assert any(t.startswith("w[&#x27;a&#x27;] · parameter") for t in ticks)
+    assert any(t.startswith("w['a'] · parameter") for t in ticks)
     assert any("(loss) · residual · " in t for t in ticks)
     # The largest buffers at the peak: xlakit.memory.peak's, in the user's terms, not XLA's instruction list.
     assert "bytes at the peak" in w.details.value and "allocation kind" not in w.details.value

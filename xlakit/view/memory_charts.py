@@ -25,7 +25,7 @@ from typing import Any
 
 from xlakit.view.format import byte_ticks, fmt_bytes
 from xlakit.view.theme import ROLE_COLORS
-from xlakit.view.untrusted import html_text
+from xlakit.view.untrusted import plotly_text
 
 __all__ = ["ROLES", "ROLE_COLORS", "GL_THRESHOLD", "keep_indices", "peak_of", "liveness_chart", "lifetime_chart",
            "buffer_hover", "buffer_label", "buffer_slices", "shape_text", "chart_layout"]
@@ -167,11 +167,11 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     below = np.zeros(idx.size)
     parts = [(c, frame[c].to_numpy(dtype=float)[idx], ROLE_COLORS[c]) for c in columns] or \
         [("live bytes", total[idx], ROLE_COLORS["parameter"])]
-    where = [f" at {html_text(str(i))}" for i in instr] if instr is not None else [""] * idx.size
+    where = [f" at {plotly_text(str(i))}" for i in instr] if instr is not None else [""] * idx.size
     for k, (name, ys, color) in enumerate(parts):
         top = below + ys
         # Hovering a step shows every stack's bytes there (hovermode "x unified"); the last adds the total.
-        labels = [f"{html_text(name)}: {fmt_bytes(v)}" for v in ys]
+        labels = [f"{plotly_text(name)}: {fmt_bytes(v)}" for v in ys]
         if k == len(parts) - 1:
             labels = [f"{lab}<br><b>{fmt_bytes(t)} live</b>{w}" for lab, t, w in zip(labels, total[idx], where,
                                                                                       strict=True)]
@@ -184,13 +184,13 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     text = f"peak {fmt_bytes(p_bytes)} at step {p_step} of {n_steps}"
     if caption:
         text += f": {caption}"
-    _mark_peak(fig, p_step, html_text(text))
+    _mark_peak(fig, p_step, plotly_text(text))
     at_peak = {c: int(frame[c].iloc[peak_i]) for c in columns}
-    split = "".join(f"<br>{html_text(c)}: {fmt_bytes(v)}" for c, v in
+    split = "".join(f"<br>{plotly_text(c)}: {fmt_bytes(v)}" for c, v in
                     sorted(at_peak.items(), key=lambda kv: -kv[1]) if v)
     fig.add_trace(scatter(x=[p_step], y=[p_bytes], mode="markers", name="peak",
                           marker=dict(color=_PEAK_COLOR, size=9, symbol="diamond"),
-                          customdata=[html_text(text) + split], hovertemplate="%{customdata}<extra></extra>"))
+                          customdata=[plotly_text(text) + split], hovertemplate="%{customdata}<extra></extra>"))
     meta.update(peak_step=p_step, peak_bytes=p_bytes, steps=n_steps, points=int(idx.size),
                 stacked_by=stacked_by if columns else None, at_peak=at_peak)
     heading = title or "Live bytes over program order"
@@ -244,11 +244,12 @@ def _text(v: Any, missing: str = "unknown") -> str:
 def buffer_hover(row: Any) -> str:
     """Tooltip of one buffer row: instruction, role, bytes, dtype[shape], scope, source, parameter, live range."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
-    parts = [f"<b>{html_text(_text(get('instruction')))}</b> ({html_text(_text(get('role')))})",
-             f"{fmt_bytes(get('bytes'))} {html_text(_text(get('dtype'), '?'))}[{html_text(shape_text(get('shape')))}]",
-             f"scope: {html_text(_text(get('scope')))}", f"source: {html_text(_text(get('source')))}"]
+    parts = [f"<b>{plotly_text(_text(get('instruction')))}</b> ({plotly_text(_text(get('role')))})",
+             f"{fmt_bytes(get('bytes'))} {plotly_text(_text(get('dtype'), '?'))}"
+             f"[{plotly_text(shape_text(get('shape')))}]",
+             f"scope: {plotly_text(_text(get('scope')))}", f"source: {plotly_text(_text(get('source')))}"]
     if get("parameter") is not None and _text(get("parameter"), "") not in ("", "unknown"):
-        parts.append(f"parameter: {html_text(str(get('parameter')))}")
+        parts.append(f"parameter: {plotly_text(str(get('parameter')))}")
     if get("start") is not None and get("end") is not None:
         parts.append(f"live steps {_text(get('start'))}–{_text(get('end'))}")
     return "<br>".join(parts)
@@ -350,7 +351,7 @@ def _slice_hover(row: Any) -> str:
     hover = buffer_hover(row)
     aliases = row.get("aliases") or ()
     if aliases:
-        listed = ", ".join(html_text(str(a)) for a in aliases[:8]) + (", …" if len(aliases) > 8 else "")
+        listed = ", ".join(plotly_text(str(a)) for a in aliases[:8]) + (", …" if len(aliases) > 8 else "")
         hover += (f"<br>+{len(aliases)} alias{'es' if len(aliases) > 1 else ''} (same allocation slice, "
                   f"bytes counted once): {listed}")
     return hover
@@ -424,7 +425,7 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     meta.update(shown=n, bytes=[int(b) for b in shown["bytes"]], labels=labels)
     show_ticks = n <= 40
     fig.update_layout(barmode="overlay", bargap=0.15,
-                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=[html_text(t) for t in labels],
+                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=[plotly_text(t) for t in labels],
                                  showticklabels=show_ticks, automargin=True,
                                  title=None if show_ticks else f"{n} largest buffers (hover for each)"),
                       xaxis_title="step (instruction in schedule order)")

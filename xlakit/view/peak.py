@@ -17,7 +17,7 @@ from xlakit.view.format import fmt_bytes
 from xlakit.view.html import frame_records, note, snapshot
 from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, buffer_label, shape_text
 from xlakit.view.table import Column, Table
-from xlakit.view.untrusted import html_text
+from xlakit.view.untrusted import html_text, plotly_text
 
 __all__ = ["MISSING_LABEL", "group_bytes", "peak_caption", "peak_treemap_nodes", "peak_treemap_figure",
            "peak_tables_html", "peak_html", "variants_figure"]
@@ -121,17 +121,17 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
             for nid, lab, par in zip(node[first].tolist(), level[first].tolist(), parent[first].tolist(), strict=True):
                 role = main_role.get(nid, "unknown")
                 layer = main_layer.get(nid, "")
-                shown = html_text(lab)
+                shown = plotly_text(lab)
                 if layer and layer not in ("unknown", "argument", MISSING_LABEL["source"]) and layer not in lab:
-                    shown = html_text(layer) if lab == MISSING_LABEL["source"] else f"{shown}<br>{html_text(layer)}"
+                    shown = plotly_text(layer) if lab == MISSING_LABEL["source"] else f"{shown}<br>{plotly_text(layer)}"
                 ids.append(nid)
                 labels.append(shown)
                 parents.append(par)
                 values.append(int(sums[nid]))
                 colors.append(_role_color(role))
                 roles_of.append(role)
-                hover.append(f"{col}: {html_text(lab)}" + (f"<br>layer: {html_text(layer)}" if layer else "")
-                             + f"<br>{fmt_bytes(int(sums[nid]))}, mostly {html_text(role)}")
+                hover.append(f"{col}: {plotly_text(lab)}" + (f"<br>layer: {plotly_text(layer)}" if layer else "")
+                             + f"<br>{fmt_bytes(int(sums[nid]))}, mostly {plotly_text(role)}")
         order = nbytes.to_numpy().argsort(kind="stable")[::-1]
         order = order[nbytes.to_numpy()[order] > 0]  # an alias charged nothing at the peak: no tile of its own
         big = order[:max_leaves]
@@ -142,7 +142,7 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
             what = buffer_label(rec, size=False) if "source" not in path else \
                 (rec.get("parameter") if roles[i] in ("parameter", "optimizer state", "aliased")
                  and rec.get("parameter") else roles[i])
-            labels.append(html_text(f"{what} {shape_text(rec.get('shape'))}"))
+            labels.append(plotly_text(f"{what} {shape_text(rec.get('shape'))}"))
             parents.append(node_of[i])
             values.append(int(rec["bytes"]))
             colors.append(_role_color(roles[i]))
@@ -163,7 +163,7 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
                 colors.append(_role_color(role))
                 roles_of.append(role)
                 hover.append(f"{count} buffers below the {max_leaves} largest<br>{fmt_bytes(int(total))}, "
-                             f"mostly {html_text(role)}")
+                             f"mostly {plotly_text(role)}")
     text = [fmt_bytes(v) for v in values]
     return {"ids": ids, "labels": labels, "parents": parents, "values": values, "colors": colors, "roles": roles_of,
             "text": text, "hover": hover}
@@ -216,7 +216,7 @@ def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by bat
         points.sort()
         fig.add_scatter(x=[b for b, _ in points], y=[p for _, p in points], mode="lines+markers", name=name,
                         customdata=[fmt_bytes(p) for _, p in points],
-                        hovertemplate=f"{html_text(name)}<br>batch %{{x}}: %{{customdata}}<extra></extra>")
+                        hovertemplate=f"{plotly_text(name)}<br>batch %{{x}}: %{{customdata}}<extra></extra>")
     chart_layout(fig, title, 320, xaxis_title="batch size", yaxis_title="peak")
     vals, text = byte_ticks([0.0, *[float(p) for pts in variants.values() for _, p in pts]])
     fig.update_layout(yaxis=dict(tickmode="array", tickvals=vals, ticktext=text))

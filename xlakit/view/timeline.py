@@ -17,7 +17,7 @@ from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
 from xlakit.view.html import note, snapshot
 from xlakit.view.lanes import aggregate, lane_plan
 from xlakit.view.table import Column, Table
-from xlakit.view.untrusted import html_text
+from xlakit.view.untrusted import plotly_text
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
            "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "SAVED_POINTS",
@@ -176,7 +176,8 @@ def downsample_series(x, y, max_points: int):
 
 
 def _hover(a: dict[str, Any], i: int) -> str:
-    parts = [f"<b>{html_text(str(a['kind'][i]))}</b> {html_text(str(a['name'][i]))} [{html_text(str(a['source'][i]))}]"]
+    parts = [f"<b>{plotly_text(str(a['kind'][i]))}</b> {plotly_text(str(a['name'][i]))} "
+             f"[{plotly_text(str(a['source'][i]))}]"]
     d = a["duration_s"][i]
     if d == d:  # not NaN
         parts.append(f"duration: {fmt_seconds(float(d))}")
@@ -189,14 +190,14 @@ def _hover(a: dict[str, Any], i: int) -> str:
         parts.append(f"bytes: {fmt_bytes(int(b))}{exact}")
     else:
         parts.append("bytes: —")
-    parts.append(f"key: {html_text(str(a['key'][i] or '—'))}")
-    parts.append(f"partition: {html_text(str(a['partition'][i] or '—'))}")
+    parts.append(f"key: {plotly_text(str(a['key'][i] or '—'))}")
+    parts.append(f"partition: {plotly_text(str(a['partition'][i] or '—'))}")
     if a["site"][i]:
-        parts.append(f"called from: {html_text(str(a['site'][i]))}")
+        parts.append(f"called from: {plotly_text(str(a['site'][i]))}")
     reason = a["reason"][i]
     if reason:
         text = " ".join(str(reason).split())
-        parts.append("reason: " + html_text(text if len(text) <= 160 else text[:157] + "..."))
+        parts.append("reason: " + plotly_text(text if len(text) <= 160 else text[:157] + "..."))
     return "<br>".join(parts)
 
 
@@ -205,7 +206,7 @@ def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float
     (thousands of them go to the page in every redraw); the slowest event's full hover is one click away."""
     if count == 1:
         return _hover(a, i)
-    parts = [f"<b>{count:,} × {html_text(str(a['kind'][i]))}</b> {html_text(str(a['name'][i]))}",
+    parts = [f"<b>{count:,} × {plotly_text(str(a['kind'][i]))}</b> {plotly_text(str(a['name'][i]))}",
              f"{first:.2f}–{last:.2f} s" + (f", total {fmt_seconds(total)}" if total > 0 else "")]
     d = a["duration_s"][i]
     if d == d and d > 0:
@@ -213,7 +214,7 @@ def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float
     reason = a["reason"][i]
     if reason:
         text = " ".join(str(reason).split())
-        parts.append("reason: " + html_text(text if len(text) <= 80 else text[:77] + "..."))
+        parts.append("reason: " + plotly_text(text if len(text) <= 80 else text[:77] + "..."))
     return "<br>".join(parts)
 
 

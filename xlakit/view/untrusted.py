@@ -47,6 +47,13 @@ def html_text(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+def plotly_text(value: Any) -> str:
+    """``str(value)`` escaped for plotly's text and hover strings (``&``, ``<``, ``>``): plotly reads a few tags
+    (``<b>``, ``<br>``, ``<a href>``) and only the entities ``&amp;``, ``&lt;``, ``&gt;`` (and a few symbols), so
+    an escaped quote (``&quot;``) would show as those six characters."""
+    return html.escape(str(value), quote=False)
+
+
 class TerminalStream:
     """A text stream that writes through to ``stream`` with control characters escaped (``\\n``, ``\\t``,
     ``\\r`` kept). Every other attribute (``fileno``, ``isatty``, ``encoding``, ``buffer``) is the wrapped
