@@ -64,7 +64,12 @@ def test_liveness_chart_marks_the_peak_step_and_keeps_the_peak_when_downsampled(
     (marker,) = [s for s in fig.layout.shapes if s.type == "line"]
     assert marker.x0 == marker.x1 == 9_001
     (note,) = fig.layout.annotations
-    assert note.x == 9_001 and f"peak {fmt_bytes(10 * MiB)} at step 9001 of {steps}" in note.text
+    # The label sits at the peak in paper coordinates, on the side with room, and the axis is the data's own:
+    # a data-anchored label widened plotly's autorange (a researcher saw the curve fill a fifth of the chart).
+    lo, hi = fig.layout.xaxis.range
+    assert (lo, hi) == (0, steps - 1) and note.xref == "paper" and note.x == pytest.approx(9_001 / (steps - 1))
+    assert note.xanchor == ("left" if note.x < 0.5 else "right")
+    assert f"peak {fmt_bytes(10 * MiB)} at step 9001 of {steps}" in note.text
     assert "model.py:42" in note.text
     # A peak step given by the caller (Peak.step) is the one marked.
     fig = liveness_chart(frame.head(50), peak_step=20)

@@ -100,11 +100,22 @@ def _byte_axis(fig, values, axis: str = "yaxis") -> None:
     fig.update_layout({axis: dict(tickmode="array", tickvals=vals, ticktext=text)})
 
 
-def _mark_peak(fig, step: int, text: str) -> None:
-    """A vertical dashed line at ``step`` across the plot and an annotation above it."""
+def _mark_peak(fig, step: int, text: str, x_range: tuple[float, float] | None = None) -> None:
+    """A vertical dashed line at ``step`` across the plot and an annotation above it.
+
+    With ``x_range`` (the data's first and last step) the axis is pinned to it and the label is placed in paper
+    coordinates on the side with room: plotly widens an axis's autorange to fit a data-anchored annotation, so a
+    long caption squeezed the curve into a fifth of the width, or ran past the right edge."""
     fig.add_vline(x=step, line=dict(color=_PEAK_COLOR, dash="dash", width=2))
-    fig.add_annotation(x=step, y=1.0, yref="paper", yanchor="top", text=text, showarrow=False,
-                       font=dict(color=_PEAK_COLOR, size=11), bgcolor="rgba(255,255,255,0.7)", xanchor="left")
+    style = dict(y=1.0, yref="paper", yanchor="top", text=text, showarrow=False,
+                 font=dict(color=_PEAK_COLOR, size=11), bgcolor="rgba(255,255,255,0.7)")
+    lo, hi = x_range if x_range is not None else (0.0, 0.0)
+    if hi <= lo:
+        fig.add_annotation(x=step, xanchor="left", **style)
+        return
+    fig.update_xaxes(range=[lo, hi], autorange=False)
+    where = (step - lo) / (hi - lo)
+    fig.add_annotation(x=where, xref="paper", xanchor="left" if where < 0.5 else "right", **style)
 
 
 def _stacks(frame) -> tuple[list[str], str]:
@@ -184,7 +195,7 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     text = f"peak {fmt_bytes(p_bytes)} at step {p_step} of {n_steps}"
     if caption:
         text += f": {caption}"
-    _mark_peak(fig, p_step, plotly_text(text))
+    _mark_peak(fig, p_step, plotly_text(text), (float(x.min()), float(x.max())) if len(x) else None)
     at_peak = {c: int(frame[c].iloc[peak_i]) for c in columns}
     split = "".join(f"<br>{plotly_text(c)}: {fmt_bytes(v)}" for c, v in
                     sorted(at_peak.items(), key=lambda kv: -kv[1]) if v)
