@@ -133,6 +133,22 @@ def test_timeline_menu_explains_a_miss():
     w.close()
 
 
+def test_a_miss_after_a_retrace_says_what_changed_not_only_that_the_key_is_new():
+    """Fault: the miss of a train step whose batch changed was explained as "no entry for this key" while the
+    recompile recorded just before it held "x: shape float32[64,256] -> float32[96,256]"."""
+    log = EventLog()
+    change = "x: shape float32[64,256] -> float32[96,256]"
+    log.extend([Event(kind="miss", name="jit_step", key="jit_step-1", reason="no entry for this key", time=1.0),
+                Event(kind="recompile", name="jit_step", reason=change, time=2.0),
+                Event(kind="miss", name="jit_step", key="jit_step-2", reason="no entry for this key", time=2.1),
+                Event(kind="miss", name="jit_step", key="jit_step-3", reason="no entry for this key", time=3.0)])
+    w = CacheTimeline(log, live=False)
+    assert change in w.explain_miss(2) and "jit_step-2" in w.explain_miss(2)
+    assert "retraced" not in w.explain_miss(0)   # the first compile: nothing changed
+    assert "retraced" not in w.explain_miss(3)   # a later miss with no retrace of its own
+    w.close()
+
+
 def test_a_click_on_a_miss_marker_explains_that_miss():
     """The page's click message (hidden Text, ``"<seq> <rows>"``) explains the clicked miss, the same text the
     menu shows; a click on a compile, a repeated click and a malformed message behave; the bridge saves no

@@ -323,6 +323,9 @@ class CacheTimeline(View, widgets.VBox):
             raise ValueError(f"row {index} is not a miss")
         text = (f"{a['name'][index]} missed: {a['reason'][index] or 'no reason recorded'} "
                 f"(key {a['key'][index] or '—'}, partition {a['partition'][index] or '—'})")
+        why = _retrace_before(a, index)
+        if why:  # the cache only knows the key is new; the retrace just before it knows what changed
+            text += f"; it was retraced just before because {why}"
         self.miss_explanation.value = f"<p class='xlakit-note'>{html_text(text)}</p>"
         return text
 
@@ -339,3 +342,19 @@ class CacheTimeline(View, widgets.VBox):
         d = self.data
         shown = f"{d.total} events, {d.matched} matching, {d.shown} drawn" if d else "not drawn"
         return f"CacheTimeline({shown}; live={self.live})"
+
+
+def _retrace_before(a: dict, index: int) -> str | None:
+    """The reason of the newest ``recompile`` of the same function recorded before row ``index`` with no other
+    miss of it in between (what changed in its signature), or None."""
+    import numpy as np
+
+    name = a["name"][index]
+    same = np.flatnonzero(a["name"][:index] == name)
+    for row in same[::-1]:
+        kind = a["kind"][row]
+        if kind == "recompile":
+            return str(a["reason"][row]) if a["reason"][row] else None
+        if kind == "miss":
+            return None
+    return None
