@@ -96,3 +96,40 @@ def test_nested_widgets_survive_nbconvert_offline(tmp_path, monkeypatch):
     offline = re.sub(r"<script type=.application/vnd\.jupyter\.widget-(state|view)\+json.>.*?</script>", "", page,
                      flags=re.S)
     assert "hbox-trace-31" in offline and "output-trace-47" in offline and "memory 59" in offline
+
+
+def test_a_live_timelines_saved_snapshot_follows_its_redraws_after_each_cell(ip):
+    """Fault: a timeline's static snapshot (what a saved notebook and nbconvert keep) was taken when it was
+    displayed: a researcher's saved notebook showed 135 of the 247 events the live view held. After each cell,
+    a shown widget that redrew gets a new snapshot; one that did not is left alone."""
+    from IPython.display import display
+
+    from xlakit.events import EventLog
+
+    log = EventLog()
+    log.emit("compile", name="jit_before_display", duration_s=0.1, origin="user")
+    timeline = widgets.CacheTimeline(log, live=False)
+    other = widgets.CacheTimeline(EventLog(), live=False)
+    with capture_output() as cap:
+        display(timeline)
+        display(other)
+    updates = []
+
+    class Handle:
+        def __init__(self, who):
+            self.who = who
+
+        def update(self, data, raw=False):
+            updates.append((self.who, data["text/html"]))
+
+    timeline.__dict__["_snapshot_handles"] = [Handle("timeline")]  # the display handles, observed
+    other.__dict__["_snapshot_handles"] = [Handle("other")]
+    assert "jit_before_display" in cap.outputs[1].data["text/html"]
+    log.emit("compile", name="jit_after_display", duration_s=0.2, origin="user")
+    timeline.refresh()                                    # what the live thread does when events arrive
+    ip.events.trigger("post_run_cell", None)              # the cell ends
+    assert [who for who, _ in updates] == ["timeline"] and "jit_after_display" in updates[0][1]
+    ip.events.trigger("post_run_cell", None)              # nothing changed since: no re-render
+    assert len(updates) == 1
+    timeline.close()
+    other.close()

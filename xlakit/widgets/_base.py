@@ -243,6 +243,17 @@ class View:
                          display_id=True)
         if handle is not None:
             self.__dict__.setdefault("_snapshot_handles", []).append(handle)
+            self.__dict__["_snapshot_version"] = self._changes()
+            _refresh_after_each_cell(self)
+
+    def _mark_changed(self) -> None:
+        """What this widget shows changed (a live redraw): its displayed snapshot is replaced after the cell."""
+        self.__dict__["_change_count"] = self.__dict__.get("_change_count", 0) + 1
+
+    def _changes(self) -> int:
+        """Changes of this widget and of the xlakit widgets it holds (a dashboard's timeline)."""
+        own = self.__dict__.get("_change_count", 0)
+        return own + sum(c._changes() for c in getattr(self, "_owned", ()) if isinstance(c, View))
 
     def refresh_snapshot(self) -> None:
         """Replace the static snapshot(s) this widget displayed with one of its state now, so a notebook saved
@@ -251,9 +262,46 @@ class View:
         handles = self.__dict__.get("_snapshot_handles")
         if not handles:
             return
+        self.__dict__["_snapshot_version"] = self._changes()
         data = {"text/html": static_output(self._snapshot_html()), "text/plain": repr(self)}
         for handle in handles:
             try:
                 handle.update(data, raw=True)
             except Exception:  # noqa: BLE001 - a closed front-end or a finished kernel session: nothing to update
                 pass
+
+
+_shown: weakref.WeakSet = weakref.WeakSet()  # views whose static snapshot is displayed in this kernel
+_hooked = False
+
+
+def _refresh_after_each_cell(view: View) -> None:
+    """Keep ``view``'s displayed snapshot current: after each cell (IPython's ``post_run_cell``), every shown
+    view that changed since its snapshot (a live timeline's redraws) gets a new one, so a notebook saved later
+    records what the widget shows then, not what it showed when displayed. One re-render per changed view
+    per cell, none for views that did not change."""
+    global _hooked
+    _shown.add(view)
+    if _hooked:
+        return
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is None:
+            return
+        shell.events.register("post_run_cell", _refresh_changed_snapshots)
+        _hooked = True
+    except Exception:  # noqa: BLE001, S110 - no IPython events here: snapshots stay as displayed
+        pass
+
+
+def _refresh_changed_snapshots(*_: Any) -> None:
+    for view in list(_shown):
+        try:
+            if getattr(view, "_closed", False):
+                _shown.discard(view)
+            elif view._changes() != view.__dict__.get("_snapshot_version"):
+                view.refresh_snapshot()
+        except Exception:  # noqa: BLE001 - a snapshot is a convenience; never fail the user's cell for it
+            log.exception("xlakit snapshot refresh failed")

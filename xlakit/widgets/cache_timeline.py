@@ -271,6 +271,7 @@ class CacheTimeline(View, widgets.VBox):
                                        lane_offset=self.lane_offset)
             self.data = data
             self._stale = False
+            self._mark_changed()  # the saved notebook's snapshot follows (after the cell)
             self.chart.show(_figures.timeline_figure(data))
             first = "— explain a miss —" if not data.library_misses else \
                 f"— explain a miss ({data.library_misses:,} of library helpers folded) —"
