@@ -32,6 +32,14 @@ def _row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: Any, probe
         return _measure_row(fn, make_args, batch, cache, probe)
 
 
+def own_retraces() -> Any:
+    """A context manager: traces on this thread inside it are xlakit's own loop over shapes, not the user's
+    recompiles (no ``recompile`` event or warning; :func:`xlakit._jax.retrace.quiet_recompiles`)."""
+    from xlakit._jax.retrace import quiet_recompiles
+
+    return quiet_recompiles()
+
+
 def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: Any, probe: bool) -> dict[str, Any]:
     from xlakit.memory.compiled import compiled_memory
     from xlakit.memory.peak import peak

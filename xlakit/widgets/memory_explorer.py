@@ -255,12 +255,12 @@ class MemoryExplorer(View, widgets.VBox):
         return jitted
 
     def _compile(self, key: tuple[int, str, str]) -> ExplorerResult:
-        from xlakit._jax.retrace import quiet_recompiles
+        from xlakit.memory.sweep import own_retraces
 
         batch, remat, donate = key
         t0 = time.perf_counter()
         try:
-            with quiet_recompiles():  # the explorer's variants are not the user's recompiles
+            with own_retraces():  # the explorer's variants are not the user's recompiles
                 return self._measure(key, t0)
         except Exception as exc:  # noqa: BLE001 - shown in the widget; the next choice still works
             return ExplorerResult(batch, remat, donate, compile_s=time.perf_counter() - t0,
