@@ -287,6 +287,24 @@ _LONG_TASKS_JS = """() => { window.__xlakitLong = []; new PerformanceObserver(l 
   e => window.__xlakitLong.push(Math.round(e.duration)))).observe({type: 'longtask'}); return true; }"""
 
 
+def _open_and_run_all(server, page, name, before=None):
+    """Open notebook ``name`` in the lab, wait for its kernel, call ``before()``, then Run All (retried: the
+    menu can miss a click while the kernel dialog settles)."""
+    page.goto(server.url(f"lab/tree/{name}?reset"), timeout=120_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    harness._accept_kernel_dialog(page, wait_s=3)
+    harness._wait_kernel_idle(page, 90)
+    if before is not None:
+        before()
+    for _attempt in range(4):
+        harness._accept_kernel_dialog(page)
+        page.locator(".jp-Notebook").first.click()
+        page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+        page.locator(".lm-Menu-item[data-command='runmenu:run-all']").first.click()
+        if harness._wait_started(page, 15):
+            break
+
+
 def test_page_answers_during_a_burst_with_a_dashboard_and_three_live_timelines(lab):
     """A dashboard and three live timelines of the process log while 300 functions' events (3,000) arrive
     over ~3 s: the page keeps answering (no script round trip over 2 s on a quiet machine), the cell after the
@@ -296,18 +314,7 @@ def test_page_answers_during_a_burst_with_a_dashboard_and_three_live_timelines(l
     (server.folder / name).write_text(BURST_NOTEBOOK.read_text())
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
-        page.goto(server.url(f"lab/tree/{name}?reset"), timeout=120_000)
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-        harness._accept_kernel_dialog(page, wait_s=3)
-        harness._wait_kernel_idle(page, 90)
-        page.evaluate(_LONG_TASKS_JS)
-        for _attempt in range(4):
-            harness._accept_kernel_dialog(page)
-            page.locator(".jp-Notebook").first.click()
-            page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-            page.locator(".lm-Menu-item[data-command='runmenu:run-all']").first.click()
-            if harness._wait_started(page, 15):
-                break
+        _open_and_run_all(server, page, name, before=lambda: page.evaluate(_LONG_TASKS_JS))
         started = page.locator(".jp-OutputArea-output", has_text="the burst started")
         started.first.wait_for(timeout=150_000)
         load = os.getloadavg()[0]
@@ -394,17 +401,7 @@ def test_standalone_charts_draw_at_their_height_with_windowing_mode_none(lab):
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     measured = {}
     try:
-        page.goto(server.url(f"lab/tree/{name}?reset"), timeout=120_000)
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-        harness._accept_kernel_dialog(page, wait_s=3)
-        harness._wait_kernel_idle(page, 90)
-        for _attempt in range(4):
-            harness._accept_kernel_dialog(page)
-            page.locator(".jp-Notebook").first.click()
-            page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-            page.locator(".lm-Menu-item[data-command='runmenu:run-all']").first.click()
-            if harness._wait_started(page, 15):
-                break
+        _open_and_run_all(server, page, name)
         page.locator(".jp-OutputArea-output", has_text="charts shown").first.wait_for(timeout=120_000)
         for width in (1300, 900):
             page.set_viewport_size({"width": width, "height": 900})
