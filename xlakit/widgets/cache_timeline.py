@@ -334,9 +334,14 @@ class CacheTimeline(View, widgets.VBox):
     def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: the timeline figure (at most :data:`SNAPSHOT_POINTS` markers, so a saved notebook
         stays small), the counts, and a per-function table of event kinds, with the current filters."""
-        data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter, source=self.source,
-                                   max_points=min(self.max_points, SNAPSHOT_POINTS), fold_library=self.fold_library,
-                                   lane_offset=self.lane_offset)
+        points = min(self.max_points, SNAPSHOT_POINTS)
+        data = self.data
+        if data is None or self._stale or points != self.max_points or data.total != len(self.columns):
+            # the live chart's data is reused when it is the snapshot's (the default budget is the same): at
+            # 100,000 events, displaying the widget built the timeline twice
+            data = _data.timeline_data(self.columns, kinds=self.kinds, name_filter=self.name_filter,
+                                       source=self.source, max_points=points, fold_library=self.fold_library,
+                                       lane_offset=self.lane_offset)
         return _snapshots.timeline_html(data, include_plotlyjs=include_plotlyjs)
 
     def __repr__(self) -> str:
