@@ -95,6 +95,31 @@ def test_decisions_on_the_batch_size_are_seen_while_tracing():
     assert same.guesses == ()  # decided for every size: not a branch
 
 
+def test_jaxs_own_dataclass_comparisons_of_shapes_are_not_the_users_decisions():
+    """Fault: depending on what ran earlier in the process, JAX compared one of its dataclasses holding the
+    symbolic shape with one of batch 2 while tracing, and that comparison (a dataclass ``__eq__``, made from a
+    string) was reported as the user's ``batch == 2 at <string>:4``: a row-wise function became size-dependent.
+    A generated dunder is attributed to its caller: JAX's own caller is trusted, the user's line is named."""
+    import dataclasses
+
+    from xlakit._jax import symbolic
+
+    @dataclasses.dataclass(frozen=True)
+    class Shaped:
+        shape: tuple
+
+    jax_file = jax._src.core.__file__
+    namespace: dict = {}
+    exec(compile("def compare(a, b):\n    return a == b\n", jax_file, "exec"), namespace)  # code "in JAX"
+    found: list[str] = []
+    with symbolic._size_guesses(found):
+        namespace["compare"](Shaped((B, 3)), Shaped((2, 3)))
+    assert found == []                                          # JAX's comparison of its own keys
+    with symbolic._size_guesses(found):
+        assert Shaped((B, 3)) != Shaped((2, 3))                 # the user's own comparison
+    assert len(found) == 1 and "test_bundle_rows.py" in found[0] and "<string>" not in found[0], found
+
+
 # -- through a bundle ------------------------------------------------------------------------------------------
 
 def load(path):

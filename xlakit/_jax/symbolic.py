@@ -53,9 +53,20 @@ def is_symbolic(d: Any) -> bool:
 
 
 def _where(frame) -> str | None:
-    """``file:line`` of ``frame`` unless it belongs to JAX itself (then None)."""
+    """``file:line`` of ``frame`` unless it belongs to JAX itself (then None).
+
+    A dunder method made from a string (a dataclass's or namedtuple's ``__eq__``: file ``<string>``) is not
+    where a decision is written: its caller is. JAX compares its own dataclasses holding shapes (a cache key
+    against one of batch 2), and that read as the user's ``batch == 2 at <string>:4``."""
     from xlakit._sources import library_package
 
+    for _ in range(8):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if not (code.co_filename.startswith("<") and code.co_name.startswith("__") and code.co_name.endswith("__")):
+            break
+        frame = frame.f_back
     if frame is None or library_package(frame.f_code.co_filename) in _TRUSTED:
         return None
     from xlakit._sources import display_file
