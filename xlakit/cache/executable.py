@@ -250,16 +250,8 @@ class ExecutableCache(StoreHandler):
 
     # -- internals --------------------------------------------------------------------------------------
     def _lower(self, x: Any, *args: Any, **kwargs: Any):
-        import jax
-
         from xlakit.cache.explaining import lower_program
 
-        if isinstance(x, jax.stages.Compiled):
-            # A Compiled is callable, so JAX would try to trace it and fail with a tracer error.
-            raise TypeError("got a jax.stages.Compiled, which is already compiled and cannot go through the cache; "
-                            "pass the function or its jax.jit followed by example arguments (cache.compile(f, x)), "
-                            "or a Lowered (cache.compile(jax.jit(f).lower(x))); to reuse a stored program, "
-                            "use cache.load(key)")
         return lower_program(x, *args, **kwargs)
 
 

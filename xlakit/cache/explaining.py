@@ -57,10 +57,17 @@ def lower_program(x: Any, *args: Any, **kwargs: Any):
     lowered with the example arguments.
 
     Raises:
-      TypeError: example arguments with a Lowered, or ``x`` is not callable.
+      TypeError: example arguments with a Lowered, ``x`` is a ``jax.stages.Compiled`` (already compiled: it
+        cannot go through a cache), or ``x`` is not callable.
     """
     import jax
 
+    if isinstance(x, jax.stages.Compiled):
+        # A Compiled is callable, so JAX would try to trace it and fail with a tracer error.
+        raise TypeError("got a jax.stages.Compiled, which is already compiled and cannot go through the cache; "
+                        "pass the function or its jax.jit followed by example arguments (cache.compile(f, x)), "
+                        "or a Lowered (cache.compile(jax.jit(f).lower(x))); to reuse a stored program, "
+                        "use cache.load(key)")
     if isinstance(x, jax.stages.Lowered):
         if args or kwargs:
             raise TypeError("a Lowered program takes no example arguments; pass the jitted function instead")
