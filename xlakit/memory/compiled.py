@@ -218,10 +218,28 @@ def _runtime_info(compiled: Any) -> tuple[str | None, str | None]:
     return name, platform
 
 
-def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
-    """A ``jax.stages.Compiled`` from a Compiled, Lowered, jitted function or plain function + arguments."""
+def jax_stage(x: Any) -> Any:
+    """JAX's own ``Compiled`` / ``Lowered`` inside a wrapper that holds one as ``.compiled`` / ``.lowered``
+    (flax.nnx: ``nnx.jit(f).lower(...)`` returns ``flax.nnx...Lowered``, and its ``compile()`` a flax
+    ``Compiled``, which are callable but not ``jax.stages`` objects); anything else unchanged."""
     import jax
 
+    stages = (jax.stages.Compiled, jax.stages.Lowered)
+    if isinstance(x, stages):
+        return x
+    for attr in ("compiled", "lowered"):
+        inner = getattr(x, attr, None)
+        if isinstance(inner, stages):
+            return inner
+    return x
+
+
+def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
+    """A ``jax.stages.Compiled`` from a Compiled, Lowered (JAX's or one :func:`jax_stage` unwraps), jitted
+    function (``jax.jit``, ``nnx.jit``) or plain function + arguments."""
+    import jax
+
+    x = jax_stage(x)
     if isinstance(x, jax.stages.Compiled):
         if args or kwargs:
             raise TypeError("pass example arguments only with a function; a Compiled program already has them")
@@ -230,7 +248,7 @@ def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
         return x.compile()
     if callable(x):
         fn = x if hasattr(x, "lower") else jax.jit(x)
-        return fn.lower(*args, **kwargs).compile()
+        return jax_stage(jax_stage(fn.lower(*args, **kwargs)).compile())
     raise TypeError(f"expected a jax.stages.Compiled, a Lowered, a function with example arguments, a cache "
                     f"entry (EntryInfo) or its header dict; got {type(x).__name__}")
 
