@@ -19,6 +19,11 @@ import json
 import sys
 import time
 import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _browser import browser_draw_s  # noqa: E402
 
 
 def _events(n: int, programs: int, library_from: int):
@@ -32,28 +37,6 @@ def _events(n: int, programs: int, library_from: int):
                   origin="library" if i % programs >= library_from else "user",
                   site=None if i % programs >= library_from else f"train.py:{i % programs} (step)")
             for i in range(n)]
-
-
-def _browser_draw_s(message: str) -> tuple[float, float] | None:
-    """(first, second) seconds of ``Plotly.newPlot`` for the figure JSON in headless chromium, or None."""
-    import shutil
-
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        return None
-    from playwright.sync_api import sync_playwright
-    from plotly.offline import get_plotlyjs
-
-    page_html = f"<html><body><div id='g' style='width:1400px'></div><script>{get_plotlyjs()}</script></body></html>"
-    draw = """async (s) => { const f = JSON.parse(s); Plotly.purge('g'); const t = performance.now();
-      await Plotly.newPlot('g', f.data, f.layout); return (performance.now() - t) / 1000; }"""
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page(viewport={"width": 1500, "height": 1000})
-        page.set_content(page_html)
-        first, second = page.evaluate(draw, message), page.evaluate(draw, message)
-        browser.close()
-    return first, second
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     lanes, shown = len(w.data.lanes), w.data.shown
     w.close()
 
-    drawn = _browser_draw_s(message)
+    drawn = browser_draw_s(message)
     rows = [("figure built (filter, fold, aggregate, plotly)", f"{build_s:.3f} s", "<= 1 s", build_s <= 1.0),
             ("figure serialised for the page (plotly JSON)", f"{json_s:.3f} s", "", True),
             ("message to the page", f"{len(message) / 1e3:,.0f} KB", "", True),

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from xlakit.view.format import fmt_bytes
-from xlakit.view.memory_charts import GL_THRESHOLD, keep_indices, lifetime_chart, liveness_chart, peak_of
+from xlakit.view.memory_charts import keep_indices, lifetime_chart, liveness_chart, peak_of
 from xlakit.view.peak import group_bytes, peak_caption, peak_html, peak_treemap_figure, peak_treemap_nodes
 
 MiB = 2**20
@@ -59,7 +59,8 @@ def test_liveness_chart_marks_the_peak_step_and_keeps_the_peak_when_downsampled(
     assert meta["peak_step"] == 9_001 == peak_of(frame)[0] and meta["peak_bytes"] == 10 * MiB
     assert meta["points"] <= 1_003 and meta["steps"] == steps
     line = fig.data[0]
-    assert line.type == "scattergl" and steps > GL_THRESHOLD     # WebGL for a large program
+    # SVG at any size: filled WebGL areas drew in 27 s without a GPU (benchmarks/memory_charts.py)
+    assert line.type == "scatter" and len(line.x) <= 1_003
     assert max(line.y) == 10 * MiB and 9_001 in list(line.x)      # the spike survives the down-sampling
     (marker,) = [s for s in fig.layout.shapes if s.type == "line"]
     assert marker.x0 == marker.x1 == 9_001

@@ -188,11 +188,11 @@ def breakdown_figure(frame, unit: str = "bytes"):
     return fig
 
 
-def liveness_figure(frame, name: str, max_points: int = 2000, *, peak_step: int | None = None,
+def liveness_figure(frame, name: str, max_points: int = 1000, *, peak_step: int | None = None,
                     caption: str | None = None):
     """Live bytes over program order (``BufferAssignment.live_bytes_by_step()``), the peak step marked: stacked
     by kind when the frame has kind columns (reconstructed liveness), else one line per heap-simulator trace.
-    See :func:`xlakit.view.memory_charts.liveness_chart` (down-sampling, WebGL, the marker's caption)."""
+    See :func:`xlakit.view.memory_charts.liveness_chart` (down-sampling, the marker's caption)."""
     from xlakit.view.memory_charts import liveness_chart
 
     return liveness_chart(frame, peak_step=peak_step, caption=caption, max_points=max_points,
