@@ -96,7 +96,8 @@ def main() -> int:
     }
     bound = 1.0
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; bound: built (figure + JSON) + drawn "
-          f"(first) <= {bound:.0f} s per chart; build CPU = the kernel's process time (what load does not inflate)")
+          f"(first) <= {bound:.0f} s for the liveness and lifetime charts;\nbuild (CPU) = the kernel's process time "
+          "(what load does not inflate)")
     results = []
     with browser_page() as draw:
         if draw is not None:  # plotly.js's one-time start in a page (a notebook pays it once, for its first chart)
@@ -118,9 +119,11 @@ def main() -> int:
             ok = total is not None and total <= bound
             shown = (f"{drawn[0]:6.3f}s {statistics.median(drawn):6.3f}s {total:11.3f}s" if drawn else
                      f"{'no chromium':>15} {'':>12}")
+            bounded = not name.startswith(("peak treemap", "treemap"))  # the issue bounds liveness and lifetimes
+            verdict = "" if drawn is None else ("ok" if ok else "OVER") + ("" if bounded else " (not bounded)")
             print(f"{name:32} {t_build:6.3f}s {cpu:6.3f}s {t_json:7.3f}s {built:6.3f}s {shown} {t_html:7.3f}s  "
-                  f"{points:,} {'' if drawn is None else 'ok' if ok else 'OVER'}")
-            results.append(ok or drawn is None)
+                  f"{points:,} {verdict}")
+            results.append(ok or drawn is None or not bounded)
     return 0 if all(results) else 1
 
 if __name__ == "__main__":

@@ -166,6 +166,34 @@ def test_peak_treemap_sums_equal_the_peak_total():
     assert fig.data[0].values[0] == total
 
 
+def test_a_peak_with_hundreds_of_lines_folds_the_smallest_groups_and_keeps_the_sums():
+    """600 source tiles (24 scopes x 25 lines) took seconds to draw in a browser: beyond the largest
+    ``max_groups`` of a level, the groups are summed into one "+k smaller sources" tile under their parent."""
+    n = 600
+    at_peak = pd.DataFrame({"bytes": np.arange(1, n + 1) * 1024, "role": "temporary", "shape": [(8,)] * n,
+                            "dtype": "f32", "instruction": [f"fusion.{i}" for i in range(n)],
+                            "scope": [f"layer{i % 24}" for i in range(n)],
+                            "source": [f"model.py:{i}" for i in range(n)]})
+    nodes = peak_treemap_nodes(at_peak, max_groups=60, max_leaves=50)
+    value = dict(zip(nodes["ids"], nodes["values"], strict=True))
+    parent = dict(zip(nodes["ids"], nodes["parents"], strict=True))
+    assert value["peak"] == int(at_peak["bytes"].sum())
+    for node_id in nodes["ids"]:
+        children = [v for i, v in value.items() if parent[i] == node_id]
+        assert not children or sum(children) == value[node_id], node_id
+    sources = [i for i in nodes["ids"] if i.count("/") == 2]
+    folded = [i for i in sources if "/+" in i and "smaller sources" in i]
+    assert len(sources) - len(folded) == 60 and 1 <= len(folded) <= 24
+    # the 60 largest lines keep their tiles (model.py:540 .. model.py:599); every other line is in a fold
+    kept = {i.split("/")[2] for i in sources if i not in folded}
+    assert kept == {f"model.py:{i}" for i in range(540, 600)}
+    layer0 = [i for i in folded if i.startswith("peak/layer0/")]
+    assert layer0 == ["peak/layer0/+23 smaller sources"]   # 25 lines of layer0; 552 and 576 keep tiles
+    assert value[layer0[0]] == sum((i + 1) * 1024 for i in range(0, 540, 24))
+    with pytest.raises(ValueError, match="max_groups"):
+        peak_treemap_nodes(at_peak, max_groups=0)
+
+
 def test_peak_caption_and_grouping_name_the_largest_group():
     at_peak = _buffers().iloc[[0, 1, 2, 4, 5]]
     sizes = group_bytes(at_peak, "source")
