@@ -162,9 +162,10 @@ def test_remat_turns_the_attention_residuals_into_recomputed_values_and_compare_
     assert f"test_memory_transformer.py:{SOFTMAX_LINE} (Attention.__call__))" in text, text
 
 
-def test_what_nnx_jit_lowers_and_compiles_is_attributed_as_jax_s_own_program():
+def test_what_nnx_jit_lowers_and_compiles_is_attributed_as_jax_s_own_program(cache):
     """``nnx.jit(f).lower(...)`` returns flax's ``Lowered`` and its ``compile()`` flax's ``Compiled``: callables
-    that hold JAX's ``jax.stages`` objects; they were taken for functions given without arguments."""
+    that hold JAX's ``jax.stages`` objects; they were taken for functions given without arguments, and a cache
+    compiling an ``nnx.jit`` function got flax's ``Compiled`` back where it checks for JAX's."""
     from xlakit.memory import buffer_assignment, compiled_memory
 
     linear = nnx.eval_shape(lambda: nnx.Linear(4, 8, rngs=nnx.Rngs(0)))
@@ -178,3 +179,8 @@ def test_what_nnx_jit_lowers_and_compiles_is_attributed_as_jax_s_own_program():
         assert peak(program).total_bytes >= (4 * 8 + 8 + 2 * 4 + 2 * 8) * 4
     assert buffer_assignment(compiled).logical_buffers and compiled_memory(compiled).argument_bytes == (
         4 * 8 + 8 + 2 * 4) * 4
+    through = attribute(fn, linear, jax.ShapeDtypeStruct((2, 4), jnp.float32), cache=cache)
+    assert {"m['kernel']", "m['bias']", "x"} <= set(through.buffers["parameter"].dropna())
+    assert len(cache.entries()) == 1  # compiled through the cache and stored
+    with pytest.raises(TypeError, match="already compiled"):
+        cache.compile(compiled)  # flax's Compiled is refused like JAX's, with what to pass instead

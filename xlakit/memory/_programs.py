@@ -39,7 +39,8 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
     """
     import jax
 
-    from xlakit.memory.compiled import _compile, jax_stage
+    from xlakit._jax.stages import jax_stage
+    from xlakit.memory.compiled import _compile
 
     x = jax_stage(x)  # flax.nnx's Compiled / Lowered hold JAX's
     if hasattr(x, "programs") and hasattr(x, "batch_sizes") and not callable(getattr(x, "lower", None)):

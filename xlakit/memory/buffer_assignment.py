@@ -309,7 +309,7 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
                         "(or compile it) and pass the jax.stages.Compiled")
     import jax
 
-    from xlakit.memory.compiled import jax_stage
+    from xlakit._jax.stages import jax_stage
 
     compiled = jax_stage(compiled)
     needs_args = (not args and not kwargs and callable(compiled)

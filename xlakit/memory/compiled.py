@@ -218,26 +218,12 @@ def _runtime_info(compiled: Any) -> tuple[str | None, str | None]:
     return name, platform
 
 
-def jax_stage(x: Any) -> Any:
-    """JAX's own ``Compiled`` / ``Lowered`` inside a wrapper that holds one as ``.compiled`` / ``.lowered``
-    (flax.nnx: ``nnx.jit(f).lower(...)`` returns ``flax.nnx...Lowered``, and its ``compile()`` a flax
-    ``Compiled``, which are callable but not ``jax.stages`` objects); anything else unchanged."""
-    import jax
-
-    stages = (jax.stages.Compiled, jax.stages.Lowered)
-    if isinstance(x, stages):
-        return x
-    for attr in ("compiled", "lowered"):
-        inner = getattr(x, attr, None)
-        if isinstance(inner, stages):
-            return inner
-    return x
-
-
 def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
-    """A ``jax.stages.Compiled`` from a Compiled, Lowered (JAX's or one :func:`jax_stage` unwraps), jitted
+    """A ``jax.stages.Compiled`` from a Compiled, Lowered (JAX's, or flax.nnx's holding one), jitted
     function (``jax.jit``, ``nnx.jit``) or plain function + arguments."""
     import jax
+
+    from xlakit._jax.stages import jax_stage
 
     x = jax_stage(x)
     if isinstance(x, jax.stages.Compiled):
