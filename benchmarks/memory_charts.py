@@ -96,34 +96,41 @@ def main() -> int:
     }
     bound = 1.0
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; bound: built (figure + JSON) + drawn "
-          f"(first) <= {bound:.0f} s for the liveness and lifetime charts;\nbuild (CPU) = the kernel's process time "
-          "(what load does not inflate)")
+          f"(first) <= {bound:.0f} s for the liveness and lifetime charts, in CPU seconds (the kernel's process time\n"
+          "+ chromium's renderer ProcessTime: what load does not inflate); wall seconds beside them")
     results = []
     with browser_page() as draw:
         if draw is not None:  # plotly.js's one-time start in a page (a notebook pays it once, for its first chart)
             tiny = pio.to_json(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])), validate=False)
-            print(f"page's first plot (2 points): {draw(tiny):.3f} s, again {draw(tiny):.3f} s")
-        print(f"{'chart':32} {'build':>7} {'(CPU)':>7} {'to_json':>8} {'built':>7} {'drawn':>7} {'median':>7} "
-              f"{'built+drawn':>12} {'to_html':>8}  points/bars")
+            first, again = draw(tiny), draw(tiny)
+            print(f"page's first plot (2 points): {first.wall_s:.3f} s ({first.cpu_s:.3f} s CPU), again "
+                  f"{again.wall_s:.3f} s ({again.cpu_s:.3f} s CPU)")
+        print(f"{'chart':31} {'build':>6} {'(CPU)':>6} {'to_json':>7} {'built':>6} {'drawn':>6} {'(CPU)':>6} "
+              f"{'median':>6} {'(CPU)':>6} {'built+drawn':>11} {'(CPU)':>6} {'to_html':>7}  points/bars")
         for name, build in charts.items():
             cpu = time.process_time()
             fig, t_build = _time(build)
-            cpu = time.process_time() - cpu
             message, t_json = _time(lambda f=fig: pio.to_json(f, validate=False, remove_uids=True))
+            cpu = time.process_time() - cpu  # figure + JSON, the kernel's CPU seconds
             _, t_html = _time(lambda f=fig: figure_html(f, False))
             drawn = [draw(message) for _ in range(5)] if draw is not None else None
             points = sum(len(getattr(t, "x", None) if getattr(t, "x", None) is not None else (t.ids or ()))
                          for t in fig.data)
             built = t_build + t_json
-            total = built + drawn[0] if drawn else None
-            ok = total is not None and total <= bound
-            shown = (f"{drawn[0]:6.3f}s {statistics.median(drawn):6.3f}s {total:11.3f}s" if drawn else
-                     f"{'no chromium':>15} {'':>12}")
             bounded = not name.startswith(("peak treemap", "treemap"))  # the issue bounds liveness and lifetimes
-            verdict = "" if drawn is None else ("ok" if ok else "OVER") + ("" if bounded else " (not bounded)")
-            print(f"{name:32} {t_build:6.3f}s {cpu:6.3f}s {t_json:7.3f}s {built:6.3f}s {shown} {t_html:7.3f}s  "
+            if drawn:
+                wall = statistics.median(d.wall_s for d in drawn)
+                used = statistics.median(d.cpu_s for d in drawn)
+                total, total_cpu = built + drawn[0].wall_s, cpu + drawn[0].cpu_s
+                ok = total_cpu <= bound  # the CPU both sides spend: what a machine to itself would take
+                shown = (f"{drawn[0].wall_s:5.3f}s {drawn[0].cpu_s:5.3f}s {wall:5.3f}s {used:5.3f}s "
+                         f"{total:10.3f}s {total_cpu:5.3f}s")
+                verdict = ("ok" if ok else "OVER") + ("" if bounded else " (not bounded)")
+            else:
+                ok, shown, verdict = True, f"{'no chromium':>27} {'':>17}", ""
+            print(f"{name:31} {t_build:5.3f}s {cpu:5.3f}s {t_json:6.3f}s {built:5.3f}s {shown} {t_html:6.3f}s  "
                   f"{points:,} {verdict}")
-            results.append(ok or drawn is None or not bounded)
+            results.append(ok or not bounded)
     return 0 if all(results) else 1
 
 if __name__ == "__main__":
