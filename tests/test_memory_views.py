@@ -408,3 +408,62 @@ def test_details_table_shows_the_peaks_buffers_in_user_terms_and_xlas_only_witho
     old = details_html("step", largest)
     assert "wrapped_broadcast" in old and "allocation kind" in old and "source: XLA peak_buffers" in old
     assert "bytes at the peak" not in old
+
+
+def test_every_chart_puts_its_legend_under_the_plot_and_wraps_a_long_title():
+    """A legend above the plot grew into the title when a ~500 px notebook column wrapped it into more rows.
+    Every chart's legend sits at the bottom of the figure (plotly reserves its rows there), the figure is made
+    taller by the rows it takes at 400 px, and a title too long for 400 px is cut into lines, the top margin
+    growing with them. (tests/test_browser_charts.py checks the drawn boxes in chromium.)"""
+    from chart_gallery import gallery
+
+    from xlakit.view.theme import TITLE_LINE, legend_rows, title_lines
+
+    for name, fig in gallery().items():
+        legend = fig.layout.legend
+        if any(t.type != "treemap" for t in fig.data):  # a treemap has no legend (its key: test_browser_charts)
+            assert (legend.orientation, legend.yref, legend.y, legend.yanchor) == ("h", "container", 0, "bottom"), \
+                name
+        lines = fig.layout.title.text.split("<br>")
+        assert all(len(line) <= 51 or "<" in line for line in lines), (name, lines)
+        assert fig.layout.margin.t >= 40 + TITLE_LINE * (len(lines) - 1), name
+    live = gallery()["liveness"]
+    assert live.layout.legend.title.text == "by role" and live.layout.height > 340  # 9 roles + peak: wrapped rows
+    assert legend_rows(["a"]) == 0 and legend_rows(["parameter", "output"], 1400) == 1
+    assert legend_rows([f"role {i}" for i in range(10)], 400) > 1
+    assert title_lines("Buffer lifetimes: jit_train_step (largest buffers, coloured by role)") == [
+        "Buffer lifetimes: jit_train_step (largest buffers,", "coloured by role)"]
+    assert title_lines("short<br><sub>a second line, kept whole</sub>") == ["short",
+                                                                           "<sub>a second line, kept whole</sub>"]
+
+
+def test_a_one_point_chart_shows_a_labelled_y_range_from_zero():
+    """"Peak by batch size" of one batch size and one variant: plotly's autorange zoomed around the one value,
+    between two of the byte ticks, and drew none. Every byte axis has an explicit range from 0 past its
+    largest value, holding labelled ticks; a one-point sweep also names its variant and its batch size."""
+    from chart_gallery import one_point_sweep
+
+    from xlakit.view.breakdown import apply_byte_axis
+    from xlakit.view.budget import measurements_figure
+
+    fig = one_point_sweep()
+    y = fig.layout.yaxis
+    lo, hi = y.range
+    assert lo == 0 and 9 * MiB < hi <= 1.1 * 9 * MiB and y.autorange is False and y.rangemode == "tozero"
+    inside = [t for t, v in zip(y.ticktext, y.tickvals, strict=True) if lo <= v <= hi]
+    assert inside[0] == "0 B" and len(inside) >= 3 and inside[-1] == "8 MiB", inside
+    assert list(fig.layout.xaxis.tickvals) == [32] and fig.layout.showlegend is True
+    assert fig.data[0].name == "remat none, donate True"
+    # The same axis everywhere bytes are drawn: one measurement, one step of liveness, aliases below zero.
+    bar = measurements_figure([{"label": "probe", "bytes": 40 * MiB, "kind": "probe"}])
+    assert tuple(bar.layout.xaxis.range) == (0, 42 * MiB) and bar.layout.xaxis.autorange is False
+    one_step = liveness_chart(pd.DataFrame({"step": [0], "live_bytes": [3 * MiB]}))
+    assert tuple(one_step.layout.yaxis.range) == pytest.approx((0, 3.15 * MiB))
+    import plotly.graph_objects as go
+
+    signed = go.Figure()
+    apply_byte_axis(signed, [10 * MiB, -4 * MiB])
+    assert tuple(signed.layout.yaxis.range) == pytest.approx((-4.2 * MiB, 10.5 * MiB))
+    zeros = go.Figure()
+    apply_byte_axis(zeros, [0, 0])
+    assert tuple(zeros.layout.yaxis.range) == (0, 1) and tuple(zeros.layout.yaxis.ticktext) == ("0 B",)

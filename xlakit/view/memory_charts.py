@@ -25,7 +25,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from xlakit.view.format import byte_ticks, fmt_bytes
+from xlakit.view.format import fmt_bytes
 from xlakit.view.theme import ROLE_COLORS
 from xlakit.view.untrusted import plotly_text
 
@@ -86,18 +86,28 @@ def _template() -> Any:
     return go.layout.Template(PLOTLY_TEMPLATE)
 
 
-def chart_layout(fig, title: str, height: int, **extra: Any) -> None:
-    """The shared layout (:data:`~xlakit.view.theme.BASE_LAYOUT`, legend above the plot) with ``title``."""
-    from xlakit.view.theme import BASE_LAYOUT, LEGEND
+def chart_layout(fig, title: str, height: int, *, legend_title: str | None = None, plot_left: int | None = None,
+                 **extra: Any) -> None:
+    """The shared layout (:data:`~xlakit.view.theme.BASE_LAYOUT`, the legend under the plot, titled
+    ``legend_title``) with ``title`` (wrapped to the narrowest width, :func:`~xlakit.view.theme.title_layout`):
+    ``height`` px for the plot and axes, plus the title's extra lines and the rows the legend of the traces in
+    ``fig`` wraps into at the narrowest width (:func:`~xlakit.view.theme.legend_space`; ``plot_left``: the left
+    margin the y axis's labels will take, px, when wider than the layout's)."""
+    from xlakit.view.theme import BASE_LAYOUT, LEGEND, legend_space, title_layout
 
-    fig.update_layout(**{**BASE_LAYOUT, "height": height, "template": _template(), "title": title, "legend": LEGEND,
-                         **extra})
+    legend = {**LEGEND, "title": {**LEGEND["title"], "text": legend_title}} if legend_title else LEGEND
+    margin = extra.pop("margin", BASE_LAYOUT["margin"])
+    top = title_layout(title, margin)
+    left = max(int(margin.get("l", 0)), plot_left or 0)
+    height += legend_space(fig, left=left, titled=bool(legend_title)) + top["margin"]["t"] - int(margin["t"])
+    fig.update_layout(**{**BASE_LAYOUT, "height": height, "template": _template(), "legend": legend, **top, **extra})
 
 
 
 def _byte_axis(fig, values, axis: str = "yaxis") -> None:
-    vals, text = byte_ticks(values)
-    fig.update_layout({axis: dict(tickmode="array", tickvals=vals, ticktext=text)})
+    from xlakit.view.theme import byte_axis
+
+    fig.update_layout({axis: byte_axis(values)})
 
 
 def _mark_peak(fig, step: int, text: str, x_range: tuple[float, float] | None = None) -> None:
@@ -206,10 +216,9 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     meta.update(peak_step=p_step, peak_bytes=p_bytes, steps=n_steps, points=int(idx.size),
                 stacked_by=stacked_by if columns else None, at_peak=at_peak)
     heading = title or "Live bytes over program order"
-    chart_layout(fig, heading, 340)
+    chart_layout(fig, heading, 340, legend_title=f"by {stacked_by}" if columns else None)
     fig.update_layout(xaxis_title="step (instruction in schedule order)", yaxis_title="bytes",
-                      hovermode="x unified", legend_title_text=f"by {stacked_by}" if columns else None,
-                      meta={"xlakit_liveness": meta})
+                      hovermode="x unified", meta={"xlakit_liveness": meta})
     _byte_axis(fig, [0.0, float(total.max())])
     return fig
 
@@ -449,8 +458,9 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     if peak_step is not None:
         _mark_peak(fig, int(peak_step), f"peak step {int(peak_step)}")
     heading = title or "Buffer lifetimes (largest buffers, coloured by role)"
-    if meta["more"]:
-        heading += f" · +{meta['more']:,} more buffers ({fmt_bytes(meta['more_bytes'])}) not drawn"
-    chart_layout(fig, heading, int(min(900, 160 + 14 * n)))
+    if meta["more"]:  # a line of its own: a narrow chart wraps the title at its spaces
+        heading += f"<br>+{meta['more']:,} more buffers ({fmt_bytes(meta['more_bytes'])}) not drawn"
+    widest = max(map(len, labels), default=0) if show_ticks else 0
+    chart_layout(fig, heading, int(min(900, 160 + 14 * n)), plot_left=int(24 + 7 * widest))
     fig.update_layout(meta={"xlakit_lifetime": meta})
     return fig

@@ -338,7 +338,7 @@ def timeline_figure(data: TimelineData):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from xlakit.view.theme import BASE_LAYOUT, LEGEND
+    from xlakit.view.theme import BASE_LAYOUT, LEGEND, legend_space, title_layout
 
     has_saved = bool(data.saved_x.size)
     # The values are built here, so plotly's per-element validation (most of the build time) is skipped.
@@ -385,7 +385,10 @@ def timeline_figure(data: TimelineData):
     # plotly's automargin has to widen one, it draws the whole figure a second time (~40% of the draw).
     widest = max(map(len, labels), default=0)
     margin = {**cast(dict[str, int], BASE_LAYOUT["margin"]), "l": max(60, min(600, 24 + 7 * widest)), "b": 60}
-    fig.update_layout(**{**BASE_LAYOUT, "height": height, "margin": margin}, title=title, legend=LEGEND)
+    # A dict title (title_layout): the figure skips validation, and plotly.js 3+ draws no bare-string title.
+    top = title_layout(title, margin)
+    height += legend_space(fig, left=margin["l"]) + top["margin"]["t"] - margin["t"]
+    fig.update_layout(**{**BASE_LAYOUT, "height": height, **top}, legend=LEGEND)
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=labels,
                      range=[visible - 0.4, -0.6], autorange=False, row=1, col=1)
     fig.update_xaxes(title_text="seconds since the first event", row=2 if has_saved else 1, col=1)
