@@ -34,9 +34,10 @@ lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check xlakit tests benchmarks
 	$(VENV)/bin/mypy xlakit
 
-# Two pytest workers (pytest-xdist), whole files to one worker (module fixtures such as the S3 server and
-# JupyterLab start once): on 2 cores this halves the wall time; the tests run JAX in subprocesses anyway.
-TEST_WORKERS ?= 2
+# pytest-xdist workers, whole files to one worker (module fixtures such as the S3 server and JupyterLab start
+# once). Three on 2 cores: the Binder build's worker mostly waits on pip, and subprocess starts and browsers wait
+# too. Wall-clock bounds in the tests are scaled by the run queue per CPU (tests/conftest.py: cpu_share).
+TEST_WORKERS ?= 3
 test-default: lint browser
 	XLAKIT_TEST_BINDER=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 

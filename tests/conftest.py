@@ -45,6 +45,13 @@ def _isolated_home(tmp_path_factory):
             os.environ[k] = v
 
 
+def cpu_share(*loads: float) -> float:
+    """How many runnable processes share each CPU now (the 1-minute load average, or the highest of ``loads``
+    taken earlier, per CPU), at least 1: the factor a wall-clock bound set on a quiet machine grows by while the
+    suite's workers, kernels and browsers share the cores."""
+    return max(1.0, max((*loads, os.getloadavg()[0])) / (os.cpu_count() or 1))
+
+
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)

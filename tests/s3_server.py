@@ -153,14 +153,17 @@ _SERVER_ERROR: str | None = None
 
 
 def _stop_server() -> None:
+    global _SERVER
     if _SERVER is not None:
         _SERVER.kill()
         shutil.rmtree(_SERVER.root, ignore_errors=True)
+        _SERVER = None
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> SeaweedS3:
-    """The session's SeaweedFS server (started on first use, stopped when the test process exits)."""
+def s3_server(request: pytest.FixtureRequest) -> SeaweedS3:
+    """The session's SeaweedFS server (started on first use, stopped when the session ends: a pytest-xdist
+    worker leaves without running ``atexit`` handlers, and each left one `weed mini` serving after the run)."""
     global _SERVER, _SERVER_ERROR
     if _SERVER_ERROR is not None:
         pytest.skip(_SERVER_ERROR)
@@ -173,7 +176,8 @@ def s3_server() -> SeaweedS3:
         server = SeaweedS3(weed, Path(tempfile.mkdtemp(prefix="xlakit-s3-")))
         server.start()
         _SERVER = server
-        atexit.register(_stop_server)
+        request.addfinalizer(_stop_server)
+        atexit.register(_stop_server)  # also when the session is interrupted before its teardown
     elif _SERVER.proc is None:  # a test killed it and failed before restarting
         _SERVER.start()
     return _SERVER

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import lab_harness as harness
 import pytest
+from conftest import cpu_share
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -369,7 +370,7 @@ def test_page_answers_during_a_burst_with_a_dashboard_and_three_live_timelines(l
         server.shutdown_kernels()
     # 2 s on a quiet machine. A task's wall time grows with the CPU it has to share (the suite runs two pytest
     # workers beside the kernel, JupyterLab and chromium), so the bound is scaled by the run queue per CPU.
-    share = max(1.0, max(load, os.getloadavg()[0]) / (os.cpu_count() or 1))
+    share = cpu_share(load)
     bound = 2.0 * share
     print(f"burst: worst round trip {worst:.2f} s, long tasks {sorted(long_tasks)[-5:]}, timelines {counts}, "
           f"bound {bound:.1f} s (load {share:.1f} per CPU)")

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import cpu_share
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -59,9 +60,9 @@ def _execute(path: Path, tmp_path: Path):
     os.environ.clear()
     os.environ.update(_kernel_env())
     try:
-        start = time.perf_counter()
+        load, start = os.getloadavg()[0], time.perf_counter()
         client.execute()
-        return nb, time.perf_counter() - start
+        return nb, time.perf_counter() - start, cpu_share(load)
     finally:
         os.environ.clear()
         os.environ.update(old)
@@ -162,11 +163,12 @@ OUTPUT_CHECKS = {"04": _check_04_outputs}
 @pytest.mark.timeout(NOTEBOOK_BUDGET_S * 3)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path: Path, tmp_path: Path) -> None:
-    nb, seconds = _execute(path, tmp_path)
+    nb, seconds, share = _execute(path, tmp_path)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, errors
-    assert seconds < NOTEBOOK_BUDGET_S, f"{path.name} took {seconds:.0f} s"
+    # The budget is a quiet machine's; beside the suite's other workers a notebook's wall time grows with them.
+    assert seconds < NOTEBOOK_BUDGET_S * share, f"{path.name} took {seconds:.0f} s ({share:.1f} processes per CPU)"
     CHECKS[path.stem[:2]](_all_text(nb))
     OUTPUT_CHECKS.get(path.stem[:2], lambda nb: None)(nb)
     saved = tmp_path / path.name

@@ -121,10 +121,10 @@ def test_timeline_data_filters_counts_hover_and_saved_seconds():
 
 def test_timeline_data_with_100k_events_is_fast_and_downsampled():
     cols = _data.EventColumns()
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds: the suite's other workers share the cores
     cols.extend(_events(100_000))
     data = _data.timeline_data(cols, max_points=5000)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert data.total == 100_000 and data.downsampled
     assert data.shown <= 5500
     assert len(data.saved_x) <= 5500
