@@ -8,6 +8,7 @@ snapshot and :mod:`xlakit.report`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -144,9 +145,21 @@ def downsample_series(x, y, max_points: int):
     return x[idx], y[idx]
 
 
+@functools.lru_cache(maxsize=8192)
+def _text(value: Any) -> str:
+    """plotly_text, once per distinct value (a name, kind or source repeats on thousands of markers)."""
+    return plotly_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reason(value: Any, limit: int) -> str:
+    """A recorded reason on one line, at most ``limit`` characters, escaped for plotly."""
+    text = " ".join(str(value).split())
+    return plotly_text(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
 def _hover(a: dict[str, Any], i: int) -> str:
-    parts = [f"<b>{plotly_text(str(a['kind'][i]))}</b> {plotly_text(str(a['name'][i]))} "
-             f"[{plotly_text(str(a['source'][i]))}]"]
+    parts = [f"<b>{_text(a['kind'][i])}</b> {_text(a['name'][i])} [{_text(a['source'][i])}]"]
     d = a["duration_s"][i]
     if d == d:  # not NaN
         parts.append(f"duration: {fmt_seconds(float(d))}")
@@ -160,13 +173,11 @@ def _hover(a: dict[str, Any], i: int) -> str:
     else:
         parts.append("bytes: —")
     parts.append(f"key: {plotly_text(str(a['key'][i] or '—'))}")
-    parts.append(f"partition: {plotly_text(str(a['partition'][i] or '—'))}")
+    parts.append(f"partition: {_text(a['partition'][i] or '—')}")
     if a["site"][i]:
-        parts.append(f"called from: {plotly_text(str(a['site'][i]))}")
-    reason = a["reason"][i]
-    if reason:
-        text = " ".join(str(reason).split())
-        parts.append("reason: " + plotly_text(text if len(text) <= 160 else text[:157] + "..."))
+        parts.append(f"called from: {_text(a['site'][i])}")
+    if a["reason"][i]:
+        parts.append("reason: " + _reason(a["reason"][i], 160))
     return "<br>".join(parts)
 
 
@@ -175,15 +186,13 @@ def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float
     (thousands of them go to the page in every redraw); the slowest event's full hover is one click away."""
     if count == 1:
         return _hover(a, i)
-    parts = [f"<b>{count:,} × {plotly_text(str(a['kind'][i]))}</b> {plotly_text(str(a['name'][i]))}",
+    parts = [f"<b>{count:,} × {_text(a['kind'][i])}</b> {_text(a['name'][i])}",
              f"{first:.2f}–{last:.2f} s" + (f", total {fmt_seconds(total)}" if total > 0 else "")]
     d = a["duration_s"][i]
     if d == d and d > 0:
         parts.append(f"slowest: {fmt_seconds(float(d))}")
-    reason = a["reason"][i]
-    if reason:
-        text = " ".join(str(reason).split())
-        parts.append("reason: " + plotly_text(text if len(text) <= 80 else text[:77] + "..."))
+    if a["reason"][i]:
+        parts.append("reason: " + _reason(a["reason"][i], 80))
     return "<br>".join(parts)
 
 
@@ -274,12 +283,12 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     if sel.size:
         codes = group  # shown lane x kind
         dur = np.nan_to_num(a["duration_s"][sel], nan=0.0)
-        uniq, inverse, n = np.unique(codes, return_inverse=True, return_counts=True)
-        sums = np.bincount(inverse, weights=dur)
-        for code, c, t in zip(uniq, n, sums, strict=True):
-            lane, kind = lanes[int(code) // len(KINDS)], KINDS[int(code) % len(KINDS)]
-            counts.setdefault(lane, {})[kind] = int(c)
-            seconds.setdefault(lane, {})[kind] = float(t)
+        n = np.bincount(codes)  # codes are small non-negative ints: counting beats sorting 100,000 of them
+        sums = np.bincount(codes, weights=dur, minlength=n.size)
+        for code in np.flatnonzero(n).tolist():
+            lane, kind = lanes[code // len(KINDS)], KINDS[code % len(KINDS)]
+            counts.setdefault(lane, {})[kind] = int(n[code])
+            seconds.setdefault(lane, {})[kind] = float(sums[code])
     is_miss = a["kind"][sel] == "miss"
     library_rows = np.isin(a["lane"][sel], [columns.lanes[n] for n in library]) if folded else np.zeros(
         sel.size, dtype=bool)
