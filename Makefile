@@ -23,7 +23,11 @@ $(VENV)/.installed-%: pyproject.toml
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/xlakit demo
 
-test: lint test-default test-py312
+# The Python 3.12 environment is built while the default suite runs (pip mostly waits on the index there), and
+# its tests run after it.
+test:
+	@$(MAKE) --no-print-directory -j2 test-default $(if $(PY312),$(VENV312)/.installed-cache-test)
+	@$(MAKE) --no-print-directory test-py312
 
 # ruff (rules in pyproject.toml) and mypy over the package; both must be clean.
 lint: $(VENV)/.installed-test
@@ -33,15 +37,19 @@ lint: $(VENV)/.installed-test
 # Two pytest workers (pytest-xdist), whole files to one worker (module fixtures such as the S3 server and
 # JupyterLab start once): on 2 cores this halves the wall time; the tests run JAX in subprocesses anyway.
 TEST_WORKERS ?= 2
-test-default: $(VENV)/.installed-test browser
+test-default: lint browser
 	XLAKIT_TEST_BINDER=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-test-py312:
+# Only what the cache tests import (xlakit's own dependencies, pytest): no JupyterLab, browser or flax there.
+$(VENV312)/.installed-cache-test: pyproject.toml
+	$(PY312) -m venv $(VENV312)
+	$(VENV312)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV312)/bin/python -m pip install --quiet --upgrade -e '.[cache-test]'
+	touch $@
+
+test-py312: $(if $(PY312),$(VENV312)/.installed-cache-test)
 	@if [ -z "$(PY312)" ]; then echo "test-py312: no Python 3.12 on this machine; skipped"; exit 0; fi; \
-	set -e; $(PY312) -m venv $(VENV312); \
-	$(VENV312)/bin/python -m pip install --quiet --upgrade pip; \
-	$(VENV312)/bin/python -m pip install --quiet --upgrade -e '.[test]'; \
-	$(VENV312)/bin/python -c 'import jax; print("cache tests on Python 3.12, jax", jax.__version__)'; \
+	set -e; $(VENV312)/bin/python -c 'import jax; print("cache tests on Python 3.12, jax", jax.__version__)'; \
 	$(VENV312)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(CACHE_TESTS)
 
 # Debian's chromium for the real-browser widget test (tests/test_browser.py; Playwright's own browser download

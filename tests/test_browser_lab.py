@@ -154,7 +154,22 @@ _LAYOUT_JS = """() => {
 }"""
 
 
+# Live charts in the page with a legend and a title: [checked, those whose legend box meets the title's, the
+# widest one's width in px].
+_LEGEND_OVER_TITLE_JS = """() => {
+  const meet = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const charts = Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .filter(gd => gd.offsetParent !== null && !gd.closest('.xlakit-static'))
+    .filter(gd => gd.querySelector('.legend') && gd.querySelector('.gtitle'));
+  return [charts.length, charts.filter(gd => meet(gd.querySelector('.legend').getBoundingClientRect(),
+                                                  gd.querySelector('.gtitle').getBoundingClientRect())).length,
+          Math.max(0, ...charts.map(gd => Math.round(gd.getBoundingClientRect().width)))];
+}"""
+
+
 def _dark_narrow_checks(page):
+    # First with the file browser open (an 800 px window leaves the notebook ~500 px): no legend over a title.
+    legend_over_title = page.evaluate(_LEGEND_OVER_TITLE_JS)
     # The Allocator tab of the dashboard, with the left sidebar collapsed (an 800 px window).
     page.locator(".xlakit-dashboard .lm-TabBar-tab", has_text="Allocator").first.click()
     if page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").count():
@@ -166,6 +181,7 @@ def _dark_narrow_checks(page):
     page.locator(".xlakit-dashboard .lm-TabBar-tab", has_text="Timeline").first.click()
     page.wait_for_timeout(800)
     out["click"] = _click_a_miss(page, in_dashboard=True)
+    out["legend_over_title"] = legend_over_title
     return out
 
 
@@ -189,6 +205,8 @@ def test_dark_theme_and_an_800px_window(lab):
     assert c["reset_visible"], c
     assert c["partition_name_lines"] and max(c["partition_name_lines"]) <= 1, c
     assert c["clipped_legends"] == 0, c
+    checked, overlapping, _width = c["legend_over_title"]
+    assert checked >= 2 and overlapping == 0, c  # a legend above the plot grew over the title when it wrapped
     click = c["click"]
     assert click["marked"] is not None and click["before"] == "", click
     _assert_menu_agrees(click)

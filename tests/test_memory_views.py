@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from xlakit.view.format import fmt_bytes
-from xlakit.view.memory_charts import GL_THRESHOLD, keep_indices, lifetime_chart, liveness_chart, peak_of
+from xlakit.view.memory_charts import keep_indices, lifetime_chart, liveness_chart, peak_of
 from xlakit.view.peak import group_bytes, peak_caption, peak_html, peak_treemap_figure, peak_treemap_nodes
 
 MiB = 2**20
@@ -59,7 +59,8 @@ def test_liveness_chart_marks_the_peak_step_and_keeps_the_peak_when_downsampled(
     assert meta["peak_step"] == 9_001 == peak_of(frame)[0] and meta["peak_bytes"] == 10 * MiB
     assert meta["points"] <= 1_003 and meta["steps"] == steps
     line = fig.data[0]
-    assert line.type == "scattergl" and steps > GL_THRESHOLD     # WebGL for a large program
+    # SVG at any size: filled WebGL areas drew in 27 s without a GPU (benchmarks/memory_charts.py)
+    assert line.type == "scatter" and len(line.x) <= 1_003
     assert max(line.y) == 10 * MiB and 9_001 in list(line.x)      # the spike survives the down-sampling
     (marker,) = [s for s in fig.layout.shapes if s.type == "line"]
     assert marker.x0 == marker.x1 == 9_001
@@ -163,6 +164,34 @@ def test_peak_treemap_sums_equal_the_peak_total():
     fig = peak_treemap_figure(nodes)
     assert fig.data[0].type == "treemap" and fig.data[0].branchvalues == "total"
     assert fig.data[0].values[0] == total
+
+
+def test_a_peak_with_hundreds_of_lines_folds_the_smallest_groups_and_keeps_the_sums():
+    """600 source tiles (24 scopes x 25 lines) took seconds to draw in a browser: beyond the largest
+    ``max_groups`` of a level, the groups are summed into one "+k smaller sources" tile under their parent."""
+    n = 600
+    at_peak = pd.DataFrame({"bytes": np.arange(1, n + 1) * 1024, "role": "temporary", "shape": [(8,)] * n,
+                            "dtype": "f32", "instruction": [f"fusion.{i}" for i in range(n)],
+                            "scope": [f"layer{i % 24}" for i in range(n)],
+                            "source": [f"model.py:{i}" for i in range(n)]})
+    nodes = peak_treemap_nodes(at_peak, max_groups=60, max_leaves=50)
+    value = dict(zip(nodes["ids"], nodes["values"], strict=True))
+    parent = dict(zip(nodes["ids"], nodes["parents"], strict=True))
+    assert value["peak"] == int(at_peak["bytes"].sum())
+    for node_id in nodes["ids"]:
+        children = [v for i, v in value.items() if parent[i] == node_id]
+        assert not children or sum(children) == value[node_id], node_id
+    sources = [i for i in nodes["ids"] if i.count("/") == 2]
+    folded = [i for i in sources if "/+" in i and "smaller sources" in i]
+    assert len(sources) - len(folded) == 60 and 1 <= len(folded) <= 24
+    # the 60 largest lines keep their tiles (model.py:540 .. model.py:599); every other line is in a fold
+    kept = {i.split("/")[2] for i in sources if i not in folded}
+    assert kept == {f"model.py:{i}" for i in range(540, 600)}
+    layer0 = [i for i in folded if i.startswith("peak/layer0/")]
+    assert layer0 == ["peak/layer0/+23 smaller sources"]   # 25 lines of layer0; 552 and 576 keep tiles
+    assert value[layer0[0]] == sum((i + 1) * 1024 for i in range(0, 540, 24))
+    with pytest.raises(ValueError, match="max_groups"):
+        peak_treemap_nodes(at_peak, max_groups=0)
 
 
 def test_peak_caption_and_grouping_name_the_largest_group():
@@ -379,3 +408,62 @@ def test_details_table_shows_the_peaks_buffers_in_user_terms_and_xlas_only_witho
     old = details_html("step", largest)
     assert "wrapped_broadcast" in old and "allocation kind" in old and "source: XLA peak_buffers" in old
     assert "bytes at the peak" not in old
+
+
+def test_every_chart_puts_its_legend_under_the_plot_and_wraps_a_long_title():
+    """A legend above the plot grew into the title when a ~500 px notebook column wrapped it into more rows.
+    Every chart's legend sits at the bottom of the figure (plotly reserves its rows there), the figure is made
+    taller by the rows it takes at 400 px, and a title too long for 400 px is cut into lines, the top margin
+    growing with them. (tests/test_browser_charts.py checks the drawn boxes in chromium.)"""
+    from chart_gallery import gallery
+
+    from xlakit.view.theme import TITLE_LINE, legend_rows, title_lines
+
+    for name, fig in gallery().items():
+        legend = fig.layout.legend
+        if any(t.type != "treemap" for t in fig.data):  # a treemap has no legend (its key: test_browser_charts)
+            assert (legend.orientation, legend.yref, legend.y, legend.yanchor) == ("h", "container", 0, "bottom"), \
+                name
+        lines = fig.layout.title.text.split("<br>")
+        assert all(len(line) <= 51 or "<" in line for line in lines), (name, lines)
+        assert fig.layout.margin.t >= 40 + TITLE_LINE * (len(lines) - 1), name
+    live = gallery()["liveness"]
+    assert live.layout.legend.title.text == "by role" and live.layout.height > 340  # 9 roles + peak: wrapped rows
+    assert legend_rows(["a"]) == 0 and legend_rows(["parameter", "output"], 1400) == 1
+    assert legend_rows([f"role {i}" for i in range(10)], 400) > 1
+    assert title_lines("Buffer lifetimes: jit_train_step (largest buffers, coloured by role)") == [
+        "Buffer lifetimes: jit_train_step (largest buffers,", "coloured by role)"]
+    assert title_lines("short<br><sub>a second line, kept whole</sub>") == ["short",
+                                                                           "<sub>a second line, kept whole</sub>"]
+
+
+def test_a_one_point_chart_shows_a_labelled_y_range_from_zero():
+    """"Peak by batch size" of one batch size and one variant: plotly's autorange zoomed around the one value,
+    between two of the byte ticks, and drew none. Every byte axis has an explicit range from 0 past its
+    largest value, holding labelled ticks; a one-point sweep also names its variant and its batch size."""
+    from chart_gallery import one_point_sweep
+
+    from xlakit.view.breakdown import apply_byte_axis
+    from xlakit.view.budget import measurements_figure
+
+    fig = one_point_sweep()
+    y = fig.layout.yaxis
+    lo, hi = y.range
+    assert lo == 0 and 9 * MiB < hi <= 1.1 * 9 * MiB and y.autorange is False and y.rangemode == "tozero"
+    inside = [t for t, v in zip(y.ticktext, y.tickvals, strict=True) if lo <= v <= hi]
+    assert inside[0] == "0 B" and len(inside) >= 3 and inside[-1] == "8 MiB", inside
+    assert list(fig.layout.xaxis.tickvals) == [32] and fig.layout.showlegend is True
+    assert fig.data[0].name == "remat none, donate True"
+    # The same axis everywhere bytes are drawn: one measurement, one step of liveness, aliases below zero.
+    bar = measurements_figure([{"label": "probe", "bytes": 40 * MiB, "kind": "probe"}])
+    assert tuple(bar.layout.xaxis.range) == (0, 42 * MiB) and bar.layout.xaxis.autorange is False
+    one_step = liveness_chart(pd.DataFrame({"step": [0], "live_bytes": [3 * MiB]}))
+    assert tuple(one_step.layout.yaxis.range) == pytest.approx((0, 3.15 * MiB))
+    import plotly.graph_objects as go
+
+    signed = go.Figure()
+    apply_byte_axis(signed, [10 * MiB, -4 * MiB])
+    assert tuple(signed.layout.yaxis.range) == pytest.approx((-4.2 * MiB, 10.5 * MiB))
+    zeros = go.Figure()
+    apply_byte_axis(zeros, [0, 0])
+    assert tuple(zeros.layout.yaxis.range) == (0, 1) and tuple(zeros.layout.yaxis.ticktext) == ("0 B",)

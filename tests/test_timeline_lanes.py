@@ -94,7 +94,8 @@ def test_100k_events_over_324_lanes_build_a_bounded_figure_and_snapshot():
     assert len(data.lanes) == 31 and data.hidden_lanes == 271 and data.lanes[-1] == "… 271 more program lane(s)"
     assert sum(data.counts[data.lanes[-1]].values()) == 100_000 - sum(sum(data.counts[n].values())
                                                                      for n in data.lanes[:30])
-    assert fig.layout.height <= 90 + 32 * 31 + 140 and tuple(fig.layout.yaxis.range) == (30.6, -0.6)
+    # Bounded: 31 lanes, the saved panel, and room for the legend's rows and the title's second line.
+    assert fig.layout.height <= 90 + 32 * 31 + 140 + 160 and tuple(fig.layout.yaxis.range) == (30.6, -0.6)
     scrolled = tl.timeline_data(cols, max_points=5000, lane_offset=100)
     assert scrolled.lanes[0] == "jit_fn100" and scrolled.hidden_lanes == 271
     # Up to GL_THRESHOLD markers SVG (faster than a software-rendered WebGL context), WebGL beyond; the spans

@@ -6,6 +6,11 @@ the private ``Compiled._executable._kept_var_idx`` (a set of flat indices; check
 parameter ``p`` is the ``p``-th kept leaf. Where that attribute is missing the mapping is only trusted when
 every leaf became a parameter.
 
+``nnx.jit`` passes each flax.nnx graph node (a Module, an ``nnx.Optimizer``) as a ``NodeStates`` whose leaves
+are a flat list with no path (``model.states[0][3]``); when the example arguments are given, each such leaf is
+named by the node's own graph path instead (``nnx.graph.flatten(node, with_paths=True)``, the order nnx.jit
+flattens in): ``model['block']['attn']['qkv']['kernel']``, ``optimizer['opt_state'][0]['mu'][...]``.
+
 Optimizer state is told by the pytree's node types: a leaf is optimizer state when a node on its path is a
 type defined in ``optax`` (``ScaleByAdamState``, ``EmptyState``...) or is flax's ``nnx.Optimizer`` /
 ``OptState``, or when a dict key or attribute on its path is named ``opt_state``.
@@ -26,11 +31,14 @@ _OPTIMIZER_KEYS = ("opt_state",)
 @dataclasses.dataclass(frozen=True)
 class ArgumentLeaf:
     """One flat argument leaf: ``path`` as JAX prints it (``args[0]['l1']['kernel']`` or, with the
-    function's parameter names, ``params['l1']['kernel']``), ``optimizer_state`` by the rule above."""
+    function's parameter names, ``params['l1']['kernel']``), ``optimizer_state`` by the rule above;
+    ``graph``: the path is a flax.nnx graph path, which names the leaf better than the position JAX records
+    in the parameter's op name (``model.states[0][3]``)."""
 
     index: int
     path: str
     optimizer_state: bool
+    graph: bool = False
 
 
 def _is_optimizer_node(node: Any) -> bool:
@@ -58,11 +66,36 @@ def _names(fn: Any, count: int) -> list[str] | None:
     return names[:count] if len(names) >= count else None
 
 
-def argument_leaves(compiled: Any, fn: Any = None) -> dict[int, ArgumentLeaf]:
+def _graph_paths(node: Any, value: Any) -> list[str] | None:
+    """For the ``NodeStates`` nnx.jit made of the graph node ``value``: the text of each flat leaf's graph path
+    (``['block']['attn']['qkv']['kernel']``), in the order of ``node.states[0]``; None when ``node`` is not
+    one, or the paths cannot be matched leaf for leaf (several state filters, a node shared between
+    arguments, another flax layout)."""
+    cls = type(node)
+    if cls.__name__ != "NodeStates" or not (getattr(cls, "__module__", "") or "").startswith("flax."):
+        return None
+    states = getattr(node, "states", None)
+    if not (isinstance(states, tuple) and len(states) == 1 and isinstance(states[0], list)):
+        return None
+    try:
+        from flax import nnx
+
+        _graphdef, flat = nnx.graph.flatten(value, with_paths=True)
+        paths = [path for path, _leaf in flat]
+    except Exception:  # noqa: BLE001 - not a graph node flax can flatten: keep the positional names
+        return None
+    if len(paths) != len(states[0]) or not all(isinstance(i, int) for i in states[0]):
+        return None
+    return ["".join(f"[{k!r}]" if isinstance(k, str) else f"[{k}]" for k in path) for path in paths]
+
+
+def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | None = None
+                    ) -> dict[int, ArgumentLeaf]:
     """Entry parameter number -> :class:`ArgumentLeaf` for a ``jax.stages.Compiled``; ``{}`` when the tree or
     the kept-leaf record is unavailable (then the caller falls back to the parameters' own op names).
 
-    ``fn``: the jitted function, to print ``params[...]`` instead of ``args[0][...]``.
+    ``fn``: the jitted function, to print ``params[...]`` instead of ``args[0][...]``. ``example``: the
+    ``(args, kwargs)`` it was compiled with, to name the leaves of flax.nnx graph nodes under ``nnx.jit``.
     """
     import jax
 
@@ -88,9 +121,15 @@ def argument_leaves(compiled: Any, fn: Any = None) -> dict[int, ArgumentLeaf]:
                 walk(leaf, text, True)
 
     top = [(names[i] if names else f"args[{i}]", a) for i, a in enumerate(args)] if isinstance(args, tuple) else []
-    for prefix, arg in top:
+    given = example[0] if example is not None and len(example[0]) == len(top) else None
+    for i, (prefix, arg) in enumerate(top):
+        graph = _graph_paths(arg, given[i]) if given is not None else None
         if isinstance(arg, int) and not isinstance(arg, bool):
             leaves.append(ArgumentLeaf(arg, prefix, False))
+        elif graph is not None:
+            optimizer = _is_optimizer_node(given[i]) if given is not None else False
+            leaves += [ArgumentLeaf(index, prefix + path, optimizer or "['opt_state']" in path, graph=True)
+                       for index, path in zip(arg.states[0], graph, strict=True)]
         else:
             walk(arg, prefix, _is_optimizer_node(arg))
     for key, arg in (kwargs.items() if isinstance(kwargs, dict) else ()):

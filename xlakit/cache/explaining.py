@@ -62,6 +62,9 @@ def lower_program(x: Any, *args: Any, **kwargs: Any):
     """
     import jax
 
+    from xlakit._jax.stages import jax_stage
+
+    x = jax_stage(x)  # flax.nnx's Lowered / Compiled hold JAX's
     if isinstance(x, jax.stages.Compiled):
         # A Compiled is callable, so JAX would try to trace it and fail with a tracer error.
         raise TypeError("got a jax.stages.Compiled, which is already compiled and cannot go through the cache; "
@@ -76,7 +79,7 @@ def lower_program(x: Any, *args: Any, **kwargs: Any):
         if not callable(x):
             raise TypeError(f"expected a jax.stages.Lowered, a jax.jit object or a function, got {type(x)}")
         x = jax.jit(x)
-    return x.lower(*args, **kwargs)
+    return jax_stage(x.lower(*args, **kwargs))
 
 
 def explain_lowered(store: Any, lowered: Any) -> Explanation:

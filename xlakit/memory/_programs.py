@@ -39,8 +39,10 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
     """
     import jax
 
+    from xlakit._jax.stages import jax_stage
     from xlakit.memory.compiled import _compile
 
+    x = jax_stage(x)  # flax.nnx's Compiled / Lowered hold JAX's
     if hasattr(x, "programs") and hasattr(x, "batch_sizes") and not callable(getattr(x, "lower", None)):
         if args:
             raise TypeError("a bundle takes no example arguments; pick its program with batch=<size>")

@@ -258,11 +258,12 @@ def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attributi
     from xlakit.memory._programs import resolve_program
 
     compiled, fn = resolve_program(x, args, kwargs, cache)
-    return attribute_compiled(compiled, fn)
+    return attribute_compiled(compiled, fn, (args, kwargs) if fn is not None else None)
 
 
-def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
-    """:func:`attribute` of a ``jax.stages.Compiled``; ``fn`` (the jitted function) names its arguments."""
+def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | None = None) -> Attribution:
+    """:func:`attribute` of a ``jax.stages.Compiled``; ``fn`` (the jitted function) and ``example`` (the
+    ``(args, kwargs)`` it was compiled with: flax.nnx graph nodes under ``nnx.jit``) name its arguments."""
     import pandas as pd
 
     from xlakit._jax.arguments import argument_leaves
@@ -276,7 +277,7 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
     rows, ranges = ba._schedule_liveness()
     frames = FrameTable(mod.stack_frames)
     params = _entry_parameters(mod)
-    leaves = argument_leaves(compiled, fn)
+    leaves = argument_leaves(compiled, fn, example)
     if len(leaves) != len(params):
         leaves = {}  # the tree does not match the parameters (tokens, tupled arguments): use op names only
     phase, users = _phases(mod)
@@ -316,7 +317,8 @@ def attribute_compiled(compiled: Any, fn: Any = None) -> Attribution:
             num = param_ids[b.instruction_id]
             leaf = leaves.get(num)
             recorded = ins.op_name if ins is not None else ""
-            parameter = recorded if recorded and "/" not in recorded else (leaf.path if leaf else f"parameter {num}")
+            named = recorded and "/" not in recorded and not (leaf and leaf.graph)
+            parameter = recorded if named else (leaf.path if leaf else f"parameter {num}")
             if b.shape_index:
                 parameter += "".join(f"[{i}]" for i in b.shape_index)
             role = "optimizer state" if (leaf.optimizer_state if leaf else _optimizer_path(parameter)) else "parameter"

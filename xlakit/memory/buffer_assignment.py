@@ -309,6 +309,9 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
                         "(or compile it) and pass the jax.stages.Compiled")
     import jax
 
+    from xlakit._jax.stages import jax_stage
+
+    compiled = jax_stage(compiled)
     needs_args = (not args and not kwargs and callable(compiled)
                   and not isinstance(compiled, (jax.stages.Compiled, jax.stages.Lowered)))
     try:

@@ -219,9 +219,13 @@ def _runtime_info(compiled: Any) -> tuple[str | None, str | None]:
 
 
 def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
-    """A ``jax.stages.Compiled`` from a Compiled, Lowered, jitted function or plain function + arguments."""
+    """A ``jax.stages.Compiled`` from a Compiled, Lowered (JAX's, or flax.nnx's holding one), jitted
+    function (``jax.jit``, ``nnx.jit``) or plain function + arguments."""
     import jax
 
+    from xlakit._jax.stages import jax_stage
+
+    x = jax_stage(x)
     if isinstance(x, jax.stages.Compiled):
         if args or kwargs:
             raise TypeError("pass example arguments only with a function; a Compiled program already has them")
@@ -230,7 +234,7 @@ def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
         return x.compile()
     if callable(x):
         fn = x if hasattr(x, "lower") else jax.jit(x)
-        return fn.lower(*args, **kwargs).compile()
+        return jax_stage(jax_stage(fn.lower(*args, **kwargs)).compile())
     raise TypeError(f"expected a jax.stages.Compiled, a Lowered, a function with example arguments, a cache "
                     f"entry (EntryInfo) or its header dict; got {type(x).__name__}")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from xlakit.view.format import byte_ticks, fmt_bytes
+from xlakit.view.format import fmt_bytes
 from xlakit.view.html import frame_records, missing, note, snapshot
 from xlakit.view.table import Column, Table
-from xlakit.view.theme import BASE_LAYOUT, LEGEND, PLOTLY_TEMPLATE  # noqa: F401 - re-exported
+from xlakit.view.theme import BASE_LAYOUT, LEGEND, PLOTLY_TEMPLATE, byte_axis, legend_space  # noqa: F401 - re-exported
 from xlakit.view.untrusted import html_text
 
 __all__ = ["BREAKDOWN_PARTS", "SORT_KEYS", "UNITS", "breakdown_frame", "breakdown_values", "unique_labels",
@@ -44,8 +44,6 @@ PART_COLORS = {
     "host arguments": "#aec7e8", "host outputs": "#ffbb78", "host temporaries": "#98df8a", "host code": "#c5b0d5",
     "aliases (reused)": "#7f7f7f", "host aliases (reused)": "#c7c7c7",
 }
-#: Legend above the plot, wrapping within the width: long tick labels below never collide with it, and a
-#: narrow window gets more legend rows instead of clipped entries.
 
 
 def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None = None) -> list[str]:
@@ -137,9 +135,9 @@ def breakdown_values(frame, unit: str = "bytes") -> dict[str, list[float | None]
 
 
 def apply_byte_axis(fig: Any, values: Sequence[float | None], axis: str = "yaxis") -> None:
-    """Binary-unit ticks (0, 1 MiB, 2 MiB...) on ``axis`` of ``fig`` spanning ``values``."""
-    vals, text = byte_ticks(values)
-    fig.update_layout({axis: dict(tickmode="array", tickvals=vals, ticktext=text)})
+    """Binary-unit ticks (0, 1 MiB, 2 MiB...) on ``axis`` of ``fig`` spanning ``values``, over an explicit
+    range from 0 (:func:`xlakit.view.theme.byte_axis`)."""
+    fig.update_layout({axis: byte_axis(values)})
 
 
 def _bytes_text(values: Sequence[Any]) -> list[str]:
@@ -178,8 +176,9 @@ def breakdown_figure(frame, unit: str = "bytes"):
                         marker=dict(symbol="line-ew-open", size=28, color="#d62728", line=dict(width=2)),
                         customdata=_bytes_text(frame["footprint_bytes"].tolist()),
                         hovertemplate="%{x}<br>footprint: %{customdata}<extra></extra>")
-    fig.update_layout(**BASE_LAYOUT, barmode="relative", title="Compiled memory per program",
-                      yaxis_title="% of the program's total" if pct else "bytes", legend=LEGEND)
+    fig.update_layout(**{**BASE_LAYOUT, "height": BASE_LAYOUT["height"] + legend_space(fig)}, barmode="relative",
+                      title={"text": "Compiled memory per program"}, legend=LEGEND,
+                      yaxis_title="% of the program's total" if pct else "bytes")
     if not pct and len(frame):
         extents: list[float | None] = [float(t) for t in frame["total_bytes"]]
         extents += [-(float(t) - float(n)) for t, n in zip(frame["total_bytes"], frame["net_bytes"], strict=True)]
@@ -188,11 +187,11 @@ def breakdown_figure(frame, unit: str = "bytes"):
     return fig
 
 
-def liveness_figure(frame, name: str, max_points: int = 2000, *, peak_step: int | None = None,
+def liveness_figure(frame, name: str, max_points: int = 1000, *, peak_step: int | None = None,
                     caption: str | None = None):
     """Live bytes over program order (``BufferAssignment.live_bytes_by_step()``), the peak step marked: stacked
     by kind when the frame has kind columns (reconstructed liveness), else one line per heap-simulator trace.
-    See :func:`xlakit.view.memory_charts.liveness_chart` (down-sampling, WebGL, the marker's caption)."""
+    See :func:`xlakit.view.memory_charts.liveness_chart` (down-sampling, the marker's caption)."""
     from xlakit.view.memory_charts import liveness_chart
 
     return liveness_chart(frame, peak_step=peak_step, caption=caption, max_points=max_points,

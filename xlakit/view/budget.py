@@ -12,6 +12,7 @@ from typing import Any
 
 from xlakit.view.format import byte_ticks, fmt_bytes
 from xlakit.view.memory_charts import chart_layout
+from xlakit.view.theme import byte_axis
 
 __all__ = ["MEASUREMENT_COLORS", "measurements_figure", "arena_segments", "arena_figure"]
 
@@ -48,8 +49,7 @@ def measurements_figure(rows: Sequence[Mapping[str, Any]], title: str = "One run
                     textposition="auto", hovertemplate="%{y}: %{text}<extra></extra>")
     chart_layout(fig, title, 120 + 48 * max(1, len(rows)))
     fig.update_layout(yaxis=dict(categoryorder="array", categoryarray=labels), xaxis_title="bytes")
-    vals, text = byte_ticks([0.0, *[float(r["bytes"] or 0) for r in rows]])
-    fig.update_layout(xaxis=dict(tickmode="array", tickvals=vals, ticktext=text))
+    fig.update_layout(xaxis=byte_axis([float(r["bytes"] or 0) for r in rows]))
     return fig
 
 

@@ -7,11 +7,12 @@ signatures) and entry headers; shared by
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from xlakit.view.format import fmt_bytes, fmt_count
 from xlakit.view.html import frame_records, note, snapshot
+from xlakit.view.signatures import sharding_text, signature_text
 from xlakit.view.table import Column, Table
 
 __all__ = ["filter_entries", "partition_totals", "explain_entry", "signature_text", "sharding_text", "entries_html",
@@ -19,7 +20,10 @@ __all__ = ["filter_entries", "partition_totals", "explain_entry", "signature_tex
            "library_html"]
 
 #: The entries table: (frame column, header, kind).
-ENTRY_COLUMNS = (Column("name", "name"), Column("signature", "arguments (dtype[shape] sharding)"),
+#: The signature cell shows the leaves that tell a function's entries apart (:func:`xlakit.view.folder.entries_frame`);
+#: hovering it shows the whole signature.
+ENTRY_COLUMNS = (Column("name", "name"), Column("signature", "arguments (dtype[shape] sharding)",
+                                                title_key="signature_full"),
                  Column("key", "key"), Column("partition", "partition"), Column("size_bytes", "size", "bytes"),
                  Column("compile_s", "compile", "seconds"), Column("hits", "hits (this process)", "count"),
                  Column("loadable", "loadable"),
@@ -27,39 +31,6 @@ ENTRY_COLUMNS = (Column("name", "name"), Column("signature", "arguments (dtype[s
                  Column("output_size_in_bytes", "outputs", "bytes"),
                  Column("temp_size_in_bytes", "temporaries", "bytes"),
                  Column("last_used", "last used", "datetime"))
-
-
-def sharding_text(sharding: str) -> str:
-    """A recorded sharding, shorter: Shardy's ``#sdy.sharding<@mesh, [{"x"}, {}]>`` reads
-    ``@mesh[{"x"}, {}]``; GSPMD's ``{devices=[2,1]<=[2]}`` is kept as it is."""
-    text = sharding.strip()
-    if text.startswith("#sdy.sharding<") and text.endswith(">"):
-        text = text[len("#sdy.sharding<"):-1].replace(", [", "[", 1)
-    return text
-
-
-def signature_text(signature: Sequence[dict[str, Any]] | None, limit: int = 120) -> str:
-    """An entry's argument signature as ``f32[8,4] @mesh[{"x"}, {}], f32[4] donated, ...`` (dtype[shape], then
-    the sharding when recorded, see :func:`sharding_text`), cut to ``limit`` characters; "" when the entry
-    records none (:func:`xlakit.view.folder.signature_of` says so in words)."""
-    if not signature:
-        return ""
-    parts = []
-    for arg in signature:
-        if not isinstance(arg, dict):
-            parts.append(str(arg))
-            continue
-        shape = arg.get("shape")
-        dims = "" if shape in (None, "scalar") else str(shape).replace("x", ",")
-        text = f"{arg.get('dtype') or '?'}[{dims}]"
-        sharding = arg.get("sharding")
-        if sharding:
-            text += f" {sharding_text(str(sharding))}"
-        if arg.get("donation"):
-            text += " donated"
-        parts.append(text)
-    out = ", ".join(parts)
-    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def entry_label(row: dict[str, Any]) -> str:

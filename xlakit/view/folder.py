@@ -57,9 +57,9 @@ def as_folder(cache: Any = None, *, who: str = "this view") -> Any:
 
 
 def signature_of(header: Any) -> str:
-    """The argument signature text of an entry header (:func:`xlakit.view.cache.signature_text`), or
-    :data:`NO_SIGNATURE` when it records none (an entry written before signatures were recorded)."""
-    from xlakit.view.cache import signature_text
+    """The whole argument signature text of an entry header (:func:`xlakit.view.signatures.signature_text`),
+    or :data:`NO_SIGNATURE` when it records none (an entry written before signatures were recorded)."""
+    from xlakit.view.signatures import signature_text
 
     signature = header.get("signature") if isinstance(header, dict) else None
     if not isinstance(signature, list):
@@ -68,15 +68,31 @@ def signature_of(header: Any) -> str:
 
 
 def entries_frame(folder: Any, partition: str | None = None):
-    """``folder.entries(partition)`` with its ``signature`` column (after ``name``) as text:
-    ``f32[8,4] {devices=[2,1]<=[2]}, ...``; :data:`NO_SIGNATURE` where none is recorded.
+    """``folder.entries(partition)`` with its ``signature`` column (after ``name``) as text that tells the
+    entries of one function apart: ``f32[8,4] {devices=[2,1]<=[2]}, …(38 same), f32[16,4]``
+    (:func:`xlakit.view.signatures.distinguishing_texts` over the entries of each name, at most about
+    :data:`~xlakit.view.signatures.LIMIT` characters besides the leaves that differ), and ``signature_full``
+    (last) the whole signature; :data:`NO_SIGNATURE` in both where none is recorded.
 
     Returns a ``pandas.DataFrame`` with the columns of :data:`xlakit.cache.folder.ENTRY_COLUMNS`, signature
-    moved second (also when the folder is empty).
+    moved second, and ``signature_full`` (also when the folder is empty).
     """
+    from xlakit.view.signatures import distinguishing_texts, leaf_texts
+
     frame = folder.entries(partition)
-    text = [signature_of({"signature": s}) for s in frame.pop("signature")]
-    frame.insert(1, "signature", text)
+    raw = list(frame.pop("signature"))
+    full = [signature_of({"signature": s}) for s in raw]
+    shown = list(full)
+    groups: dict[str, list[int]] = {}
+    for i, name in enumerate(frame["name"].fillna("").astype(str)):
+        groups.setdefault(name, []).append(i)
+    for rows in groups.values():
+        leaves = [leaf_texts(raw[i]) if isinstance(raw[i], list) and raw[i] else None for i in rows]
+        for i, text in zip(rows, distinguishing_texts(leaves), strict=True):
+            if text is not None:
+                shown[i] = text
+    frame.insert(1, "signature", shown)
+    frame["signature_full"] = full
     return frame
 
 

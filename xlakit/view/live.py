@@ -96,13 +96,13 @@ def treemap_figure(nodes: Mapping[str, list[Any]]):
     """Treemap device -> memory kind -> dtype[shape], area = bytes (labels in binary units)."""
     import plotly.graph_objects as go
 
-    from xlakit.view.theme import BASE_LAYOUT
+    from xlakit.view.theme import BASE_LAYOUT, title_layout
 
     fig = go.Figure(go.Treemap(ids=nodes["ids"], labels=nodes["labels"], parents=nodes["parents"],
                                values=nodes["values"], text=nodes["text"], branchvalues="total", name="live arrays",
                                textinfo="label+text", hovertemplate="%{label}<br>%{text}<extra></extra>"))
-    fig.update_layout(**{**BASE_LAYOUT, "margin": dict(l=5, r=5, t=40, b=5)},
-                      title="Live arrays: device → memory kind → array")
+    fig.update_layout(**{**BASE_LAYOUT, **title_layout("Live arrays: device → memory kind → array",
+                                                       dict(l=5, r=5, t=40, b=5))})
     return fig
 
 

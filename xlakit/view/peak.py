@@ -71,8 +71,24 @@ def _role_color(role: str) -> str:
     return ROLE_COLORS.get(role, "#8c564b")
 
 
-def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, max_leaves: int = 200
-                       ) -> dict[str, list[Any]]:
+def _fold_small_groups(level, parent, nbytes, max_groups: int, column: str):
+    """``level``'s labels with every group outside the ``max_groups`` largest of the whole level (by bytes)
+    relabelled ``"+k smaller <column>s"``, one such group per parent, so a level draws at most about
+    ``max_groups`` + (parents) tiles however many scopes and lines the program has."""
+    import pandas as pd
+
+    sums = nbytes.groupby([parent, level], sort=False).sum()
+    if len(sums) <= max_groups:
+        return level
+    small = sums.sort_values(ascending=False, kind="stable").index[max_groups:]
+    is_small = pd.MultiIndex.from_arrays([parent, level]).isin(small)
+    counts = pd.Series([p for p, _ in small]).value_counts()
+    folded = parent.map(lambda p: f"+{int(counts.get(p, 0))} smaller {column}s")
+    return level.where(~is_small, folded)
+
+
+def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, max_leaves: int = 200,
+                       max_groups: int = 60) -> dict[str, list[Any]]:
     """Treemap nodes root -> ``path[0]`` -> ``path[1]`` ... -> buffer, valued in bytes (``branchvalues="total"``:
     each node's value is the sum of its children, the root's is the sum of every buffer's bytes).
 
@@ -82,19 +98,22 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
     parameter path or role and shape (the XLA instruction is in its tooltip).
 
     The ``max_leaves`` largest buffers are leaves of their own; the rest are summed into one
-    "+k smaller buffers" leaf under their group, so the sums stay exact however many buffers there are.
+    "+k smaller buffers" leaf under their group, so the sums stay exact however many buffers there are. Of
+    each level of groups the ``max_groups`` largest are tiles of their own and the rest are summed into one
+    "+k smaller scopes" / "+k smaller sources" group under their parent: a treemap draws each visible tile with
+    its text, and 600 source tiles took seconds in a browser.
 
     Returns:
       a dict of lists ``ids``, ``labels``, ``parents``, ``values`` (bytes), ``colors``, ``roles`` (the role each
       tile is coloured by; ``""`` for the root), ``text`` (readable bytes) and ``hover``.
 
     Raises:
-      ValueError: ``max_leaves`` < 1.
+      ValueError: ``max_leaves`` or ``max_groups`` < 1.
     """
     import pandas as pd
 
-    if max_leaves < 1:
-        raise ValueError(f"max_leaves must be >= 1, got {max_leaves}")
+    if max_leaves < 1 or max_groups < 1:
+        raise ValueError(f"max_leaves and max_groups must be >= 1, got {max_leaves} and {max_groups}")
     ids, labels, parents, values, colors, hover = [_ROOT], [_ROOT], [""], [0], ["#eeeeee"], [""]
     roles_of: list[str] = [""]
     if buffers is not None and not buffers.empty:
@@ -106,7 +125,8 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
         layers = _labels(frame, "layer") if "layer" in frame.columns else None
         node = pd.Series(_ROOT, index=frame.index)
         for col in path:  # one level of groups at a time: ids are the path so far
-            level = pd.Series(_labels(frame, col), index=frame.index)
+            level = _fold_small_groups(pd.Series(_labels(frame, col), index=frame.index), node, nbytes, max_groups,
+                                       col)
             parent, node = node, node + "/" + level
             sums = nbytes.groupby(node, sort=False).sum().to_dict()
             by_role = nbytes.groupby([node, role_series], sort=False).sum()
@@ -169,12 +189,29 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
             "text": text, "hover": hover}
 
 
+def _key_lines(roles: Sequence[str], width: int) -> list[str]:
+    """The colour key of ``roles`` (``■ role`` each, in its colour) wrapped into lines that fit ``width`` px."""
+    lines: list[list[str]] = [[]]
+    used = 0.0
+    for r in roles:
+        entry = 24 + 7.0 * len(r)  # the square, the gap and the name at 12 px
+        if lines[-1] and used + entry > width - 20:
+            lines.append([])
+            used = 0.0
+        lines[-1].append(f"<span style='color:{ROLE_COLORS[r]}'>■</span> {plotly_text(r)}")
+        used += entry
+    return ["  ".join(line) for line in lines if line]
+
+
 def peak_treemap_figure(nodes: Mapping[str, list[Any]], title: str = "What holds the peak: scope → source → buffer"):
-    """Treemap of :func:`peak_treemap_nodes`: area = bytes, every tile coloured by role (a legend-like note
-    under the title names the colours of the roles present), labels with readable bytes."""
+    """Treemap of :func:`peak_treemap_nodes`: area = bytes, every tile coloured by role, labels with readable
+    bytes. A legend-like key under the tiles names the colours of the roles present, wrapped into as many lines
+    as the narrowest chart (:data:`~xlakit.view.theme.NARROW_WIDTH`) needs, the bottom margin sized for them:
+    above the tiles it ran into the title (and past the right edge) in a narrow window."""
     import plotly.graph_objects as go
 
     from xlakit.view.memory_charts import chart_layout
+    from xlakit.view.theme import NARROW_WIDTH
 
     text = nodes.get("text") or [fmt_bytes(v) for v in nodes["values"]]
     fig = go.Figure(go.Treemap(ids=nodes["ids"], labels=nodes["labels"], parents=nodes["parents"],
@@ -184,11 +221,12 @@ def peak_treemap_figure(nodes: Mapping[str, list[Any]], title: str = "What holds
                                textfont=dict(size=14), insidetextfont=dict(size=14),
                                hovertemplate="%{customdata}<extra></extra>", name="peak"))
     present = [r for r in ROLE_COLORS if r in set(nodes.get("roles") or ())]
-    key = "  ".join(f"<span style='color:{ROLE_COLORS[r]}'>■</span> {r}" for r in present)
-    chart_layout(fig, title, 440, margin=dict(l=5, r=5, t=60 if key else 40, b=5))
-    if key:
-        fig.add_annotation(x=0, y=1.0, xref="paper", yref="paper", yanchor="bottom", xanchor="left", text=key,
-                           showarrow=False, font=dict(size=12))
+    lines = _key_lines(present, NARROW_WIDTH)
+    key_px = 18 * len(lines) + 8 if lines else 0
+    chart_layout(fig, title, 440 + key_px, margin=dict(l=5, r=5, t=40, b=5 + key_px))
+    if lines:
+        fig.add_annotation(x=0, y=0, xref="paper", yref="paper", yanchor="top", xanchor="left", yshift=-4,
+                           text="<br>".join(lines), align="left", showarrow=False, font=dict(size=12))
     return fig
 
 
@@ -200,12 +238,14 @@ def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by bat
         left out).
 
     Returns:
-      a ``plotly.graph_objects.Figure`` with one ``lines+markers`` trace per variant, points in batch order.
+      a ``plotly.graph_objects.Figure`` with one ``lines+markers`` trace per variant, points in batch order, a
+      legend naming every variant (one too), the y axis in bytes from 0 (:func:`~xlakit.view.theme.byte_axis`:
+      labelled also for one point) and x ticks at the batch sizes swept (up to 12 of them).
     """
     import plotly.graph_objects as go
 
-    from xlakit.view.format import byte_ticks
     from xlakit.view.memory_charts import chart_layout
+    from xlakit.view.theme import byte_axis
 
     fig = go.Figure()
     variants: dict[str, list[tuple[int, int]]] = {}
@@ -217,9 +257,12 @@ def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by bat
         fig.add_scatter(x=[b for b, _ in points], y=[p for _, p in points], mode="lines+markers", name=name,
                         customdata=[fmt_bytes(p) for _, p in points],
                         hovertemplate=f"{plotly_text(name)}<br>batch %{{x}}: %{{customdata}}<extra></extra>")
+    fig.update_layout(showlegend=bool(variants))  # the variant's name, also when there is only one
     chart_layout(fig, title, 320, xaxis_title="batch size", yaxis_title="peak")
-    vals, text = byte_ticks([0.0, *[float(p) for pts in variants.values() for _, p in pts]])
-    fig.update_layout(yaxis=dict(tickmode="array", tickvals=vals, ticktext=text))
+    fig.update_layout(yaxis=byte_axis([p for pts in variants.values() for _, p in pts]))
+    batches = sorted({b for pts in variants.values() for b, _ in pts})
+    if 0 < len(batches) <= 12:  # the batch sizes swept, not plotly's 31.5, 32, 32.5 around a single one
+        fig.update_xaxes(tickmode="array", tickvals=batches)
     return fig
 
 

@@ -23,13 +23,15 @@ KINDS = ("text", "bytes", "seconds", "count", "float", "datetime", "html")
 
 @dataclasses.dataclass(frozen=True)
 class Column:
-    """One column: the row key, its header, its kind (:data:`KINDS`), and whether it may wrap (``nowrap``
-    False) — names and keys never wrap; long free text (reasons) may."""
+    """One column: the row key, its header, its kind (:data:`KINDS`), whether it may wrap (``nowrap``
+    False) — names and keys never wrap; long free text (reasons) may — and ``title_key``: the row key whose
+    text the HTML cell shows on hover (its ``title``), e.g. the whole of a shortened text."""
 
     key: str
     header: str
     kind: str = "text"
     nowrap: bool = True
+    title_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -113,6 +115,8 @@ class Table:
                 attrs = f" data-bytes='{int(v)}' title='{int(v):,} bytes'"
         elif column.kind == "seconds" and not _missing(v):
             attrs = f" data-seconds='{float(v)!r}' title='{float(v)!r} s'"
+        elif column.title_key and not _missing(row.get(column.title_key)):
+            attrs = f" title='{html_text(row.get(column.title_key))}'"
         text = self.cell_text(column, row)
         body = text if column.kind == "html" else html_text(text)
         return f"<td class='{' '.join(cls)}'{attrs}>{body}</td>"

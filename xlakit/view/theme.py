@@ -5,13 +5,18 @@ Colours come from JupyterLab's CSS variables (``--jp-ui-font-color1``, ``--jp-la
 so tables and notes read in the light and the dark theme alike. plotly draws colours into SVG attributes,
 which CSS variables cannot reach; so figures use :data:`PLOTLY_TEMPLATE` (transparent backgrounds) and
 :data:`STYLE` recolours their text, grid and legend with the same variables (``!important`` beats plotly's
-inline styles). No dependencies.
+inline styles). The layout every chart shares lives here too: the legend under the plot, titles wrapped to the
+narrowest chart, byte axes that always show a labelled range from 0. No dependencies beyond
+:mod:`xlakit.view.format`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["STYLE", "PLOTLY_TEMPLATE", "plotly_template", "LEGEND", "BASE_LAYOUT", "FONT", "MUTED", "BORDER",
-           "ROLE_COLORS"]
+           "ROLE_COLORS", "NARROW_WIDTH", "legend_rows", "legend_space", "title_lines", "title_layout",
+           "TITLE_LINE", "byte_axis"]
 
 FONT = "var(--jp-ui-font-color1, #1a1a1a)"
 MUTED = "var(--jp-ui-font-color2, #555)"
@@ -73,10 +78,101 @@ def plotly_template() -> dict:
 #: :func:`plotly_template` as a constant.
 PLOTLY_TEMPLATE = plotly_template()
 
-#: Legend placement of every chart: above the plot, left-aligned, wrapping (never over the data at 800 px).
-LEGEND = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0)
-#: Layout every chart starts from: margins in pixels, :data:`PLOTLY_TEMPLATE`, 380 px high, width of its cell.
-BASE_LAYOUT = dict(margin=dict(l=60, r=20, t=90, b=40), template=PLOTLY_TEMPLATE, height=380, autosize=True)
+#: Legend placement of every chart: horizontal, at the bottom left of the figure (``"container"`` references:
+#: plotly reserves the rows it wraps into below the x axis and its labels), its title above the entries. A
+#: legend above the plot grew upward into the chart's title as a narrow window (a 500 px notebook column)
+#: wrapped it into more rows; down here more rows only push the bottom edge.
+LEGEND: dict[str, Any] = dict(orientation="h", xref="container", yref="container", y=0, yanchor="bottom",
+                              xanchor="left", x=0, title=dict(side="top"))
+#: Layout every chart starts from: margins in pixels (the top one holds a one-line title), :data:`PLOTLY_TEMPLATE`,
+#: 380 px high, width of its cell.
+BASE_LAYOUT: dict[str, Any] = dict(margin=dict(l=60, r=20, t=56, b=40), template=PLOTLY_TEMPLATE, height=380,
+                                   autosize=True)
+#: The narrowest chart width (px) the layout is sized for (an 800 px JupyterLab window with the file browser
+#: open leaves about 500 px).
+NARROW_WIDTH = 400
+_LEGEND_ROW = 21  # px: one row of 12 px legend entries
+_CHAR = 7.0  # px: the average width of a 12 px sans-serif character
+_TITLE_CHAR = 7.4  # px: the same at the title's 16.8 px (measured in chromium: 45 characters, 332 px)
+#: px a title's second and later lines add to the top margin.
+TITLE_LINE = 22
+
+
+def title_lines(text: str, width: int = NARROW_WIDTH) -> list[str]:
+    """A chart title cut at spaces into lines that fit ``width`` px (plotly never wraps a title: a long one ran
+    past both edges of a narrow chart). Lines the title already breaks with ``<br>`` stay; one holding markup
+    (``<sub>``…) is kept whole."""
+    per_line = max(10, int((width - 20) // _TITLE_CHAR))
+    out: list[str] = []
+    for line in str(text).split("<br>"):
+        if "<" in line or len(line) <= per_line:
+            out.append(line)
+            continue
+        current = ""
+        for word in line.split(" "):
+            if current and len(current) + 1 + len(word) > per_line:
+                out.append(current)
+                current = word
+            else:
+                current = f"{current} {word}" if current else word
+        out.append(current)
+    return out
+
+
+def title_layout(text: str, margin: dict) -> dict:
+    """``title`` (its :func:`title_lines` joined by ``<br>``, as a dict: plotly.js 3+ draws no bare-string
+    title) and ``margin`` with room at the top for every line past the first, as layout keys."""
+    lines = title_lines(text)
+    return {"title": {"text": "<br>".join(lines)},
+            "margin": {**margin, "t": int(margin.get("t", 0)) + TITLE_LINE * (len(lines) - 1)}}
+
+
+def legend_rows(names: list[str], width: int = NARROW_WIDTH, *, left: int = 60, right: int = 20,
+                titled: bool = False) -> int:
+    """How many rows a horizontal :data:`LEGEND` of entries ``names`` takes in a figure ``width`` px wide whose
+    plot has margins ``left`` and ``right`` (px): plotly wraps such a legend within the plot's width, as a grid
+    of equal columns as wide as its widest entry (symbol 40 px + text); a legend ``titled`` has a row for its
+    title. 0 when plotly draws no legend (fewer than two entries). An estimate from character widths: what
+    the figure's height adds so a wrapped legend does not squeeze the plot (where it goes is plotly's own)."""
+    if len(names) < 2:
+        return 0
+    entry = 40 + _CHAR * max(len(n) for n in names)
+    per_row = max(1, int((width - left - right) // entry))
+    return -(-len(names) // per_row) + int(titled)
+
+
+def legend_space(fig, width: int = NARROW_WIDTH, *, left: int = 60, right: int = 20, titled: bool = False) -> int:
+    """Pixels the :func:`legend_rows` of plotly figure ``fig``'s legend entries (its named traces not hidden from
+    the legend) take at ``width`` px, plus a gap above; 0 without a legend. ``fig`` is a ``go.Figure`` or a
+    plotly dict ``{"data": [...], "layout": {...}}``."""
+    if isinstance(fig, dict):
+        traces = [(t.get("name"), t.get("showlegend", t.get("type") != "treemap")) for t in fig.get("data", [])]
+        asked = fig.get("layout", {}).get("showlegend")
+    else:  # treemaps have no legend entry (no ``showlegend`` property at all)
+        traces = [(t.name, getattr(t, "showlegend", False)) for t in fig.data]
+        asked = fig.layout.showlegend
+    names = [str(name) for name, shown in traces if name and shown is not False]
+    if asked and len(names) == 1:  # a legend asked for even with one entry
+        names.append(names[0])
+    rows = legend_rows(names, width, left=left, right=right, titled=titled)
+    return rows * _LEGEND_ROW + 10 if rows else 0
+
+
+def byte_axis(values) -> dict:
+    """Layout of an axis of bytes spanning ``values`` (and 0): ticks in binary units
+    (:func:`~xlakit.view.format.byte_ticks`) and an explicit range from 0 (or 5% past the lowest value, when
+    one is negative) to 5% past the highest, so ticks show whatever plotly's autorange would do: on one point (a
+    sweep of one batch size) it zoomed around that value, between two ticks, and drew none. Only zeros: 0 to
+    1 byte."""
+    from xlakit.view.format import _missing, byte_ticks
+
+    vals, text = byte_ticks(values)
+    data = [float(v) for v in values if not _missing(v)]  # type: ignore[arg-type]
+    lo = min([0.0, *(1.05 * v for v in data)])
+    hi = max([0.0, *(1.05 * v for v in data)])
+    return dict(tickmode="array", tickvals=vals, ticktext=text, range=[lo, hi if hi > lo else lo + 1.0],
+                autorange=False, rangemode="tozero")
+
 
 #: The roles :func:`xlakit.memory.attribute` gives a logical buffer (``xlakit.memory.attribution.ROLES``) plus
 #: ``"unknown"``, in legend order, each with its one colour: every memory picture (live bytes over program

@@ -75,7 +75,7 @@ def timeline_spec(data: Any) -> dict[str, Any]:
     :data:`GL_THRESHOLD` markers), then the curve (``"seconds saved (cumulative)"``, on ``y2``)."""
     import numpy as np
 
-    from xlakit.view.theme import BASE_LAYOUT, LEGEND
+    from xlakit.view.theme import BASE_LAYOUT, LEGEND, legend_space, title_layout
 
     has_saved = bool(data.saved_x.size)
     n_points = sum(len(p["x"]) for p in data.points.values())
@@ -127,6 +127,10 @@ def timeline_spec(data: Any) -> dict[str, Any]:
     # plotly's automargin has to widen one, it draws the whole figure a second time (~40% of the draw).
     widest = max(map(len, labels), default=0)
     margin = {**cast(dict[str, int], BASE_LAYOUT["margin"]), "l": max(60, min(600, 24 + 7 * widest)), "b": 60}
-    layout.update({**BASE_LAYOUT, "height": max(320, 90 + 32 * visible) + (140 if has_saved else 0),
-                   "margin": margin, "title": {"text": title}, "legend": dict(LEGEND), "shapes": shapes})
-    return {"data": traces, "layout": layout}
+    # The title wrapped for a narrow column (title_layout), and the height grown by the legend's rows there.
+    top = title_layout(title, margin)
+    height = max(320, 90 + 32 * visible) + (140 if has_saved else 0) + top["margin"]["t"] - margin["t"]
+    spec = {"data": traces, "layout": layout}
+    layout.update({**BASE_LAYOUT, **top, "legend": dict(LEGEND), "shapes": shapes})
+    layout["height"] = height + legend_space(spec, left=margin["l"])
+    return spec
