@@ -8,8 +8,10 @@ JSON) and its size, a live redraw after one more event, the static snapshot's si
 plotly.js, which a notebook carries once for all charts), and the view's own event columns in memory.
 With Debian's ``chromium`` installed (``make browser``), also the seconds ``Plotly.newPlot`` takes to draw
 that message in headless chromium (``--disable-gpu``: WebGL is software-rendered, so this is an upper bound
-for a machine with a GPU), first draw and a redraw, each bounded by 1 s. On a loaded machine (the load average
-is printed) a draw waits for the CPU: compare runs at a similar load.
+for a machine with a GPU), first draw and a redraw, each bounded by 1 s, with the CPU seconds of the page's main
+thread; and the figure built, serialised and first drawn together ("built + drawn"), bounded by 1 s. On a loaded
+machine (the load average is printed) a draw waits for the CPU: compare runs at a similar load, and the CPU
+seconds.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _browser import browser_draw_s  # noqa: E402
+from _browser import browser_page  # noqa: E402
 
 
 def _events(n: int, programs: int, library_from: int):
@@ -61,14 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     columns_bytes = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
 
-    tl.timeline_figure(tl.timeline_data(tl.EventColumns()))  # plotly imported, as in a notebook already drawing
-    start = time.perf_counter()
+    warm = tl.EventColumns()
+    warm.extend(events[:12])
+    tl.timeline_figure(tl.timeline_data(warm))  # plotly's classes imported, as in a notebook already drawing
+    start, cpu = time.perf_counter(), time.process_time()
     data = tl.timeline_data(cols, max_points=CacheTimeline.max_points.default_value)
     fig = tl.timeline_figure(data)
-    build_s = time.perf_counter() - start
-    start = time.perf_counter()
+    build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    start, cpu = time.perf_counter(), time.process_time()
     message = pio.to_json(fig, validate=False, remove_uids=True)
-    json_s = time.perf_counter() - start
+    json_s, json_cpu_s = time.perf_counter() - start, time.process_time() - cpu
 
     start = time.perf_counter()
     w = CacheTimeline(log, throttle_s=0.0, live=False)
@@ -83,13 +87,22 @@ def main(argv: list[str] | None = None) -> int:
     lanes, shown = len(w.data.lanes), w.data.shown
     w.close()
 
-    drawn = browser_draw_s(message)
+    with browser_page() as draw:
+        draws = (draw(message), draw(message)) if draw is not None else None
+    drawn = (draws[0].wall_s, draws[1].wall_s, draws[0].cpu_s, draws[1].cpu_s) if draws else None
+    # What the user waits for when the timeline is displayed: the figure built, serialised, and first drawn.
+    together = build_s + json_s + drawn[0] if drawn else None
     rows = [("figure built (filter, fold, aggregate, plotly)", f"{build_s:.3f} s", "<= 1 s", build_s <= 1.0),
             ("figure serialised for the page (plotly JSON)", f"{json_s:.3f} s", "", True),
+            ("  CPU: built, serialised (process_time)", f"{build_cpu_s:.3f} s, {json_cpu_s:.3f} s", "", True),
             ("message to the page", f"{len(message) / 1e3:,.0f} KB", "", True),
             ("drawn by chromium (Plotly.newPlot; first, again)",
              f"{drawn[0]:.2f} s, {drawn[1]:.2f} s" if drawn else "no chromium", "<= 1 s" if drawn else "",
-             drawn is None or max(drawn) <= 1.0),
+             drawn is None or max(drawn[:2]) <= 1.0),
+            ("  CPU: the page's renderer (first, again)", f"{drawn[2]:.2f} s, {drawn[3]:.2f} s" if drawn else "",
+             "", True),
+            ("built + drawn (build + JSON + first draw)", f"{together:.2f} s" if together is not None else
+             "no chromium", "<= 1 s" if together is not None else "", together is None or together <= 1.0),
             ("widget built and first drawn (kernel side)", f"{widget_s:.3f} s", "", True),
             ("live redraw after one more event", f"{redraw_s:.3f} s", "<= 1 s", redraw_s <= 1.0),
             ("static snapshot (without plotly.js)", f"{len(snap.encode()) / 1e3:,.0f} KB in {snap_s:.2f} s",
@@ -102,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     for what, value, bound, ok in rows:
         print(f"  {what:<48} {value:>28}  {bound:<10} {'' if not bound else ('ok' if ok else 'FAIL')}")
-    print(json.dumps({"build_s": build_s, "json_s": json_s, "message_bytes": len(message), "widget_s": widget_s,
+    print(json.dumps({"build_s": build_s, "build_cpu_s": build_cpu_s, "json_s": json_s, "json_cpu_s": json_cpu_s,
+                      "built_and_drawn_s": together, "message_bytes": len(message), "widget_s": widget_s,
                       "redraw_s": redraw_s,
                       "browser_draw_s": drawn, "snapshot_bytes": len(snap.encode()), "markers": shown, "lanes": lanes,
                       "columns_bytes": columns_bytes}))

@@ -101,6 +101,12 @@ def test_100k_events_over_324_lanes_build_a_bounded_figure_and_snapshot():
     # Up to GL_THRESHOLD markers SVG (faster than a software-rendered WebGL context), WebGL beyond; the spans
     # and the seconds-saved curve are one SVG path each either way, the curve at most SAVED_POINTS long.
     assert data.shown <= tl.GL_THRESHOLD and {t.type for t in fig.data} == {"scatter"}
+    assert [(s.type, s.name) for s in fig.layout.shapes] == [("path", "hit (span)"), ("path", "compile (span)")]
+    drawn_spans = sum(int((p["x"] > p["start"]).sum()) for k, p in data.points.items() if k in tl.SPAN_KINDS)
+    assert sum(s.path.count("M") for s in fig.layout.shapes) == drawn_spans > 1000
+    # Only xlakit's template (plotly's default one is ~7 KB the page would apply), and a title plotly.js 4
+    # draws (it ignores a bare string).
+    assert fig.layout.template.data.scatter == () and fig.layout.title.text.startswith("Cache events: 100,000")
     dense = tl.timeline_figure(tl.timeline_data(cols, max_points=8000))
     assert {t.type for t in dense.data if t.name in kinds} == {"scattergl"}
     assert {t.type for t in dense.data if t.name not in kinds} == {"scatter"}

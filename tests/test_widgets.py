@@ -293,6 +293,15 @@ def _events(n, t0=1_700_000_000.0):
                   saved_s=0.25 if i % 4 == 0 else None, time=t0 + 0.01 * i) for i in range(n)]
 
 
+def _spans(fig, name):
+    """(start s, end s, y) of each segment of the span shape ``name`` (an SVG path ``M x,y L x,y ...``)."""
+    import re
+
+    path = next(s.path for s in fig.layout.shapes if s.name == name)
+    return [(float(a), float(b), float(y)) for a, y, b, y2 in
+            re.findall(r"M([-\d.e+]+),([-\d.e+]+)L([-\d.e+]+),([-\d.e+]+)", path) if y == y2]
+
+
 def saved_axis_ok(fig) -> bool:
     """The seconds-saved curve is on its own y axis (a second panel) whose ticks carry a unit."""
     saved = next(t for t in fig.data if t.name.startswith("seconds saved"))
@@ -307,14 +316,19 @@ def test_cache_timeline_draws_filters_and_follows_the_log():
     assert w.data.total == 40 and w.data.lanes == ("jit_f0", "jit_f1", "jit_f2")
     assert {t.type for t in w.figure.data} == {"scatter"}  # SVG up to 5,000 markers (WebGL above)
     names = [t.name for t in w.figure.data]
-    assert set(names) == {"hit", "miss", "compile", "store", "seconds saved (cumulative)", "compile (span)",
-                          "hit (span)"}
+    assert set(names) == {"hit", "miss", "compile", "store", "seconds saved (cumulative)"}
+    # The spans of each span kind are one SVG path (a layout shape), hidden with their kind from the legend.
+    assert {(s.name, s.type, s.legendgroup) for s in w.figure.layout.shapes} == {
+        ("compile (span)", "path", "compile"), ("hit (span)", "path", "hit")}
     # Every kind sits at its own height in its lane: a hit right after a compile is never hidden under it.
     ys = {t.name: set(t.y) for t in w.figure.data if t.name in ("hit", "compile")}
     assert not ys["hit"] & ys["compile"]
     # Compiles are spans from start to end (Event.time is the end), not points at their end.
-    span = next(t for t in w.figure.data if t.name == "compile (span)")
-    assert span.x[1] - span.x[0] == pytest.approx(0.02, abs=1e-6)  # event 2: duration 0.02 s
+    spans = _spans(w.figure, "compile (span)")
+    start, end, lane = spans[0]
+    assert end - start == pytest.approx(0.02, abs=1e-6) and lane == 2  # event 2 (jit_f2): duration 0.02 s
+    compiles = w.data.points["compile"]
+    assert len(spans) == int((compiles["x"] > compiles["start"]).sum()) == 8  # each compile with a duration
     # Seconds saved has its own panel and axis, in readable units.
     assert saved_axis_ok(w.figure)
     saved = next(t for t in w.figure.data if t.name.startswith("seconds saved"))

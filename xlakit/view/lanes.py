@@ -90,7 +90,7 @@ def aggregate(x: Any, weight: Any, group: Any, max_points: int, *, screen_bins: 
     n = x.size
     if n <= max_points:
         return np.arange(n), np.ones(n, dtype=np.int64), w, x, x
-    _, inverse = np.unique(np.asarray(group), return_inverse=True)
+    inverse = _dense_ids(np.asarray(group))
     groups = int(inverse.max()) + 1
     bins = int(min(screen_bins, max(1, max_points // groups)))
     lo, hi = float(x.min()), float(x.max())
@@ -104,3 +104,14 @@ def aggregate(x: Any, weight: Any, group: Any, max_points: int, *, screen_bins: 
     xs = x[order]
     return (order[ends], ends - starts + 1, np.add.reduceat(w[order], starts), np.minimum.reduceat(xs, starts),
             np.maximum.reduceat(xs, starts))
+
+
+def _dense_ids(group: Any) -> Any:
+    """Each group id's rank among the ids present (0, 1, …; what ``np.unique(..., return_inverse=True)``
+    gives), by counting when the ids are small non-negative ints (lane x kind), else by sorting."""
+    import numpy as np
+
+    if group.dtype.kind in "iu" and group.size and int(group.min()) >= 0 and int(group.max()) < 4 * group.size + 4096:
+        present = np.bincount(group) > 0
+        return (np.cumsum(present) - 1)[group]
+    return np.unique(group, return_inverse=True)[1].reshape(-1)

@@ -143,10 +143,16 @@ def legend_rows(names: list[str], width: int = NARROW_WIDTH, *, left: int = 60, 
 
 def legend_space(fig, width: int = NARROW_WIDTH, *, left: int = 60, right: int = 20, titled: bool = False) -> int:
     """Pixels the :func:`legend_rows` of plotly figure ``fig``'s legend entries (its named traces not hidden from
-    the legend) take at ``width`` px, plus a gap above; 0 without a legend."""
-    # Treemaps have no legend entry (no ``showlegend`` property at all).
-    names = [str(t.name) for t in fig.data if t.name and getattr(t, "showlegend", False) is not False]
-    if fig.layout.showlegend and len(names) == 1:  # a legend asked for even with one entry
+    the legend) take at ``width`` px, plus a gap above; 0 without a legend. ``fig`` is a ``go.Figure`` or a
+    plotly dict ``{"data": [...], "layout": {...}}``."""
+    if isinstance(fig, dict):
+        traces = [(t.get("name"), t.get("showlegend", t.get("type") != "treemap")) for t in fig.get("data", [])]
+        asked = fig.get("layout", {}).get("showlegend")
+    else:  # treemaps have no legend entry (no ``showlegend`` property at all)
+        traces = [(t.name, getattr(t, "showlegend", False)) for t in fig.data]
+        asked = fig.layout.showlegend
+    names = [str(name) for name, shown in traces if name and shown is not False]
+    if asked and len(names) == 1:  # a legend asked for even with one entry
         names.append(names[0])
     rows = legend_rows(names, width, left=left, right=right, titled=titled)
     return rows * _LEGEND_ROW + 10 if rows else 0

@@ -8,8 +8,9 @@ snapshot and :mod:`xlakit.report`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 from xlakit.events import KINDS
 from xlakit.view.columns import EventColumns
@@ -17,44 +18,13 @@ from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
 from xlakit.view.html import note, snapshot
 from xlakit.view.lanes import aggregate, lane_plan
 from xlakit.view.table import Column, Table
+from xlakit.view.timeline_plot import GL_THRESHOLD, KIND_OFFSET, KIND_STYLE, SPAN_KINDS, timeline_spec
 from xlakit.view.untrusted import plotly_text
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
            "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "SAVED_POINTS",
            "MAX_LANES"]
 
-#: kind -> (plotly marker symbol, colour). Symbols are ones WebGL scatter traces draw.
-KIND_STYLE: dict[str, tuple[str, str]] = {
-    "hit": ("circle", "#2ca02c"), "miss": ("x", "#d62728"), "compile": ("square", "#1f77b4"),
-    "store": ("triangle-up", "#9467bd"), "skip": ("diamond", "#7f7f7f"), "corrupt": ("star", "#e377c2"),
-    "evict": ("triangle-down", "#8c564b"), "load_error": ("cross", "#ff7f0e"), "store_error": ("cross", "#bcbd22"),
-    "trace": ("circle-open", "#17becf"), "lower": ("square-open", "#aec7e8"),
-    # the shared (remote) tier
-    "remote_hit": ("diamond-open", "#2ca02c"), "remote_miss": ("x-open", "#d62728"),
-    "upload": ("triangle-up-open", "#9467bd"), "upload_error": ("cross-open", "#bcbd22"),
-    "claim": ("star-open", "#1f77b4"), "wait": ("triangle-right", "#7f7f7f"),
-    # an in-process retrace/recompile of a function (what changed is in its reason)
-    "recompile": ("hexagon", "#ff4500"),
-}
-_OTHER_STYLE = ("circle-dot", "#333333")  # a kind this view does not know yet
-#: Vertical offset of each kind within its lane, so a hit 60 ms after a compile is never hidden under it.
-KIND_OFFSET: dict[str, float] = {
-    "compile": 0.0, "hit": 0.3, "miss": -0.3, "store": 0.15, "skip": -0.15, "corrupt": -0.4, "evict": 0.4,
-    "load_error": -0.22, "store_error": 0.22, "trace": -0.07, "lower": 0.07,
-    "remote_hit": 0.26, "remote_miss": -0.26, "upload": 0.11, "upload_error": 0.34, "claim": 0.45, "wait": -0.45,
-    "recompile": -0.36,
-}
-#: Kinds with a duration drawn as a span from its start to its end (``Event.time`` is the end): compiles,
-#: and hits (the load).
-SPAN_KINDS = ("compile", "hit")
-#: Markers (all kinds together) above which they are drawn with WebGL (``scattergl``); at or below it, SVG
-#: (crisper, no GPU needed). Measured in headless chromium with WebGL in software (``--disable-gpu``:
-#: SwiftShader), 31 lanes, CPU seconds of the whole browser per ``Plotly.newPlot``: layout alone 0.2-0.3;
-#: SVG 1,500 markers 0.8, 3,000 1.0-1.1, 5,000 1.5-1.8, 8,000 2.5-2.8; WebGL 3,000 1.9-2.7, 8,000 2.4-3.7
-#: (its context alone ~0.8 s, its shaders ~0.3 s). So SVG is the faster up to about 8,000 markers without a
-#: GPU, while with one WebGL wins above a few thousand: 5,000 splits the two. Span lines and the
-#: seconds-saved curve are one SVG path each, whatever the count.
-GL_THRESHOLD = 5000
 #: Points of the seconds-saved curve at most (a step line; a few per pixel column is all a screen shows).
 SAVED_POINTS = 400
 #: Lanes drawn one by one; the rest share one collapsed lane (scroll with ``lane_offset`` or the name filter).
@@ -175,9 +145,21 @@ def downsample_series(x, y, max_points: int):
     return x[idx], y[idx]
 
 
+@functools.lru_cache(maxsize=8192)
+def _text(value: Any) -> str:
+    """plotly_text, once per distinct value (a name, kind or source repeats on thousands of markers)."""
+    return plotly_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _reason(value: Any, limit: int) -> str:
+    """A recorded reason on one line, at most ``limit`` characters, escaped for plotly."""
+    text = " ".join(str(value).split())
+    return plotly_text(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
 def _hover(a: dict[str, Any], i: int) -> str:
-    parts = [f"<b>{plotly_text(str(a['kind'][i]))}</b> {plotly_text(str(a['name'][i]))} "
-             f"[{plotly_text(str(a['source'][i]))}]"]
+    parts = [f"<b>{_text(a['kind'][i])}</b> {_text(a['name'][i])} [{_text(a['source'][i])}]"]
     d = a["duration_s"][i]
     if d == d:  # not NaN
         parts.append(f"duration: {fmt_seconds(float(d))}")
@@ -191,13 +173,11 @@ def _hover(a: dict[str, Any], i: int) -> str:
     else:
         parts.append("bytes: —")
     parts.append(f"key: {plotly_text(str(a['key'][i] or '—'))}")
-    parts.append(f"partition: {plotly_text(str(a['partition'][i] or '—'))}")
+    parts.append(f"partition: {_text(a['partition'][i] or '—')}")
     if a["site"][i]:
-        parts.append(f"called from: {plotly_text(str(a['site'][i]))}")
-    reason = a["reason"][i]
-    if reason:
-        text = " ".join(str(reason).split())
-        parts.append("reason: " + plotly_text(text if len(text) <= 160 else text[:157] + "..."))
+        parts.append(f"called from: {_text(a['site'][i])}")
+    if a["reason"][i]:
+        parts.append("reason: " + _reason(a["reason"][i], 160))
     return "<br>".join(parts)
 
 
@@ -206,15 +186,13 @@ def _bin_hover(a: dict[str, Any], i: int, count: int, total: float, first: float
     (thousands of them go to the page in every redraw); the slowest event's full hover is one click away."""
     if count == 1:
         return _hover(a, i)
-    parts = [f"<b>{count:,} × {plotly_text(str(a['kind'][i]))}</b> {plotly_text(str(a['name'][i]))}",
+    parts = [f"<b>{count:,} × {_text(a['kind'][i])}</b> {_text(a['name'][i])}",
              f"{first:.2f}–{last:.2f} s" + (f", total {fmt_seconds(total)}" if total > 0 else "")]
     d = a["duration_s"][i]
     if d == d and d > 0:
         parts.append(f"slowest: {fmt_seconds(float(d))}")
-    reason = a["reason"][i]
-    if reason:
-        text = " ".join(str(reason).split())
-        parts.append("reason: " + plotly_text(text if len(text) <= 80 else text[:77] + "..."))
+    if a["reason"][i]:
+        parts.append("reason: " + _reason(a["reason"][i], 80))
     return "<br>".join(parts)
 
 
@@ -305,12 +283,12 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     if sel.size:
         codes = group  # shown lane x kind
         dur = np.nan_to_num(a["duration_s"][sel], nan=0.0)
-        uniq, inverse, n = np.unique(codes, return_inverse=True, return_counts=True)
-        sums = np.bincount(inverse, weights=dur)
-        for code, c, t in zip(uniq, n, sums, strict=True):
-            lane, kind = lanes[int(code) // len(KINDS)], KINDS[int(code) % len(KINDS)]
-            counts.setdefault(lane, {})[kind] = int(c)
-            seconds.setdefault(lane, {})[kind] = float(t)
+        n = np.bincount(codes)  # codes are small non-negative ints: counting beats sorting 100,000 of them
+        sums = np.bincount(codes, weights=dur, minlength=n.size)
+        for code in np.flatnonzero(n).tolist():
+            lane, kind = lanes[code // len(KINDS)], KINDS[code % len(KINDS)]
+            counts.setdefault(lane, {})[kind] = int(n[code])
+            seconds.setdefault(lane, {})[kind] = float(sums[code])
     is_miss = a["kind"][sel] == "miss"
     library_rows = np.isin(a["lane"][sel], [columns.lanes[n] for n in library]) if folded else np.zeros(
         sel.size, dtype=bool)
@@ -323,76 +301,14 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
                         hidden_lanes=hidden, dropped=columns.dropped)
 
 
-def _seconds_axis(values: Any) -> tuple[float, str]:
-    """(scale, unit) for a seconds axis: ms below one second, so ticks read 5 ms, 10 ms, not 0.00549."""
-    top = float(max(values, default=0.0)) if len(values) else 0.0
-    return (1e3, "ms") if top < 1.0 else (1.0, "s")
-
-
 def timeline_figure(data: TimelineData):
-    """Lanes of events (compiles and loads as spans from start to end, every kind at its own height in the
-    lane, marker size by duration; a lane with recompiles says how many) over a second panel with the
-    cumulative seconds saved by hits. The user's lanes come first, top down; at most ``max_lanes`` + 1 lanes
-    (see :func:`timeline_data`), so the chart's height is bounded."""
-    import numpy as np
+    """The timeline as a ``plotly.graph_objects.Figure``: :func:`xlakit.view.timeline_plot.timeline_spec`
+    (lanes of markers and spans over the seconds-saved panel; the user's lanes first, top down, at most
+    ``max_lanes`` + 1 of them, so the chart's height is bounded), wrapped without plotly's validation: every
+    value is built here, and validating them was most of the build time."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
-    from xlakit.view.theme import BASE_LAYOUT, LEGEND, legend_space, title_layout
-
-    has_saved = bool(data.saved_x.size)
-    # The values are built here, so plotly's per-element validation (most of the build time) is skipped.
-    fig = make_subplots(rows=2 if has_saved else 1, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        row_heights=[0.72, 0.28] if has_saved else None, figure=go.Figure(_validate=False))
-    n_points = sum(len(p["x"]) for p in data.points.values())
-    markers = go.Scattergl if n_points > GL_THRESHOLD else go.Scatter
-
-    for kind, p in data.points.items():
-        symbol, color = KIND_STYLE.get(kind, _OTHER_STYLE)
-        if kind in SPAN_KINDS:
-            spans = np.flatnonzero(p["x"] - p["start"] > 0)
-            if spans.size:  # one SVG path, its spans split by NaN (no trace when nothing has a duration)
-                xs = np.column_stack([p["start"][spans], p["x"][spans], np.full(spans.size, np.nan)]).ravel()
-                ys = np.column_stack([p["y"][spans], p["y"][spans], np.full(spans.size, np.nan)]).ravel()
-                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{kind} (span)", legendgroup=kind,
-                                         showlegend=False, hoverinfo="skip", connectgaps=False,
-                                         line=dict(color=color, width=5), _validate=False), row=1, col=1)
-        # An outline only where the symbol is open (its stroke is all there is); filled symbols need none.
-        outline = dict(line=dict(width=1, color=color)) if symbol.endswith("-open") else {}
-        fig.add_trace(markers(x=p["x"], y=p["y"], mode="markers", name=kind, legendgroup=kind,
-                              customdata=p["index"], hovertext=p["hover"], hoverinfo="text",
-                              marker=dict(symbol=symbol, color=color, size=p["size"], opacity=0.9, **outline),
-                              _validate=False), row=1, col=1)
-    if has_saved:
-        scale, unit = _seconds_axis(data.saved_y)
-        fig.add_trace(go.Scatter(x=data.saved_x, y=np.asarray(data.saved_y) * scale, mode="lines",
-                                 name="seconds saved (cumulative)", line=dict(color="#2ca02c", width=2, shape="hv"),
-                                 hovertemplate=f"%{{x:.2f}} s: %{{y:.4g}} {unit} saved<extra></extra>",
-                                 _validate=False), row=2, col=1)
-        fig.update_yaxes(title_text=f"saved ({unit})", rangemode="tozero", tickformat="~g", ticksuffix=f" {unit}",
-                         nticks=4, row=2, col=1)
-    lanes = list(data.lanes)
-    title = f"Cache events: {data.matched:,} of {data.total:,}"
-    if data.downsampled:
-        title += f" (drawn: {data.shown:,} markers, one per lane, kind and time bin)"
-    visible = max(1, len(lanes))
-    if data.hidden_lanes:
-        title += f"<br><sub>{data.hidden_lanes} lanes collapsed into the last: scroll with “lanes from”</sub>"
-    height = max(320, 90 + 32 * visible) + (140 if has_saved else 0)
-    labels = [f"{name} ⟳{data.counts[name]['recompile']}" if data.counts.get(name, {}).get("recompile") else name
-              for name in lanes]
-    # Margins wide enough for the lane labels (~6.5 px a character at 12 px) and the x axis title: when
-    # plotly's automargin has to widen one, it draws the whole figure a second time (~40% of the draw).
-    widest = max(map(len, labels), default=0)
-    margin = {**cast(dict[str, int], BASE_LAYOUT["margin"]), "l": max(60, min(600, 24 + 7 * widest)), "b": 60}
-    # A dict title (title_layout): the figure skips validation, and plotly.js 3+ draws no bare-string title.
-    top = title_layout(title, margin)
-    height += legend_space(fig, left=margin["l"]) + top["margin"]["t"] - margin["t"]
-    fig.update_layout(**{**BASE_LAYOUT, "height": height, **top}, legend=LEGEND)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(lanes))), ticktext=labels,
-                     range=[visible - 0.4, -0.6], autorange=False, row=1, col=1)
-    fig.update_xaxes(title_text="seconds since the first event", row=2 if has_saved else 1, col=1)
-    return fig
+    return go.Figure(timeline_spec(data), _validate=False)
 
 
 def timeline_html(data: TimelineData, *, include_plotlyjs: bool | str = "once") -> str:

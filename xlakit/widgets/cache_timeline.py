@@ -78,9 +78,11 @@ class CacheTimeline(View, widgets.VBox):
     name_filter = traitlets.Unicode("")
     #: Only events of this source (:data:`xlakit.events.SOURCES`), or None for all (str | None, default None).
     source = traitlets.Unicode(None, allow_none=True)
-    #: Markers drawn at most (int >= 100, default 1,500 markers; beyond, one per lane, kind and time bin). Every
-    #: marker costs the page ~0.25 ms to draw as SVG where there is no GPU; 1,500 keep a first draw under 1 s.
-    max_points = traitlets.Int(1500)
+    #: Markers drawn at most (int >= 100, default 1,000 markers; beyond, one per lane, kind and time bin: about
+    #: 30 per lane and kind across 30 lanes, each marker's hover giving its bin's count). Every marker costs the
+    #: page ~0.2 ms of CPU to draw as SVG where there is no GPU (a first draw in a fresh page, headless
+    #: chromium): 1,000 keep 100,000 events built and first drawn in about 1 s on a loaded 2-CPU machine.
+    max_points = traitlets.Int(1000)
     #: Follow the log as events arrive (bool, default True).
     live = traitlets.Bool(True)
     #: Seconds a live redraw waits for a burst to go on (float >= 0, default 1 s): at most one redraw a second.
@@ -96,7 +98,7 @@ class CacheTimeline(View, widgets.VBox):
     lane_offset = traitlets.Int(0)
 
     def __init__(self, log: EventLog | Iterable[Event] | None = None, *, kinds: Iterable[str] | None = None,
-                 name_filter: str = "", source: str | None = None, max_points: int = 1500, live: bool = True,
+                 name_filter: str = "", source: str | None = None, max_points: int = 1000, live: bool = True,
                  throttle_s: float = 1.0, maxlen: int | None = None, fold_library: bool = True,
                  layout: widgets.Layout | None = None) -> None:
         from xlakit import events as _events
