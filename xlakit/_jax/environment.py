@@ -10,7 +10,6 @@ Importing this module is cheap: JAX is imported inside the functions that need i
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import importlib.util
@@ -18,17 +17,17 @@ import json
 import os
 import platform as _platform
 import re
-import shlex
 import sys
 import threading
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from xlakit.store import _fs as store_fs
 from xlakit.store import safejson
 from xlakit.store.layout import FINGERPRINT_MEMO
+from xlakit.store.stamp import SETTLE_NS, stat_stamp
 
 __all__ = ["Environment", "current_environment", "expectations", "jaxlib_build_fingerprint",
            "prefetch_build_fingerprint", "use_memo_dir"]
@@ -52,11 +51,10 @@ _PROCESS_ONLY_FLAGS = frozenset({"--xla_force_host_platform_device_count"})
 # and process layout are in its key (xlakit._jax.keys), and the stored device assignment is checked against the
 # caller's before XLA sees it.
 RECORDED_ONLY = frozenset({"device_count", "process_count"})
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
-@dataclass(frozen=True)
-class Environment:
+class Environment(NamedTuple):
     """The values an executable's validity depends on, beyond the program itself.
 
     Attributes:
@@ -101,7 +99,7 @@ class Environment:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field, tuples as lists."""
-        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {name: _jsonable(value) for name, value in zip(self._fields, self, strict=True)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Environment:
@@ -110,7 +108,7 @@ class Environment:
         Raises:
           ValueError: if ``data`` lacks a field or has one this version does not know.
         """
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = cls._fields
         missing = sorted(set(names) - data.keys())
         unknown = sorted(data.keys() - set(names))
         if missing or unknown:
@@ -136,12 +134,12 @@ class Environment:
         if self.compute_capability:
             parts.append("sm" + self.compute_capability.replace(".", ""))
         parts += ["jaxlib" + self.jaxlib_version, self.machine, self.cpu_level, self.digest()[:8]]
-        return "-".join(_UNSAFE_NAME_CHARS.sub("_", part) or "unknown" for part in parts)
+        return "-".join(_safe_name(part) for part in parts)
 
     def differences(self, other: Environment) -> list[tuple[str, Any, Any]]:
         """``(field, value here, value in other)`` for each field that differs, in declaration order."""
-        return [(f.name, getattr(self, f.name), getattr(other, f.name))
-                for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+        return [(name, mine, theirs) for name, mine, theirs in zip(self._fields, self, other, strict=True)
+                if mine != theirs]
 
 
 @functools.cache
@@ -186,6 +184,10 @@ def codegen_xla_flags(xla_flags: str) -> tuple[str, ...]:
     """The tokens of an ``XLA_FLAGS`` string that can change generated code: sorted, last value per flag name,
     dump/log flags and ``--xla_force_host_platform_device_count`` dropped. Quoted values are kept whole
     (``shlex``); unbalanced quotes fall back to splitting on whitespace."""
+    if not xla_flags.strip():
+        return ()
+    import shlex
+
     try:
         tokens = shlex.split(xla_flags)
     except ValueError:
@@ -204,14 +206,40 @@ def jaxlib_build_fingerprint() -> str:
     Hashing the ~350 MB of libraries costs about 0.5 s per process start (measured with jaxlib 0.10.2 on a 2-core
     AMD EPYC, warm page cache: 0.49 s cold, 3-4 ms memoized), so per-file digests are memoized in
     ``jaxlib_fingerprints.json`` under ``$XLAKIT_CACHE_DIR`` (default ``platformdirs.user_cache_dir("xlakit")``),
-    keyed by path, size, mtime and inode; only files whose stat changed are read again. A cache created with
+    keyed by path, size, mtime, ctime and inode; only files whose stat changed are read again. A cache created with
     an explicit folder calls :func:`use_memo_dir` first, so the memo lives beside the cache actually in use.
+
+    Per search path (jaxlib's location and ``sys.path``) the memo also keeps a *stamp*: a SHA-256 over the stat
+    (device, inode, size, mtime, ctime) of every folder whose listing decided which libraries exist and of every
+    library. While it holds, nothing there was added, removed, replaced or written, and the fingerprint is
+    taken without walking (~0.5 ms instead of ~3 ms, measured). It is recorded only when every stat it covers is
+    older than :data:`~xlakit.store.stamp.SETTLE_NS` before the walk began (no change hides within a tick).
 
     Raises:
       ImportError: if jaxlib is not installed.
       OSError: if a library cannot be read. Failing to read or write the memo is not an error.
     """
-    return _fingerprint_dirs(_library_roots(), _cache_dir() / MEMO_FILENAME)
+    memo_path = _cache_dir() / MEMO_FILENAME
+    key, listed = _search_path()
+    return _stamped_fingerprint(memo_path, key) or _fingerprint_dirs(_library_roots(), memo_path, stamp=(key, listed))
+
+
+def _stamped_fingerprint(memo_path: str | os.PathLike, key: str) -> str | None:
+    """The fingerprint the memo holds for search path ``key`` while its stamp still holds, else None."""
+    tree = _read_memo(memo_path)[1].get(key)
+    if (isinstance(tree, dict) and isinstance(tree.get("paths"), list) and isinstance(tree.get("fingerprint"), str)
+            and all(isinstance(p, str) for p in tree["paths"]) and tree.get("stamp") == stat_stamp(tree["paths"])[0]):
+        return tree["fingerprint"]
+    return None
+
+
+def _search_path() -> tuple[str, list[str]]:
+    """``(key, folders)``: a digest of where libraries are searched (jaxlib's package folders, ``sys.path``
+    made absolute), and the ``sys.path`` folders whose listings decide which plugin packages exist."""
+    spec = importlib.util.find_spec("jaxlib")  # the module's own spec once imported: no search
+    listed = [os.path.abspath(entry or ".") for entry in sys.path]
+    where = [list(spec.submodule_search_locations or []) if spec is not None else [], listed]
+    return _sha256(json.dumps(where))[:32], listed
 
 
 _prefetch_lock = threading.Lock()
@@ -309,33 +337,47 @@ def _library_roots() -> list[Path]:
     return list(unique.values())
 
 
-def _fingerprint_dirs(roots: Iterable[str | os.PathLike], memo_path: str | os.PathLike | None) -> str:
+def _fingerprint_dirs(roots: Iterable[str | os.PathLike], memo_path: str | os.PathLike | None,
+                      stamp: tuple[str, list[str]] | None = None) -> str:
     """16 hex digits of SHA-256 over ``relative path, file digest`` of every shared library under ``roots``,
     sorted by the path relative to the root's parent (so it starts with the package name, e.g.
-    ``jaxlib/_jax.so``). Per-file digests are read from and written to ``memo_path`` (``None``: no memo)."""
-    files = []
+    ``jaxlib/_jax.so``). Per-file digests are read from and written to ``memo_path`` (``None``: no memo).
+    ``stamp``: ``(key, folders listed to find roots)``; records the stamp of this walk under ``key`` (see
+    :func:`jaxlib_build_fingerprint`)."""
+    started = time.time_ns()
+    files, walked = [], []
     for root in roots:
         root = Path(root).absolute()
         for dirpath, _, filenames in os.walk(root):
+            walked.append(dirpath)
             files += [(os.path.relpath(os.path.join(dirpath, n), root.parent), os.path.join(dirpath, n))
                       for n in filenames if _LIBRARY_RE.search(n)]
     files.sort()
-    memo = _load_memo(memo_path) if memo_path is not None else {}
+    memo, trees = _read_memo(memo_path) if memo_path is not None else ({}, {})
     changed = False
     total = hashlib.sha256()
     for relative, path in files:
         stat = os.stat(path)
-        # A reinstall creates new files (new inode and mtime), so this stat identifies the contents.
-        key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ino": stat.st_ino}
+        # A reinstall creates new files (new inode and mtime), so this stat identifies the contents; ctime also
+        # moves on an in-place write whose mtime was put back (which only the ctime shows).
+        key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns, "ino": stat.st_ino}
         entry = memo.get(path)
         if not isinstance(entry, dict) or any(entry.get(k) != v for k, v in key.items()) or "sha256" not in entry:
             with open(path, "rb") as f:
                 entry = memo[path] = {**key, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
             changed = True
         total.update(f"{relative}\0{entry['sha256']}\n".encode())
+    fingerprint = total.hexdigest()[:16]
+    if stamp is not None:
+        paths = [*stamp[1], *walked, *(path for _, path in files)]
+        digest, newest = stat_stamp(paths)
+        if newest < started - SETTLE_NS:
+            trees = {k: v for k, v in list(trees.items())[-15:] if k != stamp[0]}  # a few search paths, not all
+            trees[stamp[0]] = {"paths": paths, "stamp": digest, "fingerprint": fingerprint}
+            changed = True
     if changed and memo_path is not None:
-        _save_memo(Path(memo_path), memo)
-    return total.hexdigest()[:16]
+        _save_memo(Path(memo_path), memo, trees)
+    return fingerprint
 
 
 _MAX_MEMO_BYTES = 8 * 1024 * 1024  # a memo of ~200 libraries is ~40 kB; anything near this bound is not ours
@@ -346,16 +388,22 @@ def _load_memo(path: str | os.PathLike) -> dict[str, Any]:
     device, a folder, over 8 MiB, not bounded JSON (too deep, huge numbers) or not the memo's shape.
 
     Read with the store's primitives: never follows a link, never blocks, size-bounded before reading."""
+    return _read_memo(path)[0]
+
+
+def _read_memo(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(per-file digests, stamps by search path)``, each {} where absent or refused (see :func:`_load_memo`)."""
     try:
         data = safejson.load_file(path, _MAX_MEMO_BYTES)
     except (OSError, ValueError):  # absent, unreadable, refused or corrupt: recompute and rewrite
-        return {}
+        return {}, {}
     if not isinstance(data, dict) or data.get("version") != _MEMO_VERSION or not isinstance(data.get("files"), dict):
-        return {}
-    return data["files"]
+        return {}, {}
+    trees = data.get("trees")
+    return data["files"], trees if isinstance(trees, dict) else {}
 
 
-def _save_memo(path: Path, files: dict[str, Any]) -> None:
+def _save_memo(path: Path, files: dict[str, Any], trees: dict[str, Any] | None = None) -> None:
     """Atomically replace the memo; every OSError is ignored so a read-only disk only costs speed.
 
     Written relative to the folder's descriptor (temp created O_EXCL|O_NOFOLLOW, renamed over the name), so a
@@ -367,7 +415,8 @@ def _save_memo(path: Path, files: dict[str, Any]) -> None:
         store_fs.ensure_dir(path.parent)
         with store_fs.dir_fd(os.path.realpath(path.parent)) as fd:
             # readers see the old memo or the new one, never half of one
-            data = json.dumps({"version": _MEMO_VERSION, "files": files}, sort_keys=True, indent=1)
+            data = json.dumps({"version": _MEMO_VERSION, "files": files, "trees": trees or {}}, sort_keys=True,
+                              indent=1)
             store_fs.write_at(fd, path.name, data.encode("utf-8"))
     except OSError:
         pass
@@ -394,6 +443,13 @@ def _cpu_level(machine: str, flags: frozenset[str]) -> str:
         if flag in flags:
             return level
     return machine or "unknown"
+
+
+def _safe_name(part: str) -> str:
+    """``part`` with every run of characters outside ``[A-Za-z0-9_.-]`` replaced by ``_``; ``unknown`` if empty."""
+    if part and _NAME_CHARS.issuperset(part):
+        return part
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", part) or "unknown"
 
 
 def _sha256(text: str) -> str:
