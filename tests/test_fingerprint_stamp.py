@@ -7,7 +7,9 @@ to trust (one file-system timestamp tick) is never recorded.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,21 +24,34 @@ def _package(root: Path) -> Path:
     return pkg
 
 
-def test_a_stamp_of_just_written_files_is_not_recorded(tmp_path):
-    memo, pkg = tmp_path / "memo.json", _package(tmp_path / "site")
-    fingerprint = envmod._fingerprint_dirs([pkg], memo, stamp=("key", [str(tmp_path / "site")]))
+def _search(monkeypatch, tmp_path: Path, *folders: Path) -> Path:
+    """A fake jaxlib under ``tmp_path/site``, found there, with ``sys.path`` = ``site`` and ``folders``."""
+    site = tmp_path / "site"
+    pkg = _package(site)
+    spec = SimpleNamespace(submodule_search_locations=[str(pkg)])
+    monkeypatch.setattr(envmod.importlib.util, "find_spec", lambda name: spec)
+    monkeypatch.setattr(sys, "path", [str(site), *map(str, folders)])
+    return pkg
+
+
+def test_a_stamp_of_just_written_files_is_not_recorded(tmp_path, monkeypatch):
+    pkg = _search(monkeypatch, tmp_path)
+    memo = tmp_path / "memo.json"
+    fingerprint = envmod._fingerprint_dirs(None, memo, stamp="key")
     assert fingerprint == envmod._fingerprint_dirs([pkg], None)
     assert envmod._stamped_fingerprint(memo, "key") is None  # within SETTLE_NS of the walk: walk again next time
 
 
 @pytest.mark.parametrize("change", ["library added in a subfolder", "library rewritten, mtime put back",
-                                    "library removed", "plugin package added", "listed folder appears"])
+                                    "library removed", "plugin package added", "plugin package in a new folder",
+                                    "script's own folder changed"])
 def test_every_change_to_the_libraries_breaks_the_stamp(tmp_path, monkeypatch, change):
+    later, script = tmp_path / "later", tmp_path / "script"  # later: a sys.path entry that does not exist yet
+    script.mkdir()
+    pkg = _search(monkeypatch, tmp_path, later, script)
     monkeypatch.setattr(envmod, "SETTLE_NS", -10**15)  # the files were just written: let them count as settled
-    memo, site, pkg = tmp_path / "memo.json", tmp_path / "site", _package(tmp_path / "site")
-    later = tmp_path / "later"  # a sys.path entry that does not exist yet
-    stamp = ("key", [str(site), str(later)])
-    before = envmod._fingerprint_dirs([pkg], memo, stamp=stamp)
+    memo, site = tmp_path / "memo.json", tmp_path / "site"
+    before = envmod._fingerprint_dirs(None, memo, stamp="key")
     assert envmod._stamped_fingerprint(memo, "key") == before
 
     core = pkg / "_core.so"
@@ -50,15 +65,18 @@ def test_every_change_to_the_libraries_breaks_the_stamp(tmp_path, monkeypatch, c
         (pkg / "sub" / "libplugin.so.12").unlink()
     elif change == "plugin package added":
         (site / "jax_plugins").mkdir()
-    else:
-        later.mkdir()
+        (site / "jax_plugins" / "libpjrt.so").write_bytes(b"\x7fELF pjrt")
+    elif change == "plugin package in a new folder":
+        (later / "jax_plugins").mkdir(parents=True)
+        (later / "jax_plugins" / "libpjrt.so").write_bytes(b"\x7fELF pjrt")
+    else:  # a new file beside the script, no plugin: listed again, the stamp still holds
+        (script / "results.csv").write_text("1,2\n")
+        assert envmod._stamped_fingerprint(memo, "key") == before
+        return
     assert envmod._stamped_fingerprint(memo, "key") is None
 
-    roots = [pkg, site / "jax_plugins"] if change == "plugin package added" else [pkg]
-    after = envmod._fingerprint_dirs(roots, memo, stamp=stamp)
-    assert envmod._stamped_fingerprint(memo, "key") == after
-    if change not in ("plugin package added", "listed folder appears"):  # (an empty package adds no library)
-        assert after != before
+    after = envmod._fingerprint_dirs(None, memo, stamp="key")
+    assert after != before and envmod._stamped_fingerprint(memo, "key") == after
 
 
 def test_jaxlib_fingerprint_skips_the_walk_while_the_stamp_holds(monkeypatch):

@@ -103,11 +103,8 @@ class Environment(NamedTuple):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Environment:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-          ValueError: if ``data`` lacks a field or has one this version does not know.
-        """
+        """Inverse of :meth:`to_dict`. Raises ValueError if ``data`` lacks a field or has one this version does
+        not know."""
         names = cls._fields
         missing = sorted(set(names) - data.keys())
         unknown = sorted(data.keys() - set(names))
@@ -220,26 +217,32 @@ def jaxlib_build_fingerprint() -> str:
       OSError: if a library cannot be read. Failing to read or write the memo is not an error.
     """
     memo_path = _cache_dir() / MEMO_FILENAME
-    key, listed = _search_path()
-    return _stamped_fingerprint(memo_path, key) or _fingerprint_dirs(_library_roots(), memo_path, stamp=(key, listed))
+    key = _search_path()
+    return _stamped_fingerprint(memo_path, key) or _fingerprint_dirs(None, memo_path, stamp=key)
 
 
 def _stamped_fingerprint(memo_path: str | os.PathLike, key: str) -> str | None:
-    """The fingerprint the memo holds for search path ``key`` while its stamp still holds, else None."""
-    tree = _read_memo(memo_path)[1].get(key)
-    if (isinstance(tree, dict) and isinstance(tree.get("paths"), list) and isinstance(tree.get("fingerprint"), str)
-            and all(isinstance(p, str) for p in tree["paths"]) and tree.get("stamp") == stat_stamp(tree["paths"])[0]):
-        return tree["fingerprint"]
-    return None
+    """The fingerprint the memo holds for search path ``key`` while its stamp still holds, else None. A
+    ``sys.path`` folder whose stat changed (a script's own folder) is listed again: only its plugin packages count."""
+    tree: Any = _read_memo(memo_path)[1].get(key)
+    try:
+        if not all(isinstance(p, str) for p in [*tree["paths"], *tree["listed"]]) or \
+                tree["stamp"] != stat_stamp(tree["paths"])[0]:
+            return None
+        for folder, (folder_stamp, names) in tree["listed"].items():
+            if stat_stamp([folder])[0] != folder_stamp and _plugin_packages(folder) != names:
+                return None
+        return str(tree["fingerprint"])
+    except (KeyError, TypeError, ValueError):  # no stamp, or not the shape written below
+        return None
 
 
-def _search_path() -> tuple[str, list[str]]:
-    """``(key, folders)``: a digest of where libraries are searched (jaxlib's package folders, ``sys.path``
-    made absolute), and the ``sys.path`` folders whose listings decide which plugin packages exist."""
+def _search_path() -> str:
+    """A digest of where libraries are searched: jaxlib's package folders and ``sys.path``, made absolute."""
     spec = importlib.util.find_spec("jaxlib")  # the module's own spec once imported: no search
-    listed = [os.path.abspath(entry or ".") for entry in sys.path]
-    where = [list(spec.submodule_search_locations or []) if spec is not None else [], listed]
-    return _sha256(json.dumps(where))[:32], listed
+    where = [list(spec.submodule_search_locations or []) if spec is not None else [],
+             [os.path.abspath(entry or ".") for entry in sys.path]]
+    return _sha256(json.dumps(where))[:32]
 
 
 _prefetch_lock = threading.Lock()
@@ -247,11 +250,10 @@ _prefetch: tuple[threading.Thread, list[str]] | None = None  # (worker, [fingerp
 
 
 def prefetch_build_fingerprint() -> None:
-    """Start computing :func:`jaxlib_build_fingerprint` on a daemon thread (file reads only: it touches
-    neither JAX nor its backend), so that the first :func:`current_environment` — inside the first compile
-    of a process that just enabled a cache — takes the value instead of walking and hashing jaxlib then
-    (~2 ms warm, measured). The first :func:`current_environment` call waits for the thread if it is still
-    running; if it failed, computes the value itself (raising as before). Used once: later calls compute."""
+    """Start computing :func:`jaxlib_build_fingerprint` on a daemon thread (file reads only: it touches neither
+    JAX nor its backend), so that the first :func:`current_environment` — inside the first compile of a process
+    that just enabled a cache — takes the value instead of computing it then. That call waits for the thread if
+    it is still running; if it failed, computes the value itself (raising as before). Used once."""
     global _prefetch
     with _prefetch_lock:
         if _prefetch is not None:
@@ -315,37 +317,47 @@ def _cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("xlakit"))
 
 
-def _library_roots() -> list[Path]:
-    """The jaxlib package directory and every PJRT plugin package directory on ``sys.path``."""
+def _library_roots(listed: dict[str, list] | None = None) -> list[Path]:
+    """jaxlib's package folder and every PJRT plugin package folder on ``sys.path``; ``listed`` gets ``folder ->
+    [its stamp, taken before listing it, or "" when too recent; plugin package names]`` per ``sys.path`` folder."""
     spec = importlib.util.find_spec("jaxlib")  # finds the package without importing (and loading) it
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("jaxlib is not installed")
     roots = [Path(p) for p in spec.submodule_search_locations]
     for entry in sys.path:
         # Scanning sys.path ourselves also finds namespace packages such as jax_plugins, which pkgutil skips.
-        directory = Path(entry or ".")
-        try:
-            names = os.listdir(directory)
-        except OSError:  # zip files, missing directories
-            continue
-        # Sorted after filtering (site-packages holds hundreds of names; every plugin name starts so).
-        names = sorted(n for n in names if n.startswith(_PLUGIN_PREFIXES) and _PLUGIN_PACKAGE_RE.match(n))
-        roots += [directory / n for n in names if (directory / n).is_dir()]
+        directory = os.path.abspath(entry or ".")
+        stamp = stat_stamp([directory])
+        names = _plugin_packages(directory)
+        if listed is not None:
+            listed[directory] = [stamp[0] if stamp[1] < time.time_ns() - SETTLE_NS else "", names]
+        roots += [Path(directory) / n for n in names]
     unique: dict[str, Path] = {}
     for root in roots:
         unique.setdefault(os.path.realpath(root), root)
     return list(unique.values())
 
 
-def _fingerprint_dirs(roots: Iterable[str | os.PathLike], memo_path: str | os.PathLike | None,
-                      stamp: tuple[str, list[str]] | None = None) -> str:
-    """16 hex digits of SHA-256 over ``relative path, file digest`` of every shared library under ``roots``,
-    sorted by the path relative to the root's parent (so it starts with the package name, e.g.
-    ``jaxlib/_jax.so``). Per-file digests are read from and written to ``memo_path`` (``None``: no memo).
-    ``stamp``: ``(key, folders listed to find roots)``; records the stamp of this walk under ``key`` (see
-    :func:`jaxlib_build_fingerprint`)."""
+def _plugin_packages(directory: str) -> list[str]:
+    """Sorted names of the plugin package folders in ``directory`` ([] where it cannot be listed: a zip file,
+    missing). Sorted after filtering: site-packages holds hundreds of names, and every plugin name starts so."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(n for n in names if n.startswith(_PLUGIN_PREFIXES) and _PLUGIN_PACKAGE_RE.match(n)
+                  and os.path.isdir(os.path.join(directory, n)))
+
+
+def _fingerprint_dirs(roots: Iterable[str | os.PathLike] | None, memo_path: str | os.PathLike | None,
+                      stamp: str | None = None) -> str:
+    """16 hex digits of SHA-256 over ``relative path, file digest`` of every shared library under ``roots``
+    (None: :func:`_library_roots`), sorted by the path relative to the root's parent (``jaxlib/_jax.so``).
+    Per-file digests are read from and written to ``memo_path`` (``None``: no memo). ``stamp``: a key to record
+    this walk's stamp under (see :func:`jaxlib_build_fingerprint`)."""
     started = time.time_ns()
-    files, walked = [], []
+    files, walked, listed = [], [], {}  # type: ignore[var-annotated]
+    roots = _library_roots(listed) if roots is None else roots
     for root in roots:
         root = Path(root).absolute()
         for dirpath, _, filenames in os.walk(root):
@@ -369,11 +381,11 @@ def _fingerprint_dirs(roots: Iterable[str | os.PathLike], memo_path: str | os.Pa
         total.update(f"{relative}\0{entry['sha256']}\n".encode())
     fingerprint = total.hexdigest()[:16]
     if stamp is not None:
-        paths = [*stamp[1], *walked, *(path for _, path in files)]
+        paths = [*walked, *(path for _, path in files)]
         digest, newest = stat_stamp(paths)
         if newest < started - SETTLE_NS:
-            trees = {k: v for k, v in list(trees.items())[-15:] if k != stamp[0]}  # a few search paths, not all
-            trees[stamp[0]] = {"paths": paths, "stamp": digest, "fingerprint": fingerprint}
+            trees = {k: v for k, v in list(trees.items())[-15:] if k != stamp}  # a few search paths, not all
+            trees[stamp] = {"paths": paths, "stamp": digest, "listed": listed, "fingerprint": fingerprint}
             changed = True
     if changed and memo_path is not None:
         _save_memo(Path(memo_path), memo, trees)
@@ -384,15 +396,13 @@ _MAX_MEMO_BYTES = 8 * 1024 * 1024  # a memo of ~200 libraries is ~40 kB; anythin
 
 
 def _load_memo(path: str | os.PathLike) -> dict[str, Any]:
-    """The memo's per-file digests, or {} (recompute, then rewrite) when it is absent, a link, a FIFO, a
-    device, a folder, over 8 MiB, not bounded JSON (too deep, huge numbers) or not the memo's shape.
-
-    Read with the store's primitives: never follows a link, never blocks, size-bounded before reading."""
     return _read_memo(path)[0]
 
 
 def _read_memo(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(per-file digests, stamps by search path)``, each {} where absent or refused (see :func:`_load_memo`)."""
+    """``(per-file digests, stamps by search path)``, or {} (recompute, then rewrite) when the memo is absent, a
+    link, a FIFO, a device, a folder, over 8 MiB, not bounded JSON (too deep, huge numbers) or not its shape.
+    Read with the store's primitives: never follows a link, never blocks, size-bounded before reading."""
     try:
         data = safejson.load_file(path, _MAX_MEMO_BYTES)
     except (OSError, ValueError):  # absent, unreadable, refused or corrupt: recompute and rewrite
