@@ -13,7 +13,7 @@ import hashlib
 import os
 from collections.abc import Iterable
 
-__all__ = ["SETTLE_NS", "stat_stamp"]
+__all__ = ["SETTLE_NS", "stat_stamp", "walked_paths"]
 
 #: How much older than the start of a read every stat under a recorded stamp must be (FAT's tick is 2 s).
 SETTLE_NS = 3_000_000_000
@@ -35,3 +35,10 @@ def stat_stamp(paths: Iterable[str]) -> tuple[str, int]:
         newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
         total.update(f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
     return total.hexdigest(), newest
+
+
+def walked_paths(walked: list[str], files: Iterable[str]) -> list[str]:
+    """What a stamp of a walk covers, in a fixed order: the folders walked, then those of ``files`` that lie
+    directly in one of them, sorted (so ``files`` may hold paths of other walks, which are left out)."""
+    folders = set(walked)
+    return [*walked, *sorted(p for p in files if os.path.dirname(p) in folders)]
