@@ -9,7 +9,6 @@ One tiny affine bundle (two weights, one input, one output, batch 2), exported a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import jax.numpy as jnp
@@ -40,7 +39,7 @@ def warm(tmp_path_factory):
 
 def _context(loaded, **changes) -> Context:
     c = loaded._context
-    manifest = dataclasses.replace(c.manifest, **changes)
+    manifest = c.manifest._replace(**changes)
     return Context(c.path, manifest, c.device, c.env, c.partition, c.store, c.log)
 
 

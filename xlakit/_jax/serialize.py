@@ -34,8 +34,7 @@ import inspect
 import io
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from xlakit._jax.assignment import _assignment_grid, _proto_fields, _stored_compile_options, _varint  # noqa: F401
 from xlakit._jax.kernels import KernelsNotReady, make_ready
@@ -72,20 +71,28 @@ class DevicePlacementError(ValueError):
     """The requested devices cannot run the executable; raised before any XLA call."""
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a compiled program runs: its devices in device-assignment order (logical device ``i`` first
-    ran on ``device_ids[i]``). JSON-ready through :meth:`to_dict` / :meth:`from_dict`."""
-
+class _PlacementFields(NamedTuple):
     platform: str
     device_ids: tuple[int, ...]
     device_kinds: tuple[str, ...]
     process_indices: tuple[int, ...]
 
-    def __post_init__(self) -> None:
+
+class Placement(_PlacementFields):
+    """Where a compiled program runs: its devices in device-assignment order (logical device ``i`` first
+    ran on ``device_ids[i]``). JSON-ready through :meth:`to_dict` / :meth:`from_dict`. Raises ValueError
+    for an empty platform or device list, lengths that differ, or ids/kinds of the wrong type."""
+
+    __slots__ = ()
+
+    def __new__(cls, platform: str, device_ids: Sequence[int], device_kinds: Sequence[str],
+                process_indices: Sequence[int]) -> Placement:
         # Accept lists (e.g. from JSON) but store tuples, so placements compare and hash by value.
-        for name in ("device_ids", "device_kinds", "process_indices"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+        self = super().__new__(cls, platform, tuple(device_ids), tuple(device_kinds), tuple(process_indices))
+        self._check()
+        return self
+
+    def _check(self) -> None:
         if not isinstance(self.platform, str) or not self.platform:
             raise ValueError(f"Placement.platform must be a non-empty string, got {self.platform!r}")
         if not self.device_ids:

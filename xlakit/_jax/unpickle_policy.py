@@ -9,7 +9,6 @@ import importlib
 import io
 import pickle
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["FORMAT_GLOBALS", "CALL", "VALUE", "format_globals", "allowed_use", "_resolve_global", "_scan_payload",
@@ -207,12 +206,14 @@ def _value_stub(module: str, name: str) -> type:
     return type("ValueOnly", (_Stub,), {"__new__": refuse})
 
 
-@dataclass
 class _Scan:
-    globals: set
-    device_ids: set
-    exec_count: int = 0
-    exec_bytes: bytes = b""
+    """What a scan found: the globals named, the device ids referred to, the executables (count, last bytes)."""
+
+    def __init__(self) -> None:
+        self.globals: set[tuple[str, str]] = set()
+        self.device_ids: set[int] = set()
+        self.exec_count = 0
+        self.exec_bytes = b""
 
 
 class _ScanUnpickler(pickle.Unpickler):
@@ -221,7 +222,7 @@ class _ScanUnpickler(pickle.Unpickler):
 
     def __init__(self, file):
         super().__init__(file)
-        self.result = _Scan(set(), set())
+        self.result = _Scan()
 
     def find_class(self, module, name):
         _resolve_global(module, name)

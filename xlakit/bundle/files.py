@@ -31,8 +31,9 @@ MAX_JSON_DEPTH = 100
 # host on a shared folder); one whose writer is gone is stale at once.
 STALE_TEMP_S = 3600.0
 
-_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{6,}\.tmp$")
-_LEGACY_TEMP = re.compile(r"^\.(?P<name>.+)\.[A-Za-z0-9_]{6,}\.tmp$")
+# Patterns, compiled on first use (by ``re``'s own cache): a load never needs them, only the clean-up does.
+_TEMP = r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{6,}\.tmp$"
+_LEGACY_TEMP = r"^\.(?P<name>.+)\.[A-Za-z0-9_]{6,}\.tmp$"
 
 
 class NotRegularFile(OSError):
@@ -112,9 +113,9 @@ def stale_temps(folder: str | os.PathLike[str], older_than_s: float = STALE_TEMP
             continue
         if not stat.S_ISREG(st.st_mode):
             continue
-        m = _TEMP.match(e.name)
+        m = re.match(_TEMP, e.name)
         old = now - st.st_mtime > older_than_s
-        if (m and not pid_alive(int(m.group("pid")))) or (old and (m or _LEGACY_TEMP.match(e.name))):
+        if (m and not pid_alive(int(m.group("pid")))) or (old and (m or re.match(_LEGACY_TEMP, e.name))):
             found.append(Path(e.path))
     return sorted(found)
 

@@ -28,11 +28,10 @@ import errno
 import hashlib
 import json
 import os
-import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
 from xlakit.bundle.manifest import MODULE_SUFFIX, write_atomic
@@ -43,7 +42,11 @@ __all__ = ["RECORD", "RecordState", "Drop", "sha256_hex", "program_key", "read_r
 
 RECORD = "module_hashes.json"
 _VERSION = 1
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _is_sha256_hex(text: str) -> bool:
+    """64 lowercase hex digits (what :func:`sha256_hex` returns)."""
+    return len(text) == 64 and not text.strip("0123456789abcdef")
 
 
 def sha256_hex(data: bytes) -> str:
@@ -70,7 +73,7 @@ def _bundle_key(key: str, stems: set[str]) -> bool:
         if key.startswith(stem):
             rest = key[len(stem):]
             digest, sep, batch = rest.partition("-")
-            if _HEX64.match(digest) and (not sep or (batch.startswith("b") and batch[1:].isdigit())):
+            if _is_sha256_hex(digest) and (not sep or (batch.startswith("b") and batch[1:].isdigit())):
                 return True
     return False
 
@@ -95,8 +98,7 @@ def _keys_from(store, partition: str, base: str) -> list[str]:
     return sorted(n[:-4] for n in names if n.endswith(".xlk") and _derived(n[:-4], base))
 
 
-@dataclass(frozen=True)
-class RecordState:
+class RecordState(NamedTuple):
     """What was found at ``.cache/module_hashes.json``.
 
     Attributes:
@@ -112,8 +114,7 @@ class RecordState:
     path: Path
 
 
-@dataclass(frozen=True)
-class Drop:
+class Drop(NamedTuple):
     """A stored program that a load removes: ``key`` in ``partition``, from ``module`` (file), and why."""
 
     partition: str
@@ -143,7 +144,7 @@ def read_record(cache_dir: str | Path) -> RecordState:
     if not isinstance(modules, dict):
         return RecordState("unreadable", {}, "field 'modules' is missing or not an object", path)
     for name, digest in modules.items():
-        if not (isinstance(digest, str) and _HEX64.match(digest)):
+        if not (isinstance(digest, str) and _is_sha256_hex(digest)):
             return RecordState("unreadable", {}, f"field 'modules.{name[:80]}' is not a SHA-256 hex digest", path)
         if not name.endswith(MODULE_SUFFIX) or "/" in name or "\\" in name or name.startswith("."):
             return RecordState("unreadable", {}, f"field 'modules.{name[:80]}' is not a module file name", path)

@@ -57,7 +57,6 @@ from xlakit.bundle.hashes import RECORD, RecordState, read_record, sha256_hex
 from xlakit.bundle.loaded import LoadedBundle
 from xlakit.bundle.manifest import CACHE_DIR, DEFAULT_VARIANT, Manifest, ModuleSpec
 from xlakit.bundle.programs import Context, NullStore
-from xlakit.bundle.progress import progress_bar
 from xlakit.bundle.reports import ModuleReport
 from xlakit.bundle.trees import TreeError, build_treedef
 from xlakit.bundle.usage import read_usage, write_usage
@@ -164,9 +163,13 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     weights = None
     if not background:  # measured: placing the weights beside two loading threads cost CPU and wall on 2 cores
         weights, weights_s = _place_weights(path, manifest, device)
-    bar = progress_bar(len(manifest.modules), f"{manifest.name}", enabled=progress)
+    on_done = None
+    if progress:  # (the bar's module and tqdm load only when a bar is shown)
+        from xlakit.bundle.progress import progress_bar
+
+        on_done = _bar_updater(progress_bar(len(manifest.modules), f"{manifest.name}"), len(manifest.modules))
     loader = ProgramLoader(ctx, manifest.modules, blobs, current, order, max_workers or DEFAULT_MAX_WORKERS,
-                           on_done=_bar_updater(bar, len(manifest.modules)), warmup=warmup, head_start=background)
+                           on_done=on_done, warmup=warmup, head_start=background)
     if weights is None:
         try:  # background: the weights are placed while the first program loads (one worker: the head start)
             weights, weights_s = _place_weights(path, manifest, device)

@@ -44,12 +44,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from xlakit import _atomic
 from xlakit.bundle.errors import ManifestError
@@ -70,7 +69,9 @@ MODULE_SUFFIX = ".jaxexp"
 BATCH = "batch"
 DEFAULT_VARIANT = "default"
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # variant names: they become part of file names
+# Variant names: they become part of file names.
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_NO_ENTRIES: Mapping[str, Any] = MappingProxyType({})  # the default of the optional mapping fields (read-only)
 _REQUIRED = ("format", "format_version", "name", "inputs", "outputs", "batch_sizes", "variants", "weights")
 
 
@@ -92,8 +93,7 @@ def module_file(variant: str, batch_size: int | None) -> str:
     return f"{stem}.b{'poly' if batch_size is None else batch_size}{MODULE_SUFFIX}"
 
 
-@dataclass(frozen=True)
-class TensorSpec:
+class TensorSpec(NamedTuple):
     """Name, shape and dtype of one input, output or weight tensor.
 
     Attributes:
@@ -151,8 +151,7 @@ class TensorSpec:
         return cls(name, tuple(shape), dtype)
 
 
-@dataclass(frozen=True)
-class ModuleSpec:
+class ModuleSpec(NamedTuple):
     """One module file: the program of ``variant`` at ``batch_size`` (None: the shape-polymorphic module,
     whose batch axis is symbolic)."""
 
@@ -166,8 +165,7 @@ class ModuleSpec:
         return self.file[: -len(MODULE_SUFFIX)]
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     """The parsed ``manifest.json`` (see the module docstring for the format).
 
     Attributes:
@@ -199,11 +197,11 @@ class Manifest:
     weights: tuple[TensorSpec, ...]
     weights_file: str = WEIGHTS
     platforms: tuple[str, ...] = ()
-    created_with: Mapping[str, str] = field(default_factory=dict)
-    output_trees: Mapping[str, Any] = field(default_factory=dict)
-    rows_independent: Mapping[str, bool] = field(default_factory=dict)
-    polymorphic: Mapping[str, str] = field(default_factory=dict)
-    row_independence: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    created_with: Mapping[str, str] = _NO_ENTRIES
+    output_trees: Mapping[str, Any] = _NO_ENTRIES
+    rows_independent: Mapping[str, bool] = _NO_ENTRIES
+    polymorphic: Mapping[str, str] = _NO_ENTRIES
+    row_independence: Mapping[str, Mapping[str, str]] = _NO_ENTRIES
     format_version: int = FORMAT_VERSION
 
     @property
@@ -281,7 +279,7 @@ class Manifest:
         if not isinstance(variants, list) or not variants:
             raise ManifestError(file, "variants", "expected a non-empty list of names")
         for i, v in enumerate(variants):
-            if not isinstance(v, str) or not _NAME.match(v):
+            if not isinstance(v, str) or not 0 < len(v) <= 64 or not _NAME_CHARS.issuperset(v):
                 raise ManifestError(file, f"variants[{i}]", f"expected 1-64 characters of [A-Za-z0-9_-], got {v!r}")
         if len(set(variants)) != len(variants):
             raise ManifestError(file, "variants", f"duplicate names in {variants}")

@@ -52,7 +52,7 @@ def _memory_columns(memory: Mapping[str, Any] | None) -> dict[str, int | None]:
             "footprint_bytes": m.footprint_bytes}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # (its own __repr__ below; not generated only to be discarded)
 class ModuleReport:
     """How one module was loaded.
 

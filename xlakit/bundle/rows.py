@@ -26,8 +26,7 @@ exported sizes), or ``declared`` (the exporter's ``rows_independent=`` override,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["HOWS", "RowRecord", "establish_rows", "parse_row_independence", "pad_rows", "is_extended"]
 
@@ -140,8 +139,7 @@ def parse_row_independence(d: Mapping[str, Any], file: Any, variants: Sequence[s
     return out
 
 
-@dataclass(frozen=True)
-class RowRecord:
+class RowRecord(NamedTuple):
     """How row independence of one variant was established.
 
     Attributes:

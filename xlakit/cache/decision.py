@@ -7,9 +7,8 @@ facts as an :class:`~xlakit.events.Event`. Callers act on the value; the event l
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["Decision", "DECISION_KINDS"]
 
@@ -20,9 +19,24 @@ __all__ = ["Decision", "DECISION_KINDS"]
 DECISION_KINDS = ("hit", "miss", "store", "skip", "corrupt", "store_error", "load_error")
 
 
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """What the cache did for one program.
+class _DecisionFields(NamedTuple):
+    kind: str
+    reason: str | None = None
+    key: str | None = None
+    name: str | None = None
+    partition: str | None = None
+    folder: str | None = None
+    bytes: int | None = None
+    load_s: float | None = None
+    compile_s: float | None = None
+    saved_s: float | None = None
+    memory: Mapping[str, int] | None = None
+    loadable: bool = False
+    header: Mapping[str, Any] | None = None
+
+
+class Decision(_DecisionFields):
+    """What the cache did for one program (an immutable value; ``kind`` is checked when it is made).
 
     Attributes:
       kind: one of :data:`DECISION_KINDS`.
@@ -40,25 +54,21 @@ class Decision:
       loadable: the entry holds the JAX-level executable (placeable on other devices by
         :meth:`ExecutableCache.load`).
       header: the entry's authenticated header (hit, store), else None. Not shown in the repr.
+
+    Raises:
+      ValueError: ``kind`` is not one of :data:`DECISION_KINDS`.
     """
 
-    kind: str
-    reason: str | None = None
-    key: str | None = None
-    name: str | None = None
-    partition: str | None = None
-    folder: str | None = None
-    bytes: int | None = None
-    load_s: float | None = None
-    compile_s: float | None = None
-    saved_s: float | None = None
-    memory: Mapping[str, int] | None = None
-    loadable: bool = False
-    header: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
+    __slots__ = ()
 
-    def __post_init__(self) -> None:
-        if self.kind not in DECISION_KINDS:
-            raise ValueError(f"unknown decision kind {self.kind!r}; expected one of {', '.join(DECISION_KINDS)}")
+    def __new__(cls, kind: str, *args: Any, **fields: Any) -> Decision:
+        if kind not in DECISION_KINDS:
+            raise ValueError(f"unknown decision kind {kind!r}; expected one of {', '.join(DECISION_KINDS)}")
+        return super().__new__(cls, kind, *args, **fields)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields[:-1], self, strict=False))
+        return f"Decision({shown})"
 
     @property
     def duration_s(self) -> float | None:
@@ -71,5 +81,5 @@ class Decision:
         return "xlakit"
 
     def replace(self, **changes: Any) -> Decision:
-        """A copy with ``changes`` applied."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` applied (checked as a new decision is)."""
+        return Decision(**{**self._asdict(), **changes})
