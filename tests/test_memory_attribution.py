@@ -130,8 +130,10 @@ def test_jax_name_stacks_read_as_phase_and_scope(op_name, phase, scope, primitiv
     assert (ns.phase, ns.scope, ns.primitive) == (phase, scope, primitive)
 
 
-def test_missing_metadata_is_unknown_and_bad_input_is_refused(mlp):
-    # buffers whose instruction (and every position sharing the buffer) carries no metadata: nothing guessed
+def test_missing_metadata_is_unknown_or_the_one_line_that_reads_it_and_bad_input_is_refused(mlp):
+    # buffers whose instruction (and every position sharing the buffer) carries no metadata: a constant XLA
+    # broadcast for the ops of one line is charged to that line (2 MiB of a transformer's peak was "unknown");
+    # any other stays unknown, nothing guessed
     mod = mlp.assignment._module
     bare = {b.id for b in mlp.assignment.logical_buffers
             if all(not (mod.instructions[i].op_name or mod.instructions[i].frame_id)
@@ -139,8 +141,15 @@ def test_missing_metadata_is_unknown_and_bad_input_is_refused(mlp):
                    for i in [b.instruction_id, *(i for i, _ in mlp.assignment._aliases.get(b.id, ()))]
                    if i is not None)}
     rows = mlp.buffers[mlp.buffers["buffer_id"].isin(bare)]
-    assert len(rows) and set(rows["source"]) == {"unknown"} and set(rows["scope"]) == {"unknown"}
-    assert set(rows["layer"]) == {"unknown"} and rows["line"].isna().all()
+    made = rows[rows["scope"].str.startswith("made by XLA for › ")]
+    unknown = rows.drop(made.index)
+    assert len(made) and set(unknown["source"]) <= {"unknown"} and set(unknown["scope"]) <= {"unknown"}
+    assert set(unknown["layer"]) <= {"unknown"} and unknown["line"].isna().all()
+    by_name = {i.name: iid for iid, i in mod.instructions.items()}
+    source_of = dict(zip(mlp.buffers["instruction"], mlp.buffers["source"], strict=True))
+    for name, source in zip(made["instruction"], made["source"], strict=True):
+        readers = {mod.instructions[u].name for u, ins in mod.instructions.items() if by_name[name] in ins.operands}
+        assert source != "unknown" and {source_of[r] for r in readers if r in source_of} == {source}, name
     a = attribute(jax.jit(lambda v: v * 2), jax.ShapeDtypeStruct((4,), jnp.float32))
     assert set(a.buffers["role"]) >= {"parameter", "output"}
     with pytest.raises(TypeError, match="without example arguments"):

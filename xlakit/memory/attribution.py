@@ -12,7 +12,8 @@ Sources, all from the compiled program itself (nothing is guessed; what is missi
   (``copy``, ``bitcast``, ``get-tuple-element``...) takes the metadata of the value it copies; a fusion whose
   own metadata has no stack frame (XLA merged it from several instructions) takes the frame of the fused
   instruction with its op name, else of the one nearest the fused root; a buffer with no metadata anywhere
-  stays ``"unknown"``;
+  (a constant XLA broadcast into a buffer of its own for a fusion) takes the line of its readers when they are
+  all on one user line (scope ``made by XLA for › ...``), else stays ``"unknown"``;
 * the jitted function's argument tree (``Compiled.in_tree``) for each entry parameter's pytree path, else the
   parameter's own op name (JAX records the argument path there).
 
@@ -151,6 +152,30 @@ def _fused_frame(mod: Any, fusion: Any) -> Any:
     framed = [i for i in order if i.frame_id]
     same = [i for i in framed if own and i.op_name.split(";", 1)[0] == own]
     return (same or framed or [None])[0]
+
+
+def _readers_line(mod: Any, positions: list[int], users: dict[int, list[int]], frames: Any) -> tuple:
+    """For a value with no metadata at any of its ``positions`` (a constant XLA broadcast into a buffer of its
+    own for the fusions that read it): ``(stack, first user frame, op name)`` of the one user line every reader
+    is on (readers looked through carriers; a fusion without a frame speaks by its fused instructions), else
+    ``()``: readers on two lines, or one without a user frame, leave the value ``unknown``."""
+    todo, seen, found = list(positions), set(positions), None
+    while todo:
+        for uid in users.get(todo.pop(), ()):
+            ins = mod.instructions.get(uid)
+            if uid in seen or ins is None:
+                continue
+            seen.add(uid)
+            if ins.opcode in _CARRIERS and not ins.frame_id and not ins.op_name:
+                todo.append(uid)
+                continue
+            framed = ins if ins.frame_id else _fused_frame(mod, ins) if ins.opcode == "fusion" else None
+            chain = frames.chain(framed.frame_id) if framed is not None and framed.frame_id else ()
+            user = user_frame(chain)
+            if user is None or (found is not None and (found[1].file, found[1].line) != (user.file, user.line)):
+                return ()
+            found = found or (chain, user, ins.op_name or framed.op_name)
+    return found or ()
 
 
 def _stacked_value(mod: Any, iid: int) -> Any:
@@ -310,6 +335,12 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
                 stack, user = inner, user_frame(inner)
         names = parse_op_name(meta.op_name if meta is not None and meta.op_name else
                               framed.op_name if framed is not None else "")
+        made_for = ""
+        if user is None and meta is None and b.instruction_id not in param_ids:
+            readers = _readers_line(mod, positions, users, frames)
+            if readers:  # XLA made it, without metadata, for one line's ops: that line holds it
+                stack, user, reader_op = readers
+                made_for = parse_op_name(reader_op).scope
         parameter = None
         role = "temporary"
         is_entry_param = b.instruction_id in param_ids
@@ -325,6 +356,8 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
             scope, source, layer = "argument", f"argument {parameter}", "argument"
         else:
             scope, source, layer = names.scope, source_of(user), layer_of(user)
+            if made_for:
+                scope = f"made by XLA for › {made_for}"
             if alloc is None:
                 role = "temporary"
             elif alloc.is_constant:
