@@ -170,7 +170,9 @@ def _readers_line(mod: Any, positions: list[int], users: dict[int, list[int]], f
                 todo.append(uid)
                 continue
             framed = ins if ins.frame_id else _fused_frame(mod, ins) if ins.opcode == "fusion" else None
-            chain = frames.chain(framed.frame_id) if framed is not None and framed.frame_id else ()
+            if framed is None or not framed.frame_id:
+                return ()
+            chain = frames.chain(framed.frame_id)
             user = user_frame(chain)
             if user is None or (found is not None and (found[1].file, found[1].line) != (user.file, user.line)):
                 return ()
