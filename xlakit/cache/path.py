@@ -223,7 +223,9 @@ class CachePath:
                 return
         except Exception:  # noqa: BLE001 - a listing is advice; never fail a lookup for it
             return
-        others = [n for n in names if n != partition]
+        from xlakit.store.layout import is_environment_partition
+
+        others = [n for n in names if n != partition and is_environment_partition(self.store.root, n)]
         if others:
             self._warned.add("environment")
             warnings.warn(f"xlakit's cache at {self.folder} holds programs for {len(others)} other environment(s) "

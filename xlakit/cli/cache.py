@@ -56,7 +56,9 @@ def _check_partition(store, partition: str | None) -> None:
         raise CliError(str(e)) from None
     if not store.root.exists():
         return
-    known = store.partitions()
+    from xlakit.store.layout import is_environment_partition
+
+    known = [p for p in store.partitions() if is_environment_partition(store.root, p)]
     if partition not in known:
         listed = ", ".join(known) if known else "none"
         raise CliError(f"unknown partition {partition!r} in {store.root} (partitions: {listed}); "

@@ -32,8 +32,8 @@ from .layout import (
 )
 from .quarantine import quarantined_files, remove_quarantined
 
-__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "removable", "remove_stale_temps", "scan",
-           "touch_used"]
+__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "is_partition", "removable", "remove_stale_temps",
+           "scan", "touch_used"]
 
 
 @dataclass
@@ -179,6 +179,26 @@ def remove_stale_temps(root: Path, partitions: list[str], older_than_s: float = 
             if st is not None and is_stale_temp(d.name, st, now, older_than_s):
                 removed += remove_file(root, part, d.name)
     return removed
+
+
+def is_partition(root: Path, name: str, secret: Callable[[], bytes]) -> bool:
+    """Whether folder ``name`` of cache ``root`` is a partition, for a clear of all partitions: made for an
+    environment (its name's shape, or a ``partition.json``), holding only names the store writes, or holding an
+    entry whose header authenticates with ``secret()`` (an OSError there: no such proof). A user's own folder
+    beside the partitions (``logs/`` with a ``notes.xlk`` in it) is none of these, and is left alone."""
+    from .envelope import EntryError, read_header_file
+    from .layout import holds_only_store_names, is_environment_partition
+
+    if is_environment_partition(root, name) or holds_only_store_names(root, name):
+        return True
+    for d in _fs.scandir(root / name):
+        if d.name.endswith(ENTRY_SUFFIX):
+            try:
+                read_header_file(d.path, secret())
+                return True
+            except (EntryError, OSError):
+                continue
+    return False
 
 
 def removable(path: Path, secret: bytes) -> bool:

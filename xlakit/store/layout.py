@@ -48,6 +48,8 @@ import platformdirs
 from . import _fs
 
 __all__ = [
+    "holds_only_store_names",
+    "is_environment_partition",
     "ENTRY_SUFFIX",
     "ENV_CACHE_DIR",
     "LOCK_NAME",
@@ -201,6 +203,33 @@ def valid_partition(name: str) -> bool:
         validate_partition(name)
         return True
     except ValueError:
+        return False
+
+
+# Environment.partition_name(): {platform}[-sm{cc}]-jaxlib{version}-{machine}-{cpu_level}-{digest[:8]}
+_ENV_PARTITION = re.compile(r"[a-z0-9]+(?:-[A-Za-z0-9_.]+)+-[0-9a-f]{8}")
+
+
+def is_environment_partition(root: Path, name: str) -> bool:
+    """Whether folder ``name`` of cache ``root`` is a partition xlakit made for an environment: its name has
+    the shape of an environment's partition name, or it holds a ``partition.json`` (a plain file, not through
+    a link). A user's ``logs/`` or ``checkpoints/`` beside the entries is neither, so no listing counts it as
+    another environment and ``cache clear`` leaves it alone."""
+    if not valid_partition(name):
+        return False
+    if _ENV_PARTITION.fullmatch(name):
+        return True
+    st = _fs.lstat(Path(root) / name / PARTITION_INFO)
+    return st is not None and stat.S_ISREG(st.st_mode)
+
+
+def holds_only_store_names(root: Path, name: str) -> bool:
+    """Whether folder ``name`` of cache ``root`` holds nothing but plain files at names the store writes
+    (entries, ``.used``, temps, ``partition.json``): a partition the store made, whatever its name."""
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(name, at=rfd) as fd:
+            return _partition_shaped(fd) is None
+    except OSError:
         return False
 
 

@@ -405,7 +405,8 @@ class LocalStore:
         parts = [validate_partition(partition)] if partition is not None else None
         if not require_cache_folder(self.root):
             return 0
-        parts = parts if parts is not None else self.partitions()
+        # all: the partitions, not a user's own folder beside them (evict.is_partition)
+        parts = parts or [p for p in self.partitions() if evict.is_partition(self.root, p, lambda: self.secret)]
         removed = 0
         with self._lockfile():
             notes: list[str] = []
