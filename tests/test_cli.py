@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -467,3 +468,25 @@ def test_report_into_a_missing_folder_says_to_create_it(cache, tmp_path, capsys)
     code, _out, err = run(capsys, "report", "--out", str(out), "--path", str(cache.root))
     assert code == 2 and "does not exist; create it first" in err and "--path" not in err
     assert not out.parent.exists()
+
+
+def test_a_users_own_folder_beside_the_partitions_is_neither_cleared_nor_another_environment(cache, capsys):
+    """Fault: `cache clear --partition mystuff` deleted a user's mystuff/x.xlk (a name ending like an entry's,
+    not an xlakit entry) in a cache folder, and the folder's own logs/ were called "another environment"."""
+    from xlakit.cache.path import CachePath
+    from xlakit.events import EventLog
+
+    own = cache.root / "mystuff"
+    own.mkdir()
+    (own / "x.xlk").write_text("p2")
+    (own / "data.txt").write_text("keep")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        CachePath(cache, EventLog())._tell_new_environment("cpu-jaxlib9.9.9-x86_64-avx2-cccccccc")
+    told = [str(w.message) for w in seen if "other environment" in str(w.message)]
+    assert len(told) == 1 and "2 other environment(s)" in told[0] and "mystuff" not in told[0], told
+    code, _, err = run(capsys, "cache", "clear", "--path", str(cache.root), "--partition", "mystuff", "--yes")
+    assert code == 2 and "unknown partition 'mystuff'" in err
+    code, out, _ = run(capsys, "cache", "clear", "--path", str(cache.root), "--yes")
+    assert code == 0 and "Removed 3 entries" in out and {i.partition for i in cache.entries()} == {"mystuff"}
+    assert (own / "x.xlk").read_text() == "p2" and (own / "data.txt").read_text() == "keep"
