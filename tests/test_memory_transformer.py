@@ -186,3 +186,10 @@ def test_what_nnx_jit_lowers_and_compiles_is_attributed_as_jax_s_own_program(cac
     assert len(cache.entries()) == 1  # compiled through the cache and stored
     with pytest.raises(TypeError, match="already compiled"):
         cache.compile(compiled)  # flax's Compiled is refused like JAX's, with what to pass instead
+    # MemoryBreakdown drew only totals for it and said "pass the jax.stages.Compiled", which the user had done
+    from xlakit.view.programs import collect_programs
+
+    for source in (compiled, {"step": compiled}):
+        programs = collect_programs(source)
+        (label,) = programs.memories
+        assert isinstance(programs.programs[label], jax.stages.Compiled) and not programs.notes.get(label)

@@ -57,9 +57,21 @@ def cache_folder(obj: Any) -> Any | None:
     return None
 
 
-def _is_program(value: Any) -> bool:
+def _stage(value: Any) -> Any:
+    """JAX's ``Compiled`` / ``Lowered`` for ``value``: itself, or the one a flax.nnx stage (what
+    ``nnx.jit(f).lower(...)`` and its ``compile()`` return) holds as ``.compiled`` / ``.lowered``; else None."""
     jax = sys.modules.get("jax")
-    return jax is not None and isinstance(value, (jax.stages.Compiled, jax.stages.Lowered))
+    if jax is None:
+        return None
+    stages = (jax.stages.Compiled, jax.stages.Lowered)
+    if isinstance(value, stages):
+        return value
+    inner = [getattr(value, attr, None) for attr in ("compiled", "lowered")]
+    return next((i for i in inner if isinstance(i, stages)), None)
+
+
+def _is_program(value: Any) -> bool:
+    return _stage(value) is not None
 
 
 def collect_programs(source: Any, *, fold_library: bool = False, events: Any = None) -> Programs:
@@ -132,7 +144,7 @@ def collect_programs(source: Any, *, fold_library: bool = False, events: Any = N
     if isinstance(source, CompiledMemory) or _is_program(source):
         memory = compiled_memory(source)
         out.origin = "one program"
-        out.add(memory.name or "program", memory, source if _is_program(source) else memory)
+        out.add(memory.name or "program", memory, _stage(source) or memory)
         return out
     raise TypeError("MemoryBreakdown takes a jax.stages.Compiled, a dict of name -> Compiled (or CompiledMemory), "
                     "an ExecutableCache / enable_cache() cache / CacheFolder / LocalStore, a LoadedBundle, or an "
@@ -144,7 +156,7 @@ def _from_mapping(out: Programs, mapping: Mapping[str, Any]) -> Programs:
 
     for name, value in mapping.items():
         memory = compiled_memory(value)
-        program = value if _is_program(value) else (value if isinstance(value, CompiledMemory) else None)
+        program = _stage(value) or (value if isinstance(value, CompiledMemory) else None)
         note = None if program is not None else ("no compiled program to decode a buffer assignment from; pass "
                                                  "the jax.stages.Compiled")
         out.add(_label(name), memory, program, note)
