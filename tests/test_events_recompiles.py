@@ -338,3 +338,25 @@ def test_library_helpers_recompiling_warn_nobody_and_list_after_your_functions()
     frame = log.recompiles()
     assert frame["function"].iloc[0] == "jit_mine"
     assert (frame["origin"] == "library").any()
+
+
+def test_a_changed_structure_is_shown_where_it_differs_not_its_first_120_characters():
+    """Fault: an nnx.jit step called with a module whose static attribute changed (remat False -> True) was
+    explained as the first 120 characters of two GraphDef dumps, identical up to the cut."""
+    import jax
+    from flax import nnx
+
+    from xlakit._jax.retrace import _where_differs
+
+    class Model(nnx.Module):
+        def __init__(self, remat: bool):
+            self.remat = remat
+            self.dense = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+
+    def structure(model):
+        return str(jax.tree_util.tree_structure(nnx.split(model)))
+
+    b, a = structure(Model(False)), structure(Model(True))
+    assert b[:120] == a[:120] and len(b) > 120  # what the explanation used to show
+    shown_b, shown_a = _where_differs(b, a)
+    assert "False" in shown_b and "True" in shown_a and len(shown_b) <= 122 and shown_b != shown_a

@@ -155,6 +155,26 @@ def _leaf_text(leaf: tuple[str, str, bool, str]) -> str:
     return f"{'weak ' if weak else ''}{dtype}{shape}"
 
 
+def _where_differs(b: str, a: str, width: int = 120) -> tuple[str, str]:
+    """``b`` and ``a`` cut to ``width`` characters around where they differ: a flax.nnx module's tree structure
+    is a GraphDef dump of thousands of characters whose first 120 are the same whatever changed (a static
+    ``remat=False`` -> ``True`` deep inside); the common start and end are shown as ``…``."""
+    if len(b) <= width and len(a) <= width:
+        return b, a
+    n = min(len(b), len(a))
+    head = next((i for i in range(n) if b[i] != a[i]), n)
+    tail = next((i for i in range(n - head) if b[-1 - i] != a[-1 - i]), n - head)
+    start = max(0, head - 40)
+
+    after = max(0, tail - 20)  # a little of the common end too: "False" and "True" share their "e"
+
+    def cut(text: str) -> str:
+        middle = text[start:len(text) - after]
+        return ("…" if start else "") + middle[:width] + ("…" if len(middle) > width or after else "")
+
+    return cut(b), cut(a)
+
+
 def diff(before: _Signature, after: _Signature) -> list[dict[str, str]]:
     """The changes from ``before`` to ``after``: dicts with ``what``, ``path``, ``before``, ``after``."""
     out: list[dict[str, str]] = []
@@ -165,7 +185,7 @@ def diff(before: _Signature, after: _Signature) -> list[dict[str, str]]:
     bl, al = before["leaves"], after["leaves"]
     if list(bl) != list(al) or before["structure"] != after["structure"]:
         gone, new = [p for p in bl if p not in al], [p for p in al if p not in bl]
-        add("structure", (gone or new or ["arguments"])[0], before["structure"][:120], after["structure"][:120])
+        add("structure", (gone or new or ["arguments"])[0], *_where_differs(before["structure"], after["structure"]))
     for path in (p for p in al if p in bl):
         b, a = bl[path], al[path]
         if b[0] != a[0]:
