@@ -146,6 +146,9 @@ def test_a_miss_after_a_retrace_says_what_changed_not_only_that_the_key_is_new()
     assert change in w.explain_miss(2) and "jit_step-2" in w.explain_miss(2)
     assert "retraced" not in w.explain_miss(0)   # the first compile: nothing changed
     assert "retraced" not in w.explain_miss(3)   # a later miss with no retrace of its own
+    # the saved notebook's "Latest misses and why" table says it too (it kept only the cache's reason)
+    snapshot = w.to_html(include_plotlyjs=False)
+    assert snapshot.count("it was retraced just before because x: shape float32[64,256] -&gt; float32[96,256]") == 1
     w.close()
 
 

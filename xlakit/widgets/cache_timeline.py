@@ -11,6 +11,7 @@ import traitlets
 
 from xlakit.events import KINDS, SOURCES, Event, EventLog
 from xlakit.view.format import fmt_seconds
+from xlakit.view.timeline import miss_reason
 from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View, Worker
@@ -324,9 +325,9 @@ class CacheTimeline(View, widgets.VBox):
         a = self.columns.arrays()
         if index >= a["kind"].size or a["kind"][index] != "miss":
             raise ValueError(f"row {index} is not a miss")
-        text = (f"{a['name'][index]} missed: {a['reason'][index] or 'no reason recorded'} "
+        reason, _, why = miss_reason(a, index).partition("; it was retraced just before because ")
+        text = (f"{a['name'][index]} missed: {reason} "
                 f"(key {a['key'][index] or '—'}, partition {a['partition'][index] or '—'})")
-        why = _retrace_before(a, index)
         if why:  # the cache only knows the key is new; the retrace just before it knows what changed
             text += f"; it was retraced just before because {why}"
         self.miss_explanation.value = f"<p class='xlakit-note'>{html_text(text)}</p>"
@@ -350,19 +351,3 @@ class CacheTimeline(View, widgets.VBox):
         d = self.data
         shown = f"{d.total} events, {d.matched} matching, {d.shown} drawn" if d else "not drawn"
         return f"CacheTimeline({shown}; live={self.live})"
-
-
-def _retrace_before(a: dict, index: int) -> str | None:
-    """The reason of the newest ``recompile`` of the same function recorded before row ``index`` with no other
-    miss of it in between (what changed in its signature), or None."""
-    import numpy as np
-
-    name = a["name"][index]
-    same = np.flatnonzero(a["name"][:index] == name)
-    for row in same[::-1]:
-        kind = a["kind"][row]
-        if kind == "recompile":
-            return str(a["reason"][row]) if a["reason"][row] else None
-        if kind == "miss":
-            return None
-    return None
