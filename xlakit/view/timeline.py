@@ -23,7 +23,7 @@ from xlakit.view.untrusted import plotly_text
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
            "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "SAVED_POINTS",
-           "MAX_LANES", "miss_reason"]
+           "MAX_LANES", "miss_reason", "miss_reasons"]
 
 #: Points of the seconds-saved curve at most (a step line; a few per pixel column is all a screen shows).
 SAVED_POINTS = 400
@@ -293,28 +293,40 @@ def timeline_data(columns: EventColumns, *, kinds: Iterable[str] | None = None, 
     library_rows = np.isin(a["lane"][sel], [columns.lanes[n] for n in library]) if folded else np.zeros(
         sel.size, dtype=bool)
     miss_idx = sel[is_miss & ~library_rows][::-1][:200]
-    misses = tuple({"index": int(i), "label": f"{x[i]:.2f} s: {a['name'][i]}", "reason": miss_reason(a, int(i)),
-                    "key": a["key"][i]} for i in miss_idx)
+    misses = tuple({"index": int(i), "label": f"{x[i]:.2f} s: {a['name'][i]}", "reason": why, "key": a["key"][i]}
+                   for i, why in zip(miss_idx, miss_reasons(a, miss_idx), strict=True))
     return TimelineData(t0, lanes, points, sx, sy, total, int(sel.size), int(picked.size),
                         float(saved.sum()), counts, misses, library=library, folded=folded, seconds=seconds,
                         library_misses=int(np.count_nonzero(is_miss & library_rows)),
                         hidden_lanes=hidden, dropped=columns.dropped)
 
 
-def miss_reason(a: dict, index: int) -> str:
-    """Why the miss at row ``index`` of event arrays ``a`` happened: its recorded reason, and when the same
+def miss_reasons(a: dict, indices: Any) -> list[str]:
+    """Why each miss at rows ``indices`` of event arrays ``a`` happened: its recorded reason, and when the same
     function was retraced just before it (a ``recompile`` with no other miss of it in between), what changed
-    in its signature: the cache only knows the key is new."""
+    in its signature: the cache only knows the key is new. One pass over the misses and recompiles."""
+    import bisect
+
     import numpy as np
 
-    text = str(a["reason"][index] or "no reason recorded")
-    name = a["name"][index]
-    for row in np.flatnonzero(a["name"][:index] == name)[::-1]:
-        if a["kind"][row] == "recompile":
-            return text + (f"; it was retraced just before because {a['reason'][row]}" if a["reason"][row] else "")
-        if a["kind"][row] == "miss":
-            break
-    return text
+    rows = np.flatnonzero(np.isin(a["kind"], ("miss", "recompile")))
+    by_name: dict[Any, list[int]] = {}
+    for row in rows.tolist():
+        by_name.setdefault(a["name"][row], []).append(row)
+    out = []
+    for index in (int(i) for i in indices):
+        text = str(a["reason"][index] or "no reason recorded")
+        same = by_name.get(a["name"][index], [])
+        k = bisect.bisect_left(same, index) - 1  # the event of this function just before the miss
+        if k >= 0 and a["kind"][same[k]] == "recompile" and a["reason"][same[k]]:
+            text += f"; it was retraced just before because {a['reason'][same[k]]}"
+        out.append(text)
+    return out
+
+
+def miss_reason(a: dict, index: int) -> str:
+    """:func:`miss_reasons` of one row."""
+    return miss_reasons(a, [index])[0]
 
 
 def timeline_figure(data: TimelineData):
