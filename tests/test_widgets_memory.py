@@ -132,6 +132,9 @@ def test_memory_explorer_compiles_in_the_background_redraws_and_shows_errors(tmp
     assert e.liveness_chart.figure.layout.meta["xlakit_liveness"]["peak_bytes"] == first.peak.total_bytes
     html = e.to_html(False)
     assert "class='xlakit-chart'" in html and "Variants tried" in html and f"data-bytes='{big.peak_bytes}'" in html
+    # beside the logical peak, the number to budget with (donation can raise the one and lower the other)
+    assert big.footprint_bytes == big.peak.attribution.memory.footprint_bytes > 0
+    assert "XLA footprint (budget with this)" in html and f"data-bytes='{big.footprint_bytes}'" in html
     e.close()
     assert e.threads_alive == 0
 

@@ -60,6 +60,15 @@ class ExplorerResult:
     def peak_bytes(self) -> int | None:
         return None if self.peak is None else int(self.peak.total_bytes)
 
+    @property
+    def footprint_bytes(self) -> int | None:
+        """XLA's footprint of the variant's program (argument + output − alias + temp, from
+        ``memory_analysis()``): what one run reserves, the number to budget with. Donation can raise the
+        logical peak a little (a donated argument's buffer is reused in place) while it lowers this."""
+        memory = getattr(getattr(self.peak, "attribution", None), "memory", None)
+        value = getattr(memory, "footprint_bytes", None)
+        return None if value is None else int(value)
+
 
 def _checkpointed(fn: Callable, remat: str, policies: Mapping[str, str | None]) -> Callable:
     import jax
@@ -327,12 +336,15 @@ class MemoryExplorer(View, widgets.VBox):
 
     def _history_html(self) -> str:
         rows = [{"batch": r.batch, "remat": r.remat, "donate": r.donate, "peak": r.peak_bytes,
-                 "compile_s": r.compile_s, "decision": r.decision or "", "error": r.error or ""}
+                 "footprint": r.footprint_bytes, "compile_s": r.compile_s, "decision": r.decision or "",
+                 "error": r.error or ""}
                 for r in sorted(self.results.values(), key=lambda r: r.key)]
         if not rows:
             return note("Nothing compiled yet.")
         cols = [Column("batch", "batch", "count"), Column("remat", "remat"), Column("donate", "donate"),
-                Column("peak", "peak", "bytes"), Column("compile_s", "compile or load", "seconds"),
+                Column("peak", "peak (logical buffers)", "bytes"),
+                Column("footprint", "XLA footprint (budget with this)", "bytes"),
+                Column("compile_s", "compile or load", "seconds"),
                 Column("decision", "how"), Column("error", "error", nowrap=False)]
         return Table(cols, rows, caption="Variants tried", css_class="xlakit-explorer-history").to_html()
 
