@@ -296,8 +296,14 @@ class RetraceTracker:
         if frame is None:
             warnings.warn(message, RecompileWarning, stacklevel=2)
             return
-        warnings.warn_explicit(message, RecompileWarning, frame.f_code.co_filename, frame.f_lineno,
-                               module=frame.f_globals.get("__name__"),
+        from xlakit._sources import display_file
+
+        # a notebook cell reads "cell [12]", as everywhere else in xlakit, not ipykernel's temporary file name
+        where = frame.f_code.co_filename
+        shown = display_file(where)
+        warnings.warn_explicit(message, RecompileWarning, shown if shown.startswith("cell [") else where,
+                               frame.f_lineno,
+                               module=frame.f_globals.get("__name__") or "__main__",  # None: never shown
                                registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 
