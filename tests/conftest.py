@@ -45,6 +45,24 @@ def _isolated_home(tmp_path_factory):
             os.environ[k] = v
 
 
+def notebook_cell(folder: Path, monkeypatch, source: str, number: int) -> tuple[dict, Path]:
+    """Run ``source`` as IPython cell ``[number]`` would: compiled from ``ipykernel_<pid>/<hash>.py`` (what
+    ipykernel writes), with IPython's compile cache mapping that file to the execution count (a stand-in
+    ``IPython`` module in ``sys.modules`` for the test). Returns the cell's namespace and its file."""
+    import types
+
+    cell = folder / "ipykernel_4242" / f"{abs(hash(source)) % 10**10}.py"
+    cell.parent.mkdir(exist_ok=True)
+    cell.write_text(source)
+    namespace: dict = {}
+    exec(compile(source, str(cell), "exec"), namespace)
+    fake = types.ModuleType("IPython")
+    shell = types.SimpleNamespace(compile=types.SimpleNamespace(_filename_map={str(cell): number}))
+    fake.get_ipython = lambda: shell  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+    return namespace, cell
+
+
 def cpu_share(*loads: float) -> float:
     """How many runnable processes share each CPU now (the 1-minute load average, or the highest of ``loads``
     taken earlier, per CPU), at least 1: the factor a wall-clock bound set on a quiet machine grows by while the

@@ -364,19 +364,11 @@ def test_a_changed_structure_is_shown_where_it_differs_not_its_first_120_charact
 
 def test_a_recompile_warning_from_a_notebook_cell_names_the_cell_not_ipykernels_file(tmp_path, monkeypatch):
     """Fault: the warning pointed at /tmp/ipykernel_15765/3386441099.py:5 where every other view says cell [12]."""
-    import sys
-    import types
+    from conftest import notebook_cell
 
-    cell = tmp_path / "ipykernel_4242" / "2718281828.py"
-    cell.parent.mkdir()
-    cell.write_text("import jax\n\n@jax.jit\ndef grow_in_cell(x):\n    return x.sum()\n\ndef run(jnp):\n"
-                    "    for n in range(1, 9):\n        grow_in_cell(jnp.ones(n))\n")
-    namespace: dict = {}
-    exec(compile(cell.read_text(), str(cell), "exec"), namespace)
-    fake = types.ModuleType("IPython")
-    shell = types.SimpleNamespace(compile=types.SimpleNamespace(_filename_map={str(cell): 12}))
-    fake.get_ipython = lambda: shell  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "IPython", fake)
+    namespace, _ = notebook_cell(tmp_path, monkeypatch, "import jax\n\n@jax.jit\ndef grow_in_cell(x):\n"
+                                 "    return x.sum()\n\ndef run(jnp):\n    for n in range(1, 9):\n"
+                                 "        grow_in_cell(jnp.ones(n))\n", 12)
     with warnings.catch_warnings(record=True) as caught, events.record():
         warnings.simplefilter("always")
         namespace["run"](jnp)

@@ -5,7 +5,6 @@ a remat/no-remat pair shows the residuals it drops, and a notebook cell reads as
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import jax
@@ -14,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import memory_models as mm  # noqa: E402
+from conftest import notebook_cell  # noqa: E402
 
 from xlakit.memory import attribute, compare, peak  # noqa: E402
 from xlakit.memory._hlo_frames import parse_op_name  # noqa: E402
@@ -96,15 +96,8 @@ def test_remat_drops_the_residuals_of_a_scanned_stack_and_compare_says_so():
 def test_a_notebook_cell_reads_as_cell_and_line(tmp_path, monkeypatch):
     """ipykernel compiles each cell into ``ipykernel_<pid>/<hash>.py``; IPython's compile cache maps that file
     back to the execution count, which is what the user sees."""
-    cell = tmp_path / "ipykernel_4242" / "3141592653.py"
-    cell.parent.mkdir()
-    cell.write_text("import jax.numpy as jnp\n\ndef f(x):\n    y = jnp.sin(x) * 2\n    return y.sum()\n")
-    namespace: dict = {}
-    exec(compile(cell.read_text(), str(cell), "exec"), namespace)
-    fake = types.ModuleType("IPython")
-    shell = types.SimpleNamespace(compile=types.SimpleNamespace(_filename_map={str(cell): 7}))
-    fake.get_ipython = lambda: shell  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "IPython", fake)
+    namespace, cell = notebook_cell(tmp_path, monkeypatch, "import jax.numpy as jnp\n\ndef f(x):\n"
+                                    "    y = jnp.sin(x) * 2\n    return y.sum()\n", 7)
     a = attribute(jax.jit(namespace["f"]), jax.ShapeDtypeStruct((1000,), jnp.float32))
     sources = set(a.buffers["source"])
     assert "cell [7], line 4 (f)" in sources, sources
