@@ -26,12 +26,13 @@ note says so. :attr:`CompiledMemory.footprint_bytes` is the bytes XLA reserves f
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
 
-__all__ = ["CompiledMemory", "compiled_memory", "XLA_FIELDS"]
+__all__ = ["CompiledMemory", "compiled_memory", "program_stage", "XLA_FIELDS"]
 
 # (our field, XLA's CompiledMemoryStats attribute)
 XLA_FIELDS: tuple[tuple[str, str], ...] = (
@@ -216,6 +217,19 @@ def _runtime_info(compiled: Any) -> tuple[str | None, str | None]:
     except Exception:  # noqa: BLE001 - names are decoration; the byte counts do not depend on them
         pass
     return name, platform
+
+
+def program_stage(x: Any) -> Any:
+    """JAX's ``Compiled`` / ``Lowered`` that ``x`` is or holds (a flax.nnx stage holds one as ``.compiled`` /
+    ``.lowered``), else None. Never imports JAX: without it loaded, nothing is a program."""
+    if "jax" not in sys.modules:
+        return None
+    import jax
+
+    from xlakit._jax.stages import jax_stage
+
+    stage = jax_stage(x)
+    return stage if isinstance(stage, (jax.stages.Compiled, jax.stages.Lowered)) else None
 
 
 def _compile(x: Any, args: tuple, kwargs: dict) -> Any:

@@ -5,7 +5,6 @@ Used by :class:`xlakit.widgets.MemoryBreakdown` and :mod:`xlakit.report`.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,16 +57,9 @@ def cache_folder(obj: Any) -> Any | None:
 
 
 def _stage(value: Any) -> Any:
-    """JAX's ``Compiled`` / ``Lowered`` for ``value``: itself, or the one a flax.nnx stage (what
-    ``nnx.jit(f).lower(...)`` and its ``compile()`` return) holds as ``.compiled`` / ``.lowered``; else None."""
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return None
-    stages = (jax.stages.Compiled, jax.stages.Lowered)
-    if isinstance(value, stages):
-        return value
-    inner = [getattr(value, attr, None) for attr in ("compiled", "lowered")]
-    return next((i for i in inner if isinstance(i, stages)), None)
+    from xlakit.memory.compiled import program_stage
+
+    return program_stage(value)
 
 
 def _is_program(value: Any) -> bool:
