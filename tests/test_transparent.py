@@ -223,7 +223,9 @@ def test_cache_stays_inside_its_cap(tmp_path, cap):
     newest = [e["key"] for e in only(report, "store")][-3:]
     assert set(newest) <= survivors  # the most recently used entries survive
     if cap < needed:
-        assert 3 < len(survivors) < count
+        # the three newest at least (asserted above); how many more fit depends on the jaxlib fingerprint memo
+        # beside the entries, whose size grows with the path of the environment's libraries
+        assert 3 <= len(survivors) < count
         warm = run_worker(cache, *names[-3:], max_bytes=cap)  # and they load
         # jax.jit(jnp.sin) retraced for each new length: transparent mode reports those retraces as recompiles
         assert kinds(warm) == ["hit", "recompile", "hit", "recompile", "hit"]
