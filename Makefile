@@ -14,10 +14,14 @@ CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_
 
 .PHONY: demo test lint test-default test-py312 venv benchmark clean browser
 
+# Installs go through uv (itself installed by pip first): measured from nothing on this 2-core machine, the test
+# extras took 146 s of CPU with pip and 44 s with uv, bytecode compiled in both (see README, "Running the tests").
+UV_INSTALL = $(1)/bin/python -m pip install --quiet --upgrade 'uv>=0.5' && $(1)/bin/uv pip install --quiet \
+             --python $(1)/bin/python --compile-bytecode --upgrade
+
 $(VENV)/.installed-%: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet --upgrade -e '.[$*]'
+	$(call UV_INSTALL,$(VENV)) -e '.[$*]'
 	touch $@
 
 demo: $(VENV)/.installed-demo
@@ -44,8 +48,7 @@ test-default: lint browser
 # Only what the cache tests import (xlakit's own dependencies, pytest): no JupyterLab, browser or flax there.
 $(VENV312)/.installed-cache-test: pyproject.toml
 	$(PY312) -m venv $(VENV312)
-	$(VENV312)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV312)/bin/python -m pip install --quiet --upgrade -e '.[cache-test]'
+	$(call UV_INSTALL,$(VENV312)) -e '.[cache-test]'
 	touch $@
 
 test-py312: $(if $(PY312),$(VENV312)/.installed-cache-test)

@@ -84,6 +84,16 @@ def test_binder_environment(tmp_path: Path) -> None:
         shutil.rmtree(venv, ignore_errors=True)
 
 
+def _installer(py: Path) -> list[str]:
+    """``pip install`` into the environment of ``py``, as repo2docker runs it; through uv's pip interface when uv
+    is beside this interpreter (`make test` installs it): the same requirements resolved from the same index, with
+    bytecode compiled as pip does, for about a third of pip's CPU (a busy 2-core machine's suite waited on it)."""
+    uv = Path(sys.executable).parent / "uv"
+    if uv.is_file() and os.access(uv, os.X_OK):
+        return [str(uv), "pip", "install", "--quiet", "--python", str(py), "--compile-bytecode"]
+    return [str(py), "-m", "pip", "install", "--quiet"]
+
+
 def _build_and_run_binder(python: str, venv: Path, tmp_path: Path) -> None:
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
@@ -94,8 +104,7 @@ def _build_and_run_binder(python: str, venv: Path, tmp_path: Path) -> None:
     env.pop("PYTHONPATH", None)          # xlakit must come from the install, not from this checkout's path
     env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
     env["VIRTUAL_ENV"] = str(venv)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"], cwd=ROOT, env=env,
-                   check=True)
+    subprocess.run([*_installer(py), "-r", "binder/requirements.txt"], cwd=ROOT, env=env, check=True)
     subprocess.run(["bash", "binder/postBuild"], cwd=ROOT, env=env, check=True)
     script = (
         "import sys, nbformat, nbclient\n"
