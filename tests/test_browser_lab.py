@@ -168,6 +168,18 @@ _LEGEND_OVER_TITLE_JS = """() => {
 }"""
 
 
+#: The dashboard's visible timeline: [its width, how many filter controls end past its right edge].
+_CONTROLS_OVERFLOW_JS = """() => {
+  const view = Array.from(document.querySelectorAll('.xlakit-dashboard .xlakit-cache-timeline'))
+    .find(v => v.offsetParent !== null);
+  if (!view) return null;
+  const edge = view.getBoundingClientRect().right + 1;
+  const controls = view.querySelectorAll('.widget-select-multiple, .widget-text, .widget-dropdown, .widget-checkbox');
+  return [Math.round(view.getBoundingClientRect().width),
+          Array.from(controls).filter(c => c.getBoundingClientRect().right > edge).length];
+}"""
+
+
 def _dark_narrow_checks(page):
     # First with the file browser open (an 800 px window leaves the notebook ~500 px): no legend over a title.
     legend_over_title = page.evaluate(_LEGEND_OVER_TITLE_JS)
@@ -181,6 +193,7 @@ def _dark_narrow_checks(page):
     # The dashboard's Timeline tab: a click on a miss works there too (the bridge inside a Tab, narrow, dark).
     page.locator(".xlakit-dashboard .lm-TabBar-tab", has_text="Timeline").first.click()
     page.wait_for_timeout(800)
+    out["timeline_controls"] = page.evaluate(_CONTROLS_OVERFLOW_JS)
     out["click"] = _click_a_miss(page, in_dashboard=True)
     out["legend_over_title"] = legend_over_title
     return out
@@ -208,6 +221,8 @@ def test_dark_theme_and_an_800px_window(lab):
     assert c["clipped_legends"] == 0, c
     checked, overlapping, _width = c["legend_over_title"]
     assert checked >= 2 and overlapping == 0, c  # a legend above the plot grew over the title when it wrapped
+    # the timeline's filter controls ran past the dashboard's right edge in a narrow window; they wrap now
+    assert c["timeline_controls"] is not None and c["timeline_controls"][1] == 0, c["timeline_controls"]
     click = c["click"]
     assert click["marked"] is not None and click["before"] == "", click
     _assert_menu_agrees(click)

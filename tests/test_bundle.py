@@ -468,6 +468,25 @@ def test_cli_check_and_warm(bundle, tmp_path, capsys):
     assert "not a folder" in capsys.readouterr().err
 
 
+def test_cli_warm_in_a_fresh_process_does_not_count_jaxs_start_up(bundle):
+    """Fault: ``xlakit bundle warm`` reported JAX's own start-up (import, backend) as the bundle's load seconds;
+    now it starts JAX first and reports that apart."""
+    path, _, _ = bundle
+    load(path).wait()  # .cache filled: the fresh process only loads
+    code = f"""
+import contextlib, io, json
+from xlakit.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    assert main(["bundle", "warm", {str(path)!r}, "--json"]) == 0
+print(json.dumps(json.loads(out.getvalue())))
+"""
+    report = json.loads(run_python(code))
+    assert [m["status"] for m in report["modules"]] == ["hit", "hit"], report
+    # two tiny stored programs load in milliseconds; importing JAX and starting its CPU client takes far longer
+    assert 0 < report["total_s"] < report["jax_start_s"], report
+
+
 # -- watcher on a real bundle ------------------------------------------------------------------------------------
 
 def test_watcher_ignores_the_loaders_writes(tiny_bundle, tmp_path):

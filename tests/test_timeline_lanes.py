@@ -202,3 +202,23 @@ def test_widget_scrolls_the_lane_window_with_lanes_from():
     assert w.data.lanes[0] == "jit_fn15" and w.data.lanes[29] == "jit_fn44"
     assert "15 lane(s) collapsed into the last" in w.status.value
     w.close()
+
+
+def test_a_long_program_name_keeps_most_of_a_narrow_column_for_the_plot():
+    """Fault: the lane labels' margin grew with the longest program name (7 px a character, up to 600 px), so a
+    flax program named by its module path left an 800 px notebook column ~90 px of plot. Labels are now at most
+    32 characters (start … end); the hover keeps the whole name."""
+    long = "jit_" + "model.encoder.layers_3.attention.query_key_value_projection" * 2
+    short = "jit_eval_step"
+    cols = tl.EventColumns()
+    cols.extend([Event("compile", name=long, duration_s=0.2, origin="user", time=1.0),
+                 Event("compile", name=short, duration_s=0.1, origin="user", time=2.0)])
+    data = tl.timeline_data(cols)
+    fig = tl.timeline_figure(data)
+    labels = dict(zip(data.lanes, fig.layout.yaxis.ticktext, strict=True))
+    assert labels[short] == short
+    label = labels[long]
+    assert len(label) == 32 and "…" in label and long.startswith(label.split("…")[0])
+    assert long.endswith(label.split("…")[1])
+    assert fig.layout.margin.l <= 24 + 7 * 32  # ~250 px: an 800 px column keeps two thirds for the plot
+    assert long in data.points["compile"]["hover"][0] or long in " ".join(data.points["compile"]["hover"])

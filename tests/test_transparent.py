@@ -372,3 +372,27 @@ print(json.dumps({{"warnings": [str(w.message) for w in caught],
     again = json.loads(run_python(code.replace('f(np.ones(4, np.float32))                       #',
                                                'pass  #')))
     assert again["warnings"] == [] and again["kinds"] == ["miss", "compile", "store", "hit"]
+
+
+def test_switching_caches_does_not_call_the_first_caches_programs_not_stored(tmp_path):
+    """Fault: a second enable_cache() on another folder warned that the programs compiled under the first one
+    were "not stored" (they were, in the first folder). Only compiles made while no cache was enabled count."""
+    code = f"""
+import json, warnings
+import numpy as np, jax, xlakit
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    xlakit.enable_cache({str(tmp_path / "a")!r})
+    jax.jit(lambda x: x * 3.0)(np.ones(4, np.float32))     # compiled under cache a: stored there
+    xlakit.enable_cache({str(tmp_path / "b")!r})           # no warning: nothing ran uncached
+    switched = [str(w.message) for w in caught]
+    xlakit.disable_cache()
+    jax.jit(lambda x: x - 1.0)(np.ones(4, np.float32))     # compiled with no cache enabled
+    xlakit.enable_cache({str(tmp_path / "c")!r})
+print(json.dumps({{"switched": switched, "all": [str(w.message) for w in caught]}}))
+"""
+    out = json.loads(run_python(code))
+    assert out["switched"] == [], out
+    assert len(out["all"]) == 1 and "already compiled 1 program(s)" in out["all"][0], out
+    assert "while no xlakit cache was enabled" in out["all"][0]
+    assert len(entry_files(tmp_path / "a")) == 1  # the first cache did store it

@@ -110,24 +110,51 @@ class TransparentCache(StoreHandler):
 _lock = threading.Lock()
 _active: TransparentCache | None = None
 _warned_late = False
+# JAX's compile count (compiles_so_far) split by whether an xlakit cache was installed: compiles made under one
+# were offered to it (stored in that folder), so enabling another cache must not call them "not stored".
+_covered_compiles = 0
+_enabled_at: int | None = None  # the count when the cache now installed was enabled
+
+
+def _uncovered_compiles(now: int | None) -> int:
+    """Compiles JAX made in this process while no xlakit cache was installed, given the count ``now``."""
+    if now is None:
+        return 0
+    covered = _covered_compiles + (now - _enabled_at if _enabled_at is not None else 0)
+    return max(0, now - covered)
+
+
+def _note_cache_change(installed: bool) -> None:
+    """Called under ``_lock`` when a cache is installed (``installed``) or the installed one is removed."""
+    global _covered_compiles, _enabled_at
+    from xlakit._jax.persistent import compiles_so_far
+
+    now = compiles_so_far()
+    if now is None:
+        return
+    if _enabled_at is not None:
+        _covered_compiles += now - _enabled_at
+    _enabled_at = now if installed else None
 
 
 def _warn_if_late() -> None:
-    """Warn once per process when JAX compiled programs before the cache was enabled: those stay in JAX's
-    in-memory cache, so their calls are never served from (or stored in) the persistent cache. A ``jax.jit``
-    object created earlier but compiled later is served: JAX consults the persistent cache at each compile."""
+    """Warn once per process when JAX compiled programs while no xlakit cache was enabled (before the first
+    ``enable_cache`` or after a ``disable_cache``): those stay in JAX's in-memory cache, so their calls are never
+    served from (or stored in) the persistent cache. Programs compiled under an earlier ``enable_cache`` were
+    offered to that cache and are not counted. A ``jax.jit`` object created earlier but compiled later is
+    served: JAX consults the persistent cache at each compile."""
     global _warned_late
     from xlakit._jax.persistent import compiles_so_far
 
-    n = compiles_so_far()
+    n = _uncovered_compiles(compiles_so_far())
     if _warned_late or not n:
         return
     _warned_late = True
-    warnings.warn(f"xlakit.enable_cache(): JAX already compiled {n} program(s) in this process (jit programs and "
-                  "JAX's own operations); they keep running from JAX's in-memory cache and are not stored, so a "
-                  "restart compiles them again. New compiles from now on, of any jax.jit (also one created "
-                  "earlier), use the cache. Call enable_cache() before the first jax.jit call to store them all.",
-                  RuntimeWarning, stacklevel=user_stacklevel())
+    warnings.warn(f"xlakit.enable_cache(): JAX already compiled {n} program(s) in this process while no xlakit "
+                  "cache was enabled (jit programs and JAX's own operations); they keep running from JAX's "
+                  "in-memory cache and are not stored, so a restart compiles them again. New compiles from now "
+                  "on, of any jax.jit (also one created earlier), use the cache. Call enable_cache() before the "
+                  "first jax.jit call to store them all.", RuntimeWarning, stacklevel=user_stacklevel())
 
 
 def active() -> TransparentCache | None:
@@ -155,12 +182,13 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
     store = open_store(root, max_bytes=max_bytes, secret=secret, remote=remote, remote_mode=remote_mode,
                        remote_options=remote_options, min_upload_compile_s=min_compile_time_s)
     cache = TransparentCache(store, min_compile_time_s=min_compile_time_s)
-    _warn_if_late()
     with _lock:
+        _warn_if_late()
         if _active is not None:
             _active.uninstall()
             _active = None
         cache.install()
+        _note_cache_change(installed=True)
         use_memo_dir(store.root)  # the jaxlib fingerprint memo lives beside the cache in use
         if current_environment.cache_info().currsize == 0:  # hash jaxlib meanwhile, off the first compile's path
             prefetch_build_fingerprint()
@@ -176,4 +204,5 @@ def disable() -> bool:
             return False
         _active.uninstall()
         _active = None
+        _note_cache_change(installed=False)
         return True

@@ -28,6 +28,8 @@ _RULES = (
      'font-family: var(--jp-ui-font-family, sans-serif); max-width: 100%;}'),
     '.xlakit-snapshot h4 {margin: 4px 0; color: var(--jp-ui-font-color0, #000);}',
     '.xlakit-table-wrap {max-width: 100%; overflow-x: auto;}',
+    # a summary printed as text (the peak's repr) wraps in a narrow column instead of running past its edge
+    '.xlakit-peak-summary pre {white-space: pre-wrap; overflow-wrap: anywhere; max-width: 100%;}',
     ('.xlakit-table {border-collapse: collapse; font-size: 12px; color: var(--jp-ui-font-color1, #1a1a1a); '
      'background: transparent;}'),
     ('.xlakit-table th, .xlakit-table td {padding: 2px 8px; '

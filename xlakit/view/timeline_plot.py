@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-__all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "GL_THRESHOLD", "timeline_spec", "span_path"]
+__all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "GL_THRESHOLD", "LANE_LABEL_CHARS", "lane_label", "timeline_spec",
+           "span_path"]
 
 #: kind -> (plotly marker symbol, colour). Symbols are ones WebGL scatter traces draw.
 KIND_STYLE: dict[str, tuple[str, str]] = {
@@ -64,6 +65,21 @@ def _seconds_axis(values: Any) -> tuple[float, str]:
     return (1e3, "ms") if top < 1.0 else (1.0, "s")
 
 
+#: Characters of a lane's name shown beside the lanes (the hover and the tables keep the whole name): a long
+#: program name (``jit_<lambda>`` of a module path, a flax class chain) otherwise widened the label margin until
+#: an 800 px notebook column kept ~90 px of plot.
+LANE_LABEL_CHARS = 32
+
+
+def lane_label(name: str, limit: int = LANE_LABEL_CHARS) -> str:
+    """``name`` as drawn beside its lane: whole when it fits in ``limit`` characters, else its start and end
+    joined by "…" (the end tells programs of one family apart: ``jit_train_step…(batch=64)``)."""
+    if len(name) <= limit:
+        return name
+    tail = limit // 3
+    return f"{name[:limit - tail - 1]}…{name[-tail:]}"
+
+
 def timeline_spec(data: Any) -> dict[str, Any]:
     """The figure of a :class:`xlakit.view.timeline.TimelineData` as a plotly dict ``{"data", "layout"}``.
 
@@ -98,8 +114,8 @@ def timeline_spec(data: Any) -> dict[str, Any]:
                        "marker": marker, "xaxis": "x", "yaxis": "y"})
     lanes = list(data.lanes)
     visible = max(1, len(lanes))
-    labels = [f"{name} ⟳{data.counts[name]['recompile']}" if data.counts.get(name, {}).get("recompile") else name
-              for name in lanes]
+    labels = [f"{lane_label(name)} ⟳{data.counts[name]['recompile']}" if data.counts.get(name, {}).get("recompile")
+              else lane_label(name) for name in lanes]
     x_title = {"text": "seconds since the first event"}
     layout: dict[str, Any] = {
         "xaxis": {"anchor": "y", "domain": [0.0, 1.0]},

@@ -148,7 +148,8 @@ class CacheTimeline(View, widgets.VBox):
                                    self._guard(self._on_screen_change, "visibility"))
         controls = widgets.HBox([self._kind_menu, widgets.VBox([self._name_box, self._source_menu,
                                                                 widgets.HBox([self._live_box, self._fold_box]),
-                                                                self._offset_box])])
+                                                                self._offset_box])],
+                               layout=widgets.Layout(flex_flow="row wrap", max_width="100%"))  # narrow column: wrap
         self._owned = [self._kind_menu, self._name_box, self._source_menu, self._live_box, self._fold_box,
                        self._offset_box, self.status,
                        self.chart, controls, self.error_area, self._style, self._miss_menu, self.miss_explanation,
