@@ -72,7 +72,7 @@ def _write(path, tensors) -> None:
 def test_plain_reads_give_what_was_written_for_every_stored_dtype(tmp_path):
     from safetensors.numpy import load
 
-    tensors = {"f32": np.arange(6, dtype=np.float32).reshape(2, 3), "bf16": np.ones(4, ml_dtypes.bfloat16) * 1.5,
+    tensors = {"f32": np.arange(6, dtype=np.float32).reshape(2, 3), "bf16": np.full(4, 1.5, ml_dtypes.bfloat16),
                "i8": np.array([-3, 7], np.int8), "flag": np.array([True, False]), "empty": np.zeros((0, 5), np.int64),
                "scalar": np.array(2.5, np.float64), "c64": np.array([1 + 2j], np.complex64)}
     _write(tmp_path / "w.safetensors", tensors)
