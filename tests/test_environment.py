@@ -157,7 +157,7 @@ def test_jaxlib_fingerprint_is_stable_and_memoized(cache_dir):
     assert first == second and re.fullmatch(r"[0-9a-f]{16}", first)
     memo = json.loads((cache_dir / envmod.MEMO_FILENAME).read_text())
     jaxlib_dir = envmod._library_roots()[0]
-    libraries = {str(p) for p in jaxlib_dir.rglob("*") if p.is_file() and envmod._LIBRARY_RE.search(p.name)}
+    libraries = {str(p) for p in jaxlib_dir.rglob("*") if p.is_file() and re.search(envmod._LIBRARY_PATTERN, p.name)}
     assert libraries and libraries <= memo["files"].keys()
     assert warm < cold / 3, (cold, warm)  # hashing ~350 MB vs. a few stat calls
 

@@ -29,7 +29,6 @@ aborts the process when interrupted mid-compile during interpreter shutdown).
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import itertools
 import sys
 import threading
@@ -246,7 +245,7 @@ class ProgramLoader:
         w = self.warmups.get(file)
         if w is None:
             return report
-        return dataclasses.replace(report, warmup_s=w.seconds, warmup_error=None if w.ok else w.reason)
+        return report.replace(warmup_s=w.seconds, warmup_error=None if w.ok else w.reason)
 
 
 _exiting = threading.Event()

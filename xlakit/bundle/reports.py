@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["ModuleReport", "REPORT_COLUMNS"]
@@ -11,30 +10,14 @@ __all__ = ["ModuleReport", "REPORT_COLUMNS"]
 REPORT_COLUMNS = ("module", "variant", "batch_size", "status", "load_s", "compile_s", "module_bytes",
                   "program_bytes", "argument_bytes", "output_bytes", "temp_bytes", "footprint_bytes", "reason")
 
+#: Every field, in order (positional arguments follow it); ``memory`` is not compared and not in ``to_dict``.
+FIELDS = ("module", "variant", "batch_size", "status", "load_s", "compile_s", "module_bytes", "program_bytes",
+          "argument_bytes", "output_bytes", "temp_bytes", "footprint_bytes", "key", "reason", "warmup_s",
+          "warmup_error", "memory")
+_REQUIRED = 5  # module, variant, batch_size, status, load_s
 _MEMORY_COLUMNS = ("argument_bytes", "output_bytes", "temp_bytes", "footprint_bytes")
 _FROM_MEMORY = object()  # a memory column not given: computed from ModuleReport.memory on first read
-
-
-class _MemoryColumn:
-    """A compiled-memory column of :class:`ModuleReport` (a dataclass field whose default is this descriptor).
-
-    Given explicitly (positionally or by name), it holds that value; left out, it is computed from the
-    report's raw ``memory`` mapping when first read (``to_dict()``, ``report()``, the attribute), so loading
-    a program does not pay for :func:`xlakit.memory.compiled_memory` (measured: ~50 µs per program)."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name, self.slot = name, f"_{name}"
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        if obj is None:
-            return _FROM_MEMORY  # the dataclass default
-        value = obj.__dict__.get(self.slot, _FROM_MEMORY)
-        if value is _FROM_MEMORY:
-            value = obj.__dict__[self.slot] = _memory_columns(obj.memory).get(self.name)
-        return value
-
-    def __set__(self, obj: Any, value: Any) -> None:  # only the dataclass __init__ gets here (frozen)
-        obj.__dict__[self.slot] = value
+_COMPARED = tuple(f for f in FIELDS if f != "memory")
 
 
 def _memory_columns(memory: Mapping[str, Any] | None) -> dict[str, int | None]:
@@ -52,7 +35,6 @@ def _memory_columns(memory: Mapping[str, Any] | None) -> dict[str, int | None]:
             "footprint_bytes": m.footprint_bytes}
 
 
-@dataclass(frozen=True, repr=False)  # (its own __repr__ below; not generated only to be discarded)
 class ModuleReport:
     """How one module was loaded.
 
@@ -79,6 +61,10 @@ class ModuleReport:
       memory: the entry header's raw ``memory`` mapping (XLA's CompiledMemoryStats fields), from which the
         four memory columns are computed when read; None when no program was stored or loaded. Not a report
         column, not in :meth:`to_dict`, not compared.
+
+    A plain immutable class, not a dataclass: creating a frozen dataclass of 17 fields cost ~1.8 ms at import,
+    inside the first result after a restart (benchmarks/first_result.py). Equality and hashing cover every field
+    but ``memory``; :meth:`replace` returns a copy with fields changed.
     """
 
     module: str
@@ -86,26 +72,87 @@ class ModuleReport:
     batch_size: int | None
     status: str
     load_s: float
-    compile_s: float | None = None
-    module_bytes: int | None = None
-    program_bytes: int | None = None
-    argument_bytes: int | None = _MemoryColumn()  # type: ignore[assignment]
-    output_bytes: int | None = _MemoryColumn()  # type: ignore[assignment]
-    temp_bytes: int | None = _MemoryColumn()  # type: ignore[assignment]
-    footprint_bytes: int | None = _MemoryColumn()  # type: ignore[assignment]
-    key: str | None = None
-    reason: str | None = None
-    warmup_s: float | None = None
-    warmup_error: str | None = None
-    memory: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    compile_s: float | None
+    module_bytes: int | None
+    program_bytes: int | None
+    key: str | None
+    reason: str | None
+    warmup_s: float | None
+    warmup_error: str | None
+    memory: Mapping[str, Any] | None
+
+    def __init__(self, module: str, variant: str, batch_size: int | None, status: str, load_s: float,
+                 compile_s: float | None = None, module_bytes: int | None = None, program_bytes: int | None = None,
+                 argument_bytes: Any = _FROM_MEMORY, output_bytes: Any = _FROM_MEMORY, temp_bytes: Any = _FROM_MEMORY,
+                 footprint_bytes: Any = _FROM_MEMORY, key: str | None = None, reason: str | None = None,
+                 warmup_s: float | None = None, warmup_error: str | None = None,
+                 memory: Mapping[str, Any] | None = None) -> None:
+        object.__setattr__(self, "__dict__", {
+            "module": module, "variant": variant, "batch_size": batch_size, "status": status, "load_s": load_s,
+            "compile_s": compile_s, "module_bytes": module_bytes, "program_bytes": program_bytes,
+            "_argument_bytes": argument_bytes, "_output_bytes": output_bytes, "_temp_bytes": temp_bytes,
+            "_footprint_bytes": footprint_bytes, "key": key, "reason": reason, "warmup_s": warmup_s,
+            "warmup_error": warmup_error, "memory": memory})
+
+    # The compiled-memory columns: the value given, else computed from ``memory`` when first read (``to_dict``,
+    # ``report()``, the attribute), so loading a program does not pay for compiled_memory (~50 us per program).
+    def _column(self, name: str) -> int | None:
+        value = self.__dict__[f"_{name}"]
+        if value is _FROM_MEMORY:
+            value = _memory_columns(self.memory).get(name)
+            self.__dict__[f"_{name}"] = value
+        return value
+
+    @property
+    def argument_bytes(self) -> int | None:
+        return self._column("argument_bytes")
+
+    @property
+    def output_bytes(self) -> int | None:
+        return self._column("output_bytes")
+
+    @property
+    def temp_bytes(self) -> int | None:
+        return self._column("temp_bytes")
+
+    @property
+    def footprint_bytes(self) -> int | None:
+        return self._column("footprint_bytes")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"ModuleReport is immutable; use report.replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("ModuleReport is immutable")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in _COMPARED)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __reduce__(self) -> tuple:
+        return (self.__class__, tuple(getattr(self, f) for f in FIELDS))
+
+    def replace(self, **changes: Any) -> ModuleReport:
+        """A copy with ``changes`` (field name -> value). Raises TypeError for an unknown field."""
+        unknown = set(changes) - set(FIELDS)
+        if unknown:
+            raise TypeError(f"ModuleReport has no field(s) {sorted(unknown)}")
+        values = {f: self.__dict__.get(f"_{f}", _FROM_MEMORY) if f in _MEMORY_COLUMNS else getattr(self, f)
+                  for f in FIELDS}
+        return ModuleReport(**{**values, **changes})
 
     def to_dict(self) -> dict[str, Any]:
         """Every field but ``memory`` (the memory columns computed from it), in field order."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "memory"}
+        return {f: getattr(self, f) for f in _COMPARED}
 
     def __repr__(self) -> str:
         extra = f", compile {self.compile_s:.3f} s" if self.compile_s is not None else ""
         why = f", reason: {self.reason}" if self.reason else ""
         return f"ModuleReport({self.module}: {self.status}, load {self.load_s:.3f} s{extra}{why})"
-
-
