@@ -16,7 +16,7 @@ Rounds are interleaved (one process of each per round); medians of wall time (``
 CPU time (``time.process_time``, all threads) are printed with their ratio. ``--profile`` also writes a cProfile of
 one bundle child and prints its top entries (cumulative time).
 
-Usage: python benchmarks/first_result.py [--repeats 7] [--profile]
+Usage: python benchmarks/first_result.py [--repeats 15] [--profile]
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def run(*args: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--profile", action="store_true", help="also cProfile one bundle child")
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args()

@@ -193,7 +193,13 @@ def _dark_narrow_checks(page):
     # The dashboard's Timeline tab: a click on a miss works there too (the bridge inside a Tab, narrow, dark).
     page.locator(".xlakit-dashboard .lm-TabBar-tab", has_text="Timeline").first.click()
     page.wait_for_timeout(800)
+    # ... and in a 600 px window (the file browser open beside an 800 px one leaves about that)
+    size = page.viewport_size
+    page.set_viewport_size({"width": 600, "height": size["height"]})
+    page.wait_for_timeout(600)
     out["timeline_controls"] = page.evaluate(_CONTROLS_OVERFLOW_JS)
+    page.set_viewport_size(size)
+    page.wait_for_timeout(300)
     out["click"] = _click_a_miss(page, in_dashboard=True)
     out["legend_over_title"] = legend_over_title
     return out
