@@ -222,3 +222,9 @@ def test_a_long_program_name_keeps_most_of_a_narrow_column_for_the_plot():
     assert long.endswith(label.split("…")[1])
     assert fig.layout.margin.l <= 24 + 7 * 32  # ~250 px: an 800 px column keeps two thirds for the plot
     assert long in data.points["compile"]["hover"][0] or long in " ".join(data.points["compile"]["hover"])
+    # with a recompile badge the label still fits: the badge takes from the name, not from the plot
+    cols.extend([Event("recompile", name=long, duration_s=0.1, origin="user", time=3.0 + i, reason="x: shape")
+                 for i in range(12)])
+    badged = tl.timeline_figure(tl.timeline_data(cols))
+    label = dict(zip(tl.timeline_data(cols).lanes, badged.layout.yaxis.ticktext, strict=True))[long]
+    assert label.endswith(" ⟳12") and len(label) == 32 and badged.layout.margin.l <= 24 + 7 * 32, label

@@ -8,7 +8,7 @@ environments never meet.
 Importing this module is cheap: JAX is imported inside the functions that need it.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
 
 import functools
 import hashlib
@@ -36,8 +36,8 @@ CACHE_DIR_ENV = "XLAKIT_CACHE_DIR"
 MEMO_FILENAME = FINGERPRINT_MEMO
 _MEMO_VERSION = 1
 
-# Shared libraries: foo.so, libfoo.so.12, plus the macOS/Windows spellings.
-# Patterns, compiled by re on first use (its cache), not on import: the two cost 0.55 ms inside a bundle's first result.
+# Shared libraries (foo.so, libfoo.so.12, macOS/Windows spellings). Patterns are compiled on first use, not on
+# import (the two cost 0.55 ms inside a bundle's first result).
 _LIBRARY_PATTERN = r"\.(so(\.\d+)*|dylib|pyd|dll)$"
 # Top-level packages that carry PJRT plugins (their compilers generate the code, so they belong to the build).
 _PLUGIN_PACKAGE_PATTERN = r"^(jax_plugins|jax_(cuda|rocm)\d*_(plugin|pjrt)|libtpu)$"
@@ -103,7 +103,7 @@ class Environment(NamedTuple):
         return {name: _jsonable(value) for name, value in zip(self._fields, self, strict=True)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Environment:
+    def from_dict(cls, data: dict[str, Any]) -> "Environment":
         """Inverse of :meth:`to_dict`. Raises ValueError if ``data`` lacks a field or has an unknown one."""
         names = cls._fields
         missing = sorted(set(names) - data.keys())
@@ -133,7 +133,7 @@ class Environment(NamedTuple):
         parts += ["jaxlib" + self.jaxlib_version, self.machine, self.cpu_level, self.digest()[:8]]
         return "-".join(_safe_name(part) for part in parts)
 
-    def differences(self, other: Environment) -> list[tuple[str, Any, Any]]:
+    def differences(self, other: "Environment") -> list[tuple[str, Any, Any]]:
         """``(field, value here, value in other)`` for each field that differs, in declaration order."""
         return [(name, mine, theirs) for name, mine, theirs in zip(self._fields, self, other, strict=True)
                 if mine != theirs]

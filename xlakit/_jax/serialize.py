@@ -27,7 +27,7 @@ The HMAC on a store entry is what makes a payload trustworthy; the restricted un
 Importing this module is cheap: JAX is imported inside the functions that need it.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
 
 import functools
 import inspect
@@ -86,7 +86,7 @@ class Placement(_PlacementFields):
     __slots__ = ()
 
     def __new__(cls, platform: str, device_ids: Sequence[int], device_kinds: Sequence[str],
-                process_indices: Sequence[int]) -> Placement:
+                process_indices: Sequence[int]) -> "Placement":
         # Accept lists (e.g. from JSON) but store tuples, so placements compare and hash by value.
         self = super().__new__(cls, platform, tuple(device_ids), tuple(device_kinds), tuple(process_indices))
         self._check()
@@ -109,7 +109,7 @@ class Placement(_PlacementFields):
                 "device_kinds": list(self.device_kinds), "process_indices": list(self.process_indices)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> Placement:
+    def from_dict(cls, d: dict) -> "Placement":
         """Inverse of :meth:`to_dict`. Raises ``ValueError`` on a missing or malformed field."""
         try:
             return cls(platform=d["platform"], device_ids=d["device_ids"], device_kinds=d["device_kinds"],
@@ -118,7 +118,7 @@ class Placement(_PlacementFields):
             raise ValueError(f"not a Placement dict: {e!r}") from None
 
     @classmethod
-    def of_devices(cls, devices: Sequence[Any]) -> Placement:
+    def of_devices(cls, devices: Sequence[Any]) -> "Placement":
         devices = list(devices)
         return cls(platform=devices[0].platform, device_ids=tuple(d.id for d in devices),
                    device_kinds=tuple(d.device_kind for d in devices),

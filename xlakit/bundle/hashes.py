@@ -22,7 +22,7 @@ Record format (version 1)::
 No JAX here.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
 
 import errno
 import hashlib

@@ -230,8 +230,10 @@ def _bar_updater(bar: Any, total: int):
     def update(report: ModuleReport) -> None:
         with lock:
             counts[report.status] = counts.get(report.status, 0) + 1
+            # the counts first, then the step that draws them (the other order drew "2/2 ... 1 hit")
+            bar.set_postfix_str(f"{counts['hit']} hit, {counts['miss']} compiled, {counts['error']} failed",
+                                refresh=False)
             bar.update(1)
-            bar.set_postfix_str(f"{counts['hit']} hit, {counts['miss']} compiled, {counts['error']} failed")
             if sum(counts.values()) >= total:
                 bar.close()
 

@@ -85,6 +85,16 @@ class _LogLine:
             pass
 
 
+def _columns(stream: Any) -> int:
+    """The width the terminal behind ``stream`` reports (0 when it reports none or is not one)."""
+    import os
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
 def _is_terminal(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -109,7 +119,9 @@ def progress_bar(total: int, desc: str, enabled: bool = True, unit: str = "progr
             return _SafeBar(bar(total=total, desc=clean(desc), unit=unit, leave=True), clean)
         except Exception:  # noqa: BLE001 - fall back to text
             pass
-    if not _is_terminal(sys.stderr):  # a log file or a pipe: one line at the end, not a redrawn bar
+    # A log file or a pipe: one line at the end, not a redrawn bar. So too a terminal that reports 0 columns
+    # (`script` without a size, some CI consoles): tqdm's bar drew nothing at all there, not even the count.
+    if not _is_terminal(sys.stderr) or _columns(sys.stderr) <= 0:
         return _LogLine(total, terminal_text(desc), unit, terminal_text)
     from tqdm.std import tqdm as bar
 

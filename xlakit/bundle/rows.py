@@ -23,7 +23,7 @@ batch size is compiled exactly from the shape-polymorphic module), ``size-depend
 exported sizes), or ``declared`` (the exporter's ``rows_independent=`` override, which is trusted as given).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple

@@ -154,7 +154,8 @@ def _warn_if_late() -> None:
                   "cache was enabled (jit programs and JAX's own operations); they keep running from JAX's "
                   "in-memory cache and are not stored, so a restart compiles them again. New compiles from now "
                   "on, of any jax.jit (also one created earlier), use the cache. Call enable_cache() before the "
-                  "first jax.jit call to store them all.", RuntimeWarning, stacklevel=user_stacklevel())
+                  "first jax.jit call, and keep one enabled, to store them all.", RuntimeWarning,
+                  stacklevel=user_stacklevel())
 
 
 def active() -> TransparentCache | None:

@@ -80,6 +80,15 @@ def lane_label(name: str, limit: int = LANE_LABEL_CHARS) -> str:
     return f"{name[:limit - tail - 1]}…{name[-tail:]}"
 
 
+def _labelled(name: str, recompiles: int | None) -> str:
+    """The lane's label: its name, shortened so that the name and its "⟳n" recompile badge fit together in
+    :data:`LANE_LABEL_CHARS` (the badge pushed the label margin past ~250 px)."""
+    if not recompiles:
+        return lane_label(name)
+    badge = f" ⟳{recompiles}"
+    return lane_label(name, max(8, LANE_LABEL_CHARS - len(badge))) + badge
+
+
 def timeline_spec(data: Any) -> dict[str, Any]:
     """The figure of a :class:`xlakit.view.timeline.TimelineData` as a plotly dict ``{"data", "layout"}``.
 
@@ -114,8 +123,7 @@ def timeline_spec(data: Any) -> dict[str, Any]:
                        "marker": marker, "xaxis": "x", "yaxis": "y"})
     lanes = list(data.lanes)
     visible = max(1, len(lanes))
-    labels = [f"{lane_label(name)} ⟳{data.counts[name]['recompile']}" if data.counts.get(name, {}).get("recompile")
-              else lane_label(name) for name in lanes]
+    labels = [_labelled(name, data.counts.get(name, {}).get("recompile")) for name in lanes]
     x_title = {"text": "seconds since the first event"}
     layout: dict[str, Any] = {
         "xaxis": {"anchor": "y", "domain": [0.0, 1.0]},
