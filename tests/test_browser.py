@@ -108,14 +108,23 @@ def test_reset_peak_in_a_browser_lowers_the_displayed_peak():
                 browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
                 try:
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                    page.goto(f"http://127.0.0.1:{port}/", timeout=120_000)
-                    page.wait_for_selector(".xlakit-peak-0 .xlakit-bytes", timeout=120_000)
+                    for attempt in (1, 2):
+                        page.goto(f"http://127.0.0.1:{port}/", timeout=120_000)
+                        page.wait_for_selector(".xlakit-peak-0 .xlakit-bytes", timeout=120_000)
+                        # Voila's own race under load: an output can reach the page before its widget model
+                        # ("Error displaying widget: model not found"); each page load runs the notebook
+                        # afresh, so one more load is a new run, not a retry of ours.
+                        page.wait_for_timeout(1000)
+                        if attempt == 1 and page.get_by_text("model not found").count():
+                            timings["voila_model_not_found_reloads"] = 1
+                            continue
+                        break
                     # Any drawn chart of the breakdown counts; its detail chart stays hidden until a program is
                     # selected, and a first-match selector could wait on that one forever.
                     try:
                         page.wait_for_function(
                             "() => [...document.querySelectorAll('.xlakit-memory-breakdown .js-plotly-plot')]"
-                            ".some(e => e.offsetParent !== null)", timeout=60_000)
+                            ".some(e => e.offsetParent !== null)", timeout=90_000)
                     except Exception:
                         page.screenshot(path=str(ARTIFACTS / "browser-breakdown-missing.png"), full_page=True)
                         (ARTIFACTS / "browser-breakdown.html").write_text(page.evaluate(

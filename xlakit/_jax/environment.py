@@ -36,8 +36,7 @@ CACHE_DIR_ENV = "XLAKIT_CACHE_DIR"
 MEMO_FILENAME = FINGERPRINT_MEMO
 _MEMO_VERSION = 1
 
-# Shared libraries (foo.so, libfoo.so.12, macOS/Windows spellings). Patterns are compiled on first use, not on
-# import (the two cost 0.55 ms inside a bundle's first result).
+# Shared libraries (foo.so, libfoo.so.12, macOS/Windows); patterns compiled on first use, not on import (0.55 ms).
 _LIBRARY_PATTERN = r"\.(so(\.\d+)*|dylib|pyd|dll)$"
 # Top-level packages that carry PJRT plugins (their compilers generate the code, so they belong to the build).
 _PLUGIN_PACKAGE_PATTERN = r"^(jax_plugins|jax_(cuda|rocm)\d*_(plugin|pjrt)|libtpu)$"
