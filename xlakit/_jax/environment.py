@@ -8,7 +8,7 @@ environments never meet.
 Importing this module is cheap: JAX is imported inside the functions that need it.
 """
 
-# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
+from __future__ import annotations
 
 import functools
 import hashlib
@@ -22,8 +22,9 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from xlakit._record import Record
 from xlakit.store import _fs as store_fs
 from xlakit.store import safejson
 from xlakit.store.layout import FINGERPRINT_MEMO
@@ -43,8 +44,7 @@ _PLUGIN_PACKAGE_PATTERN = r"^(jax_plugins|jax_(cuda|rocm)\d*_(plugin|pjrt)|libtp
 _PLUGIN_PREFIXES = ("jax_", "libtpu")  # every name _PLUGIN_PACKAGE_PATTERN matches starts with one of these
 # XLA flags that only decide what gets dumped or logged; they never change the generated code.
 _OUTPUT_ONLY_FLAG_PREFIXES = ("--xla_dump", "--xla_log", "--xla_gpu_dump", "--xla_enable_dumping")
-# XLA flags that change what the process has, not what a program compiles to (JAX leaves them out of its key):
-# how many host devices the CPU client makes. A program's own device count is in its key.
+# XLA flags that change what the process has (how many host devices), not what a program compiles to (JAX's key).
 _PROCESS_ONLY_FLAGS = frozenset({"--xla_force_host_platform_device_count"})
 # Environment fields recorded for people (explain, the CLI) that do not partition. How many devices or processes
 # this process has changes neither a program's code nor whether it loads: the program's own device count, kinds
@@ -54,7 +54,7 @@ RECORDED_ONLY = frozenset({"device_count", "process_count"})
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
-class Environment(NamedTuple):
+class Environment(Record):
     """The values an executable's validity depends on, beyond the program itself.
 
     Attributes:
@@ -102,7 +102,7 @@ class Environment(NamedTuple):
         return {name: _jsonable(value) for name, value in zip(self._fields, self, strict=True)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Environment":
+    def from_dict(cls, data: dict[str, Any]) -> Environment:
         """Inverse of :meth:`to_dict`. Raises ValueError if ``data`` lacks a field or has an unknown one."""
         names = cls._fields
         missing = sorted(set(names) - data.keys())
@@ -132,7 +132,7 @@ class Environment(NamedTuple):
         parts += ["jaxlib" + self.jaxlib_version, self.machine, self.cpu_level, self.digest()[:8]]
         return "-".join(_safe_name(part) for part in parts)
 
-    def differences(self, other: "Environment") -> list[tuple[str, Any, Any]]:
+    def differences(self, other: Environment) -> list[tuple[str, Any, Any]]:
         """``(field, value here, value in other)`` for each field that differs, in declaration order."""
         return [(name, mine, theirs) for name, mine, theirs in zip(self._fields, self, other, strict=True)
                 if mine != theirs]

@@ -27,14 +27,14 @@ The HMAC on a store entry is what makes a payload trustworthy; the restricted un
 Importing this module is cheap: JAX is imported inside the functions that need it.
 """
 
-# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
+from __future__ import annotations
 
 import functools
 import inspect
 import io
 import pickle
 from collections.abc import Sequence
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 from xlakit._jax.assignment import _assignment_grid, _proto_fields, _stored_compile_options, _varint  # noqa: F401
 from xlakit._jax.kernels import KernelsNotReady, make_ready
@@ -47,6 +47,7 @@ from xlakit._jax.unpickle_policy import (  # noqa: F401 - re-exported: the polic
     _ScanUnpickler,
     _Stub,
 )
+from xlakit._record import Record
 
 __all__ = [
     "NotSerializable",
@@ -71,7 +72,7 @@ class DevicePlacementError(ValueError):
     """The requested devices cannot run the executable; raised before any XLA call."""
 
 
-class _PlacementFields(NamedTuple):
+class _PlacementFields(Record):
     platform: str
     device_ids: tuple[int, ...]
     device_kinds: tuple[str, ...]
@@ -86,7 +87,7 @@ class Placement(_PlacementFields):
     __slots__ = ()
 
     def __new__(cls, platform: str, device_ids: Sequence[int], device_kinds: Sequence[str],
-                process_indices: Sequence[int]) -> "Placement":
+                process_indices: Sequence[int]) -> Placement:
         # Accept lists (e.g. from JSON) but store tuples, so placements compare and hash by value.
         self = super().__new__(cls, platform, tuple(device_ids), tuple(device_kinds), tuple(process_indices))
         self._check()
@@ -109,7 +110,7 @@ class Placement(_PlacementFields):
                 "device_kinds": list(self.device_kinds), "process_indices": list(self.process_indices)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Placement":
+    def from_dict(cls, d: dict) -> Placement:
         """Inverse of :meth:`to_dict`. Raises ``ValueError`` on a missing or malformed field."""
         try:
             return cls(platform=d["platform"], device_ids=d["device_ids"], device_kinds=d["device_kinds"],
@@ -118,7 +119,7 @@ class Placement(_PlacementFields):
             raise ValueError(f"not a Placement dict: {e!r}") from None
 
     @classmethod
-    def of_devices(cls, devices: Sequence[Any]) -> "Placement":
+    def of_devices(cls, devices: Sequence[Any]) -> Placement:
         devices = list(devices)
         return cls(platform=devices[0].platform, device_ids=tuple(d.id for d in devices),
                    device_kinds=tuple(d.device_kind for d in devices),

@@ -22,7 +22,7 @@ Record format (version 1)::
 No JAX here.
 """
 
-# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
+from __future__ import annotations
 
 import errno
 import hashlib
@@ -31,8 +31,8 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
 
+from xlakit._record import Record
 from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
 from xlakit.bundle.manifest import MODULE_SUFFIX, write_atomic
 from xlakit.store import safejson
@@ -98,7 +98,7 @@ def _keys_from(store, partition: str, base: str) -> list[str]:
     return sorted(n[:-4] for n in names if n.endswith(".xlk") and _derived(n[:-4], base))
 
 
-class RecordState(NamedTuple):
+class RecordState(Record):
     """What was found at ``.cache/module_hashes.json``.
 
     Attributes:
@@ -114,7 +114,7 @@ class RecordState(NamedTuple):
     path: Path
 
 
-class Drop(NamedTuple):
+class Drop(Record):
     """A stored program that a load removes: ``key`` in ``partition``, from ``module`` (file), and why."""
 
     partition: str

@@ -23,10 +23,12 @@ batch size is compiled exactly from the shape-polymorphic module), ``size-depend
 exported sizes), or ``declared`` (the exporter's ``rows_independent=`` override, which is trusted as given).
 """
 
-# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
+from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
+
+from xlakit._record import Record
 
 __all__ = ["HOWS", "RowRecord", "establish_rows", "parse_row_independence", "pad_rows", "is_extended"]
 
@@ -139,7 +141,7 @@ def parse_row_independence(d: Mapping[str, Any], file: Any, variants: Sequence[s
     return out
 
 
-class RowRecord(NamedTuple):
+class RowRecord(Record):
     """How row independence of one variant was established.
 
     Attributes:

@@ -5,10 +5,12 @@ bundles — goes through :class:`xlakit.cache.path.CachePath`, which returns a D
 facts as an :class:`~xlakit.events.Event`. Callers act on the value; the event log is for people and widgets.
 """
 
-# No `from __future__ import annotations`: see the comment in xlakit/bundle/manifest.py (records' import cost).
+from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
+
+from xlakit._record import Record
 
 __all__ = ["Decision", "DECISION_KINDS"]
 
@@ -19,7 +21,7 @@ __all__ = ["Decision", "DECISION_KINDS"]
 DECISION_KINDS = ("hit", "miss", "store", "skip", "corrupt", "store_error", "load_error")
 
 
-class _DecisionFields(NamedTuple):
+class _DecisionFields(Record):
     kind: str
     reason: str | None = None
     key: str | None = None
@@ -61,7 +63,7 @@ class Decision(_DecisionFields):
 
     __slots__ = ()
 
-    def __new__(cls, kind: str, *args: Any, **fields: Any) -> "Decision":
+    def __new__(cls, kind: str, *args: Any, **fields: Any) -> Decision:
         if kind not in DECISION_KINDS:
             raise ValueError(f"unknown decision kind {kind!r}; expected one of {', '.join(DECISION_KINDS)}")
         return super().__new__(cls, kind, *args, **fields)
@@ -80,6 +82,6 @@ class Decision(_DecisionFields):
         """Always ``"xlakit"``: decisions come from xlakit's store (the same field as :class:`Event`'s)."""
         return "xlakit"
 
-    def replace(self, **changes: Any) -> "Decision":
+    def replace(self, **changes: Any) -> Decision:
         """A copy with ``changes`` applied (checked as a new decision is)."""
         return Decision(**{**self._asdict(), **changes})
