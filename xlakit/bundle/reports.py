@@ -14,7 +14,6 @@ REPORT_COLUMNS = ("module", "variant", "batch_size", "status", "load_s", "compil
 FIELDS = ("module", "variant", "batch_size", "status", "load_s", "compile_s", "module_bytes", "program_bytes",
           "argument_bytes", "output_bytes", "temp_bytes", "footprint_bytes", "key", "reason", "warmup_s",
           "warmup_error", "memory")
-_REQUIRED = 5  # module, variant, batch_size, status, load_s
 _MEMORY_COLUMNS = ("argument_bytes", "output_bytes", "temp_bytes", "footprint_bytes")
 _FROM_MEMORY = object()  # a memory column not given: computed from ModuleReport.memory on first read
 _COMPARED = tuple(f for f in FIELDS if f != "memory")
@@ -33,6 +32,22 @@ def _memory_columns(memory: Mapping[str, Any] | None) -> dict[str, int | None]:
         return {}
     return {"argument_bytes": m.argument_bytes, "output_bytes": m.output_bytes, "temp_bytes": m.temp_bytes,
             "footprint_bytes": m.footprint_bytes}
+
+
+class _MemoryColumn:
+    """A compiled-memory column of :class:`ModuleReport`: the value given, else computed from the report's
+    ``memory`` mapping on first read and kept."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.slot = name, f"_{name}"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.slot]
+        if value is _FROM_MEMORY:
+            value = obj.__dict__[self.slot] = _memory_columns(obj.memory).get(self.name)
+        return value
 
 
 class ModuleReport:
@@ -96,28 +111,10 @@ class ModuleReport:
 
     # The compiled-memory columns: the value given, else computed from ``memory`` when first read (``to_dict``,
     # ``report()``, the attribute), so loading a program does not pay for compiled_memory (~50 us per program).
-    def _column(self, name: str) -> int | None:
-        value = self.__dict__[f"_{name}"]
-        if value is _FROM_MEMORY:
-            value = _memory_columns(self.memory).get(name)
-            self.__dict__[f"_{name}"] = value
-        return value
-
-    @property
-    def argument_bytes(self) -> int | None:
-        return self._column("argument_bytes")
-
-    @property
-    def output_bytes(self) -> int | None:
-        return self._column("output_bytes")
-
-    @property
-    def temp_bytes(self) -> int | None:
-        return self._column("temp_bytes")
-
-    @property
-    def footprint_bytes(self) -> int | None:
-        return self._column("footprint_bytes")
+    argument_bytes = _MemoryColumn()
+    output_bytes = _MemoryColumn()
+    temp_bytes = _MemoryColumn()
+    footprint_bytes = _MemoryColumn()
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"ModuleReport is immutable; use report.replace({name}=...)")
