@@ -301,14 +301,14 @@ def run_ops(root: Path, case: Case, result: Result) -> None:
 
 
 def _check_memo(root: Path, result: Result) -> None:
-    from xlakit._jax import environment
+    from xlakit._jax import fingerprint
 
     libs = root.parent / "libs"
     if not libs.exists():
         (libs / "jaxlib").mkdir(parents=True)
         (libs / "jaxlib" / "_core.so").write_bytes(b"\x7fELF fake library")
     memo = root / "jaxlib_fingerprints.json"
-    if environment._fingerprint_dirs([libs / "jaxlib"], memo) != environment._fingerprint_dirs([libs / "jaxlib"], None):
+    if fingerprint._fingerprint_dirs([libs / "jaxlib"], memo) != fingerprint._fingerprint_dirs([libs / "jaxlib"], None):
         result.findings.append("the memo changed the jaxlib fingerprint")
 
 

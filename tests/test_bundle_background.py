@@ -307,7 +307,9 @@ def test_warmup_runs_each_program_once_and_never_fails_the_load(warm_bundle, mon
     assert loaded.counts() == {"hit": 2, "miss": 0, "error": 0}
 
 
-def test_events_and_sizes_come_from_the_cache_path(tmp_path):
+def test_events_and_sizes_come_from_the_cache_path(tmp_path, monkeypatch):
+    from xlakit.events import _origin
+
     path = tmp_path / "aff"
     export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(2,))
     with events.record() as log:
@@ -318,8 +320,13 @@ def test_events_and_sizes_come_from_the_cache_path(tmp_path):
                    ("store", "aff/model.b2", folder)]
     (entry,) = (path / ".cache").glob("*/*.xlk")
     assert cold.reports[0].program_bytes == entry.stat().st_size   # the size written, not a re-read header
+    walks = []
+    real_walk = _origin._walk
+    monkeypatch.setattr(_origin, "_walk", lambda start: walks.append(start) or real_walk(start))
     with events.record() as log:
         warm = load_bundle(path, progress=False).wait()
+    # A bundle's events never come from inside a JAX trace: recorded without walking the Python stack.
+    assert walks == [] and {e.origin for e in log} == {None} and len(log) > 0
     (hit,) = [e for e in log if e.kind == "hit"]
     assert hit.name == "aff/model.b2" and hit.folder == folder and hit.bytes == warm.reports[0].program_bytes > 0
     assert warm.reports[0].output_bytes == 4 * 2 * 3

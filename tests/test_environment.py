@@ -19,7 +19,9 @@ import pytest
 from conftest import worker_env
 
 from xlakit._jax import environment as envmod
-from xlakit._jax.environment import Environment, codegen_xla_flags, current_environment, jaxlib_build_fingerprint
+from xlakit._jax import fingerprint as fpmod
+from xlakit._jax.environment import Environment, codegen_xla_flags, current_environment
+from xlakit._jax.fingerprint import jaxlib_build_fingerprint
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PRINT_ENV = ("import json; from xlakit._jax.environment import current_environment; "
@@ -155,9 +157,9 @@ def test_jaxlib_fingerprint_is_stable_and_memoized(cache_dir):
     second = jaxlib_build_fingerprint()
     warm = time.perf_counter() - start
     assert first == second and re.fullmatch(r"[0-9a-f]{16}", first)
-    memo = json.loads((cache_dir / envmod.MEMO_FILENAME).read_text())
-    jaxlib_dir = envmod._library_roots()[0]
-    libraries = {str(p) for p in jaxlib_dir.rglob("*") if p.is_file() and re.search(envmod._LIBRARY_PATTERN, p.name)}
+    memo = json.loads((cache_dir / fpmod.MEMO_FILENAME).read_text())
+    jaxlib_dir = fpmod._library_roots()[0]
+    libraries = {str(p) for p in jaxlib_dir.rglob("*") if p.is_file() and re.search(fpmod._LIBRARY_PATTERN, p.name)}
     assert libraries and libraries <= memo["files"].keys()
     assert warm < cold / 3, (cold, warm)  # hashing ~350 MB vs. a few stat calls
 
@@ -174,53 +176,53 @@ def _fake_package(root: Path, name="jaxlib") -> Path:
 def test_fingerprint_follows_library_contents(tmp_path):
     memo = tmp_path / "memo.json"
     original = _fake_package(tmp_path / "a")
-    fingerprint = envmod._fingerprint_dirs([original], memo)
+    fingerprint = fpmod._fingerprint_dirs([original], memo)
     assert re.fullmatch(r"[0-9a-f]{16}", fingerprint)
 
     same = shutil.copytree(original, tmp_path / "b" / "jaxlib")
     (same / "__init__.py").write_text("# other text, still not a library\n")
-    assert envmod._fingerprint_dirs([same], memo) == fingerprint  # relative paths and contents only
+    assert fpmod._fingerprint_dirs([same], memo) == fingerprint  # relative paths and contents only
 
     changed = shutil.copytree(original, tmp_path / "c" / "jaxlib")
     data = bytearray((changed / "_core.so").read_bytes())
     data[100] ^= 1
     (changed / "_core.so").write_bytes(bytes(data))
-    assert envmod._fingerprint_dirs([changed], memo) != fingerprint
+    assert fpmod._fingerprint_dirs([changed], memo) != fingerprint
 
     renamed = shutil.copytree(original, tmp_path / "d" / "jaxlib")
     (renamed / "_core.so").rename(renamed / "_core2.so")
-    assert envmod._fingerprint_dirs([renamed], memo) != fingerprint
+    assert fpmod._fingerprint_dirs([renamed], memo) != fingerprint
 
     # An in-place edit is noticed through the stat key (mtime), not by trusting the memo.
     stat = (original / "_core.so").stat()
     (original / "_core.so").write_bytes(bytes(data))
     os.utime(original / "_core.so", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert envmod._fingerprint_dirs([original], memo) == envmod._fingerprint_dirs([changed], None)
+    assert fpmod._fingerprint_dirs([original], memo) == fpmod._fingerprint_dirs([changed], None)
 
 
 def test_fingerprint_reads_the_memo(tmp_path):
     memo = tmp_path / "memo.json"
     pkg = _fake_package(tmp_path)
-    fingerprint = envmod._fingerprint_dirs([pkg], memo)
+    fingerprint = fpmod._fingerprint_dirs([pkg], memo)
     data = json.loads(memo.read_text())
     assert sorted(data["files"]) == sorted(str(p) for p in [pkg / "_core.so", pkg / "sub" / "libplugin.so.12"])
     # Doctor a memoized digest while the file's stat is unchanged: the memo, not the file, is what is read.
     data["files"][str(pkg / "_core.so")]["sha256"] = "0" * 64
     memo.write_text(json.dumps(data))
-    assert envmod._fingerprint_dirs([pkg], memo) != fingerprint
-    assert envmod._fingerprint_dirs([pkg], None) == fingerprint
+    assert fpmod._fingerprint_dirs([pkg], memo) != fingerprint
+    assert fpmod._fingerprint_dirs([pkg], None) == fingerprint
 
 
 def test_fingerprint_survives_bad_or_unwritable_memo(tmp_path):
     pkg = _fake_package(tmp_path)
-    expected = envmod._fingerprint_dirs([pkg], None)
+    expected = fpmod._fingerprint_dirs([pkg], None)
     corrupt = tmp_path / "corrupt.json"
     corrupt.write_text("{not json")
-    assert envmod._fingerprint_dirs([pkg], corrupt) == expected
+    assert fpmod._fingerprint_dirs([pkg], corrupt) == expected
     assert json.loads(corrupt.read_text())["version"] == 1  # replaced by a good one
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    assert envmod._fingerprint_dirs([pkg], blocker / "memo.json") == expected  # mkdir fails: ignored
+    assert fpmod._fingerprint_dirs([pkg], blocker / "memo.json") == expected  # mkdir fails: ignored
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
@@ -230,7 +232,7 @@ def test_planted_memo_is_refused_unread_and_rewritten(tmp_path, kind):
     memo raised RecursionError forever: each is now refused without blocking or reading it, the fingerprint
     is recomputed, and a regular memo replaces the planted name (a link's target is never written)."""
     pkg = _fake_package(tmp_path)
-    expected = envmod._fingerprint_dirs([pkg], None)
+    expected = fpmod._fingerprint_dirs([pkg], None)
     memo = tmp_path / "memo.json"
     if kind == "fifo":
         os.mkfifo(memo)
@@ -240,8 +242,8 @@ def test_planted_memo_is_refused_unread_and_rewritten(tmp_path, kind):
         memo.write_text("[" * 100_000 + "]" * 100_000)
     else:
         memo.write_text('{"version": 1, "files": {"x": ' + "9" * 5000 + "}}")
-    assert envmod._load_memo(memo) == {}
-    assert envmod._fingerprint_dirs([pkg], memo) == expected
+    assert fpmod._load_memo(memo) == {}
+    assert fpmod._fingerprint_dirs([pkg], memo) == expected
     assert not memo.is_symlink() and memo.is_file()
     assert json.loads(memo.read_text())["version"] == 1
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
@@ -251,7 +253,7 @@ def test_memo_at_a_folder_is_left_and_fingerprint_still_computed(tmp_path):
     pkg = _fake_package(tmp_path)
     memo = tmp_path / "memo.json"
     (memo / "inner").mkdir(parents=True)
-    assert envmod._fingerprint_dirs([pkg], memo) == envmod._fingerprint_dirs([pkg], None)
+    assert fpmod._fingerprint_dirs([pkg], memo) == fpmod._fingerprint_dirs([pkg], None)
     assert (memo / "inner").is_dir()
 
 

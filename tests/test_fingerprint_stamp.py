@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from xlakit._jax import environment as envmod
+from xlakit._jax import fingerprint as fpmod
 
 
 def _package(root: Path) -> Path:
@@ -29,7 +29,7 @@ def _search(monkeypatch, tmp_path: Path, *folders: Path) -> Path:
     site = tmp_path / "site"
     pkg = _package(site)
     spec = SimpleNamespace(submodule_search_locations=[str(pkg)])
-    monkeypatch.setattr(envmod.importlib.util, "find_spec", lambda name: spec)
+    monkeypatch.setattr(fpmod.importlib.util, "find_spec", lambda name: spec)
     monkeypatch.setattr(sys, "path", [str(site), *map(str, folders)])
     return pkg
 
@@ -37,9 +37,9 @@ def _search(monkeypatch, tmp_path: Path, *folders: Path) -> Path:
 def test_a_stamp_of_just_written_files_is_not_recorded(tmp_path, monkeypatch):
     pkg = _search(monkeypatch, tmp_path)
     memo = tmp_path / "memo.json"
-    fingerprint = envmod._fingerprint_dirs(None, memo, stamp="key")
-    assert fingerprint == envmod._fingerprint_dirs([pkg], None)
-    assert envmod._stamped_fingerprint(memo, "key") is None  # within SETTLE_NS of the walk: walk again next time
+    fingerprint = fpmod._fingerprint_dirs(None, memo, stamp="key")
+    assert fingerprint == fpmod._fingerprint_dirs([pkg], None)
+    assert fpmod._stamped_fingerprint(memo, "key") is None  # within SETTLE_NS of the walk: walk again next time
 
 
 @pytest.mark.parametrize("change", ["library added in a subfolder", "library rewritten, mtime put back",
@@ -49,10 +49,10 @@ def test_every_change_to_the_libraries_breaks_the_stamp(tmp_path, monkeypatch, c
     later, script = tmp_path / "later", tmp_path / "script"  # later: a sys.path entry that does not exist yet
     script.mkdir()
     pkg = _search(monkeypatch, tmp_path, later, script)
-    monkeypatch.setattr(envmod, "SETTLE_NS", -10**15)  # the files were just written: let them count as settled
+    monkeypatch.setattr(fpmod, "SETTLE_NS", -10**15)  # the files were just written: let them count as settled
     memo, site = tmp_path / "memo.json", tmp_path / "site"
-    before = envmod._fingerprint_dirs(None, memo, stamp="key")
-    assert envmod._stamped_fingerprint(memo, "key") == before
+    before = fpmod._fingerprint_dirs(None, memo, stamp="key")
+    assert fpmod._stamped_fingerprint(memo, "key") == before
 
     core = pkg / "_core.so"
     if change == "library added in a subfolder":
@@ -71,20 +71,34 @@ def test_every_change_to_the_libraries_breaks_the_stamp(tmp_path, monkeypatch, c
         (later / "jax_plugins" / "libpjrt.so").write_bytes(b"\x7fELF pjrt")
     else:  # a new file beside the script, no plugin: listed again, the stamp still holds
         (script / "results.csv").write_text("1,2\n")
-        assert envmod._stamped_fingerprint(memo, "key") == before
+        assert fpmod._stamped_fingerprint(memo, "key") == before
         return
-    assert envmod._stamped_fingerprint(memo, "key") is None
+    assert fpmod._stamped_fingerprint(memo, "key") is None
 
-    after = envmod._fingerprint_dirs(None, memo, stamp="key")
-    assert after != before and envmod._stamped_fingerprint(memo, "key") == after
+    after = fpmod._fingerprint_dirs(None, memo, stamp="key")
+    assert after != before and fpmod._stamped_fingerprint(memo, "key") == after
 
 
 def test_jaxlib_fingerprint_skips_the_walk_while_the_stamp_holds(monkeypatch):
-    monkeypatch.setattr(envmod, "SETTLE_NS", -10**15)  # this tree's folders may have changed moments ago
-    first = envmod.jaxlib_build_fingerprint()  # walks and records the stamp
+    monkeypatch.setattr(fpmod, "SETTLE_NS", -10**15)  # this tree's folders may have changed moments ago
+    first = fpmod.jaxlib_build_fingerprint()  # walks and records the stamp
 
     def no_walk():
         raise AssertionError("walked jaxlib although nothing changed")
 
-    monkeypatch.setattr(envmod, "_library_roots", no_walk)
-    assert envmod.jaxlib_build_fingerprint() == first
+    monkeypatch.setattr(fpmod, "_library_roots", no_walk)
+    assert fpmod.jaxlib_build_fingerprint() == first
+
+
+def test_the_newest_stamps_are_kept_whatever_their_keys_sort_as(tmp_path, monkeypatch):
+    """Fault proved: the memo is written with sorted keys and the oldest stamps were taken to be the first ones
+    read, so once MAX_STAMPS search paths were stamped, the one just recorded (a key sorting first) was dropped
+    at the next record, and a process started from that folder walked jaxlib every time."""
+    _search(monkeypatch, tmp_path)
+    monkeypatch.setattr(fpmod, "SETTLE_NS", -10**15)
+    memo = tmp_path / "memo.json"
+    keys = [f"{n:02d}" for n in range(fpmod.MAX_STAMPS + 4, 0, -1)]  # each new key sorts before all earlier ones
+    for key in keys:
+        fpmod._fingerprint_dirs(None, memo, stamp=key)
+    kept = {key for key in keys if fpmod._stamped_fingerprint(memo, key) is not None}
+    assert kept == set(keys[-fpmod.MAX_STAMPS:])  # the MAX_STAMPS most recently recorded, the last one among them

@@ -18,8 +18,9 @@ import pytest
 from conftest import worker_env
 from s3_server import CountingProxy, s3_server  # noqa: F401  (fixture)
 
+from xlakit.cache import open_store
 from xlakit.cache.path import CachePath
-from xlakit.cache.remote import RefusedObjectWarning, SharedStore, open_store
+from xlakit.cache.remote import RefusedObjectWarning, SharedStore
 from xlakit.events import EventLog
 from xlakit.store import LocalStore
 

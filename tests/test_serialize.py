@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from xlakit._jax import serialize as S
+from xlakit._jax import unpickle_policy as policy
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "serialize_worker.py"
@@ -225,21 +226,21 @@ def test_policy_accepts_jax_payload_kinds_and_user_tree_nodes():
     import ml_dtypes
     from jax._src.lib import xla_client as xc
 
-    assert S._resolve_global("jax._src.named_sharding", "_unpickle_named_sharding") is not None
-    assert S._resolve_global("jaxlib._jax", "DeviceList") is xc.DeviceList
-    assert S._resolve_global("ml_dtypes", "bfloat16") is ml_dtypes.bfloat16
-    assert S._resolve_global("ml_dtypes", "int4") is ml_dtypes.int4          # a dtype's scalar type, by name
+    assert policy._resolve_global("jax._src.named_sharding", "_unpickle_named_sharding") is not None
+    assert policy._resolve_global("jaxlib._jax", "DeviceList") is xc.DeviceList
+    assert policy._resolve_global("ml_dtypes", "bfloat16") is ml_dtypes.bfloat16
+    assert policy._resolve_global("ml_dtypes", "int4") is ml_dtypes.int4          # a dtype's scalar type, by name
     with pytest.raises(pickle.UnpicklingError, match="not in JAX's executable format"):
-        S._resolve_global("numpy", "float16")                                 # JAX's payloads never name it
-    assert S._resolve_global("builtins", "frozenset") is frozenset            # a defaultdict's factory
-    assert S._resolve_global(__name__, "MODULE_NT") is MODULE_NT              # a user namedtuple
+        policy._resolve_global("numpy", "float16")                                 # JAX's payloads never name it
+    assert policy._resolve_global("builtins", "frozenset") is frozenset            # a defaultdict's factory
+    assert policy._resolve_global(__name__, "MODULE_NT") is MODULE_NT              # a user namedtuple
     with pytest.raises(pickle.UnpicklingError, match="not on the allow-list"):
-        S._resolve_global(__name__, "_RegisteredNode")
-    if not S._is_registered_pytree_node(_RegisteredNode):
+        policy._resolve_global(__name__, "_RegisteredNode")
+    if not policy._is_registered_pytree_node(_RegisteredNode):
         jax.tree_util.register_dataclass(_RegisteredNode, data_fields=["w"], meta_fields=[])
-    assert S._resolve_global(__name__, "_RegisteredNode") is _RegisteredNode   # a registered pytree node
+    assert policy._resolve_global(__name__, "_RegisteredNode") is _RegisteredNode   # a registered pytree node
     with pytest.raises(pickle.UnpicklingError, match="not on the allow-list"):
-        S._resolve_global("jax._src.tree_util", "tree_map")                   # functions only by name
+        policy._resolve_global("jax._src.tree_util", "tree_map")                   # functions only by name
 
 
 def test_not_serializable_without_an_unloaded_executable():

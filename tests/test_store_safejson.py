@@ -62,6 +62,14 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
     assert safejson.loads(b"[" * 64 + b"]" * 64) is not None
 
 
+def test_integers_are_bounded_by_int64_at_every_length():
+    for n in (0, -1, 10**17, -(10**17), 10**18 - 1, -(10**18) + 1, 10**18, 2**63 - 1, -(2**63) + 1):
+        assert safejson.loads(str(n).encode()) == n
+    for n in (2**63, -(2**63), 10**19, -(10**19), 10**4000):
+        with pytest.raises(UnsafeJson, match="out of range"):
+            safejson.loads(str(n).encode())
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63) + 1, 2**63 - 1)
     | st.floats(allow_nan=False, allow_infinity=False, min_value=-1e18, max_value=1e18) | st.text(),

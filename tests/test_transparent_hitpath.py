@@ -44,12 +44,12 @@ def test_hook_frames_are_hidden_from_traced_locations_only_while_installed():
 
 
 def test_prefetched_build_fingerprint_is_the_same_value_and_used_once(tmp_path, monkeypatch):
-    from xlakit._jax import environment as envmod
+    from xlakit._jax import fingerprint as fpmod
 
-    monkeypatch.setattr(envmod, "_memo_dir", tmp_path)  # a memo of its own: the first computation hashes jaxlib
-    envmod.prefetch_build_fingerprint()
-    assert envmod._prefetched_fingerprint() == envmod.jaxlib_build_fingerprint()
-    assert envmod._prefetched_fingerprint() is None  # consumed: a later environment computes its own
+    monkeypatch.setattr(fpmod, "_memo_dir", tmp_path)  # a memo of its own: the first computation hashes jaxlib
+    fpmod.prefetch_build_fingerprint()
+    assert fpmod._prefetched_fingerprint() == fpmod.jaxlib_build_fingerprint()
+    assert fpmod._prefetched_fingerprint() is None  # consumed: a later environment computes its own
 
 
 def test_a_compile_inside_a_hook_when_the_last_user_releases_still_reaches_jax(monkeypatch):

@@ -54,7 +54,7 @@ def executable_bytes(jax_payload: bytes) -> bytes:
     """
     import pickle
 
-    from xlakit._jax.serialize import _scan_payload
+    from xlakit._jax.unpickle_policy import _scan_payload
 
     scan = _scan_payload(jax_payload)
     if scan.exec_count != 1:

@@ -36,17 +36,8 @@ import pickle
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from xlakit._jax.assignment import _assignment_grid, _proto_fields, _stored_compile_options, _varint  # noqa: F401
 from xlakit._jax.kernels import KernelsNotReady, make_ready
-from xlakit._jax.unpickle_policy import (  # noqa: F401 - re-exported: the policy's names stay reachable here
-    FORMAT_GLOBALS,
-    _is_registered_pytree_node,
-    _resolve_global,
-    _Scan,
-    _scan_payload,
-    _ScanUnpickler,
-    _Stub,
-)
+from xlakit._jax.unpickle_policy import _resolve_global, _scan_payload
 from xlakit._record import Record
 
 __all__ = [
@@ -385,6 +376,7 @@ def _retargeted_options(exec_bytes: bytes, placement: Placement, devices: list):
     import numpy as np
     from jax._src.lib import xla_client as xc
 
+    from xlakit._jax.assignment import _assignment_grid
     from xlakit._jax.keys import stored_compile_options
 
     for options in stored_compile_options(exec_bytes):  # read without copying the executable

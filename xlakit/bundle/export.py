@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.bundle.errors import BundleError
-from xlakit.bundle.files import read_regular, remove_stale_temps
+from xlakit.bundle.files import read_regular, remove_stale_temps, write_atomic
 from xlakit.bundle.manifest import (
     BATCH,
     DEFAULT_VARIANT,
@@ -35,7 +35,6 @@ from xlakit.bundle.manifest import (
     TensorSpec,
     dtype_name,
     module_file,
-    write_atomic,
 )
 from xlakit.bundle.rows import establish_rows
 from xlakit.bundle.trees import encode_tree

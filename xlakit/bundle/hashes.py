@@ -33,8 +33,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from xlakit._record import Record
-from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
-from xlakit.bundle.manifest import MODULE_SUFFIX, write_atomic
+from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular, write_atomic
+from xlakit.bundle.manifest import MODULE_SUFFIX
 from xlakit.store import safejson
 
 __all__ = ["RECORD", "RecordState", "Drop", "sha256_hex", "program_key", "read_record", "write_record",

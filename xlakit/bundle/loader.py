@@ -125,7 +125,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       ValueError: ``max_workers`` < 1.
     """
     from xlakit._jax.environment import current_environment
-    from xlakit.cache.remote import open_store
+    from xlakit.cache import open_store
 
     start = time.perf_counter()
     path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"

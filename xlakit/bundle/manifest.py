@@ -44,21 +44,19 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from xlakit import _atomic
 from xlakit._record import Record
 from xlakit.bundle.errors import ManifestError
-from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular
+from xlakit.bundle.files import MAX_JSON_BYTES, MAX_JSON_DEPTH, read_regular, write_atomic
 from xlakit.store import safejson
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "WEIGHTS", "CACHE_DIR", "MODULE_SUFFIX", "BATCH",
            "DEFAULT_VARIANT", "READABLE_VERSIONS", "dtype_name", "TensorSpec", "ModuleSpec", "Manifest",
-           "module_file", "write_atomic"]
+           "module_file", "ROW_HOWS", "parse_row_independence"]
 
 FORMAT = "xlakit.bundle"
 FORMAT_VERSION = 2
@@ -335,8 +333,6 @@ class Manifest(Record):
         if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
             raise ManifestError(file, "platforms", f"expected a list of platform names, got {platforms!r}")
         created = d.get("created_with", {})
-        from xlakit.bundle.rows import parse_row_independence
-
         trees, independent, poly = _v2_fields(d, file, variants, outputs, version)
         established = parse_row_independence(d, file, variants) if version >= 2 else {}
         return cls(name=name, inputs=inputs, outputs=outputs, batch_sizes=tuple(sorted(sizes)),
@@ -378,39 +374,27 @@ class Manifest(Record):
                 f"variants={list(self.variants)}, {len(self.weights)} weight tensors)")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Publish a bundle file with :func:`xlakit._atomic.write_atomic` (hidden temp
-    ``.<name>.<pid>.<random>.tmp`` that names its writer, fsync, rename), so a reader or watcher never sees
-    half a file and a killed writer's temp is found later (:func:`xlakit.bundle.files.remove_stale_temps`).
-
-    Two bundle rules on top: a symlink at ``path`` itself is removed and replaced by the file (its target is
-    never written), and the file is made readable by others as ``open`` with mode 0644 and the process
-    umask would (a bundle is shared; the store's entries are 0600). Raises OSError; leaves no temp behind
-    unless the process is killed."""
-    path = Path(path)
-    try:
-        if stat.S_ISLNK(os.lstat(path).st_mode):
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-    _atomic.write_atomic(path, data)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        os.fchmod(fd, 0o644 & ~_umask())
-    finally:
-        os.close(fd)
+#: How a variant's row independence was established (:mod:`xlakit.bundle.rows`).
+ROW_HOWS = ("proven", "declared", "coupled", "size-dependent")
 
 
-def _umask() -> int:
-    """The process umask, read without changing it (``/proc/self/status``); 0o022 where that is unknown."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
+def parse_row_independence(d: Mapping[str, Any], file: Any, variants: Sequence[str]) -> dict[str, dict[str, str]]:
+    """The optional ``row_independence`` field of a manifest ``d``, validated (absent: {}). Raises
+    :class:`~xlakit.bundle.errors.ManifestError` naming ``file`` and the bad entry."""
+    value = d.get("row_independence", {})
+    if not isinstance(value, Mapping):
+        raise ManifestError(file, "row_independence",
+                            f"expected an object variant -> {{how, reason}}, got {type(value).__name__}")
+    out = {}
+    for v, entry in value.items():
+        if v not in variants:
+            raise ManifestError(file, f"row_independence.{v}", "not a variant of this bundle")
+        if not isinstance(entry, Mapping) or entry.get("how") not in ROW_HOWS or \
+                not isinstance(entry.get("reason"), str):
+            raise ManifestError(file, f"row_independence.{v}", f"expected {{\"how\": one of {list(ROW_HOWS)}, "
+                                f"\"reason\": text}}, got {entry!r:.200}")
+        out[v] = {"how": entry["how"], "reason": entry["reason"]}
+    return out
 
 
 def _v2_fields(d: Mapping[str, Any], file: Path, variants: list, outputs: Mapping[str, tuple],

@@ -1,8 +1,11 @@
-"""Loading and compiling one module of a bundle, for :mod:`xlakit.bundle.loader`: look up its program in
-``.cache``, load it (the warm path) or deserialize, check, compile and store it (the cold path), with the
-signature checked against the manifest either way. Also the batch-size instances of a shape-polymorphic
-module (compiled on demand for the exact batch of a call) and the stand-in store used when ``.cache``
-must not be used (a symlink). Every action is an event (see :mod:`xlakit.bundle.loader`).
+"""Loading one module of a bundle, for :mod:`xlakit.bundle.loader`: look up its program in ``.cache`` and load
+it (the warm path), or hand the module to :mod:`xlakit.bundle.compiling` (the cold path: deserialize, check,
+compile and store), with the signature checked against the manifest either way. Also the batch-size instances
+of a shape-polymorphic module (compiled on demand for the exact batch of a call) and the stand-in store used
+when ``.cache`` must not be used (a symlink). Every action is an event (see :mod:`xlakit.bundle.loader`).
+
+The cold path and the per-tensor signature comparison live in their own module so that a warm load imports
+neither (each module imported costs the first result of a restart; ``benchmarks/first_result.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +40,12 @@ class Context:
 
         self.path, self.manifest, self.device, self.env = path, manifest, device, env
         self.partition, self.store, self.log = partition, store, log
+        #: Why ``.cache`` is refused (a :class:`NullStore` stands in for it: nothing is stored), else None.
+        self.store_refused: str | None = store.reason if isinstance(store, NullStore) else None
         self.expect = expectations(env)
-        self.io = CachePath(store, log)  # the one fetch/publish path: hit/miss/corrupt/store events and decisions
+        # The one fetch/publish path: hit/miss/corrupt/store events and decisions. Its events come from loading
+        # threads or load_bundle, never from inside a JAX trace: no stack attribution (origin None).
+        self.io = CachePath(store, log, attribute=False)
         self.errors: dict[str, BundleError] = {}
         self._lock = threading.Lock()
         # The manifest's signature as plain tuples, built once per load (not per tensor per program): a
@@ -52,7 +58,7 @@ class Context:
     def emit(self, kind: str, stem: str, key: str | None, **fields: Any) -> None:
         partition = fields.pop("partition", self.partition)
         self.log.emit(kind, name=f"{self.manifest.name}/{stem}", key=key, partition=partition, source="xlakit",
-                      **fields)
+                      origin=None, **fields)
 
     # -- module-hash record -------------------------------------------------------------------------------
     def reconcile(self, record: RecordState, current: dict[str, str | None]) -> list[Drop]:
@@ -127,7 +133,10 @@ class Context:
                 # The manifest or the stored program is wrong; the module file decides (only on this rare path).
                 # A module that disagrees with the manifest fails with its own error (passed through, the entry
                 # kept); a module that agrees means the entry holds another program: it is removed and compiled.
-                self._check_export(spec, self._deserialize(spec, data), spec.batch_size if polymorphic else None)
+                from xlakit.bundle import compiling
+
+                compiling.check_export(self, spec, compiling.deserialize(self, spec, data),
+                                       spec.batch_size if polymorphic else None)
                 raise StoredProgramMismatch(f"the stored program is not this module's ({e.problem}; the module "
                                             "file agrees with manifest.json)") from None
             return compiled
@@ -138,19 +147,9 @@ class Context:
                                         expect=self.expect, reraise=(BundleError,))
         if compiled is not None:
             return self._report(spec, "hit", found.load_s or 0.0, None, len(data), found, key, None), compiled
-        reason = _miss_reason(found, self.partition)
+        from xlakit.bundle import compiling  # the cold path: imported only when a module is compiled
 
-        exported = self._deserialize(spec, data)
-        batch = spec.batch_size if polymorphic else None
-        self._check_export(spec, exported, batch)
-        read_s = time.perf_counter() - start
-        t = time.perf_counter()
-        compiled = self._compile(exported, batch)
-        compile_s = time.perf_counter() - t
-        self._check_signature(spec, compiled)
-        self.io.compiled(self.partition, key, f"{self.manifest.name}/{spec.stem}", compile_s)
-        stored = self._store(spec, key, compiled, compile_s, data)
-        return self._report(spec, "miss", read_s, compile_s, len(data), stored, key, reason), compiled
+        return compiling.compile_module(self, spec, data, key, start, found, polymorphic)
 
     def _report(self, spec, status, load_s, compile_s, size, decision, key, reason) -> ModuleReport:
         """The module's report row; sizes and compiled memory come from the cache's decision (no re-read)."""
@@ -159,73 +158,6 @@ class Context:
         return ModuleReport(spec.file, spec.variant, spec.batch_size, status, load_s, compile_s, size,
                             decision.bytes if ok else None, key=key, reason=reason,
                             memory=decision.memory if ok else None)
-
-    # -- the cold path --------------------------------------------------------------------------------------
-    def _deserialize(self, spec: ModuleSpec, data: bytes):
-        import jax
-
-        try:
-            return jax.export.deserialize(bytearray(data))
-        except Exception as e:  # noqa: BLE001 - flatbuffers raises assorted errors on foreign bytes
-            raise ModuleError(self.path / spec.file, None, f"not a jax.export artifact (jax.export.deserialize "
-                              f"failed: {type(e).__name__}: {e}); re-export the bundle") from None
-
-    def _check_export(self, spec: ModuleSpec, exported, batch: int | None = None) -> None:
-        file = self.path / spec.file
-        platform = self.device.platform
-        names = {platform} | ({"cuda", "rocm"} if platform == "gpu" else set())
-        if not names & set(exported.platforms):
-            raise ModuleError(file, "platforms", f"exported for {list(exported.platforms)}, but the device "
-                              f"{self.device} is {platform!r}; re-export with platforms=[..., {platform!r}]")
-        if exported.nr_devices != 1:
-            raise ModuleError(file, "nr_devices", f"exported for {exported.nr_devices} devices; bundles hold "
-                              "single-device programs")
-        try:
-            (args, kwargs) = exported.in_tree.unflatten(_concrete(exported.in_avals, batch))
-        except Exception as e:  # noqa: BLE001
-            raise ModuleError(file, "in_tree", f"unexpected signature ({e})") from None
-        if kwargs or not args or not isinstance(args[0], dict):
-            raise ModuleError(file, "in_tree", f"expected (weights: dict, *inputs), got {exported.in_tree}")
-        self._compare(spec, args[0], args[1:])
-
-    def _compile(self, exported, batch: int | None = None):
-        """A fresh XLA compile (never JAX's in-process memo or any persistent cache: the stored program must be
-        one that never ran; see :mod:`xlakit._jax.fresh`)."""
-        import jax
-        from jax.sharding import SingleDeviceSharding
-
-        from xlakit._jax.fresh import compile_fresh
-
-        sharding = SingleDeviceSharding(self.device)
-        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
-                 for a in _concrete(exported.in_avals, batch)]
-        args, kwargs = exported.in_tree.unflatten(avals)
-        return compile_fresh(jax.jit(exported.call).lower(*args, **kwargs))
-
-    def _store(self, spec: ModuleSpec, key: str, compiled, compile_s: float, data: bytes):
-        """Publish the program through the cache path; the Decision (``store``, ``store_error`` or ``skip``)
-        carries the bytes written and the compiled memory."""
-        from xlakit._jax import executables, serialize
-        from xlakit.cache.entry import KIND_JAX, program_header
-
-        name = f"{self.manifest.name}/{spec.stem}"
-        try:
-            payload, placement = serialize.serialize_compiled(compiled)
-        except serialize.NotSerializable as e:
-            return self.io.skip(self.partition, key, name, f"not serializable: {e.reason}", compile_s)
-        header = program_header(name=name, compile_s=compile_s, environment=self.env.to_dict(), key_parts=None,
-                                memory=executables.memory_stats(compiled.runtime_executable()), module_text=None,
-                                kind=KIND_JAX)
-        header.update(placement=placement.to_dict(), bundle=self.manifest.name, module_file=spec.file,
-                      module_sha256=_sha_of(key), module_bytes=len(data), variant=spec.variant,
-                      batch_size=spec.batch_size)
-        if isinstance(self.store, NullStore):  # .cache refused (the load already warned once): record why
-            return self.io.failed("store_error", self.partition, key, name, self.store.reason)
-        if not self.path.is_dir():  # deleted while loading in the background: never create it again
-            return self.io.failed("store_error", self.partition, key, name,
-                                  f"{self.path} no longer exists; the program was not stored")
-        self.io.ensure_partition(self.partition, self.env.to_dict())
-        return self.io.publish(self.partition, key, header, payload)
 
     # -- signature checks (both paths) ---------------------------------------------------------------------
     def _check_signature(self, spec: ModuleSpec, compiled) -> None:
@@ -248,8 +180,10 @@ class Context:
                   tuple((tuple(a.shape), _dtype_name(a.dtype)) for a in outs))
         if got_weights == self._want_weights and got_io == self._want_signature(spec):
             return
-        self._compare(spec, weights, args[1:])  # the slow path: raises naming the tensor that differs
-        self._compare_outputs(spec, outs)
+        from xlakit.bundle import compiling  # the slow path: raises naming the tensor that differs
+
+        compiling.compare(self, spec, weights, args[1:])
+        compiling.compare_outputs(self, spec, outs)
 
     def _want_signature(self, spec: ModuleSpec) -> tuple:
         """``(inputs, outputs)`` of ``spec`` as ``((shape, dtype name), ...)`` tuples, batch axis concrete;
@@ -267,42 +201,6 @@ class Context:
             self._want_io[key] = want  # a race only builds the same tuple twice
         return want
 
-    def _compare(self, spec: ModuleSpec, weights: Mapping[str, Any], inputs: Sequence[Any]) -> None:
-        file = self.path / spec.file
-        want = {s.name: s for s in self.manifest.weights}
-        if set(weights) != set(want):
-            missing, extra = sorted(set(want) - set(weights)), sorted(set(weights) - set(want))
-            field = f"weights.{(missing or extra)[0]}"
-            raise ModuleError(file, field, f"the module's weights disagree with manifest.json: missing {missing[:5]}, "
-                              f"not in the manifest {extra[:5]}")
-        for name, spec_w in want.items():
-            _same(file, f"weights.{name}", weights[name], spec_w, None)
-        if len(inputs) != len(self.manifest.inputs):
-            raise ModuleError(file, "inputs", f"the module takes {len(inputs)} input(s), manifest.json lists "
-                              f"{len(self.manifest.inputs)}")
-        for i, (aval, spec_i) in enumerate(zip(inputs, self.manifest.inputs, strict=True)):
-            _same(file, f"inputs[{i}] ({spec_i.name})", aval, spec_i, spec.batch_size)
-
-    def _compare_outputs(self, spec: ModuleSpec, outs: Sequence[Any]) -> None:
-        file = self.path / spec.file
-        want = self.manifest.outputs[spec.variant]
-        if len(outs) != len(want):
-            raise ModuleError(file, f"outputs.{spec.variant}", f"the module returns {len(outs)} array(s), "
-                              f"manifest.json lists {len(want)}")
-        for i, (aval, spec_o) in enumerate(zip(outs, want, strict=True)):
-            _same(file, f"outputs.{spec.variant}[{i}] ({spec_o.name})", aval, spec_o, spec.batch_size)
-
-
-def _same(file: Path, field: str, aval: Any, spec: TensorSpec, batch_size: int | None) -> None:
-    shape = tuple(aval.shape)
-    dtype = dtype_name(aval.dtype)
-    want = spec.concrete(batch_size) if batch_size is not None else tuple(spec.shape)
-    if shape != want or dtype != spec.dtype:
-        got = f"{dtype}[{','.join(map(str, shape))}]"
-        raise ModuleError(file, field, f"the module has {got}, manifest.json says "
-                          f"{spec.describe(batch_size) if batch_size is not None else spec.describe()}")
-
-
 _DTYPE_NAMES: dict[Any, str] = {}
 
 
@@ -316,25 +214,6 @@ def _dtype_name(dtype: Any) -> str:
         return name
     except TypeError:  # an unhashable dtype-like object: ask each time
         return dtype_name(dtype)
-
-
-def _concrete(avals: Sequence[Any], batch: int | None) -> list[Any]:
-    """``avals`` with every symbolic dimension (only a polymorphic module's batch axis) set to ``batch``."""
-    import jax
-
-    if batch is None:
-        return list(avals)
-    out = []
-    for a in avals:
-        shape = tuple(d if isinstance(d, int) else batch for d in a.shape)
-        out.append(jax.ShapeDtypeStruct(shape, a.dtype) if shape != tuple(a.shape) else a)
-    return out
-
-
-def _sha_of(key: str) -> str:
-    """The module SHA-256 inside a program key (``<stem>-<sha>`` or ``<stem>-<sha>-b<n>``)."""
-    parts = key.split("-")
-    return parts[-2] if parts[-1].startswith("b") and parts[-1][1:].isdigit() else parts[-1]
 
 
 class _Absent:
@@ -375,18 +254,6 @@ class NullStore:
 
     def entry_path(self, partition, key) -> Path:
         return self.root / partition / f"{key}.xlk"
-
-
-def _miss_reason(found, partition: str) -> str:
-    """The report's reason for a module that was compiled, from the cache's decision."""
-    if found.kind == "miss" and found.reason and found.reason.startswith("no entry"):
-        return f"no program compiled from this module in partition {partition}"
-    if found.kind == "corrupt":
-        return f"corrupt entry ({found.reason})"
-    if found.kind == "load_error":
-        return f"stored program could not be loaded ({found.reason})"
-    return found.reason or f"no program compiled from this module in partition {partition}"
-
 
 
 class StoredProgramMismatch(Exception):

@@ -25,12 +25,12 @@ exported sizes), or ``declared`` (the exporter's ``rows_independent=`` override,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from xlakit._record import Record
 
-__all__ = ["HOWS", "RowRecord", "establish_rows", "parse_row_independence", "pad_rows", "is_extended"]
+__all__ = ["RowRecord", "establish_rows", "pad_rows", "is_extended"]
 
 
 def is_extended(dtype: Any) -> bool:
@@ -116,29 +116,6 @@ def _close(a, b) -> bool:
     return bool(np.allclose(a64, b64, rtol=1e-5, atol=1e-6 * (1.0 + scale), equal_nan=True))
 
 
-
-
-HOWS = ("proven", "declared", "coupled", "size-dependent")
-
-
-def parse_row_independence(d: Mapping[str, Any], file: Any, variants: Sequence[str]) -> dict[str, dict[str, str]]:
-    """The optional ``row_independence`` field of a manifest ``d``, validated (absent: {}). Raises
-    :class:`~xlakit.bundle.errors.ManifestError` naming ``file`` and the bad entry."""
-    from xlakit.bundle.errors import ManifestError
-
-    value = d.get("row_independence", {})
-    if not isinstance(value, Mapping):
-        raise ManifestError(file, "row_independence",
-                            f"expected an object variant -> {{how, reason}}, got {type(value).__name__}")
-    out = {}
-    for v, entry in value.items():
-        if v not in variants:
-            raise ManifestError(file, f"row_independence.{v}", "not a variant of this bundle")
-        if not isinstance(entry, Mapping) or entry.get("how") not in HOWS or not isinstance(entry.get("reason"), str):
-            raise ManifestError(file, f"row_independence.{v}", f"expected {{\"how\": one of {list(HOWS)}, "
-                                f"\"reason\": text}}, got {entry!r:.200}")
-        out[v] = {"how": entry["how"], "reason": entry["reason"]}
-    return out
 
 
 class RowRecord(Record):

@@ -46,7 +46,7 @@ def read_usage(cache_dir: str | Path) -> list[tuple[str, int]]:
 def write_usage(cache_dir: str | Path, first_calls: list[tuple[str, int]]) -> bool:
     """Replace the record atomically; False (and nothing raised) when it cannot be written. ``cache_dir``
     must exist and must not be a symlink (the loader only passes a ``.cache`` it uses)."""
-    from xlakit.bundle.manifest import write_atomic
+    from xlakit.bundle.files import write_atomic
 
     text = json.dumps({"format_version": 1, "first_calls": [[v, b] for v, b in first_calls[:_MAX_ENTRIES]]}).encode()
     try:

@@ -74,9 +74,9 @@ class ExecutableCache(StoreHandler):
         import jax
 
         from xlakit._jax import hooks
-        from xlakit._jax.environment import use_memo_dir
+        from xlakit._jax.fingerprint import use_memo_dir
         from xlakit._units import check_max_bytes, check_path, check_seconds
-        from xlakit.cache.remote import open_store
+        from xlakit.cache import open_store
         from xlakit.store import prepare_root, resolve_root
 
         # Checked before the store is opened, so bad input names the argument instead of failing deep inside.
@@ -276,7 +276,7 @@ def _entry_key(entry: Any) -> str:
 
 def _detach(folder: Path, close: Callable[[], Any] | None = None) -> None:
     from xlakit._jax import hooks
-    from xlakit._jax.environment import use_memo_dir
+    from xlakit._jax.fingerprint import use_memo_dir
 
     if close is not None:  # a SharedStore: finish (bounded) pending uploads
         close()

@@ -34,11 +34,16 @@ class CachePath:
       store: a :class:`~xlakit.store.LocalStore` (``get``, ``put``, ``remove``, ``write_partition_info``,
         ``root``, ``max_bytes``).
       log: an event sink with ``emit(kind, **fields)`` (an :class:`~xlakit.events.EventLog`).
+      attribute: let the log attribute each event to user or library code from the Python stack
+        (:mod:`xlakit.events._origin`). False for a caller whose events never come from inside a JAX trace or
+        compile, where the walk always finds nothing (a bundle's loading threads): ``origin`` is then None without
+        walking the stack (the first walk in a process also costs ~1 ms of ``sysconfig`` lookups).
     """
 
-    def __init__(self, store: Any, log: Any) -> None:
+    def __init__(self, store: Any, log: Any, *, attribute: bool = True) -> None:
         self.store = store
         self.log = log
+        self._origin: dict[str, Any] = {} if attribute else {"origin": None}
         self._warned: set[str] = set()
         self._partitions: set[str] = set()
 
@@ -156,7 +161,7 @@ class CachePath:
         for gone in result.evicted:
             self.log.emit("evict", name=gone.name, key=gone.key, partition=gone.partition, bytes=gone.size_bytes,
                           reason=f"least recently used; cap {self.store.max_bytes} bytes", source="xlakit",
-                          folder=self.folder)
+                          folder=self.folder, **self._origin)
         if not result.stored:
             decision = self._record("store_error", name, key, partition, reason=result.reason,
                                     compile_s=compile_s, duration_s=took)
@@ -183,7 +188,7 @@ class CachePath:
     def compiled(self, partition: str | None, key: str | None, name: str | None, seconds: float) -> None:
         """Record that XLA compiled a program (JAX's measured seconds)."""
         self.log.emit("compile", name=name, key=key, partition=partition, duration_s=seconds, source="xlakit",
-                      folder=self.folder)
+                      folder=self.folder, **self._origin)
 
     def ensure_partition(self, partition: str, info: dict[str, Any]) -> None:
         """Write the partition's ``partition.json`` once per process (failures are the store's to ignore)."""
@@ -205,7 +210,7 @@ class CachePath:
         memory = dict(d.memory) if d.memory is not None and d.kind in ("hit", "store") else None
         byte_count = d.bytes if d.kind in ("hit", "store") else None
         self.log.emit(d.kind, name=d.name, key=d.key, partition=d.partition, reason=d.reason, bytes=byte_count,
-                      source="xlakit", folder=d.folder, memory=memory, **fields)
+                      source="xlakit", folder=d.folder, memory=memory, **self._origin, **fields)
 
     def _tell_new_environment(self, partition: str) -> None:
         """Warn once when the folder holds programs of other environments but none of this one: after a

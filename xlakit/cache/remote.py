@@ -1,8 +1,9 @@
 """A cache folder in front of a shared bucket: :class:`SharedStore` and :func:`open_store`. No JAX here.
 
 ``xlakit.enable_cache(remote="s3://bucket/prefix")``, ``ExecutableCache(remote=...)`` and
-``load_bundle(remote=...)`` all build their store with :func:`open_store`. Without a remote (no argument and no
-``XLAKIT_CACHE_REMOTE``) it is a plain :class:`~xlakit.store.LocalStore`; with one it is a :class:`SharedStore`:
+``load_bundle(remote=...)`` all build their store with :func:`xlakit.cache.open_store`. Without a remote (no argument
+and no ``XLAKIT_CACHE_REMOTE``) it is a plain :class:`~xlakit.store.LocalStore` and this module is not imported; with
+one it is a :class:`SharedStore`:
 the same local folder, whose raw reads go through a :class:`~xlakit.store.tiered.TieredStore` (local, then one
 GET of ``<prefix>/v1/<partition>/<key>``, verified, then kept locally) and whose successful local writes are
 uploaded in the background, create-only.
@@ -30,7 +31,7 @@ from typing import Any
 from xlakit._sources import user_stacklevel
 from xlakit.store import LocalStore
 
-__all__ = ["SharedStore", "open_store", "RefusedObjectWarning"]
+__all__ = ["SharedStore", "RefusedObjectWarning"]
 
 
 class RefusedObjectWarning(RuntimeWarning):
@@ -164,26 +165,3 @@ class SharedStore(LocalStore):
                 return
             kind = "upload_error"  # uploads abandoned at exit
         self.log.emit(kind, reason=reason, **fields)
-
-
-def open_store(path: Any = None, *, max_bytes: int | None = None, secret: bytes | None = None,
-               remote: str | None = None, remote_mode: str | None = None, remote_options: dict | None = None,
-               log: Any = None, min_upload_compile_s: float = 0.0) -> LocalStore:
-    """The store a cache uses: a :class:`SharedStore` when a remote is given (argument or
-    ``XLAKIT_CACHE_REMOTE``, with ``XLAKIT_CACHE_REMOTE_MODE`` and ``XLAKIT_CACHE_REMOTE_OPTIONS``; see
-    :func:`xlakit.store.remote.remote_settings`), else a plain :class:`~xlakit.store.LocalStore`.
-
-    Raises:
-      ValueError: a bad mode, URL or options (the message names the setting). ImportError: a missing fsspec
-        package for the URL (the message names the extra, e.g. ``pip install 'xlakit[s3]'``).
-    """
-    from xlakit.store.remote import remote_settings
-
-    found = remote_settings(remote, remote_mode, remote_options)
-    if found is None:
-        if remote_mode is not None and remote_mode not in ("rw", "ro"):
-            raise ValueError(f"remote_mode={remote_mode!r}: use 'rw' or 'ro'")
-        return LocalStore(path, max_bytes=max_bytes, secret=secret)
-    url, mode, options = found
-    return SharedStore(path, remote=url, mode=mode, storage_options=options, max_bytes=max_bytes, secret=secret,
-                       log=log, min_upload_compile_s=min_upload_compile_s)

@@ -92,7 +92,7 @@ class TransparentCache(StoreHandler):
         if self._saved_config is None:
             return
         from xlakit._jax import hooks, persistent
-        from xlakit._jax.environment import use_memo_dir
+        from xlakit._jax.fingerprint import use_memo_dir
 
         use_memo_dir(None, only_if=self.store.root)
         if self._unwatch is not None:
@@ -169,9 +169,10 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
     """See :func:`xlakit.enable_cache`."""
     global _active
     from xlakit._jax import hooks
-    from xlakit._jax.environment import current_environment, prefetch_build_fingerprint, use_memo_dir
+    from xlakit._jax.environment import current_environment
+    from xlakit._jax.fingerprint import prefetch_build_fingerprint, use_memo_dir
     from xlakit._units import check_max_bytes, check_path, check_seconds
-    from xlakit.cache.remote import open_store
+    from xlakit.cache import open_store
     from xlakit.store import prepare_root, resolve_root
 
     # Checked here, before the store is opened, so bad input names the argument instead of failing deep inside.

@@ -80,10 +80,12 @@ def _depth(raw: bytes) -> int:
 
 
 def _int(text: str) -> int:
-    digits = text.lstrip("-")
-    if len(digits) > _MAX_INT_DIGITS or abs(int(text)) > MAX_INT:
+    if len(text) <= _MAX_INT_DIGITS - 1:  # at most 18 characters: |n| < 10**18 < 2**63, parsed once (the common case)
+        return int(text)
+    value = int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else None  # never int() of a huge literal
+    if value is None or abs(value) > MAX_INT:
         raise UnsafeJson(f"integer {text[:24]}{'…' if len(text) > 24 else ''} is out of range (|n| <= 2**63-1)")
-    return int(text)
+    return value
 
 
 def _float(text: str) -> float:
