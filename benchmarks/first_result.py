@@ -13,10 +13,13 @@ started (``jax.devices()``), with the input already a NumPy array; the span is t
            span; the payload is read from the bundle's ``.cache`` (verified) before the span.
 
 Rounds are interleaved (one process of each per round); medians of wall time (``time.perf_counter``) and process
-CPU time (``time.process_time``, all threads) are printed with their ratio. ``--profile`` also writes a cProfile of
+CPU time (``time.process_time``, all threads) are printed with their ratio, and the median of the per-round ratios
+(each round's two processes ran back to back). On a shared 2-core machine XLA's first run (mostly oneDNN
+generating its kernels) sometimes takes ~12 ms longer, in both kinds alike; a median can then fall on a slow round
+of one kind and a fast one of the other, which the per-round ratio does not. ``--profile`` also writes a cProfile of
 one bundle child and prints its top entries (cumulative time).
 
-Usage: python benchmarks/first_result.py [--repeats 15] [--profile]
+Usage: python benchmarks/first_result.py [--repeats 21] [--profile]
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ def run(*args: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=21)
     ap.add_argument("--profile", action="store_true", help="also cProfile one bundle child")
     ap.add_argument("--child", nargs="+")
     args = ap.parse_args()
@@ -178,11 +181,15 @@ def main() -> int:
                         ("wall s, best of rounds", best["bundle"], best["floor"]),
                         ("process CPU s, median", med["bundle"]["cpu_s"], med["floor"]["cpu_s"])):
         print(f"{label:28}{b:>30.4f}{f:>26.4f}{b / f:>15.2f}x")
+    pairs = zip(rounds["bundle"], rounds["floor"], strict=True)
+    paired = statistics.median(b["wall_s"] / f["wall_s"] for b, f in pairs)
+    print(f"{'wall, median of per-round ratios':28}{'':56}{paired:>15.2f}x")
     same = {r["digest"] for r in rounds["bundle"] + rounds["floor"]}
     print(f"outputs bit-identical across every process: {len(same) == 1}; load average (1 min) per round: "
           f"{', '.join(f'{x:.1f}' for x in loads)}; os.cpu_count()={os.cpu_count()}")
     ratio = med["bundle"]["wall_s"] / med["floor"]["wall_s"]
-    print(("PASS" if ratio <= 1.5 else "FAIL") + f" first result within 1.5x the floor (median wall: {ratio:.2f}x)")
+    print(("PASS" if max(ratio, paired) <= 1.5 else "FAIL") + f" first result within 1.5x the floor (median wall: "
+          f"{ratio:.2f}x, per-round: {paired:.2f}x)")
     return 0 if len(same) == 1 else 1
 
 

@@ -249,8 +249,7 @@ class LoadedBundle:
         import jax
 
         compiled = self._programs[(variant, batch)]
-        if (variant, batch) not in self._called:
-            self._first_call(variant, batch)
+        first = (variant, batch) not in self._called and self._first_call(variant, batch)
         args = []
         for x in arrays:
             if n == batch and isinstance(x, jax.Array) and x.devices() == {self.device}:
@@ -263,6 +262,8 @@ class LoadedBundle:
             args.append(jax.device_put(x, self.device))
         out = compiled(self.weights, *args)
         self._loader.first_run(out)  # the first result of a background load gets the cores first
+        if first and self._usage is not None:  # after the dispatch: the recorder's thread starts while XLA runs
+            self._usage(variant, batch)
         leaves = list(out) if variant in self._treedefs else jax.tree_util.tree_leaves(out)
         if variant not in self._treedefs:  # a version-1 module returns the pytree itself
             self._treedefs.setdefault(("v1", variant), jax.tree_util.tree_structure(out))
@@ -323,18 +324,18 @@ class LoadedBundle:
             raise KeyError(f"bundle {self.manifest.name!r} has no variant {variant!r}; it has "
                            f"{list(self.manifest.variants)}")
 
-    def _first_call(self, variant: str, batch: int) -> None:
-        """Remember the first call of an exported program (``.cache/usage.json``), and that it no longer needs
-        a warm-up."""
+    def _first_call(self, variant: str, batch: int) -> bool:
+        """Mark an exported program called (it no longer needs a warm-up); True the first time, when the caller
+        records it in ``.cache/usage.json`` once the run is dispatched."""
         with self._lock:
             if (variant, batch) in self._called:
-                return
+                return False
             self._called.add((variant, batch))
         file = self._files.get((variant, batch))
-        if file is not None:
-            self._loader.mark_used(file)
-            if self._usage is not None:
-                self._usage(variant, batch)
+        if file is None:
+            return False
+        self._loader.mark_used(file)
+        return True
 
     def _arrange(self, inputs: tuple, named: dict) -> list[Any]:
         specs = self.manifest.inputs
