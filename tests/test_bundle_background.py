@@ -5,6 +5,8 @@ Faults each test proves absent:
 
 * ``load_bundle`` waiting for every program by default, or a call waiting for every program instead of its own
   (a blocked program must not delay a call that does not need it);
+* the weights placed while the first program's entry is still being read and verified (both Python, under one
+  GIL) instead of while XLA loads it, or a first program whose read hangs holding ``load_bundle`` up;
 * a module that cannot be read (missing) named only on a later call instead of when ``load_bundle`` returns;
 * a program that fails in the background being lost (no warning, not in ``errors``) or failing the call that
   could use another size;
@@ -113,6 +115,41 @@ def test_the_other_programs_load_after_the_first_calls_result_not_beside_its_run
     started.clear()
     assert load_bundle(warm_bundle, progress=False, max_workers=2).wait_for(4, timeout=30)  # no call: loads on
     assert started == ["model.b1.jaxexp", "model.b4.jaxexp"]
+
+
+def test_weights_are_placed_while_xla_loads_the_first_program(warm_bundle, monkeypatch):
+    """Fault: the calling thread placed the weights while the head worker was still reading and verifying its
+    entry; both are Python under one GIL, so they took turns and XLA's load (which releases the GIL) began only
+    after both. The caller now waits until the verified entry goes to XLA; a head whose read hangs (a slow shared
+    store) holds it no longer than HEAD_HANDOFF_S."""
+    import time
+
+    from xlakit.bundle import background
+
+    handed: list[bool] = []
+    real_wait = background.ProgramLoader.wait_head_handoff
+
+    def wait(self):
+        real_wait(self)
+        handed.append(self._handoff.is_set())
+
+    monkeypatch.setattr(background.ProgramLoader, "wait_head_handoff", wait)
+    np.testing.assert_allclose(np.asarray(load_bundle(warm_bundle, progress=False)(xs(1))), expected(xs(1)),
+                               rtol=1e-6)
+    assert handed == [True]                               # the weights came after the entry went to XLA
+
+    hold = threading.Event()
+    _record_loads(monkeypatch, {"model.b1.jaxexp": hold})
+    monkeypatch.setattr(background, "HEAD_HANDOFF_S", 0.2)
+    try:
+        start = time.monotonic()
+        loaded = load_bundle(warm_bundle, progress=False)  # returns while the head's read is still held
+        took = time.monotonic() - start
+        assert handed == [True, False]
+        assert not loaded.ready(1) and took < 20
+    finally:
+        hold.set()
+    np.testing.assert_allclose(np.asarray(loaded(xs(1))), expected(xs(1)), rtol=1e-6)
 
 
 def test_background_failure_surfaces_on_the_call_and_in_the_report(warm_bundle, tmp_path):

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from xlakit.bundle.errors import BundleError, ManifestError, ModuleError, WeightsError
     from xlakit.bundle.export import export_bundle
     from xlakit.bundle.hashes import Drop
-    from xlakit.bundle.loader import DEFAULT_MAX_WORKERS, LoadedBundle, ModuleReport, load_bundle
+    from xlakit.bundle.loaded import LoadedBundle
+    from xlakit.bundle.loader import DEFAULT_MAX_WORKERS, ModuleReport, load_bundle
     from xlakit.bundle.manifest import Manifest, ModuleSpec, TensorSpec
     from xlakit.bundle.watcher import BundleChange, BundleWatcher
 
@@ -57,7 +58,8 @@ _HOME = {
     **dict.fromkeys(("BundleError", "ManifestError", "ModuleError", "WeightsError"), "errors"),
     "export_bundle": "export",
     "Drop": "hashes",
-    **dict.fromkeys(("DEFAULT_MAX_WORKERS", "LoadedBundle", "ModuleReport", "load_bundle"), "loader"),
+    **dict.fromkeys(("DEFAULT_MAX_WORKERS", "ModuleReport", "load_bundle"), "loader"),
+    "LoadedBundle": "loaded",
     **dict.fromkeys(("Manifest", "ModuleSpec", "TensorSpec"), "manifest"),
     **dict.fromkeys(("BundleChange", "BundleWatcher"), "watcher"),
 }

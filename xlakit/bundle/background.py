@@ -47,6 +47,11 @@ __all__ = ["ProgramLoader"]
 #: others anyway (a notebook's next cell comes later than this; a script's first call comes sooner).
 HEAD_YIELD_S = 0.25
 
+#: Seconds the calling thread waits at most for the head-start worker to hand its verified entry to XLA (see
+#: :meth:`ProgramLoader.wait_head_handoff`): an ordering, never a dependency, so a slow read (a remote store) costs
+#: the caller no more than this.
+HEAD_HANDOFF_S = 0.05
+
 
 class ProgramLoader:
     """Loads ``specs`` with ``ctx.load_module`` in ``workers`` threads, best rank first.
@@ -86,6 +91,7 @@ class ProgramLoader:
         # call that needs another program, wait(), a cancel, or HEAD_YIELD_S without any call).
         self._head_start = head_start
         self._released = threading.Event()
+        self._handoff = threading.Event()  # set when the head entry goes to XLA, or its load ends
         self._first_outputs: list[Any] = []
         # A module that could not even be read (missing, FIFO, too large) fails here, on the caller's thread, so
         # load_bundle can name it before returning instead of on some later call.
@@ -103,6 +109,8 @@ class ProgramLoader:
         # Nothing ever waits on a queue or an event that a thread which never started would have fed: a Ctrl-C
         # landing anywhere here (even inside Thread.start) leaves threads that end by themselves.
         self._workers = max(1, min(workers, len(self._pending)))  # counted before the first worker takes one
+        if head_start:
+            ctx.on_verified = self._handoff.set
         _watch_exit()
         self._spawn(1 if head_start else self._workers, head=head_start)
 
@@ -134,6 +142,15 @@ class ProgramLoader:
                 if not self._released.is_set():  # else the head worker stopped waiting: keep no reference
                     self._first_outputs.append(outputs)
                     self._released.set()
+
+    def wait_head_handoff(self) -> None:
+        """With a head start: wait (at most :data:`HEAD_HANDOFF_S`) until the head worker's program has passed its
+        checks and XLA is loading it, or the worker is done with it. Its reads and checks (Python, under the GIL)
+        then ran without the caller's work interleaved, and the caller's next work (imports, weights: Python too)
+        overlaps XLA's load, which releases the GIL: on 2 cores the first program was ready ~4 ms sooner
+        (benchmarks/first_result.py). Without a head start (or nothing pending) it returns at once."""
+        if self._head_start and self._left:
+            self._handoff.wait(HEAD_HANDOFF_S)
 
     def mark_used(self, file: str) -> None:
         """A call is about to run this program: a warm-up that has not started is no longer needed."""
@@ -212,6 +229,7 @@ class ProgramLoader:
                 self._ctx.errors[file] = err
             report, compiled = ModuleReport(spec.file, spec.variant, spec.batch_size, "error",
                                             time.perf_counter() - start, reason=str(err)), None
+        self._handoff.set()  # a head start's caller waits for this or for the entry's handoff to XLA
         self._resolve(report, compiled, finished=False)  # a call may use it now; wait() also awaits its warm-up
         try:
             if self._warmup and compiled is not None and file not in self._used:

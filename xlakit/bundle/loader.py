@@ -47,22 +47,22 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xlakit import events as _events
 from xlakit.bundle.background import ProgramLoader
 from xlakit.bundle.errors import BundleError, ModuleError
 from xlakit.bundle.files import MAX_MODULE_BYTES, cache_problem, read_regular
 from xlakit.bundle.hashes import RECORD, RecordState, read_record, sha256_hex
-from xlakit.bundle.loaded import LoadedBundle
 from xlakit.bundle.manifest import CACHE_DIR, DEFAULT_VARIANT, Manifest, ModuleSpec
 from xlakit.bundle.programs import Context, NullStore
 from xlakit.bundle.reports import ModuleReport
-from xlakit.bundle.trees import TreeError, build_treedef
 from xlakit.bundle.usage import read_usage, write_usage
-from xlakit.bundle.weights import check_weights, read_weight_specs, read_weights
 
-__all__ = ["DEFAULT_MAX_WORKERS", "LoadedBundle", "ModuleReport", "load_bundle"]
+if TYPE_CHECKING:
+    from xlakit.bundle.loaded import LoadedBundle
+
+__all__ = ["DEFAULT_MAX_WORKERS", "ModuleReport", "load_bundle"]
 
 # Threads that load/compile modules at once when max_workers is None. XLA releases the GIL while it
 # deserializes (a pure-Python thread kept ~half its speed during Client.deserialize_executable on 2 busy
@@ -134,7 +134,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     log = log or _events.log()
     manifest = Manifest.read(path)
     device = _resolve_device(devices)
-    treedefs, notes = _treedefs(path, manifest)
+    treedefs, notes = _treedefs(path, manifest)  # a malformed tree fails before anything loads
 
     env = current_environment(device.platform)
     partition = env.partition_name()
@@ -170,13 +170,18 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
         on_done = _bar_updater(progress_bar(len(manifest.modules), f"{manifest.name}"), len(manifest.modules))
     loader = ProgramLoader(ctx, manifest.modules, blobs, current, order, max_workers or DEFAULT_MAX_WORKERS,
                            on_done=on_done, warmup=warmup, head_start=background)
+    # Background: the head worker's Python (its entry read and verified) runs alone first; then XLA loads the
+    # program without the GIL while this thread imports what it needs next and places the weights.
+    loader.wait_head_handoff()
     if weights is None:
-        try:  # background: the weights are placed while the first program loads (one worker: the head start)
+        try:
             weights, weights_s = _place_weights(path, manifest, device)
         except BaseException:
             loader.cancel()
             loader.wait()  # nothing of this load touches the folder once load_bundle has raised
             raise
+    from xlakit.bundle.loaded import LoadedBundle
+
     poly = {spec.variant: (spec, blobs[spec.file], current[spec.file]) for spec in manifest.poly_modules}
     loaded = LoadedBundle(path=path, manifest=manifest, device=device, weights=weights, loader=loader,
                           specs=tuple(manifest.modules), dropped=tuple(dropped),
@@ -197,6 +202,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
 def _place_weights(path: Path, manifest: Manifest, device: Any) -> tuple[dict, float]:
     """Read, check and ``device_put`` the weights; ``(weights, seconds)``. Raises WeightsError."""
     import jax
+
+    from xlakit.bundle.weights import check_weights, read_weight_specs, read_weights
 
     t = time.perf_counter()
     wfile = path / manifest.weights_file
@@ -285,6 +292,7 @@ def _treedefs(path: Path, manifest: Manifest) -> tuple[dict, list[str]]:
     """variant -> PyTreeDef of its outputs (version-2 bundles), and notes on classes rebuilt as dicts.
     Raises ManifestError for a malformed tree."""
     from xlakit.bundle.errors import ManifestError
+    from xlakit.bundle.trees import TreeError, build_treedef
 
     treedefs, notes = {}, []
     for variant, tree in manifest.output_trees.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,10 @@ class Context:
         # threads or load_bundle, never from inside a JAX trace: no stack attribution (origin None).
         self.io = CachePath(store, log, attribute=False)
         self.errors: dict[str, BundleError] = {}
+        #: Called on a loading thread when an entry has passed every check and its bytes go to XLA (which
+        #: loads them without the GIL): :class:`~xlakit.bundle.background.ProgramLoader` hands the calling
+        #: thread its turn there.
+        self.on_verified: Callable[[], None] | None = None
         self._lock = threading.Lock()
         # The manifest's signature as plain tuples, built once per load (not per tensor per program): a
         # program's signature is compared with one ``==`` and only a mismatch runs the per-tensor check that
@@ -126,6 +131,8 @@ class Context:
 
         def place(header, payload):
             placement = serialize.Placement.from_dict(header["placement"])
+            if self.on_verified is not None:
+                self.on_verified()
             compiled = serialize.load_compiled(payload, placement, [self.device])
             try:
                 self._check_signature(spec, compiled)
