@@ -117,7 +117,7 @@ def test_the_other_programs_load_after_the_first_calls_result_not_beside_its_run
     assert started == ["model.b1.jaxexp", "model.b4.jaxexp"]
 
 
-def test_weights_are_placed_while_xla_loads_the_first_program(warm_bundle, monkeypatch):
+def test_weights_are_placed_while_xla_loads_the_first_program(warm_bundle, tmp_path, monkeypatch):
     """Fault: the calling thread placed the weights while the head worker was still reading and verifying its
     entry; both are Python under one GIL, so they took turns and XLA's load (which releases the GIL) began only
     after both. The caller now waits until the verified entry goes to XLA; a head whose read hangs (a slow shared
@@ -138,6 +138,12 @@ def test_weights_are_placed_while_xla_loads_the_first_program(warm_bundle, monke
                                rtol=1e-6)
     assert handed == [True]                               # the weights came after the entry went to XLA
 
+    cold = tmp_path / "cold"                              # nothing stored: the head goes to XLA to compile
+    export_bundle(affine, AFFINE, xs(2), cold, batch_sizes=(1, 4))
+    monkeypatch.setattr(background, "HEAD_HANDOFF_S", 60.0)
+    np.testing.assert_allclose(np.asarray(load_bundle(cold, progress=False)(xs(1))), expected(xs(1)), rtol=1e-6)
+    assert handed == [True, True]                         # handed over at the compile, not after it or 60 s
+
     hold = threading.Event()
     _record_loads(monkeypatch, {"model.b1.jaxexp": hold})
     monkeypatch.setattr(background, "HEAD_HANDOFF_S", 0.2)
@@ -145,7 +151,7 @@ def test_weights_are_placed_while_xla_loads_the_first_program(warm_bundle, monke
         start = time.monotonic()
         loaded = load_bundle(warm_bundle, progress=False)  # returns while the head's read is still held
         took = time.monotonic() - start
-        assert handed == [True, False]
+        assert handed == [True, True, False]
         assert not loaded.ready(1) and took < 20
     finally:
         hold.set()

@@ -91,7 +91,7 @@ class ProgramLoader:
         # call that needs another program, wait(), a cancel, or HEAD_YIELD_S without any call).
         self._head_start = head_start
         self._released = threading.Event()
-        self._handoff = threading.Event()  # set when the head entry goes to XLA, or its load ends
+        self._handoff = threading.Event()  # set when the head's work goes to XLA, or its load ends
         self._first_outputs: list[Any] = []
         # A module that could not even be read (missing, FIFO, too large) fails here, on the caller's thread, so
         # load_bundle can name it before returning instead of on some later call.
@@ -110,7 +110,7 @@ class ProgramLoader:
         # landing anywhere here (even inside Thread.start) leaves threads that end by themselves.
         self._workers = max(1, min(workers, len(self._pending)))  # counted before the first worker takes one
         if head_start:
-            ctx.on_verified = self._handoff.set
+            ctx.on_xla = self._handoff.set
         _watch_exit()
         self._spawn(1 if head_start else self._workers, head=head_start)
 
@@ -144,11 +144,12 @@ class ProgramLoader:
                     self._released.set()
 
     def wait_head_handoff(self) -> None:
-        """With a head start: wait (at most :data:`HEAD_HANDOFF_S`) until the head worker's program has passed its
-        checks and XLA is loading it, or the worker is done with it. Its reads and checks (Python, under the GIL)
-        then ran without the caller's work interleaved, and the caller's next work (imports, weights: Python too)
-        overlaps XLA's load, which releases the GIL: on 2 cores the first program was ready ~4 ms sooner
-        (benchmarks/first_result.py). Without a head start (or nothing pending) it returns at once."""
+        """With a head start: wait (at most :data:`HEAD_HANDOFF_S`) until the head worker hands its program to XLA
+        (a verified entry to load, or the module to compile), or is done with it. Its reads and checks (Python,
+        under the GIL) then ran without the caller's work interleaved, and the caller's next work (imports,
+        weights: Python too) overlaps XLA's load or compile, which release the GIL: on 2 cores the first program
+        was ready ~4 ms sooner (benchmarks/first_result.py). Without a head start (or nothing pending) it returns
+        at once."""
         if self._head_start and self._left:
             self._handoff.wait(HEAD_HANDOFF_S)
 

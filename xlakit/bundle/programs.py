@@ -48,10 +48,10 @@ class Context:
         # threads or load_bundle, never from inside a JAX trace: no stack attribution (origin None).
         self.io = CachePath(store, log, attribute=False)
         self.errors: dict[str, BundleError] = {}
-        #: Called on a loading thread when an entry has passed every check and its bytes go to XLA (which
-        #: loads them without the GIL): :class:`~xlakit.bundle.background.ProgramLoader` hands the calling
-        #: thread its turn there.
-        self.on_verified: Callable[[], None] | None = None
+        #: Called on a loading thread when it hands work to XLA, which runs it without the GIL: an entry that
+        #: passed every check goes to be loaded, or a module goes to be compiled.
+        #: :class:`~xlakit.bundle.background.ProgramLoader` gives the calling thread its turn there.
+        self.on_xla: Callable[[], None] | None = None
         self._lock = threading.Lock()
         # The manifest's signature as plain tuples, built once per load (not per tensor per program): a
         # program's signature is compared with one ``==`` and only a mismatch runs the per-tensor check that
@@ -131,8 +131,8 @@ class Context:
 
         def place(header, payload):
             placement = serialize.Placement.from_dict(header["placement"])
-            if self.on_verified is not None:
-                self.on_verified()
+            if self.on_xla is not None:
+                self.on_xla()
             compiled = serialize.load_compiled(payload, placement, [self.device])
             try:
                 self._check_signature(spec, compiled)
@@ -154,6 +154,8 @@ class Context:
                                         expect=self.expect, reraise=(BundleError,))
         if compiled is not None:
             return self._report(spec, "hit", found.load_s or 0.0, None, len(data), found, key, None), compiled
+        if self.on_xla is not None:
+            self.on_xla()
         from xlakit.bundle import compiling  # the cold path: imported only when a module is compiled
 
         return compiling.compile_module(self, spec, data, key, start, found, polymorphic)
