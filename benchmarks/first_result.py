@@ -159,6 +159,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="xlakit-first-result-") as tmp:
         os.environ["XLAKIT_CONFIG_DIR"] = str(Path(tmp) / "config")  # one secret for every child
+        os.environ["XLAKIT_CACHE_DIR"] = str(Path(tmp) / "cache")  # the fingerprint memo too: not the user's
         os.environ.setdefault("XLAKIT_BENCH_PYCACHE", str(Path(tmp) / "pycache"))  # warmed by the export child
         root = str(Path(tmp) / "cnn")
         print(f"exporting the CNN bundle at batch sizes {', '.join(map(str, BATCHES))} and filling its .cache ...",

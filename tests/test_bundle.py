@@ -475,6 +475,13 @@ def test_cli_check_and_warm(bundle, tmp_path, capsys):
     assert cli_main(["bundle", "check", str(tmp_path / "nope")]) == 2
     assert "not a folder" in capsys.readouterr().err
 
+    # Fault: with the weights gone, check said "a load would drop nothing" and then named the problem
+    (path / "weights.safetensors").rename(tmp_path / "weights.away")
+    assert cli_main(["bundle", "check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "drop nothing" not in out and out.rstrip().endswith("a load would fail (1 problem above)"), out
+    assert "weights.safetensors: missing; copy the bundle's weights file back" in out
+
 
 def test_cli_warm_in_a_fresh_process_does_not_count_jaxs_start_up(bundle):
     """Fault: ``xlakit bundle warm`` reported JAX's own start-up (import, backend) as the bundle's load seconds;

@@ -303,6 +303,29 @@ def test_bare_device_and_a_file_for_a_folder(warm_bundle):
     loaded.wait()  # no load of this test may still run when the next one patches Context.load_module
     with pytest.raises(ManifestError, match="is a file, not a bundle folder"):
         load_bundle(warm_bundle / "manifest.json", progress=False)
+    with pytest.raises(ManifestError, match=r"nope: does not exist; pass the path of a bundle folder"):
+        load_bundle(warm_bundle.parent / "nope", progress=False)  # was: "nope/manifest.json: missing"
+
+
+def test_a_load_that_raises_writes_no_progress_line(warm_bundle, tmp_path, monkeypatch, capsys):
+    """Fault: a background load whose weights file was gone raised WeightsError, but the programs it cancelled
+    were counted on the bar, which then wrote "aff: 2/2 programs (1 hit, 0 compiled, 1 failed)": a failure
+    that never happened. The error also said only "missing", not what to do."""
+    import io
+    import shutil
+
+    from xlakit.bundle import WeightsError
+
+    broken = tmp_path / "aff"
+    shutil.copytree(warm_bundle, broken)
+    (broken / "weights.safetensors").unlink()
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    with pytest.raises(WeightsError, match=r"missing; copy the bundle's weights file back, or export the bundle"):
+        load_bundle(broken)                               # progress on (a log-file stderr: one line at the end)
+    assert log.getvalue() == ""
+    load_bundle(warm_bundle).wait()                       # a load that succeeds still writes its line
+    assert "aff: 2/2 programs (2 hit, 0 compiled, 0 failed)" in log.getvalue()
 
 
 def _join_usage_writers() -> None:

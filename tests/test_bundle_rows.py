@@ -167,11 +167,28 @@ def test_size_dependent_functions_are_served_only_at_exported_sizes(tmp_path, ki
                           batch_sizes=(2,))
     how, reason = m.rows("default")
     assert how == "size-dependent" and why in reason and m.polymorphic == {} and not m.independent("default")
+    assert "http" not in reason  # JAX's links were cut mid-URL at 200 characters ("https://docs.jax.dev/e)")
     lb = load(tmp_path / "b")
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_allclose(np.asarray(lb(x)), np.asarray(body(x) @ W["w"]), rtol=1e-6)
     with pytest.raises(ValueError, match=r"served only at \[2\]"):
         lb(x[:1])
+
+
+def test_an_example_without_a_batch_axis_is_named_not_a_traceback_from_jax(tmp_path):
+    """Fault: ``export_bundle(f, params, x_one_item)`` with ``x`` of shape (4,) took 4 as the batch, traced at
+    batch 1 and ended in JAX's ``dot_general requires contracting dimensions to have the same shape``. A function
+    that traces at the example's own shapes but not with axis 0 resized now gets a ValueError that says so (JAX's
+    error chained); one that fails at its own shapes still gets JAX's error as it is."""
+    params = {"w": np.full((4, 3), 2.0, np.float32), "b": np.zeros(3, np.float32)}
+    with pytest.raises(ValueError, match=r"traces at the examples' own shapes \(x \(4,\)\) but not with axis 0 "
+                                         r"set to 1 .*give it one: x\[None\]") as e:
+        export_bundle(lambda p, x: x @ p["w"] + p["b"], params, np.ones((4,), np.float32), tmp_path / "a",
+                      batch_sizes=(1,))
+    assert isinstance(e.value.__cause__, TypeError) and not (tmp_path / "a").exists()
+    with pytest.raises(TypeError, match="dot_general"):
+        export_bundle(lambda p, x: x @ p["b"], params, np.ones((2, 4), np.float32), tmp_path / "b",
+                      batch_sizes=(1, 2))
 
 
 def test_declared_is_recorded_as_declared_and_older_manifests_are_unproven(tmp_path):

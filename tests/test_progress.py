@@ -26,6 +26,17 @@ def test_a_non_terminal_stderr_gets_one_line_not_redraws_joined_by_carriage_retu
     assert "3/3 programs (3 hit, 0 compiled, 0 failed) in " in text and text.endswith(" s\n"), text
 
 
+def test_a_discarded_bar_writes_nothing_more(monkeypatch):
+    """A load that raises discards its bar: the modules it cancels afterwards are not drawn as failures."""
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    bar = progress.progress_bar(3, "cnn")
+    bar.update(1)
+    bar.discard()
+    _drive(bar)
+    assert log.getvalue() == ""
+
+
 def _on_terminal(monkeypatch, columns: int) -> bytes:
     """What a bar driven to the end writes to a real pseudo-terminal of ``columns`` x 24 (0: one that reports
     no size, as `script` without one does)."""

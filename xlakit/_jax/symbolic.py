@@ -137,6 +137,20 @@ def _size_guesses(found: list[str]):
                 cls.__bool__ = own_bool  # type: ignore[attr-defined]
 
 
+def brief_error(e: BaseException, limit: int = 200) -> str:
+    """``Type: message`` for one reason line: the message's first paragraph on one line, without the links JAX
+    appends ("Please see https://..."), cut at a word (with "…") within ``limit`` characters, never inside a
+    link (a cut link read "https://docs.jax.dev/e)")."""
+    import re
+
+    text = str(e).strip().split("\n\n")[0]
+    text = re.sub(r"\s*(For more (information|details)[^.]*|Please see|See)\s+https?://\S+\s*", " ", text)
+    text = " ".join(re.sub(r"https?://\S+", "", text).split())
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+    return f"{type(e).__name__}: {text}"
+
+
 def trace_symbolic(fn: Callable[..., Any], *args: Any) -> SymbolicTrace:
     """``jax.make_jaxpr(fn)(*args)`` where ``args`` hold ``jax.ShapeDtypeStruct`` with symbolic dimensions;
     never raises (a failure is :attr:`SymbolicTrace.problem`). Traces only: nothing is lowered or compiled."""
@@ -147,6 +161,5 @@ def trace_symbolic(fn: Callable[..., Any], *args: Any) -> SymbolicTrace:
         with _size_guesses(found):
             jaxpr = jax.make_jaxpr(fn)(*args)
     except Exception as e:  # noqa: BLE001 - InconclusiveDimensionOperation, TypeError from NumPy on a symbol...
-        text = " ".join(str(e).split())
-        return SymbolicTrace(None, f"{type(e).__name__}: {text[:300]}", tuple(dict.fromkeys(found)))
+        return SymbolicTrace(None, brief_error(e, 300), tuple(dict.fromkeys(found)))
     return SymbolicTrace(jaxpr, None, tuple(dict.fromkeys(found)))

@@ -136,8 +136,12 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         per_size = {}
         for b in sizes:
             avals = [jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype) for a in input_avals]
-            with _no_source_locations():
-                exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
+            try:
+                with _no_source_locations():
+                    exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
+            except (TypeError, ValueError) as e:
+                _explain_batch_axis(e, vname, b, input_names, input_avals, wrapped, weight_avals)
+                raise
             modules[module_file(vname, b)] = bytes(exp.serialize())  # a bytearray
             exported_platforms = tuple(exp.platforms)
             per_size[b] = (wrapped.out_paths, exp.out_avals)
@@ -170,6 +174,27 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
 
 
 # -- pieces ---------------------------------------------------------------------------------------------
+
+def _explain_batch_axis(error: Exception, variant: str, batch: int, names, avals, wrapped, weight_avals) -> None:
+    """Tracing at ``batch`` rows failed. If the function traces at the examples' own shapes, the likely cause is
+    an example without a batch axis (axis 0 was taken as one and resized): raise a ValueError that says so,
+    chained to JAX's error. Otherwise return, and the caller re-raises JAX's error as it is."""
+    import jax
+
+    if all(a.shape and a.shape[0] == batch for a in avals):
+        return  # the examples' own batch size: nothing was resized
+    try:
+        jax.eval_shape(wrapped, weight_avals, *avals)
+    except Exception:  # noqa: BLE001 - it fails at its own shapes too: JAX's error is the right one
+        return
+    shapes = ", ".join(f"{n} {tuple(a.shape)}" for n, a in zip(names, avals, strict=False))
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    raise ValueError(
+        f"variant {variant!r}: export_bundle takes axis 0 of every example input as the batch axis and resizes it "
+        f"to each batch size; the function traces at the examples' own shapes ({shapes}) but not with axis 0 set "
+        f"to {batch} ({type(error).__name__}: {first}). If an example holds one item without a batch axis, give "
+        "it one: x[None] (batch size 1).") from error
+
 
 def _input_values(example_inputs) -> list[Any]:
     """The example inputs' values in input order (the order of :func:`_inputs`)."""

@@ -163,11 +163,12 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     weights = None
     if not background:  # measured: placing the weights beside two loading threads cost CPU and wall on 2 cores
         weights, weights_s = _place_weights(path, manifest, device)
-    on_done = None
+    on_done, bar = None, None
     if progress:  # (the bar's module and tqdm load only when a bar is shown)
         from xlakit.bundle.progress import progress_bar
 
-        on_done = _bar_updater(progress_bar(len(manifest.modules), f"{manifest.name}"), len(manifest.modules))
+        bar = progress_bar(len(manifest.modules), f"{manifest.name}")
+        on_done = _bar_updater(bar, len(manifest.modules))
     loader = ProgramLoader(ctx, manifest.modules, blobs, current, order, max_workers or DEFAULT_MAX_WORKERS,
                            on_done=on_done, warmup=warmup, head_start=background)
     # Background: the head worker's Python (its entry read and verified) runs alone first; then XLA loads the
@@ -177,6 +178,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
         try:
             weights, weights_s = _place_weights(path, manifest, device)
         except BaseException:
+            if bar is not None:
+                bar.discard()  # the load is abandoned: no "n failed" line for the modules cancelled below
             loader.cancel()
             loader.wait()  # nothing of this load touches the folder once load_bundle has raised
             raise

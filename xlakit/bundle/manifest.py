@@ -349,6 +349,9 @@ class Manifest(Record):
         if Path(bundle).exists() and not Path(bundle).is_dir():
             raise ManifestError(Path(bundle), None, "is a file, not a bundle folder; pass the folder that holds "
                                 "manifest.json")
+        if not os.path.lexists(bundle):
+            raise ManifestError(Path(bundle), None, "does not exist; pass the path of a bundle folder (one with "
+                                "manifest.json, written by xlakit.export_bundle)")
         try:
             text = read_regular(file, MAX_JSON_BYTES)
         except FileNotFoundError:

@@ -3,7 +3,8 @@
 ``tqdm.auto`` picks the notebook bar inside any IPython kernel but then fails (or warns) when ipywidgets is
 missing; here the widget bar is used only when both a kernel and ipywidgets are present, else the text bar
 (on stderr; where stderr is not a terminal, one line when the bar closes instead of tqdm's redraws joined
-by carriage returns). ``enabled=False`` gives a bar that draws nothing, so callers never branch.
+by carriage returns). ``enabled=False`` gives a bar that draws nothing, so callers never branch. ``discard()``
+ends a bar whose work was abandoned (a load that raises): nothing more is drawn and no closing line is written.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ class _Silent:
         pass
 
     def close(self) -> None:
+        pass
+
+    def discard(self) -> None:
         pass
 
 
@@ -50,6 +54,10 @@ class _SafeBar:
         self._bar.set_postfix_str(self._clean(s), refresh=refresh)
 
     def close(self) -> None:
+        self._bar.close()
+
+    def discard(self) -> None:
+        self._bar.leave = False  # tqdm clears a bar it does not leave, and draws nothing once closed
         self._bar.close()
 
 
@@ -83,6 +91,9 @@ class _LogLine:
                   f"{time.perf_counter() - self._start:.2f} s", file=sys.stderr, flush=True)
         except (OSError, ValueError):  # a closed or broken stderr: the line is only a courtesy
             pass
+
+    def discard(self) -> None:
+        self._closed = True
 
 
 def _columns(stream: Any) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from xlakit._jax.symbolic import brief_error
 from xlakit._record import Record
 
 __all__ = ["RowRecord", "establish_rows", "pad_rows", "is_extended"]
@@ -179,7 +180,7 @@ def establish_rows(fn: Callable[..., Any], weights: dict[str, Any], input_avals:
             if local is not None:
                 problem = _disagreement(fn, local, weights, input_avals, examples, sizes)
     except Exception as e:  # noqa: BLE001 - whatever failed, the symbolic program is not known to agree
-        poly, problem = None, f"its symbolic program could not be checked ({type(e).__name__}: {str(e)[:200]})"
+        poly, problem = None, f"its symbolic program could not be checked ({brief_error(e)})"
 
     if declared is False:
         found = problem or (verdict.reason if verdict else "")
@@ -208,7 +209,7 @@ def _symbolic_export(fn, weight_avals, avals, batched, platforms) -> tuple[bytes
                 return None, f"output {i} has shape {dims} with a symbolic batch axis"
         return bytes(exp.serialize()), None
     except Exception as e:  # noqa: BLE001 - shape polymorphism has many limits
-        return None, f"it cannot be exported with a symbolic batch axis ({type(e).__name__}: {str(e)[:200]})"
+        return None, f"it cannot be exported with a symbolic batch axis ({brief_error(e)})"
 
 
 def _runs_here(module: bytes) -> bool:
@@ -234,7 +235,7 @@ def _disagreement(fn, poly: bytes, weights, input_avals, examples, sizes) -> str
             want = [_host(leaf) for leaf in concrete(weights, *xs)]
             got = [_host(leaf) for leaf in symbolic(weights, *xs)]
         except Exception as e:  # noqa: BLE001
-            return f"its symbolic program could not be compared at batch size {b} ({type(e).__name__}: {str(e)[:200]})"
+            return f"its symbolic program could not be compared at batch size {b} ({brief_error(e)})"
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
             if not _close(g, w):
                 return f"its symbolic program differs from the batch-{b} export (output {i})"

@@ -194,7 +194,8 @@ def _open_regular(path: Path):
             raise WeightsError(path, None, "not a regular file (a FIFO, device, folder or socket); it was not read")
         f = open(path, "rb")  # noqa: SIM115 - returned to the caller's with-block
     except FileNotFoundError:
-        raise WeightsError(path, None, "missing") from None
+        raise WeightsError(path, None, "missing; copy the bundle's weights file back, or export the bundle again "
+                           "(xlakit.export_bundle)") from None
     except OSError as e:
         raise WeightsError(path, None, f"unreadable: {e}") from None
     if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # replaced between the stat and the open

@@ -108,8 +108,10 @@ def check(args: argparse.Namespace) -> int:
             print("no compiled programs yet (.cache is empty or missing)")
         for d in result.drops:
             print(f"a load would drop {d.key} from {d.partition}: {d.reason}")
-        if not result.drops:
+        if not result.drops and result.ok:
             print("a load would drop nothing")
     for problem in result.problems:
         print(f"problem: {problem}")
+    if result.problems and result.manifest is not None:
+        print(f"a load would fail ({len(result.problems)} problem{'s' if len(result.problems) > 1 else ''} above)")
     return 0 if result.ok else 1
