@@ -47,7 +47,7 @@ __all__ = ["ProgramLoader"]
 #: others anyway (a notebook's next cell comes later than this; a script's first call comes sooner).
 HEAD_YIELD_S = 0.25
 
-#: Seconds the calling thread waits at most for the head-start worker to hand its verified entry to XLA (see
+#: Seconds the calling thread waits at most for the head-start worker to hand its work to XLA (see
 #: :meth:`ProgramLoader.wait_head_handoff`): an ordering, never a dependency, so a slow read (a remote store) costs
 #: the caller no more than this.
 HEAD_HANDOFF_S = 0.05

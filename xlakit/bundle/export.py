@@ -187,12 +187,13 @@ def _explain_batch_axis(error: Exception, variant: str, batch: int, names, avals
         jax.eval_shape(wrapped, weight_avals, *avals)
     except Exception:  # noqa: BLE001 - it fails at its own shapes too: JAX's error is the right one
         return
+    from xlakit._jax.symbolic import brief_error
+
     shapes = ", ".join(f"{n} {tuple(a.shape)}" for n, a in zip(names, avals, strict=False))
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     raise ValueError(
         f"variant {variant!r}: export_bundle takes axis 0 of every example input as the batch axis and resizes it "
         f"to each batch size; the function traces at the examples' own shapes ({shapes}) but not with axis 0 set "
-        f"to {batch} ({type(error).__name__}: {first}). If an example holds one item without a batch axis, give "
+        f"to {batch} ({brief_error(error)}). If an example holds one item without a batch axis, give "
         "it one: x[None] (batch size 1).") from error
 
 

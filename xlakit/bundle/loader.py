@@ -27,7 +27,8 @@ module that fails).
 
 Order of work (measured in ``docs/restart-measurements.md``): manifest, device, environment, module reads
 and hashes, the record's drops. By default (``background=True``) the most-likely-called program then starts
-loading alone in a worker thread (:mod:`xlakit.bundle.background`) while the calling thread places the weights,
+loading alone in a worker thread (:mod:`xlakit.bundle.background`); once its entry is verified and goes to XLA
+(which loads it without the GIL), the calling thread places the weights,
 ``load_bundle`` returns, and the others follow, most likely first; a call waits only for its own program. With
 ``background=False`` the weights are placed first, the programs load largest first (no worker is left alone
 with the biggest one), and ``load_bundle`` returns when all are loaded.
