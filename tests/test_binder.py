@@ -86,12 +86,15 @@ def test_binder_environment(tmp_path: Path) -> None:
 
 def _installer(py: Path) -> list[str]:
     """``pip install`` into the environment of ``py``, as repo2docker runs it; through uv's pip interface when uv
-    is beside this interpreter (`make test` installs it): the same requirements resolved from the same index, with
-    bytecode compiled as pip does, for about a third of pip's CPU (a busy 2-core machine's suite waited on it)."""
+    is beside this interpreter (`make test` installs it): the same requirements resolved from the same index.
+
+    Without compiling bytecode ahead: what this test proves (the resolution on Binder's Python, postBuild, the
+    notebook) does not depend on it, and compiling the ~1 GB environment's every module took 74 s of CPU here,
+    where the processes below compile the few hundred modules they import (conftest turns bytecode writing on)."""
     uv = Path(sys.executable).parent / "uv"
     if uv.is_file() and os.access(uv, os.X_OK):
-        return [str(uv), "pip", "install", "--quiet", "--python", str(py), "--compile-bytecode"]
-    return [str(py), "-m", "pip", "install", "--quiet"]
+        return [str(uv), "pip", "install", "--quiet", "--python", str(py)]
+    return [str(py), "-m", "pip", "install", "--quiet", "--no-compile"]
 
 
 def _build_and_run_binder(python: str, venv: Path, tmp_path: Path) -> None:
