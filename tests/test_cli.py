@@ -266,9 +266,22 @@ def test_ls_shows_unreadable_entries(cache, capsys):
 def test_where(cache, capsys, tmp_path):
     code, data = run_json(capsys, "cache", "where", "--path", str(cache.root))
     assert code == 0
-    assert data == {"folder": str(cache.root), "exists": True, "secret": str(tmp_path / "config" / "secret")}
+    assert data == {"folder": str(cache.root), "exists": True, "from": "--path",
+                    "secret": str(tmp_path / "config" / "secret")}
     code, out, _ = run(capsys, "cache", "where", "--path", str(tmp_path / "x"))
     assert code == 0 and str(tmp_path / "x") in out and "does not exist" in out
+
+
+def test_where_says_which_setting_chose_the_folder(capsys, monkeypatch, tmp_path):
+    """A newcomer saw a folder and could not tell whether a variable or the default chose it."""
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", str(tmp_path / "from-env"))
+    code, out, _ = run(capsys, "cache", "where")
+    assert code == 0 and f"{tmp_path / 'from-env'} (does not exist yet; from $XLAKIT_CACHE_DIR)" in out
+    monkeypatch.delenv("XLAKIT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    code, data = run_json(capsys, "cache", "where")
+    assert code == 0 and data["folder"] == str(tmp_path / "xdg" / "xlakit")
+    assert data["from"] == "the user cache folder"
 
 
 def test_path_defaults_to_env(cache, capsys, monkeypatch):

@@ -62,8 +62,10 @@ class CacheFolder:
     def entries(self, partition: str | None = None):
         """The entries as a ``pandas.DataFrame`` with :data:`ENTRY_COLUMNS`: name, key, partition, size_bytes
         (on disk), compile_s (seconds, recorded at compile time), created, last_used (datetimes), hits (in
-        this process, from the event log), loadable (holds the JAX-level executable, see
-        :meth:`ExecutableCache.load`), signature (the argument signature the entry's header records: a list of
+        this process, from the event log), loadable (holds the JAX-level executable that
+        :meth:`ExecutableCache.load` needs; False for what transparent mode and ``cache.jit`` store, which hold
+        only the XLA executable: those still hit at the next compile of the program, and ``cache.compile`` of it
+        makes them loadable), signature (the argument signature the entry's header records: a list of
         ``{"shape", "dtype", "sharding", "donation"}`` dicts, one per argument; None when it records none, as
         entries written before signatures were), and the compiled memory fields :data:`MEMORY_COLUMNS` (bytes, recorded
         at compile time). The columns are there when the cache is empty too."""

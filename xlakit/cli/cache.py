@@ -316,15 +316,19 @@ def clear(args: argparse.Namespace) -> int:
 
 
 def where(args: argparse.Namespace) -> int:
-    """``xlakit cache where``: the cache folder and where the HMAC secret comes from."""
+    """``xlakit cache where``: the cache folder, where its path came from (``--path``, ``$XLAKIT_CACHE_DIR`` or
+    the user cache folder) and where the HMAC secret comes from."""
     from xlakit.store import resolve_root
+    from xlakit.store.layout import root_source
     from xlakit.store.secret import secret_location
 
     root = resolve_root(args.path)
-    info = {"folder": str(root), "exists": root.is_dir(), "secret": secret_location()}
+    info = {"folder": str(root), "exists": root.is_dir(), "from": root_source(args.path),
+            "secret": secret_location()}
     if args.json:
         emit_json(info)
         return 0
-    print(f"Cache folder: {info['folder']} ({'exists' if info['exists'] else 'does not exist yet'})")
+    print(f"Cache folder: {info['folder']} ({'exists' if info['exists'] else 'does not exist yet'}; "
+          f"from {info['from']})")
     print(f"HMAC secret:  {info['secret']}")
     return 0

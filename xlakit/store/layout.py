@@ -49,6 +49,7 @@ from . import _fs
 
 __all__ = [
     "holds_only_store_names",
+    "root_source",
     "is_environment_partition",
     "ENTRY_SUFFIX",
     "ENV_CACHE_DIR",
@@ -131,6 +132,17 @@ def resolve_root(path: str | os.PathLike | None = None) -> Path:
             raise ValueError(f"{ENV_CACHE_DIR} is set but empty; set it to a folder or unset it for the default cache")
         return Path(os.path.expanduser(env))
     return Path(platformdirs.user_cache_dir("xlakit"))
+
+
+def root_source(path: str | os.PathLike | None = None) -> str:
+    """Where :func:`resolve_root` takes the cache root from, in words: ``"--path"`` (an explicit ``path``),
+    ``"$XLAKIT_CACHE_DIR"`` (the variable is set), or ``"the user cache folder"`` (platformdirs'
+    ``user_cache_dir("xlakit")``, i.e. ``$XDG_CACHE_HOME/xlakit`` or ``~/.cache/xlakit`` on Linux)."""
+    if path is not None:
+        return "--path"
+    if os.environ.get(ENV_CACHE_DIR) is not None:
+        return f"${ENV_CACHE_DIR}"
+    return "the user cache folder"
 
 
 class CacheFolderError(OSError):
