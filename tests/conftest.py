@@ -41,15 +41,20 @@ def pytest_collection_modifyitems(items: list) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_home(tmp_path_factory):
-    """Keep the HMAC secret and the jaxlib fingerprint memo out of the real home folder, and every temp folder
-    out of the system's: ``TMPDIR`` points into pytest's own base folder for this process and every process it
-    starts (JAX workers, notebook kernels, JupyterLab, the S3 server), so the ``tempfile.mkdtemp`` folders the
-    notebooks and workers make go when pytest removes that folder (``tmp_path_retention_policy`` in
-    pyproject.toml: after a passing run, nothing is left)."""
+    """Keep the HMAC secret and the jaxlib fingerprint memo (one for the run) out of the real home folder, and
+    every temp folder out of the system's: ``TMPDIR`` points into pytest's own base folder for this process and
+    every process it starts (JAX workers, notebook kernels, JupyterLab, the S3 server), so the
+    ``tempfile.mkdtemp`` folders the notebooks and workers make go when pytest removes that folder
+    (``tmp_path_retention_policy`` in pyproject.toml: after a passing run, nothing is left)."""
     base = tmp_path_factory.mktemp("xlakit-home")
     temp = tmp_path_factory.mktemp("tmp", numbered=False)
-    old = {k: os.environ.get(k) for k in ("XLAKIT_CONFIG_DIR", "XLAKIT_CACHE_DIR", "XLAKIT_CACHE_SECRET", "TMPDIR")}
+    old = {k: os.environ.get(k) for k in ("XLAKIT_CONFIG_DIR", "XLAKIT_CACHE_DIR", "XLAKIT_CACHE_SECRET", "TMPDIR",
+                                          "XLAKIT_FINGERPRINT_MEMO_DIR")}
     os.environ["XLAKIT_CONFIG_DIR"] = str(base / "config")
+    # One jaxlib fingerprint memo for all the new cache folders of this run's processes: without it each process
+    # that opens one hashed jaxlib's ~350 MB again (0.6-0.8 s of CPU, some 200 times). Tests of where the memo
+    # lives remove the variable.
+    os.environ["XLAKIT_FINGERPRINT_MEMO_DIR"] = str(base / "fingerprint-memo")
     os.environ["XLAKIT_CACHE_DIR"] = str(base / "default-cache")
     os.environ.pop("XLAKIT_CACHE_SECRET", None)
     os.environ["TMPDIR"] = str(temp)

@@ -148,7 +148,8 @@ print(json.dumps({{'big': [[d.kind, d.part, d.now, d.entry] for d in big.differe
                   'edited': edited.kinds, 'diff': edited.module_diff, 'own': own, 'listed': len(listed),
                   'entries': t.stats()['entries'], 'signatures': listed['name'].tolist()}}))
 """
-    out = json.loads(run_python(code, env={"XLAKIT_CACHE_DIR": str(tmp_path / "default")}))
+    out = json.loads(run_python(code, env={"XLAKIT_CACHE_DIR": str(tmp_path / "default"),
+                                           "XLAKIT_FINGERPRINT_MEMO_DIR": ""}))  # unset: the memo goes beside
     assert (tmp_path / "c" / "jaxlib_fingerprints.json").is_file()
     assert not (tmp_path / "default").exists()
     assert out["big"] == [["shape", "argument 0", "300x256", "256x256"]]

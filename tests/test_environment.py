@@ -31,6 +31,7 @@ _PRINT_ENV = ("import json; from xlakit._jax.environment import current_environm
 @pytest.fixture(autouse=True)
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("XLAKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("XLAKIT_FINGERPRINT_MEMO_DIR", raising=False)  # the memo goes beside this cache
     return tmp_path / "cache"
 
 

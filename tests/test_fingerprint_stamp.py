@@ -102,3 +102,24 @@ def test_the_newest_stamps_are_kept_whatever_their_keys_sort_as(tmp_path, monkey
         fpmod._fingerprint_dirs(None, memo, stamp=key)
     kept = {key for key in keys if fpmod._stamped_fingerprint(memo, key) is not None}
     assert kept == set(keys[-fpmod.MAX_STAMPS:])  # the MAX_STAMPS most recently recorded, the last one among them
+
+
+def test_a_memo_folder_of_its_own_serves_every_new_cache_folder(tmp_path, monkeypatch):
+    """Each process that opened a new cache folder (a CI job's, a notebook's throwaway one) hashed jaxlib's
+    ~350 MB again, the memo living beside that cache; with $XLAKIT_FINGERPRINT_MEMO_DIR the second cache folder is
+    served by the first one's memo, walking nothing, and neither cache folder holds a memo."""
+    monkeypatch.setattr(fpmod, "SETTLE_NS", -10**15)  # this tree's folders may have changed moments ago
+    monkeypatch.setenv(fpmod.MEMO_DIR_ENV, str(tmp_path / "memo"))
+    monkeypatch.setattr(fpmod, "_memo_dir", tmp_path / "cache-a")
+    first = fpmod.jaxlib_build_fingerprint()
+    assert (tmp_path / "memo" / fpmod.MEMO_FILENAME).is_file() and not (tmp_path / "cache-a").exists()
+
+    def no_walk(*_args):
+        raise AssertionError("walked jaxlib for a new cache folder although the memo holds it")
+
+    monkeypatch.setattr(fpmod, "_library_roots", no_walk)
+    monkeypatch.setattr(fpmod, "_memo_dir", tmp_path / "cache-b")
+    assert fpmod.jaxlib_build_fingerprint() == first and not (tmp_path / "cache-b").exists()
+    monkeypatch.setenv(fpmod.MEMO_DIR_ENV, "")  # empty: unset, the memo beside the cache again (and a walk)
+    with pytest.raises(AssertionError, match="walked jaxlib"):
+        fpmod.jaxlib_build_fingerprint()

@@ -47,6 +47,7 @@ def test_prefetched_build_fingerprint_is_the_same_value_and_used_once(tmp_path, 
     from xlakit._jax import fingerprint as fpmod
 
     monkeypatch.setattr(fpmod, "_memo_dir", tmp_path)  # a memo of its own: the first computation hashes jaxlib
+    monkeypatch.delenv(fpmod.MEMO_DIR_ENV, raising=False)
     fpmod.prefetch_build_fingerprint()
     assert fpmod._prefetched_fingerprint() == fpmod.jaxlib_build_fingerprint()
     assert fpmod._prefetched_fingerprint() is None  # consumed: a later environment computes its own
