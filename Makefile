@@ -1,7 +1,7 @@
 # The two set-up commands of the README. Each creates its own virtual environment from nothing.
 #   make demo   install xlakit with the demo extras and run `xlakit demo` (cold vs warm start on real workloads)
-#   make test   install xlakit with the test extras and run the whole suite on the default Python,
-#               then the cache tests on Python 3.12 with the newest jax pip gives there (when a 3.12 exists)
+#   make test   install xlakit with the test extras; lint, and run the whole suite on the default Python and,
+#               beside it, the cache tests on Python 3.12 with the newest jax pip gives there (when a 3.12 exists)
 PYTHON ?= python3
 VENV ?= .venv
 PY312 ?= $(shell for p in $$HOME/.pyenv/versions/3.12*/bin/python python3.12; do $$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1 && echo $$p && break; done)

@@ -216,3 +216,13 @@ def test_an_unusable_cache_folder_is_an_error_from_the_call_that_opened_it(tmp_p
         assert str(path) in str(caught.value) and "XLAKIT_CACHE_DIR" in str(caught.value)
         assert isinstance(caught.value, OSError)
     assert transparent.active() is None and afile.read_text() == "not a folder"
+
+
+def test_a_cache_folder_from_the_variable_is_named_as_such(tmp_path, monkeypatch):
+    """With $XLAKIT_CACHE_DIR naming a file, the error advised "or set XLAKIT_CACHE_DIR" although it was set."""
+    from xlakit.store import CacheFolderError
+
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", str(tmp_path / "afile"))
+    with pytest.raises(CacheFolderError, match=r"it comes from \$XLAKIT_CACHE_DIR: set that to a folder"):
+        xlakit.ExecutableCache()

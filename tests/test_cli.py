@@ -267,6 +267,8 @@ def test_where(cache, capsys, tmp_path):
     code, data = run_json(capsys, "cache", "where", "--path", str(cache.root))
     assert code == 0
     assert data == {"folder": str(cache.root), "exists": True, "from": "--path",
+                    "fingerprint_memo": os.path.join(os.environ["XLAKIT_FINGERPRINT_MEMO_DIR"],
+                                                     "jaxlib_fingerprints.json"),
                     "secret": str(tmp_path / "config" / "secret")}
     code, out, _ = run(capsys, "cache", "where", "--path", str(tmp_path / "x"))
     assert code == 0 and str(tmp_path / "x") in out and "does not exist" in out
@@ -282,6 +284,20 @@ def test_where_says_which_setting_chose_the_folder(capsys, monkeypatch, tmp_path
     code, data = run_json(capsys, "cache", "where")
     assert code == 0 and data["folder"] == str(tmp_path / "xdg" / "xlakit")
     assert data["from"] == "the user cache folder"
+
+
+def test_where_refuses_a_file_and_names_an_unusable_memo_folder(capsys, monkeypatch, tmp_path):
+    """`cache where` called a file a folder that "does not exist yet" and exited 0; a memo folder that is a file
+    was ignored in silence (every process then hashes jaxlib)."""
+    (tmp_path / "afile").write_text("x")
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", str(tmp_path / "afile"))
+    code, _out, err = run(capsys, "cache", "where")
+    assert code == 2 and "is a file, not a folder" in err and "from $XLAKIT_CACHE_DIR" in err
+    code, _out, err = run(capsys, "cache", "stats")
+    assert code == 2 and "from $XLAKIT_CACHE_DIR" in err
+    monkeypatch.setenv("XLAKIT_FINGERPRINT_MEMO_DIR", str(tmp_path / "afile"))
+    code, out, _ = run(capsys, "cache", "where", "--path", str(tmp_path / "c"))
+    assert code == 0 and "from $XLAKIT_FINGERPRINT_MEMO_DIR" in out and "is not a folder: no memo is kept" in out
 
 
 def test_path_defaults_to_env(cache, capsys, monkeypatch):

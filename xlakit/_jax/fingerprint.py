@@ -23,7 +23,7 @@ from typing import Any
 
 from xlakit.store import _fs as store_fs
 from xlakit.store import safejson
-from xlakit.store.layout import FINGERPRINT_MEMO
+from xlakit.store.layout import ENV_FINGERPRINT_MEMO_DIR, FINGERPRINT_MEMO
 from xlakit.store.stamp import SETTLE_NS, stat_stamp, walked_paths
 
 __all__ = ["CACHE_DIR_ENV", "MEMO_DIR_ENV", "MEMO_FILENAME", "MAX_STAMPS", "jaxlib_build_fingerprint",
@@ -32,7 +32,7 @@ __all__ = ["CACHE_DIR_ENV", "MEMO_DIR_ENV", "MEMO_FILENAME", "MAX_STAMPS", "jaxl
 CACHE_DIR_ENV = "XLAKIT_CACHE_DIR"
 #: A folder of its own for the memo, for every cache (set, non-empty): processes that each open a new cache folder
 #: (a CI job's, a notebook's throwaway one) then share one memo instead of hashing jaxlib again in each.
-MEMO_DIR_ENV = "XLAKIT_FINGERPRINT_MEMO_DIR"
+MEMO_DIR_ENV = ENV_FINGERPRINT_MEMO_DIR
 MEMO_FILENAME = FINGERPRINT_MEMO
 _MEMO_VERSION = 1
 

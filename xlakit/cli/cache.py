@@ -31,13 +31,15 @@ def open_store(args: argparse.Namespace, *, missing_ok: bool = False):
     A missing default folder is fine (nothing cached yet); a missing folder given with ``--path`` is a
     CliError unless ``missing_ok``: a typo must not read as "0 entries removed"."""
     from xlakit.store import LocalStore, resolve_root
+    from xlakit.store.layout import root_source
 
     root = resolve_root(args.path)
     if args.path is not None and not missing_ok and not os.path.lexists(root):
         raise CliError(f"no cache folder at {root} (a typo?); 'xlakit cache where' shows the default folder")
     if root.exists():
         if not root.is_dir():
-            raise CliError(f"cache path {root} is not a folder; pass --path DIR with a cache folder")
+            raise CliError(f"cache path {root} (from {root_source(args.path)}) is not a folder; "
+                           "pass --path DIR with a cache folder")
         if not os.access(root, os.R_OK | os.X_OK):
             raise CliError(f"cannot read cache folder {root} (permission denied); "
                            "fix its permissions or pass --path DIR")
@@ -319,16 +321,27 @@ def where(args: argparse.Namespace) -> int:
     """``xlakit cache where``: the cache folder, where its path came from (``--path``, ``$XLAKIT_CACHE_DIR`` or
     the user cache folder) and where the HMAC secret comes from."""
     from xlakit.store import resolve_root
+    from xlakit.store.layout import ENV_FINGERPRINT_MEMO_DIR as MEMO_DIR_ENV
+    from xlakit.store.layout import FINGERPRINT_MEMO as MEMO_FILENAME
     from xlakit.store.layout import root_source
     from xlakit.store.secret import secret_location
 
     root = resolve_root(args.path)
+    if os.path.lexists(root) and not root.is_dir():
+        raise CliError(f"cache path {root} (from {root_source(args.path)}) is a file, not a folder; "
+                       "pass --path DIR or set XLAKIT_CACHE_DIR to a folder")
+    memo_dir = os.environ.get(MEMO_DIR_ENV)
+    memo = Path(os.path.expanduser(memo_dir)) if memo_dir else root
     info = {"folder": str(root), "exists": root.is_dir(), "from": root_source(args.path),
-            "secret": secret_location()}
+            "fingerprint_memo": str(memo / MEMO_FILENAME), "secret": secret_location()}
     if args.json:
         emit_json(info)
         return 0
     print(f"Cache folder: {info['folder']} ({'exists' if info['exists'] else 'does not exist yet'}; "
           f"from {info['from']})")
+    unusable = os.path.lexists(memo) and not memo.is_dir()
+    print(f"jaxlib fingerprint memo: {info['fingerprint_memo']}"
+          + (f" (from ${MEMO_DIR_ENV})" if memo_dir else "")
+          + (f" - {memo} is not a folder: no memo is kept, every process hashes jaxlib" if unusable else ""))
     print(f"HMAC secret:  {info['secret']}")
     return 0

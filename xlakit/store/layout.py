@@ -53,6 +53,7 @@ __all__ = [
     "is_environment_partition",
     "ENTRY_SUFFIX",
     "ENV_CACHE_DIR",
+    "ENV_FINGERPRINT_MEMO_DIR",
     "LOCK_NAME",
     "PARTITION_INFO",
     "QUARANTINE",
@@ -92,6 +93,8 @@ TAG_TEXT = (
     b"# For information about cache directory tags, see: https://bford.info/cachedir/\n"
 )
 BUNDLE_RECORD = "module_hashes.json"  # a bundle's .cache holds its module-hash record beside the partitions
+#: A folder of its own for the fingerprint memo, for every cache (set, non-empty): see xlakit._jax.fingerprint.
+ENV_FINGERPRINT_MEMO_DIR = "XLAKIT_FINGERPRINT_MEMO_DIR"
 FINGERPRINT_MEMO = "jaxlib_fingerprints.json"  # per-file digests of the jaxlib build, kept beside the cache in use
 STALE_TEMP_S = 3600.0  # a temp whose writer's pid is unknown is stale after this many seconds
 
@@ -159,7 +162,11 @@ def prepare_root(root: Path) -> Path:
 
     Returns ``root``. Raises :class:`CacheFolderError` naming the path, the reason and what to do.
     """
-    what_to_do = f"pass a folder you can create and write, or set {ENV_CACHE_DIR}"
+    env = os.environ.get(ENV_CACHE_DIR)
+    if env and Path(os.path.expanduser(env)) == Path(root):  # the folder came from the variable: say so
+        what_to_do = f"it comes from ${ENV_CACHE_DIR}: set that to a folder you can create and write, or pass one"
+    else:
+        what_to_do = f"pass a folder you can create and write, or set {ENV_CACHE_DIR}"
     st = _fs.lstat(root)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         if stat.S_ISLNK(st.st_mode) and os.path.isdir(root):
