@@ -13,7 +13,8 @@ request (settable between requests):
 - ``"garbage"``: 200 with random bytes for any request.
 - ``"wrong"``: GET answers with another stored object's bytes (a misrouting cache or proxy).
 
-``sent`` counts the body bytes written to sockets, so a test can prove a reader stopped early.
+``sent`` counts the body bytes written to sockets (a whole response body as its send starts, a streamed one chunk by
+chunk as sent), so a test can prove a reader stopped early.
 """
 
 from __future__ import annotations
@@ -115,9 +116,11 @@ class FakeS3:
         out = f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items()) + "\r\n"
         c.sendall(out.encode())
         if not head and body:
-            c.sendall(body)
+            # counted before the send: a client holding the body must find it counted (a test resets ``sent``
+            # right after a read; counted after, the increment could land behind that reset)
             with self._lock:
                 self.sent += len(body)
+            c.sendall(body)
 
     def _serve(self, c: socket.socket) -> None:
         buf = bytearray()
