@@ -23,7 +23,7 @@ from typing import Any
 
 from xlakit.store import _fs as store_fs
 from xlakit.store import safejson
-from xlakit.store.layout import ENV_FINGERPRINT_MEMO_DIR, FINGERPRINT_MEMO
+from xlakit.store.layout import ENV_FINGERPRINT_MEMO_DIR, FINGERPRINT_MEMO, fingerprint_memo_override
 from xlakit.store.stamp import SETTLE_NS, stat_stamp, walked_paths
 
 __all__ = ["CACHE_DIR_ENV", "MEMO_DIR_ENV", "MEMO_FILENAME", "MAX_STAMPS", "jaxlib_build_fingerprint",
@@ -68,7 +68,7 @@ def jaxlib_build_fingerprint() -> str:
       OSError: if a library cannot be read. Failing to read or write the memo is not an error.
     """
     memo_path = _cache_dir() / MEMO_FILENAME
-    beside_a_cache = _memo_dir is not None and not os.environ.get(MEMO_DIR_ENV)
+    beside_a_cache = _memo_dir is not None and fingerprint_memo_override() is None
     key = None if beside_a_cache else _search_path()  # no stamp beside a cache: its bytes count against the cap
     return (key and _stamped_fingerprint(memo_path, key)) or _fingerprint_dirs(None, memo_path, stamp=key)
 
@@ -152,9 +152,9 @@ def use_memo_dir(folder: str | os.PathLike | None, *, only_if: str | os.PathLike
 def _cache_dir() -> Path:
     """The memo's folder: ``$XLAKIT_FINGERPRINT_MEMO_DIR``, else the cache in use (:func:`use_memo_dir`), else
     ``$XLAKIT_CACHE_DIR``, else the user cache folder."""
-    own = os.environ.get(MEMO_DIR_ENV)
-    if own:
-        return Path(os.path.expanduser(own))
+    own = fingerprint_memo_override()
+    if own is not None:
+        return own
     if _memo_dir is not None:
         return _memo_dir
     configured = os.environ.get(CACHE_DIR_ENV)

@@ -323,15 +323,15 @@ def where(args: argparse.Namespace) -> int:
     from xlakit.store import resolve_root
     from xlakit.store.layout import ENV_FINGERPRINT_MEMO_DIR as MEMO_DIR_ENV
     from xlakit.store.layout import FINGERPRINT_MEMO as MEMO_FILENAME
-    from xlakit.store.layout import root_source
+    from xlakit.store.layout import fingerprint_memo_override, root_source
     from xlakit.store.secret import secret_location
 
     root = resolve_root(args.path)
     if os.path.lexists(root) and not root.is_dir():
         raise CliError(f"cache path {root} (from {root_source(args.path)}) is a file, not a folder; "
                        "pass --path DIR or set XLAKIT_CACHE_DIR to a folder")
-    memo_dir = os.environ.get(MEMO_DIR_ENV)
-    memo = Path(os.path.expanduser(memo_dir)) if memo_dir else root
+    own_memo = fingerprint_memo_override()
+    memo = own_memo or root
     info = {"folder": str(root), "exists": root.is_dir(), "from": root_source(args.path),
             "fingerprint_memo": str(memo / MEMO_FILENAME), "secret": secret_location()}
     if args.json:
@@ -341,7 +341,7 @@ def where(args: argparse.Namespace) -> int:
           f"from {info['from']})")
     unusable = os.path.lexists(memo) and not memo.is_dir()
     print(f"jaxlib fingerprint memo: {info['fingerprint_memo']}"
-          + (f" (from ${MEMO_DIR_ENV})" if memo_dir else "")
+          + (f" (from ${MEMO_DIR_ENV})" if own_memo else "")
           + (f" - {memo} is not a folder: no memo is kept, every process hashes jaxlib" if unusable else ""))
     print(f"HMAC secret:  {info['secret']}")
     return 0

@@ -50,6 +50,7 @@ from . import _fs
 __all__ = [
     "holds_only_store_names",
     "root_source",
+    "fingerprint_memo_override",
     "is_environment_partition",
     "ENTRY_SUFFIX",
     "ENV_CACHE_DIR",
@@ -146,6 +147,13 @@ def root_source(path: str | os.PathLike | None = None) -> str:
     if os.environ.get(ENV_CACHE_DIR) is not None:
         return f"${ENV_CACHE_DIR}"
     return "the user cache folder"
+
+
+def fingerprint_memo_override() -> Path | None:
+    """``$XLAKIT_FINGERPRINT_MEMO_DIR`` (``~`` expanded) when set and non-empty: the fingerprint memo's folder for
+    every cache; None otherwise (the memo then lives beside the cache in use)."""
+    own = os.environ.get(ENV_FINGERPRINT_MEMO_DIR)
+    return Path(os.path.expanduser(own)) if own else None
 
 
 class CacheFolderError(OSError):
