@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import fresh_process
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -105,7 +105,8 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def run_worker(cache: Path | str, *programs: str, max_bytes: int | None = None, min_compile: float | None = None,
                env: dict[str, str] | None = None, preexec_fn=None, prefix: list[str] | None = None,
                timeout: float = 300) -> dict:
-    """Run tests/jaxworker.py in a fresh process; return its JSON report (fails the test on a non-zero exit).
+    """Run tests/jaxworker.py in a fresh process (forked from one that imported JAX: :mod:`fresh_process`); return
+    its JSON report (fails the test on a non-zero exit).
 
     ``prefix`` is a command the worker runs under (e.g. ``unshare -m sh -c '...; exec "$@"' sh``)."""
     cmd = [sys.executable, str(WORKER), "--cache", str(cache)]
@@ -113,8 +114,9 @@ def run_worker(cache: Path | str, *programs: str, max_bytes: int | None = None, 
         cmd += ["--max-bytes", str(max_bytes)]
     if min_compile is not None:
         cmd += ["--min-compile", str(min_compile)]
-    proc = subprocess.run((prefix or []) + cmd + list(programs), capture_output=True, text=True, env=worker_env(env),
-                          preexec_fn=preexec_fn, timeout=timeout)
+    options = {"preexec_fn": preexec_fn} if preexec_fn else {}
+    proc = fresh_process.run((prefix or []) + cmd + list(programs), capture_output=True, text=True,
+                             env=worker_env(env), timeout=timeout, **options)
     assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     report["stdout"] = proc.stdout
@@ -122,10 +124,14 @@ def run_worker(cache: Path | str, *programs: str, max_bytes: int | None = None, 
     return report
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
-    """Run ``python -c code`` in a fresh process (JAX flags are per process); return its last stdout line."""
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env(env),
-                          timeout=timeout)
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 300,
+               new_interpreter: bool = False) -> str:
+    """Run ``python -c code`` in a fresh process (JAX flags are per process); return its last stdout line.
+
+    The process is forked from one that imported JAX (:mod:`fresh_process`) unless ``new_interpreter``: code that
+    checks which modules an import brings in needs an interpreter that imported nothing."""
+    proc = fresh_process.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env(env),
+                             timeout=timeout, zygote=not new_interpreter)
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc.stdout.strip().splitlines()[-1]
 
@@ -149,3 +155,31 @@ def cache(tmp_path):
     xlakit.events.log().clear()
     yield c
     c.close()
+
+
+# -- how the run's fresh processes started (tests/fresh_process.py), summed over the xdist workers ----------------
+
+_process_counts: dict[str, int] = {}
+
+
+def pytest_sessionfinish(session) -> None:
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: hand the counts to the controller
+        session.config.workeroutput["fresh_process_counts"] = json.dumps(fresh_process.counts)
+    else:
+        for k, v in fresh_process.counts.items():
+            _process_counts[k] = _process_counts.get(k, 0) + v
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    for k, v in json.loads(getattr(node, "workeroutput", {}).get("fresh_process_counts", "{}")).items():
+        _process_counts[k] = _process_counts.get(k, 0) + v
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _process_counts:
+        usual = ", ".join(f"{v} {k.removeprefix('usual: ')}" for k, v in sorted(_process_counts.items())
+                          if k.startswith("usual: "))
+        terminalreporter.write_line(f"fresh Python processes: {_process_counts.get('forked', 0)} forked from "
+                                    f"{_process_counts.get('zygotes started', 0)} processes that imported JAX "
+                                    f"(tests/fresh_process.py); started the usual way: {usual or 'none'}")

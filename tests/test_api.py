@@ -15,7 +15,7 @@ def test_import_is_light_and_changes_nothing():
         "import sys, xlakit\n"
         "heavy = [m for m in ('jax', 'jaxlib', 'ipywidgets', 'plotly', 'pandas', 'rich', 'anywidget')\n"
         "         if m in sys.modules]\n"
-        "print(repr(heavy))")
+        "print(repr(heavy))", new_interpreter=True)
     assert out == "[]"
 
 

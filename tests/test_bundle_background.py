@@ -27,6 +27,7 @@ import threading
 import types
 import warnings
 
+import fresh_process
 import numpy as np
 import pytest
 
@@ -229,15 +230,14 @@ def test_ctrl_c_while_loading_cancels_the_programs_not_started(tmp_path):
     """A script interrupted (KeyboardInterrupt) right after load_bundle waited at exit for every queued
     program, inviting a second Ctrl-C (which XLA answers with an abort mid-compile). Programs not started by
     then are cancelled; the one loading finishes and is stored whole."""
-    import subprocess
 
     from conftest import worker_env
 
     path = tmp_path / "aff"
     export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(1, 2, 4, 8))
     code = EXITS_WHILE_LOADING.replace("PATH", repr(str(path))) + "raise KeyboardInterrupt\n"
-    proc = subprocess.run([sys.executable, "-c", code.replace("atexit.register(lb.wait)", "")],
-                          capture_output=True, text=True, env=worker_env(), timeout=120)
+    proc = fresh_process.run([sys.executable, "-c", code.replace("atexit.register(lb.wait)", "")],
+                             capture_output=True, text=True, env=worker_env(), timeout=120)
     assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr
     assert len(list((path / ".cache").glob("*/*.xlk"))) == 1         # the head start, stored whole
     assert list((path / ".cache").glob("*/*.tmp")) == []
@@ -453,8 +453,8 @@ def test_an_interrupt_at_any_moment_of_a_background_load_leaves_a_process_that_e
     procs = {}
     for label, delay in moments.items():
         env = worker_env({"INTERRUPT_IN_THREAD_START": "1"} if delay is None else {})
-        procs[label] = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+        procs[label] = fresh_process.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True)
     for label, delay in moments.items():
         if delay is not None:
             assert procs[label].stdout.readline().strip() == "LOADING"

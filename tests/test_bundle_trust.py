@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import fresh_process
 import numpy as np
 import pytest
 from conftest import worker_env
@@ -289,9 +290,9 @@ xlakit.export_bundle(lambda p, x: x @ p["w"], {"w": np.full((64, 64), float(sys.
 def test_killed_export_temp_is_removed_by_the_next_export_and_check(tmp_path):
     path = tmp_path / "b"
     for scale, cleaner in ((1, "export"), (3, "check")):  # other weights each time: a write happens
-        p = subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(path), str(scale)],
-                             stdout=subprocess.PIPE, text=True,
-                             env=worker_env())
+        p = fresh_process.Popen([sys.executable, "-c", KILLED_EXPORT, str(path), str(scale)],
+                                stdout=subprocess.PIPE, text=True,
+                                env=worker_env())
         assert "TEMP WRITTEN" in p.stdout.readline()
         os.kill(p.pid, signal.SIGKILL)
         p.wait()

@@ -9,9 +9,9 @@ with plain reads checked against its header and its size / modification time.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
+import fresh_process
 import ml_dtypes
 import numpy as np
 import pytest
@@ -57,8 +57,8 @@ except xlakit.bundle.WeightsError as e:
 
 
 def test_weights_truncated_while_load_bundle_reads_them_raise_in_a_live_process(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", TRUNCATED_WHILE_LOADING, str(tmp_path / "b")], env=worker_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = fresh_process.run([sys.executable, "-c", TRUNCATED_WHILE_LOADING, str(tmp_path / "b")], env=worker_env(),
+                             capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"process ended with {proc.returncode} (negative: a signal)\n{proc.stderr[-2000:]}"
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["raised"] == "WeightsError"

@@ -10,6 +10,7 @@ import functools
 import json
 from pathlib import Path
 
+import fresh_process
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -105,14 +106,13 @@ else:
     cache.jit(obj)(x)    # explicit mode reads the object
 print(json.dumps([(e.kind, e.name) for e in xlakit.events.log().events() if e.kind in ('hit', 'miss', 'store')]))
 """
-    import subprocess
     import sys
 
     from conftest import worker_env
 
     def run(mode):
-        proc = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=worker_env(),
-                              timeout=300)
+        proc = fresh_process.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=worker_env(),
+                                 timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return [tuple(e) for e in json.loads(proc.stdout.strip().splitlines()[-1])]
 
@@ -224,7 +224,7 @@ import json, sys, xlakit.cache.folder as folder
 frame = folder.entries({str(tmp_path / 'c')!r}); stats = folder.stats({str(tmp_path / 'c')!r})
 print(json.dumps({{'jax': 'jax' in sys.modules, 'columns': list(frame.columns)[:3], 'entries': stats['entries']}}))
 """
-    out = json.loads(run_python(code))
+    out = json.loads(run_python(code, new_interpreter=True))
     assert out == {"jax": False, "columns": ["name", "key", "partition"], "entries": 0}
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+import fresh_process
 import pytest
 from conftest import run_worker, worker_env
 
@@ -166,16 +166,16 @@ print(json.dumps([(e.kind, e.source, e.name) for e in ev.log().events()]))
                            # the explain probe retraces f for another shape: a recompile, then its trace and lower
                            ("compile", [("hit", "xlakit", f), ("compile", "jax", f), ("recompile", "jit", f),
                                         ("trace", "jax", f), ("lower", "jax", f)])):
-        proc = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=worker_env(),
-                              timeout=300)
+        proc = fresh_process.run([sys.executable, "-c", code, mode], capture_output=True, text=True, env=worker_env(),
+                                 timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         events = [tuple(e) for e in json.loads(proc.stdout.strip().splitlines()[-1])]
         assert events == [("trace", "jax", f), ("lower", "jax", f), *expected]
 
 
 def run_python(code: str, env: dict[str, str] | None = None) -> tuple[str, str]:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env(env),
-                          timeout=300)
+    proc = fresh_process.run([sys.executable, "-c", code], capture_output=True, text=True, env=worker_env(env),
+                             timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1], proc.stderr
 
@@ -233,14 +233,14 @@ if sys.argv[-1] == 'debug':  # the user turns on DEBUG logging after the listene
 jax.jit(lambda x: x * 2)(np.ones(3, np.float32))
 print([e.kind for e in ev.log().events()])
 """
-    proc = subprocess.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, env=worker_env(),
-                          timeout=300)
+    proc = fresh_process.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, env=worker_env(),
+                             timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     quiet_out, quiet_err = proc.stdout.strip(), proc.stderr
     assert quiet_out == "['trace', 'lower', 'miss', 'compile', 'store']"
     assert "PERSISTENT COMPILATION CACHE MISS" not in quiet_err and "Writing" not in quiet_err
-    proc = subprocess.run([sys.executable, "-c", code, "debug"], capture_output=True, text=True, env=worker_env(),
-                          timeout=300)
+    proc = fresh_process.run([sys.executable, "-c", code, "debug"], capture_output=True, text=True, env=worker_env(),
+                             timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PERSISTENT COMPILATION CACHE MISS" in proc.stderr  # the user's DEBUG logging still sees it
 

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import fresh_process
 import pytest
 
 from xlakit._jax.coordinate import MAX_POINTER, Coordinator
@@ -134,9 +135,10 @@ def test_three_jax_processes_compile_each_program_once(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
     env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "fleet_coord_worker.py"), str(port), str(n), str(i),
-                               str(tmp_path / "shared")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env) for i in range(n)]
+    worker = os.path.join(HERE, "fleet_coord_worker.py")
+    procs = [fresh_process.Popen([sys.executable, worker, str(port), str(n), str(i), str(tmp_path / "shared")],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(n)]
     reports = []
     for p in procs:
         out, err = p.communicate(timeout=300)

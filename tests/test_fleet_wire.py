@@ -14,6 +14,7 @@ import uuid
 import warnings
 from pathlib import Path
 
+import fresh_process
 import pytest
 from conftest import worker_env
 from s3_server import CountingProxy, s3_server  # noqa: F401  (fixture)
@@ -35,8 +36,8 @@ def run_machine(cache: Path, url: str, options: dict, *programs: str, mode: str 
     env = worker_env({"XLAKIT_CACHE_REMOTE": url, "XLAKIT_CACHE_REMOTE_MODE": mode,
                       "XLAKIT_CACHE_REMOTE_OPTIONS": json.dumps(options),
                       "XLAKIT_CACHE_SECRET": SECRET.hex()})
-    proc = subprocess.run([sys.executable, str(WORKER), "--cache", str(cache), *programs], capture_output=True,
-                          text=True, env=env, timeout=300)
+    proc = fresh_process.run([sys.executable, str(WORKER), "--cache", str(cache), *programs], capture_output=True,
+                             text=True, env=env, timeout=300)
     assert proc.returncode == 0, f"worker failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -212,9 +213,9 @@ def run_job(tmp_path: Path, url: str, options: dict, n: int, *programs: str) -> 
     port = _free_port()
     env = worker_env({"XLAKIT_CACHE_REMOTE": url, "XLAKIT_CACHE_REMOTE_OPTIONS": json.dumps(options),
                       "XLAKIT_CACHE_SECRET": SECRET.hex(), "XLAKIT_CACHE_WAIT_S": "60"})
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "--cache", str(tmp_path / f"p{i}"),
+    procs = [fresh_process.Popen([sys.executable, str(WORKER), "--cache", str(tmp_path / f"p{i}"),
                                "--distributed", str(port), str(n), str(i), *programs],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(n)]
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(n)]
     reports = []
     for p in procs:
         out, err = p.communicate(timeout=400)

@@ -8,9 +8,9 @@ The loads run in fresh subprocesses: a null kernel pointer is a SIGSEGV, which m
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
+import fresh_process
 import pytest
 
 from tests.conftest import worker_env
@@ -46,8 +46,8 @@ else:
 
 
 def _run(code: str, *args: str, env: dict[str, str]) -> dict:
-    p = subprocess.run([sys.executable, "-c", code, *args], env=worker_env(env), capture_output=True, text=True,
-                       timeout=300)  # roomy: a loaded machine
+    p = fresh_process.run([sys.executable, "-c", code, *args], env=worker_env(env), capture_output=True, text=True,
+                          timeout=300)  # roomy: a loaded machine
     lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"process ended with {p.returncode} (negative: killed by a signal)\n" \
                                         f"{p.stderr[-2000:]}"

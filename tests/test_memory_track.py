@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import gc
 import json
-import subprocess
 import sys
 
+import fresh_process
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,8 +76,8 @@ print(json.dumps({"first": rows(first), "second": rows(second),
 
 
 def test_with_xlakit_cache_compiles_and_hits_carry_their_compiled_memory(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", WITH_CACHE, str(tmp_path / "cache")], capture_output=True,
-                          text=True, env=worker_env(), timeout=120)
+    proc = fresh_process.run([sys.executable, "-c", WITH_CACHE, str(tmp_path / "cache")], capture_output=True,
+                             text=True, env=worker_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["first"] == [{"event": "compile", "argument": 256, "output": 256, "peak": 512}]

@@ -10,9 +10,9 @@ needs more devices than the loading process has is still refused before XLA sees
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
+import fresh_process
 import numpy as np
 from conftest import worker_env
 
@@ -52,8 +52,8 @@ def _run(mode: str, devices: int, env: dict[str, str]) -> dict:
     extra = dict(env)
     if devices > 1:
         extra["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    p = subprocess.run([sys.executable, "-c", PROGRAMS, mode], env=worker_env(extra), capture_output=True,
-                       text=True, timeout=180)
+    p = fresh_process.run([sys.executable, "-c", PROGRAMS, mode], env=worker_env(extra), capture_output=True,
+                          text=True, timeout=180)
     lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
     assert p.returncode == 0 and lines, f"rc={p.returncode}\n{p.stderr[-3000:]}"
     return json.loads(lines[-1][7:])

@@ -12,10 +12,10 @@ import io
 import json
 import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 
+import fresh_process
 import pytest
 
 from xlakit._jax import serialize as S
@@ -31,7 +31,7 @@ def run_worker(*args: str, devices: int = 4, extra_env: dict | None = None) -> t
     env.update({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
                 "PYTHONPATH": os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])})
     env.update(extra_env or {})
-    proc = subprocess.run([sys.executable, str(WORKER), *args], capture_output=True, text=True, env=env, timeout=240)
+    proc = fresh_process.run([sys.executable, str(WORKER), *args], capture_output=True, text=True, env=env, timeout=240)
     assert proc.returncode == 0, \
         f"worker {args} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stdout

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import fresh_process
 import pytest
 from conftest import kinds, run_python, run_worker, worker_env
 
@@ -164,8 +165,8 @@ def test_concurrent_processes_one_cold_cache(filled, tmp_path):
     cache = tmp_path / "cache"
     cmd = [sys.executable, str(Path(__file__).parent / "jaxworker.py"), "--cache", str(cache)]
     programs = ["mlp", "mlp", "sin3", "sin4"]
-    procs = [subprocess.Popen(cmd + [p], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=worker_env()) for p in programs]
+    procs = [fresh_process.Popen(cmd + [p], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=worker_env()) for p in programs]
     reports = []
     for p in procs:
         out, err = p.communicate(timeout=600)
@@ -276,23 +277,24 @@ def test_writer_killed_mid_write_leaves_no_visible_entry(tmp_path):
     cache = tmp_path / "cache"
     code = (
         "import os, sys, time, xlakit.store.local as local\n"
-        "marker = sys.argv[1] + '.writing'\n"
-        "def slow_fsync(fd):\n"
+        "marker, real_fsync = sys.argv[1] + '.writing', local.os.fsync\n"
+        "def slow_fsync(fd):\n"  # only the entry's write (not the partition's header, nor the run's jaxlib memo)
+        "    if '.xlk.' not in os.readlink(f'/proc/self/fd/{fd}'): return real_fsync(fd)\n"
         "    open(marker, 'w').close(); time.sleep(60)\n"
         "local.os.fsync = slow_fsync\n"
         "import runpy; sys.argv = [sys.argv[2], '--cache', sys.argv[1], 'mlp']\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     marker_base = str(cache)
-    proc = subprocess.Popen([sys.executable, "-c", code, marker_base, str(Path(__file__).parent / "jaxworker.py")],
-                            env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = fresh_process.Popen([sys.executable, "-c", code, marker_base, str(Path(__file__).parent / "jaxworker.py")],
+                               env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while not Path(marker_base + ".writing").exists():
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read().decode()[-3000:]
         time.sleep(0.1)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    temps = [p for p in cache.rglob("*.tmp")]
+    temps = list(cache.rglob("*.xlk.*.tmp"))  # the entry's own temp file
     assert temps and temps[0].stat().st_size > 0  # the partial write is there, but only as a temp file
     assert entry_files(cache) == []
     report = run_worker(cache, "mlp")

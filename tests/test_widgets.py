@@ -566,5 +566,5 @@ def test_import_xlakit_stays_light_and_has_the_ipython_hook():
     out = run_python("import sys, xlakit\n"
                      "heavy = [m for m in ('IPython', 'ipywidgets', 'plotly', 'xlakit.widgets', 'jax')\n"
                      "         if m in sys.modules]\n"
-                     "print(repr((heavy, callable(xlakit.load_ipython_extension))))")
+                     "print(repr((heavy, callable(xlakit.load_ipython_extension))))", new_interpreter=True)
     assert out == "([], True)"
