@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-from test_notebooks import ROOT, _all_text, _check_01, _kernel_env  # noqa: E402 - after the importorskip
+from test_notebooks import BINDER_NOTEBOOK, ROOT, _kernel_env, check_executed  # noqa: E402 - after importorskip
 
 #: The Python repo2docker (Binder's builder) installs when the binder/ folder has no runtime.txt: its default, not
 #: the project's requires-python, which it never reads once a binder/ folder exists.
@@ -115,14 +115,15 @@ def _build_and_run_binder(python: str, venv: Path, tmp_path: Path) -> None:
         " resources={'metadata': {'path': sys.argv[2]}}).execute()\n"
         "nbformat.write(nb, sys.argv[3])\n"
     )
-    # The notebook Binder opens (its badge's labpath), top to bottom, in the environment Binder would build. The
-    # others run in tests/test_notebooks.py against the same extras; one notebook proves this environment works.
-    path = ROOT / "notebooks" / "01_quickstart.ipynb"
+    # The notebook Binder opens (its badge's labpath), top to bottom, in the environment Binder would build, with
+    # every check tests/test_notebooks.py makes (which then does not run it again). The others run there, against
+    # the same extras; one notebook proves this environment works.
+    path = ROOT / "notebooks" / f"{BINDER_NOTEBOOK}.ipynb"
     out = tmp_path / f"{path.stem}_executed.ipynb"
     subprocess.run([str(py), "-c", script, str(path), str(tmp_path), str(out)], cwd=tmp_path, env=env,
                    check=True, timeout=600)
-    nb = nbformat.read(tmp_path / "01_quickstart_executed.ipynb", as_version=4)
+    nb = nbformat.read(out, as_version=4)
     where = subprocess.run([str(py), "-c", "import xlakit; print(xlakit.__file__)"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, check=True).stdout
     assert str(venv) in where or str(ROOT) in where, where
-    _check_01(_all_text(nb))
+    check_executed(path, nb, tmp_path)
