@@ -19,12 +19,15 @@ CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_
 # for the demo only, whose cold start must not pay for it: compiling the test environment's 1.7 GB took 68 s of
 # CPU (4 s without), while the tests compile only the modules they import, once (tests/conftest.py turns bytecode
 # writing on for every process they start).
-UV_INSTALL = $(1)/bin/python -m pip install --quiet --upgrade 'uv>=0.5' && $(1)/bin/uv pip install --quiet \
+# The test environment leaves out the packages in tests/uv-excludes.txt (uv >= 0.10's --excludes), each with its reason:
+# an optional dependency whose import cost every test process CPU and that no test uses.
+UV_INSTALL = $(1)/bin/python -m pip install --quiet --upgrade 'uv>=0.10' && $(1)/bin/uv pip install --quiet \
              --python $(1)/bin/python --upgrade
 
 $(VENV)/.installed-%: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(call UV_INSTALL,$(VENV)) $(if $(filter demo,$*),--compile-bytecode) -e '.[$*]'
+	$(call UV_INSTALL,$(VENV)) $(if $(filter demo,$*),--compile-bytecode) \
+	  $(if $(filter test,$*),--excludes tests/uv-excludes.txt) -e '.[$*]'
 	touch $@
 
 demo: $(VENV)/.installed-demo
