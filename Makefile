@@ -14,18 +14,27 @@ CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_
 
 .PHONY: demo test lint test-default test-py312 venv benchmark clean browser
 
-# Installs go through uv (itself installed by pip first): measured from nothing on this 2-core machine, the test
-# extras took 146 s of CPU with pip and 44 s with uv (see README, "Running the tests"). Bytecode is compiled ahead
+# Installs go through uv, itself installed once by pip into .venv-uv: measured from nothing on this 2-core machine,
+# the test extras took 146 s of CPU with pip and 44 s with uv (see README, "Running the tests"), and uv's own
+# `venv` skips the pip that `python -m venv` installs and byte-compiles (11 s of CPU per environment); uv puts pip
+# and itself in each environment instead (tests run `pip download` and `uv pip install`). Bytecode is compiled ahead
 # for the demo only, whose cold start must not pay for it: compiling the test environment's 1.7 GB took 68 s of
 # CPU (4 s without), while the tests compile only the modules they import, once (tests/conftest.py turns bytecode
-# writing on for every process they start).
+# writing on for every process they start; test-default imports what collection imports once before its workers).
 # The test environment leaves out the packages in tests/uv-excludes.txt (uv >= 0.10's --excludes), each with its reason:
 # an optional dependency whose import cost every test process CPU and that no test uses.
-UV_INSTALL = $(1)/bin/python -m pip install --quiet --upgrade 'uv>=0.10' && $(1)/bin/uv pip install --quiet \
-             --python $(1)/bin/python --upgrade
+UV_DIR ?= .venv-uv
+UV = $(UV_DIR)/bin/uv
+$(UV):
+	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install --quiet --upgrade --target $(UV_DIR) 'uv>=0.10'
 
-$(VENV)/.installed-%: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# $(1): the environment's folder, $(2): its Python
+UV_VENV = $(UV) venv --quiet --allow-existing --python $(2) $(1) && \
+          $(UV) pip install --quiet --python $(1)/bin/python --upgrade pip 'uv>=0.10'
+UV_INSTALL = $(UV) pip install --quiet --python $(1)/bin/python --upgrade
+
+$(VENV)/.installed-%: pyproject.toml | $(UV)
+	$(call UV_VENV,$(VENV),$(PYTHON))
 	$(call UV_INSTALL,$(VENV)) $(if $(filter demo,$*),--compile-bytecode) \
 	  $(if $(filter test,$*),--excludes tests/uv-excludes.txt) -e '.[$*]'
 	touch $@
@@ -48,15 +57,19 @@ lint: $(VENV)/.installed-test
 # once). Three on 2 cores: the Binder build's worker mostly waits on pip, and subprocess starts and browsers wait
 # too. Wall-clock bounds in the tests are scaled by the run queue per CPU (tests/conftest.py: cpu_share).
 TEST_WORKERS ?= 3
+# Each xdist worker collects every test file, so in a new environment the three would each byte-compile all that
+# collection imports (jax, flax, pandas, IPython, plotly, ...): ~22 s of CPU apiece. One collection first writes the
+# bytecode once (its output is not needed: the run below reports any collection error).
 test-default: $(VENV)/.installed-test browser
+	@$(VENV)/bin/python -m pytest -q --collect-only -p no:cacheprovider >/dev/null 2>&1 || true
 	XLAKIT_TEST_BINDER=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Two workers: they share the cores with the default suite's three, and finish well before it.
 TEST312_WORKERS ?= 2
 
 # Only what the cache tests import (xlakit's own dependencies, pytest): no JupyterLab, browser or flax there.
-$(VENV312)/.installed-cache-test: pyproject.toml
-	$(PY312) -m venv $(VENV312)
+$(VENV312)/.installed-cache-test: pyproject.toml | $(UV)
+	$(call UV_VENV,$(VENV312),$(PY312))
 	$(call UV_INSTALL,$(VENV312)) -e '.[cache-test]'
 	touch $@
 
@@ -65,17 +78,17 @@ test-py312: $(if $(PY312),$(VENV312)/.installed-cache-test)
 	set -e; $(VENV312)/bin/python -c 'import jax; print("cache tests on Python 3.12, jax", jax.__version__)'; \
 	$(VENV312)/bin/python -m pytest -q -n $(TEST312_WORKERS) --dist loadfile $(CACHE_TESTS)
 
-# Debian's chromium for the real-browser widget test (tests/test_browser.py; Playwright's own browser download
-# does not work here). Installed only when missing; as root a failed install fails the target (CI must run the
-# test); as another user it prints a note and the test skips with its reason.
+# Debian's chromium-headless-shell for the real-browser widget tests (tests/test_browser*.py; Playwright's own browser
+# download does not work here): the old headless mode, without the full browser's UI processes (tests/lab_harness.py
+# says what that saves); a full `chromium` on PATH serves too. Installed only when neither is there; as root a failed
+# install fails the target (CI must run the tests); as another user it prints a note and the tests skip with their reason.
 browser:
-	@if [ "$$(id -u)" = "0" ]; then \
-	  command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium); \
-	elif ! command -v chromium >/dev/null; then \
-	  echo "browser: chromium is missing and this is not root; 'sudo apt-get install chromium' enables tests/test_browser.py"; fi
+	@if command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = "0" ]; then apt-get update && apt-get install -y chromium-headless-shell; \
+	else echo "browser: no chromium and this is not root; 'sudo apt-get install chromium-headless-shell' enables tests/test_browser*.py"; fi
 
 benchmark: $(VENV)/.installed-test
 	$(VENV)/bin/python benchmarks/warm_start.py
 
 clean:
-	rm -rf $(VENV) $(VENV312) build dist *.egg-info
+	rm -rf $(VENV) $(VENV312) $(UV_DIR) build dist *.egg-info

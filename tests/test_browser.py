@@ -1,7 +1,7 @@
 """Real-browser test: a Voilà-served notebook in headless Chromium; Reset peak lowers the displayed peak.
 
-Debian's ``chromium`` (``make browser`` installs it as root) is driven by Playwright through
-``executable_path`` — Playwright's own browser download does not work here. Voilà serves
+Debian's ``chromium-headless-shell`` (or ``chromium``; ``make browser`` installs the first as root) is driven
+by Playwright through ``executable_path`` — Playwright's own browser download does not work here. Voilà serves
 ``tests/notebooks/allocator_reset.ipynb`` on 127.0.0.1; the test waits for the AllocatorPanel and a plotly
 FigureWidget to render, clicks a button that allocates and frees 400 MiB in the kernel, reads the peak the
 panel shows (at least 400 MiB: on CPU it is the kernel's resident high-water mark), clicks **Reset peak**
@@ -13,29 +13,27 @@ chart on screen (the widgets' and a standalone ``Chart``) is as high as its layo
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import lab_harness as harness
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "tests" / "notebooks" / "allocator_reset.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
 BYTES = 400 * 2**20
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 
 
 def _chromium() -> str:
-    path = shutil.which("chromium")
+    path = harness.chromium()
     if path is None:
-        why = ("chromium is not installed: run `make browser` as root (it runs `apt-get install chromium`)"
+        why = (f"chromium is not installed: run `make browser` as root (it runs `{harness.CHROMIUM_INSTALL}`)"
                if os.geteuid() == 0 else "chromium is not installed and this is not root: "
-               "`sudo apt-get install chromium` enables this test")
+               f"`sudo {harness.CHROMIUM_INSTALL}` enables this test")
         pytest.skip(why)
     return path
 
@@ -105,7 +103,7 @@ def test_reset_peak_in_a_browser_lowers_the_displayed_peak():
             _wait_for_port(port, voila, timeout=60)
             timings["voila_listening_s"] = time.monotonic() - start
             with sync_api.sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+                browser = p.chromium.launch(executable_path=chromium, headless=True, args=harness.CHROMIUM_ARGS)
                 try:
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
                     for attempt in (1, 2):

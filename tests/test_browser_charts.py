@@ -51,7 +51,7 @@ def _page(figures) -> str:
 @pytest.fixture(scope="module")
 def browser():
     if harness.chromium() is None:
-        pytest.skip("chromium is not installed: `make browser` as root runs `apt-get install chromium`")
+        pytest.skip(f"chromium is not installed: `make browser` as root runs `{harness.CHROMIUM_INSTALL}`")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=harness.chromium(), headless=True, args=harness.CHROMIUM_ARGS)

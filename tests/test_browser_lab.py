@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(scope="module")
 def lab():
     if harness.chromium() is None:
-        pytest.skip("chromium is not installed: `make browser` as root runs `apt-get install chromium`")
+        pytest.skip(f"chromium is not installed: `make browser` as root runs `{harness.CHROMIUM_INSTALL}`")
     pytest.importorskip("jupyterlab")
     sync_api = pytest.importorskip("playwright.sync_api")
     folder = Path(tempfile.mkdtemp(prefix="xlakit-lab-"))
