@@ -21,15 +21,43 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
 
-#: The files that take longest, longest first (measured, CPU seconds on the 2-core machine: the Binder build and
-#: JupyterLab in a browser ~100-130, the probe programs and the notebooks ~90-110, transparent mode ~70, ...).
-#: `make test` gives each worker whole files (``--dist loadfile``) in collection order; these go out first, so no
-#: worker starts a two-minute file while the others have run out of work (longest-processing-time first).
-LONGEST_FIRST = ("test_binder.py", "test_browser_lab.py", "test_notebooks.py", "test_memory_probe_programs.py",
-                 "test_transparent.py", "test_events_jax.py", "test_fleet_wire.py", "test_bundle.py",
-                 "test_peer_suite.py", "test_browser.py", "test_memory_probe.py", "test_bundle_background.py",
-                 "test_workloads.py", "test_executable_cache.py", "test_bundle_fuzz.py", "test_demo.py",
-                 "test_loaded_kernels.py", "test_cache_decisions.py", "test_bundle_answers.py")
+#: The files that take longest, longest first (measured: wall seconds on one worker of a clean-clone `make test` on
+#: the 2-core machine: JupyterLab in a browser ~190, the Binder build ~110, bundles ~90, the notebooks and the
+#: probe programs ~70, ...). `make test` gives each worker whole files (``--dist loadfile``) in collection order
+#: (:func:`pytest_configure` turns off xdist's reordering by test count); these go out first, so no worker starts a
+#: two-minute file while the others have run out of work (longest-processing-time first).
+LONGEST_FIRST = ("test_browser_lab.py", "test_binder.py", "test_bundle.py", "test_notebooks.py",
+                 "test_memory_probe_programs.py", "test_bundle_fuzz.py", "test_memory_probe.py",
+                 "test_bundle_background.py", "test_transparent.py", "test_widgets.py", "test_serialize.py",
+                 "test_browser.py", "test_peer_suite.py", "test_workloads.py", "test_fuzz_store.py",
+                 "test_fleet_wire.py", "test_memory_attribution.py", "test_store_remote.py", "test_loaded_kernels.py",
+                 "test_api.py", "test_bundle_answers.py", "test_bundle_rows.py", "test_memory_sweep.py",
+                 "test_events_jax.py", "test_cache_decisions.py", "test_executable_cache.py", "test_demo.py")
+
+
+def pytest_configure(config) -> None:
+    """Keep the collection order under ``--dist loadfile``: pytest-xdist >= 3.7 hands out the files with the most
+    tests first unless told not to (``--no-loadscope-reorder``), which ran the Binder build (2 tests, ~110 s)
+    last but one. In the run's main process, also name the folder where the zygotes of :mod:`fresh_process`
+    listen, shared by the xdist workers (which inherit the variables): one zygote per start environment for the
+    run, not one per worker (18 -> 6 of ~1.5 s of CPU each in the default suite)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+    if fresh_process.SHARED_DIR_VARIABLE not in os.environ:
+        folder = tempfile.mkdtemp(prefix="xlakit-zygotes-")
+        os.environ[fresh_process.SHARED_DIR_VARIABLE] = folder
+        os.environ[fresh_process.OWNER_VARIABLE] = str(os.getpid())
+        config._xlakit_zygote_dir = folder
+
+
+def pytest_unconfigure(config) -> None:
+    folder = getattr(config, "_xlakit_zygote_dir", None)
+    if folder:  # the zygotes end with this process (they watch it); their socket files go now
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(fresh_process.SHARED_DIR_VARIABLE, None)
+        os.environ.pop(fresh_process.OWNER_VARIABLE, None)
 
 
 def pytest_collection_modifyitems(items: list) -> None:

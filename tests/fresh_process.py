@@ -9,17 +9,23 @@ When a forked child is the same as a fresh process: the zygote imported ``jax`` 
 backend, compiled nothing and imported no xlakit; the child gets the request's argv, environment, working folder
 and standard streams, and runs the script as ``__main__``. What cannot be the same is what was read while the
 zygote started and imported JAX: Python's own settings (``PYTHON*``), JAX's configuration (``JAX_*``, read at
-import), thread and allocator settings of NumPy and the C runtime, the temp folder. So a zygote serves only the
-requests whose environment equals its own on every variable but :data:`READ_LATER` (variables only xlakit,
-pytest or the script read, after start); ``XLA_FLAGS`` (read when the backend is created) is compared too. A
-request with another start environment gets a zygote of its own (at most :data:`MAX_ZYGOTES`, the least
-recently used one closed first). Anything else (options to ``python``, ``-m``, ``preexec_fn``, ``input``) and
-code that checks which modules an import brings in (``zygote=False``) start a process the usual way, as does
+import), thread and allocator settings of NumPy and the C runtime. So a zygote serves only the requests whose
+environment equals its own on every variable but :data:`READ_LATER` (variables only xlakit, pytest or the script
+read, after start; the child forgets the temp folder the zygote's ``tempfile`` may have chosen); ``XLA_FLAGS``
+(read when the backend is created) is compared too. A request with another start environment gets a zygote of
+its own. The pytest processes of one run (the xdist workers) share the zygotes: ``tests/conftest.py`` names a
+folder for their sockets (:data:`SHARED_DIR_VARIABLE`), where the first process to need a start environment starts
+its zygote and the others connect to it (under a file lock). Each pytest process stays connected to at most
+:data:`MAX_ZYGOTES`, the least recently used one closed first; a zygote ends with the run or after a while without
+connections. Anything else (options to ``python``, ``-m``, ``preexec_fn``, ``input``) and code that checks which
+modules an import brings in (``zygote=False``) start a process the usual way, as does
 everything when ``XLAKIT_TEST_NO_ZYGOTE=1``.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import io
 import itertools
 import json
@@ -37,9 +43,13 @@ HERE = Path(__file__).resolve().parent
 
 #: Environment variables a forked child may have with another value than its zygote: none of them is read by
 #: Python's start, ``import jax`` or NumPy; xlakit, pytest and the scripts read them later.
-READ_LATER = ("XLAKIT_", "PYTEST_", "AWS_", "S3_")
+READ_LATER = ("XLAKIT_", "PYTEST_", "AWS_", "S3_", "TMPDIR")
 
-#: Zygotes alive at once, per pytest process (each ~150 MB).
+#: Where the run's shared zygotes listen (a folder, set by tests/conftest.py for the whole run), and the pid of
+#: the run's main pytest process (the zygotes end with it). Without them each pytest process starts its own.
+SHARED_DIR_VARIABLE, OWNER_VARIABLE = "XLAKIT_TEST_ZYGOTE_DIR", "XLAKIT_TEST_ZYGOTE_OWNER"
+
+#: Zygotes one pytest process keeps a connection to (each zygote ~150 MB).
 MAX_ZYGOTES = 3
 
 #: How many processes were forked, and how many started the usual way (and why), in this pytest process.
@@ -56,14 +66,19 @@ class _Unreachable(Exception):
 
 
 class _Zygote:
-    """One ``tests/jax_zygote.py`` process and the thread that reads its answers."""
+    """A connection to one ``tests/jax_zygote.py`` process, and the thread that reads its answers: a zygote of
+    this process's own, or the run's shared one for this start environment (:func:`_connect_shared`)."""
 
-    def __init__(self, env: dict[str, str]):
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "jax_zygote.py"), str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
-        theirs.close()
-        self.sock = ours
+    def __init__(self, env: dict[str, str], key: tuple):
+        self.proc: subprocess.Popen | None = None
+        self.sock = _connect_shared(env, key)
+        if self.sock is None:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.proc = subprocess.Popen([sys.executable, str(HERE / "jax_zygote.py"), str(theirs.fileno())],
+                                         pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+            theirs.close()
+            self.sock = ours
+        self.connected = True
         self.children: dict[int, ForkedProcess] = {}
         self.lock = threading.Lock()
         threading.Thread(target=self._read_answers, daemon=True).start()
@@ -75,6 +90,7 @@ class _Zygote:
             except OSError:
                 message = b""
             if not message:  # the zygote is gone: nothing it forked will be reported any more
+                self.connected = False
                 with self.lock:
                     waiting, self.children = list(self.children.values()), {}
                 for child in waiting:
@@ -99,7 +115,7 @@ class _Zygote:
             raise _Unreachable from exc
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.connected and (self.proc is None or self.proc.poll() is None)
 
     def close(self) -> None:
         # shutdown first: the answer thread's blocking recv holds the socket open past a bare close(), and the
@@ -109,10 +125,48 @@ class _Zygote:
         except OSError:
             pass
         self.sock.close()
+        if self.proc is None:
+            return  # a shared zygote serves the run's other pytest processes and ends with the run
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+def _connect_shared(env: dict[str, str], key: tuple) -> socket.socket | None:
+    """A connection to the run's zygote for ``key`` (started here, detached, when none listens yet), or None when
+    this pytest process is not part of a run that shares zygotes."""
+    folder, owner = os.environ.get(SHARED_DIR_VARIABLE), os.environ.get(OWNER_VARIABLE)
+    if not folder or not owner or not os.path.isdir(folder):
+        return None
+    path = os.path.join(folder, hashlib.sha256(repr((sys.executable, key)).encode()).hexdigest()[:20])
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process starts the zygote; the others wait, then connect
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            pass
+        try:
+            os.unlink(path)  # a zygote that was killed left its socket file
+        except FileNotFoundError:
+            pass
+        # Detached from this process's streams, which it would hold open for the whole run (a caller reading this
+        # process's output to its end would wait for the zygote); what it prints goes to a log beside its socket.
+        with open(path + ".log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, str(HERE / "jax_zygote.py"), "--listen", path, "--owner",
+                                     owner], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=log, start_new_session=True)
+        _count("zygotes started")
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                sock.close()
+                return None
+            time.sleep(0.02)
+        sock.connect(path)
+        return sock
 
 
 _zygotes: dict[tuple, _Zygote] = {}  # in order of last use
@@ -130,8 +184,9 @@ def _zygote_for(env: dict[str, str]) -> _Zygote:
             idle = [k for k, other in _zygotes.items() if not other.children]  # least recently used first
             for k in idle[:max(0, len(_zygotes) + 1 - MAX_ZYGOTES)]:
                 _zygotes.pop(k).close()
-            z = _Zygote(env)
-            _count("zygotes started")
+            z = _Zygote(env, key)
+            if z.proc is not None:
+                _count("zygotes started")
         _zygotes[key] = z
         return z
 

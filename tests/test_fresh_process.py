@@ -76,3 +76,61 @@ def test_crashes_timeouts_and_tracebacks_are_reported_as_subprocess_does():
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=60) == -signal.SIGTERM
     p.stdout.close()
+
+
+SHARER = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import fresh_process
+child = fresh_process.run([sys.executable, "-c", "import json, os, tempfile; print(json.dumps("
+                           "[os.getppid(), tempfile.gettempdir()]))"], capture_output=True, text=True, check=True)
+zygote, tempdir = json.loads(child.stdout)
+print(json.dumps({"zygote": zygote, "tempdir": tempdir, "counts": fresh_process.counts}))
+'''
+
+
+def test_the_runs_pytest_processes_share_one_zygote_per_start_environment_which_ends_with_the_run(tmp_path):
+    """Two pytest processes of a run (xdist workers, each with its own temp folder) are served by one zygote: it
+    is started once, each child still sees its own ``TMPDIR`` (the zygote's ``tempfile`` choice is not
+    inherited), and the zygote ends, removing its socket, when the run's main process does."""
+    import time
+
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    sockets = tmp_path / "zygotes"
+    sockets.mkdir()
+    results = []
+    try:
+        for worker in ("gw0", "gw1"):
+            temp = tmp_path / f"tmp-{worker}"
+            temp.mkdir()
+            env = worker_env({"TMPDIR": str(temp), "PYTEST_XDIST_WORKER": worker,
+                              fresh_process.SHARED_DIR_VARIABLE: str(sockets),
+                              fresh_process.OWNER_VARIABLE: str(owner.pid)})
+            ran = subprocess.run([sys.executable, "-c", SHARER, str(fresh_process.HERE)], env=env,
+                                 capture_output=True, text=True, timeout=120)
+            assert ran.returncode == 0, ran.stderr
+            results.append((json.loads(ran.stdout), str(temp)))
+        (first, temp0), (second, temp1) = results
+        assert first["zygote"] == second["zygote"]
+        assert first["counts"].get("zygotes started") == 1 and "zygotes started" not in second["counts"]
+        assert (first["tempdir"], second["tempdir"]) == (temp0, temp1)
+        # it listens while the run lasts
+        assert [p.name for p in sockets.iterdir() if p.suffix not in (".lock", ".log")]
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (_running(first["zygote"]) or [
+            p for p in sockets.iterdir() if p.suffix not in (".lock", ".log")]):
+        time.sleep(0.1)
+    assert not [p.name for p in sockets.iterdir() if p.suffix not in (".lock", ".log")]
+    assert _running(first["zygote"]) is False, "the zygote outlived the run's main process"
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped by whoever inherited it, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
