@@ -64,8 +64,8 @@ test-default: $(VENV)/.installed-test browser
 	@$(VENV)/bin/python -m pytest -q --collect-only -p no:cacheprovider >/dev/null 2>&1 || true
 	XLAKIT_TEST_BINDER=1 $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-# Two workers: they share the cores with the default suite's three, and finish well before it.
-TEST312_WORKERS ?= 2
+# One pytest process, no xdist workers: it shares the cores with the default suite's three and still ends minutes
+# before it; a second worker cost its own start and collection (~8 s of CPU) for no earlier end of `make test`.
 
 # Only what the cache tests import (xlakit's own dependencies, pytest): no JupyterLab, browser or flax there.
 $(VENV312)/.installed-cache-test: pyproject.toml | $(UV)
@@ -75,8 +75,8 @@ $(VENV312)/.installed-cache-test: pyproject.toml | $(UV)
 
 test-py312: $(if $(PY312),$(VENV312)/.installed-cache-test)
 	@if [ -z "$(PY312)" ]; then echo "test-py312: no Python 3.12 on this machine; skipped"; exit 0; fi; \
-	set -e; $(VENV312)/bin/python -c 'import jax; print("cache tests on Python 3.12, jax", jax.__version__)'; \
-	$(VENV312)/bin/python -m pytest -q -n $(TEST312_WORKERS) --dist loadfile $(CACHE_TESTS)
+	set -e; $(VENV312)/bin/python -c 'from importlib.metadata import version; print("cache tests on Python 3.12, jax", version("jax"))'; \
+	$(VENV312)/bin/python -m pytest -q -p no:xdist $(CACHE_TESTS)
 
 # Debian's chromium-headless-shell for the real-browser widget tests (tests/test_browser*.py; Playwright's own browser
 # download does not work here): the old headless mode, without the full browser's UI processes (tests/lab_harness.py
