@@ -3,7 +3,7 @@
 The build test makes binder/requirements.txt in a fresh virtual environment of the Python repo2docker would pick
 (binder/runtime.txt), runs binder/postBuild and executes notebooks/01_quickstart.ipynb there. It is marked
 ``binder`` and runs only with XLAKIT_TEST_BINDER=1, which `make test` sets (the environment, postBuild and the
-notebook take about a minute of CPU; conftest.LONGEST_FIRST hands this file out first under pytest-xdist).
+notebook take about a minute of CPU; conftest.LONGEST_FIRST hands this file out among the first under pytest-xdist).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The fault it proves absent: charts that came up as an empty grid after *Run All* (a plotly ``FigureWidget``
 created empty and filled later, partly from worker threads, lost its first messages about one time in five).
-One JupyterLab server (127.0.0.1, token) serves the module; Debian's ``chromium`` runs headless through
+One JupyterLab server (127.0.0.1, token) serves the module; Debian's ``chromium-headless-shell`` runs through
 Playwright (``executable_path``). Each run opens a fresh copy of ``tests/notebooks/widgets_run_all.ipynb``
 (``dashboard()``, ``MemoryBreakdown``, ``CacheTimeline``, ``LiveArrays``, ``CacheBrowser``), runs *Run All
 Cells*, and compares for every chart — each dashboard tab shown in turn — the traces plotly drew (type, name,
