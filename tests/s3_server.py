@@ -141,11 +141,22 @@ class SeaweedS3:
         os.killpg(self.proc.pid, signal.SIGCONT)
 
     def kill(self) -> None:
-        """SIGKILL the whole server (an outage, not a clean shutdown)."""
+        """SIGKILL the whole server (an outage, not a clean shutdown), and remove its socket files."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)  # a stopped process dies on SIGKILL too
             self.proc.wait(timeout=30)
         self.proc = None
+        self._remove_sockets()
+
+    def _remove_sockets(self) -> None:
+        """``weed mini`` makes a Unix socket per service in /tmp (``seaweedfs-<service>-<port>.sock``, whatever
+        TMPDIR says, for its ports and their gRPC ports 10000 above) and leaves them when it dies: 14 per server,
+        which piled up run after run."""
+        ports = {str(self.base + i + grpc) for i in range(5) for grpc in (0, 10000)}
+        for folder in {"/tmp", tempfile.gettempdir()}:
+            for sock in Path(folder).glob("seaweedfs-*.sock"):
+                if sock.stem.rsplit("-", 1)[-1] in ports:
+                    sock.unlink(missing_ok=True)
 
 
 _SERVER: SeaweedS3 | None = None

@@ -462,6 +462,11 @@ def _worker(root: str, cap: int | None, seed: int, queue) -> None:
     queue.put(statuses)
 
 
+# The writers are forked from this pytest process, which runs JAX's threads: Python (3.12+) and JAX warn that a
+# fork of a threaded process may deadlock. The children only run xlakit.store's file code (no JAX, no lock another
+# thread could hold); a forkserver would avoid the warning but leaves its temp folder to a finaliser that runs
+# after pytest has removed it.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning", "ignore:os.fork\\(\\) was called:RuntimeWarning")
 @pytest.mark.parametrize("cap", [None, 60_000])
 def test_concurrent_processes(tmp_path, cap):
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")

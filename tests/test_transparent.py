@@ -336,7 +336,12 @@ def test_full_disk_runs_programs_and_records_the_failure(filled, tmp_path):
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))  # like `ulimit -f 2`
 
-    report = run_worker(tmp_path / "cache", "mlp", "add_one", preexec_fn=small_files)
+    # util-linux's prlimit sets the limit and execs the worker; a preexec_fn does the same from a fork of this
+    # JAX-threaded process, which JAX warns may deadlock
+    if shutil.which("prlimit"):
+        report = run_worker(tmp_path / "cache", "mlp", "add_one", prefix=["prlimit", "--fsize=2048:2048"])
+    else:
+        report = run_worker(tmp_path / "cache", "mlp", "add_one", preexec_fn=small_files)
     assert report["results"]["mlp"] == reference["results"]["mlp"]
     failures = only(report, "store_error")
     assert failures and all("File too large" in e["reason"] or "Errno 27" in e["reason"] for e in failures)
