@@ -149,14 +149,16 @@ class SeaweedS3:
         self._remove_sockets()
 
     def _remove_sockets(self) -> None:
-        """``weed mini`` makes a Unix socket per service in /tmp (``seaweedfs-<service>-<port>.sock``, whatever
-        TMPDIR says, for its ports and their gRPC ports 10000 above) and leaves them when it dies: 14 per server,
-        which piled up run after run."""
+        for sock in self.socket_files():
+            sock.unlink(missing_ok=True)
+
+    def socket_files(self) -> list[Path]:
+        """The Unix sockets of this server's ports there are now. ``weed mini`` makes one per service in /tmp
+        (``seaweedfs-<service>-<port>.sock``, whatever TMPDIR says, for its ports and their gRPC ports 10000 above)
+        and leaves them when it dies: 14 per server, which piled up run after run."""
         ports = {str(self.base + i + grpc) for i in range(5) for grpc in (0, 10000)}
-        for folder in {"/tmp", tempfile.gettempdir()}:
-            for sock in Path(folder).glob("seaweedfs-*.sock"):
-                if sock.stem.rsplit("-", 1)[-1] in ports:
-                    sock.unlink(missing_ok=True)
+        return [sock for folder in {"/tmp", tempfile.gettempdir()} for sock in Path(folder).glob("seaweedfs-*.sock")
+                if sock.stem.rsplit("-", 1)[-1] in ports]
 
 
 _SERVER: SeaweedS3 | None = None
