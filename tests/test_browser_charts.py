@@ -39,8 +39,8 @@ def _intersect(a, b) -> bool:
 
 
 def _page(figures) -> str:
+    from xlakit._text.theme import STYLE
     from xlakit.view.plotly_html import figure_html
-    from xlakit.view.theme import STYLE
 
     parts = [f"<section data-name='{name}'>{figure_html(fig, include_plotlyjs=i == 0)}</section>"
              for i, (name, fig) in enumerate(figures.items())]

@@ -410,7 +410,7 @@ def _code(source):
 # Standalone charts: no layout.height (drawn at the default, 360 px), 450 px, the views' base layout (380 px),
 # and one below a tall output, so its cell runs off screen. Their expected heights, by chart, in cell order.
 _STANDALONE_CELLS = [
-    "import plotly.graph_objects as go\nfrom xlakit.view.theme import BASE_LAYOUT\nfrom xlakit.widgets import Chart",
+    "import plotly.graph_objects as go\nfrom xlakit._text.theme import BASE_LAYOUT\nfrom xlakit.widgets import Chart",
     "Chart(go.Figure(go.Bar(y=[1, 2, 3])))",
     "Chart(go.Figure(go.Bar(y=[1, 2, 3]), layout=dict(height=450)))",
     "Chart(go.Figure(go.Scatter(y=[1, 3, 2]), layout=BASE_LAYOUT))",

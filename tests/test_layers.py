@@ -170,8 +170,8 @@ def test_views_never_import_the_jax_adapters():
 
 def test_views_import_no_private_module_of_another_package():
     """``from xlakit.memory._display import ...`` in a widget couples it to another package's insides; a view
-    uses public names (``xlakit.view.format``, ``xlakit.cache``). ``xlakit._atomic`` is the package-wide
-    publish helper every layer shares."""
+    uses public names (``xlakit.cache``). ``xlakit._atomic`` (the package-wide publish helper) and
+    ``xlakit._text`` (formatting, tables, escaping) sit below every layer and are shared by all."""
     found = []
     for m, imports in GRAPH.items():
         if not _within(m, ("xlakit.widgets", "xlakit.view", "xlakit.report", "xlakit.ipython")):
@@ -181,18 +181,24 @@ def test_views_import_no_private_module_of_another_package():
             parts = t.split(".")
             private = any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
             if t.startswith("xlakit.") and private and not _within(t, own) and t != "xlakit._atomic" \
+                    and not _within(t, TEXT) \
                     and (m, t) not in VIEW_JAX_ALLOWED:
                 found.append(f"{m}:{line} imports {t}")
     assert found == []
 
 
-#: Rendering leaves that import nothing from xlakit (checked below): the memory reprs may format with them.
-VIEW_LEAVES = ("xlakit.view.format", "xlakit.view.table", "xlakit.view.theme", "xlakit.view.untrusted")
+#: The text primitives below every layer (formatting, the table model, escaping): they import nothing else from xlakit.
+TEXT = "xlakit._text"
 
 
-def test_features_import_no_view_but_the_dependency_free_leaves():
-    assert [e for e in _edges(VIEW_LEAVES, "xlakit") if not e.endswith(VIEW_LEAVES)] == []
-    assert [e for e in _edges(FEATURES, VIEWS) if not e.endswith(VIEW_LEAVES)] == []
+def test_text_primitives_import_nothing_else_from_xlakit():
+    assert [e for e in _edges(TEXT, "xlakit") if not e.rsplit(" ", 1)[1].startswith(TEXT)] == []
+
+
+def test_features_never_import_a_view():
+    """events, memory, explain and bundle once imported ``xlakit.view.format`` / ``untrusted`` (4 arrows up, while
+    the views import them back); what every layer needs lives in :mod:`xlakit._text`, below them."""
+    assert _edges((*FEATURES, "xlakit.explain", "xlakit._jax", "xlakit.store"), VIEWS) == []
 
 
 def test_store_imports_no_jax_and_nothing_above_it():

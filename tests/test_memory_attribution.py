@@ -294,9 +294,9 @@ def test_only_results_of_the_program_are_outputs_not_temporaries_sharing_their_a
 
 
 def test_live_bytes_are_split_by_role_and_the_peak_step_splits_as_the_peak(mlp, remat8):
+    from xlakit._text.theme import ROLE_COLORS
     from xlakit.memory.attribution import ROLES
     from xlakit.view.memory_charts import liveness_chart
-    from xlakit.view.theme import ROLE_COLORS
 
     for a in (mlp, remat8):
         live = a.liveness

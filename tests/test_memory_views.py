@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from xlakit.view.format import fmt_bytes
+from xlakit._text.format import fmt_bytes
 from xlakit.view.memory_charts import keep_indices, lifetime_chart, liveness_chart, peak_of
 from xlakit.view.peak import group_bytes, peak_caption, peak_html, peak_treemap_figure, peak_treemap_nodes
 
@@ -91,7 +91,7 @@ def test_liveness_chart_stacks_an_attributions_roles_in_the_colours_of_the_other
     """An attribution's liveness has one column per role: a residual is stacked as "residual" (not as XLA's
     "temporary" kind), coloured as its lifetime bar and treemap tile, and hovering the peak step lists the
     bytes of every role there."""
-    from xlakit.view.theme import ROLE_COLORS
+    from xlakit._text.theme import ROLE_COLORS
 
     frame = pd.DataFrame({"step": [0, 1, 2, 3], "instruction": ["p", "tanh.3", "fusion.7", "tuple"],
                           "parameter": [4, 4, 4, 4], "optimizer state": [2, 2, 2, 2], "residual": [0, 8, 8, 0],
@@ -417,7 +417,7 @@ def test_every_chart_puts_its_legend_under_the_plot_and_wraps_a_long_title():
     growing with them. (tests/test_browser_charts.py checks the drawn boxes in chromium.)"""
     from chart_gallery import gallery
 
-    from xlakit.view.theme import TITLE_LINE, legend_rows, title_lines
+    from xlakit._text.theme import TITLE_LINE, legend_rows, title_lines
 
     for name, fig in gallery().items():
         legend = fig.layout.legend

@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-from xlakit.view.untrusted import TerminalStream, html_text, terminal_text
+from xlakit._text.untrusted import TerminalStream, html_text, terminal_text
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202eok\x9b"
 MARKUP = "<img src=x onerror=alert(1)>"
@@ -153,8 +153,8 @@ def test_a_cache_holding_only_other_environments_says_why_everything_compiles(tm
 
 
 def test_reprs_and_text_tables_show_control_characters_as_escapes():
+    from xlakit._text.table import Column, Table
     from xlakit.events import Event
-    from xlakit.view.table import Column, Table
 
     assert "\x1b" not in repr(Event("miss", name=HOSTILE, reason=HOSTILE))
     text = Table([Column("name", "name")], [{"name": HOSTILE}]).to_text()

@@ -199,7 +199,7 @@ def test_cache_browser_shows_signatures_and_one_disk_total(tmp_path):
         assert "arguments (dtype[shape]" in b.table_html.value
         status_total = int(re.search(r"data-bytes='(\d+)'", b.status.value).group(1))
         assert status_total == int(b.totals["size_bytes"].sum())  # the status line and the table agree
-        assert "white-space: nowrap" in xlakit.view.theme.STYLE and "xlakit-nowrap" in b.totals_html.value
+        assert "white-space: nowrap" in xlakit._text.theme.STYLE and "xlakit-nowrap" in b.totals_html.value
         b.close()
     finally:
         cache.close()

@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 from typing import Any
 
-from xlakit.view.untrusted import html_text
+from xlakit._text.untrusted import html_text
 
 __all__ = ["Difference", "Explanation", "compare"]
 

@@ -31,8 +31,8 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from xlakit.view.format import fmt_bytes, fmt_seconds
-from xlakit.view.untrusted import html_text
+from xlakit._text.format import fmt_bytes, fmt_seconds
+from xlakit._text.untrusted import html_text
 
 __all__ = ["load_ipython_extension", "unload_ipython_extension", "XlakitMagics", "CellSummary", "COMMANDS", "StatsView"]
 
@@ -69,7 +69,7 @@ class StatsView:
         return rows
 
     def _table(self) -> Any:
-        from xlakit.view.table import Column, Table
+        from xlakit._text.table import Column, Table
 
         return Table([Column("what", "process-wide event log"), Column("value", "", nowrap=False)], self.rows())
 

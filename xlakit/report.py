@@ -32,10 +32,10 @@ __all__ = ["build", "write"]
 
 
 def _summary(log: Any, folder: str | None) -> str:
-    from xlakit.view.format import fmt_seconds
+    from xlakit._text.format import fmt_seconds
+    from xlakit._text.table import Column, Table
+    from xlakit._text.untrusted import html_text
     from xlakit.view.html import snapshot
-    from xlakit.view.table import Column, Table
-    from xlakit.view.untrusted import html_text
 
     rows: list[dict[str, Any]] = []
     if log is not None:

@@ -24,10 +24,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from xlakit._text.untrusted import html_text
 from xlakit.bundle.errors import BundleError, ModuleError
 from xlakit.bundle.manifest import DEFAULT_VARIANT, Manifest, ModuleSpec, dtype_name
 from xlakit.bundle.reports import REPORT_COLUMNS, ModuleReport
-from xlakit.view.untrusted import html_text
 
 __all__ = ["LoadedBundle"]
 

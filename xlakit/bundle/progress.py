@@ -117,7 +117,7 @@ def progress_bar(total: int, desc: str, enabled: bool = True, unit: str = "progr
     """A bar with ``update(n)``, ``set_postfix_str(s)`` and ``close()``; silent when ``enabled`` is False.
     ``desc`` and postfixes may be untrusted (a manifest's name): they are shown as text, never as markup or
     terminal control sequences."""
-    from xlakit.view.untrusted import html_text, terminal_text
+    from xlakit._text.untrusted import html_text, terminal_text
 
     if not enabled or total <= 0:
         return _Silent()

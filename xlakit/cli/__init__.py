@@ -32,11 +32,11 @@ import os
 import sys
 from typing import Any
 
+from xlakit._text.untrusted import TerminalStream
 from xlakit.cli import bundle as bundle_cmd
 from xlakit.cli import cache as cache_cmd
 from xlakit.cli import report as report_cli
 from xlakit.cli._common import PROG, CliError, Parser, emit_json, parse_size
-from xlakit.view.untrusted import TerminalStream
 
 # ``_emit_json`` is the old private name (tests and notes use it).
 _emit_json = emit_json

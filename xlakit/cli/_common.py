@@ -1,7 +1,7 @@
 """What every ``xlakit`` command shares: the usage error, size parsing, JSON output and the text table.
 
-Tables and byte/second figures come from the one formatter (:mod:`xlakit.view.format`,
-:class:`xlakit.view.table.Table`), so the CLI reads like the widgets and the report. No JAX.
+Tables and byte/second figures come from the one formatter (:mod:`xlakit._text.format`,
+:class:`xlakit._text.table.Table`), so the CLI reads like the widgets and the report. No JAX.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from xlakit._text.format import fmt_bytes, fmt_seconds
+from xlakit._text.table import Column, Table
 from xlakit._units import parse_size  # re-exported: the CLI and the API read sizes alike
-from xlakit.view.format import fmt_bytes, fmt_seconds
-from xlakit.view.table import Column, Table
 
 __all__ = ["PROG", "CliError", "Parser", "parse_size", "human", "local_time", "seconds", "emit_json",
            "print_table", "Column"]
@@ -37,7 +37,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def human(n: int | float | None) -> str:
-    """Bytes in binary units (:func:`xlakit.view.format.fmt_bytes`); "-" when not known."""
+    """Bytes in binary units (:func:`xlakit._text.format.fmt_bytes`); "-" when not known."""
     return fmt_bytes(n, missing="-")
 
 
@@ -50,7 +50,7 @@ def local_time(t: float | None) -> str:
 
 
 def seconds(s: float | None) -> str:
-    """Seconds as :func:`xlakit.view.format.fmt_seconds` writes them; "-" for None, NaN and infinities (a
+    """Seconds as :func:`xlakit._text.format.fmt_seconds` writes them; "-" for None, NaN and infinities (a
     corrupt header may record any number)."""
     return "-" if s is None or not math.isfinite(s) else fmt_seconds(s)
 
@@ -72,6 +72,6 @@ def emit_json(data: Any) -> None:
 
 
 def print_table(caption: str | None, columns: Sequence[Column], rows: Sequence[Mapping[str, Any]]) -> None:
-    """Print rows under columns as aligned text (:meth:`xlakit.view.table.Table.to_text`): numbers right,
+    """Print rows under columns as aligned text (:meth:`xlakit._text.table.Table.to_text`): numbers right,
     text left, the caption first. Cells are plain text (a name with brackets is printed as it is)."""
     print(Table(columns, rows, caption=caption).to_text())

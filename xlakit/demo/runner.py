@@ -57,7 +57,7 @@ def run_demo(keep_cache: str | None = None, quick: bool = False) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from xlakit.view.format import fmt_bytes  # the one byte formatter of tables, charts, CLI and report
+    from xlakit._text.format import fmt_bytes  # the one byte formatter of tables, charts, CLI and report
 
     # The demo's own styled output (ANSI colours) goes to the real stream, not the CLI's sanitising wrapper.
     console = Console(file=getattr(sys.stdout, "wrapped", sys.stdout))

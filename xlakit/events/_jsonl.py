@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from xlakit import _atomic
+from xlakit._text.untrusted import terminal_text
 from xlakit.events._model import _FIELD_NAMES, Event
-from xlakit.view.untrusted import terminal_text
 
 __all__ = ["write", "read"]
 

@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from xlakit._text.untrusted import html_text
 from xlakit.events import _calls, _jsonl
 from xlakit.events._calls import CallDecision
 from xlakit.events._model import SOURCES, Event, _cell
 from xlakit.events._origin import PROGRAM_KINDS, attribute
 from xlakit.events._stats import CacheStats, Summary, Totals
-from xlakit.view.untrusted import html_text
 
 __all__ = ["EventLog", "Observer"]
 

@@ -6,7 +6,7 @@ import dataclasses
 import time as _time
 from typing import Any
 
-from xlakit.view.untrusted import html_text, terminal_text
+from xlakit._text.untrusted import html_text, terminal_text
 
 __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", "Event"]
 

@@ -18,8 +18,8 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from xlakit._text.untrusted import html_text
 from xlakit.events._model import FLEET_KINDS, KINDS, SOURCES, Event
-from xlakit.view.untrusted import html_text
 
 __all__ = ["CacheStats", "Summary", "SummaryRow", "LIBRARY_ROW"]
 

@@ -1,7 +1,7 @@
 """Display helpers of the memory objects: the one byte formatter and table model of :mod:`xlakit.view`.
 
-``fmt_bytes`` is :func:`xlakit.view.format.fmt_bytes` (binary units); ``html_table`` renders a two-column
-:class:`xlakit.view.table.Table`. :mod:`xlakit.view.format` and :mod:`xlakit.view.table` import nothing from
+``fmt_bytes`` is :func:`xlakit._text.format.fmt_bytes` (binary units); ``html_table`` renders a two-column
+:class:`xlakit._text.table.Table`. :mod:`xlakit._text.format` and :mod:`xlakit._text.table` import nothing from
 xlakit, so the memory feature can use them.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from xlakit.view.format import fmt_bytes, fmt_seconds
-from xlakit.view.table import Column, Table
+from xlakit._text.format import fmt_bytes, fmt_seconds
+from xlakit._text.table import Column, Table
 
 __all__ = ["fmt_bytes", "fmt_seconds", "html_table", "record_repr"]
 

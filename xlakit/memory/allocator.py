@@ -29,8 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from xlakit._text.format import fmt_count
 from xlakit.memory._display import fmt_bytes, html_table
-from xlakit.view.format import fmt_count
 
 __all__ = ["AllocatorStats", "AllocatorStatsList", "ResetResult", "ProcessMemory", "allocator_stats",
            "parse_memory_stats", "process_memory", "reset_peak", "STATS_KEYS", "NATIVE_RESET_NAMES"]

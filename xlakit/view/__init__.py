@@ -1,8 +1,8 @@
 """Rendering, separate from the widgets: one formatter, one table model, one theme.
 
-* :mod:`xlakit.view.format` — bytes (binary units), seconds and counts as text; byte ticks for chart axes.
-* :mod:`xlakit.view.table` — :class:`Table`, rendered to aligned text and to themed HTML.
-* :mod:`xlakit.view.theme` — CSS on JupyterLab's theme variables and a plotly template that follows them.
+* :mod:`xlakit._text.format` — bytes (binary units), seconds and counts as text; byte ticks for chart axes.
+* :mod:`xlakit._text.table` — :class:`Table`, rendered to aligned text and to themed HTML.
+* :mod:`xlakit._text.theme` — CSS on JupyterLab's theme variables and a plotly template that follows them.
 * :mod:`xlakit.view.plotly_html` — a plotly figure as self-contained static HTML (plotly.js once per
   document, compressed) for snapshots, saved notebooks and the report.
 * :mod:`xlakit.view.memory_charts` / :mod:`xlakit.view.peak` / :mod:`xlakit.view.budget` — a compiled
@@ -11,13 +11,13 @@
 * :mod:`xlakit.view.folder` — a cache as the views see it, on the JAX-free folder API
   (:class:`xlakit.cache.CacheFolder`): entries with signatures, evict, an ExecutableCache only to explain.
 
-``format``, ``table`` and ``theme`` import nothing from xlakit (the memory reprs use them);
-``plotly_html`` imports plotly.
+The formatter and table model live below every feature, in :mod:`xlakit._text` (re-exported here), so the
+features' reprs use them without importing this layer; ``plotly_html`` imports plotly.
 """
 
 from __future__ import annotations
 
-from xlakit.view.format import byte_ticks, fmt_bytes, fmt_count, fmt_seconds, fmt_value
-from xlakit.view.table import Column, Table
+from xlakit._text.format import byte_ticks, fmt_bytes, fmt_count, fmt_seconds, fmt_value
+from xlakit._text.table import Column, Table
 
 __all__ = ["fmt_bytes", "fmt_seconds", "fmt_count", "fmt_value", "byte_ticks", "Column", "Table"]

@@ -10,10 +10,10 @@ import datetime as _dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from xlakit.view.format import fmt_bytes
+from xlakit._text.format import fmt_bytes
+from xlakit._text.table import Column, Table
+from xlakit._text.untrusted import html_text
 from xlakit.view.html import note, snapshot
-from xlakit.view.table import Column, Table
-from xlakit.view.untrusted import html_text
 
 __all__ = ["displayed_peak", "allocator_rows", "sparkline_svg", "peak_cell", "reset_text", "allocator_html",
            "bytes_span"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from xlakit.view.format import fmt_bytes
+from xlakit._text.format import fmt_bytes
+from xlakit._text.table import Column, Table
+from xlakit._text.theme import BASE_LAYOUT, LEGEND, PLOTLY_TEMPLATE, byte_axis, legend_space  # noqa: F401 - re-exported
+from xlakit._text.untrusted import html_text
 from xlakit.view.html import frame_records, missing, note, snapshot
-from xlakit.view.table import Column, Table
-from xlakit.view.theme import BASE_LAYOUT, LEGEND, PLOTLY_TEMPLATE, byte_axis, legend_space  # noqa: F401 - re-exported
-from xlakit.view.untrusted import html_text
 
 __all__ = ["BREAKDOWN_PARTS", "SORT_KEYS", "UNITS", "breakdown_frame", "breakdown_values", "unique_labels",
            "breakdown_figure", "liveness_figure", "breakdown_html", "details_html", "PART_COLORS", "BASE_LAYOUT",
@@ -136,7 +136,7 @@ def breakdown_values(frame, unit: str = "bytes") -> dict[str, list[float | None]
 
 def apply_byte_axis(fig: Any, values: Sequence[float | None], axis: str = "yaxis") -> None:
     """Binary-unit ticks (0, 1 MiB, 2 MiB...) on ``axis`` of ``fig`` spanning ``values``, over an explicit
-    range from 0 (:func:`xlakit.view.theme.byte_axis`)."""
+    range from 0 (:func:`xlakit._text.theme.byte_axis`)."""
     fig.update_layout({axis: byte_axis(values)})
 
 

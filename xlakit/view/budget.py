@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlakit.view.format import byte_ticks, fmt_bytes
+from xlakit._text.format import byte_ticks, fmt_bytes
+from xlakit._text.theme import byte_axis
 from xlakit.view.memory_charts import chart_layout
-from xlakit.view.theme import byte_axis
 
 __all__ = ["MEASUREMENT_COLORS", "measurements_figure", "arena_segments", "arena_figure"]
 

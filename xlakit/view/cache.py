@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from xlakit.view.format import fmt_bytes, fmt_count
+from xlakit._text.format import fmt_bytes, fmt_count
+from xlakit._text.table import Column, Table
 from xlakit.view.html import frame_records, note, snapshot
 from xlakit.view.signatures import sharding_text, signature_text
-from xlakit.view.table import Column, Table
 
 __all__ = ["filter_entries", "partition_totals", "explain_entry", "signature_text", "sharding_text", "entries_html",
            "partitions_html", "cache_html", "ENTRY_COLUMNS", "entry_label", "disk_total", "entry_origins",

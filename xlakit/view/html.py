@@ -1,4 +1,4 @@
-"""HTML frames for snapshots and reports, and the pandas bridge to :class:`~xlakit.view.table.Table`.
+"""HTML frames for snapshots and reports, and the pandas bridge to :class:`~xlakit._text.table.Table`.
 
 No widget library here; pandas is imported only by the functions that take frames.
 """
@@ -9,10 +9,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from xlakit.view.format import fmt_bytes
-from xlakit.view.table import Column, Table
-from xlakit.view.theme import STYLE
-from xlakit.view.untrusted import html_text
+from xlakit._text.format import fmt_bytes
+from xlakit._text.table import Column, Table
+from xlakit._text.theme import STYLE
+from xlakit._text.untrusted import html_text
 
 __all__ = ["snapshot", "page", "note", "missing", "frame_records", "bytes_cell", "table_html", "TABLE_STYLE"]
 

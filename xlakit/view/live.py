@@ -11,9 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from xlakit.view.format import fmt_bytes, fmt_count
+from xlakit._text.format import fmt_bytes, fmt_count
+from xlakit._text.table import Column, Table
 from xlakit.view.html import frame_records, note, snapshot
-from xlakit.view.table import Column, Table
 
 __all__ = ["live_table", "treemap_nodes", "treemap_figure", "live_html", "cell_location", "LIVE_COLUMNS"]
 
@@ -96,7 +96,7 @@ def treemap_figure(nodes: Mapping[str, list[Any]]):
     """Treemap device -> memory kind -> dtype[shape], area = bytes (labels in binary units)."""
     import plotly.graph_objects as go
 
-    from xlakit.view.theme import BASE_LAYOUT, title_layout
+    from xlakit._text.theme import BASE_LAYOUT, title_layout
 
     fig = go.Figure(go.Treemap(ids=nodes["ids"], labels=nodes["labels"], parents=nodes["parents"],
                                values=nodes["values"], text=nodes["text"], branchvalues="total", name="live arrays",

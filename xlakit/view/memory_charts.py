@@ -1,6 +1,6 @@
 """Pictures of one compiled program's memory over program order: live bytes stacked by role with the peak marked,
 and buffer lifetimes (each large logical buffer a bar from the step that defines it to its last use), both in
-the one role -> colour map :data:`~xlakit.view.theme.ROLE_COLORS`.
+the one role -> colour map :data:`~xlakit._text.theme.ROLE_COLORS`.
 
 Pure functions of DataFrames (numpy and plotly imported where used), so they are tested without a browser and
 shared by :class:`xlakit.widgets.MemoryBreakdown`, :class:`xlakit.widgets.MemoryExplorer` and their snapshots.
@@ -25,9 +25,9 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from xlakit.view.format import fmt_bytes
-from xlakit.view.theme import ROLE_COLORS
-from xlakit.view.untrusted import plotly_text
+from xlakit._text.format import fmt_bytes
+from xlakit._text.theme import ROLE_COLORS
+from xlakit._text.untrusted import plotly_text
 
 __all__ = ["ROLES", "ROLE_COLORS", "keep_indices", "peak_of", "liveness_chart", "lifetime_chart",
            "buffer_hover", "buffer_label", "buffer_slices", "shape_text", "chart_layout"]
@@ -77,23 +77,23 @@ def peak_of(liveness) -> tuple[int | None, int | None]:
 
 @functools.lru_cache(maxsize=1)
 def _template() -> Any:
-    """:data:`~xlakit.view.theme.PLOTLY_TEMPLATE` as a plotly Template object, built once: validating the dict
+    """:data:`~xlakit._text.theme.PLOTLY_TEMPLATE` as a plotly Template object, built once: validating the dict
     anew costs more than the rest of a 10,000-step chart."""
     import plotly.graph_objects as go
 
-    from xlakit.view.theme import PLOTLY_TEMPLATE
+    from xlakit._text.theme import PLOTLY_TEMPLATE
 
     return go.layout.Template(PLOTLY_TEMPLATE)
 
 
 def chart_layout(fig, title: str, height: int, *, legend_title: str | None = None, plot_left: int | None = None,
                  **extra: Any) -> None:
-    """The shared layout (:data:`~xlakit.view.theme.BASE_LAYOUT`, the legend under the plot, titled
-    ``legend_title``) with ``title`` (wrapped to the narrowest width, :func:`~xlakit.view.theme.title_layout`):
+    """The shared layout (:data:`~xlakit._text.theme.BASE_LAYOUT`, the legend under the plot, titled
+    ``legend_title``) with ``title`` (wrapped to the narrowest width, :func:`~xlakit._text.theme.title_layout`):
     ``height`` px for the plot and axes, plus the title's extra lines and the rows the legend of the traces in
-    ``fig`` wraps into at the narrowest width (:func:`~xlakit.view.theme.legend_space`; ``plot_left``: the left
+    ``fig`` wraps into at the narrowest width (:func:`~xlakit._text.theme.legend_space`; ``plot_left``: the left
     margin the y axis's labels will take, px, when wider than the layout's)."""
-    from xlakit.view.theme import BASE_LAYOUT, LEGEND, legend_space, title_layout
+    from xlakit._text.theme import BASE_LAYOUT, LEGEND, legend_space, title_layout
 
     legend = {**LEGEND, "title": {**LEGEND["title"], "text": legend_title}} if legend_title else LEGEND
     margin = extra.pop("margin", BASE_LAYOUT["margin"])
@@ -105,7 +105,7 @@ def chart_layout(fig, title: str, height: int, *, legend_title: str | None = Non
 
 
 def _byte_axis(fig, values, axis: str = "yaxis") -> None:
-    from xlakit.view.theme import byte_axis
+    from xlakit._text.theme import byte_axis
 
     fig.update_layout({axis: byte_axis(values)})
 
@@ -145,7 +145,7 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     Args:
       liveness: a liveness frame (see the module docstring): ``Attribution.liveness`` is stacked by role
         (parameter, optimizer state, residual, recomputed, temporary, output...) in
-        :data:`~xlakit.view.theme.ROLE_COLORS`, the colours of the lifetime chart and the treemap; a
+        :data:`~xlakit._text.theme.ROLE_COLORS`, the colours of the lifetime chart and the treemap; a
         ``BufferAssignment.live_bytes_by_step()`` frame (no roles) by XLA's buffer kind, in the colours of the
         roles of the same name; without either, the ``live_bytes`` line. A heap-simulator-trace frame
         (column ``trace``) is drawn one line per trace.

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlakit.view.format import fmt_bytes
+from xlakit._text.format import fmt_bytes
+from xlakit._text.table import Column, Table
+from xlakit._text.untrusted import html_text, plotly_text
 from xlakit.view.html import frame_records, note, snapshot
 from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, buffer_label, shape_text
-from xlakit.view.table import Column, Table
-from xlakit.view.untrusted import html_text, plotly_text
 
 __all__ = ["MISSING_LABEL", "group_bytes", "peak_caption", "peak_treemap_nodes", "peak_treemap_figure",
            "peak_tables_html", "peak_html", "variants_figure"]
@@ -206,12 +206,12 @@ def _key_lines(roles: Sequence[str], width: int) -> list[str]:
 def peak_treemap_figure(nodes: Mapping[str, list[Any]], title: str = "What holds the peak: scope → source → buffer"):
     """Treemap of :func:`peak_treemap_nodes`: area = bytes, every tile coloured by role, labels with readable
     bytes. A legend-like key under the tiles names the colours of the roles present, wrapped into as many lines
-    as the narrowest chart (:data:`~xlakit.view.theme.NARROW_WIDTH`) needs, the bottom margin sized for them:
+    as the narrowest chart (:data:`~xlakit._text.theme.NARROW_WIDTH`) needs, the bottom margin sized for them:
     above the tiles it ran into the title (and past the right edge) in a narrow window."""
     import plotly.graph_objects as go
 
+    from xlakit._text.theme import NARROW_WIDTH
     from xlakit.view.memory_charts import chart_layout
-    from xlakit.view.theme import NARROW_WIDTH
 
     text = nodes.get("text") or [fmt_bytes(v) for v in nodes["values"]]
     fig = go.Figure(go.Treemap(ids=nodes["ids"], labels=nodes["labels"], parents=nodes["parents"],
@@ -239,13 +239,13 @@ def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by bat
 
     Returns:
       a ``plotly.graph_objects.Figure`` with one ``lines+markers`` trace per variant, points in batch order, a
-      legend naming every variant (one too), the y axis in bytes from 0 (:func:`~xlakit.view.theme.byte_axis`:
+      legend naming every variant (one too), the y axis in bytes from 0 (:func:`~xlakit._text.theme.byte_axis`:
       labelled also for one point) and x ticks at the batch sizes swept (up to 12 of them).
     """
     import plotly.graph_objects as go
 
+    from xlakit._text.theme import byte_axis
     from xlakit.view.memory_charts import chart_layout
-    from xlakit.view.theme import byte_axis
 
     fig = go.Figure()
     variants: dict[str, list[tuple[int, int]]] = {}

@@ -19,7 +19,7 @@ import os
 import threading
 from typing import Any
 
-from xlakit.view.untrusted import html_text
+from xlakit._text.untrusted import html_text
 
 __all__ = ["figure_html", "loader_html", "plotly_js_size", "reset_once", "STATIC_CLASS"]
 

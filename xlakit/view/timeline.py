@@ -12,14 +12,14 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from xlakit._text.format import fmt_bytes, fmt_count, fmt_seconds
+from xlakit._text.table import Column, Table
+from xlakit._text.untrusted import plotly_text
 from xlakit.events import KINDS
 from xlakit.view.columns import EventColumns
-from xlakit.view.format import fmt_bytes, fmt_count, fmt_seconds
 from xlakit.view.html import note, snapshot
 from xlakit.view.lanes import aggregate, lane_plan
-from xlakit.view.table import Column, Table
 from xlakit.view.timeline_plot import GL_THRESHOLD, KIND_OFFSET, KIND_STYLE, SPAN_KINDS, timeline_spec
-from xlakit.view.untrusted import plotly_text
 
 __all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "EventColumns", "TimelineData", "timeline_data", "downsample",
            "downsample_series", "marker_sizes", "timeline_figure", "timeline_html", "GL_THRESHOLD", "SAVED_POINTS",

@@ -100,7 +100,7 @@ def timeline_spec(data: Any) -> dict[str, Any]:
     :data:`GL_THRESHOLD` markers), then the curve (``"seconds saved (cumulative)"``, on ``y2``)."""
     import numpy as np
 
-    from xlakit.view.theme import BASE_LAYOUT, LEGEND, legend_space, title_layout
+    from xlakit._text.theme import BASE_LAYOUT, LEGEND, legend_space, title_layout
 
     has_saved = bool(data.saved_x.size)
     n_points = sum(len(p["x"]) for p in data.points.values())

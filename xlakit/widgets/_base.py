@@ -27,8 +27,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from xlakit.view.theme import STYLE
-from xlakit.view.untrusted import html_text
+from xlakit._text.theme import STYLE
+from xlakit._text.untrusted import html_text
 from xlakit.widgets._chart import kernel_loop, on_kernel_thread
 from xlakit.widgets._html import page, static_output
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from xlakit.view.untrusted import html_text
+from xlakit._text.untrusted import html_text
 
 __all__ = ["ClickBridge", "parse_click"]
 

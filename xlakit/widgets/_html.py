@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from xlakit._text.theme import STYLE
 from xlakit.view import plotly_html
 from xlakit.view.html import page, snapshot
-from xlakit.view.theme import STYLE
 
 __all__ = ["snapshot", "page", "static_output"]
 

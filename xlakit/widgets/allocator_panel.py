@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as widgets
 import traitlets
 
+from xlakit._text.format import fmt_bytes
+from xlakit._text.untrusted import html_text
 from xlakit.view.allocator import bytes_span
-from xlakit.view.format import fmt_bytes
-from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View, Worker
 

@@ -11,10 +11,10 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from xlakit._text.format import fmt_bytes
+from xlakit._text.untrusted import html_text
 from xlakit.view import cache as _cache_view
 from xlakit.view import folder as _folder
-from xlakit.view.format import fmt_bytes
-from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _snapshots
 from xlakit.widgets._base import View
 

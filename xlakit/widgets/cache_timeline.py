@@ -9,10 +9,10 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from xlakit._text.format import fmt_seconds
+from xlakit._text.untrusted import html_text
 from xlakit.events import KINDS, SOURCES, Event, EventLog
-from xlakit.view.format import fmt_seconds
 from xlakit.view.timeline import miss_reason
-from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart

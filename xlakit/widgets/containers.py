@@ -22,7 +22,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from xlakit.view.untrusted import html_text
+from xlakit._text.untrusted import html_text
 from xlakit.widgets._base import View
 from xlakit.widgets._captured import captured
 from xlakit.widgets._chart import Chart

@@ -7,9 +7,9 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
-from xlakit.view.format import fmt_bytes
+from xlakit._text.format import fmt_bytes
+from xlakit._text.table import Table
 from xlakit.view.live import LIVE_COLUMNS
-from xlakit.view.table import Table
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart

@@ -7,8 +7,8 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
+from xlakit._text.untrusted import html_text
 from xlakit.view.programs import collect_programs
-from xlakit.view.untrusted import html_text
 from xlakit.widgets import _data, _figures, _snapshots
 from xlakit.widgets._base import View
 from xlakit.widgets._chart import Chart

@@ -13,10 +13,10 @@ from typing import Any
 import ipywidgets as widgets
 import traitlets
 
-from xlakit.view.format import fmt_bytes, fmt_seconds
+from xlakit._text.format import fmt_bytes, fmt_seconds
+from xlakit._text.table import Column, Table
+from xlakit._text.untrusted import html_text
 from xlakit.view.html import note
-from xlakit.view.table import Column, Table
-from xlakit.view.untrusted import html_text
 from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart
 

@@ -7,7 +7,7 @@ which CSS variables cannot reach; so figures use :data:`PLOTLY_TEMPLATE` (transp
 :data:`STYLE` recolours their text, grid and legend with the same variables (``!important`` beats plotly's
 inline styles). The layout every chart shares lives here too: the legend under the plot, titles wrapped to the
 narrowest chart, byte axes that always show a labelled range from 0. No dependencies beyond
-:mod:`xlakit.view.format`.
+:mod:`xlakit._text.format`.
 """
 
 from __future__ import annotations
@@ -162,11 +162,11 @@ def legend_space(fig, width: int = NARROW_WIDTH, *, left: int = 60, right: int =
 
 def byte_axis(values) -> dict:
     """Layout of an axis of bytes spanning ``values`` (and 0): ticks in binary units
-    (:func:`~xlakit.view.format.byte_ticks`) and an explicit range from 0 (or 5% past the lowest value, when
+    (:func:`~xlakit._text.format.byte_ticks`) and an explicit range from 0 (or 5% past the lowest value, when
     one is negative) to 5% past the highest, so ticks show whatever plotly's autorange would do: on one point (a
     sweep of one batch size) it zoomed around that value, between two ticks, and drew none. Only zeros: 0 to
     1 byte."""
-    from xlakit.view.format import _missing, byte_ticks
+    from xlakit._text.format import _missing, byte_ticks
 
     vals, text = byte_ticks(values)
     data = [float(v) for v in values if not _missing(v)]  # type: ignore[arg-type]

@@ -1,9 +1,9 @@
 """One table model, rendered to text (terminals, reprs, the CLI) and to HTML (widgets, snapshots, the report).
 
 A :class:`Table` is columns (key, header, kind) and rows (dicts). Cells are formatted by
-:func:`xlakit.view.format.fmt_value` by the column's kind, so bytes read ``1.5 MiB`` and seconds ``2.42 s``
+:func:`xlakit._text.format.fmt_value` by the column's kind, so bytes read ``1.5 MiB`` and seconds ``2.42 s``
 everywhere; HTML byte cells also carry the exact number (``data-bytes`` and the tooltip). Styling comes from
-:data:`xlakit.view.theme.STYLE` (JupyterLab's theme variables), not from inline colours. No dependencies.
+:data:`xlakit._text.theme.STYLE` (JupyterLab's theme variables), not from inline colours. No dependencies.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from xlakit.view.format import NOT_REPORTED, _missing, fmt_value
-from xlakit.view.untrusted import html_text, terminal_text
+from xlakit._text.format import NOT_REPORTED, _missing, fmt_value
+from xlakit._text.untrusted import html_text, terminal_text
 
 __all__ = ["Column", "Table", "KINDS"]
 
@@ -122,7 +122,7 @@ class Table:
         return f"<td class='{' '.join(cls)}'{attrs}>{body}</td>"
 
     def to_html(self) -> str:
-        """An HTML table (class ``xlakit-table``) themed by :data:`xlakit.view.theme.STYLE`, inside a
+        """An HTML table (class ``xlakit-table``) themed by :data:`xlakit._text.theme.STYLE`, inside a
         horizontally scrolling wrapper so a narrow window scrolls the table as one, header included."""
         cols = self.cols
         head = "".join(f"<th class='{'xlakit-num' if c.kind in ('bytes', 'seconds', 'count', 'float') else ''}'>"
@@ -136,7 +136,7 @@ class Table:
                 f"{thead}<tbody>{body}</tbody></table></div>")
 
     def _repr_html_(self) -> str:
-        from xlakit.view.theme import STYLE
+        from xlakit._text.theme import STYLE
 
         return STYLE + self.to_html()
 
