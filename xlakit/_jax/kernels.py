@@ -9,10 +9,15 @@ bundle's warm path, a transparent-mode hit — then calls a null pointer on its 
 (jax-ml/jax#28908, #29610; JAX's ``jax.export`` path calls ``initialize_lapack`` since PR #33522). The CPU
 sparse kernels are registered with XLA only when ``jax.experimental.sparse`` is imported.
 
-:func:`make_ready` reads the custom-call targets of a loaded executable's optimized HLO module — from the
-serialized executable where its layout is known (XLA:CPU), else from ``hlo_modules()`` — (HloModuleProto field 3
-computations, HloComputationProto field 2 instructions, HloInstructionProto field 2 opcode / field 28
-custom_call_target) and, per target:
+:func:`make_ready` asks the platform table (:mod:`xlakit._jax.platforms`) how the platform resolves custom calls.
+Where its compiler turns every custom call into code inside the executable (TPU: compiler-internal targets such as
+``AssumeGatherIndicesInBound``, ``ConcatBitcast``, ``GatherScatterIndicesBitpacked``, and Pallas/Mosaic's
+``tpu_custom_call``; measured: such executables loaded in a fresh process that lowered nothing return the reference
+answers), nothing needs to be ready in this process and the HLO is not read at all. Elsewhere it reads the
+custom-call targets of the loaded executable's optimized HLO module — from the serialized executable where its
+layout is known (XLA:CPU), else from ``hlo_modules()`` — (HloModuleProto field 3 computations,
+HloComputationProto field 2 instructions, HloInstructionProto field 2 opcode / field 28 custom_call_target) and,
+per target:
 
 * a LAPACK target (named in ``jaxlib.cpu._lapack.registrations()``, or ``lapack_*``): initialise the LAPACK
   kernel table once per process, as JAX's lowering does;
@@ -23,7 +28,8 @@ custom_call_target) and, per target:
 * XLA's own (names starting ``__`` such as ``__cublas$gemm`` / ``__onednn$matmul``, and ``TopK`` and the
   like, which XLA's compilers implement), or any other target registered with XLA for this platform
   (``xla_client.custom_call_targets``) by a library that registers at import: ready;
-* anything else: :class:`KernelsNotReady` — callers compile the program instead of running it.
+* anything else: :class:`KernelsNotReady` — XLA would look the name up in this process's registry and not find
+  it; callers compile the program instead (the same check XLA makes, made before XLA can fail on it).
 
 Cost: on XLA:CPU a program without custom calls costs a walk of three protobuf headers and one substring test of
 its HLO bytes (~0.05 ms for a 200-layer program); the LAPACK table is filled once per process (it imports SciPy's
@@ -35,6 +41,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from xlakit._jax import platforms
 from xlakit._jax.assignment import _proto_fields, _varint
 
 __all__ = ["KernelsNotReady", "make_ready", "prepare", "custom_call_targets", "serialized_targets"]
@@ -173,11 +180,13 @@ def make_ready(executable, platform: str, *, serialized: bytes | None = None, ca
     """Make ready every kernel ``executable`` (a loaded XLA executable for ``platform``) calls; see the module
     docstring. ``serialized``: the bytes it was loaded from (read instead of asking XLA for the HLO, where the
     layout is known). ``callbacks``: the loading path rebound this process's Python callbacks. Returns the
-    targets.
+    targets checked (empty where the platform compiles every custom call into the executable).
 
     Raises:
       KernelsNotReady: a target xlakit cannot make ready; the executable must not run (compile instead).
     """
+    if platforms.rules(platform).custom_calls_compiled_in:
+        return frozenset()  # nothing to make ready, and reading the HLO would cost ~80 ms per 68 MB program
     targets = serialized_targets(serialized) if serialized is not None else None
     if targets is None:
         targets = custom_call_targets(executable)
@@ -188,6 +197,7 @@ def make_ready(executable, platform: str, *, serialized: bytes | None = None, ca
 def prepare(targets: Iterable[str], platform: str, *, callbacks: bool = False) -> None:
     """Make the named custom-call targets of ``platform`` ready, or raise :class:`KernelsNotReady`."""
     platform = platform.lower()
+    compiled_in = platforms.rules(platform).custom_calls_compiled_in
     todo = [t for t in targets if (platform, t) not in _ready]
     if not todo:
         return
@@ -199,7 +209,7 @@ def prepare(targets: Iterable[str], platform: str, *, callbacks: bool = False) -
                 if not callbacks:
                     refused.append(target)
                 continue  # readiness depends on the path: never remembered
-            if target.startswith("__") or target in _XLA_BUILTIN:
+            if compiled_in or target.startswith("__") or target in _XLA_BUILTIN:
                 pass
             elif platform == "cpu" and _is_lapack(target):
                 _initialize_lapack()
