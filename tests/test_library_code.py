@@ -7,6 +7,7 @@ line that called ``peak()``, and the timeline called the user's own program JAX'
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 import pytest
