@@ -58,7 +58,8 @@ def test_donation_shows_as_alias_bytes():
     m = compiled_memory(f, F32_8x4, F32_8x4)
     # the donated f32[8,4] (128 B) is both an argument and an output; outputs: 128 + 4 + 16 (tuple table)
     assert (m.argument_bytes, m.alias_bytes, m.output_bytes) == (256, 128, 148)
-    assert m.footprint_bytes == 256 + 148 - 128
+    assert m.constant_bytes == 4  # the reduction's f32 0.0, a buffer of its own
+    assert m.footprint_bytes == 256 + 148 - 128 + 4 == m.peak_bytes
 
 
 def test_a_400_mb_temporary_is_counted_and_the_cpu_peak_caveat_is_noted():
@@ -129,3 +130,81 @@ def test_temporaries_name_the_code_that_allocates_outside_the_buffer_assignment(
     assert any("YNNPACK fusion (__ynn_fusion) x1" in n and "probe()" in n for n in m.notes), m.notes
     plain = compiled_memory(jax.jit(lambda v: v + 1), v)
     assert not any("outside XLA's buffer assignment" in n for n in plain.notes), plain.notes
+
+
+# -- what one run occupies: constants, and code where it lives in device memory ---------------------------------
+
+W_1MIB = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)  # closed over: 1 MiB constant
+
+
+def test_closed_over_weights_are_constants_in_the_footprint_whatever_the_source():
+    """Fault: a model closing over its weights (numpy or jax.Array) has them in the program as constants, in
+    no footprint term, so max_batch answered a batch whose peak was 40 MiB for a 24 MiB budget."""
+    from xlakit.memory import peak
+    from xlakit.memory._footprint import constant_bytes_of_assignment, constant_bytes_of_hlo_text
+
+    x = jax.ShapeDtypeStruct((64, 512), jnp.float32)
+    for weights in (W_1MIB, jnp.asarray(W_1MIB)):
+        compiled = jax.jit(lambda v, w=weights: jnp.tanh(v @ w)).lower(x).compile()
+        m = compiled_memory(compiled)
+        assert m.constant_bytes == 2**20  # the three sources agree on XLA:CPU
+        assert constant_bytes_of_assignment(m.serialized_buffer_assignment) == 2**20
+        assert constant_bytes_of_hlo_text(compiled.as_text()) == 2**20
+        assert compiled_memory(_header(compiled)).constant_bytes == 2**20  # a cache header: peak - arg - out
+        assert m.footprint_bytes == 2 * 64 * 512 * 4 + 2**20 == m.peak_bytes + m.temp_bytes
+        assert peak(compiled).total_bytes <= m.footprint_bytes
+        assert m.to_frame().loc["constant", "device_bytes"] == 2**20 and m.to_dict()["constant_bytes"] == 2**20
+
+
+def test_constants_inside_a_fusion_or_a_loop_body_count_as_xla_keeps_them():
+    from xlakit.memory._footprint import constant_bytes_of_assignment, constant_bytes_of_hlo_text
+
+    def loop(v):  # W in a while body (its own buffer), a row of W in the entry, arange inside a fusion
+        return jax.lax.fori_loop(0, 3, lambda i, c: jnp.tanh(c @ W_1MIB) + jnp.arange(512.0), v) + W_1MIB[3]
+
+    compiled = jax.jit(loop).lower(jax.ShapeDtypeStruct((4, 512), jnp.float32)).compile()
+    proto = compiled.memory_analysis().serialized_buffer_assignment_proto
+    assert constant_bytes_of_hlo_text(compiled.as_text()) == constant_bytes_of_assignment(proto) > 2**20
+    assert compiled_memory(compiled).constant_bytes == constant_bytes_of_assignment(proto)  # XLA:CPU's peak - ...
+    assert constant_bytes_of_hlo_text("%fused (p: f32[2]) -> f32[2] {\n  %c = f32[9]{0} constant({...})\n}\n"
+                                      "ENTRY %main () -> f32[2] {\n  %k = bf16[3,5]{1,0:T(8,128)} constant({...})\n"
+                                      "  %s = s4[3]{0} constant({1, 2, 3})\n  ROOT %f = f32[2]{0} fusion(%k), "
+                                      "kind=kLoop, calls=%fused\n}\n") == 3 * 5 * 2 + 2
+
+
+def _recorded(platform):
+    import json
+    from pathlib import Path
+
+    facts = json.loads((Path(__file__).parent / "data" / "tpu_mlp_facts.json").read_text())
+    return facts, compiled_memory({"name": "jit_step", "environment": {"platform": platform},
+                                   "memory": facts["ma"]})
+
+
+def test_on_a_tpu_the_loaded_code_is_in_the_footprint_and_on_cpu_it_is_not():
+    """Recorded on a TPU v5e (jax 0.10.2; tests/data/tpu_mlp_facts.json): one run of a small MLP step raised
+    the chip's peak_bytes_in_use by its outputs + its generated code, to the byte, over the arguments already
+    there. The footprint must hold the code there; on CPU XLA reports none and the code is in no device."""
+    from xlakit.memory._footprint import code_in_device_memory
+
+    facts, tpu = _recorded("tpu")
+    stats = facts["stats"]
+    run_rise = stats["after1"]["peak_bytes_in_use"] - stats["before"]["bytes_in_use"]
+    assert (tpu.argument_bytes, tpu.output_bytes, tpu.temp_bytes, tpu.generated_code_bytes) == (
+        7_086_080, 6_300_672, 0, 661_504)
+    assert run_rise == tpu.output_bytes + tpu.generated_code_bytes == 6_962_176
+    assert tpu.footprint_bytes == tpu.argument_bytes + run_rise == 14_048_256
+    assert tpu.constant_bytes is None and any("constants: not known" in n for n in tpu.notes)
+    _, cpu = _recorded("cpu")
+    assert cpu.footprint_bytes == 7_086_080 + 6_300_672 + cpu.constant_bytes  # no code term on CPU
+    assert (code_in_device_memory("cpu"), code_in_device_memory("tpu"), code_in_device_memory("gpu")) == (
+        False, True, True)
+
+
+def test_a_program_without_arguments_is_accepted_by_peak_as_by_compiled_memory():
+    from xlakit.memory import peak
+
+    init = jax.jit(lambda: jnp.ones((64, 64)) * jnp.arange(64.0))  # e.g. jax.jit(lambda: model.init(key, x))
+    assert peak(init).total_bytes == compiled_memory(init).footprint_bytes == 64 * 64 * 4
+    with pytest.raises(TypeError, match="without example arguments"):
+        peak(jax.jit(lambda v: v))

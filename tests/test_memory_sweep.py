@@ -4,8 +4,11 @@ that says whether the estimate can be trusted."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import xlakit
@@ -110,3 +113,57 @@ def test_the_cache_enable_cache_returns_is_a_cache_for_sweep_and_max_batch(tmp_p
     assert list(first.frame["cache"]) == ["store", "store"]
     assert found.batch == 64 and set(found.frame["cache"]) <= {"hit", "store"}
     assert len(list((tmp_path / "cache").rglob("*.xlk"))) >= 2  # what the sweep compiled is in the cache
+
+
+def test_max_batch_with_closed_over_weights_answers_a_batch_that_fits_and_the_next_does_not():
+    """Fault: closed-over weights (an HLO constant) were in no term, so max_batch answered a batch whose peak
+    held 40 MiB for a 24 MiB budget. Checked here against XLA's own figures by compiling the answer and the
+    answer + 1 apart from the search."""
+    from xlakit.memory import compiled_memory, peak
+
+    weights = np.random.default_rng(1).standard_normal((512, 512)).astype(np.float32)  # 1 MiB
+
+    def forward(x):
+        return jnp.tanh(x @ weights)
+
+    def make(n):
+        return (jax.ShapeDtypeStruct((n, 512), jnp.float32),)
+
+    budget = 2 * 2**20  # 1 MiB of constant + 4 KiB per row (input and output rows): 256 rows fit exactly
+    found = max_batch(jax.jit(forward), make, budget)
+    at, after = (compiled_memory(jax.jit(forward), *make(n)) for n in (found.batch, found.batch + 1))
+    assert found.batch == 256 and at.constant_bytes == after.constant_bytes == 2**20
+    assert found.bytes == at.footprint_bytes == at.peak_bytes <= budget < after.footprint_bytes  # CPU: XLA's peak
+    assert peak(jax.jit(forward), *make(found.batch)).total_bytes <= budget
+    tried = found.frame.set_index("batch")
+    assert tried.loc[256, "constant_bytes"] == 2**20 and not tried.loc[257, "fits"]
+    assert (found.frame["peak_bytes"] <= found.frame["total_bytes"]).all()
+
+
+def test_static_arguments_and_python_scalars_stay_values_in_sweep_and_max_batch():
+    """Fault: a jitted step with a static ``train`` flag crashed inside the user's ``if train:``: every leaf of
+    make_args was made a ShapeDtypeStruct, Python scalars and static arguments too."""
+    from xlakit.memory import compiled_memory
+    from xlakit.memory.sweep import _abstract_args
+
+    @functools.partial(jax.jit, static_argnames="train")
+    def step(x, scale, train):
+        h = jnp.tanh(x @ jnp.ones((64, 64))) * scale
+        if train:
+            h = h * jax.random.bernoulli(jax.random.key(0), 0.9, h.shape)
+        return h.sum()
+
+    def make(n, train=False):
+        return jnp.ones((n, 64)), 0.5, train
+
+    x, scale, train = _abstract_args(step, make, 32)
+    assert isinstance(x, jax.ShapeDtypeStruct) and x.shape == (32, 64)
+    assert scale == 0.5 and isinstance(scale, float) and train is False
+    frame = sweep(step, make, [32, 64]).frame.set_index("batch")
+    for n in (32, 64):
+        assert frame.loc[n, "total_bytes"] == compiled_memory(step, *make(n)).footprint_bytes
+    trained = sweep(step, functools.partial(make, train=True), [64]).frame.set_index("batch")
+    assert trained.loc[64, "total_bytes"] == compiled_memory(step, *make(64, True)).footprint_bytes
+    assert trained.loc[64, "total_bytes"] != frame.loc[64, "total_bytes"]  # the train=True program
+    found = max_batch(step, make, int(frame["total_bytes"].max()), lo=32, hi=64)
+    assert found.batch == 64 and list(found.frame["batch"]) == [32, 64]

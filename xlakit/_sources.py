@@ -5,12 +5,16 @@ Shared by memory attribution (frames decoded from an HloModuleProto's stack fram
 timeline (the Python stack at the moment a program is traced or compiled), so both draw the line between
 "your code" and "library code" in the same place. Pure Python: no JAX import, nothing run at import.
 
-A file is *library* code when it belongs to an installed distribution or to Python itself:
-- any path with a ``site-packages`` or ``dist-packages`` component (jax, flax, optax, equinox, numpy, …);
+A file is *library* code when it lies where an installed distribution or Python itself really is — decided by
+locations, never by what a folder is called (a user's package with a folder named ``jax/`` is user code):
+- under an installer's package directory: this interpreter's ``site-packages`` (``sysconfig`` purelib /
+  platlib, ``site.getsitepackages()``, the user site), or any path whose ``site-packages`` / ``dist-packages``
+  directory is the installers' (a path recorded by another environment, e.g. in a cached program);
 - Python's own standard library (``sysconfig`` ``stdlib`` / ``platstdlib``) and ``<frozen …>`` modules;
 - xlakit's own package folder (also in a source checkout, where it is not under site-packages);
-- the top-level packages in :data:`LIBRARY_PACKAGES` wherever they live (an editable jax checkout).
-Everything else — a script, a test file, a notebook cell, ``<stdin>`` — is *user* code.
+- the folder a package of :data:`LIBRARY_PACKAGES` is really imported from (its module's ``__path__``, or
+  where ``importlib.util.find_spec`` finds it): an editable jax or flax checkout.
+Everything else — a script, a test file, a notebook cell, ``<stdin>``, the user's own packages — is *user* code.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from collections.abc import Iterable
 __all__ = ["LIBRARY_PACKAGES", "Frame", "is_library_file", "library_package", "first_user_frame",
            "display_file", "describe", "user_stacklevel"]
 
-#: Top-level packages whose frames are never "the user's line", even from a source checkout.
+#: Top-level packages whose frames are never "the user's line", even from a source checkout (found where this
+#: process imports them from, not by the name of a folder).
 LIBRARY_PACKAGES = frozenset({
     "jax", "jaxlib", "flax", "optax", "equinox", "haiku", "chex", "orbax", "numpy", "ml_dtypes", "opt_einsum",
     "penzai", "treescope", "IPython", "ipykernel", "xlakit", "jax_plugins", "jaxtyping", "typeguard",
@@ -56,10 +61,47 @@ class Frame:
         return describe(self)
 
 
+def _folders(paths: Iterable[str | None]) -> tuple[str, ...]:
+    """Each path as an absolute folder prefix ending in the separator, also resolved through symlinks."""
+    out = set()
+    for p in paths:
+        if p:
+            out |= {os.path.abspath(p) + os.sep, os.path.realpath(p) + os.sep}
+    return tuple(sorted(out, key=len, reverse=True))  # the innermost root first (a venv inside a prefix)
+
+
 @functools.cache
 def _stdlib_dirs() -> tuple[str, ...]:
-    dirs = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib")}
-    return tuple(sorted(os.path.abspath(d) + os.sep for d in dirs if d))
+    return _folders(sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib"))
+
+
+@functools.cache
+def _site_dirs() -> tuple[str, ...]:
+    """This interpreter's installation directories for packages (``site-packages`` by any name)."""
+    import site
+
+    paths = [sysconfig.get_paths().get(k) for k in ("purelib", "platlib")]
+    try:
+        paths += [*site.getsitepackages(), site.getusersitepackages()]
+    except AttributeError:  # a virtualenv's old site.py without them
+        pass
+    return _folders(paths)
+
+
+def _package_dirs(name: str) -> tuple[str, ...]:
+    """The folders top-level package ``name`` is imported from in this process (its ``__path__``; where
+    ``importlib.util.find_spec`` would find it when not imported yet); () when it is not installed."""
+    module = sys.modules.get(name)
+    paths = list(getattr(module, "__path__", None) or ()) if module is not None else []
+    if module is None:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        paths = list(spec.submodule_search_locations or ()) if spec is not None else []
+    return _folders(paths)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -78,12 +120,16 @@ def library_package(path: str) -> str | None:
     full = os.path.abspath(path)
     if full.startswith(_XLAKIT_DIR):
         return "xlakit"
+    site = next((d for d in _site_dirs() if full.startswith(d)), None)
+    if site is not None:
+        return full[len(site):].replace("\\", "/").split("/", 1)[0].split(".")[0].split("-")[0]
     if any(full.startswith(d) for d in _stdlib_dirs()):
         return "python"
     parts = full.replace("\\", "/").split("/")
-    for part in parts[:-1]:
-        if part in LIBRARY_PACKAGES:
-            return part
+    for i, part in enumerate(parts[:-1]):
+        if part in LIBRARY_PACKAGES and "/".join(parts[:i + 1]) + "/" in (
+                d.replace("\\", "/") for d in _package_dirs(part)):
+            return part  # the folder this process imports the library from (an editable checkout)
     return None
 
 

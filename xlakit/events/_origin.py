@@ -44,8 +44,8 @@ def _norm(path: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _is_entry(path: str) -> bool:
-    p = _norm(path)
-    return library_package(path) == "xlakit" or p.endswith(_JIT_ENTRY)
+    package = library_package(path)  # where the file is installed: a user's own jax/_src/api.py is no entry
+    return package == "xlakit" or (package == "jax" and _norm(path).endswith(_JIT_ENTRY))
 
 
 def _traced_function(frame: FrameType) -> tuple[str | None, Frame] | None:

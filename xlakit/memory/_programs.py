@@ -24,17 +24,31 @@ def _bundle_program(bundle: Any, batch: Any, variant: Any) -> Any:
     return programs[keys[0]]
 
 
+def _needs_arguments(fn: Any) -> bool:
+    """Whether ``fn`` cannot be called without arguments (``jax.jit(lambda: model.init(...))`` can); a
+    function whose signature Python cannot read is given the benefit of the doubt (JAX then says)."""
+    import inspect
+
+    try:
+        inspect.signature(fn).bind()
+    except TypeError:
+        return True
+    except ValueError:  # no signature to read (a builtin, some C wrappers)
+        return False
+    return False
+
+
 def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tuple[Any, Any]:
     """``(jax.stages.Compiled, function or None)``.
 
     ``x`` is a ``jax.stages.Compiled`` (no arguments), a ``Lowered``, a jitted or plain function followed by
     example arguments (arrays or ``jax.ShapeDtypeStruct``; compiled through ``cache.compile`` when ``cache``
-    is given, else ``jax.jit(...).lower(...).compile()``), a cache entry (``EntryInfo``, a key string or an
-    ``entries()`` row; needs ``cache``), or a ``LoadedBundle`` (``batch=`` / ``variant=`` in ``kwargs`` pick
-    the program).
+    is given, else ``jax.jit(...).lower(...).compile()``; none for a function that takes none), a cache entry
+    (``EntryInfo``, a key string or an ``entries()`` row; needs ``cache``), or a ``LoadedBundle`` (``batch=`` /
+    ``variant=`` in ``kwargs`` pick the program).
 
     Raises:
-      TypeError: a function without example arguments, a cache entry without ``cache=``, or anything else.
+      TypeError: a function that takes arguments given none, a cache entry without ``cache=``, or anything else.
       ValueError: a bundle whose program cannot be picked.
     """
     import jax
@@ -63,7 +77,7 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
     if not callable(x):
         raise TypeError(f"expected a jax.stages.Compiled, a function with example arguments, a cache entry or a "
                         f"loaded bundle; got {type(x).__name__}")
-    if not args and not kwargs:
+    if not args and not kwargs and _needs_arguments(x):
         raise TypeError(f"got the function {getattr(x, '__name__', x)!r} without example arguments; pass them "
                         "after it (arrays or jax.ShapeDtypeStruct), e.g. peak(step, params, x)")
     if cache is not None:

@@ -20,7 +20,9 @@ Which numbers are *not reported* (``None``) rather than a real 0, as checked on 
 
 ``peak_bytes`` is XLA's ``peak_memory_in_bytes`` as given. On XLA:CPU it counts arguments + outputs -
 aliased + constants but **not temporaries** (a program with a 400 MB temporary reports a peak of 40 KB); a
-note says so. :attr:`CompiledMemory.footprint_bytes` is the bytes XLA reserves for one run.
+note says so. :attr:`CompiledMemory.footprint_bytes` is what one run occupies in device memory: arguments,
+outputs, temporaries, constants and, where code lives in device memory, the code
+(:mod:`xlakit.memory._footprint` says which terms count on which platform and where the constants come from).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class CompiledMemory:
       generated_code_bytes: compiled code [generated_code_size_in_bytes]; None on CPU.
       host_*: the same five in host memory space (``pinned_host``); None on CPU.
       peak_bytes: XLA's own peak [peak_memory_in_bytes]; see the module docstring for CPU.
+      constant_bytes: literals compiled into the program (a closed-over numpy array or ``jax.Array``) that XLA
+        keeps in buffers of their own [no XLA field: see :mod:`xlakit.memory._footprint`]; None when not known.
       name: HLO module name (``"jit_f"``), or None.
       platform: ``"cpu"``, ``"gpu"``, ``"tpu"``..., or None when unknown (a bare dict).
       source: where the numbers come from (which call, or the cache entry).
@@ -87,6 +91,7 @@ class CompiledMemory:
     host_temp_bytes: int | None = None
     host_generated_code_bytes: int | None = None
     peak_bytes: int | None = None
+    constant_bytes: int | None = None
     name: str | None = None
     platform: str | None = None
     source: str = ""
@@ -95,14 +100,17 @@ class CompiledMemory:
 
     @property
     def footprint_bytes(self) -> int | None:
-        """Device bytes reserved for one run: argument + output - alias + temp (None if any is None).
+        """Device bytes one run occupies: argument + output - alias + temp + constant, + generated code where
+        code lives in device memory (TPU, GPU; not CPU) — None if argument, output, alias or temp is None.
 
-        XLA allocates all of these before the program starts, so this bounds what one run holds on the
-        device (code and constants excluded)."""
-        parts = (self.argument_bytes, self.output_bytes, self.alias_bytes, self.temp_bytes)
-        if any(p is None for p in parts):
-            return None
-        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes  # type: ignore[operator]
+        XLA allocates all of these before the program starts (constants and code when it is loaded), so this
+        bounds what one run holds on the device; it is what :func:`~xlakit.memory.max_batch` budgets with. A
+        constant or code term that is not known counts 0 and a note says so. Terms per platform:
+        :mod:`xlakit.memory._footprint`."""
+        from xlakit.memory._footprint import footprint_terms
+
+        terms = footprint_terms(self)
+        return None if terms is None else sum(terms.values())
 
     @property
     def reported(self) -> bool:
@@ -113,25 +121,27 @@ class CompiledMemory:
         """Flat dict: name, platform, every byte field, footprint_bytes, source, notes (joined)."""
         out: dict[str, Any] = {"name": self.name, "platform": self.platform}
         out.update({ours: getattr(self, ours) for ours, _ in XLA_FIELDS})
+        out["constant_bytes"] = self.constant_bytes
         out["footprint_bytes"] = self.footprint_bytes
         out["source"] = self.source
         out["notes"] = "; ".join(self.notes)
         return out
 
     def to_frame(self):
-        """``pandas.DataFrame`` indexed by category (argument, output, alias, temp, generated_code, peak)
-        with columns ``device_bytes`` and ``host_bytes`` (nullable Int64; <NA> = not reported)."""
+        """``pandas.DataFrame`` indexed by category (argument, output, alias, temp, generated_code, constant,
+        peak) with columns ``device_bytes`` and ``host_bytes`` (nullable Int64; <NA> = not reported)."""
         import pandas as pd
 
         rows = [(c, getattr(self, f"{c}_bytes"), getattr(self, f"host_{c}_bytes")) for c in _CATEGORIES]
-        rows.append(("peak", self.peak_bytes, None))
+        rows += [("constant", self.constant_bytes, None), ("peak", self.peak_bytes, None)]
         frame = pd.DataFrame(rows, columns=["category", "device_bytes", "host_bytes"]).set_index("category")
         return frame.astype("Int64")
 
     def _rows(self) -> list[tuple[str, str]]:
         rows = [(c, fmt_bytes(getattr(self, f"{c}_bytes"))) for c in _CATEGORIES]
         rows += [(f"host {c}", fmt_bytes(getattr(self, f"host_{c}_bytes"))) for c in _CATEGORIES]
-        rows += [("peak (XLA)", fmt_bytes(self.peak_bytes)), ("footprint", fmt_bytes(self.footprint_bytes)),
+        rows += [("constant", fmt_bytes(self.constant_bytes)), ("peak (XLA)", fmt_bytes(self.peak_bytes)),
+                 ("footprint", fmt_bytes(self.footprint_bytes)),
                  ("source", self.source)]
         rows += [("note", n) for n in self.notes]
         return rows
@@ -148,7 +158,8 @@ class CompiledMemory:
 
 def _from_values(values: Mapping[str, Any], *, name: str | None, platform: str | None, source: str,
                  proto: bytes | None = None) -> CompiledMemory:
-    """Build from XLA-named values (missing key = not reported), applying the not-reported rules."""
+    """Build from XLA-named values (missing key = not reported), applying the not-reported rules; the
+    constant bytes as :func:`_constants` finds them."""
     fields: dict[str, int | None] = {}
     for ours, xla in XLA_FIELDS:
         v = values.get(xla)
@@ -173,8 +184,35 @@ def _from_values(values: Mapping[str, Any], *, name: str | None, platform: str |
     missing = [xla for ours, xla in XLA_FIELDS if xla not in values]
     if missing:
         notes.append("absent from the source: " + ", ".join(missing))
-    return CompiledMemory(**fields, name=name, platform=platform, source=source, notes=tuple(notes),
-                          serialized_buffer_assignment=proto or None)
+    constants = _constants(fields, platform, proto)
+    if constants is None:
+        notes.append(_CONSTANTS_UNKNOWN)
+    return CompiledMemory(**fields, constant_bytes=constants, name=name, platform=platform, source=source,
+                          notes=tuple(notes), serialized_buffer_assignment=proto or None)
+
+
+_CONSTANTS_UNKNOWN = ("constants: not known from this source (no buffer assignment, no HLO); footprint_bytes "
+                      "leaves them out")
+
+
+def _constants(fields: Mapping[str, int | None], platform: str | None, proto: bytes | None) -> int | None:
+    """Bytes of the program's constants: on XLA:CPU its peak less arguments and outputs (its peak is exactly
+    those plus the constants: checked equal to the buffer assignment's constant allocations, and free where
+    decoding the proto is not); else the buffer assignment's constant allocations; else None."""
+    from xlakit.memory._footprint import constant_bytes_of_assignment
+    from xlakit.memory._proto import ProtoDecodeError
+
+    peak, arg, out, alias = (fields[k] for k in ("peak_bytes", "argument_bytes", "output_bytes", "alias_bytes"))
+    if platform == "cpu" and None not in (peak, arg, out, alias):
+        derived = peak - (arg + out - alias)  # type: ignore[operator]
+        if derived >= 0:
+            return derived
+    if proto:
+        try:
+            return constant_bytes_of_assignment(proto)
+        except ProtoDecodeError:
+            return None
+    return None
 
 
 def _from_header(header: Mapping[str, Any], *, name: str | None = None, source: str) -> CompiledMemory:
@@ -298,10 +336,26 @@ def compiled_memory(x: Any, *args: Any, **kwargs: Any) -> CompiledMemory:
             raise ValueError(f"this program has {len(analysis)} modules; pass one compiled module")
         analysis = analysis[0]
     result = from_stats(analysis, name=name, platform=platform, source="jax.stages.Compiled.memory_analysis()")
-    return _with_runtime_calls(result, compiled)
+    try:
+        text = compiled.as_text() or ""
+    except Exception:  # noqa: BLE001 - the text only adds constants (TPU) and a note; the numbers stand
+        text = ""
+    return _with_runtime_calls(_with_hlo_constants(result, text), text)
 
 
-def _with_runtime_calls(result: CompiledMemory, compiled: Any) -> CompiledMemory:
+def _with_hlo_constants(result: CompiledMemory, text: str) -> CompiledMemory:
+    """Where no buffer assignment gave the constants (TPU ships none), count them in the optimized HLO."""
+    from xlakit.memory._footprint import constant_bytes_of_hlo_text
+
+    if result.constant_bytes is not None or not text or not result.reported:
+        return result
+    notes = tuple(n for n in result.notes if n != _CONSTANTS_UNKNOWN)
+    notes += ("constants: counted in the optimized HLO (shape x element size, outside fusions; no buffer "
+              "assignment here)",)
+    return dataclasses.replace(result, constant_bytes=constant_bytes_of_hlo_text(text), notes=notes)
+
+
+def _with_runtime_calls(result: CompiledMemory, text: str) -> CompiledMemory:
     """Add a note naming code in the program that allocates outside XLA's buffer assignment (its working
     memory is in no field here; :func:`xlakit.memory.probe` measures it)."""
     import dataclasses as _dc
@@ -309,7 +363,7 @@ def _with_runtime_calls(result: CompiledMemory, compiled: Any) -> CompiledMemory
     from xlakit.memory._probe_accounting import runtime_calls
 
     try:
-        calls = runtime_calls(compiled.as_text() or "", result.platform)
+        calls = runtime_calls(text, result.platform)
     except Exception:  # noqa: BLE001 - the note is an explanation; the numbers stand without it
         return result
     if not calls:

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import sys
-import sysconfig
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -25,28 +22,24 @@ COLUMNS = ("array", "device", "device_id", "platform", "memory_kind", "shape", "
            "array_bytes", "devices", "created_at")
 
 
-def _internal_roots() -> tuple[str, ...]:
-    roots = [sysconfig.get_paths().get("stdlib", ""), sysconfig.get_paths().get("platstdlib", "")]
-    for name in ("jax", "jaxlib", "xlakit"):
-        mod = sys.modules.get(name)
-        file = getattr(mod, "__file__", None)
-        if file:
-            roots.append(os.path.dirname(os.path.abspath(file)))
-    return tuple(r for r in roots if r)
+_INTERNAL = ("jax", "jaxlib", "xlakit", "python")
 
 
-def _user_frame(tb: Any, roots: tuple[str, ...]) -> str | None:
-    """``"file:line (function)"`` of the innermost frame outside JAX/jaxlib/xlakit/stdlib that is also outside
-    site-packages; failing that, the innermost frame outside JAX/jaxlib/xlakit/stdlib (e.g. inside flax)."""
+def _user_frame(tb: Any) -> str | None:
+    """``"file:line (function)"`` of the innermost frame of user code; failing that, the innermost frame outside
+    JAX/jaxlib/xlakit/stdlib (e.g. inside flax). Library code as :mod:`xlakit._sources` decides it (by where
+    packages are installed, not by folder names)."""
+    from xlakit._sources import library_package
+
     if tb is None:
         return None
     try:
         frames = list(tb.frames)  # innermost first
     except Exception:  # noqa: BLE001 - a traceback we cannot read is just unknown
         return None
-    outside = [f for f in frames if not os.path.abspath(f.file_name).startswith(roots)
-               and not f.file_name.startswith("<frozen")]
-    user = [f for f in outside if "site-packages" not in f.file_name and "dist-packages" not in f.file_name]
+    packages = [(f, library_package(f.file_name)) for f in frames]
+    user = [f for f, package in packages if package is None]
+    outside = [f for f, package in packages if package not in _INTERNAL]
     frame = (user or outside or [None])[0]
     if frame is None:
         return None
@@ -74,7 +67,6 @@ def _itemsize(arr: Any) -> float:
 
 
 def _rows(arrays: Iterable[Any], with_origin: bool = True) -> list[dict[str, Any]]:
-    roots = _internal_roots()
     rows = []
     for arr in arrays:
         try:
@@ -85,7 +77,7 @@ def _rows(arrays: Iterable[Any], with_origin: bool = True) -> list[dict[str, Any
             shards = list(_shards(arr))
         except Exception:  # noqa: BLE001 - an array deleted under us, or an exotic sharding
             continue
-        origin = _user_frame(getattr(arr, "traceback", None), roots) if with_origin else None
+        origin = _user_frame(getattr(arr, "traceback", None)) if with_origin else None
         for device, shard_shape in shards:
             rows.append({"array": id(arr), "device": str(device), "device_id": device.id,
                          "platform": device.platform, "memory_kind": kind, "shape": tuple(arr.shape),

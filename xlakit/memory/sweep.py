@@ -19,10 +19,11 @@ from xlakit.memory._display import fmt_bytes, html_table
 
 __all__ = ["Sweep", "MaxBatch", "sweep", "max_batch", "TERMS"]
 
-#: The terms of the footprint, in bytes: arguments, outputs not in a donated argument, temporaries, code.
-TERMS = ("argument_bytes", "output_bytes", "temp_bytes", "code_bytes")
-COLUMNS = ["batch", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes", "total_bytes",
-           "peak_bytes", "top_term", "cache"]
+#: The terms of the footprint, in bytes: arguments, outputs not in a donated argument, temporaries, constants,
+#: code where it lives in device memory (:mod:`xlakit.memory._footprint`).
+TERMS = ("argument_bytes", "output_bytes", "temp_bytes", "constant_bytes", "code_bytes")
+COLUMNS = ["batch", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "constant_bytes", "code_bytes",
+           "total_bytes", "peak_bytes", "top_term", "cache"]
 
 
 def _row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: Any, probe: bool) -> dict[str, Any]:
@@ -41,10 +42,11 @@ def own_retraces() -> Any:
 
 
 def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: Any, probe: bool) -> dict[str, Any]:
+    from xlakit.memory._footprint import footprint_terms
     from xlakit.memory.compiled import compiled_memory
     from xlakit.memory.peak import peak
 
-    args = make_args(batch) if probe else _abstract_args(make_args, batch)
+    args = make_args(batch) if probe else _abstract_args(fn, make_args, batch)
     args = args if isinstance(args, tuple) else (args,)
     decision = None
     if cache is not None:
@@ -54,15 +56,16 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
 
         compiled = (fn if hasattr(fn, "lower") else jax.jit(fn)).lower(*args).compile()
     m = compiled_memory(compiled)
-    code = m.generated_code_bytes or 0
-    terms = {"argument_bytes": m.argument_bytes or 0,
-             "output_bytes": (m.output_bytes or 0) - (m.alias_bytes or 0),  # a donated output costs nothing new
-             "temp_bytes": m.temp_bytes or 0, "code_bytes": code}
+    terms = footprint_terms(m)
+    if terms is None:
+        raise ValueError(f"XLA reports no memory analysis for this program on {m.platform or 'this backend'} "
+                         f"(batch {batch}): nothing to budget with; {'; '.join(m.notes)}")
     row: dict[str, Any] = {"batch": batch, "argument_bytes": m.argument_bytes, "output_bytes": m.output_bytes,
                            "alias_bytes": m.alias_bytes, "temp_bytes": m.temp_bytes,
-                           "code_bytes": m.generated_code_bytes, "total_bytes": sum(terms.values()),
-                           "peak_bytes": peak(compiled).total_bytes, "top_term": max(terms, key=terms.__getitem__),
-                           "cache": decision.kind if decision is not None else None}
+                           "constant_bytes": m.constant_bytes, "code_bytes": m.generated_code_bytes,
+                           "total_bytes": m.footprint_bytes, "peak_bytes": peak(compiled).total_bytes,
+                           "top_term": max(terms, key=terms.__getitem__),
+                           "cache": decision.kind if decision is not None else None, _TERMS: terms}
     if probe:
         from xlakit.memory.probe import probe as run_probe
 
@@ -73,24 +76,57 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
     return row
 
 
-def _abstract_args(make_args: Callable[[int], Any], batch: int) -> Any:
-    """``make_args(batch)`` as shapes and dtypes (``jax.ShapeDtypeStruct`` leaves, via ``jax.eval_shape``): a
-    compile-only measurement needs no data, so no batch's arrays are allocated and nothing that builds them
-    (``jnp.ones``, an initialiser) is compiled for each size tried. Arguments that cannot be abstracted (a
-    static string, a function that needs concrete values) are made concretely instead."""
+def _abstract_args(fn: Any, make_args: Callable[[int], Any], batch: int) -> tuple:
+    """``make_args(batch)`` with its array leaves as shapes and dtypes (``jax.ShapeDtypeStruct``, via
+    ``jax.eval_shape``): a compile-only measurement needs no data, so no batch's arrays are allocated and
+    nothing that builds them (``jnp.ones``, an initialiser) is compiled for each size tried. Everything else
+    stays as ``make_args`` made it: the arguments ``fn`` takes as static (``static_argnums`` /
+    ``static_argnames``: its ``if train:`` needs the value), Python scalars, strings and other objects (a
+    Python scalar is no batch's array; ``jit`` makes it a weakly typed scalar itself), and
+    ``ShapeDtypeStruct`` leaves. Arguments that cannot be made under ``eval_shape`` (a function that needs
+    concrete values) are made concretely instead."""
     import jax
+    import numpy as np
+
+    from xlakit._jax.static_args import static_positions
+
+    kept: list[tuple[bool, Any, list[Any], list[bool]]] = []  # per argument: static?, treedef, leaves, is_array
+
+    def arrays() -> list[Any]:
+        made = make_args(batch)
+        made = made if isinstance(made, tuple) else (made,)
+        static = static_positions(fn, len(made))
+        out: list[Any] = []
+        kept.clear()
+        for i, arg in enumerate(made):
+            if i in static:  # hashable and compared by value: kept whole, never flattened
+                kept.append((True, arg, [], []))
+                continue
+            leaves, treedef = jax.tree.flatten(arg)
+            is_array = [isinstance(v, (jax.Array, np.ndarray, np.generic)) for v in leaves]
+            out += [v for v, a in zip(leaves, is_array, strict=True) if a]
+            kept.append((False, treedef, [None if a else v for v, a in zip(leaves, is_array, strict=True)], is_array))
+        return out
 
     try:
-        return jax.eval_shape(lambda: make_args(batch))
-    except Exception:  # noqa: BLE001 - e.g. a non-array leaf or a concrete-value branch: build the real arguments
-        return make_args(batch)
+        shapes = iter(jax.eval_shape(arrays))
+    except Exception:  # noqa: BLE001 - e.g. a concrete-value branch in make_args: build the real arguments
+        made = make_args(batch)
+        return made if isinstance(made, tuple) else (made,)
+    return tuple(whole if static else jax.tree.unflatten(
+        whole, [next(shapes) if a else v for v, a in zip(leaves, is_array, strict=True)])
+        for static, whole, leaves, is_array in kept)
+
+
+_TERMS = "_terms"  # a row's footprint terms (footprint_terms), kept for the limiting term, not a column
 
 
 def _frame(rows: list[dict[str, Any]]):
     import pandas as pd
 
-    frame = pd.DataFrame(rows)
-    for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "code_bytes", "probe_bytes"):
+    frame = pd.DataFrame([{k: v for k, v in r.items() if k != _TERMS} for r in rows])
+    for col in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "constant_bytes", "code_bytes",
+                "probe_bytes"):
         if col in frame:
             frame[col] = frame[col].astype("Int64")
     return frame.sort_values("batch").reset_index(drop=True) if len(frame) else frame
@@ -101,10 +137,13 @@ class Sweep:
     """Compile-only memory per batch size.
 
     frame: ``pandas.DataFrame``, one row per batch size, columns batch, argument_bytes, output_bytes,
-    alias_bytes, temp_bytes, code_bytes (XLA's fields; <NA> = not reported), total_bytes (argument + output -
-    alias + temp + code: what one run reserves), peak_bytes (live bytes at the attributed peak), top_term (the
-    largest term of total_bytes), cache (the cache's decision: ``hit``, ``store``..., None without a cache),
-    and with ``probe=True`` probe_bytes (measured scratch), agrees (the probe's ``exact``), probe_reason.
+    alias_bytes, temp_bytes, code_bytes (XLA's fields; <NA> = not reported), constant_bytes (the program's
+    constants: closed-over arrays), total_bytes (:attr:`~xlakit.memory.CompiledMemory.footprint_bytes`:
+    argument + output - alias + temp + constant, + code where code lives in device memory — what one run
+    occupies on the device), peak_bytes (live bytes at the attributed peak; never above total_bytes),
+    top_term (the largest term of total_bytes, one of :data:`TERMS`), cache (the cache's decision: ``hit``,
+    ``store``..., None without a cache), and with ``probe=True`` probe_bytes (measured scratch), agrees (the
+    probe's ``exact``), probe_reason.
     """
 
     frame: Any
@@ -173,9 +212,11 @@ def _sizes(batch_sizes: Iterable[int]) -> list[int]:
 
 def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: int = 1, hi: int | None = None,
               cache: Any = None) -> MaxBatch:
-    """The largest batch size in ``[lo, hi]`` whose ``total_bytes`` (see :class:`Sweep`) is at most
-    ``budget_bytes``, found by compiling: doubling from ``lo`` until a size does not fit (or reaches ``hi``),
-    then bisecting, so ``batch`` fits and ``batch + 1`` does not. The footprint need not grow monotonically
+    """The largest batch size in ``[lo, hi]`` whose ``total_bytes`` (see :class:`Sweep`: XLA's
+    ``memory_analysis()`` of that size's compiled program, with its constants and, on accelerators, its code)
+    and attributed peak are at most ``budget_bytes``, found by compiling: doubling from ``lo`` until a size
+    does not fit (or reaches ``hi``), then bisecting, so ``batch`` fits and ``batch + 1`` was compiled too
+    and does not (both rows are in ``frame``; unless ``batch`` is ``hi``). The footprint need not grow monotonically
     (XLA tiles some sizes better: measured 65.7 MB at 4001 rows, 50.5 MB at 4016); when the sizes tried show
     a drop, ``notes`` says so.
 
@@ -197,7 +238,7 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
     def fits(b: int) -> bool:
         if b not in tried:
             tried[b] = _row(fn, make_args, b, cache, False)
-            tried[b]["fits"] = tried[b]["total_bytes"] <= budget_bytes
+            tried[b]["fits"] = max(tried[b]["total_bytes"], tried[b]["peak_bytes"]) <= budget_bytes
         return bool(tried[b]["fits"])
 
     limit = hi if hi is not None else 1 << 20
@@ -225,14 +266,10 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
     term = None
     if bad is not None:
         over = tried[bad]
-        base = tried[good] if good is not None else {t: 0 for t in TERMS}
-        growth = {t: _term(over, t) - _term(base, t) for t in TERMS}
-        term = max(growth, key=growth.__getitem__) if good is not None else max(TERMS, key=lambda t: _term(over, t))
+        grown = over[_TERMS]
+        if good is not None:
+            grown = {t: grown[t] - tried[good][_TERMS][t] for t in TERMS}
+        term = max(TERMS, key=grown.__getitem__)
     return MaxBatch(batch=good, bytes=int(tried[good]["total_bytes"]) if good is not None else None,
                     budget_bytes=budget_bytes, limiting_term=term, frame=frame, notes=notes)
 
-
-def _term(row: dict[str, Any], term: str) -> int:
-    if term == "output_bytes":
-        return (row.get("output_bytes") or 0) - (row.get("alias_bytes") or 0)
-    return row.get(term) or 0
