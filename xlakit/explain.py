@@ -56,11 +56,14 @@ class Explanation:
       name: HLO module name (``jit_<function>``).
       key: the key the lookup uses now.
       partition: this environment's partition.
-      status: ``"hit"`` (an entry with this key exists here), ``"miss"`` (none; see ``nearest``), or
-        ``"new"`` (no entry of this function exists anywhere in the cache).
+      status: ``"hit"`` (an entry with this key exists here and this process can run it: a lookup loads it),
+        ``"unrunnable"`` (the entry exists but this process cannot run it without lowering: a lookup compiles;
+        ``reason`` says why), ``"miss"`` (none; see ``nearest``), or ``"new"`` (no entry of this function exists
+        anywhere in the cache).
       nearest: key and partition of the entry of the same function whose parts differ least, or None.
       differences: what differs from ``nearest``, most telling first.
       module_diff: unified diff of the module text (no debug locations) when the module itself changed.
+      reason: for ``"unrunnable"``, why (the kernels or host code the entry needs), else None.
     """
 
     name: str
@@ -70,6 +73,7 @@ class Explanation:
     nearest: dict[str, Any] | None = None
     differences: tuple[Difference, ...] = ()
     module_diff: str | None = None
+    reason: str | None = None
 
     @property
     def kinds(self) -> list[str]:
@@ -85,6 +89,8 @@ class Explanation:
     def summary(self) -> str:
         if self.status == "hit":
             return f"{self.name}: hit in {self.partition}"
+        if self.status == "unrunnable":
+            return f"{self.name}: entry found in {self.partition}, but it will compile — {self.reason}"
         if self.status == "new":
             return f"{self.name}: miss — no entry of this function in the cache yet"
         where = self.nearest["partition"] if self.nearest else "?"

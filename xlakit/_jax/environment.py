@@ -32,6 +32,9 @@ _PROCESS_ONLY_FLAGS = frozenset({"--xla_force_host_platform_device_count"})
 # and process layout are in its key (xlakit._jax.keys), and the stored device assignment is checked against the
 # caller's before XLA sees it.
 RECORDED_ONLY = frozenset({"device_count", "process_count"})
+# The host CPU's fields, which partition only where the platform's programs carry host code
+# (:attr:`xlakit._jax.platforms.Platform.host_cpu_partitions`; on TPU an entry with host code records them itself).
+HOST_CPU_FIELDS = frozenset({"cpu_flags_hash", "cpu_level"})
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
@@ -60,7 +63,9 @@ class Environment(Record):
         flag name, without dump/log flags (``--xla_dump*``, ``--xla_log*``, ``--xla_gpu_dump*``,
         ``--xla_enable_dumping``) and without ``--xla_force_host_platform_device_count``.
 
-    ``device_count`` and ``process_count`` are recorded but do not partition (``RECORDED_ONLY``).
+    ``device_count`` and ``process_count`` are recorded but do not partition (``RECORDED_ONLY``); nor do the host
+    CPU's fields on a platform whose executables run on the device (TPU: measured, only ``HostExecute`` programs
+    embed host code, and their entries record the CPU themselves), see :meth:`recorded_only`.
     """
 
     jax_version: str
@@ -93,10 +98,18 @@ class Environment(Record):
         return cls(**{name: tuple(data[name]) if isinstance(data[name], list) else data[name]  # type: ignore[arg-type]
                       for name in names})
 
+    def recorded_only(self) -> frozenset[str]:
+        """The fields recorded for people that do not partition here: ``RECORDED_ONLY``, plus the host CPU's
+        fields where the platform table says the host CPU does not decide loadability."""
+        from xlakit._jax.platforms import rules
+
+        return RECORDED_ONLY if rules(self.platform).host_cpu_partitions else RECORDED_ONLY | HOST_CPU_FIELDS
+
     def digest(self) -> str:
         """Full hex SHA-256 over the canonical JSON (sorted keys, no whitespace) of :meth:`to_dict` without the
-        fields that do not partition (``device_count``, ``process_count``; see ``RECORDED_ONLY``)."""
-        fields = {k: v for k, v in self.to_dict().items() if k not in RECORDED_ONLY}
+        fields that do not partition (:meth:`recorded_only`)."""
+        skip = self.recorded_only()
+        fields = {k: v for k, v in self.to_dict().items() if k not in skip}
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return _sha256(canonical)
 
@@ -104,13 +117,20 @@ class Environment(Record):
         """Readable folder name, unique per environment.
 
         ``{platform}[-sm{cc}]-jaxlib{jaxlib_version}-{machine}-{cpu_level}-{digest[:8]}``, e.g.
-        ``cpu-jaxlib0.10.2-x86_64-avx2-1a2b3c4d`` or ``gpu-sm90-jaxlib0.10.2-x86_64-avx512-...``. The readable
-        parts are for people; the digest makes it unique. Only ``[A-Za-z0-9_.-]`` occur.
+        ``cpu-jaxlib0.10.2-x86_64-avx2-1a2b3c4d`` or ``gpu-sm90-jaxlib0.10.2-x86_64-avx512-...``; where the host
+        CPU does not partition, the device kind stands in its place: ``tpu-TPU_v5_lite-jaxlib0.10.2-x86_64-...``.
+        The readable parts are for people; the digest makes it unique. Only ``[A-Za-z0-9_.-]`` occur.
         """
         parts = [self.platform]
         if self.compute_capability:
             parts.append("sm" + self.compute_capability.replace(".", ""))
-        parts += ["jaxlib" + self.jaxlib_version, self.machine, self.cpu_level, self.digest()[:8]]
+        host_cpu = "cpu_level" not in self.recorded_only()
+        if not host_cpu:
+            parts.append("+".join(self.device_kinds) or "device")
+        parts += ["jaxlib" + self.jaxlib_version, self.machine]
+        if host_cpu:
+            parts.append(self.cpu_level)
+        parts.append(self.digest()[:8])
         return "-".join(_safe_name(part) for part in parts)
 
     def differences(self, other: Environment) -> list[tuple[str, Any, Any]]:
@@ -181,9 +201,10 @@ _EXPECTED_FIELDS = ("jax_version", "jaxlib_version", "jaxlib_build", "platform",
 
 
 def expectations(env: Environment) -> dict[str, Any]:
-    """Header fields an entry must carry to be loaded in ``env``: another build's programs are never loaded."""
-    values = env.to_dict()
-    return {name: values[name] for name in _EXPECTED_FIELDS}
+    """Header fields an entry must carry to be loaded in ``env``: another build's programs are never loaded.
+    The host CPU's hash only where it partitions (elsewhere an entry with host code carries ``host_cpu``)."""
+    values, skip = env.to_dict(), env.recorded_only()
+    return {name: values[name] for name in _EXPECTED_FIELDS if name not in skip}
 
 
 def _cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str] | None:

@@ -62,28 +62,31 @@ def _forget(lowered: Any) -> None:
     memo.cache_clear()
 
 
-def compile_fresh(lowered: Any, handler: hooks.Handler | None = None):
+def compile_fresh(lowered: Any, handler: hooks.Handler | None = None, compiler_options: dict | None = None):
     """Compile ``lowered`` (a ``jax.stages.Lowered``) into a ``jax.stages.Compiled`` that has never run.
 
     Bypasses JAX's in-process memo (see the module docstring) and, with the default ``handler``, every
     persistent cache: XLA compiles. With a ``handler`` (an xlakit cache) the compile is routed there instead,
-    so it may be a load from that cache — never JAX's in-memory executable.
+    so it may be a load from that cache — never JAX's in-memory executable. ``compiler_options``: XLA debug
+    options for this compile (e.g. a dump folder; JAX leaves dump options out of its cache key, which is why a
+    dump needs a compile that no cache answers).
 
     Raises:
       Errors of the compile itself pass through. When xlakit's hooks cannot be installed on this JAX
       (:class:`~xlakit._jax.versions.UnsupportedJaxVersion`), the memo is still bypassed but JAX's own
       persistent cache, if configured, may answer.
     """
+    options = dict(compiler_options or {})
     _forget(lowered)
     try:
         hooks.acquire()
     except Exception:  # noqa: BLE001 - an unsupported JAX: compile without the routing
-        return lowered.compile(compiler_options={})
+        return lowered.compile(compiler_options=options)
     try:
         with hooks.route(handler if handler is not None else PassThrough()):
             # compiler_options={}: the same key as a plain compile, and it skips the executable the Lowered
             # object memoizes on itself.
-            return lowered.compile(compiler_options={})
+            return lowered.compile(compiler_options=options)
     finally:
         hooks.release()
 

@@ -44,7 +44,8 @@ from collections.abc import Iterable
 from xlakit._jax import platforms
 from xlakit._jax.assignment import _proto_fields, _varint
 
-__all__ = ["KernelsNotReady", "make_ready", "prepare", "custom_call_targets", "serialized_targets"]
+__all__ = ["KernelsNotReady", "make_ready", "prepare", "custom_call_targets", "serialized_targets", "recorded_targets",
+           "unready_reason", "host_code"]
 
 # Custom calls that XLA's compilers expand or implement themselves (no registered kernel is looked up).
 _XLA_BUILTIN = frozenset({
@@ -228,6 +229,57 @@ def prepare(targets: Iterable[str], platform: str, *, callbacks: bool = False) -
     if unknown:
         raise KernelsNotReady(unknown, f"no kernel of that name is registered for {platform!r}, and xlakit does "
                                        "not know which library provides it; the program is compiled instead")
+
+
+def recorded_targets(executable, serialized: bytes | None = None) -> tuple[str, ...] | None:
+    """The sorted custom-call targets of an executable, for an entry's header (``custom_calls``), or None when
+    its HLO cannot be read. From ``serialized`` (XLA:CPU's layout) when given, else ``hlo_modules()`` (measured on
+    a TPU v5e: ~80 ms for a 68 MB transformer train step, 0.6 % of its 13.5 s compile)."""
+    targets = serialized_targets(serialized) if serialized is not None else None
+    if targets is None:
+        try:
+            targets = custom_call_targets(executable)
+        except KernelsNotReady:
+            return None
+    return tuple(sorted(targets))
+
+
+def host_code(targets, platform: str) -> bool:
+    """Whether an executable with these custom-call targets embeds machine code for the host CPU on ``platform``
+    (TPU ``HostExecute``: ``compute_on("device_host")``; :attr:`~xlakit._jax.platforms.Platform.host_code_targets`).
+    """
+    return bool(platforms.rules(platform).host_code_targets.intersection(targets or ()))
+
+
+def unready_reason(targets, platform: str, *, callbacks: bool = False) -> str | None:
+    """Why a loaded executable with these custom-call targets could not run in this process without lowering,
+    or None when :func:`prepare` would make it ready — a prediction that changes nothing (``explain`` uses it to
+    say what a load will do). ``targets`` None (not recorded): None, the load itself will check."""
+    if targets is None:
+        return None
+    platform = platform.lower()
+    rule = platforms.rules(platform)
+    refused = [t for t in targets if t in _CALLBACK_TARGETS and not callbacks]
+    if refused:
+        return (f"the program calls back into Python ({', '.join(sorted(refused))}), and a loaded executable "
+                "carries no Python callbacks")
+    if rule.custom_calls_compiled_in:
+        return None
+    registered: frozenset[str] | None = None
+    unknown = []
+    for t in targets:
+        if t in _CALLBACK_TARGETS or t.startswith("__") or t in _XLA_BUILTIN:
+            continue
+        if platform == "cpu" and (_is_lapack(t) or t in _cpu_sparse_targets()):
+            continue  # made ready at load, as lowering would
+        if registered is None:
+            registered = _registered(platform)
+        if t not in registered:
+            unknown.append(t)
+    if unknown:
+        return (f"kernel(s) {sorted(unknown)} are not registered for {platform!r} in this process (XLA looks them "
+                "up here)")
+    return None
 
 
 def _is_lapack(target: str) -> bool:

@@ -65,8 +65,14 @@ class Platform:
         host CPU (TPU ``HostExecute``: ``compute_on("device_host")``); such an entry records the host CPU's
         features and loads only where they match.
       memory_spaces: colour -> :class:`MemorySpace`; colours not listed are device memory (XLA's default).
-      code_in_device_memory: the loaded program's generated code occupies device memory from its first run
-        (``memory_analysis().generated_code_size_in_bytes`` then counts against ``bytes_limit``).
+      assignment_in_memory_analysis: ``memory_analysis().serialized_buffer_assignment_proto`` carries XLA's buffer
+        assignment; where it does not (TPU: empty), it comes from a compile with XLA's dump
+        (:mod:`xlakit._jax.compiler_dump`). A platform that says True but returns nothing falls back the same way.
+      code_in_device_memory: the loaded program's generated code occupies device memory, so a budget of device
+        memory must hold ``memory_analysis().generated_code_size_in_bytes``.
+      code_in_allocator: that code is allocated by the device allocator at the program's first run, so
+        ``bytes_in_use`` rises by it (TPU: measured; GPU: its modules are loaded by the driver, outside the
+        allocator).
       scratch_in_reserved_region: temporaries are not allocated per run from ``bytes_in_use`` but held in a
         region the allocator reports as ``bytes_reserved`` / ``peak_bytes_reserved``.
       reservation_granule: bytes the reserved region is rounded up to (0 where none).
@@ -81,7 +87,9 @@ class Platform:
     custom_calls_compiled_in: bool
     host_code_targets: frozenset[str]
     memory_spaces: Mapping[int, MemorySpace]
+    assignment_in_memory_analysis: bool
     code_in_device_memory: bool
+    code_in_allocator: bool
     scratch_in_reserved_region: bool
     reservation_granule: int
     exclusive_device: bool
@@ -104,8 +112,8 @@ class Platform:
 CPU = Platform(
     name="cpu", custom_calls_compiled_in=False, host_code_targets=frozenset(),
     memory_spaces={0: MemorySpace(0, "default", "host memory (device)", "device"), HOST_COLOR: _HOST},
-    code_in_device_memory=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
-    host_cpu_partitions=True,
+    assignment_in_memory_analysis=True, code_in_device_memory=False, code_in_allocator=False,
+    scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False, host_cpu_partitions=True,
     evidence=("XLA:CPU, jaxlib 0.10.2: LAPACK targets are null until a linalg lowering initialises them "
               "(jax-ml/jax#28908); memory_analysis() carries the buffer assignment; generated code is host code"),
 )
@@ -113,12 +121,13 @@ CPU = Platform(
 GPU = Platform(
     name="gpu", custom_calls_compiled_in=False, host_code_targets=frozenset(),
     memory_spaces={0: _DEVICE, 1: MemorySpace(1, "collective", "collective memory", "device"), HOST_COLOR: _HOST},
-    code_in_device_memory=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
-    host_cpu_partitions=True,
+    assignment_in_memory_analysis=True, code_in_device_memory=True, code_in_allocator=False,
+    scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False, host_cpu_partitions=True,
     evidence=("not measured here (no GPU lent): XLA:GPU looks custom-call targets up in the registry the CUDA "
               "plugin fills at start; allocator keys from recorded memory_stats() dictionaries "
               "(shared/cases/gpu_memory_stats.json); several processes may share a GPU; the host CPU still "
-              "partitions (nothing measured says GPU executables carry no host code)"),
+              "partitions (nothing measured says GPU executables carry no host code); code is counted in a budget "
+              "(a loaded module's kernels are in device memory; counting them errs on the side of fitting)"),
 )
 
 TPU = Platform(
@@ -128,8 +137,8 @@ TPU = Platform(
                    2: MemorySpace(2, "smem", "SMEM (on-chip scalar memory)", "on-chip"),
                    HOST_COLOR: _HOST,
                    6: MemorySpace(6, "sflag", "sync flags (on-chip)", "on-chip")},
-    code_in_device_memory=True, scratch_in_reserved_region=True, reservation_granule=64 << 10,
-    exclusive_device=True, host_cpu_partitions=False,
+    assignment_in_memory_analysis=False, code_in_device_memory=True, code_in_allocator=True,
+    scratch_in_reserved_region=True, reservation_granule=64 << 10, exclusive_device=True, host_cpu_partitions=False,
     evidence=(f"{TPU_EVIDENCE}: executables calling AssumeGatherIndicesInBound, ConcatBitcast, "
               "GatherScatterIndicesBitpacked, tpu_custom_call (Pallas) and HostExecute loaded with "
               "deserialize_and_load in a fresh process that lowered nothing and returned the reference answers; "
@@ -138,14 +147,17 @@ TPU = Platform(
               "bytes_reserved = the HBM temporary allocation rounded up to 64 KiB (1,077,346,304 for "
               "1,077,330,432), kept until the executables are freed; a child process cannot open the chip "
               "(libtpu lockfile); memory colours 0 default, 1 vmem, 2 smem, 5 host, 6 sync flags "
-              "(the compiler's memory-usage report)"),
+              "(the compiler's memory-usage report); memory_analysis() carries no buffer assignment, the dump's "
+              "after_optimizations HloProto does"),
 )
 
 UNKNOWN = Platform(
     name="unknown", custom_calls_compiled_in=False, host_code_targets=frozenset(),
-    memory_spaces={0: _DEVICE, HOST_COLOR: _HOST}, code_in_device_memory=False, scratch_in_reserved_region=False,
-    reservation_granule=0, exclusive_device=False, host_cpu_partitions=True,
-    evidence="no measurement: the same checks XLA makes (this process's registry), the host CPU partitions",
+    memory_spaces={0: _DEVICE, HOST_COLOR: _HOST}, assignment_in_memory_analysis=True, code_in_device_memory=True,
+    code_in_allocator=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
+    host_cpu_partitions=True,
+    evidence=("no measurement: the same checks XLA makes (this process's registry), the host CPU partitions, "
+              "code counts in a budget (errs on the side of fitting)"),
 )
 
 _TABLE = {p.name: p for p in (CPU, GPU, TPU)}

@@ -120,16 +120,17 @@ def _store(ctx: Any, spec: ModuleSpec, key: str, compiled, compile_s: float, dat
     """Publish the program through the cache path; the Decision (``store``, ``store_error`` or ``skip``)
     carries the bytes written and the compiled memory."""
     from xlakit._jax import executables, serialize
-    from xlakit.cache.entry import KIND_JAX, program_header
+    from xlakit.cache.entry import KIND_JAX, program_header, runtime_fields
 
     name = f"{ctx.manifest.name}/{spec.stem}"
     try:
         payload, placement = serialize.serialize_compiled(compiled)
     except serialize.NotSerializable as e:
         return ctx.io.skip(ctx.partition, key, name, f"not serializable: {e.reason}", compile_s)
+    executable = compiled.runtime_executable()
     header = program_header(name=name, compile_s=compile_s, environment=ctx.env.to_dict(), key_parts=None,
-                            memory=executables.memory_stats(compiled.runtime_executable()), module_text=None,
-                            kind=KIND_JAX)
+                            memory=executables.memory_stats(executable), module_text=None, kind=KIND_JAX,
+                            runtime=runtime_fields(executable, ctx.env))
     header.update(placement=placement.to_dict(), bundle=ctx.manifest.name, module_file=spec.file,
                   module_sha256=_sha_of(key), module_bytes=len(data), variant=spec.variant,
                   batch_size=spec.batch_size)

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["KIND_XLA", "KIND_JAX", "LEGACY_SUFFIX", "MAX_PACKED_TEXT", "MAX_TEXT", "program_header", "loadable",
-           "pack_text", "unpack_text", "xla_payload"]
+           "pack_text", "unpack_text", "xla_payload", "runtime_fields", "unrunnable_reason"]
 
 KIND_XLA = "pjrt-executable"
 KIND_JAX = "jax-compiled-pickle"
@@ -92,14 +92,53 @@ def unpack_text(packed: Any, limit: int = MAX_TEXT) -> str | None:
 
 
 def program_header(*, name: str | None, compile_s: float, environment: dict, key_parts: dict | None,
-                   memory: dict | None, module_text: str | None, kind: str = KIND_XLA) -> dict[str, Any]:
-    """The header of a program entry (see the module docstring for each field)."""
+                   memory: dict | None, module_text: str | None, kind: str = KIND_XLA,
+                   runtime: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The header of a program entry (see the module docstring for each field); ``runtime``: the fields of
+    :func:`runtime_fields`."""
     from xlakit._jax.signature import main_signature
 
     header: dict[str, Any] = {"name": name, "payload_kind": kind, "compile_s": float(compile_s),
                               "created": time.time(), "environment": environment, "key_parts": key_parts or {},
-                              "memory": memory, "signature": main_signature(module_text)}
+                              "memory": memory, "signature": main_signature(module_text), **(runtime or {})}
     packed = pack_text(module_text)
     if packed is not None:
         header["module_text_zstd"] = packed
     return header
+
+
+def runtime_fields(executable: Any, environment: Any, serialized: bytes | None = None) -> dict[str, Any]:
+    """``custom_calls`` and, where the executable embeds host machine code that the partition does not cover,
+    ``host_cpu`` for a new entry's header. ``executable``: the ``LoadedExecutable``; ``environment``: the
+    :class:`~xlakit._jax.environment.Environment` it was compiled in; ``serialized``: its bytes, read instead of
+    the HLO where their layout is known. Never raises (an unreadable HLO records nothing)."""
+    from xlakit._jax import kernels, platforms
+
+    try:
+        targets = kernels.recorded_targets(executable, serialized)
+    except Exception:  # noqa: BLE001 - a record that cannot be made is left out; the load still checks
+        return {}
+    if targets is None:
+        return {}
+    fields: dict[str, Any] = {"custom_calls": list(targets)}
+    platform = environment.platform
+    if kernels.host_code(targets, platform) and not platforms.rules(platform).host_cpu_partitions:
+        fields["host_cpu"] = environment.cpu_flags_hash
+    return fields
+
+
+def unrunnable_reason(header: Mapping[str, Any], environment: Any, *, callbacks: bool = False) -> str | None:
+    """Why this process could not run an authenticated entry's executable without lowering it, from its header
+    alone (nothing is loaded), or None. ``environment``: this process's
+    :class:`~xlakit._jax.environment.Environment`. Entries without the fields are not judged here (their load
+    checks)."""
+    from xlakit._jax import kernels
+
+    host_cpu = header.get("host_cpu")
+    if isinstance(host_cpu, str) and host_cpu != environment.cpu_flags_hash:
+        return (f"the executable embeds host machine code compiled for other CPU features (host_cpu {host_cpu}, "
+                f"this host {environment.cpu_flags_hash})")
+    targets = header.get("custom_calls")
+    if isinstance(targets, list) and all(isinstance(t, str) for t in targets):
+        return kernels.unready_reason(targets, environment.platform, callbacks=callbacks)
+    return None

@@ -109,6 +109,10 @@ def explain_lowered(store: Any, lowered: Any) -> Explanation:
         recorded: dict[str, Any] = env_field if isinstance(env_field, dict) else {}
         if (info.key == ctx.key and info.partition == partition
                 and all(recorded.get(k) == v for k, v in expected.items())):
+            unrunnable = _entry.unrunnable_reason(header, env, callbacks=True)
+            if unrunnable is not None:  # the entry is there, but a lookup will compile: say so now
+                return Explanation(ctx.module_name, ctx.key, partition, "unrunnable",
+                                   reason=f"{unrunnable}; a lookup compiles instead (the entry is kept)")
             return Explanation(ctx.module_name, ctx.key, partition, "hit")
         header.pop("module_text", None)
         diffs, _ = compare(now, header)

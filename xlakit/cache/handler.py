@@ -133,7 +133,8 @@ class StoreHandler(CacheFolder):
                 return
             header = _entry.program_header(name=name, compile_s=compile_time_secs, environment=env.to_dict(),
                                            key_parts=ctx.parts(), memory=executables.memory_stats(executable),
-                                           module_text=module_text(ctx.module))
+                                           module_text=module_text(ctx.module),
+                                           runtime=_entry.runtime_fields(executable, env, payload))
             cache_signals.writing(name, key)  # JAX's signals of a write, given where JAX gives them: before the put
             capture = self._capture_now()
             if capture is not None and capture.defer and not claimed:

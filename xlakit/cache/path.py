@@ -77,6 +77,10 @@ class CachePath:
         if found.status == "hit":
             header = found.header or {}
             name = name or (header.get("name") if isinstance(header.get("name"), str) else None)
+            unrunnable = _unrunnable(header)
+            if unrunnable is not None:  # known from the header: nothing is loaded, the entry is kept
+                return None, self._record("miss", name, key, partition, reason=f"{unrunnable}; compiling instead",
+                                          load_s=time.perf_counter() - start)
             try:
                 program = load(header, found.payload)
             except reraise:
@@ -255,3 +259,18 @@ def _int(value: Any) -> int | None:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _unrunnable(header: Mapping[str, Any]) -> str | None:
+    """:func:`xlakit.cache.entry.unrunnable_reason` for this process's environment of the entry's platform; None
+    when either is unknown (the load itself still checks what it must)."""
+    env_field = header.get("environment")
+    platform = env_field.get("platform") if isinstance(env_field, Mapping) else None
+    if not isinstance(platform, str) or not ("custom_calls" in header or "host_cpu" in header):
+        return None
+    try:
+        from xlakit._jax.environment import current_environment
+
+        return _entry.unrunnable_reason(header, current_environment(platform), callbacks=True)
+    except Exception:  # noqa: BLE001 - a prediction that cannot be made leaves the decision to the load
+        return None

@@ -37,14 +37,14 @@ __all__ = ["code_in_device_memory", "footprint_terms", "constant_bytes_of_assign
 
 def code_in_device_memory(platform: str | None) -> bool:
     """Whether a loaded program's generated code occupies the device's memory on ``platform`` (so a budget
-    must hold it). CPU: no (its code is in the process's own pages, and XLA:CPU reports 0 for it); TPU: yes
-    (measured on a v5e: one run raised ``peak_bytes_in_use`` by outputs + ``generated_code_size_in_bytes`` to
-    the byte); GPU and any other or unknown platform: yes (a loaded module's kernels are in device memory;
-    counting them errs on the side of fitting).
+    must hold it): the platform table's answer (:attr:`xlakit._jax.platforms.Platform.code_in_device_memory`).
+    CPU: no (its code is in the process's own pages, and XLA:CPU reports 0 for it); TPU: yes (measured on a
+    v5e: one run raised ``peak_bytes_in_use`` by outputs + ``generated_code_size_in_bytes`` to the byte); GPU
+    and any other or unknown platform: yes (a loaded module's kernels are in device memory; counting them errs
+    on the side of fitting)."""
+    from xlakit._jax.platforms import rules
 
-    The lead routes this through the platform table (``xlakit._jax.platforms``) once it exists; it is the one
-    place the memory layer decides it."""
-    return platform != "cpu"
+    return rules(platform).code_in_device_memory
 
 
 def footprint_terms(m: Any) -> dict[str, int] | None:

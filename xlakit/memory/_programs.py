@@ -1,13 +1,19 @@
 """Turning what a user holds — a ``Compiled``, a jitted function and its arguments, a cache entry or key, a
 loaded bundle — into one ``jax.stages.Compiled`` (and the function, for argument names), compiling through an
-:class:`~xlakit.cache.ExecutableCache` when one is given so that a second look compiles nothing."""
+:class:`~xlakit.cache.ExecutableCache` when one is given so that a second look compiles nothing.
+
+Where the platform's ``memory_analysis()`` carries no buffer assignment (TPU; :mod:`xlakit._jax.platforms`), a
+program given as a function or ``Lowered`` is compiled once with XLA's dump instead
+(:func:`xlakit._jax.compiler_dump.compile_with_assignment`: the same executable, plus its buffer assignment), or,
+when something already compiled it (an xlakit cache, JAX's memo), once more with the dump — at most one extra
+compile, none when this process already holds that program's dump."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["resolve_program"]
+__all__ = ["resolve_program", "with_assignment", "lower"]
 
 
 def _bundle_program(bundle: Any, batch: Any, variant: Any) -> Any:
@@ -54,7 +60,6 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
     import jax
 
     from xlakit._jax.stages import jax_stage
-    from xlakit.memory.compiled import _compile
 
     x = jax_stage(x)  # flax.nnx's Compiled / Lowered hold JAX's
     if hasattr(x, "programs") and hasattr(x, "batch_sizes") and not callable(getattr(x, "lower", None)):
@@ -70,10 +75,14 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
             raise TypeError("a cache entry names a stored program; pass the cache that holds it: "
                             "attribute(entry, cache=cache)")
         return cache.load(x), None
-    if isinstance(x, (jax.stages.Compiled, jax.stages.Lowered)):
+    if isinstance(x, jax.stages.Compiled):
         if args or kwargs:
             raise TypeError("pass example arguments only with a function; a compiled program already has them")
-        return _compile(x, (), {}), None
+        return x, None
+    if isinstance(x, jax.stages.Lowered):
+        if args or kwargs:
+            raise TypeError("pass example arguments only with a function; a lowered program already has them")
+        return with_assignment(None, x), None
     if not callable(x):
         raise TypeError(f"expected a jax.stages.Compiled, a function with example arguments, a cache entry or a "
                         f"loaded bundle; got {type(x).__name__}")
@@ -82,5 +91,55 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
                         "after it (arrays or jax.ShapeDtypeStruct), e.g. peak(step, params, x)")
     if cache is not None:
         compiled, _decision = cache.compile(x, *args, **kwargs)
-        return compiled, x
-    return _compile(x, args, kwargs), x
+        return with_assignment(compiled, lambda: lower(x, args, kwargs)), x
+    return with_assignment(None, lower(x, args, kwargs)), x
+
+
+def lower(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """``jax.jit(fn).lower(*args, **kwargs)`` (``fn`` itself when already jitted) as JAX's ``Lowered``."""
+    import jax
+
+    from xlakit._jax.stages import jax_stage
+
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    return jax_stage(jitted.lower(*args, **kwargs))
+
+
+def _has_assignment(compiled: Any) -> bool:
+    try:
+        return bool(compiled.memory_analysis().serialized_buffer_assignment_proto)
+    except Exception:  # noqa: BLE001 - no analysis: the dump is the only source
+        return False
+
+
+def with_assignment(compiled: Any, lowered: Any) -> Any:
+    """A ``jax.stages.Compiled`` whose buffer assignment :func:`xlakit.memory.buffer_assignment` can read.
+
+    ``compiled``: the program if already compiled (None: compile ``lowered`` here). ``lowered``: its ``Lowered``,
+    or a zero-argument callable making it, or None. Returns ``compiled`` when ``memory_analysis()`` carries the
+    assignment or this process holds its dump; else the executable compiled from ``lowered`` with XLA's dump (the
+    same program: equal fingerprints, measured on TPU and CPU). Without ``lowered`` ``compiled`` is returned as is
+    (``buffer_assignment`` then says what to pass).
+    """
+    from xlakit._jax import compiler_dump, platforms
+    from xlakit._jax.stages import jax_stage
+
+    if compiled is not None and (_has_assignment(compiled) or compiler_dump.remembered(compiled=compiled)):
+        return compiled
+    if callable(lowered) and not hasattr(lowered, "compile"):
+        lowered = lowered()
+    if lowered is None:
+        return compiled
+    if compiled is None:
+        if platforms.rules(compiler_dump.platform_of(lowered)).assignment_in_memory_analysis \
+                or compiler_dump.remembered(lowered=lowered) is not None:
+            compiled = jax_stage(lowered.compile())
+            if _has_assignment(compiled) or compiler_dump.remembered(compiled=compiled):
+                return compiled
+    name = None
+    try:
+        name = compiled.runtime_executable().hlo_modules()[0].name if compiled is not None else None
+    except Exception:  # noqa: BLE001 - the largest dump file is then taken
+        pass
+    dumped = compiler_dump.compile_with_assignment(lowered, name)
+    return dumped[0]

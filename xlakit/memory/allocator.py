@@ -13,6 +13,9 @@ Resetting the peak (:func:`reset_peak`), best method first:
 
 1. ``native``: a reset bound by the installed jaxlib (feature-detected by name on the device or its client;
    none is bound up to jaxlib 0.12, XLA's C++ ``ClearMemoryStats`` is not exposed).
+1b. ``pjrt``: ``PJRT_Device_ClearMemoryStats`` through the PJRT C API of the device's plugin (libtpu, a CUDA
+   plugin; :mod:`xlakit._jax.pjrt_capi`), checked step by step before anything is called: a real reset of the
+   allocator's peaks.
 2. ``clear_refs`` (Linux, CPU): writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM`` to the current
    resident set — a real reset of the process high-water mark, and so of every CPU device at once.
 3. ``baseline``: remember the peak at reset time. Later, a higher peak is exact (it happened after the
@@ -217,6 +220,7 @@ class _Reset:
     time: float
 
 
+_REAL_RESETS = ("native", "pjrt", "clear_refs")
 _resets: dict[tuple[str, int], _Reset] = {}
 _lock = threading.Lock()
 
@@ -238,8 +242,8 @@ class ResetResult:
 
     @property
     def exact(self) -> bool:
-        """True when later peaks are exact for any run (native or clear_refs reset)."""
-        return self.method in ("native", "clear_refs")
+        """True when later peaks are exact for any run (native, pjrt or clear_refs reset)."""
+        return self.method in _REAL_RESETS
 
     @property
     def exact_reason(self) -> str:
@@ -273,6 +277,18 @@ def _native_reset(device: Any) -> str | None:
                     fn()
                 return f"{owner_name}.{name}()"
     return None
+
+
+def _pjrt_reset(device: Any) -> tuple[str | None, str, str]:
+    """``(call made or None, "pjrt", why not)``: :func:`xlakit._jax.pjrt_capi.clear_memory_stats`."""
+    from xlakit._jax.pjrt_capi import PjrtUnavailable, clear_memory_stats
+
+    try:
+        return clear_memory_stats(device), "pjrt", ""
+    except PjrtUnavailable as exc:
+        return None, "pjrt", str(exc)
+    except Exception as exc:  # noqa: BLE001 - an unexpected failure is a reason, never a crash of the caller
+        return None, "pjrt", f"{type(exc).__name__}: {exc}"
 
 
 def _clear_refs() -> str | None:
@@ -320,12 +336,14 @@ def reset_peak(device: Any = None) -> ResetResult:
     cpu_cleared: str | None | bool = False  # False = not tried yet
     for dev in devices:
         stats = _device_stats(dev)
-        native = _native_reset(dev)
+        native, method, unavailable = _native_reset(dev), "native", ""
+        if not native and stats is not None:
+            native, method, unavailable = _pjrt_reset(dev)
         now = time.time()
         if native:
             after = _device_stats(dev) or {}
             peak = after.get("peak_bytes_in_use")
-            entry = _Reset("native", peak if isinstance(peak, int) and peak >= 0 else None, now)
+            entry = _Reset(method, peak if isinstance(peak, int) and peak >= 0 else None, now)
             detail = native
         elif stats is None:  # CPU: the process high-water mark
             if cpu_cleared is False:
@@ -341,7 +359,7 @@ def reset_peak(device: Any = None) -> ResetResult:
             peak = stats.get("peak_bytes_in_use")
             if isinstance(peak, int) and peak >= 0:
                 entry = _Reset("baseline", peak, now)
-                detail = "baseline on peak_bytes_in_use (this jaxlib binds no native reset)"
+                detail = f"baseline on peak_bytes_in_use (no reset: {unavailable})"
             else:
                 entry, detail = _Reset("none", None, now), "memory_stats() reports no peak_bytes_in_use"
         with _lock:
@@ -375,7 +393,7 @@ def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, b
         return None, None, None, "no reset_peak() yet"
     if current_peak is None:
         return None, None, entry.method, "the current peak is not reported"
-    if entry.method in ("native", "clear_refs"):
+    if entry.method in _REAL_RESETS:
         return current_peak, True, entry.method, f"peak after a {entry.method} reset"
     if entry.method == "baseline" and entry.peak_at_reset is not None:
         if current_peak > entry.peak_at_reset:

@@ -61,6 +61,11 @@ class BufferAssignment:
         of the allocation each one packed (empty on jaxlib 0.10.2 CPU, which ships no trace).
       name: the HLO module name, or None without the module.
       reported: ``memory_analysis()`` of the same program, for :meth:`compare` (None when not known).
+      platform: the platform it was compiled for (names its memory spaces), or None.
+      on_chip: allocations in the chip's own memory spaces (TPU VMEM, SMEM, sync flags: memory inside the chip,
+        not device memory); kept apart from ``allocations``, and their buffers and heap traces left out of
+        ``logical_buffers``, ``heap_traces``, liveness and the peak, which are about device memory (and host
+        memory, colour 5, marked per allocation).
     """
 
     allocations: tuple[Allocation, ...]
@@ -68,6 +73,8 @@ class BufferAssignment:
     heap_traces: tuple[tuple[int, tuple[HeapEvent, ...]], ...]
     name: str | None = None
     reported: Any = dataclasses.field(default=None, repr=False, compare=False)
+    platform: str | None = None
+    on_chip: tuple[Allocation, ...] = ()
     _aliases: Mapping[int, tuple[tuple[int | None, tuple[int, ...]], ...]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
     _module: _Module | None = dataclasses.field(default=None, repr=False, compare=False)
@@ -91,10 +98,21 @@ class BufferAssignment:
         argument = parameter allocations; alias = those aliased with an output; output = maybe-live-out
         allocations (including a donated parameter's); temp = allocations that are none of parameter,
         maybe-live-out, thread-local, constant. Host (color 5) allocations go to the ``host_*`` keys.
-        Keys match :class:`~xlakit.memory.CompiledMemory` fields.
+        Keys match :class:`~xlakit.memory.CompiledMemory` fields. Where XLA shipped a heap simulator trace of the
+        device temporaries (TPU), also ``peak_bytes``: arguments + outputs − aliases + constants + the
+        trace's highest live bytes, which is how XLA fills ``peak_memory_in_bytes`` there (checked on a TPU v5e:
+        equal to the byte). On-chip allocations (:attr:`on_chip`) add ``on_chip_bytes``, outside every other key.
         """
         out = dict.fromkeys(("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "host_argument_bytes",
                              "host_output_bytes", "host_alias_bytes", "host_temp_bytes"), 0)
+        peak = self._trace_peak()
+        if peak is not None:
+            device = [a for a in self.allocations if a.memory_space != "host"]
+            out["peak_bytes"] = (sum(a.size for a in device if a.is_parameter)
+                                        + sum(a.size for a in device if a.maybe_live_out and not a.is_parameter)
+                                        + sum(a.size for a in device if a.is_constant) + peak)
+        if self.on_chip:
+            out["on_chip_bytes"] = sum(a.size for a in self.on_chip)
         for a in self.allocations:
             pre = "host_" if a.memory_space == "host" else ""
             if a.is_parameter:
@@ -123,9 +141,22 @@ class BufferAssignment:
             raise ValueError("no memory_analysis() to compare with: pass compare(compiled_memory(compiled))")
         rows = []
         for key, decoded in self.totals().items():
-            value = getattr(reported, key)
+            value = getattr(reported, key, None)
             rows.append((key, decoded, value, None if value is None else decoded == value))
         return pd.DataFrame(rows, columns=["field", "decoded", "reported", "equal"]).set_index("field")
+
+    def _trace_peak(self) -> int | None:
+        """The highest live bytes of the heap trace of the device temporary allocation, or None without one."""
+        temp = {a.index for a in self.allocations if a.kind == "temporary" and a.memory_space != "host"}
+        sizes = {b.id: b.size for b in self.logical_buffers}
+        best = None
+        for index, events in self.heap_traces:
+            if index not in temp:
+                continue
+            rows = trace_rows(self.logical_buffers, [(index, events)])
+            top = max((r["live_bytes"] for r in rows), default=0) if sizes else 0
+            best = top if best is None else max(best, top)
+        return best
 
     # -- tables -------------------------------------------------------------------------------------
     def to_frame(self):
@@ -260,8 +291,8 @@ class BufferAssignment:
         return html_table(rows, title=f"Buffer assignment: {self.name or '?'}")
 
 
-def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, reported: Any = None
-                             ) -> BufferAssignment:
+def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, reported: Any = None,
+                             platform: str | None = None) -> BufferAssignment:
     """Decode serialized ``BufferAssignmentProto`` bytes (by :mod:`xlakit.memory._assignment_decode`).
 
     Args:
@@ -270,11 +301,33 @@ def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, re
         None — then only ids, sizes and slice dtypes are known.
       reported: the :class:`~xlakit.memory.CompiledMemory` of the same program, for
         :meth:`~BufferAssignment.compare`.
+      platform: the platform compiled for (default: ``reported.platform``): its memory spaces decide which
+        allocations are on-chip (kept apart in ``on_chip``).
 
     Raises:
       ValueError (``ProtoDecodeError``): the bytes are empty or malformed.
     """
-    return BufferAssignment(**decode_parts(data, hlo_module), reported=reported)
+    platform = platform or getattr(reported, "platform", None)
+    return BufferAssignment(**_apart_on_chip(decode_parts(data, hlo_module), platform), reported=reported,
+                            platform=platform)
+
+
+def _apart_on_chip(parts: dict[str, Any], platform: str | None) -> dict[str, Any]:
+    """Move the allocations of on-chip memory spaces (:mod:`xlakit._jax.platforms`) to ``on_chip``, with their
+    logical buffers and heap traces out of the device-memory views."""
+    from xlakit._jax.platforms import rules
+
+    rule = rules(platform)
+    chip = [a for a in parts["allocations"] if rule.space(a.color).kind == "on-chip"]
+    if not chip:
+        return parts
+    gone = {s.buffer.id for a in chip for s in a.slices}
+    indices = {a.index for a in chip}
+    return {**parts, "allocations": tuple(a for a in parts["allocations"] if a.index not in indices),
+            "logical_buffers": tuple(b for b in parts["logical_buffers"] if b.id not in gone),
+            "heap_traces": tuple((i, ev) for i, ev in parts["heap_traces"]
+                                 if i not in indices and not any(e.buffer_id in gone for e in ev[:1])),
+            "on_chip": tuple(chip)}
 
 
 def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignment:
@@ -309,13 +362,22 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
                         "(or compile it) and pass the jax.stages.Compiled")
     import jax
 
+    from xlakit._jax import compiler_dump
     from xlakit._jax.stages import jax_stage
+    from xlakit.memory._programs import lower, with_assignment
 
     compiled = jax_stage(compiled)
     needs_args = (not args and not kwargs and callable(compiled)
                   and not isinstance(compiled, (jax.stages.Compiled, jax.stages.Lowered)))
     try:
-        program = _compile(compiled, args, kwargs)
+        if isinstance(compiled, jax.stages.Compiled):
+            program = _compile(compiled, args, kwargs)
+        elif isinstance(compiled, jax.stages.Lowered):
+            program = with_assignment(None, compiled)
+        elif callable(compiled):
+            program = with_assignment(None, lower(compiled, args, kwargs))
+        else:
+            program = _compile(compiled, args, kwargs)
     except TypeError as exc:
         if not needs_args:
             raise
@@ -327,14 +389,20 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
                         f"(arrays or jax.ShapeDtypeStruct): buffer_assignment(f, x). JAX said: {exc}") from exc
     memory = compiled_memory(program)
     module_bytes = None
-    try:
-        module_bytes = program.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
-    except Exception:  # noqa: BLE001 - without the module only names/shapes are lost
-        pass
     data = memory.serialized_buffer_assignment
+    dumped = None if data else compiler_dump.remembered(compiled=program)
+    if dumped is not None:  # XLA's dump of this executable: assignment and optimized module in one HloProto
+        data, module_bytes = compiler_dump.split_hlo_proto(dumped)
+    if module_bytes is None:
+        try:
+            module_bytes = program.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+        except Exception:  # noqa: BLE001 - without the module only names/shapes are lost
+            pass
     if not data:
         raise ValueError(f"memory_analysis() of {memory.name or 'this program'} on {memory.platform} carries no "
-                         "buffer assignment")
+                         "buffer assignment, and this process holds no compiler dump of it; pass the jitted function "
+                         "and its example arguments (or its Lowered) instead of the Compiled program, and xlakit "
+                         "compiles it once with XLA's dump (xla_dump_to), which carries the buffer assignment")
     try:
         return decode_buffer_assignment(data, module_bytes, reported=memory)
     except ProtoDecodeError as exc:

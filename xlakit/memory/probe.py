@@ -161,14 +161,16 @@ def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, 
         if not args and not kwargs:
             args, kwargs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), fn_or_compiled.in_avals)
         return fn_or_compiled, None, tuple(args), dict(kwargs)
+    from xlakit.memory._programs import with_assignment  # TPU: one compile with XLA's dump, for the account
+
     if isinstance(fn_or_compiled, jax.stages.Lowered):
         if not args and not kwargs:
             args, kwargs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), fn_or_compiled.in_avals)
-        return fn_or_compiled.compile(), fn_or_compiled, tuple(args), dict(kwargs)
+        return with_assignment(None, fn_or_compiled), fn_or_compiled, tuple(args), dict(kwargs)
     if callable(fn_or_compiled):
         fn = fn_or_compiled if hasattr(fn_or_compiled, "lower") else jax.jit(fn_or_compiled)
         lowered = fn.lower(*args, **kwargs)
-        return lowered.compile(), lowered, args, kwargs
+        return with_assignment(None, lowered), lowered, args, kwargs
     raise TypeError(f"probe() needs a jax.stages.Compiled or a function with example arguments, got "
                     f"{type(fn_or_compiled).__name__}")
 
@@ -266,7 +268,8 @@ def measure(run: Any, devices: list[Any], keep: list | None = None) -> dict[str,
         _trim_heap()
     reset = reset_peak(devices[0]) if len(devices) == 1 else reset_peak(None)
     cpu_baseline = process_memory().rss_bytes if on_cpu else None
-    baselines = {} if on_cpu else {d: _one(d).bytes_in_use for d in devices}
+    before = {} if on_cpu else {d: _one(d) for d in devices}
+    baselines = {d: s.bytes_in_use for d, s in before.items()}
     start = time.perf_counter()
     out = jax.block_until_ready(run())
     run_s = time.perf_counter() - start
@@ -288,7 +291,9 @@ def measure(run: Any, devices: list[Any], keep: list | None = None) -> dict[str,
         if best is None or (scratch or 0) > (best["scratch"] or 0):
             best = {"peak": s.peak_since_reset_bytes, "baseline": base, "scratch": scratch, "device": str(d),
                     "peak_exact": bool(s.peak_since_reset_exact),
-                    "peak_reason": s.sources.get("peak_since_reset_bytes", "")}
+                    "peak_reason": s.sources.get("peak_since_reset_bytes", ""),
+                    # the scratch region where the platform keeps temporaries apart (TPU: bytes_reserved)
+                    "reserved_before": before[d].bytes_reserved, "reserved_after": s.bytes_reserved}
     assert best is not None
     best.pop("scratch")
     return {**common, **best, "devices": 1}
@@ -300,16 +305,22 @@ def measure_runs(make_run: Any, devices: list[Any], warmup: bool) -> dict[str, A
     ``first_scratch`` (the first run's scratch, bytes or None): a first execution leaves runtime state
     resident that later runs reuse, and a fresh process always executes for the first time."""
     if not warmup:
-        return {**measure(make_run(), devices), "first_scratch": None}
+        m = measure(make_run(), devices)
+        return {**m, "first_scratch": None, "first": m, "second": None}
     held: list = []  # the first run's outputs stay alive, so the measured run cannot reuse their memory
     first = measure(make_run(), devices, keep=held)
     m = measure(make_run(), devices)
     del held
     ok = first["peak"] is not None and first["baseline"] is not None
-    return {**m, "first_scratch": first["peak"] - first["baseline"] if ok else None}
+    return {**m, "first_scratch": first["peak"] - first["baseline"] if ok else None, "first": first, "second": m}
 
 
 def _result(m: dict[str, Any], where: str, name: str | None, notes: list[str], compiled: Any) -> ProbeResult:
+    from xlakit._jax.platforms import rules
+
+    rule = rules(m["platform"])
+    if rule.scratch_in_reserved_region and m.get("first") is not None:
+        return _reserved_result(m, where, name, notes, compiled, rule)
     peak, base = m["peak"], m["baseline"]
     scratch = peak - base if peak is not None and base is not None else None
     expected = accounting(compiled)
@@ -332,6 +343,26 @@ def _result(m: dict[str, Any], where: str, name: str | None, notes: list[str], c
                        xla_bytes=verdict["xla_bytes"], xla_temp_bytes=None if expected is None else expected["temp"],
                        outside_xla_bytes=verdict["outside_xla_bytes"], tolerance_bytes=verdict["tolerance_bytes"],
                        runtime_calls=calls, first_run_scratch_bytes=first)
+
+
+def _reserved_result(m: dict[str, Any], where: str, name: str | None, notes: list[str], compiled: Any,
+                     rule: Any) -> ProbeResult:
+    """:class:`ProbeResult` where temporaries live in a reserved region (:mod:`xlakit.memory._probe_reserved`)."""
+    from xlakit.memory._probe_accounting import accounting, tolerance_bytes
+    from xlakit.memory._probe_reserved import judge_reserved
+
+    expected = accounting(compiled)
+    verdict = judge_reserved(m["first"], m["second"], compiled, rule, tolerance_bytes(
+        None if expected is None else expected["output"]))
+    scratch = verdict["scratch"]
+    base = m["baseline"]
+    return ProbeResult(None if scratch is None or base is None else base + scratch, base, scratch,
+                       f"{where} {m['method']}", verdict["exact"], name, m["platform"], m["device"], m["run_s"],
+                       tuple(notes + verdict["notes"]), reason=verdict["reason"], xla_bytes=verdict["xla_bytes"],
+                       xla_temp_bytes=None if expected is None else expected["temp"],
+                       outside_xla_bytes=verdict["outside_xla_bytes"],
+                       tolerance_bytes=tolerance_bytes(None if expected is None else expected["output"]),
+                       runtime_calls=(), first_run_scratch_bytes=m.get("first_scratch"))
 
 
 def probe(fn_or_compiled: Any, *args: Any, isolate: bool = False, warmup: bool = True, timeout_s: float = 300.0,
@@ -361,11 +392,17 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool = False, warmup: bool =
     """
     import jax
 
+    from xlakit._jax.platforms import rules
     from xlakit.memory.compiled import _runtime_info
 
     compiled, lowered, args, kwargs = _program(fn_or_compiled, args, kwargs)
     name, _platform = _runtime_info(compiled)
     devices = _device_of(compiled)
+    if isolate and rules(devices[0].platform).exclusive_device:
+        raise ValueError(f"isolate=True runs the program in a fresh process, but this process holds the "
+                         f"{devices[0].platform.upper()} and only one process at a time can open it; call probe() "
+                         "without isolate=True: it measures in this process after resetting the allocator's peak "
+                         "(exact where the plugin offers the PJRT reset, see ProbeResult.method)")
     if isolate:
         return _probe_isolated(compiled, lowered, name, devices, timeout_s, warmup)
     donates = any(getattr(i, "donated", False) for i in jax.tree.leaves(compiled.args_info))
