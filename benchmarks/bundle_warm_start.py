@@ -168,7 +168,7 @@ def child_bundle(root: str, workers: int, first: str = "-", mode: str = "sync") 
     # Imports are excluded from every column: load the modules load_bundle imports on first use
     # (jax.extend, which xlakit's environment fingerprint uses, alone takes ~60 ms to import here).
     import jax.extend.backend
-    import safetensors.numpy  # noqa: F401 - imported by the floor too: import time is excluded everywhere
+    import safetensors.numpy  # noqa: F401 - import time is excluded everywhere
 
     import xlakit
     import xlakit._jax.environment
@@ -206,54 +206,24 @@ def child_bundle(root: str, workers: int, first: str = "-", mode: str = "sync") 
 def child_floor(root: str, workers: int, first: str = "-") -> dict:
     """XLA's own load from memory: see the module docstring (*floor*)."""
     import concurrent.futures
-    import io
-    import pickle  # noqa: F401
 
     import jax
-    from jax.experimental.serialize_executable import _JaxPjrtUnpickler
-    from safetensors.numpy import load as load_safetensors
-
-    import xlakit.bundle  # noqa: F401
-    from xlakit._jax import serialize
-    from xlakit._jax.environment import current_environment
-    from xlakit.bundle.hashes import program_key, sha256_hex
-    from xlakit.bundle.manifest import CACHE_DIR, Manifest
-    from xlakit.store import LocalStore
+    from _floor import XlaLoader, read_host_weights, read_programs
 
     todo = _which(first)
     models = sorted({m for m, _ in todo}, key=MODELS.index)
     device = jax.devices()[0]
-    backend = device.client
-    partition = current_environment(device.platform).partition_name()
     payloads, host_weights = {}, {}
     for m in models:  # everything into memory, verified, before the timed span
-        manifest = Manifest.read(Path(root) / m)
-        store = LocalStore(Path(root) / m / CACHE_DIR)
-        for spec in manifest.modules:
-            if (m, spec.batch_size) not in todo:
-                continue
-            key = program_key(spec.file, sha256_hex((Path(root) / m / spec.file).read_bytes()))
-            found = store.get(partition, key)
-            assert found.status == "hit", (m, spec.file, found.status, found.reason)
-            payloads[(m, spec.batch_size)] = found.payload
-        host_weights[m] = load_safetensors((Path(root) / m / manifest.weights_file).read_bytes())
+        batches = tuple(b for mm, b in todo if mm == m)
+        payloads.update({(m, b): p for b, p in read_programs(Path(root) / m, batches).items()})
+        host_weights[m] = read_host_weights(Path(root) / m)
     inputs = {(m, b): jax.device_put(_inputs(m, b)) for m, b in todo}
     jax.block_until_ready(list(inputs.values()))
-    exec_s = [0.0]
-
-    class Unpickler(_JaxPjrtUnpickler):  # JAX's own, timing its deserialize_executable call
-        def persistent_load(self, pid):
-            t = time.perf_counter()
-            try:
-                return super().persistent_load(pid)
-            finally:
-                exec_s[0] += time.perf_counter() - t
+    loader = XlaLoader(device)
 
     def load(item):
-        unloaded, args_info_flat, no_kwargs, in_tree, out_tree = Unpickler(io.BytesIO(item[1]), backend,
-                                                                          [device]).load()
-        return item[0], serialize._make_compiled(unloaded.load(), in_tree.unflatten(args_info_flat), out_tree,
-                                                 no_kwargs)
+        return item[0], loader.load(item[1])
 
     order = sorted(payloads.items(), key=lambda kv: -len(kv[1]))  # largest first: the pool's tail is shortest
     _settle_gc()
@@ -267,7 +237,7 @@ def child_floor(root: str, workers: int, first: str = "-") -> dict:
     for m, b in todo:
         digests[f"{m}_b{b}"] = _digest(jax.block_until_ready(compiled[(m, b)](weights[m], inputs[(m, b)])))
     return {"ready_s": ready_s, "ready_cpu_s": ready_cpu_s, "total_s": time.perf_counter() - start,
-            "digests": digests, "exec_s": exec_s[0]}
+            "digests": digests, "exec_s": loader.exec_s}
 
 
 # -- the parent -----------------------------------------------------------------------------------------------

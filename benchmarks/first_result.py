@@ -97,33 +97,18 @@ def child_bundle(root: str, profile: str = "") -> dict:
 
 def child_floor(root: str) -> dict:
     import gc
-    import io
 
     import jax
-    from jax.experimental.serialize_executable import _JaxPjrtUnpickler
-    from safetensors.numpy import load as load_safetensors
-
-    from xlakit._jax import serialize
-    from xlakit._jax.environment import current_environment
-    from xlakit.bundle.hashes import program_key, sha256_hex
-    from xlakit.bundle.manifest import CACHE_DIR, Manifest
-    from xlakit.store import LocalStore
+    from _floor import XlaLoader, read_host_weights, read_programs
 
     device = jax.devices()[0]
-    path = Path(root)
-    manifest = Manifest.read(path)
-    spec = next(s for s in manifest.modules if s.batch_size == 1)
-    key = program_key(spec.file, sha256_hex((path / spec.file).read_bytes()))
-    found = LocalStore(path / CACHE_DIR).get(current_environment(device.platform).partition_name(), key)
-    assert found.status == "hit", (found.status, found.reason)
-    payload = found.payload
-    host = load_safetensors((path / manifest.weights_file).read_bytes())  # name -> array, as load_bundle places
+    payload = read_programs(root, (1,))[1]
+    host = read_host_weights(root)  # name -> array, as load_bundle places
+    loader = XlaLoader(device)  # JAX's modules it uses are imported before the span
     x = _input(1)
     gc.collect()
     start, cpu = time.perf_counter(), time.process_time()
-    unloaded, args_info_flat, no_kwargs, in_tree, out_tree = _JaxPjrtUnpickler(io.BytesIO(payload), device.client,
-                                                                              [device]).load()
-    compiled = serialize._make_compiled(unloaded.load(), in_tree.unflatten(args_info_flat), out_tree, no_kwargs)
+    compiled = loader.load(payload)
     weights = jax.device_put(host, device)
     out = compiled(weights, x)
     dispatch = time.perf_counter() - start

@@ -1,9 +1,12 @@
 """One demo process: enable xlakit's cache, run each workload's first call, report timings and outputs.
 
-Run by :mod:`xlakit.demo.runner` as ``python -m xlakit.demo.child --cache DIR --out DIR [NAME ...]``.
-Prints one JSON line per workload: ``{"name", "first_call_s", "events": [...], "entries": [...]}`` where
-``entries`` are the cache entries the first call hit or stored (key, bytes on disk, compiled memory).
-Outputs are saved as ``<out>/<name>.npz`` (one array per pytree leaf) for the bit-for-bit comparison.
+Run by :mod:`xlakit.demo.runner` as ``python -m xlakit.demo.child --cache DIR --out DIR [NAME ...]``, on the
+backend JAX picks (``JAX_PLATFORMS`` as the user set it, or unset). Prints JSON lines: first
+``{"device": {"platform", "device_kind", "count"}}`` as soon as JAX's backend is up, then one per workload:
+``{"name", "first_call_s", "events": [...], "entries": [...]}`` where ``events`` are xlakit's events of the first
+call (kind, name, reason, origin, source, seconds) and ``entries`` the cache entries it hit or stored (key, bytes on
+disk, compiled memory). Outputs are saved as ``<out>/<name>.npz`` (one array per pytree leaf) for the bit-for-bit
+comparison.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     import jax
     import numpy as np
 
+    devices = jax.devices()  # the backend JAX chose; the parent names it while the workloads run
+    print(json.dumps({"device": {"platform": devices[0].platform, "device_kind": devices[0].device_kind,
+                                 "count": len(devices)}}), flush=True)
+
     import xlakit
     from xlakit.demo.workloads import run_first_call, workloads
 
@@ -43,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(outputs)]
         np.savez(Path(args.out) / f"{workload.name}.npz", *leaves)
         print(json.dumps({"name": workload.name, "first_call_s": seconds,
-                          "events": [{"kind": e.kind, "name": e.name, "duration_s": e.duration_s}
-                                     for e in happened],
+                          "events": [{"kind": e.kind, "name": e.name, "duration_s": e.duration_s, "reason": e.reason,
+                                      "origin": e.origin, "source": e.source} for e in happened],
                           "entries": entries}), flush=True)
     return 0
 

@@ -1,0 +1,86 @@
+"""The floor the bundle benchmarks compare against: XLA's own load of a bundle's compiled programs from bytes
+already in memory, and its weights placed from host arrays already in memory — no files, no hashing, no checks.
+
+Per program this is what ``jax.experimental.serialize_executable.deserialize_and_load`` does: JAX's own unpickler,
+whose persistent ``('exec', bytes)`` id calls ``Client.deserialize_executable``, then ``unloaded.load()`` and
+``jax.stages.Compiled``. The payloads are read from the bundle's ``.cache`` (verified by xlakit's store) before a
+timed span starts. Used by ``bundle_warm_start.py``, ``first_result.py`` and ``accelerator.py``.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+
+def read_programs(bundle: str | Path, batch_sizes: tuple[int, ...] | None = None) -> dict[int, bytes]:
+    """``batch size -> payload`` (the serialized executable, as xlakit stored it) of a bundle's default-variant
+    modules, read from its ``.cache`` for the default device's environment. ``batch_sizes``: only these (default
+    all). Raises AssertionError when a program is not in ``.cache`` (fill it with a ``load_bundle`` first)."""
+    import jax
+
+    import xlakit.bundle  # noqa: F401 - the package, before its modules
+    from xlakit._jax.environment import current_environment
+    from xlakit.bundle.hashes import program_key, sha256_hex
+    from xlakit.bundle.manifest import CACHE_DIR, Manifest
+    from xlakit.store import LocalStore
+
+    path = Path(bundle)
+    manifest = Manifest.read(path)
+    partition = current_environment(jax.devices()[0].platform).partition_name()
+    store = LocalStore(path / CACHE_DIR)
+    payloads = {}
+    for spec in manifest.modules:
+        if batch_sizes is not None and spec.batch_size not in batch_sizes:
+            continue
+        key = program_key(spec.file, sha256_hex((path / spec.file).read_bytes()))
+        found = store.get(partition, key)
+        assert found.status == "hit", (str(path), spec.file, found.status, found.reason)
+        payloads[spec.batch_size] = found.payload
+    return payloads
+
+
+def read_host_weights(bundle: str | Path) -> dict[str, Any]:
+    """The bundle's weights as host NumPy arrays, ``name -> array``: the dict ``load_bundle`` places, read by the
+    same reader (``safetensors.numpy`` cannot make bfloat16 arrays)."""
+    from xlakit.bundle.manifest import Manifest
+    from xlakit.bundle.weights import read_weights
+
+    path = Path(bundle)
+    return read_weights(path / Manifest.read(path).weights_file)
+
+
+class XlaLoader:
+    """Loads serialized executables the way ``deserialize_and_load`` does, onto ``device`` (default JAX's first).
+
+    ``exec_s`` sums the seconds spent in ``Client.deserialize_executable`` alone (thread-seconds when called from
+    several threads)."""
+
+    def __init__(self, device: Any = None) -> None:
+        import jax
+        from jax.experimental.serialize_executable import _JaxPjrtUnpickler
+
+        from xlakit._jax import serialize
+
+        self.device = device if device is not None else jax.devices()[0]
+        self.exec_s = 0.0
+        self._make_compiled = serialize._make_compiled
+        timings = self
+
+        class Unpickler(_JaxPjrtUnpickler):  # JAX's own, timing its deserialize_executable call
+            def persistent_load(self, pid):
+                start = time.perf_counter()
+                try:
+                    return super().persistent_load(pid)
+                finally:
+                    timings.exec_s += time.perf_counter() - start
+
+        self._unpickler = Unpickler
+
+    def load(self, payload: bytes) -> Any:
+        """A ``jax.stages.Compiled`` from one payload of :func:`read_programs`."""
+        unloaded, args_info_flat, no_kwargs, in_tree, out_tree = self._unpickler(
+            io.BytesIO(payload), self.device.client, [self.device]).load()
+        return self._make_compiled(unloaded.load(), in_tree.unflatten(args_info_flat), out_tree, no_kwargs)
