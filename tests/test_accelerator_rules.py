@@ -1,0 +1,264 @@
+"""The accelerator paths, tested on CPU with data recorded on a TPU v5e (jax/jaxlib 0.10.2, libtpu cl/933746096,
+2026-12-05; ``tests/data/tpu/facts.json`` says what each file is and how it was made).
+
+* loading: the platform table decides what a loaded executable needs ready (TPU: the compiler compiles custom calls
+  in; measured by loading in a fresh process), never an allow-list of names;
+* partitions: the host CPU partitions only where programs carry host code; a TPU entry with host code records it;
+* memory: XLA's dump of the TPU train step decodes to XLA's own totals (arguments, outputs, peak to the byte), on-chip
+  memory spaces apart, the reserved scratch region predicted to the byte;
+* the probe's verdict on a reserved-region platform from the measured TPU numbers;
+* the PJRT C API reset against a stand-in plugin built here (gcc), refused where its table is too old or small.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import shutil
+import subprocess
+import types
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from xlakit._jax import kernels, platforms
+from xlakit._jax.environment import Environment
+
+DATA = Path(__file__).parent / "data" / "tpu"
+FACTS = json.loads((DATA / "facts.json").read_text())
+TRAIN = FACTS["programs"]["train_step"]
+
+
+def _hlo_proto(name: str) -> bytes:
+    path = DATA / name
+    data = path.read_bytes()
+    return zstandard.ZstdDecompressor().decompress(data) if path.suffix == ".zst" else data
+
+
+# -- loading -----------------------------------------------------------------------------------------------------
+def test_tpu_compiles_custom_calls_in_so_loaded_programs_need_nothing_ready():
+    recorded = set(TRAIN["custom_calls"]) | set(FACTS["programs"]["pallas_step"]["custom_calls"])
+    assert recorded == {"AssumeGatherIndicesInBound", "ConcatBitcast", "GatherScatterIndicesBitpacked",
+                        "tpu_custom_call"}  # what ordinary TPU programs call (recorded)
+    assert all(FACTS["programs"][p]["fresh_process_equal"] for p in ("train_step", "gather_step", "pallas_step",
+                                                                    "compute_on_host"))
+    kernels.prepare(recorded, "tpu")  # nothing to make ready, nothing refused
+    assert kernels.unready_reason(sorted(recorded), "tpu") is None
+    assert kernels.make_ready(object(), "tpu") == frozenset()  # the HLO is not even read there
+    with pytest.raises(kernels.KernelsNotReady, match="tpu_custom_call"):  # XLA:CPU looks targets up here
+        kernels.prepare(["tpu_custom_call"], "cpu")
+    assert "not registered for 'metal'" in kernels.unready_reason(["some_kernel"], "metal")
+    assert "calls back into Python" in kernels.unready_reason(["xla_ffi_python_cpu_callback"], "tpu")
+
+
+def test_an_unknown_platform_gets_rules_not_a_refusal():
+    rule = platforms.rules("neuron")
+    assert rule.name == "neuron" and not rule.custom_calls_compiled_in and rule.host_cpu_partitions
+    assert platforms.rules("cuda").name == "gpu" and platforms.rules("TPU") is platforms.TPU
+    assert platforms.memory_space("tpu", 1).kind == "on-chip" and platforms.memory_space("tpu", 5).kind == "host"
+    assert platforms.memory_space("neuron", 3).label == "memory space 3"
+
+
+# -- partitions --------------------------------------------------------------------------------------------------
+def test_tpu_partition_ignores_the_host_cpu_but_cpu_partitions_keep_it():
+    tpu = Environment.from_dict(FACTS["environment"])
+    other_host = tpu._replace(cpu_flags_hash="0badf00d", cpu_level="avx512")
+    assert tpu.partition_name() == FACTS["partition"] == other_host.partition_name()
+    assert tpu.partition_name().startswith("tpu-TPU_v5_lite-jaxlib0.10.2-x86_64-")
+    cpu = tpu._replace(platform="cpu", platform_version="cpu", device_kinds=("cpu",))
+    assert cpu.partition_name() != cpu._replace(cpu_flags_hash="0badf00d").partition_name()
+    from xlakit._jax.environment import expectations
+
+    assert "cpu_flags_hash" not in expectations(tpu) and "cpu_flags_hash" in expectations(cpu)
+
+
+def test_an_entry_with_host_code_records_the_cpu_and_is_refused_on_another():
+    from xlakit.cache import entry
+
+    host = FACTS["programs"]["compute_on_host"]
+    assert host["custom_calls"] == ["HostExecute"] and host["serialized_has_elf"] == 1  # x86 code inside (recorded)
+    assert kernels.host_code(host["custom_calls"], "tpu") and not kernels.host_code(TRAIN["custom_calls"], "tpu")
+    tpu = Environment.from_dict(FACTS["environment"])
+    header = {"custom_calls": host["custom_calls"], "host_cpu": tpu.cpu_flags_hash}
+    assert entry.unrunnable_reason(header, tpu) is None
+    moved = tpu._replace(cpu_flags_hash="0badf00d")
+    assert "other CPU features" in entry.unrunnable_reason(header, moved)
+    assert entry.unrunnable_reason({"custom_calls": TRAIN["custom_calls"]}, moved) is None
+
+
+# -- memory ------------------------------------------------------------------------------------------------------
+def _train_assignment():
+    from xlakit._jax.compiler_dump import split_hlo_proto
+    from xlakit.memory.buffer_assignment import decode_buffer_assignment
+    from xlakit.memory.compiled import _from_values
+
+    reported = _from_values(TRAIN["memory_analysis"], name="jit_train_step", platform="tpu", source="recorded")
+    assignment, module = split_hlo_proto(_hlo_proto("train_step.after_optimizations.hlo.pb.zst"))
+    return decode_buffer_assignment(assignment, module, reported=reported)
+
+
+def test_the_dumped_tpu_assignment_gives_xlas_totals_with_on_chip_memory_apart():
+    ba = _train_assignment()
+    table = ba.compare()
+    for field in ("argument_bytes", "output_bytes", "alias_bytes", "peak_bytes"):
+        assert bool(table.loc[field, "equal"]), field
+    assert table.loc["peak_bytes", "decoded"] == TRAIN["memory_analysis"]["peak_memory_in_bytes"] == 1_393_124_864
+    spaces = {platforms.memory_space("tpu", a.color).name: a.size for a in ba.on_chip if a.kind == "temporary"}
+    assert spaces["vmem"] == 111_542_272  # the compiler's memory-usage report says the same (recorded)
+    assert all(b.color == 0 for b in ba.logical_buffers)  # only device memory left in the views
+    temp = ba.totals()["temp_bytes"]
+    reserved = TRAIN["stats_run1"]["bytes_reserved"]
+    assert temp == 1_077_330_432 and platforms.TPU.reserved_bytes(temp) == reserved == 1_077_346_304
+    assert TRAIN["memory_analysis"]["temp_size_in_bytes"] == 1_096_563_712  # not what the allocator reserves
+
+
+def test_the_tpu_run_raised_bytes_in_use_by_outputs_and_code():
+    before, run1, run2 = TRAIN["stats_before_run"], TRAIN["stats_run1"], TRAIN["stats_run2"]
+    ma = TRAIN["memory_analysis"]
+    code_and_outputs = ma["output_size_in_bytes"] + ma["generated_code_size_in_bytes"]
+    assert abs(run1["bytes_in_use"] - before["bytes_in_use"] - code_and_outputs) <= 512  # one 512 B tile
+    assert run2["peak_bytes_in_use"] - run1["bytes_in_use"] == ma["output_size_in_bytes"]
+    assert platforms.TPU.code_in_allocator and platforms.TPU.scratch_in_reserved_region
+
+
+def test_a_bare_compiled_uses_the_remembered_dump(monkeypatch):
+    """A TPU Compiled carries no assignment; the dump remembered for its fingerprint supplies it (no compile)."""
+    from xlakit._jax import compiler_dump
+    from xlakit.memory import buffer_assignment
+
+    class Stats:
+        serialized_buffer_assignment_proto = b""
+
+        def __getattr__(self, name):
+            return TRAIN["memory_analysis"].get(name, 0)
+
+    class Runtime:
+        fingerprint = b"recorded-train-step"
+
+        class client:
+            platform = "tpu"
+
+        def hlo_modules(self):
+            raise RuntimeError("not needed: the dump carries the module")
+
+    import jax
+
+    fake = types.SimpleNamespace(memory_analysis=Stats, runtime_executable=Runtime)
+    monkeypatch.setattr(jax.stages, "Compiled", types.SimpleNamespace)  # isinstance(fake, Compiled)
+    with pytest.raises(ValueError, match="compiles it once with XLA's dump"):
+        buffer_assignment(fake)
+    compiler_dump.remember(_hlo_proto("train_step.after_optimizations.hlo.pb.zst"), b"recorded-train-step")
+    ba = buffer_assignment(fake)
+    assert ba.totals()["peak_bytes"] == 1_393_124_864 and ba.name == "jit_train_step"
+
+
+def test_the_dump_route_on_cpu_gives_the_same_program_and_assignment(monkeypatch):
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit._jax import compiler_dump
+    from xlakit.memory._programs import with_assignment
+    from xlakit.memory.buffer_assignment import buffer_assignment
+
+    lowered = jax.jit(lambda x: (jnp.sin(x) @ x).sum(0)).lower(jnp.ones((64, 64)))
+    compiled, hlo_proto = compiler_dump.compile_with_assignment(lowered)
+    assert compiled.runtime_executable().fingerprint == lowered.compile().runtime_executable().fingerprint
+    dumped, module = compiler_dump.split_hlo_proto(hlo_proto)
+    plain = buffer_assignment(compiled).totals()
+    from xlakit.memory.buffer_assignment import decode_buffer_assignment
+
+    assert decode_buffer_assignment(dumped, module).totals()["temp_bytes"] == plain["temp_bytes"] == 16384
+    # A platform without the assignment in memory_analysis compiles with the dump, once.
+    monkeypatch.setitem(platforms._TABLE, "cpu", dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False))
+    calls = []
+    real = compiler_dump.compile_with_assignment
+    monkeypatch.setattr(compiler_dump, "compile_with_assignment", lambda lo, name=None: calls.append(1) or real(lo))
+    other = jax.jit(lambda x: jnp.cos(x) * 3).lower(jnp.ones((8,)))
+    with_assignment(None, other)
+    with_assignment(None, other)  # remembered: no second dump
+    assert calls == [1]
+
+
+# -- the probe ---------------------------------------------------------------------------------------------------
+def _measured(peak, baseline, before, after):
+    return {"peak": peak, "baseline": baseline, "peak_exact": True, "peak_reason": "pjrt", "reserved_before": before,
+            "reserved_after": after}
+
+
+def test_the_probe_on_a_reserved_region_is_exact_only_where_the_allocator_shows_the_scratch(monkeypatch):
+    from xlakit.memory import _probe_reserved
+
+    ma = TRAIN["memory_analysis"]
+    compiled = types.SimpleNamespace(memory_analysis=lambda: types.SimpleNamespace(**ma))
+    monkeypatch.setattr(_probe_reserved, "reserved_temp", lambda c: (1_077_330_432, "recorded assignment"))
+    base = TRAIN["stats_before_run"]["bytes_in_use"]
+    out, code = ma["output_size_in_bytes"], ma["generated_code_size_in_bytes"]
+    first = _measured(base + out + code, base, 0, 1_077_346_304)
+    second = _measured(base + 2 * out, base + out, 1_077_346_304, 1_077_346_304)
+    verdict = _probe_reserved.judge_reserved(first, second, compiled, platforms.TPU, 2 << 20)
+    assert verdict["exact"] and verdict["scratch"] == out + 1_077_346_304 == verdict["xla_bytes"]
+    assert verdict["code"] == code
+    covered = _measured(base + out + code, base, 2 << 30, 2 << 30)  # an earlier, larger program's region
+    verdict = _probe_reserved.judge_reserved(covered, second, compiled, platforms.TPU, 2 << 20)
+    assert not verdict["exact"] and "cannot be seen in the allocator" in verdict["reason"]
+
+
+# -- the PJRT C API reset ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def fake_plugin(tmp_path_factory):
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler to build the stand-in PJRT plugin")
+    out = tmp_path_factory.mktemp("pjrt") / "libtpu_standin.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(out), str(Path(__file__).parent / "data" /
+                                                                        "fake_pjrt_plugin.c")], check=True)
+    return ctypes.CDLL(str(out))  # loaded, as JAX loads a plugin: xlakit only ever opens it with RTLD_NOLOAD
+
+
+def _device(device_id=1, pointer=0x1000):
+    return types.SimpleNamespace(platform="tpu", id=device_id, client=types.SimpleNamespace(unsafe_client_pointer=pointer))
+
+
+def test_the_pjrt_reset_calls_clear_memory_stats_on_the_right_device(fake_plugin, monkeypatch):
+    from xlakit._jax import pjrt_capi
+
+    monkeypatch.setattr(pjrt_capi, "_resolved", {})
+    fake_plugin.fake_configure(112, 138, b"tpu")
+    before = fake_plugin.fake_clears()
+    assert pjrt_capi.clear_memory_stats(_device(1)) == "PJRT_Device_ClearMemoryStats (PJRT C API 0.112)"
+    assert fake_plugin.fake_clears() == before + 1
+    with pytest.raises(pjrt_capi.PjrtUnavailable, match="not among the plugin's addressable devices"):
+        pjrt_capi.clear_memory_stats(_device(7))
+
+
+@pytest.mark.parametrize(("minor", "functions", "platform", "why"), [
+    (105, 138, b"tpu", "no PJRT_Device_ClearMemoryStats"),   # older than the function
+    (112, 120, b"tpu", "no PJRT_Device_ClearMemoryStats"),   # a table that stops before its slot
+    (112, 138, b"cuda", "serves platform 'cuda', not 'tpu'"),  # another plugin's table: never used on this client
+])
+def test_the_pjrt_reset_is_refused_before_any_call_where_the_table_does_not_allow_it(fake_plugin, monkeypatch,
+                                                                                     minor, functions, platform, why):
+    from xlakit._jax import pjrt_capi
+
+    monkeypatch.setattr(pjrt_capi, "_resolved", {})
+    fake_plugin.fake_configure(minor, functions, platform)
+    before = fake_plugin.fake_clears()
+    with pytest.raises(pjrt_capi.PjrtUnavailable, match=why):
+        pjrt_capi.clear_memory_stats(_device(1, pointer=0x2000 + minor + functions))
+    assert fake_plugin.fake_clears() == before
+    fake_plugin.fake_configure(112, 138, b"tpu")
+
+
+def test_the_reset_falls_back_to_a_baseline_and_says_why_on_cpu():
+    import jax
+
+    from xlakit._jax import pjrt_capi
+
+    with pytest.raises(pjrt_capi.PjrtUnavailable, match="not a PJRT C API plugin"):
+        pjrt_capi.clear_memory_stats(jax.devices()[0])
+    recorded = FACTS["reset"]
+    assert recorded["after_reset"]["peak_bytes_in_use"] == recorded["after_reset"]["bytes_in_use"]  # on the TPU
+    assert recorded["before"]["peak_bytes_in_use"] > recorded["before"]["bytes_in_use"]
+    assert tuple(FACTS["pjrt_c_api_version"]) == (0, 112)
