@@ -171,7 +171,8 @@ def test_the_dump_route_on_cpu_gives_the_same_program_and_assignment(monkeypatch
 
     assert decode_buffer_assignment(dumped, module).totals()["temp_bytes"] == plain["temp_bytes"] == 16384
     # A platform without the assignment in memory_analysis compiles with the dump, once.
-    monkeypatch.setitem(platforms._TABLE, "cpu", dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False))
+    no_assignment = dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False)
+    monkeypatch.setitem(platforms._TABLE, "cpu", no_assignment)
     calls = []
     real = compiler_dump.compile_with_assignment
     monkeypatch.setattr(compiler_dump, "compile_with_assignment", lambda lo, name=None: calls.append(1) or real(lo))
@@ -218,7 +219,8 @@ def fake_plugin(tmp_path_factory):
 
 
 def _device(device_id=1, pointer=0x1000):
-    return types.SimpleNamespace(platform="tpu", id=device_id, client=types.SimpleNamespace(unsafe_client_pointer=pointer))
+    client = types.SimpleNamespace(unsafe_client_pointer=pointer)
+    return types.SimpleNamespace(platform="tpu", id=device_id, client=client)
 
 
 def test_the_pjrt_reset_calls_clear_memory_stats_on_the_right_device(fake_plugin, monkeypatch):
