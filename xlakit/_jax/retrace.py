@@ -1,12 +1,16 @@
-"""Recompiles explained: each retrace of a function seen before, with what changed against its previous trace.
+"""Recompiles explained: each retrace of a function seen before, with what changed against what is compiled.
 
 Read at trace time only: JAX reports ``/jax/core/compile/jaxpr_trace_duration`` when it has traced a function
 for ``jit`` because its tracing cache missed (a call JAX's caches answer runs no Python here at all, so the
 hot path is untouched). At that moment JAX's ``pjit._trace_for_jit`` frame is on the stack with the function
 (``fun``), its jit options (``ji``: static argument numbers and names), the argument paths (``dbg.arg_names``),
 the abstract values (``avals``: shape, dtype, weak type) and the call's arguments; the signature built from
-them is compared with the function's previous one. Checked on jax 0.10.2; on a JAX whose frame differs, a
-retrace is still reported, with "the signature could not be read on this JAX version".
+them is compared with every signature of the function traced (and so compiled) before in this process — at
+most :data:`SIGNATURES_KEPT` per function — and the closest one (fewest changes; the latest on a tie) explains
+the retrace. Not the previous call's: a static value already compiled (``n: 7 -> 3`` with 3 compiled before)
+is no cause, the argument that forced the new program is. A change whose new value was compiled before, in
+another combination, says so (``seen: "yes"``). Checked on jax 0.10.2; on a JAX whose frame differs, a retrace
+is still reported, with "the signature could not be read on this JAX version".
 
 A function is known by where it is defined (qualified name, file, first line), so a function re-created on
 every call (``jax.jit(lambda ...)`` in a loop) is recognised as the same one, with the change "function".
@@ -48,6 +52,12 @@ FIXES = {
     "function": "create the jitted function once (outside the loop), not on every call",
     "unknown": "look at JAX's explanation with jax.config.update('jax_explain_cache_misses', True)",
 }
+
+
+#: Signatures kept per function (the latest ones) to find the closest to a retrace, and in all: a function
+#: traced at many shapes keeps its latest 16; past 4096 in all, the least recently traced functions are dropped.
+SIGNATURES_KEPT = 16
+SIGNATURES_TOTAL = 4096
 
 
 class RecompileWarning(UserWarning):
@@ -211,16 +221,52 @@ def diff(before: _Signature, after: _Signature) -> list[dict[str, str]]:
     return out
 
 
-def describe(changes: list[dict[str, str]]) -> str:
-    """One line: ``x: shape float32[8] -> float32[16]; n: static 2 -> 3``."""
+def _value(sig: _Signature, what: str, path: str) -> str | None:
+    """The text :func:`diff` gives for ``path``'s ``what`` in ``sig`` (None: not comparable)."""
+    leaf = sig["leaves"].get(path)
+    if what in ("shape", "dtype", "weak_type"):
+        return _leaf_text(leaf) if leaf is not None else None
+    if what == "sharding":
+        return sig["mesh"][:120] if path == "mesh" else ((leaf[3] or "uncommitted") if leaf is not None else None)
+    if what == "static":
+        return sig["static"].get(path, "absent")
+    if what == "config":
+        return str(sig["config"].get(path))
+    return None
+
+
+def closest(history: list[_Signature], sig: _Signature) -> tuple[list[dict[str, str]], bool]:
+    """``(changes, latest)``: the changes from the signature in ``history`` (oldest first) closest to ``sig``
+    (fewest changes, the latest on a tie), and whether that is the latest one. A change whose new value some
+    signature in ``history`` already had gets ``seen: "yes"`` (it was compiled before, in another combination:
+    only together with the other changes is it new)."""
+    best: list[dict[str, str]] | None = None
+    latest = True
+    for i, before in enumerate(reversed(history)):
+        changes = diff(before, sig)
+        if best is None or len(changes) < len(best):
+            best, latest = changes, i == 0
+    for c in best or ():
+        if any(_value(h, c["what"], c["path"]) == c["after"] for h in history):
+            c["seen"] = "yes"
+    return best or [], latest
+
+
+def describe(changes: list[dict[str, str]], latest: bool = True) -> str:
+    """One line: ``x: shape float32[8] -> float32[16]; n: static 2 -> 3 (3 was compiled before, ...)``;
+    ``latest`` False: the changes are against an earlier compiled signature than the previous trace's."""
     if not changes:
         return ("no argument changed: JAX's tracing cache no longer held this signature (a new jax.jit object, "
                 "jax.clear_caches(), or an evicted entry)")
-    return "; ".join(f"{c['path']}: {c['what']} {c['before']} -> {c['after']}" for c in changes)
+    text = "; ".join(f"{c['path']}: {c['what']} {c['before']} -> {c['after']}"
+                     + (f" ({c['after']} was compiled before, with other arguments)" if c.get("seen") else "")
+                     for c in changes)
+    return text + ("" if latest else " [against the closest signature compiled before, not the previous call's]")
 
 
 class RetraceTracker:
-    """Keeps each function's last trace signature; turns a retrace into a ``recompile`` event.
+    """Keeps each function's trace signatures (the latest :data:`SIGNATURES_KEPT`); turns a retrace into a
+    ``recompile`` event whose changes are against the closest signature compiled before (:func:`closest`).
 
     One per process (:data:`TRACKER`), so a function's history outlives one ``events.record()`` block.
 
@@ -233,7 +279,8 @@ class RetraceTracker:
         self.warn_after = warn_after
         self.window_s = window_s
         self._lock = threading.Lock()
-        self._last: collections.OrderedDict[tuple, _Signature | None] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple, list[_Signature]] = collections.OrderedDict()
+        self._kept = 0  # signatures held in _seen, in all
         self._times: dict[tuple, collections.deque[float]] = {}
         self._warned: set[tuple] = set()
 
@@ -256,23 +303,39 @@ class RetraceTracker:
             except Exception:  # noqa: BLE001 - another JAX's frame: report the retrace without the signature
                 sig = None
         with self._lock:
-            seen = ident in self._last
-            before = self._last.get(ident)
-            self._last[ident] = sig
-            self._last.move_to_end(ident)
-            while len(self._last) > 4096:
-                self._last.popitem(last=False)
+            seen = ident in self._seen
+            history = list(self._seen.get(ident, ()))
+            self._remember(ident, sig)
         if not seen:
             return
-        if before is not None and sig is not None:
-            changes = diff(before, sig)
-            reason = describe(changes)
+        if history and sig is not None:
+            changes, latest = closest(history, sig)
+            reason = describe(changes, latest)
         else:
             changes = [{"what": "unknown", "path": "arguments", "before": "?", "after": "?"}]
             reason = "retraced; the signature could not be read on this JAX version"
         emit("recompile", source="jit", name=name, reason=reason, changes=changes)
         if not _library_function(frame.f_locals.get("fun") if frame is not None else None):
             self._maybe_warn(ident, name, changes)  # JAX's own helpers (jit__normal) recompile by design
+
+    def _remember(self, ident: tuple, sig: _Signature | None) -> None:
+        """Add ``sig`` to the function's signatures (the latest :data:`SIGNATURES_KEPT`; one traced again moves
+        to the end). Under the lock."""
+        kept = self._seen.setdefault(ident, [])
+        self._seen.move_to_end(ident)
+        if sig is not None:
+            same = next((i for i, k in enumerate(kept) if not _differs(k, sig)), None)
+            if same is not None:
+                kept.pop(same)
+                self._kept -= 1
+            kept.append(sig)
+            self._kept += 1
+            if len(kept) > SIGNATURES_KEPT:
+                kept.pop(0)
+                self._kept -= 1
+        while self._kept > SIGNATURES_TOTAL or len(self._seen) > SIGNATURES_TOTAL:
+            _, dropped = self._seen.popitem(last=False)
+            self._kept -= len(dropped)
 
     def _maybe_warn(self, ident: tuple, name: str | None, changes: list[dict[str, str]]) -> None:
         now = time.monotonic()
@@ -287,7 +350,9 @@ class RetraceTracker:
             if len(recent) <= self.warn_after or ident in self._warned:
                 return
             self._warned.add(ident)
-        main = changes[0] if changes else {"what": "unknown", "path": "arguments"}
+        # a value compiled before is no cause on its own: name the change to a new value first
+        main = next((c for c in changes if not c.get("seen")), changes[0] if changes else
+                    {"what": "unknown", "path": "arguments"})
         message = (
             f"{name or ident[0]} recompiled {len(recent)} times in {now - recent[0]:.0f} s; the last time because "
             f"{main['path']} changed its {main['what'].replace('_', ' ')} ({describe(changes)}). Usual fix: "
@@ -361,6 +426,10 @@ def _user_frame() -> Any:
             return frame
         frame = frame.f_back
     return None
+
+
+def _differs(a: _Signature, b: _Signature) -> bool:
+    return bool(diff(a, b))
 
 
 #: The process's tracker, used by the JAX listeners.
