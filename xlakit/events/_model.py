@@ -12,7 +12,7 @@ __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", 
 
 #: Every ``Event.kind``, in the order tables and frames list them. See the table in :mod:`xlakit.events`.
 KINDS = ("hit", "miss", "compile", "store", "skip", "corrupt", "evict", "load_error", "store_error", "trace",
-         "lower", "remote_hit", "remote_miss", "upload", "upload_error", "claim", "wait", "recompile")
+         "lower", "remote_hit", "remote_miss", "upload", "upload_error", "claim", "wait", "recompile", "set_aside")
 
 #: Kinds of a shared (remote) tier and of coordination across processes; their seconds and bytes are summed
 #: per kind (:attr:`xlakit.events.CacheStats.fleet_s`, ``fleet_bytes``).
