@@ -211,14 +211,32 @@ def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["abc", "-5", "10 parsecs", ""])
+@pytest.mark.parametrize("bad", ["abc", "-5", "10 parsecs", "", "9" * 400, "1" * 5000 + ".5GiB"])
 def test_prune_bad_max_bytes(cache, capsys, bad):
     code, out, err = run(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", bad)
     assert code == 2
     assert out == ""
-    assert "--max-bytes" in err and "e.g. 500MB" in err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "--max-bytes" in err and ("e.g. 500MB" in err or "more than the largest xlakit accepts" in err), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and len(err) < 400
     assert len(cache.entries()) == 3
+
+
+def test_numbers_too_large_name_their_setting_everywhere(bucket, capsys, monkeypatch):
+    """Fault: 400 digits gave a bare OverflowError (int(float(...)) of inf), or an infinite age, wait or deadline
+    accepted. Each is now a one-line error naming the setting."""
+    from xlakit.cache.coordinated import ENV_WAIT_S, CoordinatedCompiles
+    from xlakit.store.remote import remote_timeout_s
+
+    url, _ = bucket
+    huge = "9" * 400
+    for flag, value in (("--max-bytes", huge), ("--older-than", huge + "d")):
+        code, out, err = run(capsys, "cache", "prune", "--remote", url, flag, value)
+        assert code == 2 and out == "" and err.startswith(f"xlakit: error: {flag}: ") and len(err) < 400, err
+    with pytest.raises(ValueError, match="timeout_s must be a finite number of seconds > 0"):
+        remote_timeout_s(10**400)
+    monkeypatch.setenv(ENV_WAIT_S, "1e999")
+    with pytest.raises(ValueError, match=f"{ENV_WAIT_S} must be a finite number of seconds >= 0"):
+        CoordinatedCompiles(None, None, None)
 
 
 def test_clear_one_partition(cache, capsys):

@@ -247,8 +247,15 @@ def verify(args: argparse.Namespace) -> int:
     print_bounded([(r.partition(":")[0], f"{i.partition}/{i.name or '(unreadable)'} [{i.key}]: {r}") for i, r in bad],
                   "entries failed verification", everyone, prefix="BAD ")
     if bad:
-        print(f"{len(bad)} of {len(results)} entries failed verification; "
-              f"{len(moved)} moved to {quarantine} (they will not be loaded)")
+        stuck = [r for i, r in bad if str(i.path) not in moved]
+        line = (f"{len(bad)} of {len(results)} entries failed verification and will not be loaded; "
+                f"{len(moved)} moved to {quarantine}")
+        if stuck:  # e.g. a quarantine on another filesystem that refused the copy, a read-only folder
+            why = next((r.partition(" [not quarantined: ")[2].rstrip("]") for r in stuck if "[not quarantined: " in r),
+                       "gone or replaced while verifying")
+            line += (f"; {len(stuck)} could not be moved and stay where they are, rejected again on every read "
+                     f"({why})")
+        print(line)
         return 1
     print(f"{len(results) - len(skipped)} entries verified" + (f", {len(skipped)} skipped" if skipped else ""))
     return 0

@@ -155,9 +155,12 @@ def prune(args: argparse.Namespace) -> int:
 
     try:
         older = rm.parse_age(args.older_than) if args.older_than else None
+    except ValueError as e:
+        raise CliError(f"--older-than: {e}") from None
+    try:
         limit = parse_size(args.max_bytes) if args.max_bytes else None
     except ValueError as e:
-        raise CliError(str(e)) from None
+        raise CliError(f"--max-bytes: {e}") from None
     from xlakit.store import load_secret
 
     remote, mode = _remote(args)
