@@ -369,7 +369,7 @@ def test_a_changed_structure_is_shown_where_it_differs_not_its_first_120_charact
     import jax
     from flax import nnx
 
-    from xlakit._jax.retrace import _where_differs
+    from xlakit._jax.retrace_changes import _where_differs
 
     class Model(nnx.Module):
         def __init__(self, remat: bool):

@@ -27,7 +27,8 @@ from .layout import (
     validate_partition,
 )
 
-__all__ = ["QuarantineError", "clear_quarantine", "move_to_quarantine", "quarantine_file", "quarantined_files"]
+__all__ = ["QuarantineError", "clear_quarantine", "move_to_quarantine", "quarantine_file", "quarantine_reported",
+           "quarantined_files"]
 
 
 class QuarantineError(OSError):
@@ -103,14 +104,12 @@ def _copy_across(name: str, src: int, dest: str, dst: int) -> bool:
 
 
 def move_to_quarantine(root: Path, partition: str, name: str, reason: str,
-                       identity: tuple[int, int] | None = None) -> Path:
-    """Move ``<root>/<partition>/<name>`` (an entry file) to the quarantine with a reason note; the new path.
-
-    ``identity`` (st_dev, st_ino): move only that file (a writer may have replaced a bad entry with a good one
-    since it was read).
+                       identity: tuple[int, int] | None = None) -> Path | None:
+    """Move ``<root>/<partition>/<name>`` (an entry file) to the quarantine with a reason note; the new path, or
+    None when the file is gone or is not the one read (``identity``: (st_dev, st_ino); a writer may have
+    replaced a bad entry with a good one since it was read).
 
     Raises:
-      FileNotFoundError: the file is gone, or is not the one read (``identity``): nothing to move.
       QuarantineError: it could not be moved (the message says why: a read-only folder, a full quarantine on
         another filesystem, a link or FIFO that cannot cross filesystems); it stays where it was.
     """
@@ -151,7 +150,9 @@ def move_to_quarantine(root: Path, partition: str, name: str, reason: str,
                     pass  # the move is what protects readers; the note is a courtesy
             finally:
                 os.close(qpfd)
-    except (FileNotFoundError, QuarantineError):
+    except FileNotFoundError:
+        return None
+    except QuarantineError:
         raise
     except OSError as e:
         raise QuarantineError(e.errno or errno.EIO, f"the quarantine {root / QUARANTINE} could not take it "
@@ -168,6 +169,17 @@ def quarantine_file(root: Path, partition: str, name: str, reason: str,
         return move_to_quarantine(root, partition, name, reason, identity)
     except OSError:
         return None
+
+
+def quarantine_reported(root: Path, partition: str, name: str, problem: str,
+                        identity: tuple[int, int] | None = None) -> str:
+    """Quarantine a file ``verify`` rejected for ``problem``; ``problem`` as it stands then: unchanged when the
+    file moved (or was gone meanwhile), ending ``" [not quarantined: <why>]"`` when it stayed in place."""
+    try:
+        move_to_quarantine(root, partition, name, problem, identity)
+    except QuarantineError as e:
+        return f"{problem} [not quarantined: {e}]"
+    return problem
 
 
 def _own_name(name: str) -> bool:
