@@ -2,6 +2,7 @@
 
     python benchmarks/fuzz_bundle.py [--cases 10000] [--seed 0] [--load-every 20]
     python benchmarks/fuzz_bundle.py --programs 1000    (random batch programs: benchmarks/fuzz_bundle_rows.py)
+    python benchmarks/fuzz_bundle.py --params 200       (random parameter pytrees: benchmarks/fuzz_bundle_params.py)
 
 Each case mutates one file of a valid, warm bundle (manifest.json, .cache/module_hashes.json, the
 safetensors header, a module file, .cache itself) in one way — truncation, bit flips, deep nesting, huge
@@ -318,6 +319,9 @@ def main(argv=None) -> int:
     parser.add_argument("--programs", type=int, default=0,
                         help="instead: fuzz N random batch programs at padded and chunked sizes "
                              "(benchmarks/fuzz_bundle_rows.py)")
+    parser.add_argument("--params", type=int, default=0,
+                        help="instead: export, load and call N random parameter pytrees (0-d, bool, int, bf16, "
+                             "fp8, int4, strided, jax.Arrays on any device, keys; benchmarks/fuzz_bundle_params.py)")
     parser.add_argument("--mem-gib", type=float, default=8.0,
                         help="address-space limit, so reading /dev/zero is a MemoryError finding, not an OOM kill")
     args = parser.parse_args(argv)
@@ -326,6 +330,11 @@ def main(argv=None) -> int:
         from fuzz_bundle_rows import run as fuzz_rows
 
         return 1 if fuzz_rows(args.programs, args.seed)["wrong"] else 0
+    if args.params:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from fuzz_bundle_params import main as fuzz_params
+
+        return fuzz_params(["--cases", str(args.params), "--seed", str(args.seed)])
     import resource
 
     limit = int(args.mem_gib * 2 ** 30)

@@ -142,6 +142,10 @@ def test_event_log_is_bounded_and_observable():
     ({"min_compile_time_s": "1s"}, TypeError, r"min_compile_time_s must be a number of seconds.*got str '1s'"),
     ({"min_compile_time_s": float("nan")}, ValueError, r"min_compile_time_s must be a finite number"),
     ({"min_compile_time_s": -1}, ValueError, r"min_compile_time_s must be a finite number of seconds >= 0"),
+    # a bare OverflowError before: int(float("1" * 400)) and math.isfinite(10**400)
+    ({"max_bytes": "1" * 400}, ValueError, r"max_bytes: size '1111.*\(402 characters\) is more than the largest"),
+    ({"max_bytes": 10**400}, ValueError, r"max_bytes: 1000.*is more than the largest cap xlakit accepts"),
+    ({"min_compile_time_s": 10**400}, ValueError, r"min_compile_time_s must be a finite number of seconds"),
 ])
 def test_enable_cache_refuses_bad_arguments_by_name_before_touching_jax(tmp_path, kwargs, error, match):
     # Before the fix these failed deep inside (os.fspath of an int in store/layout.py, "'<=' not supported"

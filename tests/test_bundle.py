@@ -154,6 +154,28 @@ def test_demo_cnn_nested_dict_params_bit_identical(tmp_path):
     np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(jax.jit(infer)(params, x)))
 
 
+def test_scalar_parameters_keep_their_shape_type_and_answer(tmp_path):
+    """0-d parameters stay 0-d (a lax.cond on one exports), a Python float stays weakly typed (x_bf16 * scale is
+    bfloat16, as under jax.jit), a float64 becomes what jax.jit makes of it (float32 without x64), and the
+    answer is jax.jit's to the bit (it was 333.13901 against jax.jit's 333.137 when scalars became shape (1,))."""
+    import ml_dtypes
+
+    params = {"gate": np.float32(0.5), "scale": 333.137, "shift": np.array(-1.0, np.float64)}
+
+    def fn(p, x):
+        y = jax.lax.cond(p["gate"] > 0, lambda v: v * p["scale"], lambda v: -v, x)
+        return {"y": y, "total": jnp.sum(x.astype(jnp.float32)) * p["scale"] + p["shift"]}
+
+    x = np.ones((2, 3), ml_dtypes.bfloat16)
+    manifest = export_bundle(fn, params, x, tmp_path / "b", batch_sizes=(2,))
+    assert {w.name: (w.shape, w.dtype) for w in manifest.weights} == {
+        "gate": ((), "float32"), "scale": ((), "float32"), "shift": ((), "float32")}
+    want, got = jax.jit(fn)(params, x), load(tmp_path / "b")(x)
+    assert got["y"].dtype == want["y"].dtype == jnp.bfloat16 and got["total"].shape == want["total"].shape == ()
+    np.testing.assert_array_equal(np.asarray(got["y"]), np.asarray(want["y"]))
+    assert float(got["total"]) == float(want["total"]) == float(np.float32(6 * np.float32(333.137) - 1))
+
+
 #: Modules a warm load (every program a hit, no remote) has no use for: importing each costs the first result of a
 #: restart ~0.2-0.5 ms (benchmarks/first_result.py).
 COLD_PATH_MODULES = ("xlakit.cache.remote", "xlakit.bundle.compiling", "xlakit.bundle.rows")

@@ -92,3 +92,40 @@ def test_random_batch_programs_proven_row_wise_survive_padding_and_chunking():
     assert counts["findings"] == [] and counts["wrong"] == 0
     assert counts["proven"] >= 3 and counts["checked"] == counts["proven"]
     assert counts["coupled"] >= 1 and counts["size-dependent"] >= 1
+
+
+# -- random parameter pytrees: a bundle never changes a parameter ----------------------------------------------
+
+_PARAMS = Path(__file__).parent.parent / "benchmarks" / "fuzz_bundle_params.py"
+_params_spec = importlib.util.spec_from_file_location("fuzz_bundle_params", _PARAMS)
+fuzz_params = importlib.util.module_from_spec(_params_spec)
+_params_spec.loader.exec_module(fuzz_params)
+
+
+@settings(max_examples=12, **_SETTINGS)
+@given(seed=st.integers(0, 2 ** 32))
+def test_drawn_parameters_round_trip_identical(tmp_path, seed):
+    """Parameter pytrees drawn from what users pass (Python and NumPy scalars, 0-d, bool, int, bf16, fp8, int4,
+    float64, Fortran-ordered and strided arrays, weakly typed jax.Arrays, typed keys): the stored tensors are
+    the leaves as jax.jit sees them, and the loaded bundle's outputs (each leaf, x_bf16 * each scalar, a
+    lax.cond on each scalar) are bit-identical to jax.jit's, with the same shapes and dtypes."""
+    params, drawn = fuzz_params.draw_params(random.Random(seed))
+    findings = fuzz_params.run_case(params, tmp_path / f"b{seed}")
+    assert findings == [], f"{drawn}: {findings}"
+
+
+def test_parameters_on_any_device_and_sharded_round_trip():
+    """In a process with 4 CPU devices: jax.Arrays placed on any device or sharded over all four, among the
+    other kinds, round-trip identical (the benchmark's runner, 6 cases)."""
+    import json
+
+    from conftest import run_python
+
+    code = (f"import sys, json; sys.path.insert(0, {str(_PARAMS.parent)!r}); import fuzz_bundle_params as f; "
+            "import jax; assert jax.device_count() == 4; "
+            "kinds = ('jax_on_device', 'jax_sharded', 'zero_d', 'py_float', 'int4', 'key'); "
+            "c = f.run(6, 3, out=lambda line: None, kinds=kinds); print(json.dumps(c))")
+    counts = json.loads(run_python(code, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
+                                   timeout=240))
+    assert counts["findings"] == []
+    assert counts["kinds"].get("jax_on_device", 0) + counts["kinds"].get("jax_sharded", 0) >= 2

@@ -86,6 +86,33 @@ def test_plain_reads_give_what_was_written_for_every_stored_dtype(tmp_path):
     assert specs["bf16"].dtype == "bfloat16" and specs["f32"].shape == (2, 3) and specs["empty"].shape == (0, 5)
 
 
+def test_dtypes_safetensors_has_no_code_for_come_back_with_their_dtype(tmp_path):
+    """complex128 and the float8 kinds safetensors cannot name are stored as raw bytes with their dtype and shape in
+    __metadata__; the fnuz/e8m0 kinds it names are read back (they were a "malformed entry" before). Metadata that
+    claims another size, or a dtype outside the list, is a WeightsError."""
+    tensors = {"c128": np.array([[1 + 2j, -3j]], np.complex128),
+               "e3m4": np.linspace(0, 1, 5).astype(ml_dtypes.float8_e3m4), "e4m3": np.array(1.5, ml_dtypes.float8_e4m3),
+               "fnuz": np.arange(3).astype(ml_dtypes.float8_e4m3fnuz),
+               "e8m0": np.array([1, 4], ml_dtypes.float8_e8m0fnu), "b11": np.ones((2, 2), ml_dtypes.float8_e4m3b11fnuz)}
+    f = tmp_path / "w.safetensors"
+    f.write_bytes(weights_file_bytes(tensors))
+    got, specs = read_weights(f), read_weight_specs(f)
+    for name, want in tensors.items():
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        assert got[name].tobytes() == want.tobytes(), name
+        assert (specs[name].dtype, specs[name].shape) == (want.dtype.name, want.shape), name
+
+    header = json.loads(f.read_bytes()[8:8 + int.from_bytes(f.read_bytes()[:8], "little")])
+    for lie, message in (({"dtype": "float8_e3m4", "shape": [6]}, "raw bytes do not hold float8_e3m4"),
+                         ({"dtype": "object", "shape": [5]}, "no dtype this reader knows")):
+        raw = json.loads(header["__metadata__"]["xlakit.raw_dtypes"])
+        header["__metadata__"]["xlakit.raw_dtypes"] = json.dumps({**raw, "e3m4": lie})
+        data = f.read_bytes()[8 + int.from_bytes(f.read_bytes()[:8], "little"):]
+        (tmp_path / "lie.safetensors").write_bytes(_raw(header, 0) + data)
+        with pytest.raises(WeightsError, match=message):
+            read_weight_specs(tmp_path / "lie.safetensors")
+
+
 def test_a_truncated_or_malformed_file_names_what_is_wrong(tmp_path):
     good = weights_file_bytes({"w": np.ones((64, 64), np.float32)})
     f = tmp_path / "w.safetensors"

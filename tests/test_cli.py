@@ -211,14 +211,32 @@ def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["abc", "-5", "10 parsecs", ""])
+@pytest.mark.parametrize("bad", ["abc", "-5", "10 parsecs", "", "9" * 400, "1" * 5000 + ".5GiB"])
 def test_prune_bad_max_bytes(cache, capsys, bad):
     code, out, err = run(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", bad)
     assert code == 2
     assert out == ""
-    assert "--max-bytes" in err and "e.g. 500MB" in err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "--max-bytes" in err and ("e.g. 500MB" in err or "more than the largest xlakit accepts" in err), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and len(err) < 400
     assert len(cache.entries()) == 3
+
+
+def test_numbers_too_large_name_their_setting_everywhere(bucket, capsys, monkeypatch):
+    """Fault: 400 digits gave a bare OverflowError (int(float(...)) of inf), or an infinite age, wait or deadline
+    accepted. Each is now a one-line error naming the setting."""
+    from xlakit.cache.coordinated import ENV_WAIT_S, CoordinatedCompiles
+    from xlakit.store.remote import remote_timeout_s
+
+    url, _ = bucket
+    huge = "9" * 400
+    for flag, value in (("--max-bytes", huge), ("--older-than", huge + "d")):
+        code, out, err = run(capsys, "cache", "prune", "--remote", url, flag, value)
+        assert code == 2 and out == "" and err.startswith(f"xlakit: error: {flag}: ") and len(err) < 400, err
+    with pytest.raises(ValueError, match="timeout_s must be a finite number of seconds > 0"):
+        remote_timeout_s(10**400)
+    monkeypatch.setenv(ENV_WAIT_S, "1e999")
+    with pytest.raises(ValueError, match=f"{ENV_WAIT_S} must be a finite number of seconds >= 0"):
+        CoordinatedCompiles(None, None, None)
 
 
 def test_clear_one_partition(cache, capsys):
@@ -416,6 +434,12 @@ def test_verify_skips_entries_of_another_key(cache, capsys, tmp_path):
     assert code == 0 and data["bad"] == []
     assert [s["key"] for s in data["skipped"]] == ["theirs"] and "another key" in data["skipped"][0]["reason"]
     assert Path(cache.root, PA, "theirs.xlk").exists()
+    for i in range(11):  # past ten: a count and three examples, not one line each
+        assert other.put(PA, f"theirs{i}", {"name": "jit_theirs"}, b"x").stored
+    code, out, _ = run(capsys, "cache", "verify", "--path", str(cache.root))
+    assert code == 0 and out.splitlines()[0] == ("SKIPPED 12 entries skipped (left in place): 12 foreign; --json lists "
+                                                 "them all") and "... and 9 more foreign" in out
+    assert len(out.splitlines()) == 6
 
 
 # -- the shared bucket (--remote URL), on a file:// remote (the S3 listing itself is tested in test_store_remote)
@@ -489,6 +513,37 @@ def test_remote_prune_by_age_then_size(bucket, capsys):
     assert code == 2 and "--older-than" in err
     code, _out, err = run(capsys, "cache", "prune", "--remote", url, "--older-than", "soon")
     assert code == 2 and "30d" in err
+
+
+def test_remote_output_stays_bounded_under_a_hostile_bucket(bucket, capsys):
+    """Fault: one `note:` line per junk name (20,000 names gave 20,000 lines), one SKIPPED or BAD line per junk
+    object. Now 2,000 junk names, 40 plain files and 40 forged envelopes at object names: each command prints a
+    count per kind and a few examples (control characters escaped), and --json still lists every one."""
+    from xlakit.store.envelope import MAGIC
+
+    url, remote = bucket
+    part = Path(remote.object_name(PA, "key-a1")).parent
+    for i in range(2000):
+        (part / f"junk {i};\x1b[31m").write_bytes(b"")
+    for i in range(40):
+        (part / f"key-plain{i}").write_bytes(b"not an envelope")
+        (part / f"key-forged{i}").write_bytes(MAGIC + b"\0" * 200)
+    for cmd in (["ls"], ["stats"], ["verify"], ["prune", "--older-than", "999d", "--dry-run"]):
+        code, out, err = run(capsys, "cache", *cmd, "--remote", url)
+        lines = (out + err).splitlines()
+        assert len(lines) < 40 or cmd == ["ls"], (cmd, len(lines), lines[:50])
+        assert [line for line in err.splitlines() if line.startswith("note: ")][:1] == [
+            "note: 2000 names left alone: 2000 not an xlakit object name (left alone); --json lists them all "
+            "(left_alone)"], cmd
+        assert "\x1b" not in out + err and "\\x1b" in err  # the escape character is shown, never sent
+        code, data = run_json(capsys, "cache", *cmd, "--remote", url)
+        assert len(data["left_alone"]) == 2000 and data["left_alone"][0]["why"].startswith("not an xlakit object")
+    code, out, _ = run(capsys, "cache", "verify", "--remote", url)
+    assert code == 1 and "SKIPPED 81 objects skipped (left in place): 41 foreign, 40 not-xlakit; --json lists them " \
+        "all" in out and "... and 38 more foreign" in out and "... and 37 more not-xlakit" in out
+    assert "BAD cpu-jaxlib0.0.0-x86_64-avx2-aaaaaaaa [key-bad]" in out  # one bad object: shown as it is
+    code, data = run_json(capsys, "cache", "verify", "--remote", url)
+    assert len(data["bad"]) == 1 and len(data["skipped"]) == 81
 
 
 def test_report_into_a_missing_folder_says_to_create_it(cache, tmp_path, capsys):

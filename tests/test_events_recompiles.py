@@ -54,6 +54,29 @@ def test_a_recompile_names_the_argument_and_what_changed():
     assert (row.argument, row.what, row.values_seen) == ("x", "shape", "float32[2], float32[3]")
 
 
+def test_a_recompile_is_blamed_on_what_forced_it_not_on_a_value_already_compiled():
+    """n=3 and n=7 are both compiled with a weak float; then n=3 with a float32: the previous call had n=7, but
+    3 is already compiled, so the cause is x's weak type, against the closest compiled signature. A value
+    compiled before in another combination says so."""
+    @functools.partial(jax.jit, static_argnames="n")
+    def scale(x, n):
+        return x * n
+
+    with events.record() as rec:
+        scale(1.0, n=3)
+        scale(1.0, n=7)
+        scale(jnp.float32(1.0), n=3)
+        scale(jnp.float32(1.0), n=7)
+    first, second, third = rec.events("recompile")
+    assert first.changes == [{"what": "static", "path": "n", "before": "3", "after": "7"}]
+    assert second.changes == [{"what": "weak_type", "path": "x", "before": "weak float32[]", "after": "float32[]"}]
+    assert second.reason == ("x: weak_type weak float32[] -> float32[] [against the closest signature compiled "
+                             "before, not the previous call's]")
+    # (float32, 7): one change from (weak, 7) and from (float32, 3); the latest wins, and 7 was compiled before
+    assert third.changes == [{"what": "static", "path": "n", "before": "3", "after": "7", "seen": "yes"}]
+    assert "(7 was compiled before, with other arguments)" in third.reason
+
+
 def test_weak_type_structure_function_and_config_changes():
     @jax.jit
     def inc(v):
@@ -346,7 +369,7 @@ def test_a_changed_structure_is_shown_where_it_differs_not_its_first_120_charact
     import jax
     from flax import nnx
 
-    from xlakit._jax.retrace import _where_differs
+    from xlakit._jax.retrace_changes import _where_differs
 
     class Model(nnx.Module):
         def __init__(self, remat: bool):

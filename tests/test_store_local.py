@@ -208,6 +208,70 @@ def test_corrupt_entry_is_quarantined_then_rewritten(store):
     assert store.get(PART, "k").payload == b"fresh"
 
 
+def _no_cross_device_moves(monkeypatch):
+    """The quarantine on another filesystem: link(2) and rename(2) fail with EXDEV (no second filesystem needed)."""
+    import errno
+
+    def exdev(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    for name in ("link", "rename", "replace"):
+        monkeypatch.setattr(os, name, exdev)
+
+
+def test_a_quarantine_on_another_filesystem_gets_the_entry_by_copy_with_its_note(store, monkeypatch):
+    """Fault: with EXDEV the bad entry stayed in place without its note, was re-read and rejected on every run,
+    and verify said "0 moved". Now it is copied there (fsynced, then the original unlinked), note included."""
+    store.put(PART, "k", _header(), b"payload" * 100)
+    store.put(PART, "k2", _header(), b"payload" * 100)
+    path, path2 = store.root / PART / "k.xlk", store.root / PART / "k2.xlk"
+    damaged = {}
+    for p in (path, path2):
+        data = bytearray(p.read_bytes())
+        data[-3] ^= 0x40
+        p.write_bytes(damaged.setdefault(p, bytes(data)))
+    _no_cross_device_moves(monkeypatch)
+    res = store.get(PART, "k")
+    assert res.status == "corrupt" and not path.exists() and res.quarantined_to.read_bytes() == damaged[path]
+    assert "payload SHA-256 mismatch" in res.quarantined_to.with_name(
+        res.quarantined_to.name.removesuffix(".xlk") + ".reason.txt").read_text()
+    assert store.get(PART, "k").status == "absent"  # not re-read and rejected on the next run
+    [(info, reason)] = [r for r in store.verify() if r[1]]
+    assert info.key == "k2" and "[not quarantined" not in reason and not path2.exists()
+
+
+def test_an_entry_the_quarantine_cannot_take_says_exactly_what_happened(store, monkeypatch, tmp_path, capsys):
+    """EXDEV and the copy fails too (the quarantine's filesystem is full): the entry stays, the read says why, and
+    verify says how many moved and how many stayed (it said "0 moved (they will not be loaded)")."""
+    import errno
+
+    from xlakit.cli import main
+
+    store.put(PART, "k", _header(), b"payload" * 100)
+    path = store.root / PART / "k.xlk"
+    path.write_bytes(path.read_bytes()[:-5])
+    _no_cross_device_moves(monkeypatch)
+    real_fsync = os.fsync
+
+    def full(fd):
+        if os.fstat(fd).st_size:  # the copy, not a folder
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full)
+    res = store.get(PART, "k")
+    assert res.status == "corrupt" and res.quarantined_to is None and path.exists()
+    assert "No space left on device" in res.disposition and "left in place" in res.disposition
+    assert not any(store.root.joinpath("quarantine", PART).glob("k.*"))  # the partial copy is removed
+    monkeypatch.setenv("XLAKIT_CACHE_SECRET", SECRET.decode())
+    code = main(["cache", "verify", "--path", str(store.root)])
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    assert "1 of 1 entries failed verification and will not be loaded; 0 moved to" in out
+    assert "1 could not be moved and stay where they are, rejected again on every read" in out
+    assert "No space left on device" in out
+
+
 def test_truncated_entry_is_corrupt(store):
     store.put(PART, "k", _header(), os.urandom(1000))
     path = store.root / PART / "k.xlk"

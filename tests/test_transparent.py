@@ -80,7 +80,7 @@ def test_second_process_on_a_moved_copy_hits_bit_identical_and_no_path_enters_th
     a, cold = filled
     b = copy_of(filled, tmp_path / "elsewhere" / "B")
     warm = run_worker(b, "add_one", "matmul", "mlp", env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jaxdir")})
-    assert kinds(warm) == ["hit", "hit", "hit"]
+    assert kinds(warm) == ["set_aside", "hit", "hit", "hit"]  # JAX's configured folder is told set aside
     assert warm["results"] == {n: cold["results"][n] for n in ("add_one", "matmul", "mlp")}
     assert [e["key"] for e in only(warm, "hit")] == [e["key"] for e in only(cold, "store")][:3]
     for e in only(warm, "hit"):
@@ -379,6 +379,40 @@ print(json.dumps({{"warnings": [str(w.message) for w in caught],
     again = json.loads(run_python(code.replace('f(np.ones(4, np.float32))                       #',
                                                'pass  #')))
     assert again["warnings"] == [] and again["kinds"] == ["miss", "compile", "store", "hit"]
+
+
+def test_a_configured_jax_cache_set_aside_is_told_untouched_and_handed_back(tmp_path):
+    """Fault: enable_cache() set aside a configured, warm jax_compilation_cache_dir without a word (a team lost its
+    warm cache and did not know why). Now: one warning naming the folder (not repeated by a second enable), a
+    set_aside event per enable, nothing written there while xlakit is on, and JAX's setting restored after."""
+    user = tmp_path / "my_jax_cache"
+    code = f"""
+import json, os, warnings
+import numpy as np, jax, xlakit
+jax.config.update("jax_compilation_cache_dir", {str(user)!r})
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+jax.jit(lambda x: x * 3.0)(np.ones(4, np.float32))        # JAX's own cache is warm
+warm = sorted(os.listdir({str(user)!r}))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    xlakit.enable_cache({str(tmp_path / "xc")!r})
+    xlakit.enable_cache({str(tmp_path / "xc")!r})
+jax.jit(lambda x: x - 1.0)(np.ones(4, np.float32))
+during = sorted(os.listdir({str(user)!r}))
+xlakit.disable_cache()
+restored = jax.config.jax_compilation_cache_dir
+jax.jit(lambda x: x / 2.0)(np.ones(4, np.float32))
+print(json.dumps({{"warnings": [str(w.message) for w in caught], "warm": warm, "during": during,
+                   "after": sorted(os.listdir({str(user)!r})), "restored": restored,
+                   "events": [[e.source, e.folder, e.reason] for e in xlakit.events.log() if e.kind == "set_aside"]}}))
+"""
+    out = json.loads(run_python(code))
+    told = [w for w in out["warnings"] if str(user) in w]  # (the other one: a program compiled before enabling)
+    assert len(told) == 1 and "disable_cache() hands the folder back" in told[0], out["warnings"]
+    assert [e[:2] for e in out["events"]] == [["jax-persistent", str(user)]] * 2
+    assert out["warm"] and out["during"] == out["warm"]  # nothing written while xlakit was on
+    assert out["restored"] == str(user) and len(out["after"]) > len(out["warm"])  # JAX writes there again
 
 
 def test_switching_caches_does_not_call_the_first_caches_programs_not_stored(tmp_path):

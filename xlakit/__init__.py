@@ -92,8 +92,9 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = N
         supported versions.
       TypeError: ``path`` is not a str/``os.PathLike``/None, ``max_bytes`` is not an int/size string/None (a
         bool or float included), or ``min_compile_time_s`` is not a number; the message says what to pass.
-      ValueError: ``max_bytes`` <= 0 or an unreadable size string, ``min_compile_time_s`` < 0 or not finite,
-        or a bad ``remote``/``remote_mode``/``remote_options`` (or environment variable; the message names it).
+      ValueError: ``max_bytes`` <= 0, over 2**63 - 1 or an unreadable size string, ``min_compile_time_s`` < 0 or
+        not finite, or a bad ``remote``/``remote_mode``/``remote_options`` (or environment variable; the message
+        names it).
       ImportError: the package for the remote's protocol is missing (the message names the extra).
       xlakit.store.CacheFolderError: ``path`` is a file or cannot be created (an ``OSError``; the message names
         the path and what to do). An existing folder that cannot be written is used as it is: its entries are

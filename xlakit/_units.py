@@ -11,7 +11,13 @@ import os
 import re
 from typing import Any
 
-__all__ = ["parse_size", "check_path", "check_max_bytes", "check_seconds"]
+__all__ = ["MAX_BYTES", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds"]
+
+#: The largest byte count xlakit accepts anywhere (a size, a cap): 2**63 - 1 bytes (8 EiB), what an int64 holds
+#: and what headers and listings may say (:data:`xlakit.store.safejson.MAX_INT`). Larger is a ValueError naming
+#: the setting, never an OverflowError from deep inside.
+MAX_BYTES = 2**63 - 1
+_MAX_INT_DIGITS = len(str(MAX_BYTES))
 
 _UNITS = {
     "": 1, "b": 1,
@@ -27,12 +33,29 @@ def parse_size(text: str) -> int:
     k/KB/M/MB/G/GB/T/TB are powers of 1000; KiB/MiB/GiB/TiB powers of 1024 (case-insensitive).
     Raises ValueError for anything else, including negative numbers.
     """
-    m = _SIZE_RE.match(text)
+    from fractions import Fraction
+
+    m = _SIZE_RE.match(text) if isinstance(text, str) else None
     unit = m.group(2).lower() if m else None
     if not m or unit is None or unit not in _UNITS:
-        raise ValueError(f"invalid size {text!r}: use a number of bytes, optionally with a unit "
+        raise ValueError(f"invalid size {_shown(text)}: use a number of bytes, optionally with a unit "
                          "(k, MB, GiB, ...), e.g. 500MB or 2GiB")
-    return int(float(m.group(1)) * _UNITS[unit])
+    number = m.group(1)
+    whole = number.partition(".")[0].lstrip("0")
+    # exact arithmetic (a float turned 400 digits into inf, and int(inf) raised OverflowError); digits counted
+    # first, so a huge number is refused before Python converts it
+    if len(whole) > _MAX_INT_DIGITS or (size := int(Fraction(number) * _UNITS[unit])) > MAX_BYTES:
+        raise ValueError(f"size {_shown(text)} is more than the largest xlakit accepts, {MAX_BYTES} bytes (8 EiB)")
+    return size
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, saying how long it was (a 400-digit number stays readable)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str() (4300 by default)
+        return f"an int of {value.bit_length()} bits"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def check_path(path: Any, name: str = "path") -> str | os.PathLike | None:
@@ -53,7 +76,8 @@ def check_max_bytes(value: Any, name: str = "max_bytes") -> int | None:
 
     Raises:
       TypeError: a bool, a float or any other type (pass an int number of bytes or a string such as "2GB").
-      ValueError: a number <= 0, or a string :func:`parse_size` does not read.
+      ValueError: a number <= 0 or over :data:`MAX_BYTES`, or a string :func:`parse_size` does not read; the
+        message starts with ``name``.
     """
     given = value
     if isinstance(value, str):
@@ -65,7 +89,10 @@ def check_max_bytes(value: Any, name: str = "max_bytes") -> int | None:
         raise TypeError(f"{name} must be an int number of bytes, a size string such as '2GB' or '500MiB', or "
                         f"None for no cap; got {type(given).__name__} {given!r}")
     if value is not None and value <= 0:
-        raise ValueError(f"{name} must be a positive number of bytes or None for no cap, got {given!r}")
+        raise ValueError(f"{name} must be a positive number of bytes or None for no cap, got {_shown(given)}")
+    if value is not None and value > MAX_BYTES:
+        raise ValueError(f"{name}: {_shown(given)} is more than the largest cap xlakit accepts, {MAX_BYTES} bytes "
+                         "(8 EiB); pass None for no cap")
     return value
 
 
@@ -78,7 +105,23 @@ def check_seconds(value: Any, name: str = "min_compile_time_s") -> float:
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds (int or float, e.g. 0.5), "
-                        f"got {type(value).__name__} {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return float(value)
+                        f"got {type(value).__name__} {_shown(value)}")
+    return finite_seconds(value, name, positive=False)
+
+
+def finite_seconds(value: Any, name: str, *, positive: bool = True) -> float:
+    """``value`` (a number or a numeric string, e.g. from an environment variable) as a float number of seconds:
+    finite and > 0 (``positive``) or >= 0.
+
+    Raises:
+      ValueError: naming ``name``: not a number, NaN, infinite, out of range, or an int too large for a float
+        (which ``float()`` reports as an ``OverflowError``).
+    """
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        seconds = float("nan")
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise ValueError(f"{name} must be a finite number of seconds {'> 0' if positive else '>= 0'} (e.g. 30), "
+                         f"got {_shown(value)}")
+    return seconds

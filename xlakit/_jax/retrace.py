@@ -1,12 +1,16 @@
-"""Recompiles explained: each retrace of a function seen before, with what changed against its previous trace.
+"""Recompiles explained: each retrace of a function seen before, with what changed against what is compiled.
 
 Read at trace time only: JAX reports ``/jax/core/compile/jaxpr_trace_duration`` when it has traced a function
 for ``jit`` because its tracing cache missed (a call JAX's caches answer runs no Python here at all, so the
 hot path is untouched). At that moment JAX's ``pjit._trace_for_jit`` frame is on the stack with the function
 (``fun``), its jit options (``ji``: static argument numbers and names), the argument paths (``dbg.arg_names``),
 the abstract values (``avals``: shape, dtype, weak type) and the call's arguments; the signature built from
-them is compared with the function's previous one. Checked on jax 0.10.2; on a JAX whose frame differs, a
-retrace is still reported, with "the signature could not be read on this JAX version".
+them is compared with every signature of the function traced (and so compiled) before in this process — at
+most :data:`SIGNATURES_KEPT` per function — and the closest one (fewest changes; the latest on a tie) explains
+the retrace. Not the previous call's: a static value already compiled (``n: 7 -> 3`` with 3 compiled before)
+is no cause, the argument that forced the new program is. A change whose new value was compiled before, in
+another combination, says so (``seen: "yes"``). Checked on jax 0.10.2; on a JAX whose frame differs, a retrace
+is still reported, with "the signature could not be read on this JAX version".
 
 A function is known by where it is defined (qualified name, file, first line), so a function re-created on
 every call (``jax.jit(lambda ...)`` in a loop) is recognised as the same one, with the change "function".
@@ -29,6 +33,9 @@ import warnings
 import weakref
 from typing import Any
 
+from xlakit._jax.retrace_changes import Signature as _Signature
+from xlakit._jax.retrace_changes import closest, describe, diff
+
 __all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER", "watch", "quiet_recompiles"]
 
 #: Global settings that change what JAX traces (part of its trace context), compared between traces.
@@ -50,11 +57,14 @@ FIXES = {
 }
 
 
+#: Signatures kept per function (the latest ones) to find the closest to a retrace, and in all: a function
+#: traced at many shapes keeps its latest 16; past 4096 in all, the least recently traced functions are dropped.
+SIGNATURES_KEPT = 16
+SIGNATURES_TOTAL = 4096
+
+
 class RecompileWarning(UserWarning):
     """A jitted function recompiled more often than the threshold within the window (issued once per function)."""
-
-
-_Signature = dict[str, Any]
 
 
 def _unwrap(fun: Any) -> Any:
@@ -150,77 +160,9 @@ def _signature(frame: Any) -> _Signature:
             "mesh": str(local.get("ctx_mesh", ""))}
 
 
-def _leaf_text(leaf: tuple[str, str, bool, str]) -> str:
-    shape, dtype, weak, _ = leaf
-    return f"{'weak ' if weak else ''}{dtype}{shape}"
-
-
-def _where_differs(b: str, a: str, width: int = 120) -> tuple[str, str]:
-    """``b`` and ``a`` cut to ``width`` characters around where they differ: a flax.nnx module's tree structure
-    is a GraphDef dump of thousands of characters whose first 120 are the same whatever changed (a static
-    ``remat=False`` -> ``True`` deep inside); the common start and end are shown as ``…``."""
-    if len(b) <= width and len(a) <= width:
-        return b, a
-    n = min(len(b), len(a))
-    head = next((i for i in range(n) if b[i] != a[i]), n)
-    tail = next((i for i in range(n - head) if b[-1 - i] != a[-1 - i]), n - head)
-    start = max(0, head - 40)
-
-    after = max(0, tail - 20)  # a little of the common end too: "False" and "True" share their "e"
-
-    def cut(text: str) -> str:
-        middle = text[start:len(text) - after]
-        return ("…" if start else "") + middle[:width] + ("…" if len(middle) > width or after else "")
-
-    return cut(b), cut(a)
-
-
-def diff(before: _Signature, after: _Signature) -> list[dict[str, str]]:
-    """The changes from ``before`` to ``after``: dicts with ``what``, ``path``, ``before``, ``after``."""
-    out: list[dict[str, str]] = []
-
-    def add(what: str, path: str, b: str, a: str) -> None:
-        out.append({"what": what, "path": path, "before": b, "after": a})
-
-    bl, al = before["leaves"], after["leaves"]
-    if list(bl) != list(al) or before["structure"] != after["structure"]:
-        gone, new = [p for p in bl if p not in al], [p for p in al if p not in bl]
-        add("structure", (gone or new or ["arguments"])[0], *_where_differs(before["structure"], after["structure"]))
-    for path in (p for p in al if p in bl):
-        b, a = bl[path], al[path]
-        if b[0] != a[0]:
-            add("shape", path, _leaf_text(b), _leaf_text(a))
-        elif b[1] != a[1]:
-            add("dtype", path, _leaf_text(b), _leaf_text(a))
-        elif b[2] != a[2]:
-            add("weak_type", path, _leaf_text(b), _leaf_text(a))
-        elif b[3] != a[3]:
-            add("sharding", path, b[3] or "uncommitted", a[3] or "uncommitted")
-    bs, as_ = before["static"], after["static"]
-    for path in sorted(set(bs) | set(as_)):
-        if bs.get(path) != as_.get(path):
-            add("static", path, bs.get(path, "absent"), as_.get(path, "absent"))
-    for name, value in after["config"].items():
-        if before["config"].get(name) != value:
-            add("config", name, str(before["config"].get(name)), value)
-    if before["mesh"] != after["mesh"]:
-        add("sharding", "mesh", before["mesh"][:120], after["mesh"][:120])
-    if not out and before["ref"]() is not after["ref"]():
-        add("function", after.get("qualname") or "function", "an earlier function object",
-            "a new function object (same code)")
-    return out
-
-
-def describe(changes: list[dict[str, str]]) -> str:
-    """One line: ``x: shape float32[8] -> float32[16]; n: static 2 -> 3``."""
-    if not changes:
-        return ("no argument changed: JAX's tracing cache no longer held this signature (a new jax.jit object, "
-                "jax.clear_caches(), or an evicted entry)")
-    return "; ".join(f"{c['path']}: {c['what']} {c['before']} -> {c['after']}" for c in changes)
-
-
 class RetraceTracker:
-    """Keeps each function's last trace signature; turns a retrace into a ``recompile`` event.
+    """Keeps each function's trace signatures (the latest :data:`SIGNATURES_KEPT`); turns a retrace into a
+    ``recompile`` event whose changes are against the closest signature compiled before (:func:`closest`).
 
     One per process (:data:`TRACKER`), so a function's history outlives one ``events.record()`` block.
 
@@ -233,7 +175,8 @@ class RetraceTracker:
         self.warn_after = warn_after
         self.window_s = window_s
         self._lock = threading.Lock()
-        self._last: collections.OrderedDict[tuple, _Signature | None] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple, list[_Signature]] = collections.OrderedDict()
+        self._kept = 0  # signatures held in _seen, in all
         self._times: dict[tuple, collections.deque[float]] = {}
         self._warned: set[tuple] = set()
 
@@ -256,23 +199,39 @@ class RetraceTracker:
             except Exception:  # noqa: BLE001 - another JAX's frame: report the retrace without the signature
                 sig = None
         with self._lock:
-            seen = ident in self._last
-            before = self._last.get(ident)
-            self._last[ident] = sig
-            self._last.move_to_end(ident)
-            while len(self._last) > 4096:
-                self._last.popitem(last=False)
+            seen = ident in self._seen
+            history = list(self._seen.get(ident, ()))
+            self._remember(ident, sig)
         if not seen:
             return
-        if before is not None and sig is not None:
-            changes = diff(before, sig)
-            reason = describe(changes)
+        if history and sig is not None:
+            changes, latest = closest(history, sig)
+            reason = describe(changes, latest)
         else:
             changes = [{"what": "unknown", "path": "arguments", "before": "?", "after": "?"}]
             reason = "retraced; the signature could not be read on this JAX version"
         emit("recompile", source="jit", name=name, reason=reason, changes=changes)
         if not _library_function(frame.f_locals.get("fun") if frame is not None else None):
             self._maybe_warn(ident, name, changes)  # JAX's own helpers (jit__normal) recompile by design
+
+    def _remember(self, ident: tuple, sig: _Signature | None) -> None:
+        """Add ``sig`` to the function's signatures (the latest :data:`SIGNATURES_KEPT`; one traced again moves
+        to the end). Under the lock."""
+        kept = self._seen.setdefault(ident, [])
+        self._seen.move_to_end(ident)
+        if sig is not None:
+            same = next((i for i, k in enumerate(kept) if not _differs(k, sig)), None)
+            if same is not None:
+                kept.pop(same)
+                self._kept -= 1
+            kept.append(sig)
+            self._kept += 1
+            if len(kept) > SIGNATURES_KEPT:
+                kept.pop(0)
+                self._kept -= 1
+        while self._kept > SIGNATURES_TOTAL or len(self._seen) > SIGNATURES_TOTAL:
+            _, dropped = self._seen.popitem(last=False)
+            self._kept -= len(dropped)
 
     def _maybe_warn(self, ident: tuple, name: str | None, changes: list[dict[str, str]]) -> None:
         now = time.monotonic()
@@ -287,7 +246,9 @@ class RetraceTracker:
             if len(recent) <= self.warn_after or ident in self._warned:
                 return
             self._warned.add(ident)
-        main = changes[0] if changes else {"what": "unknown", "path": "arguments"}
+        # a value compiled before is no cause on its own: name the change to a new value first
+        main = next((c for c in changes if not c.get("seen")), changes[0] if changes else
+                    {"what": "unknown", "path": "arguments"})
         message = (
             f"{name or ident[0]} recompiled {len(recent)} times in {now - recent[0]:.0f} s; the last time because "
             f"{main['path']} changed its {main['what'].replace('_', ' ')} ({describe(changes)}). Usual fix: "
@@ -361,6 +322,10 @@ def _user_frame() -> Any:
             return frame
         frame = frame.f_back
     return None
+
+
+def _differs(a: _Signature, b: _Signature) -> bool:
+    return bool(diff(a, b))
 
 
 #: The process's tracker, used by the JAX listeners.

@@ -38,7 +38,7 @@ from xlakit.bundle.manifest import (
 )
 from xlakit.bundle.rows import establish_rows
 from xlakit.bundle.trees import encode_tree
-from xlakit.bundle.weights import flatten_params, to_numpy, weights_file_bytes
+from xlakit.bundle.weights import as_traced, flatten_params, host_param, weights_file_bytes
 from xlakit.store import safejson
 
 __all__ = ["export_bundle"]
@@ -60,7 +60,11 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         are flattened by path like the parameters; the tree is kept in the manifest as plain data
         (:mod:`xlakit.bundle.trees`). Typed PRNG keys (``jax.random.key``) may be inputs or outputs.
       params: any pytree of arrays (nested dicts, ``flax.nnx.State``, dataclasses...). Stored in
-        ``weights.safetensors`` under their flattened path names.
+        ``weights.safetensors`` under their flattened path names, each exactly as ``jax.jit`` traces it (see
+        :mod:`xlakit.bundle.weights`): shape (0-d stays 0-d), canonical dtype, values, weak type; NumPy arrays
+        of any layout, Python and NumPy scalars, ``jax.Array`` s on any device, typed PRNG keys (stored as
+        their key data), every numeric dtype JAX has (``bool`` to ``complex``, ``bfloat16``, ``float8_*``,
+        ``int4``).
       example_inputs: one array, a tuple of arrays (positional inputs named ``x0``, ``x1``...; a single
         array is named ``x``) or a dict name -> array. Arrays or ``jax.ShapeDtypeStruct``. Axis 0 of every
         input is the batch axis. Their rows feed the comparison of the symbolic program with each exported
@@ -117,9 +121,10 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
 
     names, leaves, treedef = flatten_params(params)
     try:
-        host = {n: to_numpy(leaf) for n, leaf in zip(names, leaves, strict=True)}
+        stored = {n: host_param(n, leaf) for n, leaf in zip(names, leaves, strict=True)}
     except ValueError as e:
         raise ValueError(f"parameters: {e}") from None
+    host = {n: p.array for n, p in stored.items()}
     weight_avals = {n: jax.ShapeDtypeStruct(a.shape, a.dtype) for n, a in host.items()}
 
     modules: dict[str, bytes] = {}
@@ -132,7 +137,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
     for vname, f in functions.items():
         # Named after the function (as jax.jit names it), never after the folder: a renamed or re-exported
         # bundle keeps byte-identical modules, and with them its compiled programs.
-        wrapped = _bundle_fn(f, names, treedef, input_names, by_keyword, _ident(getattr(f, "__name__", "fn")))
+        wrapped = _bundle_fn(f, stored, treedef, input_names, by_keyword, _ident(getattr(f, "__name__", "fn")))
         per_size = {}
         for b in sizes:
             avals = [jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype) for a in input_avals]
@@ -223,13 +228,15 @@ def _declared(rows_independent, functions) -> dict[str, bool]:
     return dict(rows_independent)
 
 
-def _bundle_fn(f, names, treedef, input_names, by_keyword, fun_name):
-    """The exported function: flat weights in, a flat tuple of output leaves out. The output tree and leaf
-    paths of the latest trace are kept on the function (``out_tree``, ``out_paths``) for the manifest."""
+def _bundle_fn(f, stored, treedef, input_names, by_keyword, fun_name):
+    """The exported function: flat weights in (``stored``: name -> :class:`~xlakit.bundle.weights.HostParam`, in
+    flatten order), a flat tuple of output leaves out; each weight is given back to ``f`` as ``jax.jit`` traced
+    it (weak type, typed key). The output tree and leaf paths of the latest trace are kept on the function
+    (``out_tree``, ``out_paths``) for the manifest."""
     import jax
 
     def bundle_fn(weights, *inputs):
-        params = treedef.unflatten([weights[n] for n in names])
+        params = treedef.unflatten([as_traced(p, weights[n]) for n, p in stored.items()])
         if by_keyword:
             out = f(params, **dict(zip(input_names, inputs, strict=False)))
         else:

@@ -207,15 +207,24 @@ def _place_weights(path: Path, manifest: Manifest, device: Any) -> tuple[dict, f
     """Read, check and ``device_put`` the weights; ``(weights, seconds)``. Raises WeightsError."""
     import jax
 
+    from xlakit.bundle.errors import WeightsError
     from xlakit.bundle.weights import check_weights, read_weight_specs, read_weights
 
     t = time.perf_counter()
     wfile = path / manifest.weights_file
+    wide = [s for s in manifest.weights if s.dtype in _X64_DTYPES]
+    if wide and not jax.config.read("jax_enable_x64"):  # device_put would narrow them; the programs take them wide
+        raise WeightsError(wfile, wide[0].name, f"{wide[0].describe()} was exported with jax_enable_x64 on, and "
+                           "this process has it off (placing it would make it 32-bit); call "
+                           "jax.config.update('jax_enable_x64', True) before load_bundle")
     check_weights(wfile, read_weight_specs(wfile), manifest.weights)  # header first: sizes are known
     host = read_weights(wfile)
     check_weights(wfile, host, manifest.weights)
     weights = jax.device_put(host, device)
     return weights, time.perf_counter() - t
+
+
+_X64_DTYPES = ("float64", "int64", "uint64", "complex128")
 
 
 def _order(manifest: Manifest, blobs: dict, usage: list | None, background: bool) -> list[str]:

@@ -111,7 +111,8 @@ def _close(a, b) -> bool:
         return False
     if a.dtype.kind not in "fc":
         return _equal(a, b)
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    wide = np.complex128 if "c" in (a.dtype.kind, b.dtype.kind) else np.float64  # never drop an imaginary part
+    a64, b64 = a.astype(wide), b.astype(wide)
     finite = np.isfinite(a64)
     scale = float(np.max(np.abs(a64[finite]))) if finite.any() else 1.0
     return bool(np.allclose(a64, b64, rtol=1e-5, atol=1e-6 * (1.0 + scale), equal_nan=True))

@@ -7,14 +7,26 @@ rebuilds the original tree inside itself (see :mod:`xlakit.bundle.export`), and 
 flat dict. Tensor names are the flattened pytree paths with ``"."`` between keys, e.g. ``"layers.0.kernel"``
 for a nested dict, ``"l1.kernel.value"`` for an ``nnx.State`` (``.value`` is the Variable's own pytree key).
 
-Reading needs no JAX; arrays come back as NumPy arrays (``bfloat16`` through ``ml_dtypes``).
+Each parameter is stored exactly as ``jax.jit`` would see it (:func:`host_param`): its shape (a 0-d array stays
+0-d), its dtype after JAX's canonicalization (``float64`` is ``float32`` unless ``jax_enable_x64``), its values,
+C-ordered. What the file cannot hold as such travels beside it: a weak type (a Python scalar, or a ``jax.Array``
+with ``weak_type=True``) and a typed PRNG key's implementation are restored inside the exported function
+(:func:`as_traced`), and a dtype safetensors has no code for (``int4``, ``float8_e3m4``, ``complex128``...) is
+stored as its raw bytes (``U8``) with the real dtype and shape in the file's ``__metadata__``
+(``"xlakit.raw_dtypes"``), which :func:`read_weights` applies. A sub-byte dtype (``int4``...) is stored in a
+byte-wide one that holds its values exactly and converted back inside the program (:class:`HostParam`).
+
+Reading needs no JAX; arrays come back as NumPy arrays (``bfloat16``, ``float8_*``, ``int4`` through
+``ml_dtypes``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +35,8 @@ import numpy as np
 from xlakit.bundle.errors import WeightsError
 from xlakit.bundle.manifest import TensorSpec
 
-__all__ = ["flatten_params", "to_numpy", "weights_file_bytes", "read_weights", "read_weight_specs",
-           "check_weights"]
+__all__ = ["HostParam", "flatten_params", "host_param", "as_traced", "weights_file_bytes", "read_weights",
+           "read_weight_specs", "check_weights"]
 
 
 def flatten_params(params: Any) -> tuple[list[str], list[Any], Any]:
@@ -66,27 +78,130 @@ def _path_name(path) -> str:
     return ".".join(parts) or "param"
 
 
-def to_numpy(leaf: Any) -> np.ndarray:
-    """A host copy of one parameter; Python scalars get JAX's default dtype (float32, int32)."""
+@dataclass(frozen=True)
+class HostParam:
+    """One parameter as a bundle stores it.
+
+    Attributes:
+      array: the host array written to the file: C-ordered, the leaf's shape (0-d stays 0-d), the dtype
+        ``jax.jit`` gives the leaf (canonicalized: ``float64`` -> ``float32`` unless ``jax_enable_x64``); for a
+        typed PRNG key, its key data (``jax.random.key_data``, ``uint32[..., 2]`` for threefry).
+      weak_type: the leaf is weakly typed under ``jax.jit`` (a Python int/float/complex, or a ``jax.Array``
+        whose ``weak_type`` is True): ``x_bf16 * scale`` then stays bfloat16.
+      key_impl: the PRNG implementation of a typed key (``jax.random.key_impl``), else None.
+      sub_byte: for a dtype narrower than a byte (``int4``, ``uint4``, ``int2``, ``uint2``, ``float4_e2m1fn``),
+        that dtype; ``array`` then holds the same values in a byte-wide dtype (``int8``, ``uint8``,
+        ``float8_e4m3fn``: exact), converted back inside the program. (JAX 0.10 cannot pass a sub-byte array
+        placed on a device to an ahead-of-time compiled program: XLA:CPU requires a packed layout that
+        ``device_put`` never produces.)
+    """
+
+    array: np.ndarray
+    weak_type: bool = False
+    key_impl: Any = None
+    sub_byte: np.dtype | None = None
+
+
+def host_param(name: str, leaf: Any) -> HostParam:
+    """``leaf`` as :class:`HostParam`: the same shape, dtype, weak type and values ``jax.jit`` would trace.
+
+    A ``jax.Array`` is copied from wherever it lives (any device, any sharding, as long as this process holds
+    all of it). Raises ``ValueError`` naming ``name`` for a Python int that does not fit JAX's integer type,
+    an array that is not fully addressable, or a dtype that is not a number (object, string...)."""
     import jax
 
-    if isinstance(leaf, (int, float, complex, bool)):
-        return np.asarray(leaf, dtype=jax.dtypes.canonicalize_dtype(np.result_type(leaf)))
+    if isinstance(leaf, bool):
+        return HostParam(np.asarray(leaf, dtype=np.bool_))
+    if isinstance(leaf, (int, float, complex)) and not isinstance(leaf, np.generic):  # weak, as jax.jit makes it
+        dtype = jax.dtypes.canonicalize_dtype(np.result_type(type(leaf)))
+        try:
+            return HostParam(np.asarray(leaf, dtype=dtype), weak_type=True)
+        except OverflowError:
+            raise ValueError(f"parameter {name!r}: the Python {type(leaf).__name__} {leaf} does not fit {dtype.name} "
+                             "(what jax.jit makes of it); store it as an array of a wider dtype "
+                             "(with jax_enable_x64)") from None
+    key_impl = None
+    if isinstance(leaf, jax.Array):
+        if not leaf.is_fully_addressable:
+            raise ValueError(f"parameter {name!r} is not fully addressable from this process (sharded across "
+                             "processes); gather it first (jax.experimental.multihost_utils.process_allgather)")
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            key_impl, leaf = jax.random.key_impl(leaf), jax.random.key_data(leaf)
+    weak = bool(getattr(leaf, "weak_type", False))
     arr = np.asarray(leaf)
-    if arr.dtype.kind not in "biufc" and arr.dtype.name != "bfloat16" and not arr.dtype.name.startswith("float8"):
-        raise ValueError(f"dtype {arr.dtype} cannot be stored in safetensors")
-    return np.ascontiguousarray(arr)
+    if not _storable(arr.dtype):
+        raise ValueError(f"parameter {name!r} has dtype {arr.dtype}, which is not a number type; bundles store "
+                         "numeric arrays only")
+    canonical = np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype)).newbyteorder("=")
+    if arr.dtype != canonical:  # float64 without x64, a big-endian array: converted on the host, as jax.jit does
+        arr = arr.astype(canonical)
+    sub_byte = None
+    if arr.dtype.name in _SUB_BYTE:
+        sub_byte, arr = arr.dtype, arr.astype(_dtype_named(_SUB_BYTE[arr.dtype.name]))
+    if not arr.flags.c_contiguous:  # 0-d arrays are always contiguous: never promoted to shape (1,)
+        arr = arr.copy(order="C")
+    return HostParam(arr, weak_type=weak, key_impl=key_impl, sub_byte=sub_byte)
+
+
+# Sub-byte dtype -> the byte-wide dtype that holds each of its values exactly (see HostParam.sub_byte).
+_SUB_BYTE = {"int4": "int8", "int2": "int8", "uint4": "uint8", "uint2": "uint8", "float4_e2m1fn": "float8_e4m3fn"}
+
+
+def as_traced(param: HostParam, value: Any) -> Any:
+    """Inside the exported function: the stored ``value`` (a traced array of ``param.array``'s shape and dtype)
+    as the function saw the parameter: in its sub-byte dtype again, weakly typed again, or wrapped back into a
+    typed PRNG key."""
+    if param.key_impl is not None:
+        import jax
+
+        return jax.random.wrap_key_data(value, impl=param.key_impl)
+    if param.sub_byte is not None:
+        value = value.astype(param.sub_byte)
+    if param.weak_type:
+        from xlakit._jax.export_compat import weakly_typed
+
+        return weakly_typed(value)
+    return value
+
+
+def _storable(dtype: np.dtype) -> bool:
+    """Numbers only: NumPy's bool/int/uint/float/complex, or an ``ml_dtypes`` type (bfloat16, float8_*, int4...)."""
+    if dtype.kind in "biufc":
+        return True
+    try:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, dtype.name)) == dtype
+    except (AttributeError, TypeError):
+        return False
 
 
 def weights_file_bytes(tensors: dict[str, np.ndarray]) -> bytes:
-    """The safetensors file holding ``tensors`` (name -> host array), names sorted. Raises ValueError for a
-    dtype safetensors cannot store (older safetensors releases cannot write ``bfloat16`` from NumPy)."""
+    """The safetensors file holding ``tensors`` (name -> C-ordered host array), names sorted. A dtype safetensors
+    has no code for is stored as raw bytes (``U8``, one axis) and named with its shape in ``__metadata__``
+    (:data:`RAW_DTYPES_KEY`). Raises ValueError when safetensors refuses the arrays."""
     from safetensors.numpy import save
 
+    native = set(_DTYPES.values())
+    stored, raw = {}, {}
+    for name, arr in sorted(tensors.items()):
+        if arr.dtype.name in native:
+            stored[name] = arr
+        else:  # C-ordered (host_param), so its bytes are its values in order
+            stored[name] = arr.reshape(-1).view(np.uint8)
+            raw[name] = {"dtype": arr.dtype.name, "shape": list(arr.shape)}
+    metadata = {"format": "xlakit.bundle"}
+    if raw:
+        metadata[RAW_DTYPES_KEY] = json.dumps(raw, sort_keys=True)
     try:
-        return save(dict(sorted(tensors.items())), metadata={"format": "xlakit.bundle"})
+        return save(stored, metadata=metadata)
     except (TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"safetensors could not store the parameters: {e}") from e
+
+
+RAW_DTYPES_KEY = "xlakit.raw_dtypes"  # __metadata__ key: {tensor name: {"dtype": name, "shape": [...]}}
+# Dtypes safetensors has no code for, stored as raw bytes; only these names are read back from __metadata__.
+_RAW_DTYPES = ("complex128", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz")
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -155,7 +270,7 @@ def _header(path: Path, f, size: int) -> tuple[dict[str, tuple[np.dtype, tuple[i
     if not isinstance(meta, dict):
         raise bad("header is not a JSON object")
     data_bytes = size - 8 - n
-    out = {}
+    out: dict[str, tuple[np.dtype, tuple[int, ...], int, int]] = {}
     for name, spec in meta.items():
         if name == "__metadata__":
             continue
@@ -170,12 +285,45 @@ def _header(path: Path, f, size: int) -> tuple[dict[str, tuple[np.dtype, tuple[i
             raise bad(f"tensor {name!r}: offsets {[begin, end]} do not fit shape {list(shape)} of {dtype.name} "
                       f"within the file's {data_bytes} data bytes")
         out[str(name)] = (dtype, shape, begin, end)
+    _apply_raw_dtypes(out, meta.get("__metadata__"), bad)
     return out, 8 + n
 
 
+def _apply_raw_dtypes(tensors: dict, metadata: Any, bad) -> None:
+    """Give the tensors named in ``__metadata__[RAW_DTYPES_KEY]`` their real dtype and shape, checked: the
+    stored tensor is one axis of ``uint8`` holding exactly ``prod(shape) * itemsize`` bytes of a known dtype."""
+    from xlakit.store import safejson
+
+    if not isinstance(metadata, dict) or RAW_DTYPES_KEY not in metadata:
+        return
+    try:
+        raw = safejson.loads(metadata[RAW_DTYPES_KEY], max_depth=4)
+    except (TypeError, ValueError) as e:
+        raise bad(f"__metadata__[{RAW_DTYPES_KEY!r}] is not JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise bad(f"__metadata__[{RAW_DTYPES_KEY!r}] is not an object")
+    for name, spec in raw.items():
+        try:
+            dtype_name, shape = spec["dtype"], tuple(int(d) for d in spec["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise bad(f"tensor {name!r}: malformed raw dtype entry {str(spec)[:60]}") from None
+        if name not in tensors or dtype_name not in _RAW_DTYPES:
+            raise bad(f"tensor {name!r}: raw dtype {str(dtype_name)[:40]!r} names no stored tensor or no dtype "
+                      f"this reader knows ({', '.join(_RAW_DTYPES)})")
+        stored, stored_shape, begin, end = tensors[name]
+        dtype = _dtype_named(dtype_name)
+        if stored != np.uint8 or len(stored_shape) != 1 or any(d < 0 for d in shape) \
+                or end - begin != math.prod(shape) * dtype.itemsize:
+            raise bad(f"tensor {name!r}: {end - begin} raw bytes do not hold {dtype_name}{list(shape)}")
+        tensors[name] = (dtype, shape, begin, end)
+
+
 def _dtype(code: str) -> np.dtype:
-    name = _DTYPES[code]
-    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+    return _dtype_named(_DTYPES[code])
+
+
+def _dtype_named(name: str) -> np.dtype:
+    if not hasattr(np, name):  # bfloat16, float8_*, int4...: ml_dtypes
         import ml_dtypes
 
         return np.dtype(getattr(ml_dtypes, name))
@@ -207,7 +355,8 @@ def _open_regular(path: Path):
 # safetensors' dtype codes -> NumPy names, for header-only reads
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
            "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16",
-           "U8": "uint8", "BOOL": "bool", "C64": "complex64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+           "U8": "uint8", "BOOL": "bool", "C64": "complex64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+           "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu"}
 
 
 def check_weights(file: str | os.PathLike, found: dict[str, Any], expected: tuple[TensorSpec, ...]) -> None:

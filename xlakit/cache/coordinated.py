@@ -53,11 +53,12 @@ class CoordinatedCompiles:
 
     def __init__(self, store: Any, io: Any, log: Any, *, wait_s: float | None = None, coordinator: Any = None,
                  poll_s: float = 0.2, store_poll_s: float = 1.0) -> None:
-        if wait_s is None:
-            try:
-                wait_s = float(os.environ.get(ENV_WAIT_S) or 120.0)
-            except ValueError:
-                raise ValueError(f"{ENV_WAIT_S}={os.environ.get(ENV_WAIT_S)!r} is not a number of seconds") from None
+        from xlakit._units import finite_seconds
+
+        if wait_s is None:  # "1e999" or "nan" would wait for ever or never: refused, naming the variable
+            wait_s = finite_seconds(os.environ.get(ENV_WAIT_S) or 120.0, ENV_WAIT_S, positive=False)
+        else:
+            wait_s = finite_seconds(wait_s, "wait_s", positive=False)
         self.store, self.io, self.log = store, io, log
         self.wait_s, self.poll_s, self.store_poll_s = float(wait_s), poll_s, store_poll_s
         self._coordinator = coordinator

@@ -61,7 +61,8 @@ class ExecutableCache(StoreHandler):
     Raises:
       TypeError: ``path`` is not a str/``os.PathLike``/None, ``max_bytes`` is not an int/size string/None
         (a bool or float included), or ``min_compile_time_s`` is not a number.
-      ValueError: ``max_bytes`` <= 0 or an unreadable size string; ``min_compile_time_s`` negative or not finite.
+      ValueError: ``max_bytes`` <= 0, over 2**63 - 1 or an unreadable size string; ``min_compile_time_s`` negative
+        or not finite (an int too large for a float included). Each message names the argument.
       xlakit.UnsupportedJaxVersion: the installed JAX lacks the hooks this relies on.
       RuntimeError: ``jax_enable_compilation_cache`` is False (JAX then computes no key to cache by).
       xlakit.store.CacheFolderError: ``path`` is a file or cannot be created (an ``OSError``; names the path).

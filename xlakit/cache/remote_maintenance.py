@@ -36,10 +36,16 @@ def parse_age(text: str) -> float:
     """Seconds from ``"30d"``, ``"12h"``, ``"90m"``, ``"2w"``, ``"3600"`` (plain number: seconds).
 
     Raises ValueError naming the accepted forms."""
+    import math
+
     m = _AGE.match(text or "")
     if not m:
         raise ValueError(f"invalid age {text!r}: use a number with s, m, h, d or w, e.g. 30d or 12h")
-    return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
+    seconds = float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]  # 400 digits: inf, refused below
+    if not math.isfinite(seconds):
+        raise ValueError(f"age {text[:40]!r}{'...' if len(text) > 40 else ''} is too large: use a number with s, m, "
+                         "h, d or w, e.g. 30d or 12h")
+    return seconds
 
 
 @dataclass(frozen=True)

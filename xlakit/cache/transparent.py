@@ -110,6 +110,7 @@ class TransparentCache(StoreHandler):
 _lock = threading.Lock()
 _active: TransparentCache | None = None
 _warned_late = False
+_warned_set_aside: set[str] = set()  # JAX cache folders already named in a warning (one warning per folder)
 # JAX's compile count (compiles_so_far) split by whether an xlakit cache was installed: compiles made under one
 # were offered to it (stored in that folder), so enabling another cache must not call them "not stored".
 _covered_compiles = 0
@@ -158,6 +159,27 @@ def _warn_if_late() -> None:
                   stacklevel=user_stacklevel())
 
 
+def _tell_set_aside(cache: TransparentCache) -> None:
+    """JAX's own persistent cache was configured (``jax_compilation_cache_dir``, e.g. from
+    ``JAX_COMPILATION_CACHE_DIR``) and :func:`~xlakit._jax.persistent.apply_config` has just set it to None, as
+    transparent mode needs (the folder's path would otherwise enter every key): say so — a ``set_aside`` event
+    every time, one ``RuntimeWarning`` per folder and process — so a warm JAX cache is never lost without a
+    word. :func:`disable` hands the folder back."""
+    folder = (cache._saved_config or {}).get("jax_compilation_cache_dir")
+    if not folder:
+        return
+    folder = str(folder)
+    reason = (f"JAX's own compilation cache at {folder} (jax_compilation_cache_dir / JAX_COMPILATION_CACHE_DIR) "
+              f"is set aside while xlakit's cache at {cache.path} is enabled: its entries are not read and nothing "
+              "is written there, so programs it held compile once more and are then stored by xlakit. "
+              "xlakit.disable_cache() hands the folder back to JAX; to stop this warning, unset "
+              "JAX_COMPILATION_CACHE_DIR in processes that enable xlakit's cache (README: 'JAX's own cache')")
+    cache.log.emit("set_aside", source="jax-persistent", folder=folder, reason=reason)
+    if folder not in _warned_set_aside:
+        _warned_set_aside.add(folder)
+        warnings.warn(f"xlakit.enable_cache(): {reason}", RuntimeWarning, stacklevel=user_stacklevel())
+
+
 def active() -> TransparentCache | None:
     """The installed :class:`TransparentCache`, or None."""
     return _active
@@ -190,6 +212,7 @@ def enable(path: str | Path | None = None, max_bytes: int | str | None = None, m
             _active.uninstall()
             _active = None
         cache.install()
+        _tell_set_aside(cache)
         _note_cache_change(installed=True)
         use_memo_dir(store.root)  # the jaxlib fingerprint memo lives beside the cache in use
         if current_environment.cache_info().currsize == 0:  # hash jaxlib meanwhile, off the first compile's path

@@ -16,10 +16,11 @@ from typing import Any, NoReturn
 
 from xlakit._text.format import fmt_bytes, fmt_seconds
 from xlakit._text.table import Column, Table
+from xlakit._text.untrusted import terminal_text
 from xlakit._units import parse_size  # re-exported: the CLI and the API read sizes alike
 
 __all__ = ["PROG", "CliError", "Parser", "parse_size", "human", "local_time", "seconds", "emit_json",
-           "print_table", "Column"]
+           "print_table", "print_bounded", "Column", "SHOW_ALL", "EXAMPLES"]
 
 PROG = "xlakit"
 
@@ -75,3 +76,36 @@ def print_table(caption: str | None, columns: Sequence[Column], rows: Sequence[M
     """Print rows under columns as aligned text (:meth:`xlakit._text.table.Table.to_text`): numbers right,
     text left, the caption first. Cells are plain text (a name with brackets is printed as it is)."""
     print(Table(columns, rows, caption=caption).to_text())
+
+
+#: Diagnostics (one per object or name) are printed one per line up to this many; past it, a count per kind and
+#: the first :data:`EXAMPLES` of each: a bucket or folder holding 20,000 junk names prints a few lines, not 20,000.
+SHOW_ALL = 10
+EXAMPLES = 3
+_MAX_KINDS = 8  # kinds come from closed sets; a ninth and later are counted together
+
+
+def print_bounded(items: Sequence[tuple[str, str]], what: str, where: str, *, prefix: str = "",
+                  file: Any = None) -> None:
+    """Print diagnostics, bounded: ``items`` are ``(kind, line)`` (``kind``: what groups them, xlakit's own word or
+    a module name; both may hold untrusted names, escaped here with :func:`~xlakit._text.untrusted.terminal_text`;
+    past :data:`_MAX_KINDS` kinds the rest are counted as "other").
+    Up to :data:`SHOW_ALL` items: each line, after ``prefix``. More: one line ``<prefix><n> <what>: <count>
+    <kind>, ...; <where>`` (``where``: where every one is listed, e.g. "--json lists them all"), then the first
+    :data:`EXAMPLES` lines of each kind, indented, and how many more there are."""
+    if len(items) <= SHOW_ALL:
+        for _, line in items:
+            print(f"{prefix}{terminal_text(line)}", file=file)
+        return
+    groups: dict[str, list[str]] = {}
+    for kind, line in items:
+        key = kind if kind in groups or len(groups) < _MAX_KINDS else "other"
+        groups.setdefault(key, []).append(line)
+    ranked = sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    print(f"{prefix}{len(items)} {what}: " + ", ".join(f"{len(lines)} {terminal_text(kind)}" for kind, lines in ranked)
+          + f"; {where}", file=file)
+    for kind, lines in ranked:
+        for line in lines[:EXAMPLES]:
+            print(f"{prefix}  {terminal_text(line)}", file=file)
+        if len(lines) > EXAMPLES:
+            print(f"{prefix}  ... and {len(lines) - EXAMPLES} more {terminal_text(kind)}", file=file)

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from xlakit.cli._common import CliError, Column, emit_json, print_table, seconds
+from xlakit.cli._common import CliError, Column, emit_json, print_bounded, print_table, seconds
 
 __all__ = ["warm", "check"]
 
@@ -69,8 +69,8 @@ def warm(args: argparse.Namespace) -> int:
     print(f"{len(loaded.programs)} programs in {loaded.total_s:.3f} s: {counts['hit']} loaded from .cache, "
           f"{counts['miss']} compiled, {counts['error']} failed; weights {loaded.weights_s:.3f} s (JAX's start-up "
           f"before it, not counted: {jax_start_s:.3f} s)")
-    for d in loaded.dropped:
-        print(f"dropped {d.key} from {d.partition}: {d.reason}")
+    print_bounded([(d.module or "unknown module", f"{d.key} from {d.partition}: {d.reason}") for d in loaded.dropped],
+                  "programs dropped", "--json lists them all", prefix="dropped ")
     if loaded.record_problem:
         print(f"module_hashes.json was unreadable ({loaded.record_problem}); rewritten")
     return 1 if counts["error"] else 0
@@ -102,16 +102,16 @@ def check(args: argparse.Namespace) -> int:
         print_table("Modules", columns, rows)
         reason = f" ({result.record_reason})" if result.record_reason else ""
         print(f"module_hashes.json: {result.record_status}{reason}")
-        for part, n in result.partitions.items():
-            print(f"partition {part}: {n} program(s)")
+        print_bounded([("partitions", f"{part}: {n} program(s)") for part, n in result.partitions.items()],
+                      "partitions", "--json lists them all", prefix="partition ")
         if not result.partitions:
             print("no compiled programs yet (.cache is empty or missing)")
-        for d in result.drops:
-            print(f"a load would drop {d.key} from {d.partition}: {d.reason}")
+        print_bounded([(d.module or "unknown module", f"{d.key} from {d.partition}: {d.reason}") for d in result.drops],
+                      "programs", "--json lists them all", prefix="a load would drop ")
         if not result.drops and result.ok:
             print("a load would drop nothing")
-    for problem in result.problems:
-        print(f"problem: {problem}")
+    print_bounded([("problems", problem) for problem in result.problems], "problems", "--json lists them all",
+                  prefix="problem: ")
     if result.problems and result.manifest is not None:
         print(f"a load would fail ({len(result.problems)} problem{'s' if len(result.problems) > 1 else ''} above)")
     return 0 if result.ok else 1

@@ -13,7 +13,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from xlakit.cli._common import PROG, CliError, Column, emit_json, human, local_time, parse_size, print_table
+from xlakit.cli._common import (
+    PROG,
+    CliError,
+    Column,
+    emit_json,
+    human,
+    local_time,
+    parse_size,
+    print_bounded,
+    print_table,
+)
 
 __all__ = ["SORT_KEYS", "open_store", "ls", "stats", "verify", "prune", "clear", "where"]
 
@@ -231,13 +241,21 @@ def verify(args: argparse.Namespace) -> int:
                    "skipped": [dict(_entry_dict(i), reason=r) for i, r in skipped],
                    "quarantine": str(quarantine)})
         return 1 if bad else 0
-    for info, reason in skipped:
-        print(f"SKIPPED {info.partition} [{info.key}]: {reason} (left in place)")
-    for info, reason in bad:
-        print(f"BAD {info.partition}/{info.name or '(unreadable)'} [{info.key}]: {reason}")
+    everyone = "--json lists them all"
+    print_bounded([(r.partition(":")[0], f"{i.partition} [{i.key}]: {r} (left in place)") for i, r in skipped],
+                  "entries skipped (left in place)", everyone, prefix="SKIPPED ")
+    print_bounded([(r.partition(":")[0], f"{i.partition}/{i.name or '(unreadable)'} [{i.key}]: {r}") for i, r in bad],
+                  "entries failed verification", everyone, prefix="BAD ")
     if bad:
-        print(f"{len(bad)} of {len(results)} entries failed verification; "
-              f"{len(moved)} moved to {quarantine} (they will not be loaded)")
+        stuck = [r for i, r in bad if str(i.path) not in moved]
+        line = (f"{len(bad)} of {len(results)} entries failed verification and will not be loaded; "
+                f"{len(moved)} moved to {quarantine}")
+        if stuck:  # e.g. a quarantine on another filesystem that refused the copy, a read-only folder
+            why = next((r.partition(" [not quarantined: ")[2].rstrip("]") for r in stuck if "[not quarantined: " in r),
+                       "gone or replaced while verifying")
+            line += (f"; {len(stuck)} could not be moved and stay where they are, rejected again on every read "
+                     f"({why})")
+        print(line)
         return 1
     print(f"{len(results) - len(skipped)} entries verified" + (f", {len(skipped)} skipped" if skipped else ""))
     return 0

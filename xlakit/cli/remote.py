@@ -10,25 +10,44 @@ import argparse
 import json
 import sys
 
-from xlakit.cli._common import CliError, Column, emit_json, human, local_time, parse_size, print_table
+from xlakit.cli._common import (
+    CliError,
+    Column,
+    emit_json,
+    human,
+    local_time,
+    parse_size,
+    print_bounded,
+    print_table,
+)
 
 __all__ = ["ls", "stats", "verify", "prune"]
 
 
 def _scan(remote, partition: str | None = None):
     """One listing; a prefix or ``v1`` that is a file or a link is a CliError (exit 2). Names left alone are
-    said on stderr."""
-    import sys
-
+    said on stderr, bounded (:func:`~xlakit.cli._common.print_bounded`); ``--json`` lists them all
+    (``left_alone``)."""
     from xlakit.cache import remote_maintenance as rm
 
     try:
         found = rm.survey(remote, partition)
     except NotADirectoryError as e:
         raise CliError(f"{remote.url}: {e.strerror or e}") from None
-    for line in found.skipped:
-        print(f"note: {line}", file=sys.stderr)
+    print_bounded([(s.why, str(s)) for s in found.skipped], "names left alone", "--json lists them all (left_alone)",
+                  prefix="note: ", file=sys.stderr)
     return found
+
+
+def _left_alone(scan) -> list[dict[str, str]]:
+    """The JSON of the names a listing left alone."""
+    return [{"name": s.name, "why": s.why} for s in scan.skipped]
+
+
+def _by_reason(reports, label) -> list[tuple[str, str]]:
+    """``(kind, line)`` per report for :func:`~xlakit.cli._common.print_bounded`: the kind is the reason's
+    ``<kind>:`` prefix (xlakit's own word)."""
+    return [((r.reason or "").partition(":")[0], label(r)) for r in reports]
 
 def _remote(args: argparse.Namespace):
     """(RemoteStore, mode) for ``--remote`` with ``--remote-options`` / ``--remote-mode`` or their variables."""
@@ -53,13 +72,14 @@ def ls(args: argparse.Namespace) -> int:
     from xlakit.cache import remote_maintenance as rm
 
     remote, _ = _remote(args)
-    objects = rm.listing(remote, args.partition, _scan(remote, args.partition))
+    scan = _scan(remote, args.partition)
+    objects = rm.listing(remote, args.partition, scan)
     objects.reverse()  # newest first
     total = sum(o.size_bytes for o in objects)
     if args.json:
         emit_json({"remote": remote.url, "count": len(objects), "total_bytes": total,
                     "objects": [{"partition": o.partition, "key": o.key, "size_bytes": o.size_bytes,
-                                 "created": o.mtime} for o in objects]})
+                                 "created": o.mtime} for o in objects], "left_alone": _left_alone(scan)})
         return 0
     if not objects:
         print(f"No objects in {remote.url}")
@@ -81,7 +101,7 @@ def stats(args: argparse.Namespace) -> int:
     stats = dict(rm.totals(rm.listing(remote, scan=scan)), remote=remote.url, mode=mode,
                  temps=len(scan.temps), temp_bytes=sum(t[2] for t in scan.temps), odd=len(scan.odd))
     if args.json:
-        emit_json(stats)
+        emit_json(dict(stats, left_alone=_left_alone(scan)))
         return 0
     print(f"remote      {remote.url} (mode {mode})")
     print(f"objects     {stats['count']}, {human(stats['total_bytes'])} ({stats['total_bytes']} bytes)")
@@ -111,12 +131,15 @@ def verify(args: argparse.Namespace) -> int:
     bad = [r for r in found if r.reason and r not in skipped]
     if args.json:
         emit_json({"remote": remote.url, "verified": len(found), "ok": len(found) - len(bad) - len(skipped),
-                    "bad": [r.to_dict() for r in bad], "skipped": [r.to_dict() for r in skipped]})
+                    "bad": [r.to_dict() for r in bad], "skipped": [r.to_dict() for r in skipped],
+                    "left_alone": _left_alone(scan)})
         return 1 if bad else 0
-    for r in skipped:
-        print(f"SKIPPED {r.partition} [{r.key}]: {r.reason} (left in place)")
-    for r in bad:
-        print(f"BAD {r.partition} [{r.key}]: {r.reason}" + (" (deleted)" if r.deleted else ""))
+    everyone = "--json lists them all"
+    print_bounded(_by_reason(skipped, lambda r: f"{r.partition} [{r.key}]: {r.reason} (left in place)"),
+                  "objects skipped (left in place)", everyone, prefix="SKIPPED ")
+    print_bounded(_by_reason(bad, lambda r: f"{r.partition} [{r.key}]: {r.reason}" + (" (deleted)" if r.deleted
+                                                                                       else "")),
+                  "objects failed verification", everyone, prefix="BAD ")
     if bad:
         done = sum(r.deleted for r in bad)
         print(f"{len(bad)} of {len(found)} objects failed verification; " +
@@ -132,9 +155,12 @@ def prune(args: argparse.Namespace) -> int:
 
     try:
         older = rm.parse_age(args.older_than) if args.older_than else None
+    except ValueError as e:
+        raise CliError(f"--older-than: {e}") from None
+    try:
         limit = parse_size(args.max_bytes) if args.max_bytes else None
     except ValueError as e:
-        raise CliError(str(e)) from None
+        raise CliError(f"--max-bytes: {e}") from None
     from xlakit.store import load_secret
 
     remote, mode = _remote(args)
@@ -153,7 +179,8 @@ def prune(args: argparse.Namespace) -> int:
                     "other_key_bytes": result.other_key_bytes, "not_xlakit": result.not_xlakit,
                     "unproven": result.unproven, "unproven_bytes": result.unproven_bytes,
                     "unreadable": result.unreadable, "unreadable_bytes": result.unreadable_bytes,
-                    "temps_removed": result.temps_removed, "temps_left": result.temps_left})
+                    "temps_removed": result.temps_removed, "temps_left": result.temps_left,
+                    "left_alone": _left_alone(scan)})
         return 0
     verb = "would delete" if args.dry_run else "deleted"
     for r in gone:

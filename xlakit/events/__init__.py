@@ -32,9 +32,14 @@ claim       under ``jax.distributed``, this process claimed a program and compil
 wait        this process waited for another's compile; ``duration_s`` = seconds waited; ``reason`` is set
             when the wait ended without a program (timeout, claimant failed) and this process compiled
 recompile   JAX retraced a function it had traced before in this process (``source="jit"``); ``changes``
-            lists what differs from the previous trace (argument path, shape, dtype, weak type, static
-            value, pytree structure, sharding, global config), ``reason`` says it in one line. Recorded while
-            the JAX listeners are installed (:func:`record`, :func:`install_listeners`)
+            lists what differs from the closest signature already compiled for it (argument path, shape,
+            dtype, weak type, static value, pytree structure, sharding, global config; ``seen`` when the new
+            value was compiled before in another combination), ``reason`` says it in one line. Recorded
+            while the JAX listeners are installed (:func:`record`, :func:`install_listeners`)
+set_aside   ``enable_cache`` set aside JAX's own configured persistent cache (``source="jax-persistent"``,
+            ``folder`` = its folder, from ``jax_compilation_cache_dir`` / ``JAX_COMPILATION_CACHE_DIR``): not
+            read or written while xlakit's cache is enabled; ``disable_cache`` hands it back. ``reason`` says
+            what to do
 =========== ===========================================================================================
 
 Every event of a program also says whose program it is: ``origin`` ``"user"`` or ``"library"`` (JAX's own

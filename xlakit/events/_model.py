@@ -12,7 +12,7 @@ __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", 
 
 #: Every ``Event.kind``, in the order tables and frames list them. See the table in :mod:`xlakit.events`.
 KINDS = ("hit", "miss", "compile", "store", "skip", "corrupt", "evict", "load_error", "store_error", "trace",
-         "lower", "remote_hit", "remote_miss", "upload", "upload_error", "claim", "wait", "recompile")
+         "lower", "remote_hit", "remote_miss", "upload", "upload_error", "claim", "wait", "recompile", "set_aside")
 
 #: Kinds of a shared (remote) tier and of coordination across processes; their seconds and bytes are summed
 #: per kind (:attr:`xlakit.events.CacheStats.fleet_s`, ``fleet_bytes``).
@@ -60,10 +60,12 @@ class Event:
         up to it is inside jax/flax/optax/… (JAX's own helpers such as ``jit_broadcast_in_dim``), None when
         unknown (an event from a hook that sees no Python stack). The rule is :mod:`xlakit._sources`'.
       site: the first user frame as text (``train.py:42 (train_step)``, ``cell [7], line 3 (step)``), or None.
-      changes: for a ``recompile``, what differs from the function's previous trace: one dict per change with
-        ``what`` ("shape", "dtype", "weak_type", "sharding", "static", "structure", "config", "function"),
+      changes: for a ``recompile``, what differs from the closest signature of the function already compiled
+        in this process (fewest changes, the latest on a tie; :mod:`xlakit._jax.retrace`): one dict per change
+        with ``what`` ("shape", "dtype", "weak_type", "sharding", "static", "structure", "config", "function"),
         ``path`` (argument path such as ``x`` or ``batch['image']``, or the config name), ``before`` and
-        ``after`` (text); None otherwise.
+        ``after`` (text), and ``seen: "yes"`` when ``after`` was compiled before with other arguments (only
+        the combination is new); None otherwise.
       time: wall-clock seconds since the epoch (``time.time()``) when the event was recorded — for an
         action with a duration, its end.
       monotonic: ``time.monotonic()`` seconds at the same moment, for ordering and intervals within one

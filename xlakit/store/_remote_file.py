@@ -19,11 +19,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import _fs
 from .base import ObjectRefused
 
-__all__ = ["FileBackend", "Scan", "TEMP_PREFIX", "temp_age", "is_upload_temp"]
+__all__ = ["FileBackend", "Scan", "Skipped", "TEMP_PREFIX", "temp_age", "is_upload_temp"]
 
 TEMP_PREFIX = ".tmp-"
 _TEMP_TIME = re.compile(r"^\.tmp-(\d{9,11})-")
@@ -45,17 +46,29 @@ def temp_age(name: str, mtime: float, now: float) -> float:
     return now - born
 
 
+class Skipped(NamedTuple):
+    """A name a listing left alone: ``name`` as listed (below the prefix, e.g. ``v1/part/junk``; untrusted text),
+    ``why`` from a closed set of phrases (``"not an xlakit object name (left alone)"``...), so a listing of
+    20,000 junk names can be summarised by ``why``."""
+
+    name: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.why}"
+
+
 @dataclass
 class Scan:
     """One listing of ``<prefix>/v1``: ``objects`` (partition, key, size bytes, mtime) are regular files at
     object names; ``odd`` (partition, key, what) are other kinds at object names (links, FIFOs, folders);
-    ``temps`` (partition, name, size bytes, mtime) are upload temps; ``skipped`` are messages about names left
-    alone (linked folders, names xlakit never writes)."""
+    ``temps`` (partition, name, size bytes, mtime) are upload temps; ``skipped`` (:class:`Skipped`) are names
+    left alone (linked folders, names xlakit never writes)."""
 
     objects: list[tuple[str, str, int, float]] = field(default_factory=list)
     odd: list[tuple[str, str, str]] = field(default_factory=list)
     temps: list[tuple[str, str, int, float]] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def _refused_write(name: str, e: OSError) -> OSError:
@@ -242,24 +255,24 @@ class FileBackend:
             names = [partition] if partition is not None else sorted(e.name for e in _fs.scandir(v1))
             for part in names:
                 if not valid_partition(part):
-                    out.skipped.append(f"{layout}/{part}: not an xlakit partition name (left alone)")
+                    out.skipped.append(Skipped(f"{layout}/{part}", "not an xlakit partition name (left alone)"))
                     continue
                 try:
                     pfd = _fs.open_dir(part, at=v1)
                 except FileNotFoundError:
                     continue
                 except (ObjectRefused, NotADirectoryError):
-                    out.skipped.append(f"{layout}/{part}: a link or not a folder (skipped, never followed)")
+                    out.skipped.append(Skipped(f"{layout}/{part}", "a link or not a folder (skipped, never followed)"))
                     continue
                 try:
-                    self._scan_partition(pfd, part, out, valid_key)
+                    self._scan_partition(pfd, f"{layout}/{part}", part, out, valid_key)
                 finally:
                     os.close(pfd)
         finally:
             os.close(v1)
         return out
 
-    def _scan_partition(self, pfd: int, part: str, out: Scan, valid_key) -> None:
+    def _scan_partition(self, pfd: int, where: str, part: str, out: Scan, valid_key) -> None:
         for entry in sorted(_fs.scandir(pfd), key=lambda d: d.name):
             st = _fs.lstat(entry.name, at=pfd)
             if st is None:
@@ -269,7 +282,7 @@ class FileBackend:
                     out.temps.append((part, entry.name, st.st_size, st.st_mtime))
                 continue
             if not valid_key(entry.name):
-                out.skipped.append(f"{part}/{entry.name}: not an xlakit object name (left alone)")
+                out.skipped.append(Skipped(f"{where}/{entry.name}", "not an xlakit object name (left alone)"))
             elif stat_mod.S_ISREG(st.st_mode):
                 out.objects.append((part, entry.name, st.st_size, st.st_mtime))
             else:

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Iterator
 from datetime import datetime
 
-from ._remote_file import Scan
+from ._remote_file import Scan, Skipped
 from .base import DeadlineExceeded, ObjectRefused
 
 __all__ = ["FsspecBackend", "DeadlineExceeded"]
@@ -224,10 +224,10 @@ class FsspecBackend:
                 parts = [partition, *parts]
             if len(parts) == 2 and parts[1].startswith(".tmp-"):
                 # this backend publishes in one request and writes no temps: such a name is someone else's
-                out.skipped.append(f"{layout}/{rel}: named like an upload temp, which xlakit writes only to "
-                                   "file:// (left alone)")
+                out.skipped.append(Skipped(f"{layout}/{rel}", "named like an upload temp, which xlakit writes only "
+                                           "to file:// (left alone)"))
             elif len(parts) != 2 or not valid_part(parts[0]) or not valid_key(parts[1]):
-                out.skipped.append(f"{layout}/{rel}: not an xlakit object name (left alone)")
+                out.skipped.append(Skipped(f"{layout}/{rel}", "not an xlakit object name (left alone)"))
             else:
                 out.objects.append((parts[0], parts[1], size, mtime))
         return out

@@ -49,7 +49,7 @@ from .layout import (
     resolve_root,
     validate_partition,
 )
-from .quarantine import quarantine_file
+from .quarantine import move_to_quarantine, quarantine_file, quarantine_reported
 from .safejson import UnsafeJson
 from .safejson import loads as safe_loads
 from .secret import check_secret_outside, load_secret
@@ -87,8 +87,9 @@ class _LocalObjects(FolderStore):
     """The folder tier plus quarantine of the exact file last read (the entry layer's reject hook)."""
 
     def quarantine_object(self, partition: str, key: str, reason: str) -> Path | None:
-        return quarantine_file(self.root, partition, file_stem(key) + ENTRY_SUFFIX, reason,
-                               self.last_read_identity(partition, key))
+        """:func:`~xlakit.store.quarantine.move_to_quarantine` of the entry just read (raises QuarantineError)."""
+        return move_to_quarantine(self.root, partition, file_stem(key) + ENTRY_SUFFIX, reason,
+                                  self.last_read_identity(partition, key))
 
 
 class LocalStore:
@@ -430,8 +431,9 @@ class LocalStore:
         """Fully open every entry; quarantine bad ones; remove dead writers' temps.
 
         Returns (info, None or "<kind>: reason"). Entries signed with another key ("foreign") or written by
-        another format ("stale") are reported and left in place. Raises NotACacheFolder (a ValueError)
-        for a folder that is not an xlakit cache.
+        another format ("stale") are reported and left in place; a bad entry that could not be moved stays,
+        its reason ending ``" [not quarantined: <why>]"``. Raises NotACacheFolder (a ValueError) for a folder
+        that is not an xlakit cache.
         """
         if not require_cache_folder(self.root):
             return []
@@ -463,6 +465,6 @@ class LocalStore:
                 problem, st = f"corrupt: {reason}", None  # ObjectRefused: a link, FIFO or oversized file
             if problem is not None and not problem.startswith(("foreign:", "stale:")):
                 identity = (st.st_dev, st.st_ino) if st is not None else None
-                quarantine_file(self.root, part, path.name, problem, identity)
+                problem = quarantine_reported(self.root, part, path.name, problem, identity)
             results.append((info, problem))
         return results

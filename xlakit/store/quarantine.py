@@ -1,7 +1,8 @@
 """The local folder's quarantine: where rejected entries go, never through a link, never over a file.
 
 ``quarantine/<partition>/<stem>.<unix_ms>.xlk`` holds the rejected entry (moved by hard link + unlink, or a
-rename, both relative to folder descriptors opened without following links) and
+rename, both relative to folder descriptors opened without following links; when the quarantine is on another
+filesystem, where neither works (``EXDEV``), by a copy — a new file, fsynced — and an unlink of the original) and
 ``<stem>.<unix_ms>.reason.txt`` says why (created with ``O_EXCL | O_NOFOLLOW``: a name that exists, even as
 a planted symlink, is never written through; another free name is chosen). Clearing removes only these two
 kinds of names, one level deep, and never enters a link.
@@ -26,7 +27,16 @@ from .layout import (
     validate_partition,
 )
 
-__all__ = ["clear_quarantine", "quarantine_file", "quarantined_files"]
+__all__ = ["QuarantineError", "clear_quarantine", "move_to_quarantine", "quarantine_file", "quarantine_reported",
+           "quarantined_files"]
+
+
+class QuarantineError(OSError):
+    """A rejected entry could not be moved to the quarantine; the message says why and that it stayed in place
+    (every read rejects it again until it is removed)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def _subdir(name: str, at: int) -> int:
@@ -39,7 +49,8 @@ def _subdir(name: str, at: int) -> int:
 
 
 def _move(name: str, src: int, dest: str, dst: int) -> bool:
-    """Move ``name`` to ``dest`` if ``dest`` is free; False if it is taken."""
+    """Move ``name`` to ``dest`` if ``dest`` is free; False if it is taken. Raises OSError when it cannot be moved
+    (the original then stays where it was)."""
     try:
         os.link(name, dest, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
     except FileExistsError:
@@ -49,30 +60,69 @@ def _move(name: str, src: int, dest: str, dst: int) -> bool:
             raise
         if _fs.lstat(dest, at=dst) is not None:
             return False
-        os.rename(name, dest, src_dir_fd=src, dst_dir_fd=dst)
+        try:
+            os.rename(name, dest, src_dir_fd=src, dst_dir_fd=dst)
+        except OSError as e2:
+            if e2.errno != errno.EXDEV:
+                raise
+            return _copy_across(name, src, dest, dst)
         return True
     os.unlink(name, dir_fd=src)
     return True
 
 
-def quarantine_file(root: Path, partition: str, name: str, reason: str,
-                    identity: tuple[int, int] | None = None) -> Path | None:
-    """Move ``<root>/<partition>/<name>`` (an entry file) to the quarantine with a reason note.
+def _copy_across(name: str, src: int, dest: str, dst: int) -> bool:
+    """The quarantine is on another filesystem (neither a link nor a rename crosses one): copy the regular file
+    ``name`` into a new ``dest`` (``O_EXCL | O_NOFOLLOW``, 0600), fsync it, then unlink ``name``. False if
+    ``dest`` is taken. Raises OSError (the partial copy removed, the original in place) when the copy fails (the
+    quarantine's filesystem full or read-only) or ``name`` is not a regular file (a link or FIFO is never
+    followed or opened for reading)."""
+    import shutil
 
-    ``identity`` (st_dev, st_ino): move only that file (a writer may have replaced a bad entry with a
-    good one since it was read). Returns the new path, or None if the file was gone, changed, or could
-    not be moved. Never raises OSError.
+    fin = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=src)
+    try:
+        st = os.fstat(fin)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EXDEV, f"{name} is {_fs._kind(st.st_mode)}: it cannot be copied to a quarantine on "
+                                       "another filesystem")
+        try:
+            fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dst)
+        except FileExistsError:
+            return False
+        try:
+            with os.fdopen(os.dup(fin), "rb") as r, os.fdopen(fout, "wb") as w:
+                shutil.copyfileobj(r, w, 1 << 20)
+                w.flush()
+                os.fsync(w.fileno())
+        except OSError:
+            _fs.unlink_at(dest, dst)
+            raise
+    finally:
+        os.close(fin)
+    os.unlink(name, dir_fd=src)
+    return True
+
+
+def move_to_quarantine(root: Path, partition: str, name: str, reason: str,
+                       identity: tuple[int, int] | None = None) -> Path | None:
+    """Move ``<root>/<partition>/<name>`` (an entry file) to the quarantine with a reason note; the new path, or
+    None when the file is gone or is not the one read (``identity``: (st_dev, st_ino); a writer may have
+    replaced a bad entry with a good one since it was read).
+
+    Raises:
+      QuarantineError: it could not be moved (the message says why: a read-only folder, a full quarantine on
+        another filesystem, a link or FIFO that cannot cross filesystems); it stays where it was.
     """
     try:
         part = validate_partition(partition)
-    except ValueError:
-        return None
+    except ValueError as e:
+        raise QuarantineError(errno.EINVAL, f"{e}; left in place") from None
     stem = name.removesuffix(ENTRY_SUFFIX)
     try:
         with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(part, at=rfd) as pfd:
             st = _fs.lstat(name, at=pfd)
             if st is None or (identity is not None and (st.st_dev, st.st_ino) != identity):
-                return None
+                raise FileNotFoundError(errno.ENOENT, "gone or replaced since it was read", name)
             qfd = _subdir(QUARANTINE, rfd)
             try:
                 qpfd = _subdir(part if part else UNKNOWN_PARTITION, qfd)
@@ -87,7 +137,7 @@ def quarantine_file(root: Path, partition: str, name: str, reason: str,
                     if _move(name, pfd, candidate + ENTRY_SUFFIX, qpfd):
                         break
                 else:
-                    return None
+                    raise QuarantineError(errno.EEXIST, "no free name in the quarantine after 8 tries; left in place")
                 _fs.unlink_at(stem + USED_SUFFIX, pfd)
                 when = time.strftime('%Y-%m-%dT%H:%M:%S%z')
                 note = f"{reason}\noriginal: {root / part / name}\nquarantined: {when}\n"
@@ -100,9 +150,36 @@ def quarantine_file(root: Path, partition: str, name: str, reason: str,
                     pass  # the move is what protects readers; the note is a courtesy
             finally:
                 os.close(qpfd)
+    except FileNotFoundError:
+        return None
+    except QuarantineError:
+        raise
+    except OSError as e:
+        raise QuarantineError(e.errno or errno.EIO, f"the quarantine {root / QUARANTINE} could not take it "
+                              f"({e.strerror or e}); left in place, and every read rejects it again until it is "
+                              "removed (xlakit cache clear, or delete the file)") from None
+    return root / QUARANTINE / part / (candidate + ENTRY_SUFFIX)
+
+
+def quarantine_file(root: Path, partition: str, name: str, reason: str,
+                    identity: tuple[int, int] | None = None) -> Path | None:
+    """:func:`move_to_quarantine`, or None when the file was gone, changed, or could not be moved. Never raises
+    OSError."""
+    try:
+        return move_to_quarantine(root, partition, name, reason, identity)
     except OSError:
         return None
-    return root / QUARANTINE / part / (candidate + ENTRY_SUFFIX)
+
+
+def quarantine_reported(root: Path, partition: str, name: str, problem: str,
+                        identity: tuple[int, int] | None = None) -> str:
+    """Quarantine a file ``verify`` rejected for ``problem``; ``problem`` as it stands then: unchanged when the
+    file moved (or was gone meanwhile), ending ``" [not quarantined: <why>]"`` when it stayed in place."""
+    try:
+        move_to_quarantine(root, partition, name, problem, identity)
+    except QuarantineError as e:
+        return f"{problem} [not quarantined: {e}]"
+    return problem
 
 
 def _own_name(name: str) -> bool:

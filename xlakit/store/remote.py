@@ -63,17 +63,11 @@ DEFAULT_TIMEOUT_S = 30.0
 def remote_timeout_s(value: float | None = None, environ: Mapping[str, str] = os.environ) -> float:
     """The deadline of one remote operation in seconds: ``value``, else ``$XLAKIT_CACHE_REMOTE_TIMEOUT_S``, else
     30. Raises ValueError (naming the setting) for anything but a positive finite number."""
-    import math
+    from xlakit._units import finite_seconds
 
     source = "timeout_s" if value is not None else ENV_TIMEOUT_S
     text = value if value is not None else (environ.get(ENV_TIMEOUT_S) or DEFAULT_TIMEOUT_S)
-    try:
-        seconds = float(text)
-    except (TypeError, ValueError):
-        seconds = float("nan")
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"{source}={text!r}: use a positive number of seconds, e.g. 30")
-    return seconds
+    return finite_seconds(text, source)  # 10**400 too: a ValueError naming the setting, not an OverflowError
 
 
 def validate_name(name: str, what: str) -> str:
