@@ -154,8 +154,18 @@ def test_displayed_peak_prefers_peak_since_reset():
     s = AllocatorStats(device="cpu:0", device_id=0, platform="cpu", process_hwm_bytes=700)
     assert _data.displayed_peak(s)[0] == 700 and "high-water" in _data.displayed_peak(s)[1]
     s = AllocatorStats(device="gpu:0", device_id=0, platform="gpu", peak_bytes_in_use=900,
-                       peak_since_reset_bytes=900, peak_since_reset_exact=False, reset_method="baseline")
-    assert _data.displayed_peak(s) == (900, "since reset (baseline; at most (lifetime peak))")
+                       peak_since_reset_bytes=900, peak_since_reset_exact=False, reset_method="baseline",
+                       peak_at_reset_bytes=900)
+    assert _data.displayed_peak(s) == (900, "baseline (no reset available) since reset: no rise over the 900 B at "
+                                            "reset (at most: the lifetime peak)")
+    # After a CPU reset the peak starts from what the whole process held, not from 0: the note says so and
+    # gives the rise since (the 390 MiB next to "in use 65 MiB" of issue 35).
+    s = AllocatorStats(device="cpu:0", device_id=0, platform="cpu", bytes_in_use=65 * 2**20,
+                       peak_since_reset_bytes=390 * 2**20, peak_since_reset_exact=True, reset_method="clear_refs",
+                       peak_at_reset_bytes=388 * 2**20)
+    assert _data.displayed_peak(s) == (390 * 2**20, "process high-water mark since reset: +2.0 MiB over the "
+                                                    "388.0 MiB at reset (exact)")
+    assert "the most the whole process has held at once since the reset" in s.peak_meaning
 
 
 def test_live_table_and_treemap_nodes():

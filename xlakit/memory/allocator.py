@@ -34,6 +34,7 @@ from typing import Any
 
 from xlakit._text.format import fmt_count
 from xlakit.memory._display import fmt_bytes, html_table
+from xlakit.memory.reset_meaning import peak_since_reset_text, reset_explanation, reset_meaning, reset_sentence
 
 __all__ = ["AllocatorStats", "AllocatorStatsList", "ResetResult", "ProcessMemory", "allocator_stats",
            "parse_memory_stats", "process_memory", "reset_peak", "STATS_KEYS", "NATIVE_RESET_NAMES"]
@@ -86,7 +87,10 @@ class AllocatorStats:
       peak_since_reset_bytes: the peak since the last :func:`reset_peak` for this device, or None before any.
       peak_since_reset_exact: True when that peak is exact; False when it is only an upper bound (baseline
         reset and the peak did not rise since); None without a reset.
-      reset_method: the method of the last reset (``native``, ``clear_refs``, ``baseline``) or None.
+      reset_method: the method of the last reset (``native``, ``clear_refs``, ``baseline``) or None; what it
+        measures, in words, is :data:`xlakit.memory.reset_meaning.RESET_MEANINGS` (:attr:`peak_meaning`).
+      peak_at_reset_bytes: the peak right after that reset — what the peak since reset started from (clear_refs:
+        the process's resident set then; native: bytes in use then; baseline: the lifetime peak then), or None.
       sources: field name -> where its value came from (or why it is None).
       extra: memory_stats() keys not in :data:`STATS_KEYS`, as given.
       time: ``time.time()`` of the reading.
@@ -114,8 +118,16 @@ class AllocatorStats:
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     time: float = dataclasses.field(default_factory=time.time)
+    peak_at_reset_bytes: int | None = None
 
-    _NUMBERS = (*STATS_KEYS, "process_rss_bytes", "process_hwm_bytes", "peak_since_reset_bytes")
+    _NUMBERS = (*STATS_KEYS, "process_rss_bytes", "process_hwm_bytes", "peak_since_reset_bytes",
+                "peak_at_reset_bytes")
+
+    @property
+    def peak_meaning(self) -> str:
+        """What :attr:`peak_since_reset_bytes` is, in words: the kind of peak, its rise over
+        :attr:`peak_at_reset_bytes` and what that means (``""`` before any reset)."""
+        return peak_since_reset_text(self.reset_method, self.peak_since_reset_bytes, self.peak_at_reset_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "device_id": self.device_id, "platform": self.platform,
@@ -140,8 +152,8 @@ class AllocatorStats:
         if self.process_rss_bytes is not None:
             shown.append(f"process RSS {fmt_bytes(self.process_rss_bytes)}, HWM {fmt_bytes(self.process_hwm_bytes)}")
         if self.peak_since_reset_bytes is not None:
-            exact = "exact" if self.peak_since_reset_exact else f"upper bound, NOT exact: {self.exact_reason}"
-            shown.append(f"peak since reset {fmt_bytes(self.peak_since_reset_bytes)} ({exact}; {self.reset_method})")
+            exact = "exact" if self.peak_since_reset_exact else "an upper bound"
+            shown.append(f"peak since reset {fmt_bytes(self.peak_since_reset_bytes)} ({exact}; {self.peak_meaning})")
         return f"AllocatorStats({self.device}: {', '.join(shown)})"
 
     @property
@@ -154,6 +166,7 @@ class AllocatorStats:
                 if getattr(self, k) is not None or k in ("bytes_in_use", "peak_bytes_in_use")]
         if self.peak_since_reset_bytes is not None:
             verdict = "yes" if self.peak_since_reset_exact else "no"
+            rows.append(("peak since reset means", self.peak_meaning))
             rows.append(("peak since reset exact", f"{verdict}: {self.exact_reason}"))
         return html_table(rows, title=f"Allocator stats: {self.device}")
 
@@ -231,7 +244,9 @@ class ResetResult:
 
     method: ``"native"``, ``"clear_refs"`` or ``"baseline"`` (``"none"`` when the device reports no peak
     at all). devices: the devices it applied to. detail: the call made, or why a better method was not
-    available. peak_at_reset: device -> the peak right after the reset (bytes; None when not reported).
+    available. peak_at_reset: device -> the peak right after the reset (bytes; None when not reported): what
+    later peaks are measured from. :attr:`meaning` says, in words, what the reset set the peak to
+    (:data:`xlakit.memory.reset_meaning.RESET_MEANINGS`).
     """
 
     method: str
@@ -249,19 +264,36 @@ class ResetResult:
     def exact_reason(self) -> str:
         """Why later peaks are exact, or when they are not."""
         if self.exact:
-            return f"a real reset ({self.method}): every later peak is the peak since now"
+            return f"a real reset ({self.name}): every later peak is the peak since now"
         if self.method == "none":
             return "the device reports no peak, so there is nothing to reset"
         return ("baseline only (no reset is available): a later peak above the one at reset time is exact; an "
                 "unchanged one is only an upper bound (the lifetime peak)")
 
+    @property
+    def meaning(self) -> str:
+        """``"Reset peak sets the peak to ..."``: what the reset measures from, in the user's words."""
+        values = [v for v in self.peak_at_reset.values() if v is not None]
+        return reset_sentence(self.method, max(values) if values else None)
+
+    @property
+    def name(self) -> str:
+        """The kind of peak the reset leaves (``"process high-water mark"``), or the method for an unknown one."""
+        meaning = reset_meaning(self.method)
+        return meaning.name if meaning is not None else self.method
+
     def __repr__(self) -> str:
-        exact = "exact" if self.exact else f"NOT exact: {self.exact_reason}"
-        return f"ResetResult({self.method} on {', '.join(self.devices)}: {self.detail}; {exact})"
+        exact = "Later peaks are exact" if self.exact else f"NOT exact: {self.exact_reason}"
+        return (f"ResetResult({self.name} on {', '.join(self.devices)}: {self.meaning} {exact}; "
+                f"how: {self.detail})")
 
     def _repr_html_(self) -> str:
-        return html_table([("method", self.method), ("devices", ", ".join(self.devices)), ("detail", self.detail),
-                           ("exact", f"{'yes' if self.exact else 'no'}: {self.exact_reason}")],
+        values = [v for v in self.peak_at_reset.values() if v is not None]
+        return html_table([("reset", self.name),
+                           ("what it means", reset_explanation(self.method, max(values) if values else None)),
+                           ("devices", ", ".join(self.devices)),
+                           ("exact", f"{'yes' if self.exact else 'no'}: {self.exact_reason}"),
+                           ("how", f"{self.method}: {self.detail}")],
                           title="Peak reset")
 
 
@@ -403,6 +435,13 @@ def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, b
     return None, None, entry.method, "no peak was reported at reset time"
 
 
+def _peak_at_reset(dev: Any) -> int | None:
+    """The peak right after the last reset of ``dev`` (what the peak since reset started from), or None."""
+    with _lock:
+        entry = _resets.get(_key(dev))
+    return None if entry is None else entry.peak_at_reset
+
+
 # -- reading ---------------------------------------------------------------------------------------------
 def _resolve(device: Any) -> list[Any]:
     import jax
@@ -427,7 +466,7 @@ def _one(dev: Any) -> AllocatorStats:
         peak, exact, method, why = _peak_since_reset(dev, parsed.peak_bytes_in_use)
         sources = {**parsed.sources, "peak_since_reset_bytes": f"peak_bytes_in_use vs. reset: {why}"}
         return dataclasses.replace(parsed, peak_since_reset_bytes=peak, peak_since_reset_exact=exact,
-                                   reset_method=method, sources=sources)
+                                   reset_method=method, sources=sources, peak_at_reset_bytes=_peak_at_reset(dev))
     from xlakit.memory.live import live_bytes
 
     proc = process_memory()
@@ -444,7 +483,7 @@ def _one(dev: Any) -> AllocatorStats:
                           bytes_in_use=live_bytes(dev_id, backend=platform if platform != "?" else None),
                           process_rss_bytes=proc.rss_bytes, process_hwm_bytes=proc.hwm_bytes,
                           peak_since_reset_bytes=peak, peak_since_reset_exact=exact, reset_method=method,
-                          sources=sources)
+                          sources=sources, peak_at_reset_bytes=_peak_at_reset(dev))
 
 
 def allocator_stats(device: Any = None) -> AllocatorStats | AllocatorStatsList:
