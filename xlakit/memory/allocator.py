@@ -152,7 +152,7 @@ class AllocatorStats:
         if self.process_rss_bytes is not None:
             shown.append(f"process RSS {fmt_bytes(self.process_rss_bytes)}, HWM {fmt_bytes(self.process_hwm_bytes)}")
         if self.peak_since_reset_bytes is not None:
-            exact = "exact" if self.peak_since_reset_exact else "an upper bound"
+            exact = "exact" if self.peak_since_reset_exact else "upper bound, NOT exact"
             shown.append(f"peak since reset {fmt_bytes(self.peak_since_reset_bytes)} ({exact}; {self.peak_meaning})")
         return f"AllocatorStats({self.device}: {', '.join(shown)})"
 

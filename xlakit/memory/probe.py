@@ -90,9 +90,11 @@ class ProbeResult:
     peak_bytes: the peak during the run (CPU: ``VmHWM``, process-wide; GPU/TPU: ``peak_bytes_in_use`` of the
     program's device). baseline_bytes: in use right after the reset, arguments included (CPU: ``VmRSS``;
     GPU: ``bytes_in_use``). scratch_bytes: ``peak_bytes - baseline_bytes``. method: how it was measured
-    (``"in-process clear_refs"``, ``"subprocess baseline"``, ...). exact: True only when the scratch agrees
-    with XLA's buffer assignment within ``tolerance_bytes`` (see the module docstring). reason: why it is
-    exact, or why not (always filled). xla_bytes: what XLA's buffer assignment says the run allocates
+    (``"in-process clear_refs"``, ``"subprocess baseline"``, ...; :attr:`how` says it in words). exact: True
+    only when the scratch agrees with XLA's buffer assignment within ``tolerance_bytes`` (see the module
+    docstring). verdict: the outcome in a few words (``"matches XLA's figure"``, ``"XLA's figure plus the
+    libraries' own working memory"``...; :data:`~xlakit.memory._probe_accounting.VERDICTS`). reason: the
+    sentences behind it: what was measured, what XLA planned, where the difference comes from (always filled). xla_bytes: what XLA's buffer assignment says the run allocates
     (``temp + output - alias``, per device, times the devices measured together), None when not reported.
     xla_temp_bytes: XLA's temporaries alone. outside_xla_bytes: ``scratch_bytes - xla_bytes`` (negative:
     the measurement reads low). tolerance_bytes: the agreement needed for ``exact``. runtime_calls: code in
@@ -119,6 +121,17 @@ class ProbeResult:
     tolerance_bytes: int | None = None
     runtime_calls: tuple[str, ...] = ()
     first_run_scratch_bytes: int | None = None
+    verdict: str = ""
+
+    @property
+    def how(self) -> str:
+        """Where and how it was measured, in words: ``"in a fresh process, peak = process high-water mark"``."""
+        from xlakit.memory.reset_meaning import reset_meaning
+
+        where, _, reset = self.method.partition(" ")
+        place = {"in-process": "in this process", "subprocess": "in a fresh process"}.get(where, where)
+        meaning = reset_meaning(reset)
+        return f"{place}, peak = {meaning.name if meaning is not None else reset or '?'}"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -131,24 +144,23 @@ class ProbeResult:
 
     def _exactness(self) -> str:
         if self.exact:
-            return f"exact ±{fmt_bytes(self.tolerance_bytes)}"
-        return f"NOT exact: {self.reason}"
+            return f"{self.verdict or 'exact'} ±{fmt_bytes(self.tolerance_bytes)}"
+        return f"{self.verdict or 'not exact'}: {self.reason}"
 
     def __repr__(self) -> str:
-        xla = f", XLA accounts for {fmt_bytes(self.xla_bytes)}" if self.xla_bytes is not None else ""
-        return (f"ProbeResult({self.name or '?'}: scratch {fmt_bytes(self.scratch_bytes)} ({self._exactness()})"
-                f"{xla}; peak {fmt_bytes(self.peak_bytes)}, baseline {fmt_bytes(self.baseline_bytes)}; "
-                f"{self.method})")
+        return (f"ProbeResult({self.name or '?'}: scratch {fmt_bytes(self.scratch_bytes)} ({self._exactness()}); "
+                f"peak {fmt_bytes(self.peak_bytes)}, baseline {fmt_bytes(self.baseline_bytes)}; measured "
+                f"{self.how})")
 
     def _repr_html_(self) -> str:
-        return html_table([("scratch", fmt_bytes(self.scratch_bytes)),
+        return html_table([("scratch", fmt_bytes(self.scratch_bytes)), ("verdict", self.verdict),
                            ("exact", "yes" if self.exact else "no"), ("why", self.reason),
                            ("XLA buffer assignment", fmt_bytes(self.xla_bytes)),
                            ("XLA temporaries", fmt_bytes(self.xla_temp_bytes)),
                            ("outside XLA's accounting", fmt_bytes(self.outside_xla_bytes)),
-                           ("runtime calls", ", ".join(self.runtime_calls) or "none"),
+                           ("code XLA does not count", ", ".join(self.runtime_calls) or "none"),
                            ("peak", fmt_bytes(self.peak_bytes)), ("baseline", fmt_bytes(self.baseline_bytes)),
-                           ("method", self.method), *[("note", n) for n in self.notes]],
+                           ("measured", f"{self.how} ({self.method})"), *[("note", n) for n in self.notes]],
                           title=f"Probe: {self.name or '?'}")
 
 
@@ -342,7 +354,7 @@ def _result(m: dict[str, Any], where: str, name: str | None, notes: list[str], c
                        m["device"], m["run_s"], tuple(notes), reason=verdict["reason"],
                        xla_bytes=verdict["xla_bytes"], xla_temp_bytes=None if expected is None else expected["temp"],
                        outside_xla_bytes=verdict["outside_xla_bytes"], tolerance_bytes=verdict["tolerance_bytes"],
-                       runtime_calls=calls, first_run_scratch_bytes=first)
+                       runtime_calls=calls, first_run_scratch_bytes=first, verdict=verdict["verdict"])
 
 
 def _reserved_result(m: dict[str, Any], where: str, name: str | None, notes: list[str], compiled: Any,
