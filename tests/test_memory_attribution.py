@@ -314,3 +314,34 @@ def test_live_bytes_are_split_by_role_and_the_peak_step_splits_as_the_peak(mlp, 
         assert all(t.line.color == ROLE_COLORS[n] for n, t in traces.items())
     assert "residual" in {t.name for t in liveness_chart(mlp.liveness).data}
     assert "recomputed" in {t.name for t in liveness_chart(remat8.liveness).data}
+
+
+def _four_blocks(checkpoint_each: bool):
+    def block(x, w):
+        h = x @ w
+        return jnp.tanh(h) * jax.nn.sigmoid(h) + jnp.sin(h)
+
+    def loss(ws, x):
+        for i in range(4):
+            x = (jax.checkpoint(block) if checkpoint_each else block)(x, ws[i])
+        return jnp.mean(x ** 2)
+
+    return loss
+
+
+def test_remat_of_the_whole_function_moves_no_peak_and_compare_says_why():
+    """Issue 35: "356.5 → 356.5 MiB (±0 B): residuals −280.4, recomputed +280.4" was right (the backward pass
+    recomputes the whole checkpointed function before using it) but said nothing of why; per-block remat does
+    lower the peak, and then nothing needs explaining."""
+    args = (jax.ShapeDtypeStruct((4, 128, 128), jnp.float32), jax.ShapeDtypeStruct((512, 128), jnp.float32))
+    plain = peak(jax.jit(jax.grad(_four_blocks(False))), *args)
+    whole = compare(plain, peak(jax.jit(jax.grad(jax.checkpoint(_four_blocks(False)))), *args))
+    roles = whole.by("role").set_index("group")
+    saved, recomputed = -roles.loc["residual", "delta"], roles.loc["recomputed", "delta"]
+    assert saved > 0 and recomputed > 0 and -whole.peak_delta < saved, whole
+    assert whole.why.startswith("The peak did not move: the backward pass recomputes the whole checkpointed "
+                                "region before using it") or whole.why.startswith("The peak fell by only"), whole.why
+    assert f"{recomputed / MIB:.1f} MiB of recomputed values are live at once" in whole.why
+    assert whole.why in repr(whole) and "why" in whole._repr_html_()
+    each = compare(plain, peak(jax.jit(jax.grad(_four_blocks(True))), *args))
+    assert each.peak_delta < 0 and each.why == "", each
