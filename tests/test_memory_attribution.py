@@ -345,3 +345,29 @@ def test_remat_of_the_whole_function_moves_no_peak_and_compare_says_why():
     assert whole.why in repr(whole) and "why" in whole._repr_html_()
     each = compare(plain, peak(jax.jit(jax.grad(_four_blocks(True))), *args))
     assert each.peak_delta < 0 and each.why == "", each
+
+
+def test_grouped_bytes_are_shown_as_the_views_show_them_and_the_raw_rows_stay(mlp):
+    """Issue 35: ``p.by(...)`` was raw pandas (integer bytes, names cut at 50 characters, every argument a row of
+    its own, an unlabelled "—" row); the summary said 41.0 MiB where the chart caption said 43.0 MiB."""
+    from xlakit.view.peak import peak_caption
+
+    p = peak(mlp)
+    by_source = p.by("source")
+    raw = by_source.raw
+    args = raw[raw["group"].str.startswith("argument ")]
+    assert len(args) == 15 and "argument params['wide']['kernel']" in set(raw["group"])
+    folded = by_source.set_index("group").loc["arguments"]
+    assert folded["bytes"] == args["bytes"].sum() and folded["count"] == args["count"].sum()
+    assert by_source["bytes"].sum() == raw["bytes"].sum() == p.total_bytes and len(by_source) == len(raw) - 14
+    text = repr(by_source)
+    assert "15 argument rows folded into 'arguments'" in text and "MiB" in text and str(p.total_bytes) not in text
+    assert f"memory_models.py:{mm.BIG_LINE} (MLP.__call__)" in text  # whole, however long the path
+    assert f"data-bytes='{int(folded['bytes'])}'" in by_source._repr_html_()
+    by_param = p.by("parameter").set_index("group")
+    assert "(not an argument: values the program makes)" in by_param.index and "—" not in by_param.index
+    # one quantity, one value: the summary's top line and the chart caption's come from the same groups
+    top = by_source.iloc[0]
+    assert f"{top['bytes'] / MIB:.1f} MiB from {top['group']}" in repr(p)
+    assert peak_caption(p.buffers, groups=("source",)).startswith(f"top source {top['group']} "
+                                                                  f"({top['bytes'] / MIB:.1f} MiB")

@@ -91,11 +91,12 @@ class Attribution:
 
     def by(self, column: str):
         """Bytes of all logical buffers grouped by ``column`` (role, scope, source, layer, parameter...):
-        ``pandas.DataFrame`` group, bytes, count, sorted by bytes descending. Buffers that share bytes
-        are each counted here; :class:`~xlakit.memory.Peak` counts shared bytes once."""
-        from xlakit.memory._grouping import group_frame
+        ``pandas.DataFrame`` group, bytes, count, share, sorted by bytes descending, shown and folded as
+        :meth:`Peak.by <xlakit.memory.Peak.by>` (``.raw``: every group unfolded). Buffers that share bytes are
+        each counted here; :class:`~xlakit.memory.Peak` counts shared bytes once."""
+        from xlakit.memory._grouping import grouped
 
-        return group_frame(self.buffers, column, "bytes")
+        return grouped(self.buffers, column, "bytes")
 
     def __repr__(self) -> str:
         roles = self.buffers.groupby("role")["bytes"].sum().sort_values(ascending=False)

@@ -51,19 +51,21 @@ def peak_caption(buffers, *, groups: Sequence[str] = ("source", "scope")) -> str
     """The largest group of each column in ``groups`` with its bytes and main role, e.g.
     ``"top source model.py:42 (41.0 MiB, mostly residual); top scope transpose(jvp(MLP)) (44.0 MiB)"``;
     ``""`` for no buffers. Groups that are all missing say so ("source unknown")."""
+    from xlakit.memory._grouping import UNKNOWN_LABELS, top_groups
+
     if buffers is None or buffers.empty:
         return ""
     parts = []
     for by in groups:
-        sizes = group_bytes(buffers, by)
-        label = str(sizes.index[0])
-        if label == MISSING_LABEL.get(by):
-            parts.append(f"{by} {'unknown' if len(sizes) == 1 else 'mostly unknown'}")
+        # The groups the peak's own summary names (arguments folded, unknowns labelled): the same numbers.
+        tops = top_groups(buffers, by, 2) if by in buffers.columns else []
+        if not tops or tops[0]["group"] == UNKNOWN_LABELS.get(by):
+            parts.append(f"{by} {'unknown' if len(tops) <= 1 else 'mostly unknown'}")
             continue
-        chosen = buffers[[v == label for v in _labels(buffers, by)]]
-        role = group_bytes(chosen, "role").index[0] if "role" in chosen.columns else None
+        top = tops[0]
+        role = next(iter(top["roles"]), None)
         main = f", mostly {role}" if role and by != "role" else ""
-        parts.append(f"top {by} {label} ({fmt_bytes(int(sizes.iloc[0]))}{main})")
+        parts.append(f"top {by} {top['group']} ({fmt_bytes(top['bytes'])}{main})")
     return "; ".join(parts)
 
 
