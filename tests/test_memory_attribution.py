@@ -115,6 +115,11 @@ def test_a_notebook_cell_reads_as_cell_and_line(tmp_path, monkeypatch):
     # what jax.checkpoint recomputes for the backward pass
     ("jit(step)/transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general", "backward",
      "recomputed in the backward pass (remat) › checkpoint", "dot_general"),
+    # JAX's own parts inside lax.scan in words (issue 35: "while/body/dynamic_update_index_in_dim"), the user's
+    # scopes within the body as they are
+    ("jit(loss)/jvp()/while/body/dynamic_update_index_in_dim/dynamic_update_slice", "forward",
+     "forward › loop body › stacked per iteration", "dynamic_update_slice"),
+    ("jit(f)/while/body/closed_call/MLP/Dense_0/mul", "", "loop body › MLP/Dense_0", "mul"),
     # XLA joins the op names of instructions it merged with ';': the first is the instruction's own
     ("jit(step)/transpose(jvp())/mul;jit(step)/transpose(jvp())/broadcast_in_dim", "backward", "backward", "mul"),
 ])

@@ -49,7 +49,9 @@ def test_memory_breakdown_draws_the_peak_lifetimes_and_treemap_of_a_real_program
     ranged = buffers[buffers["start"] >= 0]
     life = w.lifetime_figure.layout.meta["xlakit_lifetime"]
     assert life["shown"] + life["more"] + life["aliases"] == len(ranged)
-    assert life["no_range"] == len(buffers) - len(ranged) and life["more"] == 0
+    assert life["no_range"] == len(buffers) - len(ranged)
+    # the bars left out are slivers under 1/1000 of the largest (a program's 4-byte constants), not drawn
+    assert life["more_bytes"] * 1000 <= life["more"] * max(life["bytes"])
     by_id = ranged.set_index("buffer_id")
     for trace in w.lifetime_figure.data:
         for pos, base, length in zip(trace.y, trace.base, trace.x, strict=True):
