@@ -17,12 +17,13 @@ from xlakit._text.format import fmt_bytes
 
 __all__ = ["GROUPS", "group_frame", "grouped", "top_groups", "group_text", "UNKNOWN_LABELS", "ARGUMENTS_LABEL"]
 
-GROUPS = ("source", "scope", "role", "parameter", "layer", "instruction")
+GROUPS = ("source", "scope", "role", "parameter", "layer", "block", "instruction")
 #: Column -> what the buffers without a value in it are (shown in place of ``unknown`` / a missing value).
 UNKNOWN_LABELS = {"source": "(no line of your code: made by XLA or inside a library)",
                   "layer": "(no layer of your code: made by XLA or inside a library)",
                   "scope": "(no name stack: made by XLA)",
                   "parameter": "(not an argument: values the program makes)",
+                  "block": "(no block told apart)",
                   "role": "(no role)", "instruction": "(no instruction)"}
 #: The folded row of every entry argument in a ``source`` grouping.
 ARGUMENTS_LABEL = "arguments"
@@ -88,7 +89,7 @@ def group_text(group: dict[str, Any]) -> str:
     text = f"{fmt_bytes(group['bytes'])} from {group['group']}"
     if roles:
         role, nbytes = next(iter(roles.items()))
-        text += (f" ({_PLURAL.get(role, role)})" if nbytes == group["bytes"] else
+        text += (f" ({_PLURAL.get(role, role)})" if nbytes >= 0.995 * group["bytes"] else
                  f" ({fmt_bytes(nbytes)} of it {_PLURAL.get(role, role)})")
     return text
 
@@ -113,11 +114,15 @@ def _grouped_class() -> type:
             return pd.DataFrame
 
         def _shown(self) -> Any:
-            width = max((len(str(g)) for g in self["group"]), default=0)
-            return pd.DataFrame({self.column: [str(g).ljust(width) for g in self["group"]],
-                                 "bytes": [fmt_bytes(int(b)) for b in self["bytes"]],
-                                 "share": [f"{s:.0%}" if s >= 0.005 else "<1%" for s in self["share"]],
-                                 "buffers": self["count"]})
+            def column(values: list[str], left: bool = False) -> list[str]:
+                width = max(map(len, values), default=0)
+                return [v.ljust(width) if left else v.rjust(width) for v in values]
+
+            return pd.DataFrame({
+                self.column: column([str(g) for g in self["group"]], left=True),
+                "bytes": column([fmt_bytes(int(b)) for b in self["bytes"]]),
+                "share": column([f"{s:.0%}" if s >= 0.005 else "<1%" for s in self["share"]]),
+                "buffers": column([str(int(c)) for c in self["count"]])})
 
         def _caption(self) -> str:
             return (f"{fmt_bytes(int(self.total))} by {self.column}, {len(self)} groups"

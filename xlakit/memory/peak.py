@@ -20,7 +20,7 @@ from xlakit.memory._hlo_frames import parse_op_name
 
 __all__ = ["Peak", "peak", "peak_of", "group_frame", "PEAK_COLUMNS", "GROUPS"]
 
-PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "shape", "dtype", "instruction", "parameter",
+PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "block", "shape", "dtype", "instruction", "parameter",
                 "buffer_id", "allocation", "start", "end", "buffer_bytes"]
 
 
@@ -60,7 +60,7 @@ class Peak:
 
     def by(self, column: str = "source"):
         """The live bytes at the peak grouped by ``"source"``, ``"scope"``, ``"role"``, ``"parameter"``,
-        ``"layer"`` or ``"instruction"``: a DataFrame with columns group, bytes (int), count, share (of
+        ``"layer"``, ``"block"`` or ``"instruction"``: a DataFrame with columns group, bytes (int), count, share (of
         :attr:`total_bytes`), largest first; bytes sum to :attr:`total_bytes`. Shown with readable bytes; the
         entry arguments of a ``source`` grouping are one "arguments" row and buffers without a value read what
         they are (``"(not an argument: values the program makes)"``); ``.raw`` has every group unfolded.
