@@ -2,8 +2,9 @@
 their values merged into one "layer"; the parameters each value is made from name its block (``blocks[2]``).
 
 The answer is checked against the name stack of the same model traced with each block under
-``jax.named_scope`` (the rule never reads the name stack): every block named is the right one (45 of 137 values,
-78 % of their bytes; the seams between blocks are left unnamed). A scan over stacked layers keeps one buffer for all iterations: it says so."""
+``jax.named_scope`` (the rule never reads the name stack): every block named is the right one (45 of 137
+values, 78 % of their bytes; the seams between blocks are left unnamed). A scan over stacked layers keeps one
+buffer for all iterations: it says so."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from typing import Any
 from xlakit.memory._display import fmt_bytes
 
 __all__ = ["TOLERANCE_BYTES", "TOLERANCE_FRACTION", "tolerance_bytes", "accounting", "runtime_calls", "judge",
-           "VERDICTS"]
+           "VERDICTS", "measured_how"]
 
 TOLERANCE_BYTES = 2 * 2**20  # page rounding, allocator headers, first-run runtime state (measured <= 1 MiB)
 TOLERANCE_FRACTION = 0.01
@@ -124,6 +124,16 @@ VERDICTS = {
     "unchecked": "measured; no XLA figure to check it against",
     "unmeasured": "not measured",
 }
+
+
+def measured_how(method: str) -> str:
+    """A probe's ``method`` (``"subprocess clear_refs"``) in words: ``"in a fresh process, peak = process
+    high-water mark"`` (the reset's name from :mod:`xlakit.memory.reset_meaning`)."""
+    from xlakit.memory.reset_meaning import reset_name
+
+    where, _, reset = method.partition(" ")
+    place = {"in-process": "in this process", "subprocess": "in a fresh process"}.get(where, where)
+    return f"{place}, peak = {reset_name(reset) if reset else '?'}"
 
 
 def judge(scratch: int | None, expected: dict[str, int] | None, *, devices: int, peak_exact: bool,

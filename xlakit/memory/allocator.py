@@ -34,7 +34,8 @@ from typing import Any
 
 from xlakit._text.format import fmt_count
 from xlakit.memory._display import fmt_bytes, html_table
-from xlakit.memory.reset_meaning import peak_since_reset_text, reset_explanation, reset_meaning, reset_sentence
+from xlakit.memory._process import _STATUS, ProcessMemory, process_memory
+from xlakit.memory.reset_meaning import peak_since_reset_text, reset_explanation, reset_name, reset_sentence
 
 __all__ = ["AllocatorStats", "AllocatorStatsList", "ResetResult", "ProcessMemory", "allocator_stats",
            "parse_memory_stats", "process_memory", "reset_peak", "STATS_KEYS", "NATIVE_RESET_NAMES"]
@@ -46,33 +47,7 @@ STATS_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserva
 # Method names a jaxlib could bind for XLA's ClearMemoryStats / a peak reset (checked on device, then client).
 NATIVE_RESET_NAMES = ("clear_memory_stats", "reset_memory_stats", "reset_peak_memory_stats",
                       "reset_peak_bytes_in_use")
-_STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcessMemory:
-    """Resident memory of this process (bytes) from ``/proc/self/status``; None where not available."""
-
-    rss_bytes: int | None
-    hwm_bytes: int | None
-    source: str
-
-
-def process_memory() -> ProcessMemory:
-    """``VmRSS`` (resident now) and ``VmHWM`` (resident high-water mark) of this process, in bytes.
-
-    Source: ``/proc/self/status`` (kB x 1024). On systems without it both are None."""
-    values: dict[str, int] = {}
-    try:
-        with open(_STATUS, encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in ("VmRSS", "VmHWM"):
-                    values[key] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        return ProcessMemory(None, None, f"{_STATUS} not readable on {sys.platform}")
-    return ProcessMemory(values.get("VmRSS"), values.get("VmHWM"), f"{_STATUS} (VmRSS, VmHWM)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +62,8 @@ class AllocatorStats:
       peak_since_reset_bytes: the peak since the last :func:`reset_peak` for this device, or None before any.
       peak_since_reset_exact: True when that peak is exact; False when it is only an upper bound (baseline
         reset and the peak did not rise since); None without a reset.
-      reset_method: the method of the last reset (``native``, ``clear_refs``, ``baseline``) or None; what it
-        measures, in words, is :data:`xlakit.memory.reset_meaning.RESET_MEANINGS` (:attr:`peak_meaning`).
-      peak_at_reset_bytes: the peak right after that reset — what the peak since reset started from (clear_refs:
-        the process's resident set then; native: bytes in use then; baseline: the lifetime peak then), or None.
+      reset_method: the method of the last reset (``native``, ``pjrt``, ``clear_refs``, ``baseline``) or None.
+      peak_at_reset_bytes: the peak right after that reset, what the peak since reset started from, or None.
       sources: field name -> where its value came from (or why it is None).
       extra: memory_stats() keys not in :data:`STATS_KEYS`, as given.
       time: ``time.time()`` of the reading.
@@ -120,13 +93,11 @@ class AllocatorStats:
     time: float = dataclasses.field(default_factory=time.time)
     peak_at_reset_bytes: int | None = None
 
-    _NUMBERS = (*STATS_KEYS, "process_rss_bytes", "process_hwm_bytes", "peak_since_reset_bytes",
-                "peak_at_reset_bytes")
+    _NUMBERS = (*STATS_KEYS, "process_rss_bytes", "process_hwm_bytes", "peak_since_reset_bytes", "peak_at_reset_bytes")
 
     @property
     def peak_meaning(self) -> str:
-        """What :attr:`peak_since_reset_bytes` is, in words: the kind of peak, its rise over
-        :attr:`peak_at_reset_bytes` and what that means (``""`` before any reset)."""
+        """What the peak since reset means, in words (:mod:`xlakit.memory.reset_meaning`); ``""`` before a reset."""
         return peak_since_reset_text(self.reset_method, self.peak_since_reset_bytes, self.peak_at_reset_bytes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -245,8 +216,7 @@ class ResetResult:
     method: ``"native"``, ``"clear_refs"`` or ``"baseline"`` (``"none"`` when the device reports no peak
     at all). devices: the devices it applied to. detail: the call made, or why a better method was not
     available. peak_at_reset: device -> the peak right after the reset (bytes; None when not reported): what
-    later peaks are measured from. :attr:`meaning` says, in words, what the reset set the peak to
-    (:data:`xlakit.memory.reset_meaning.RESET_MEANINGS`).
+    later peaks start from. The words for it: :mod:`xlakit.memory.reset_meaning` (:attr:`meaning`, :attr:`name`).
     """
 
     method: str
@@ -270,31 +240,22 @@ class ResetResult:
         return ("baseline only (no reset is available): a later peak above the one at reset time is exact; an "
                 "unchanged one is only an upper bound (the lifetime peak)")
 
-    @property
-    def meaning(self) -> str:
-        """``"Reset peak sets the peak to ..."``: what the reset measures from, in the user's words."""
-        values = [v for v in self.peak_at_reset.values() if v is not None]
-        return reset_sentence(self.method, max(values) if values else None)
-
-    @property
-    def name(self) -> str:
-        """The kind of peak the reset leaves (``"process high-water mark"``), or the method for an unknown one."""
-        meaning = reset_meaning(self.method)
-        return meaning.name if meaning is not None else self.method
+    meaning = property(lambda self: reset_sentence(self.method, _largest(self.peak_at_reset)),
+                       doc="``'Reset peak sets the peak to ...'``: what the reset measures from, in words.")
+    name = property(lambda self: reset_name(self.method), doc="``'process high-water mark'``, ``'allocator reset'``...")
 
     def __repr__(self) -> str:
         exact = "Later peaks are exact" if self.exact else f"NOT exact: {self.exact_reason}"
-        return (f"ResetResult({self.name} on {', '.join(self.devices)}: {self.meaning} {exact}; "
-                f"how: {self.detail})")
+        return f"ResetResult({self.name} on {', '.join(self.devices)}: {self.meaning} {exact}; how: {self.detail})"
 
     def _repr_html_(self) -> str:
-        values = [v for v in self.peak_at_reset.values() if v is not None]
-        return html_table([("reset", self.name),
-                           ("what it means", reset_explanation(self.method, max(values) if values else None)),
-                           ("devices", ", ".join(self.devices)),
-                           ("exact", f"{'yes' if self.exact else 'no'}: {self.exact_reason}"),
-                           ("how", f"{self.method}: {self.detail}")],
-                          title="Peak reset")
+        return html_table([("reset", self.name), ("what it means", reset_explanation(self.method, _largest(
+            self.peak_at_reset))), ("devices", ", ".join(self.devices)), ("exact", f"{'yes' if self.exact else 'no'}: "
+                           f"{self.exact_reason}"), ("how", f"{self.method}: {self.detail}")], title="Peak reset")
+
+
+def _largest(values: Mapping[str, int | None]) -> int | None:
+    return max((v for v in values.values() if v is not None), default=None)
 
 
 def _native_reset(device: Any) -> str | None:
@@ -436,10 +397,8 @@ def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, b
 
 
 def _peak_at_reset(dev: Any) -> int | None:
-    """The peak right after the last reset of ``dev`` (what the peak since reset started from), or None."""
     with _lock:
-        entry = _resets.get(_key(dev))
-    return None if entry is None else entry.peak_at_reset
+        return getattr(_resets.get(_key(dev)), "peak_at_reset", None)
 
 
 # -- reading ---------------------------------------------------------------------------------------------

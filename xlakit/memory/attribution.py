@@ -382,7 +382,7 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
                 parameter += "".join(f"[{i}]" for i in b.shape_index)
             role = "optimizer state" if (leaf.optimizer_state if leaf else _optimizer_path(parameter)) else "parameter"
             scope, source, layer = "argument", f"argument {parameter}", "argument"
-            param_paths[b.instruction_id] = parameter
+            param_paths[params[num]] = parameter
         else:
             scope, source, layer = names.scope, source_of(user), layer_of(user)
             if made_for:

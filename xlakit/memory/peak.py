@@ -15,10 +15,10 @@ import dataclasses
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
-from xlakit.memory._grouping import GROUPS, group_frame, group_text, grouped, top_groups
+from xlakit.memory._grouping import GROUPS, UNKNOWN_LABELS, group_frame, group_text, grouped, top_groups
 from xlakit.memory._hlo_frames import parse_op_name
 
-__all__ = ["Peak", "peak", "peak_of", "group_frame", "PEAK_COLUMNS", "GROUPS"]
+__all__ = ["Peak", "peak", "peak_of", "group_frame", "top_groups", "PEAK_COLUMNS", "GROUPS", "UNKNOWN_LABELS"]
 
 PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "block", "shape", "dtype", "instruction", "parameter",
                 "buffer_id", "allocation", "start", "end", "buffer_bytes"]

@@ -78,7 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
-from xlakit.memory._probe_accounting import accounting, judge, runtime_calls
+from xlakit.memory._probe_accounting import accounting, judge, measured_how, runtime_calls
 
 __all__ = ["ProbeResult", "probe"]
 
@@ -90,12 +90,9 @@ class ProbeResult:
     peak_bytes: the peak during the run (CPU: ``VmHWM``, process-wide; GPU/TPU: ``peak_bytes_in_use`` of the
     program's device). baseline_bytes: in use right after the reset, arguments included (CPU: ``VmRSS``;
     GPU: ``bytes_in_use``). scratch_bytes: ``peak_bytes - baseline_bytes``. method: how it was measured
-    (``"in-process clear_refs"``, ``"subprocess baseline"``, ...; :attr:`how` says it in words). exact: True
-    only when the scratch agrees with XLA's buffer assignment within ``tolerance_bytes`` (see the module
-    docstring). verdict: the outcome in a few words (``"matches XLA's figure"``, ``"XLA's figure plus the
-    libraries' own working memory"``...; :data:`~xlakit.memory._probe_accounting.VERDICTS`). reason: the
-    sentences behind it: what was measured, what XLA planned, where the difference comes from (always filled). xla_bytes: what XLA's buffer assignment says the run allocates
-    (``temp + output - alias``, per device, times the devices measured together), None when not reported.
+    (``"in-process clear_refs"``; :attr:`how` in words). exact: True only when the scratch agrees with XLA's
+    buffer assignment within ``tolerance_bytes``; verdict: that in words (``VERDICTS``); reason: why (always
+    filled). xla_bytes: XLA's figure for the run (``temp + output - alias`` per device x devices measured).
     xla_temp_bytes: XLA's temporaries alone. outside_xla_bytes: ``scratch_bytes - xla_bytes`` (negative:
     the measurement reads low). tolerance_bytes: the agreement needed for ``exact``. runtime_calls: code in
     the program that allocates outside XLA's buffer assignment (library fusions, custom calls, Eigen dots).
@@ -122,16 +119,7 @@ class ProbeResult:
     runtime_calls: tuple[str, ...] = ()
     first_run_scratch_bytes: int | None = None
     verdict: str = ""
-
-    @property
-    def how(self) -> str:
-        """Where and how it was measured, in words: ``"in a fresh process, peak = process high-water mark"``."""
-        from xlakit.memory.reset_meaning import reset_meaning
-
-        where, _, reset = self.method.partition(" ")
-        place = {"in-process": "in this process", "subprocess": "in a fresh process"}.get(where, where)
-        meaning = reset_meaning(reset)
-        return f"{place}, peak = {meaning.name if meaning is not None else reset or '?'}"
+    how = property(lambda self: measured_how(self.method), doc="``method`` in words (measured_how).")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

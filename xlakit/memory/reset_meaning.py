@@ -11,8 +11,8 @@ Methods (``ResetResult.method``):
 ============== ============================ =================================================================
 ``clear_refs`` process high-water mark      Linux, CPU: writing 5 to ``/proc/self/clear_refs`` resets
                                             ``VmHWM`` to the process's resident set (``VmRSS``) — not to 0
-``native``     allocator reset              the device allocator's own reset (PJRT's
-                                            ``PJRT_Device_ClearMemoryStats``, or a reset bound by jaxlib)
+``native``     allocator reset              the device allocator's own reset, bound by jaxlib
+``pjrt``       allocator reset              the same through the PJRT C API (``PJRT_Device_ClearMemoryStats``)
 ``baseline``   baseline (no reset)          nothing resets the peak: its value at the reset is remembered
 ``none``       no peak reported             the device reports no peak at all
 ============== ============================ =================================================================
@@ -25,7 +25,7 @@ import dataclasses
 from xlakit._text.format import fmt_bytes
 
 __all__ = ["ResetMeaning", "RESET_MEANINGS", "PLATFORM_PEAK_NOTES", "reset_meaning", "peak_since_reset_text",
-           "reset_sentence", "reset_explanation", "platform_peak_note"]
+           "reset_sentence", "reset_explanation", "reset_name", "platform_peak_note"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,15 @@ RESET_MEANINGS: dict[str, ResetMeaning] = {
         after=("the most the device's allocator had handed out at once since the reset (exact); what ran since "
                "needed the rise over the {at_reset} in use at the reset"),
         unchanged="nothing since the reset allocated more than the {at_reset} in use then",
-        mechanism="the PJRT allocator's own reset of its statistics (PJRT_Device_ClearMemoryStats)"),
+        mechanism="a reset of the allocator's statistics bound by this jaxlib (a Device or Client method)"),
+    "pjrt": ResetMeaning(
+        name="allocator reset",
+        resets_to=("the bytes the device's allocator has handed out now ({at_reset}: your arrays on the device "
+                   "and what the runtime keeps there)"),
+        after=("the most the device's allocator had handed out at once since the reset (exact); what ran since "
+               "needed the rise over the {at_reset} in use at the reset"),
+        unchanged="nothing since the reset allocated more than the {at_reset} in use then",
+        mechanism="PJRT_Device_ClearMemoryStats through the PJRT C API of the device's plugin (libtpu, CUDA)"),
     "baseline": ResetMeaning(
         name="baseline (no reset available)",
         resets_to=("nothing: this device's peak cannot be reset, so its value now ({at_reset}) is remembered "
@@ -101,6 +109,13 @@ def reset_meaning(method: str | None) -> ResetMeaning | None:
     if not method:
         return None
     return RESET_MEANINGS.get(method.removeprefix("mixed:").split(",")[0])
+
+
+def reset_name(method: str | None) -> str:
+    """The kind of peak a reset leaves (``"process high-water mark"``), or the method itself for one the table
+    lacks."""
+    meaning = reset_meaning(method)
+    return meaning.name if meaning is not None else str(method)
 
 
 def _fill(text: str, at_reset: int | None) -> str:

@@ -277,7 +277,6 @@ def buffer_hover(row: Any) -> str:
 
 
 _PARAMETER_ROLES = ("parameter", "optimizer state", "aliased")
-_SMALLEST_BAR = 1000  # a lifetime bar is drawn when it holds at least 1/1000 of the largest bar's bytes
 
 
 _MISSING = ("", "unknown", "None", "<NA>")
@@ -291,10 +290,8 @@ def _known(v: Any) -> str | None:
 
 def buffer_label(row: Any, *, size: bool = True) -> str:
     """A buffer named in the user's terms: its parameter path (parameters, optimizer state, donated results),
-    else its source line (``cell [4], line 3 (block)``), else its layer, else its parameter, else "made by XLA"
-    (XLA's instruction name, ``copy.34``, is in the tooltip only); then the role and (``size``) the bytes, e.g.
-    ``"cell [4], line 3 (block) · residual · 8.0 MiB"``.
-    """
+    else its source line, layer or parameter, else "made by XLA" (XLA's ``copy.34`` is in the tooltip only); then
+    the role and (``size``) the bytes, e.g. ``"cell [4], line 3 (block) · residual · 8.0 MiB"``."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
     role = _text(get("role"))
     parameter = _known(get("parameter"))
@@ -430,10 +427,8 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     meta["no_range"] = int(len(buffers) - n_ranged)
     meta["aliases"] = n_ranged - int(len(slices))
     sizes = slices["bytes"].to_numpy(dtype=float)
-    order = np.argsort(-sizes, kind="stable")
-    # A bar under 1/1000 of the largest is a sliver nobody can see, and sorted by start step a program's
-    # 4-byte constants (live from step 0) would head the chart: counted with the rest, not drawn.
-    visible = order[sizes[order] >= (sizes.max() if sizes.size else 0) / _SMALLEST_BAR]
+    order = np.argsort(-sizes, kind="stable")  # a bar under 1/1000 of the largest (a 4-byte constant live from
+    visible = order[sizes[order] * 1000 >= sizes.max(initial=0)]  # step 0, at the top) is counted, not drawn
     shown = slices.iloc[visible[:top]]
     rest = slices.drop(index=shown.index)
     meta["more"], meta["more_bytes"] = int(len(rest)), int(rest["bytes"].sum())

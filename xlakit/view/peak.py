@@ -51,7 +51,7 @@ def peak_caption(buffers, *, groups: Sequence[str] = ("source", "scope")) -> str
     """The largest group of each column in ``groups`` with its bytes and main role, e.g.
     ``"top source model.py:42 (41.0 MiB, mostly residual); top scope transpose(jvp(MLP)) (44.0 MiB)"``;
     ``""`` for no buffers. Groups that are all missing say so ("source unknown")."""
-    from xlakit.memory._grouping import UNKNOWN_LABELS, top_groups
+    from xlakit.memory.peak import UNKNOWN_LABELS, top_groups
 
     if buffers is None or buffers.empty:
         return ""
