@@ -17,6 +17,7 @@ from conftest import notebook_cell  # noqa: E402
 
 from xlakit.memory import attribute, compare, peak  # noqa: E402
 from xlakit.memory._hlo_frames import parse_op_name  # noqa: E402
+from xlakit.memory.remat import checkpoint_each  # noqa: E402
 
 MIB = 2**20
 
@@ -321,17 +322,15 @@ def test_live_bytes_are_split_by_role_and_the_peak_step_splits_as_the_peak(mlp, 
     assert "recomputed" in {t.name for t in liveness_chart(remat8.liveness).data}
 
 
-def _four_blocks(checkpoint_each: bool):
-    def block(x, w):
-        h = x @ w
-        return jnp.tanh(h) * jax.nn.sigmoid(h) + jnp.sin(h)
+def _block(x, w):
+    h = x @ w
+    return jnp.tanh(h) * jax.nn.sigmoid(h) + jnp.sin(h)
 
-    def loss(ws, x):
-        for i in range(4):
-            x = (jax.checkpoint(block) if checkpoint_each else block)(x, ws[i])
-        return jnp.mean(x ** 2)
 
-    return loss
+def _four_blocks(ws, x):
+    for i in range(4):
+        x = _block(x, ws[i])
+    return jnp.mean(x ** 2)
 
 
 def test_remat_of_the_whole_function_moves_no_peak_and_compare_says_why():
@@ -339,17 +338,24 @@ def test_remat_of_the_whole_function_moves_no_peak_and_compare_says_why():
     recomputes the whole checkpointed function before using it) but said nothing of why; per-block remat does
     lower the peak, and then nothing needs explaining."""
     args = (jax.ShapeDtypeStruct((4, 128, 128), jnp.float32), jax.ShapeDtypeStruct((512, 128), jnp.float32))
-    plain = peak(jax.jit(jax.grad(_four_blocks(False))), *args)
-    whole = compare(plain, peak(jax.jit(jax.grad(jax.checkpoint(_four_blocks(False)))), *args))
+    plain = peak(jax.jit(jax.grad(_four_blocks)), *args)
+    whole = compare(plain, peak(jax.jit(jax.grad(jax.checkpoint(_four_blocks))), *args))
     roles = whole.by("role").set_index("group")
     saved, recomputed = -roles.loc["residual", "delta"], roles.loc["recomputed", "delta"]
     assert saved > 0 and recomputed > 0 and -whole.peak_delta < saved, whole
-    assert whole.why.startswith("The peak did not move: the backward pass recomputes the whole checkpointed "
-                                "region before using it") or whole.why.startswith("The peak fell by only"), whole.why
+    assert whole.why.startswith("The peak did not move: the backward pass recomputes the checkpointed values "
+                                "before it uses them, all together") or whole.why.startswith("The peak fell by only"), \
+        whole.why
     assert f"{recomputed / MIB:.1f} MiB of recomputed values are live at once" in whole.why
     assert whole.why in repr(whole) and "why" in whole._repr_html_()
-    each = compare(plain, peak(jax.jit(jax.grad(_four_blocks(True))), *args))
+    # checkpoint_each does what jax.checkpoint on the block in the model's code would: the peak falls
+    each = compare(plain, peak(jax.jit(jax.grad(checkpoint_each(_four_blocks, _block))), *args))
     assert each.peak_delta < 0 and each.why == "", each
+    assert each.by("role").set_index("group").loc["residual", "delta"] < 0
+    with pytest.raises(RuntimeError, match="never called .*nothing was checkpointed"):
+        jax.jit(checkpoint_each(lambda ws, x: (x * 2).sum(), _block)).lower(*args)
+    with pytest.raises(TypeError, match="module level"):
+        checkpoint_each(_four_blocks, lambda x: x)
 
 
 def test_grouped_bytes_are_shown_as_the_views_show_them_and_the_raw_rows_stay(mlp):

@@ -194,3 +194,35 @@ def test_the_explorers_saved_snapshot_is_the_drawn_result_not_compiling():
     e.close()
     # charts are divs of class xlakit-chart; plotly.js itself comes only with a process's first chart
     assert handle.shown and "compiling…" not in handle.shown[-1] and "xlakit-chart" in handle.shown[-1]
+
+
+def _tanh_block(x, w):
+    h = x @ w  # three values of h kept per block without remat; only the block's input with it
+    return jnp.tanh(h) * jax.nn.sigmoid(h) + jnp.sin(h)
+
+
+def _stack_loss(ws, x):
+    for i in range(4):
+        x = _tanh_block(x, ws[i])
+    return jnp.mean(x ** 2)
+
+
+def test_memory_explorer_checkpoints_each_block_and_says_what_remat_changed():
+    """Issue 35: the explorer's remat wrapped the whole function (whose recomputation is live at once, so the peak
+    did not move) and per-block checkpointing, what people do, could not be tried."""
+    ws = jax.ShapeDtypeStruct((4, 128, 128), jnp.float32)
+    e = MemoryExplorer(_stack_loss, lambda b: (ws, jax.ShapeDtypeStruct((b, 128), jnp.float32)), batch_sizes=(512,),
+                       step=jax.grad, block=_tanh_block)
+    assert "each _tanh_block: checkpoint (save nothing)" in e._remat_menu.options
+    plain = e.wait(60)
+    e.remat = "checkpoint (save nothing)"
+    whole = e.wait(60)
+    e.remat = "each _tanh_block: checkpoint (save nothing)"
+    each = e.wait(60)
+    assert plain.error is whole.error is each.error is None, (whole.error, each.error)
+    assert each.peak_bytes < plain.peak_bytes and whole.peak_bytes >= each.peak_bytes
+    assert "against remat none: peak " in e.summary.value and "residuals −" in e.summary.value
+    e.remat = "checkpoint (save nothing)"
+    e.wait(60)
+    assert "against remat none" in e.summary.value and "all together" in e.summary.value, e.summary.value
+    e.close()

@@ -75,10 +75,11 @@ class Comparison:
             return ""
         moved = ("did not move" if self.peak_delta == 0 else f"rose by {fmt_bytes(self.peak_delta)}"
                  if self.peak_delta > 0 else f"fell by only {fmt_bytes(-self.peak_delta)}")
-        return (f"The peak {moved}: the backward pass recomputes the whole checkpointed region before using it, so "
-                f"{fmt_bytes(recomputed)} of recomputed values are live at once where {fmt_bytes(saved)} of "
-                "residuals were (checkpoint each block, jax.checkpoint or nnx.remat on the block, to recompute one "
-                "block at a time).")
+        return (f"The peak {moved}: the backward pass recomputes the checkpointed values before it uses them, all "
+                f"together, so {fmt_bytes(recomputed)} of recomputed values are live at once where "
+                f"{fmt_bytes(saved)} of residuals were (a checkpoint around the whole function recomputes "
+                "everything first: checkpoint each block instead, e.g. xlakit.memory.remat.checkpoint_each; if the "
+                "blocks are checkpointed one by one already, XLA's schedule put their recomputations together).")
 
     def summary(self) -> str:
         """``"residuals −2.0 MiB (model.py:76 (loss)), temporaries +256.0 KiB"``: each role that changed, with
