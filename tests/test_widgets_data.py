@@ -233,3 +233,19 @@ def test_snapshots_contain_the_exact_numbers():
              "limit": None, "largest_alloc": None, "num_allocs": None, "process_rss": 5, "reset_method": "clear_refs"}]
     html = _snapshots.allocator_html(rows, {"cpu:0": [0, 1024]}, {})
     assert "data-bytes='777777777'" in html and "not reported" in html and "<svg" in html
+
+
+def test_the_memory_tab_counts_library_helpers_as_the_timeline_does():
+    """Issue 35: "library helpers (2 programs)" in the timeline, 5 in the Memory tab: the tab counted cache entries
+    (one per shape) as programs. It counts programs by name, as the timeline's lane does, and names the entries."""
+    from xlakit.memory import CompiledMemory
+    from xlakit.view.programs import Programs
+
+    p = Programs()
+    p.library = {"jit_iota [1]": CompiledMemory(name="jit_iota", argument_bytes=4, output_bytes=4, alias_bytes=0,
+                                                temp_bytes=0),
+                 "jit_iota [2]": CompiledMemory(name="jit_iota"), "jit_clip": CompiledMemory(name="jit_clip")}
+    assert p.library_note().startswith("library helpers: 2 program(s) in 3 cache entries (one per shape) called "
+                                       "only from inside jax/flax/optax folded (jit_clip, jit_iota; footprints 8 bytes")
+    p.library = {"jit_clip": CompiledMemory(name="jit_clip")}
+    assert p.library_note().startswith("library helpers: 1 program(s) called only")
