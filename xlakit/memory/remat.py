@@ -41,6 +41,7 @@ def _is_nnx_module(cls: type) -> bool:
 def _patched(block: Any, policy: Any, calls: list[int]) -> Iterator[None]:
     """``block`` (a class's ``__call__``, or a module-level function by its name) checkpointed inside the
     ``with``; every call through the patch is counted in ``calls``."""
+    owner: Any
     if isinstance(block, type):
         owner, name, nnx_module = block, "__call__", _is_nnx_module(block)
     else:

@@ -298,7 +298,7 @@ def peak_html(title: str, *, summary: str, figures: Sequence[Any], buffers, incl
     """Snapshot of a peak: a summary line, the figures (plotly HTML, plotly.js at most once), the tables."""
     from xlakit.view.plotly_html import figure_html
 
-    body = [f"<div class='xlakit-peak-summary'>{html_text(summary)}</div>"] if summary else []
+    body = [f"<div class='xlakit-peak-summary'><pre>{html_text(summary)}</pre></div>"] if summary else []
     for i, fig in enumerate(figures):  # plotly.js (when asked for) before the first chart only
         body.append(figure_html(fig, include_plotlyjs if i == 0 else False))
     body.append(peak_tables_html(buffers))
