@@ -50,8 +50,8 @@ from xlakit.memory.compiled import CompiledMemory, compiled_memory
 from xlakit.memory.live import MoveResult, live_arrays, live_bytes, move
 from xlakit.memory.peak import Peak, peak
 from xlakit.memory.probe import ProbeResult, probe
-from xlakit.memory.sweep import MaxBatch, Sweep, max_batch, sweep
 from xlakit.memory.remat import checkpoint_each
+from xlakit.memory.sweep import MaxBatch, Sweep, max_batch, sweep
 from xlakit.memory.track import TrackedProgram, Tracker, track
 
 __all__ = ["CompiledMemory", "compiled_memory",
