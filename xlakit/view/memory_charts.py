@@ -265,7 +265,8 @@ def _text(v: Any, missing: str = "unknown") -> str:
 def buffer_hover(row: Any) -> str:
     """Tooltip of one buffer row: instruction, role, bytes, dtype[shape], scope, source, parameter, live range."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
-    parts = [f"<b>{plotly_text(_text(get('instruction')))}</b> ({plotly_text(_text(get('role')))})",
+    parts = [f"{plotly_text(_text(get('layer'), ''))}" if _known(get("layer")) else "",
+             f"<b>{plotly_text(_text(get('instruction')))}</b> ({plotly_text(_text(get('role')))})",
              f"{fmt_bytes(get('bytes'))} {plotly_text(_text(get('dtype'), '?'))}"
              f"[{plotly_text(shape_text(get('shape')))}]",
              f"scope: {plotly_text(_text(get('scope')))}", f"source: {plotly_text(_text(get('source')))}"]
@@ -273,7 +274,7 @@ def buffer_hover(row: Any) -> str:
         parts.append(f"parameter: {plotly_text(str(get('parameter')))}")
     if get("start") is not None and get("end") is not None:
         parts.append(f"live steps {_text(get('start'))}–{_text(get('end'))}")
-    return "<br>".join(parts)
+    return "<br>".join(p for p in parts if p)
 
 
 _PARAMETER_ROLES = ("parameter", "optimizer state", "aliased")

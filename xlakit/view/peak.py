@@ -268,9 +268,10 @@ def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by bat
     return fig
 
 
-_BUFFER_COLUMNS = (Column("instruction", "instruction"), Column("role", "role"), Column("scope", "scope"),
-                   Column("source", "source"), Column("parameter", "parameter"), Column("dtype", "dtype"),
-                   Column("shape", "shape"), Column("bytes", "bytes", "bytes"))
+_BUFFER_COLUMNS = (Column("source", "source"), Column("layer", "layer"), Column("role", "role"),
+                   Column("parameter", "parameter"), Column("dtype", "dtype"), Column("shape", "shape"),
+                   Column("bytes", "bytes", "bytes"), Column("scope", "scope"),
+                   Column("instruction", "instruction (XLA)"))  # the user's terms first, XLA's name last
 
 
 def peak_tables_html(buffers, *, top: int = 10) -> str:
