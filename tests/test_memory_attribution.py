@@ -17,6 +17,7 @@ from conftest import notebook_cell  # noqa: E402
 
 from xlakit.memory import attribute, compare, peak  # noqa: E402
 from xlakit.memory._hlo_frames import parse_op_name  # noqa: E402
+from xlakit.memory.remat import checkpoint_each  # noqa: E402
 
 MIB = 2**20
 
@@ -115,6 +116,11 @@ def test_a_notebook_cell_reads_as_cell_and_line(tmp_path, monkeypatch):
     # what jax.checkpoint recomputes for the backward pass
     ("jit(step)/transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general", "backward",
      "recomputed in the backward pass (remat) › checkpoint", "dot_general"),
+    # JAX's own parts inside lax.scan in words (issue 35: "while/body/dynamic_update_index_in_dim"), the user's
+    # scopes within the body as they are
+    ("jit(loss)/jvp()/while/body/dynamic_update_index_in_dim/dynamic_update_slice", "forward",
+     "forward › loop body › stacked per iteration", "dynamic_update_slice"),
+    ("jit(f)/while/body/closed_call/MLP/Dense_0/mul", "", "loop body › MLP/Dense_0", "mul"),
     # XLA joins the op names of instructions it merged with ';': the first is the instruction's own
     ("jit(step)/transpose(jvp())/mul;jit(step)/transpose(jvp())/broadcast_in_dim", "backward", "backward", "mul"),
 ])
@@ -314,3 +320,65 @@ def test_live_bytes_are_split_by_role_and_the_peak_step_splits_as_the_peak(mlp, 
         assert all(t.line.color == ROLE_COLORS[n] for n, t in traces.items())
     assert "residual" in {t.name for t in liveness_chart(mlp.liveness).data}
     assert "recomputed" in {t.name for t in liveness_chart(remat8.liveness).data}
+
+
+def _block(x, w):
+    h = x @ w
+    return jnp.tanh(h) * jax.nn.sigmoid(h) + jnp.sin(h)
+
+
+def _four_blocks(ws, x):
+    for i in range(4):
+        x = _block(x, ws[i])
+    return jnp.mean(x ** 2)
+
+
+def test_remat_of_the_whole_function_moves_no_peak_and_compare_says_why():
+    """Issue 35: "356.5 → 356.5 MiB (±0 B): residuals −280.4, recomputed +280.4" was right (the backward pass
+    recomputes the whole checkpointed function before using it) but said nothing of why; per-block remat does
+    lower the peak, and then nothing needs explaining."""
+    args = (jax.ShapeDtypeStruct((4, 128, 128), jnp.float32), jax.ShapeDtypeStruct((512, 128), jnp.float32))
+    plain = peak(jax.jit(jax.grad(_four_blocks)), *args)
+    whole = compare(plain, peak(jax.jit(jax.grad(jax.checkpoint(_four_blocks))), *args))
+    roles = whole.by("role").set_index("group")
+    saved, recomputed = -roles.loc["residual", "delta"], roles.loc["recomputed", "delta"]
+    assert saved > 0 and recomputed > 0 and -whole.peak_delta < saved, whole
+    assert whole.why.startswith("The peak did not move: the backward pass recomputes the checkpointed values "
+                                "before it uses them, all together") or whole.why.startswith("The peak fell by only"), \
+        whole.why
+    assert f"{recomputed / MIB:.1f} MiB of recomputed values are live at once" in whole.why
+    assert whole.why in repr(whole) and "why" in whole._repr_html_()
+    # checkpoint_each does what jax.checkpoint on the block in the model's code would: the peak falls
+    each = compare(plain, peak(jax.jit(jax.grad(checkpoint_each(_four_blocks, _block))), *args))
+    assert each.peak_delta < 0 and each.why == "", each
+    assert each.by("role").set_index("group").loc["residual", "delta"] < 0
+    with pytest.raises(RuntimeError, match="never called .*nothing was checkpointed"):
+        jax.jit(checkpoint_each(lambda ws, x: (x * 2).sum(), _block)).lower(*args)
+    with pytest.raises(TypeError, match="module level"):
+        checkpoint_each(_four_blocks, lambda x: x)
+
+
+def test_grouped_bytes_are_shown_as_the_views_show_them_and_the_raw_rows_stay(mlp):
+    """Issue 35: ``p.by(...)`` was raw pandas (integer bytes, names cut at 50 characters, every argument a row of
+    its own, an unlabelled "—" row); the summary said 41.0 MiB where the chart caption said 43.0 MiB."""
+    from xlakit.view.peak import peak_caption
+
+    p = peak(mlp)
+    by_source = p.by("source")
+    raw = by_source.raw
+    args = raw[raw["group"].str.startswith("argument ")]
+    assert len(args) == 15 and "argument params['wide']['kernel']" in set(raw["group"])
+    folded = by_source.set_index("group").loc["arguments"]
+    assert folded["bytes"] == args["bytes"].sum() and folded["count"] == args["count"].sum()
+    assert by_source["bytes"].sum() == raw["bytes"].sum() == p.total_bytes and len(by_source) == len(raw) - 14
+    text = repr(by_source)
+    assert "15 argument rows folded into 'arguments'" in text and "MiB" in text and str(p.total_bytes) not in text
+    assert f"memory_models.py:{mm.BIG_LINE} (MLP.__call__)" in text  # whole, however long the path
+    assert f"data-bytes='{int(folded['bytes'])}'" in by_source._repr_html_()
+    by_param = p.by("parameter").set_index("group")
+    assert "(not an argument: values the program makes)" in by_param.index and "—" not in by_param.index
+    # one quantity, one value: the summary's top line and the chart caption's come from the same groups
+    top = by_source.iloc[0]
+    assert f"{top['bytes'] / MIB:.1f} MiB from {top['group']}" in repr(p)
+    assert peak_caption(p.buffers, groups=("source",)).startswith(f"top source {top['group']} "
+                                                                  f"({top['bytes'] / MIB:.1f} MiB")

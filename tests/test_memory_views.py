@@ -330,7 +330,7 @@ def test_lifetime_chart_labels_bars_in_the_users_terms():
     assert meta["labels"] == ["params['Ws'] · parameter · 2.0 MiB",            # the parameter path
                               "cell [4], line 3 (block) · residual · 8.0 MiB",  # the source line
                               "cell [4], line 3 (block) · residual · 8.0 MiB",
-                              "fusion.9 · temporary · 8.0 MiB"]                 # nothing else known
+                              "made by XLA · temporary · 8.0 MiB"]              # nothing else known
     assert ticks[1] == "cell [4], line 3 (block) · residual · 8.0 MiB"
     assert ticks[0] == "params['Ws'] · parameter · 2.0 MiB"          # plotly text: quotes as they are
     assert not any(t.startswith(("arg_tuple", "while", "Ws.1", "bitcast")) for t in ticks)

@@ -154,8 +154,18 @@ def test_displayed_peak_prefers_peak_since_reset():
     s = AllocatorStats(device="cpu:0", device_id=0, platform="cpu", process_hwm_bytes=700)
     assert _data.displayed_peak(s)[0] == 700 and "high-water" in _data.displayed_peak(s)[1]
     s = AllocatorStats(device="gpu:0", device_id=0, platform="gpu", peak_bytes_in_use=900,
-                       peak_since_reset_bytes=900, peak_since_reset_exact=False, reset_method="baseline")
-    assert _data.displayed_peak(s) == (900, "since reset (baseline; at most (lifetime peak))")
+                       peak_since_reset_bytes=900, peak_since_reset_exact=False, reset_method="baseline",
+                       peak_at_reset_bytes=900)
+    assert _data.displayed_peak(s) == (900, "baseline (no reset available) since reset: no rise over the 900 B at "
+                                            "reset (at most: the lifetime peak)")
+    # After a CPU reset the peak starts from what the whole process held, not from 0: the note says so and
+    # gives the rise since (the 390 MiB next to "in use 65 MiB" of issue 35).
+    s = AllocatorStats(device="cpu:0", device_id=0, platform="cpu", bytes_in_use=65 * 2**20,
+                       peak_since_reset_bytes=390 * 2**20, peak_since_reset_exact=True, reset_method="clear_refs",
+                       peak_at_reset_bytes=388 * 2**20)
+    assert _data.displayed_peak(s) == (390 * 2**20, "process high-water mark since reset: +2.0 MiB over the "
+                                                    "388.0 MiB at reset (exact)")
+    assert "the most the whole process has held at once since the reset" in s.peak_meaning
 
 
 def test_live_table_and_treemap_nodes():
@@ -223,3 +233,19 @@ def test_snapshots_contain_the_exact_numbers():
              "limit": None, "largest_alloc": None, "num_allocs": None, "process_rss": 5, "reset_method": "clear_refs"}]
     html = _snapshots.allocator_html(rows, {"cpu:0": [0, 1024]}, {})
     assert "data-bytes='777777777'" in html and "not reported" in html and "<svg" in html
+
+
+def test_the_memory_tab_counts_library_helpers_as_the_timeline_does():
+    """Issue 35: "library helpers (2 programs)" in the timeline, 5 in the Memory tab: the tab counted cache entries
+    (one per shape) as programs. It counts programs by name, as the timeline's lane does, and names the entries."""
+    from xlakit.memory import CompiledMemory
+    from xlakit.view.programs import Programs
+
+    p = Programs()
+    p.library = {"jit_iota [1]": CompiledMemory(name="jit_iota", argument_bytes=4, output_bytes=4, alias_bytes=0,
+                                                temp_bytes=0),
+                 "jit_iota [2]": CompiledMemory(name="jit_iota"), "jit_clip": CompiledMemory(name="jit_clip")}
+    assert p.library_note().startswith("library helpers: 2 program(s) in 3 cache entries (one per shape) called "
+                                       "only from inside jax/flax/optax folded (jit_clip, jit_iota; footprints 8 bytes")
+    p.library = {"jit_clip": CompiledMemory(name="jit_clip")}
+    assert p.library_note().startswith("library helpers: 1 program(s) called only")

@@ -171,10 +171,15 @@ class CellSummary:
         if self.peak_bytes is None:
             return "peak not reported"
         how = "" if self.peak_exact is None else ("exact" if self.peak_exact else "at most")
-        what = "process high-water mark" if self.peak_method == "clear_refs" or "high-water" in self.peak_kind \
-            else "peak"
+        from xlakit.memory.reset_meaning import reset_meaning
+
+        meaning = reset_meaning(self.peak_method)
+        what = meaning.name if meaning is not None and meaning.name != "no peak reported" else (
+            "process high-water mark" if "high-water" in self.peak_kind else "peak")
         if self.reset:
             scope = f"the cell's own: reset at its start ({self.peak_method}{', ' + how if how else ''})"
+            if " since reset: " in self.peak_kind:  # the rise over what the peak started from at the reset
+                scope += "; " + self.peak_kind.split(" since reset: ", 1)[1]
         else:
             scope = f"{self.peak_kind}; not reset by this cell"
             if self.peak_before_bytes is not None:

@@ -15,7 +15,8 @@
 :func:`peak`                the program step where live bytes peak and the buffers live there
 :func:`sweep`               compile-only memory per batch size (through a cache: a rerun compiles nothing)
 :func:`max_batch`           the largest batch whose compiled footprint fits a budget, and what limits it
-:func:`compare`             two programs' peaks diffed by role, scope and source
+:func:`compare`             two programs' peaks diffed by role, scope and source, and why the peak moved
+:func:`checkpoint_each`     a function with every call of one layer checkpointed (per-block remat)
 =========================== ==========================================================================
 
 Importing this package imports neither JAX nor pandas; each function imports what it needs when called.
@@ -49,6 +50,7 @@ from xlakit.memory.compiled import CompiledMemory, compiled_memory
 from xlakit.memory.live import MoveResult, live_arrays, live_bytes, move
 from xlakit.memory.peak import Peak, peak
 from xlakit.memory.probe import ProbeResult, probe
+from xlakit.memory.remat import checkpoint_each
 from xlakit.memory.sweep import MaxBatch, Sweep, max_batch, sweep
 from xlakit.memory.track import TrackedProgram, Tracker, track
 
@@ -61,4 +63,4 @@ __all__ = ["CompiledMemory", "compiled_memory",
            "Budget", "weight_budget",
            "track", "Tracker", "TrackedProgram",
            "Attribution", "attribute", "Peak", "peak", "Sweep", "sweep", "MaxBatch", "max_batch",
-           "Comparison", "compare"]
+           "Comparison", "compare", "checkpoint_each"]

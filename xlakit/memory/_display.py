@@ -13,7 +13,16 @@ from typing import Any
 from xlakit._text.format import fmt_bytes, fmt_seconds
 from xlakit._text.table import Column, Table
 
-__all__ = ["fmt_bytes", "fmt_seconds", "html_table", "record_repr"]
+__all__ = ["fmt_bytes", "fmt_seconds", "html_table", "record_repr", "TERM_WORDS", "term_words"]
+
+#: A footprint term's column (``Sweep.frame``, ``MaxBatch.limiting_term``) in words, for what is shown.
+TERM_WORDS = {"argument_bytes": "arguments", "output_bytes": "outputs", "alias_bytes": "aliased outputs",
+              "temp_bytes": "temporaries", "code_bytes": "generated code"}
+
+
+def term_words(term: str | None) -> str:
+    """``"temp_bytes"`` -> ``"temporaries"``; a term not in :data:`TERM_WORDS` as it is."""
+    return TERM_WORDS.get(str(term), str(term))
 
 
 def html_table(rows: Iterable[tuple[str, Any]], title: str | None = None) -> str:

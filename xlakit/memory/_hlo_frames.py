@@ -26,11 +26,19 @@ import linecache
 from xlakit._sources import Frame, display_file, first_user_frame
 from xlakit.memory._proto import Message
 
-__all__ = ["FrameTable", "NameStack", "parse_op_name", "layer_of", "source_of", "RECOMPUTED_SCOPE"]
+__all__ = ["FrameTable", "NameStack", "parse_op_name", "layer_of", "source_of", "RECOMPUTED_SCOPE", "SCOPE_WORDS"]
 
 #: The scope of a value recomputed for the backward pass (``NameStack.recomputed``).
 RECOMPUTED_SCOPE = "recomputed in the backward pass (remat)"
 _REMAT_MARK = "rematted_computation"  # jax._src.ad_checkpoint's name-stack part for the recomputation
+#: Name-stack parts JAX adds inside its own functions, in the user's words (a scope shows these in place of
+#: them): ``lax.scan`` and ``lax.while_loop`` lower to ``while`` with a ``body`` and a ``cond``; scan writes each
+#: iteration's output into the stacked result (``dynamic_update_index_in_dim``), reads each iteration's slice of
+#: its inputs (``dynamic_index_in_dim``) and calls the body (``closed_call``, no word of its own).
+SCOPE_WORDS = {("while", "body"): "loop body", ("while", "cond"): "loop condition",
+               ("dynamic_update_index_in_dim",): "stacked per iteration",
+               ("dynamic_index_in_dim",): "sliced per iteration", ("closed_call",): "",
+               ("_take",): "jnp.take / indexing", ("_where",): "jnp.where"}
 
 # StackFrameIndexProto / .FileLocation / .StackFrame field numbers (xla/service/hlo.proto)
 _FILES, _FUNCTIONS, _LOCATIONS, _FRAMES = 1, 2, 3, 4
@@ -118,14 +126,39 @@ class NameStack:
     @property
     def scope(self) -> str:
         """``"backward › MLP/Dense_0"``, ``"forward"``, ``"MLP/l1"``, ``"recomputed in the backward pass (remat)
-        › MLP/checkpoint"``; ``"unknown"`` without an op name."""
+        › MLP/checkpoint"``, ``"forward › loop body › stacked per iteration"`` (a ``lax.scan``) (JAX's own
+        parts in words, :data:`SCOPE_WORDS`); ``"unknown"`` without an op name."""
         if not (self.phase or self.names or self.primitive or self.recomputed):
             return "unknown"
-        path = "/".join(self.names)
+        path = _scope_path(self.names)
         phase = RECOMPUTED_SCOPE if self.recomputed else self.phase
         if phase and path:
             return f"{phase} › {path}"
         return phase or path or "(top level)"
+
+
+def _scope_path(names: tuple[str, ...]) -> str:
+    """The scope names as shown: the user's own parts joined by ``/`` (``MLP/Dense_0``), JAX's internal ones
+    (:data:`SCOPE_WORDS`) as words of their own, joined by `` › ``."""
+    segments: list[str] = []
+    user: list[str] = []
+    i = 0
+    while i < len(names):
+        pair, one = tuple(names[i:i + 2]), (names[i],)
+        key = pair if pair in SCOPE_WORDS else one if one in SCOPE_WORDS else None
+        if key is None:
+            user.append(names[i])
+            i += 1
+            continue
+        if user:
+            segments.append("/".join(user))
+            user = []
+        if SCOPE_WORDS[key]:
+            segments.append(SCOPE_WORDS[key])
+        i += len(key)
+    if user:
+        segments.append("/".join(user))
+    return " › ".join(segments)
 
 
 def _split(op_name: str) -> list[str]:

@@ -31,13 +31,14 @@ from typing import Any
 
 from xlakit.memory._display import fmt_bytes
 
-__all__ = ["TOLERANCE_BYTES", "TOLERANCE_FRACTION", "tolerance_bytes", "accounting", "runtime_calls", "judge"]
+__all__ = ["TOLERANCE_BYTES", "TOLERANCE_FRACTION", "tolerance_bytes", "accounting", "runtime_calls", "judge",
+           "VERDICTS", "measured_how"]
 
 TOLERANCE_BYTES = 2 * 2**20  # page rounding, allocator headers, first-run runtime state (measured <= 1 MiB)
 TOLERANCE_FRACTION = 0.01
 
-_LIBRARY = {"__ynn_fusion": "YNNPACK fusion", "__xnn_fusion": "XNNPACK fusion",
-            "__onednn_fusion": "oneDNN fusion"}
+_LIBRARY = {"__ynn_fusion": "YNNPACK", "__xnn_fusion": "XNNPACK", "__onednn_fusion": "oneDNN"}
+_EIGEN_OPS = {"dot": ("matrix product", "matrix products"), "convolution": ("convolution", "convolutions")}
 _FUSION_KIND = re.compile(r'"kind"\s*:\s*"(__[A-Za-z0-9_]+_fusion)"')
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 _ENTRY_OP = re.compile(r"=\s*\S+\s+(dot|convolution)\(")
@@ -75,22 +76,24 @@ def accounting(compiled: Any) -> dict[str, int] | None:
 
 def runtime_calls(hlo_text: str, platform: str | None) -> tuple[str, ...]:
     """Code in an optimized HLO module that allocates memory XLA's buffer assignment does not count, as
-    readable labels with counts, e.g. ``("YNNPACK fusion (__ynn_fusion) x1", "Eigen dot x2")``.
+    readable labels with counts, e.g. ``("55 fused operations run by YNNPACK (__ynn_fusion)",
+    "3 matrix products run by Eigen")``, sorted by label.
 
     Library fusions and custom calls on every backend; on CPU also ``dot`` / ``convolution`` instructions
     that XLA:CPU runs through Eigen (their packing buffers)."""
-    found: Counter[str] = Counter()
+    found: Counter[tuple[str, str, str]] = Counter()  # (library, singular, plural) -> count
     for kind in _FUSION_KIND.findall(hlo_text):
-        found[f"{_LIBRARY.get(kind, 'library fusion')} ({kind})"] += 1
+        found[(f"{_LIBRARY.get(kind, 'a library')} ({kind})", "fused operation", "fused operations")] += 1
     for target in _CUSTOM_CALL.findall(hlo_text):
-        found[f"custom call {target}"] += 1
+        found[(target, "custom call", "custom calls")] += 1
     if platform == "cpu":
         for block in _computations(hlo_text):
             if block["library"]:
                 continue
             for op in _ENTRY_OP.findall(block["text"]):
-                found[f"Eigen {op}"] += 1
-    return tuple(f"{label} x{n}" for label, n in sorted(found.items()))
+                found[("Eigen", *_EIGEN_OPS[op])] += 1
+    return tuple(sorted(f"{n} {one if n == 1 else many} run by {lib}" if many != "custom calls"
+                        else f"{n} {one if n == 1 else many} to {lib}" for (lib, one, many), n in found.items()))
 
 
 def _computations(hlo_text: str) -> list[dict[str, Any]]:
@@ -110,6 +113,29 @@ def _computations(hlo_text: str) -> list[dict[str, Any]]:
     return out
 
 
+#: The probe's verdicts, in a few words each (``ProbeResult.verdict``); ``reason`` says why.
+VERDICTS = {
+    "exact": "matches XLA's figure",
+    "XLA + libraries": "XLA's figure plus the libraries' own working memory",
+    "agrees, libraries unseen": "matches XLA's figure; the libraries' own memory may be unseen in this process",
+    "more than XLA": "more than XLA's figure",
+    "reads low": "less than XLA's figure (reads low)",
+    "upper bound": "an upper bound (the peak could not be reset)",
+    "unchecked": "measured; no XLA figure to check it against",
+    "unmeasured": "not measured",
+}
+
+
+def measured_how(method: str) -> str:
+    """A probe's ``method`` (``"subprocess clear_refs"``) in words: ``"in a fresh process, peak = process
+    high-water mark"`` (the reset's name from :mod:`xlakit.memory.reset_meaning`)."""
+    from xlakit.memory.reset_meaning import reset_name
+
+    where, _, reset = method.partition(" ")
+    place = {"in-process": "in this process", "subprocess": "in a fresh process"}.get(where, where)
+    return f"{place}, peak = {reset_name(reset) if reset else '?'}"
+
+
 def judge(scratch: int | None, expected: dict[str, int] | None, *, devices: int, peak_exact: bool,
           peak_reason: str, calls: tuple[str, ...], in_process: bool) -> dict[str, Any]:
     """Whether a measured scratch is exact, and why (or why not).
@@ -124,38 +150,53 @@ def judge(scratch: int | None, expected: dict[str, int] | None, *, devices: int,
       in_process: measured in the caller's process (other threads count; memory already held reads low).
 
     Returns:
-      ``{"exact", "reason", "xla_bytes", "outside_xla_bytes", "tolerance_bytes"}`` (bytes or None).
+      ``{"exact", "verdict", "reason", "xla_bytes", "outside_xla_bytes", "tolerance_bytes"}`` (bytes or None):
+      ``verdict`` is a few words (:data:`VERDICTS`), ``reason`` the sentences behind it, both in words a
+      student can follow: what was measured, what XLA planned, and where the difference comes from.
     """
     xla = None if expected is None else devices * (expected["temp"] + expected["output"] - expected["alias"])
     tol = tolerance_bytes(xla)
     outside = None if xla is None or scratch is None else scratch - xla
     base = {"xla_bytes": xla, "outside_xla_bytes": outside, "tolerance_bytes": tol}
     if scratch is None:
-        return {**base, "exact": False, "reason": f"no peak could be measured ({peak_reason})"}
+        return {**base, "exact": False, "verdict": VERDICTS["unmeasured"],
+                "reason": f"no peak could be measured ({peak_reason})"}
     if not peak_exact:
-        return {**base, "exact": False, "reason": f"upper bound: {peak_reason}"}
+        return {**base, "exact": False, "verdict": VERDICTS["upper bound"],
+                "reason": f"upper bound: {peak_reason}; the run may have needed less than {fmt_bytes(scratch)}"}
     if expected is None or xla is None or outside is None:
-        return {**base, "exact": False,
+        return {**base, "exact": False, "verdict": VERDICTS["unchecked"],
                 "reason": "the backend reports no buffer assignment to check the measurement against; the peak "
                           f"itself was measured after a real reset ({peak_reason})"}
-    split = (f"XLA's buffer assignment: {fmt_bytes(xla)} (temporaries {fmt_bytes(expected['temp'])} + outputs "
-             f"{fmt_bytes(expected['output'] - expected['alias'])}{f', x{devices} devices' if devices > 1 else ''})")
+    planned = (f"XLA's own figure, {fmt_bytes(xla)} (the temporaries {fmt_bytes(expected['temp'])} and outputs "
+               f"{fmt_bytes(expected['output'] - expected['alias'])} its buffer assignment plans"
+               f"{f', x{devices} devices' if devices > 1 else ''})")
+    libraries = ", ".join(calls)
     if abs(outside) <= tol and calls and in_process:
-        return {**base, "exact": False,
-                "reason": f"agrees with {split} within {fmt_bytes(tol)}, but the program runs " + ", ".join(calls)
-                          + ", whose own buffers this process's heap can serve from memory it already holds "
-                          "(glibc keeps freed buffers below its raised mmap threshold, up to 32 MiB), so their "
-                          "bytes may be missing; isolate=True measures them in a fresh process"}
+        return {**base, "exact": False, "verdict": VERDICTS["agrees, libraries unseen"],
+                "reason": f"measured {fmt_bytes(scratch)}: agrees with {planned} within {fmt_bytes(tol)}. But the "
+                          f"program hands work to libraries ({libraries}) that allocate working memory of their "
+                          "own, and in this process that memory can come from what the heap already holds "
+                          "(glibc keeps freed buffers below its raised mmap threshold, up to 32 MiB), so it may be "
+                          "missing here; isolate=True measures it in a fresh process"}
     if abs(outside) <= tol:
-        return {**base, "exact": True, "reason": f"agrees with {split} within {fmt_bytes(tol)}"}
+        return {**base, "exact": True, "verdict": VERDICTS["exact"],
+                "reason": f"measured {fmt_bytes(scratch)}: agrees with {planned} within {fmt_bytes(tol)}"}
+    share = f" ({abs(outside) / xla:.0%})" if xla and abs(outside) < 10 * xla else ""  # not "(82721%)" of 20 KB
+    if outside > 0 and calls:
+        return {**base, "exact": False, "verdict": VERDICTS["XLA + libraries"],
+                "reason": f"measured {fmt_bytes(scratch)}, {fmt_bytes(outside)}{share} more than {planned}. XLA "
+                          "plans only its own buffers; the libraries it hands work to allocate working memory of "
+                          f"their own, outside XLA's plan, which it does not count: {libraries}. The measurement is "
+                          "what this run needed: budget with it, not with XLA's temporaries"}
     if outside > 0:
-        who = ("by " + ", ".join(calls) + ", which XLA does not count") if calls else \
-            ("by code XLA does not count (runtime state" + (", or another thread of this process)" if in_process
-                                                             else ")"))
-        return {**base, "exact": False,
-                "reason": f"{fmt_bytes(outside)} more than {split}: allocated outside it {who}. The measured "
-                          "scratch is what this run needed; XLA's temporaries understate it"}
+        who = "runtime state" + (" or another thread of this process" if in_process else "")
+        return {**base, "exact": False, "verdict": VERDICTS["more than XLA"],
+                "reason": f"measured {fmt_bytes(scratch)}, {fmt_bytes(outside)}{share} more than {planned}: "
+                          f"allocated outside XLA's plan by code XLA does not count ({who}). The measurement is "
+                          "what this run needed; XLA's temporaries understate it"}
     low = ("memory the allocator already held served part of the run" if in_process else
            "the allocator served part of the run from memory it already held")
-    return {**base, "exact": False,
-            "reason": f"{fmt_bytes(-outside)} less than {split}: {low}, so the measured scratch reads low"}
+    return {**base, "exact": False, "verdict": VERDICTS["reads low"],
+            "reason": f"measured {fmt_bytes(scratch)}, {fmt_bytes(-outside)}{share} less than {planned}: {low}, so "
+                      "the measurement reads low"}

@@ -34,6 +34,8 @@ from typing import Any
 
 from xlakit._text.format import fmt_count
 from xlakit.memory._display import fmt_bytes, html_table
+from xlakit.memory._process import _STATUS, ProcessMemory, process_memory
+from xlakit.memory.reset_meaning import peak_since_reset_text, reset_explanation, reset_name, reset_sentence
 
 __all__ = ["AllocatorStats", "AllocatorStatsList", "ResetResult", "ProcessMemory", "allocator_stats",
            "parse_memory_stats", "process_memory", "reset_peak", "STATS_KEYS", "NATIVE_RESET_NAMES"]
@@ -45,33 +47,7 @@ STATS_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reserva
 # Method names a jaxlib could bind for XLA's ClearMemoryStats / a peak reset (checked on device, then client).
 NATIVE_RESET_NAMES = ("clear_memory_stats", "reset_memory_stats", "reset_peak_memory_stats",
                       "reset_peak_bytes_in_use")
-_STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
-
-
-@dataclasses.dataclass(frozen=True)
-class ProcessMemory:
-    """Resident memory of this process (bytes) from ``/proc/self/status``; None where not available."""
-
-    rss_bytes: int | None
-    hwm_bytes: int | None
-    source: str
-
-
-def process_memory() -> ProcessMemory:
-    """``VmRSS`` (resident now) and ``VmHWM`` (resident high-water mark) of this process, in bytes.
-
-    Source: ``/proc/self/status`` (kB x 1024). On systems without it both are None."""
-    values: dict[str, int] = {}
-    try:
-        with open(_STATUS, encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                key, _, rest = line.partition(":")
-                if key in ("VmRSS", "VmHWM"):
-                    values[key] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        return ProcessMemory(None, None, f"{_STATUS} not readable on {sys.platform}")
-    return ProcessMemory(values.get("VmRSS"), values.get("VmHWM"), f"{_STATUS} (VmRSS, VmHWM)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +62,8 @@ class AllocatorStats:
       peak_since_reset_bytes: the peak since the last :func:`reset_peak` for this device, or None before any.
       peak_since_reset_exact: True when that peak is exact; False when it is only an upper bound (baseline
         reset and the peak did not rise since); None without a reset.
-      reset_method: the method of the last reset (``native``, ``clear_refs``, ``baseline``) or None.
+      reset_method: the method of the last reset (``native``, ``pjrt``, ``clear_refs``, ``baseline``) or None.
+      peak_at_reset_bytes: the peak right after that reset, what the peak since reset started from, or None.
       sources: field name -> where its value came from (or why it is None).
       extra: memory_stats() keys not in :data:`STATS_KEYS`, as given.
       time: ``time.time()`` of the reading.
@@ -114,8 +91,14 @@ class AllocatorStats:
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     time: float = dataclasses.field(default_factory=time.time)
+    peak_at_reset_bytes: int | None = None
 
-    _NUMBERS = (*STATS_KEYS, "process_rss_bytes", "process_hwm_bytes", "peak_since_reset_bytes")
+    _NUMBERS = (*STATS_KEYS, "process_rss_bytes", "process_hwm_bytes", "peak_since_reset_bytes", "peak_at_reset_bytes")
+
+    @property
+    def peak_meaning(self) -> str:
+        """What the peak since reset means, in words (:mod:`xlakit.memory.reset_meaning`); ``""`` before a reset."""
+        return peak_since_reset_text(self.reset_method, self.peak_since_reset_bytes, self.peak_at_reset_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "device_id": self.device_id, "platform": self.platform,
@@ -140,8 +123,8 @@ class AllocatorStats:
         if self.process_rss_bytes is not None:
             shown.append(f"process RSS {fmt_bytes(self.process_rss_bytes)}, HWM {fmt_bytes(self.process_hwm_bytes)}")
         if self.peak_since_reset_bytes is not None:
-            exact = "exact" if self.peak_since_reset_exact else f"upper bound, NOT exact: {self.exact_reason}"
-            shown.append(f"peak since reset {fmt_bytes(self.peak_since_reset_bytes)} ({exact}; {self.reset_method})")
+            exact = "exact" if self.peak_since_reset_exact else "upper bound, NOT exact"
+            shown.append(f"peak since reset {fmt_bytes(self.peak_since_reset_bytes)} ({exact}; {self.peak_meaning})")
         return f"AllocatorStats({self.device}: {', '.join(shown)})"
 
     @property
@@ -154,6 +137,7 @@ class AllocatorStats:
                 if getattr(self, k) is not None or k in ("bytes_in_use", "peak_bytes_in_use")]
         if self.peak_since_reset_bytes is not None:
             verdict = "yes" if self.peak_since_reset_exact else "no"
+            rows.append(("peak since reset means", self.peak_meaning))
             rows.append(("peak since reset exact", f"{verdict}: {self.exact_reason}"))
         return html_table(rows, title=f"Allocator stats: {self.device}")
 
@@ -231,7 +215,8 @@ class ResetResult:
 
     method: ``"native"``, ``"clear_refs"`` or ``"baseline"`` (``"none"`` when the device reports no peak
     at all). devices: the devices it applied to. detail: the call made, or why a better method was not
-    available. peak_at_reset: device -> the peak right after the reset (bytes; None when not reported).
+    available. peak_at_reset: device -> the peak right after the reset (bytes; None when not reported): what
+    later peaks start from. The words for it: :mod:`xlakit.memory.reset_meaning` (:attr:`meaning`, :attr:`name`).
     """
 
     method: str
@@ -249,20 +234,28 @@ class ResetResult:
     def exact_reason(self) -> str:
         """Why later peaks are exact, or when they are not."""
         if self.exact:
-            return f"a real reset ({self.method}): every later peak is the peak since now"
+            return f"a real reset ({self.name}): every later peak is the peak since now"
         if self.method == "none":
             return "the device reports no peak, so there is nothing to reset"
         return ("baseline only (no reset is available): a later peak above the one at reset time is exact; an "
                 "unchanged one is only an upper bound (the lifetime peak)")
 
+    meaning = property(lambda self: reset_sentence(self.method, _largest(self.peak_at_reset)),
+                       doc="``'Reset peak sets the peak to ...'``: what the reset measures from, in words.")
+    name = property(lambda self: reset_name(self.method), doc="``'process high-water mark'``, ``'allocator reset'``...")
+
     def __repr__(self) -> str:
-        exact = "exact" if self.exact else f"NOT exact: {self.exact_reason}"
-        return f"ResetResult({self.method} on {', '.join(self.devices)}: {self.detail}; {exact})"
+        exact = "Later peaks are exact" if self.exact else f"NOT exact: {self.exact_reason}"
+        return f"ResetResult({self.name} on {', '.join(self.devices)}: {self.meaning} {exact}; how: {self.detail})"
 
     def _repr_html_(self) -> str:
-        return html_table([("method", self.method), ("devices", ", ".join(self.devices)), ("detail", self.detail),
-                           ("exact", f"{'yes' if self.exact else 'no'}: {self.exact_reason}")],
-                          title="Peak reset")
+        return html_table([("reset", self.name), ("what it means", reset_explanation(self.method, _largest(
+            self.peak_at_reset))), ("devices", ", ".join(self.devices)), ("exact", f"{'yes' if self.exact else 'no'}: "
+                           f"{self.exact_reason}"), ("how", f"{self.method}: {self.detail}")], title="Peak reset")
+
+
+def _largest(values: Mapping[str, int | None]) -> int | None:
+    return max((v for v in values.values() if v is not None), default=None)
 
 
 def _native_reset(device: Any) -> str | None:
@@ -403,6 +396,11 @@ def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, b
     return None, None, entry.method, "no peak was reported at reset time"
 
 
+def _peak_at_reset(dev: Any) -> int | None:
+    with _lock:
+        return getattr(_resets.get(_key(dev)), "peak_at_reset", None)
+
+
 # -- reading ---------------------------------------------------------------------------------------------
 def _resolve(device: Any) -> list[Any]:
     import jax
@@ -427,7 +425,7 @@ def _one(dev: Any) -> AllocatorStats:
         peak, exact, method, why = _peak_since_reset(dev, parsed.peak_bytes_in_use)
         sources = {**parsed.sources, "peak_since_reset_bytes": f"peak_bytes_in_use vs. reset: {why}"}
         return dataclasses.replace(parsed, peak_since_reset_bytes=peak, peak_since_reset_exact=exact,
-                                   reset_method=method, sources=sources)
+                                   reset_method=method, sources=sources, peak_at_reset_bytes=_peak_at_reset(dev))
     from xlakit.memory.live import live_bytes
 
     proc = process_memory()
@@ -444,7 +442,7 @@ def _one(dev: Any) -> AllocatorStats:
                           bytes_in_use=live_bytes(dev_id, backend=platform if platform != "?" else None),
                           process_rss_bytes=proc.rss_bytes, process_hwm_bytes=proc.hwm_bytes,
                           peak_since_reset_bytes=peak, peak_since_reset_exact=exact, reset_method=method,
-                          sources=sources)
+                          sources=sources, peak_at_reset_bytes=_peak_at_reset(dev))
 
 
 def allocator_stats(device: Any = None) -> AllocatorStats | AllocatorStatsList:

@@ -50,7 +50,7 @@ ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "recom
          "thread-local")
 BUFFER_COLUMNS = ["buffer_id", "instruction", "opcode", "bytes", "shape", "dtype", "role", "scope", "phase",
                   "layer", "source", "file", "line", "parameter", "donated", "allocation", "offset", "start",
-                  "end", "stack"]
+                  "end", "stack", "block"]
 # Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
 _CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
                        "transpose", "bitcast-convert", "opt-barrier", "optimization-barrier"})
@@ -69,7 +69,9 @@ class Attribution:
         result, the donated argument whose buffer it takes; else None),
         donated (bool), allocation/offset, start/end (program steps of its live range, ints; -1 when XLA
         gives the buffer no place in the schedule, e.g. thread-local values), stack (every frame, innermost
-        first, one per line).
+        first, one per line), block (``"blocks[2]"``: the indexed container of the parameters the value is made
+        from, :mod:`xlakit.memory._blocks`; ``"all 8 iterations (stacked)"`` for a scan's stacked value; None
+        when not told apart) — a value's block also leads its layer (``"blocks[2] › Block.__call__ › ..."``).
       liveness: ``pandas.DataFrame``, one row per program step: step, instruction, opcode, one column per
         role of :data:`ROLES` (bytes of that role live at the step, shared bytes charged once as
         :class:`~xlakit.memory.Peak` charges them, so at the peak step they equal ``Peak.by("role")``), and
@@ -91,11 +93,12 @@ class Attribution:
 
     def by(self, column: str):
         """Bytes of all logical buffers grouped by ``column`` (role, scope, source, layer, parameter...):
-        ``pandas.DataFrame`` group, bytes, count, sorted by bytes descending. Buffers that share bytes
-        are each counted here; :class:`~xlakit.memory.Peak` counts shared bytes once."""
-        from xlakit.memory._grouping import group_frame
+        ``pandas.DataFrame`` group, bytes, count, share, sorted by bytes descending, shown and folded as
+        :meth:`Peak.by <xlakit.memory.Peak.by>` (``.raw``: every group unfolded). Buffers that share bytes are
+        each counted here; :class:`~xlakit.memory.Peak` counts shared bytes once."""
+        from xlakit.memory._grouping import grouped
 
-        return group_frame(self.buffers, column, "bytes")
+        return grouped(self.buffers, column, "bytes")
 
     def __repr__(self) -> str:
         roles = self.buffers.groupby("role")["bytes"].sum().sort_values(ascending=False)
@@ -264,6 +267,27 @@ def _liveness_by_role(rows: list[dict[str, Any]], buffers: Any) -> Any:
     return frame
 
 
+def _add_blocks(rows: list[dict[str, Any]], seen_as: list[tuple[list[int], bool]], mod: Any, frames: Any,
+                param_paths: dict[int, str]) -> None:
+    """Fill each row's ``block`` (:mod:`xlakit.memory._blocks`: ``blocks[2]`` from the parameters a value is
+    made from, a parameter's from its path, a scan's stacked value ``all N iterations (stacked)``) and put it
+    in front of the layer (``blocks[2] › Block.__call__ › self.attn(x)``), so four blocks called in a loop are
+    four layers, not one."""
+    from xlakit.memory._blocks import block_of_path, name_blocks
+
+    named = name_blocks(mod, param_paths, lambda iid: parse_op_name(mod.instructions[iid].op_name).phase)
+    for r, (positions, stacked) in zip(rows, seen_as, strict=True):
+        if r["layer"] == "argument":
+            r["block"] = block_of_path(r["parameter"])
+            continue
+        block = next((named[i] for i in positions if i in named), None)
+        if block is None and stacked and r["shape"]:
+            block = f"all {r['shape'][0]} iterations (stacked)"
+        r["block"] = block
+        if block and r["layer"] != "unknown":
+            r["layer"] = f"{block} › {r['layer']}"
+
+
 def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attribution:
     """Attribute every logical buffer of a compiled program (see the module docstring for the sources).
 
@@ -314,6 +338,8 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
     results = _results(mod, mod.computations[mod.entry_id][2])
     shown_files: dict[str, str] = {}
     out = []
+    seen_as: list[tuple[list[int], bool]] = []  # per row: its positions, and whether it is a scan's stack
+    param_paths: dict[int, str] = {}
     for b in ba.logical_buffers:
         alloc, sl = placed.get(b.id, (None, None))
         ins = mod.instructions.get(b.instruction_id) if b.instruction_id is not None else None
@@ -356,6 +382,7 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
                 parameter += "".join(f"[{i}]" for i in b.shape_index)
             role = "optimizer state" if (leaf.optimizer_state if leaf else _optimizer_path(parameter)) else "parameter"
             scope, source, layer = "argument", f"argument {parameter}", "argument"
+            param_paths[params[num]] = parameter
         else:
             scope, source, layer = names.scope, source_of(user), layer_of(user)
             if made_for:
@@ -382,6 +409,7 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
                     "donated": bool(alloc is not None and alloc.aliased_with_output),
                     "allocation": alloc.index if alloc else None, "offset": sl.offset if sl else None,
                     "start": int(start), "end": int(end), "stack": stack_text(stack, shown_files)})
+        seen_as.append((positions, stacked is not None))
     # An aliased result takes a donated argument's buffer: name that argument, so grouping by parameter shows
     # the donation (the old and the new value of params['w'] in one group).
     argument_of: dict[Any, Any] = {r["allocation"]: r["parameter"] for r in out
@@ -389,7 +417,9 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
     for r in out:
         if r["role"] == "aliased":
             r["parameter"] = argument_of.get(r["allocation"])
+    _add_blocks(out, seen_as, mod, frames, param_paths)
     buffers = pd.DataFrame(out, columns=BUFFER_COLUMNS)
+    buffers["block"] = buffers["block"].astype(object).where(buffers["block"].notna(), None)
     buffers["line"] = buffers["line"].astype("Int64")
     buffers["allocation"] = buffers["allocation"].astype("Int64")
     buffers["offset"] = buffers["offset"].astype("Int64")

@@ -29,6 +29,8 @@ class Comparison:
         bytes_b, delta (bytes_b - bytes_a): the bytes live at each program's peak, grouped three ways, sorted
         by ``by`` then by the size of the change.
       a, b: the two :class:`~xlakit.memory.Peak`\\ s. peak_delta: ``b.total_bytes - a.total_bytes``.
+      why: a sentence on why the peak moved less than the residuals (remat whose recomputed values are all live
+        at the new peak), or ``""``.
       footprint_a, footprint_b: bytes XLA reserves for one run (``CompiledMemory.footprint_bytes``; None
         when not reported).
     """
@@ -55,6 +57,30 @@ class Comparison:
             raise ValueError(f"compare groups by {', '.join(_BY)}; got {column!r}")
         return self.frame[self.frame["by"] == column].drop(columns="by").reset_index(drop=True)
 
+    def _role_delta(self, role: str) -> tuple[int, int]:
+        """(bytes at a's peak, bytes at b's peak) of one role."""
+        rows = self.by("role")
+        row = rows[rows["group"] == role]
+        return (int(row["bytes_a"].iat[0]), int(row["bytes_b"].iat[0])) if len(row) else (0, 0)
+
+    @property
+    def why(self) -> str:
+        """One sentence on why the peak moved less than the residuals did, when remat traded residuals for values
+        recomputed in the backward pass that are live at the new peak at once; ``""`` otherwise. Read from the
+        two peaks' roles: residuals fell, recomputed values rose, and the peak fell by less than the residuals."""
+        res_a, res_b = self._role_delta("residual")
+        rec_a, rec_b = self._role_delta("recomputed")
+        saved, recomputed = res_a - res_b, rec_b - rec_a
+        if saved <= 0 or recomputed <= 0 or -self.peak_delta >= saved:
+            return ""
+        moved = ("did not move" if self.peak_delta == 0 else f"rose by {fmt_bytes(self.peak_delta)}"
+                 if self.peak_delta > 0 else f"fell by only {fmt_bytes(-self.peak_delta)}")
+        return (f"The peak {moved}: the backward pass recomputes the checkpointed values before it uses them, all "
+                f"together, so {fmt_bytes(recomputed)} of recomputed values are live at once where "
+                f"{fmt_bytes(saved)} of residuals were (a checkpoint around the whole function recomputes "
+                "everything first: checkpoint each block instead, e.g. xlakit.memory.remat.checkpoint_each; if the "
+                "blocks are checkpointed one by one already, XLA's schedule put their recomputations together).")
+
     def summary(self) -> str:
         """``"residuals −2.0 MiB (model.py:76 (loss)), temporaries +256.0 KiB"``: each role that changed, with
         the source whose change is largest within it."""
@@ -75,12 +101,15 @@ class Comparison:
         return ", ".join(parts) or "no change at the peak"
 
     def __repr__(self) -> str:
+        why = f". {self.why}" if self.why else ""
         return (f"peak {fmt_bytes(self.a.total_bytes)} → {fmt_bytes(self.b.total_bytes)} "
-                f"({_signed(self.peak_delta)}): {self.summary()}")
+                f"({_signed(self.peak_delta)}): {self.summary()}{why}")
 
     def _repr_html_(self) -> str:
         rows = [("peak", f"{fmt_bytes(self.a.total_bytes)} → {fmt_bytes(self.b.total_bytes)} "
                          f"({_signed(self.peak_delta)})")]
+        if self.why:
+            rows.append(("why", self.why))
         for _, r in self.by("role").iterrows():
             rows.append((str(r["group"]), f"{fmt_bytes(int(r['bytes_a']))} → {fmt_bytes(int(r['bytes_b']))} "
                                           f"({_signed(int(r['delta']))})"))

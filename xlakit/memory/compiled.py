@@ -129,13 +129,33 @@ class CompiledMemory:
 
     def to_frame(self):
         """``pandas.DataFrame`` indexed by category (argument, output, alias, temp, generated_code, constant,
-        peak) with columns ``device_bytes`` and ``host_bytes`` (nullable Int64; <NA> = not reported)."""
+        peak) with columns ``device_bytes`` and ``host_bytes`` (nullable Int64; <NA> = not reported) and ``note``:
+        why a value is <NA> or needs care (from :attr:`notes`), ``""`` otherwise."""
         import pandas as pd
 
         rows = [(c, getattr(self, f"{c}_bytes"), getattr(self, f"host_{c}_bytes")) for c in _CATEGORIES]
         rows += [("constant", self.constant_bytes, None), ("peak", self.peak_bytes, None)]
         frame = pd.DataFrame(rows, columns=["category", "device_bytes", "host_bytes"]).set_index("category")
-        return frame.astype("Int64")
+        frame = frame.astype("Int64")
+        frame["note"] = [self._row_note(c, d, h) for c, d, h in rows]
+        return frame
+
+    def _row_note(self, category: str, device: int | None, host: int | None) -> str:
+        """Why a to_frame row has <NA> (or what XLA's peak leaves out), in short; :attr:`notes` say it in full."""
+        said = {n.split(":", 1)[0] for n in self.notes if ":" in n}
+        out = []
+        if category == "generated_code" and device is None and "generated code" in said:
+            out.append("device <NA>: XLA does not count its code here (it reported 0)")
+        if category == "constant" and device is None:
+            out.append("device <NA>: not known for this program (no buffer assignment)")
+        if category == "peak" and "peak" in said:
+            out.append(f"XLA's peak, without temporaries on XLA:CPU; footprint_bytes "
+                       f"({fmt_bytes(self.footprint_bytes)}) includes them")
+        if category in ("peak", "constant"):
+            out.append(f"host <NA>: XLA reports no host {category}")
+        elif host is None and "host fields" in said:
+            out.append("host <NA>: XLA:CPU has one memory space (pinned_host is counted on the device)")
+        return "; ".join(out)
 
     def _rows(self) -> list[tuple[str, str]]:
         rows = [(c, fmt_bytes(getattr(self, f"{c}_bytes"))) for c in _CATEGORIES]

@@ -15,15 +15,13 @@ import dataclasses
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
-from xlakit.memory._grouping import GROUPS, group_frame
+from xlakit.memory._grouping import GROUPS, UNKNOWN_LABELS, group_frame, group_text, grouped, top_groups
 from xlakit.memory._hlo_frames import parse_op_name
 
-__all__ = ["Peak", "peak", "peak_of", "group_frame", "PEAK_COLUMNS", "GROUPS"]
+__all__ = ["Peak", "peak", "peak_of", "group_frame", "top_groups", "PEAK_COLUMNS", "GROUPS", "UNKNOWN_LABELS"]
 
-PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "shape", "dtype", "instruction", "parameter",
+PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "block", "shape", "dtype", "instruction", "parameter",
                 "buffer_id", "allocation", "start", "end", "buffer_bytes"]
-_PLURAL = {"parameter": "parameters", "residual": "residuals", "temporary": "temporaries", "output": "outputs",
-           "constant": "constants", "aliased": "aliased outputs", "recomputed": "recomputed values"}
 
 
 def _charge(live: Any) -> list[int]:
@@ -62,37 +60,35 @@ class Peak:
 
     def by(self, column: str = "source"):
         """The live bytes at the peak grouped by ``"source"``, ``"scope"``, ``"role"``, ``"parameter"``,
-        ``"layer"`` or ``"instruction"``: DataFrame group, bytes, count, sorted by bytes descending; bytes sum
-        to :attr:`total_bytes`.
+        ``"layer"``, ``"block"`` or ``"instruction"``: a DataFrame with columns group, bytes (int), count, share (of
+        :attr:`total_bytes`), largest first; bytes sum to :attr:`total_bytes`. Shown with readable bytes; the
+        entry arguments of a ``source`` grouping are one "arguments" row and buffers without a value read what
+        they are (``"(not an argument: values the program makes)"``); ``.raw`` has every group unfolded.
 
         Raises:
           ValueError: an unknown column.
         """
-        return group_frame(self.buffers, column, "bytes")
+        return grouped(self.buffers, column, "bytes", total=self.total_bytes)
 
     def __repr__(self) -> str:
         return (f"peak {fmt_bytes(self.total_bytes)} at step {self.step} of {self.steps} ({self.where}): "
                 f"{self._summary_by_role()}")
 
     def _summary_by_role(self) -> str:
-        # Parameters and optimizer state are summed per role (one line each), the rest named by source.
-        b = self.buffers
-        if b.empty:
+        """The three largest groups by source line (arguments folded into one), each with the role holding
+        most of it: :func:`~xlakit.memory._grouping.top_groups`, which the chart captions read too."""
+        if self.buffers.empty:
             return "nothing live"
-        args = b[b["role"].isin(["parameter", "optimizer state"])]
-        rest = b[~b["role"].isin(["parameter", "optimizer state"])]
-        parts = [(int(g["bytes"].sum()), f"{_PLURAL.get(r, r)}") for r, g in args.groupby("role")]
-        groups = rest.groupby(["role", "source"], sort=False)["bytes"].sum()
-        parts += [(int(v), f"{_PLURAL.get(r, r)} from {s}") for (r, s), v in groups.items()]
-        parts.sort(key=lambda p: -p[0])
-        shown = ", ".join(f"{fmt_bytes(v)} {text}" for v, text in parts[:3] if v)
-        return shown + (" …" if len(parts) > 3 else "")
+        tops = top_groups(self.buffers, "source", 4)
+        shown = ", ".join(group_text(g) for g in tops[:3] if g["bytes"])
+        return shown + (" …" if len(tops) > 3 else "")
 
     def _repr_html_(self) -> str:
         rows = [("peak", f"{fmt_bytes(self.total_bytes)} at step {self.step} of {self.steps}"),
-                ("where", f"{self.where} ({self.instruction or '?'})")]
+                ("where", self.where)]
         for _, r in self.by("source").head(8).iterrows():
             rows.append((str(r["group"]), f"{fmt_bytes(int(r['bytes']))} in {int(r['count'])} buffer(s)"))
+        rows.append(("XLA instruction at the peak", self.instruction or "?"))
         rows.append(("method", self.method))
         return html_table(rows, title=f"Peak of {self.attribution.name or '?'}")
 
@@ -118,13 +114,16 @@ def _where(attribution: Any, step: int) -> str:
     name = attribution.liveness["instruction"].iat[step] if step < len(attribution.liveness) else None
     ins = next((i for i in mod.instructions.values() if i.name == name), None) if mod is not None else None
     phase = parse_op_name(ins.op_name).phase if ins is not None else ""
-    # The user function of the instruction's first user frame, from the buffers it defines.
+    # The user's line and call of the instruction, from the buffers it defines: "backward of Block.__call__ ›
+    # self.attn(x), model.py:13"; XLA's own name for the instruction stays out (Peak.instruction has it).
     b = attribution.buffers
     rows = b[(b["instruction"] == name) & (b["layer"] != "unknown")]
-    fn = str(rows["layer"].iat[0]).split(" › ")[0] if len(rows) else ""
-    if phase and fn:
-        return f"{phase} of {fn}"
-    return phase or fn or "unknown"
+    layer = str(rows["layer"].iat[0]) if len(rows) else ""
+    line = str(rows["source"].iat[0]).split(" (", 1)[0] if len(rows) else ""
+    what = f"{layer}, {line}" if layer and line and layer != "argument" else layer
+    if phase and what:
+        return f"{phase} of {what}"
+    return phase or what or "an instruction XLA added (no source line)"
 
 
 def peak_of(attribution: Any) -> Peak:

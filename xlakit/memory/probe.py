@@ -78,7 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
-from xlakit.memory._probe_accounting import accounting, judge, runtime_calls
+from xlakit.memory._probe_accounting import accounting, judge, measured_how, runtime_calls
 
 __all__ = ["ProbeResult", "probe"]
 
@@ -90,10 +90,9 @@ class ProbeResult:
     peak_bytes: the peak during the run (CPU: ``VmHWM``, process-wide; GPU/TPU: ``peak_bytes_in_use`` of the
     program's device). baseline_bytes: in use right after the reset, arguments included (CPU: ``VmRSS``;
     GPU: ``bytes_in_use``). scratch_bytes: ``peak_bytes - baseline_bytes``. method: how it was measured
-    (``"in-process clear_refs"``, ``"subprocess baseline"``, ...). exact: True only when the scratch agrees
-    with XLA's buffer assignment within ``tolerance_bytes`` (see the module docstring). reason: why it is
-    exact, or why not (always filled). xla_bytes: what XLA's buffer assignment says the run allocates
-    (``temp + output - alias``, per device, times the devices measured together), None when not reported.
+    (``"in-process clear_refs"``; :attr:`how` in words). exact: True only when the scratch agrees with XLA's
+    buffer assignment within ``tolerance_bytes``; verdict: that in words (``VERDICTS``); reason: why (always
+    filled). xla_bytes: XLA's figure for the run (``temp + output - alias`` per device x devices measured).
     xla_temp_bytes: XLA's temporaries alone. outside_xla_bytes: ``scratch_bytes - xla_bytes`` (negative:
     the measurement reads low). tolerance_bytes: the agreement needed for ``exact``. runtime_calls: code in
     the program that allocates outside XLA's buffer assignment (library fusions, custom calls, Eigen dots).
@@ -119,6 +118,8 @@ class ProbeResult:
     tolerance_bytes: int | None = None
     runtime_calls: tuple[str, ...] = ()
     first_run_scratch_bytes: int | None = None
+    verdict: str = ""
+    how = property(lambda self: measured_how(self.method), doc="``method`` in words (measured_how).")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -131,24 +132,23 @@ class ProbeResult:
 
     def _exactness(self) -> str:
         if self.exact:
-            return f"exact ±{fmt_bytes(self.tolerance_bytes)}"
-        return f"NOT exact: {self.reason}"
+            return f"{self.verdict or 'exact'} ±{fmt_bytes(self.tolerance_bytes)}"
+        return f"{self.verdict or 'not exact'}: {self.reason}"
 
     def __repr__(self) -> str:
-        xla = f", XLA accounts for {fmt_bytes(self.xla_bytes)}" if self.xla_bytes is not None else ""
-        return (f"ProbeResult({self.name or '?'}: scratch {fmt_bytes(self.scratch_bytes)} ({self._exactness()})"
-                f"{xla}; peak {fmt_bytes(self.peak_bytes)}, baseline {fmt_bytes(self.baseline_bytes)}; "
-                f"{self.method})")
+        return (f"ProbeResult({self.name or '?'}: scratch {fmt_bytes(self.scratch_bytes)} ({self._exactness()}); "
+                f"peak {fmt_bytes(self.peak_bytes)}, baseline {fmt_bytes(self.baseline_bytes)}; measured "
+                f"{self.how})")
 
     def _repr_html_(self) -> str:
-        return html_table([("scratch", fmt_bytes(self.scratch_bytes)),
+        return html_table([("scratch", fmt_bytes(self.scratch_bytes)), ("verdict", self.verdict),
                            ("exact", "yes" if self.exact else "no"), ("why", self.reason),
                            ("XLA buffer assignment", fmt_bytes(self.xla_bytes)),
                            ("XLA temporaries", fmt_bytes(self.xla_temp_bytes)),
                            ("outside XLA's accounting", fmt_bytes(self.outside_xla_bytes)),
-                           ("runtime calls", ", ".join(self.runtime_calls) or "none"),
+                           ("code XLA does not count", ", ".join(self.runtime_calls) or "none"),
                            ("peak", fmt_bytes(self.peak_bytes)), ("baseline", fmt_bytes(self.baseline_bytes)),
-                           ("method", self.method), *[("note", n) for n in self.notes]],
+                           ("measured", f"{self.how} ({self.method})"), *[("note", n) for n in self.notes]],
                           title=f"Probe: {self.name or '?'}")
 
 
@@ -342,7 +342,7 @@ def _result(m: dict[str, Any], where: str, name: str | None, notes: list[str], c
                        m["device"], m["run_s"], tuple(notes), reason=verdict["reason"],
                        xla_bytes=verdict["xla_bytes"], xla_temp_bytes=None if expected is None else expected["temp"],
                        outside_xla_bytes=verdict["outside_xla_bytes"], tolerance_bytes=verdict["tolerance_bytes"],
-                       runtime_calls=calls, first_run_scratch_bytes=first)
+                       runtime_calls=calls, first_run_scratch_bytes=first, verdict=verdict["verdict"])
 
 
 def _reserved_result(m: dict[str, Any], where: str, name: str | None, notes: list[str], compiled: Any,

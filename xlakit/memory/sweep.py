@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from xlakit.memory._display import fmt_bytes, html_table
+from xlakit.memory._display import fmt_bytes, html_table, term_words
 
 __all__ = ["Sweep", "MaxBatch", "sweep", "max_batch", "TERMS"]
 
@@ -153,7 +153,7 @@ class Sweep:
         return f"Sweep({rows})"
 
     def _repr_html_(self) -> str:
-        return html_table([(f"batch {int(r.batch)}", f"{fmt_bytes(int(r.total_bytes))} (top: {r.top_term})")
+        return html_table([(f"batch {int(r.batch)}", f"{fmt_bytes(int(r.total_bytes))} (top: {term_words(r.top_term)})")
                            for r in self.frame.itertuples()], title="Compiled memory by batch size")
 
 
@@ -178,8 +178,8 @@ class MaxBatch:
     def __repr__(self) -> str:
         if self.batch is None:
             return (f"MaxBatch(nothing fits {fmt_bytes(self.budget_bytes)}: the smallest size tried needs "
-                    f"{fmt_bytes(int(self.frame['total_bytes'].min()))}, mostly {self.limiting_term})")
-        limit = f"; {self.limiting_term} hits the budget first" if self.limiting_term else ""
+                    f"{fmt_bytes(int(self.frame['total_bytes'].min()))}, mostly {term_words(self.limiting_term)})")
+        limit = f"; what grows past the budget first: {term_words(self.limiting_term)}" if self.limiting_term else ""
         return f"MaxBatch({self.batch}: {fmt_bytes(self.bytes)} of {fmt_bytes(self.budget_bytes)}{limit})"
 
 

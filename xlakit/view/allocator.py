@@ -13,27 +13,51 @@ from typing import Any
 from xlakit._text.format import fmt_bytes
 from xlakit._text.table import Column, Table
 from xlakit._text.untrusted import html_text
+from xlakit.memory.reset_meaning import platform_peak_note, reset_explanation, reset_meaning
 from xlakit.view.html import note, snapshot
 
 __all__ = ["displayed_peak", "allocator_rows", "sparkline_svg", "peak_cell", "reset_text", "allocator_html",
-           "bytes_span"]
+           "bytes_span", "peak_notes"]
 
 
 def displayed_peak(stats: Any) -> tuple[int | None, str]:
-    """The peak a panel shows for one ``AllocatorStats``, and what it is.
+    """The peak a panel shows for one ``AllocatorStats``, and what it is, in a few words.
 
-    The peak since the last reset when there was one (exact after a ``native``/``clear_refs`` reset; an upper
-    bound after a ``baseline`` reset whose peak did not rise); else the allocator's lifetime peak; else, on
-    CPU, the process resident high-water mark (``VmHWM``).
+    The peak since the last reset when there was one, named by the reset's kind
+    (:data:`xlakit.memory.reset_meaning.RESET_MEANINGS`: ``"process high-water mark since reset: +2.0 MiB over
+    the 388.2 MiB at reset"``; "at most" after a ``baseline`` reset whose peak did not rise); else the
+    allocator's lifetime peak; else, on CPU, the process resident high-water mark (``VmHWM``).
     """
     if stats.peak_since_reset_bytes is not None:
-        how = "exact" if stats.peak_since_reset_exact else "at most (lifetime peak)"
-        return stats.peak_since_reset_bytes, f"since reset ({stats.reset_method}; {how})"
+        meaning = reset_meaning(stats.reset_method)
+        name = meaning.name if meaning is not None else str(stats.reset_method)
+        at_reset = getattr(stats, "peak_at_reset_bytes", None)
+        if at_reset is None:
+            how = "exact" if stats.peak_since_reset_exact else "at most (lifetime peak)"
+            return stats.peak_since_reset_bytes, f"{name} since reset ({how})"
+        rise = stats.peak_since_reset_bytes - at_reset
+        if rise > 0:
+            exact = " (exact)" if stats.peak_since_reset_exact else ""
+            return stats.peak_since_reset_bytes, f"{name} since reset: +{fmt_bytes(rise)} over the " \
+                                                 f"{fmt_bytes(at_reset)} at reset{exact}"
+        how = "" if stats.peak_since_reset_exact else " (at most: the lifetime peak)"
+        return stats.peak_since_reset_bytes, f"{name} since reset: no rise over the {fmt_bytes(at_reset)} at " \
+                                             f"reset{how}"
     if stats.peak_bytes_in_use is not None:
         return stats.peak_bytes_in_use, "lifetime (no reset yet)"
     if stats.process_hwm_bytes is not None:
         return stats.process_hwm_bytes, "process high-water mark, lifetime (no reset yet)"
     return None, "not reported"
+
+
+def peak_notes(stats: Any, reset: Any = None) -> list[str]:
+    """The sentences under an allocator table for one device's ``AllocatorStats``: what its platform's "in use"
+    and "peak" count, and after a reset (``reset``: its ``ResetResult``, or the stats' own ``reset_method``) what
+    *Reset peak* set the peak to and what the number after it means."""
+    out = [n for n in (platform_peak_note(getattr(stats, "platform", None)),) if n]
+    method = getattr(reset, "method", None) or getattr(stats, "reset_method", None)
+    explanation = reset_explanation(method, getattr(stats, "peak_at_reset_bytes", None))
+    return out + ([explanation] if explanation else [])
 
 
 def allocator_rows(stats_list: Iterable[Any]) -> list[dict[str, Any]]:
@@ -83,11 +107,16 @@ def peak_cell(row: Mapping[str, Any]) -> str:
 
 
 def reset_text(result: Any) -> str:
-    """One line for a ``ResetResult``: the method that ran, its detail, and when."""
+    """One line for a ``ResetResult``: what kind of reset ran, when, its method and what the peak starts from
+    (``"process high-water mark at 12:00:01 (clear_refs): peak starts from 388.2 MiB"``)."""
     if result is None:
         return ""
     when = _dt.datetime.fromtimestamp(result.time).strftime("%H:%M:%S")
-    return f"{result.method} at {when}: {result.detail}"
+    meaning = reset_meaning(result.method)
+    name = meaning.name if meaning is not None else result.method
+    values = [v for v in (result.peak_at_reset or {}).values() if v is not None]
+    start = f": peak starts from {fmt_bytes(max(values))}" if values else ""
+    return f"{name} at {when} ({result.method}){start}"
 
 
 def allocator_html(rows: Sequence[Mapping[str, Any]], histories: Mapping[str, Sequence[int | None]],

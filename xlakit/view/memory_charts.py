@@ -265,7 +265,8 @@ def _text(v: Any, missing: str = "unknown") -> str:
 def buffer_hover(row: Any) -> str:
     """Tooltip of one buffer row: instruction, role, bytes, dtype[shape], scope, source, parameter, live range."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
-    parts = [f"<b>{plotly_text(_text(get('instruction')))}</b> ({plotly_text(_text(get('role')))})",
+    parts = [f"{plotly_text(_text(get('layer'), ''))}" if _known(get("layer")) else "",
+             f"<b>{plotly_text(_text(get('instruction')))}</b> ({plotly_text(_text(get('role')))})",
              f"{fmt_bytes(get('bytes'))} {plotly_text(_text(get('dtype'), '?'))}"
              f"[{plotly_text(shape_text(get('shape')))}]",
              f"scope: {plotly_text(_text(get('scope')))}", f"source: {plotly_text(_text(get('source')))}"]
@@ -273,7 +274,7 @@ def buffer_hover(row: Any) -> str:
         parts.append(f"parameter: {plotly_text(str(get('parameter')))}")
     if get("start") is not None and get("end") is not None:
         parts.append(f"live steps {_text(get('start'))}–{_text(get('end'))}")
-    return "<br>".join(parts)
+    return "<br>".join(p for p in parts if p)
 
 
 _PARAMETER_ROLES = ("parameter", "optimizer state", "aliased")
@@ -290,14 +291,13 @@ def _known(v: Any) -> str | None:
 
 def buffer_label(row: Any, *, size: bool = True) -> str:
     """A buffer named in the user's terms: its parameter path (parameters, optimizer state, donated results),
-    else its source line (``cell [4], line 3 (block)``), else its layer, else its parameter, else the XLA
-    instruction; then the role and (``size``) the bytes, e.g. ``"cell [4], line 3 (block) · residual · 8.0 MiB"``.
-    """
+    else its source line, layer or parameter, else "made by XLA" (XLA's ``copy.34`` is in the tooltip only); then
+    the role and (``size``) the bytes, e.g. ``"cell [4], line 3 (block) · residual · 8.0 MiB"``."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
     role = _text(get("role"))
     parameter = _known(get("parameter"))
     where = (parameter if role in _PARAMETER_ROLES and parameter else None) or _known(get("source")) \
-        or _known(get("layer")) or parameter or _text(get("instruction"), "?")
+        or _known(get("layer")) or parameter or "made by XLA"
     parts = [where, role]
     if size:
         parts.append(fmt_bytes(get("bytes")))
@@ -400,7 +400,8 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
 
     Returns:
       a ``plotly.graph_objects.Figure``, one bar trace per role present; ``layout.meta["xlakit_lifetime"]``
-      holds ``shown`` (bars drawn), ``more`` / ``more_bytes`` (bars with a live range left out, their bytes),
+      holds ``shown`` (bars drawn), ``more`` / ``more_bytes`` (bars with a live range left out — beyond ``top``
+      or under 1/1000 of the largest bar — and their bytes),
       ``no_range`` (buffers without one), ``aliases`` (buffers drawn as part of another's bar, or left out with
       it), and per bar drawn, top to bottom: ``buffer_ids`` (the representative's), ``bytes`` and ``labels``.
 
@@ -426,9 +427,11 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     n_ranged = int(len(slices) + sum(len(a) for a in slices["aliases"]))
     meta["no_range"] = int(len(buffers) - n_ranged)
     meta["aliases"] = n_ranged - int(len(slices))
-    order = np.argsort(-slices["bytes"].to_numpy(dtype=float), kind="stable")
-    shown = slices.iloc[order[:top]]
-    rest = slices.iloc[order[top:]]
+    sizes = slices["bytes"].to_numpy(dtype=float)
+    order = np.argsort(-sizes, kind="stable")  # a bar under 1/1000 of the largest (a 4-byte constant live from
+    visible = order[sizes[order] * 1000 >= sizes.max(initial=0)]  # step 0, at the top) is counted, not drawn
+    shown = slices.iloc[visible[:top]]
+    rest = slices.drop(index=shown.index)
     meta["more"], meta["more_bytes"] = int(len(rest)), int(rest["bytes"].sum())
     shown = shown.sort_values(["start", "bytes"], ascending=[True, False], kind="stable")
     n = len(shown)

@@ -51,19 +51,21 @@ def peak_caption(buffers, *, groups: Sequence[str] = ("source", "scope")) -> str
     """The largest group of each column in ``groups`` with its bytes and main role, e.g.
     ``"top source model.py:42 (41.0 MiB, mostly residual); top scope transpose(jvp(MLP)) (44.0 MiB)"``;
     ``""`` for no buffers. Groups that are all missing say so ("source unknown")."""
+    from xlakit.memory.peak import UNKNOWN_LABELS, top_groups
+
     if buffers is None or buffers.empty:
         return ""
     parts = []
     for by in groups:
-        sizes = group_bytes(buffers, by)
-        label = str(sizes.index[0])
-        if label == MISSING_LABEL.get(by):
-            parts.append(f"{by} {'unknown' if len(sizes) == 1 else 'mostly unknown'}")
+        # The groups the peak's own summary names (arguments folded, unknowns labelled): the same numbers.
+        tops = top_groups(buffers, by, 2) if by in buffers.columns else []
+        if not tops or tops[0]["group"] == UNKNOWN_LABELS.get(by):
+            parts.append(f"{by} {'unknown' if len(tops) <= 1 else 'mostly unknown'}")
             continue
-        chosen = buffers[[v == label for v in _labels(buffers, by)]]
-        role = group_bytes(chosen, "role").index[0] if "role" in chosen.columns else None
+        top = tops[0]
+        role = next(iter(top["roles"]), None)
         main = f", mostly {role}" if role and by != "role" else ""
-        parts.append(f"top {by} {label} ({fmt_bytes(int(sizes.iloc[0]))}{main})")
+        parts.append(f"top {by} {top['group']} ({fmt_bytes(top['bytes'])}{main})")
     return "; ".join(parts)
 
 
@@ -266,9 +268,10 @@ def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by bat
     return fig
 
 
-_BUFFER_COLUMNS = (Column("instruction", "instruction"), Column("role", "role"), Column("scope", "scope"),
-                   Column("source", "source"), Column("parameter", "parameter"), Column("dtype", "dtype"),
-                   Column("shape", "shape"), Column("bytes", "bytes", "bytes"))
+_BUFFER_COLUMNS = (Column("source", "source"), Column("layer", "layer"), Column("role", "role"),
+                   Column("parameter", "parameter"), Column("dtype", "dtype"), Column("shape", "shape"),
+                   Column("bytes", "bytes", "bytes"), Column("scope", "scope"),
+                   Column("instruction", "instruction (XLA)"))  # the user's terms first, XLA's name last
 
 
 def peak_tables_html(buffers, *, top: int = 10) -> str:
@@ -296,7 +299,7 @@ def peak_html(title: str, *, summary: str, figures: Sequence[Any], buffers, incl
     """Snapshot of a peak: a summary line, the figures (plotly HTML, plotly.js at most once), the tables."""
     from xlakit.view.plotly_html import figure_html
 
-    body = [f"<div class='xlakit-peak-summary'>{html_text(summary)}</div>"] if summary else []
+    body = [f"<div class='xlakit-peak-summary'><pre>{html_text(summary)}</pre></div>"] if summary else []
     for i, fig in enumerate(figures):  # plotly.js (when asked for) before the first chart only
         body.append(figure_html(fig, include_plotlyjs if i == 0 else False))
     body.append(peak_tables_html(buffers))

@@ -31,11 +31,15 @@ class Programs:
         """One line on the folded library programs ("" when none): how many, their names, their bytes."""
         if not self.library:
             return ""
-        names = sorted(self.library)
+        # Counted as the timeline's "library helpers" lane counts them: programs by name; a program compiled for
+        # several shapes is one program with several cache entries.
+        names = sorted({getattr(m, "name", None) or label for label, m in self.library.items()})
+        entries = len(self.library)
         total = sum(int(getattr(m, "footprint_bytes", 0) or 0) for m in self.library.values())
         shown = ", ".join(names[:4]) + (f", … ({len(names) - 4} more)" if len(names) > 4 else "")
-        return (f"library helpers: {len(names)} program(s) called only from inside jax/flax/optax folded "
-                f"({shown}; footprints {total:,} bytes in all); pass fold_library=False to show them")
+        per_shape = f" in {entries} cache entries (one per shape)" if entries != len(names) else ""
+        return (f"library helpers: {len(names)} program(s){per_shape} called only from inside jax/flax/optax "
+                f"folded ({shown}; footprints {total:,} bytes in all); pass fold_library=False to show them")
 
     def add(self, label: str, memory: Any, program: Any = None, note: str | None = None) -> None:
         self.memories[label] = memory

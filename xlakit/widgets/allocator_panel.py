@@ -48,7 +48,7 @@ class _Row:
         self.cells["peak"].add_class(f"xlakit-peak-{index}")
         self.cells["in_use"].add_class(f"xlakit-in-use-{index}")
         self.cells["method"].add_class(f"xlakit-reset-method-{index}")
-        self.button = widgets.Button(description="Reset peak", tooltip=f"reset the memory peak of {device}",
+        self.button = widgets.Button(description="Reset peak", tooltip=_reset_tooltip(device),
                                      layout=_cell_layout("reset"))
         self.button.add_class("xlakit-reset-peak")
         self.button.add_class(f"xlakit-reset-peak-{index}")
@@ -209,7 +209,7 @@ class AllocatorPanel(View, widgets.VBox):
                 c["count"].value = (_bytes_html(None) if r["num_allocs"] is None
                                     else f"<span data-count='{int(r['num_allocs'])}'>{int(r['num_allocs']):,}</span>")
                 c["spark"].value = _data.sparkline_svg([b for _, b in self._history[str(row.device)]])
-                c["method"].value = _snapshots.reset_text(self.last_reset.get(str(row.device)))
+                c["method"].value = _reset_cell(self.last_reset.get(str(row.device)))
             self.updated.value = f"<small>updated {time.strftime('%H:%M:%S')}</small>"
             self.notes.value = self._notes_html()
 
@@ -250,17 +250,18 @@ class AllocatorPanel(View, widgets.VBox):
 
     # -- display ----------------------------------------------------------------------------------------
     def _notes_html(self) -> str:
-        return "".join(f"<p class='xlakit-note'>{n}</p>" for n in self._notes())
+        return "".join(f"<p class='xlakit-note'>{html_text(n)}</p>" for n in self._notes())
 
     def _notes(self) -> list[str]:
+        """What "in use" and the peak count on this platform and, after a reset, what the reset set the peak to
+        and what the peak shown means (:mod:`xlakit.memory.reset_meaning`), then where "in use" comes from."""
+        from xlakit.view.allocator import peak_notes
+
         if not self.stats:
             return []
         s = self.stats[0]
-        out = [f"in use: {s.sources.get('bytes_in_use', '')}"]
-        if s.platform == "cpu":
-            out.append("peak: the process resident high-water mark (VmHWM, whole process) — reset by writing 5 "
-                       "to /proc/self/clear_refs; limit, largest allocation and count are not reported on CPU")
-        return out
+        reset = self.reset_all_result or self.last_reset.get(s.device)
+        return [*peak_notes(s, reset), f"in use: {s.sources.get('bytes_in_use', '')}"]
 
     def to_html(self, include_plotlyjs: bool | str = "once") -> str:
         """Static snapshot: one table row per device (exact bytes) with its sparkline and last reset."""
@@ -271,6 +272,24 @@ class AllocatorPanel(View, widgets.VBox):
     def __repr__(self) -> str:
         peaks = ", ".join(f"{k}: peak {fmt_bytes(v)}" for k, v in self.peaks().items())
         return f"AllocatorPanel({peaks or 'no devices'}; auto_refresh={self.auto_refresh}, every {self.refresh_s} s)"
+
+
+def _reset_cell(result: Any) -> str:
+    """The last reset of a row: what kind, when, what the peak starts from; the call made in its tooltip."""
+    if result is None:
+        return ""
+    return f"<span title='{html_text(result.detail)}'>{html_text(_snapshots.reset_text(result))}</span>"
+
+
+def _reset_tooltip(device: Any) -> str:
+    """What the button will do for ``device``, before it is pressed: the reset this platform gets."""
+    from xlakit.memory.reset_meaning import reset_meaning
+
+    method = "clear_refs" if str(getattr(device, "platform", "")) == "cpu" else None
+    meaning = reset_meaning(method)
+    if meaning is None:
+        return f"reset the memory peak of {device}: the allocator's own reset where the device has one, else a baseline"
+    return f"reset the memory peak of {device} to what the whole process holds now (not zero): {meaning.mechanism}"
 
 
 def _merge(results: list[Any]) -> Any:

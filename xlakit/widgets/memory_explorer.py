@@ -70,20 +70,34 @@ class ExplorerResult:
         return None if value is None else int(value)
 
 
-def _checkpointed(fn: Callable, remat: str, policies: Mapping[str, str | None]) -> Callable:
+def _checkpointed(fn: Callable, remat: str, policies: Mapping[str, str | None],
+                  per_block: Mapping[str, Any]) -> Callable:
+    """``fn`` as the remat choice makes it: unchanged, wrapped whole in ``jax.checkpoint``, or with each call of
+    the explorer's ``block`` checkpointed (:func:`xlakit.memory.remat.checkpoint_each`)."""
     import jax
 
     if remat == _NO_REMAT:
         return fn
     name = policies[remat]
+    if remat in per_block:
+        from xlakit.memory.remat import checkpoint_each
+
+        return checkpoint_each(fn, per_block[remat], policy=name)
     policy = None if name is None else getattr(jax.checkpoint_policies, name)
     return jax.checkpoint(fn, policy=policy)
+
+
+def _per_block_choices(policies: Mapping[str, str | None], block: Any) -> dict[str, str | None]:
+    """``"each Block: checkpoint (save nothing)"`` -> policy, for every remat choice but ``"none"``."""
+    name = getattr(block, "__name__", str(block))
+    return {f"each {name}: {label}": policy for label, policy in policies.items() if label != _NO_REMAT}
 
 
 class MemoryExplorer(View, widgets.VBox):
     """What holds the peak of ``step(remat(fn))`` at a batch size, recompiled in the background on each change.
 
-    Moving the batch-size slider or picking a remat policy (``jax.checkpoint(fn, policy=...)``) or a donation
+    Moving the batch-size slider or picking a remat policy (``jax.checkpoint(fn, policy=...)`` around ``fn``, or,
+    with ``block``, around each call of that layer: what people do) or a donation
     (``jax.jit(..., donate_argnums=...)``) compiles that variant on a background thread — through ``cache``
     (an :class:`xlakit.ExecutableCache`) when given, so a variant compiled before, in this or an earlier
     session, is a cache hit — then redraws: the peak's summary (:func:`xlakit.memory.peak`), live bytes over
@@ -102,6 +116,10 @@ class MemoryExplorer(View, widgets.VBox):
         factory; default ``fn`` itself.
       remat: label -> ``jax.checkpoint_policies`` name or None (default :data:`DEFAULT_REMAT`; ``"none"``
         compiles ``fn`` unwrapped). donations: label -> ``donate_argnums`` (default :data:`DEFAULT_DONATIONS`).
+      block: the layer to checkpoint one at a time (a flax.nnx ``Module`` class, another class, or a module-level
+        function ``fn`` calls; :func:`xlakit.memory.remat.checkpoint_each`): every remat choice is offered a
+        second time as ``"each <block>: <choice>"``. A variant with remat shows, once the same batch without
+        remat is compiled, what remat changed at the peak and why (:func:`xlakit.memory.compare`).
       cache: an ``ExecutableCache`` to compile through (None: compile with JAX directly).
       start: compile the initial variant now (default True); :meth:`wait` waits for it.
 
@@ -121,7 +139,7 @@ class MemoryExplorer(View, widgets.VBox):
                  batch_sizes: Sequence[int] = (8, 16, 32, 64, 128, 256), batch: int | None = None,
                  step: Callable[[Callable], Callable] | None = None, remat: Mapping[str, str | None] | None = None,
                  donations: Mapping[str, Sequence[int]] | None = None, cache: Any = None, start: bool = True,
-                 layout: widgets.Layout | None = None) -> None:
+                 block: Any = None, layout: widgets.Layout | None = None) -> None:
         import jax
 
         if not callable(fn) or not callable(make_args):
@@ -141,6 +159,12 @@ class MemoryExplorer(View, widgets.VBox):
         for label, name in self._policies.items():
             if name is not None and not hasattr(jax.checkpoint_policies, name):
                 raise ValueError(f"remat {label!r}: jax.checkpoint_policies has no {name!r}")
+        #: remat label -> the block it checkpoints one call at a time (the ``"each <block>: ..."`` choices).
+        self._per_block: dict[str, Any] = {}
+        if block is not None:
+            each = _per_block_choices(self._policies, block)
+            self._per_block = dict.fromkeys(each, block)
+            self._policies.update(each)
         self._setup_view()
         self.fn, self.make_args, self.step, self.cache = fn, make_args, step, cache
         #: every variant compiled so far, (batch, remat, donation) -> :class:`ExplorerResult`.
@@ -258,7 +282,7 @@ class MemoryExplorer(View, widgets.VBox):
 
         jitted = self._jitted.get((remat, donate))
         if jitted is None:
-            fn = _checkpointed(self.fn, remat, self._policies)
+            fn = _checkpointed(self.fn, remat, self._policies, self._per_block)
             fn = self.step(fn) if self.step is not None else fn
             jitted = self._jitted[(remat, donate)] = jax.jit(fn, donate_argnums=self._donations[donate])
         return jitted
@@ -315,12 +339,24 @@ class MemoryExplorer(View, widgets.VBox):
             return
         pk = result.peak
         self.status.value = f"<small>{html_text(self._label(result))}</small>"
-        self.summary.value = f"<div class='xlakit-peak-summary'><pre>{html_text(repr(pk))}</pre></div>"
+        summary = html_text(self._summary_text(result))
+        self.summary.value = f"<div class='xlakit-peak-summary'><pre>{summary}</pre></div>"
         attribution = getattr(pk, "attribution", None)
         self.liveness_chart.show(liveness_chart(getattr(attribution, "liveness", None), peak_step=pk.step,
                                                 caption=peak_caption(pk.buffers), steps=pk.steps))
         self.lifetime_chart.show(lifetime_chart(getattr(attribution, "buffers", None), peak_step=pk.step))
         self.treemap_chart.show(peak_treemap_figure(peak_treemap_nodes(pk.buffers)))
+
+    def _summary_text(self, result: ExplorerResult) -> str:
+        """The peak, and for a remat variant what remat changed at the peak against the same batch and donation
+        without remat (when that one is compiled), and why (:attr:`Comparison.why <xlakit.memory.Comparison>`)."""
+        from xlakit.memory import compare
+
+        text = repr(result.peak)
+        base = self.results.get((result.batch, _NO_REMAT, result.donate))
+        if result.remat != _NO_REMAT and base is not None and base.peak is not None:
+            text += f"\nagainst remat none: {compare(base.peak, result.peak)!r}"
+        return text
 
     def _variants(self) -> Any:
         from xlakit.view.peak import variants_figure
@@ -365,7 +401,8 @@ class MemoryExplorer(View, widgets.VBox):
                                   caption=peak_caption(pk.buffers), steps=pk.steps),
                    lifetime_chart(getattr(attribution, "buffers", None), peak_step=pk.step),
                    peak_treemap_figure(peak_treemap_nodes(pk.buffers)), self._variants()]
-        body = peak_html(f"Memory explorer: {self._label(r)}", summary=repr(pk), figures=figures, buffers=pk.buffers,
+        body = peak_html(f"Memory explorer: {self._label(r)}", summary=self._summary_text(r), figures=figures,
+                         buffers=pk.buffers,
                          include_plotlyjs=include_plotlyjs)
         return body + self._history_html()
 
