@@ -154,6 +154,39 @@ def test_a_bare_compiled_uses_the_remembered_dump(monkeypatch):
     assert ba.totals()["peak_bytes"] == 1_393_124_864 and ba.name == "jit_train_step"
 
 
+def test_the_tpu_peak_is_xlas_figure_and_names_the_lines_that_fill_the_scratch_region(monkeypatch):
+    """On TPU the arguments, outputs and the whole scratch region are reserved for the run: the peak is XLA's
+    peak_memory_in_bytes, split into the values live at the busiest step and the rest of the region."""
+    import jax
+
+    from xlakit._jax import compiler_dump
+    from xlakit.memory.attribution import attribute_compiled
+    from xlakit.memory.peak import REGION_REST, peak_of
+
+    class Stats:
+        serialized_buffer_assignment_proto = b""
+
+        def __getattr__(self, name):
+            return TRAIN["memory_analysis"].get(name, 0)
+
+    class Runtime:
+        fingerprint = b"recorded-train-step-peak"
+
+        class client:
+            platform = "tpu"
+
+    monkeypatch.setattr(jax.stages, "Compiled", types.SimpleNamespace)
+    compiler_dump.remember(_hlo_proto("train_step.after_optimizations.hlo.pb.zst"), Runtime.fingerprint)
+    peak = peak_of(attribute_compiled(types.SimpleNamespace(memory_analysis=Stats, runtime_executable=Runtime)))
+    assert peak.total_bytes == TRAIN["memory_analysis"]["peak_memory_in_bytes"]
+    roles = peak.by("role").raw
+    assert int(roles["bytes"].sum()) == peak.total_bytes
+    assert int(roles.set_index("group").loc["parameter", "bytes"]) == 167_815_168
+    sources = peak.by("source").raw.set_index("group")
+    assert 0 < int(sources.loc[REGION_REST, "bytes"]) < 1_077_346_304
+    assert "models.py:" in repr(peak) and "XLA's peak_memory_in_bytes" in peak.method
+
+
 def test_the_dump_route_on_cpu_gives_the_same_program_and_assignment(monkeypatch):
     import jax
     import jax.numpy as jnp
