@@ -96,6 +96,12 @@ class AllocatorStats:
     _NUMBERS = (*STATS_KEYS, "process_rss_bytes", "process_hwm_bytes", "peak_since_reset_bytes", "peak_at_reset_bytes")
 
     @property
+    def high_water_bytes(self) -> int | None:
+        """The high-water mark this device reports: the allocator's ``peak_bytes_in_use`` (GPU/TPU), else the
+        process's ``VmHWM`` (CPU: the whole process). Bytes; None where neither is reported."""
+        return self.peak_bytes_in_use if self.peak_bytes_in_use is not None else self.process_hwm_bytes
+
+    @property
     def peak_meaning(self) -> str:
         """What the peak since reset means, in words (:mod:`xlakit.memory.reset_meaning`); ``""`` before a reset."""
         return peak_since_reset_text(self.reset_method, self.peak_since_reset_bytes, self.peak_at_reset_bytes)

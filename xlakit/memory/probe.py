@@ -357,7 +357,7 @@ def _reserved_result(m: dict[str, Any], where: str, name: str | None, notes: lis
                        runtime_calls=(), first_run_scratch_bytes=m.get("first_scratch"))
 
 
-def probe(fn_or_compiled: Any, *args: Any, isolate: bool = False, warmup: bool = True, timeout_s: float = 300.0,
+def probe(fn_or_compiled: Any, *args: Any, isolate: bool | str = False, warmup: bool = True, timeout_s: float = 300.0,
           **kwargs: Any) -> ProbeResult:
     """Measure the peak memory of one run of a program.
 
@@ -366,7 +366,9 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool = False, warmup: bool =
         signature) or a jitted/plain function followed by example arguments (arrays or
         ``jax.ShapeDtypeStruct``).
       *args, **kwargs: the arguments. Donated arrays are copied first, so yours stay valid.
-      isolate: run in a fresh subprocess that loads the serialized executable (see the module docstring).
+      isolate: run in a fresh subprocess that loads the serialized executable (see the module docstring);
+        ``"auto"``: isolate where a second process can open the device (not on a TPU, which one process at a time
+        may open: :attr:`xlakit._jax.platforms.Platform.exclusive_device`), else measure in this process.
       warmup: run once before the measured run (its scratch is ``first_run_scratch_bytes``), so the result is
         what every run needs, not the one-time state of a first execution (~17 MiB for the demo transformer
         train step in a fresh process). False: one run, measured.
@@ -390,7 +392,12 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool = False, warmup: bool =
     compiled, lowered, args, kwargs = _program(fn_or_compiled, args, kwargs)
     name, _platform = _runtime_info(compiled)
     devices = _device_of(compiled)
-    if isolate and rules(devices[0].platform).exclusive_device:
+    exclusive = rules(devices[0].platform).exclusive_device
+    if isolate == "auto":
+        isolate = not exclusive
+    elif not isinstance(isolate, bool):
+        raise ValueError(f"isolate must be True, False or 'auto', not {isolate!r}")
+    if isolate and exclusive:
         raise ValueError(f"isolate=True runs the program in a fresh process, but this process holds the "
                          f"{devices[0].platform.upper()} and only one process at a time can open it; call probe() "
                          "without isolate=True: it measures in this process after resetting the allocator's peak "
