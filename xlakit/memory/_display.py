@@ -19,7 +19,7 @@ __all__ = ["fmt_bytes", "fmt_seconds", "html_table", "record_repr"]
 def html_table(rows: Iterable[tuple[str, Any]], title: str | None = None) -> str:
     """A two-column HTML table (name, value); values pass through ``str`` and are escaped."""
     records = [{"name": str(k), "value": str(v)} for k, v in rows]
-    return Table([Column("name", ""), Column("value", "", nowrap=False)], records, caption=title,
+    return Table([Column("name", "", nowrap=False), Column("value", "", nowrap=False)], records, caption=title,
                  css_class="xlakit-record").to_html()
 
 
