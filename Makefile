@@ -15,7 +15,7 @@ CACHE_TESTS = tests/test_store_envelope.py tests/test_store_local.py tests/test_
 .PHONY: demo test lint test-default test-py312 venv benchmark clean browser
 
 # Installs go through uv, itself installed once by pip into .venv-uv: measured from nothing on this 2-core machine,
-# the test extras took 146 s of CPU with pip and 44 s with uv (see README, "Running the tests"), and uv's own
+# the test extras took 146 s of CPU with pip and 44 s with uv (see docs/make-test.md), and uv's own
 # `venv` skips the pip that `python -m venv` installs and byte-compiles (11 s of CPU per environment); uv puts pip
 # and itself in each environment instead (tests run `pip download` and `uv pip install`). Bytecode is compiled ahead
 # for the demo only, whose cold start must not pay for it: compiling the test environment's 1.7 GB took 68 s of

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import chart_gallery
 import lab_harness as harness
+import pandas as pd
 import pytest
 
 pytestmark = pytest.mark.timeout(180)
@@ -28,6 +29,8 @@ _BOXES_JS = """() => Array.from(document.querySelectorAll('.xlakit-chart')).map(
   const boxes = sel => Array.from(gd.querySelectorAll(sel)).map(box).filter(b => b);
   return {name: gd.closest('section').dataset.name, title: boxes('.gtitle'), legend: boxes('.legend'),
           key: Array.from(gd.querySelectorAll('.annotation')).filter(a => a.textContent.includes('■')).map(box),
+          notes: Array.from(gd.querySelectorAll('.annotation')).map(a => [a.textContent.slice(0, 40), box(a)])
+            .filter(n => n[1]),
           below: boxes('.xtitle, .x2title, .xtick text, .x2tick text'),
           yticks: Array.from(gd.querySelectorAll('.ytick text')).map(t => t.textContent),
           svg: box(gd.querySelector('.main-svg'))};
@@ -75,8 +78,9 @@ def _drawn_at(page, width, count):
 
 def test_no_legend_collides_with_a_title_at_narrow_widths(browser, tmp_path):
     """Every chart at 400, 500 and 1400 px: its legend (or colour key) intersects neither the title nor
-    the x axis's title and tick labels, and the title lies inside the figure (a long one was cut at both
-    edges). A one-point sweep's y axis has labelled ticks from 0 B."""
+    the x axis's title and tick labels, the title and every annotation lie inside the figure (a long title was
+    cut at both edges, the peak's caption at one) and no annotation covers the title. A one-point sweep's y
+    axis has labelled ticks from 0 B."""
     figures = chart_gallery.gallery()
     path = tmp_path / "charts.html"
     path.write_text(_page(figures), encoding="utf-8")
@@ -97,9 +101,92 @@ def test_no_legend_collides_with_a_title_at_narrow_widths(browser, tmp_path):
             svg = d["svg"]
             problems += [f"{where}: title {t} outside the figure {svg}" for t in d["title"]
                          if t[0] < svg[0] - 1 or t[2] > svg[2] + 1]
+            # Every annotation (the peak's caption, a lane's label, a colour key) inside the figure and clear of
+            # the title: the peak's caption ran past the plot's edge, its line name cut off.
+            for text, b in d["notes"]:
+                if b[0] < svg[0] - 1 or b[2] > svg[2] + 1 or b[1] < svg[1] - 1 or b[3] > svg[3] + 1:
+                    problems.append(f"{where}: annotation {text!r} {b} outside the figure {svg}")
+                if any(_intersect(b, t) for t in d["title"]):
+                    problems.append(f"{where}: annotation {text!r} {b} over the title {d['title']}")
         legends = {d["name"]: d["legend"] for d in drawn}
         assert all(legends[n] for n in ("liveness", "lifetimes", "variants", "breakdown", "timeline")), legends
         sweep = next(d for d in drawn if d["name"] == "one-point sweep")
         assert sweep["yticks"][0] == "0 B" and len(sweep["yticks"]) >= 3, sweep["yticks"]
     page.close()
+    assert not problems, "\n".join(problems)
+
+
+#: Output widths (px) of a notebook cell in JupyterLab: an 800 px window (file browser closed) and a 1280 px one
+#: with the file browser open, where tables of 928-1,386 px scrolled sideways with no hint.
+CELL_WIDTHS = (620, 848)
+
+# Per table: its box and its scrolling wrapper's, whether the wrapper scrolls, and the hint it draws.
+_TABLES_JS = """() => Array.from(document.querySelectorAll('section')).map(s => {
+  const t = s.querySelector('table'), w = t.closest('.xlakit-table-wrap');
+  return {name: s.dataset.name, table: t.getBoundingClientRect().right, wrap: w.getBoundingClientRect().right,
+          cell: s.getBoundingClientRect().right, scrolls: w.scrollWidth > w.clientWidth + 1,
+          hint: getComputedStyle(w).backgroundImage.split('linear-gradient').length - 1};
+})"""
+
+
+def _tables() -> dict[str, str]:
+    """One HTML table of each wide kind, with the long texts of a real flax model: the largest buffers at the
+    peak (a layer is the whole call on its line), the explorer's variants, the peak's tables, the allocator
+    snapshot, and a cache's entries (13 columns: the one table left to scroll)."""
+    from types import SimpleNamespace
+
+    from xlakit.view.allocator import allocator_html
+    from xlakit.view.breakdown import details_html
+    from xlakit.view.cache import entries_html
+    from xlakit.view.peak import peak_tables_html
+    from xlakit.widgets.memory_explorer import ExplorerResult, MemoryExplorer
+
+    layer = "Attention.__call__ › jax.nn.softmax(q @ k.transpose(0, 1, 3, 2) / (D // HEADS) ** 0.5, axis=-1)"
+    buffers = chart_gallery._buffers().assign(
+        layer=layer, source="cell [2], line 8 (Attention.__call__)", scope="transpose(jvp(Transformer))/blocks/2",
+        parameter="optimizer['opt_state'][0]['nu']['blocks'][2]['attn']['qkv']['kernel']",
+        instruction="wrapped_broadcast_multiply_fusion.12")
+    variants = {(b, r, "argument 0"): ExplorerResult(b, r, "argument 0", compile_s=0.3, decision="compiled")
+                for b in (8, 256) for r in ("none", "checkpoint (save dots without batch dims)")}
+    stats = [{"device": "TFRT_CPU_0", "in_use": 3 * 2**20, "peak": 571 * 2**20, "peak_note": "lifetime (no reset yet)",
+              "limit": None, "largest_alloc": None, "num_allocs": None, "process_rss": 600 * 2**20}]
+    entries = pd.DataFrame([{"name": "jit_train_step", "signature": "f32[64], f32[64,64], …(60 same), f32[8,784]",
+                             "key": "…6594c315865bbb0b2fbc13e", "partition": "cpu-jaxlib0.10.2-x86_64-avx512-e5",
+                             "size_bytes": 176_128, "compile_s": 2.6, "hits": 0, "loadable": False, "origin": "user",
+                             "argument_size_in_bytes": 2_000_000, "output_size_in_bytes": 2_000_000,
+                             "temp_size_in_bytes": 60_000_000, "last_used": pd.Timestamp("2026-12-05 20:00")}] * 3)
+    return {"largest buffers": details_html("train_step", None, peak_buffers=buffers),
+            "variants": MemoryExplorer._history_html(SimpleNamespace(results=variants)),
+            "peak tables": peak_tables_html(buffers),
+            "allocator": allocator_html(stats, {"TFRT_CPU_0": [1, 2]}, {}),
+            "entries": entries_html(entries)}
+
+
+def test_tables_fit_a_narrow_cell_or_scroll_with_a_hint(browser, tmp_path):
+    """In a 620 and an 848 px cell every table but a cache's entries fits (long source lines, layers and pytree
+    paths wrap at their separators, headers wrap, empty and unreported columns are left out); the entries
+    table scrolls inside its wrapper, which shows the scroll hint. The fault: "bytes at the peak" and "XLA
+    footprint" off screen in a table that scrolled sideways with nothing saying so."""
+    from xlakit._text.theme import STYLE
+
+    tables = _tables()
+    problems = []
+    page = browser.new_page(viewport={"width": 1000, "height": 900})
+    try:
+        for width in CELL_WIDTHS:
+            body = "".join(f"<section data-name='{n}' style='width:{width}px'>{t}</section>" for n, t in tables.items())
+            page.set_content(f"<!doctype html><html><head><meta charset='utf-8'>{STYLE}</head><body>{body}</body>"
+                             "</html>")
+            for t in page.evaluate(_TABLES_JS):
+                where = f"{t['name']} in a {width} px cell"
+                if t["wrap"] > t["cell"] + 1:
+                    problems.append(f"{where}: the wrapper runs {t['wrap'] - t['cell']:.0f} px past the cell")
+                if t["name"] != "entries" and (t["scrolls"] or t["table"] > t["wrap"] + 1):
+                    problems.append(f"{where}: {t['table'] - t['wrap']:.0f} px past its wrapper")
+                if t["scrolls"] and t["hint"] < 2:
+                    problems.append(f"{where}: scrolls sideways without the hint")
+            entries = next(t for t in page.evaluate(_TABLES_JS) if t["name"] == "entries")
+            assert entries["scrolls"], entries  # the check of the hint above has a table to check
+    finally:
+        page.close()
     assert not problems, "\n".join(problems)

@@ -149,6 +149,19 @@ _LAYOUT_JS = """() => {
     .filter(gd => { const s = gd.querySelector('.main-svg').getBoundingClientRect();
                     const l = gd.querySelector('.legend').getBoundingClientRect();
                     return l.left < s.left - 1 || l.right > s.right + 1; }).length;
+  // Nothing past its output's right edge: a table's scrolling wrapper (its widget once grew to the table's
+  // width, so the whole view scrolled, hint unseen), an allocator row's cells (they wrap), a chart's annotation.
+  const visible = sel => Array.from(document.querySelectorAll(sel)).filter(e => e.offsetParent !== null
+                                                                            && !e.closest('.xlakit-static'));
+  const past = e => { const o = e.closest('.jp-OutputArea-output');
+                      return o && e.getBoundingClientRect().right > o.getBoundingClientRect().right + 1; };
+  out.past_cell = visible('.xlakit-table-wrap, .xlakit-allocator-row > *').filter(past)
+    .map(e => e.className.slice(0, 40));
+  out.notes_outside = visible('.js-plotly-plot').flatMap(gd => {
+    const s = gd.querySelector('.main-svg').getBoundingClientRect();
+    return Array.from(gd.querySelectorAll('.annotation'))
+      .map(a => [a.textContent.slice(0, 30), a.getBoundingClientRect()])
+      .filter(([, r]) => r.width > 0 && (r.left < s.left - 1 || r.right > s.right + 1)).map(([t]) => t); });
   out.theme = document.body.dataset.jpThemeName;
   return out;
 }"""
@@ -224,6 +237,7 @@ def test_dark_theme_and_an_800px_window(lab):
     assert c["reset_visible"], c
     assert c["partition_name_lines"] and max(c["partition_name_lines"]) <= 1, c
     assert c["clipped_legends"] == 0, c
+    assert c["past_cell"] == [] and c["notes_outside"] == [], c
     checked, overlapping, _width = c["legend_over_title"]
     assert checked >= 2 and overlapping == 0, c  # a legend above the plot grew over the title when it wrapped
     # the timeline's filter controls ran past the dashboard's right edge in a narrow window; they wrap now

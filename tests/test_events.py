@@ -243,6 +243,31 @@ def test_reprs_are_readable():
     assert list(frame.columns)[:3] == ["kind", "name", "key"] and frame["saved_s"].tolist() == [1.5]
 
 
+def test_cache_stats_read_as_a_grouped_summary_with_the_raw_numbers_in_a_frame():
+    """Fault: ``cache_stats()`` in a notebook was 25 raw rows (``compile_s 0.1951986549997855``, every kind at 0).
+    It shows what happened in words, grouped, seconds and bytes formatted; ``to_frame()`` keeps the raw numbers."""
+    import re
+
+    log = EventLog()
+    for i in range(3):
+        log.emit("miss", name=f"f{i}", origin="user")
+        log.emit("compile", name=f"f{i}", duration_s=0.1951986549997855, origin="user")
+        log.emit("store", name=f"f{i}", bytes=160_000, origin="user")
+    log.emit("hit", name="f0", duration_s=0.004, saved_s=0.19, origin="user")
+    log.emit("corrupt", name="f1", reason="sha256 mismatch", origin="user")
+    stats = log.stats()
+    rows = {r["what"]: r["value"] for r in stats.summary_rows()}
+    assert rows["lookups"] == "1 hit, 3 misses"
+    assert rows["compiled"] == "3 programs in 586 ms" and rows["stored"] == "3 programs, 468.8 KiB"
+    assert rows["saved by hits"] == "190 ms (loading took 4 ms)" and rows["failures"] == "1 corrupt entry"
+    assert "shared tier" not in rows and "JAX before each compile" not in rows  # nothing of those happened
+    html = stats._repr_html_()
+    assert html.count("<tr>") == len(rows) + 1 and not re.search(r"\d\.\d{5,}", html) and ">0<" not in html
+    assert not re.search(r"\d\.\d{4,}", repr(stats)) and "stored 468.8 KiB" in repr(stats)
+    frame = stats.to_frame()
+    assert frame["compile_s"].iat[0] == pytest.approx(3 * 0.1951986549997855) and frame["store"].iat[0] == 3
+
+
 def test_prometheus_counters_have_serving_names_and_never_double_count():
     prometheus_client = pytest.importorskip("prometheus_client")
     log = EventLog()

@@ -65,12 +65,16 @@ def test_liveness_chart_marks_the_peak_step_and_keeps_the_peak_when_downsampled(
     (marker,) = [s for s in fig.layout.shapes if s.type == "line"]
     assert marker.x0 == marker.x1 == 9_001
     (note,) = fig.layout.annotations
-    # The label sits at the peak in paper coordinates, on the side with room, and the axis is the data's own:
-    # a data-anchored label widened plotly's autorange (a researcher saw the curve fill a fifth of the chart).
+    # The caption sits above the plot's top-left corner in paper coordinates, wrapped for the narrowest chart,
+    # the top margin grown by its lines; the axis is the data's own. Beside the line it ran past the plot's
+    # edge (the line name cut off), and a data-anchored one widened plotly's autorange.
     lo, hi = fig.layout.xaxis.range
-    assert (lo, hi) == (0, steps - 1) and note.xref == "paper" and note.x == pytest.approx(9_001 / (steps - 1))
-    assert note.xanchor == ("left" if note.x < 0.5 else "right")
-    assert f"peak {fmt_bytes(10 * MiB)} at step 9001 of {steps}" in note.text
+    assert (lo, hi) == (0, steps - 1) and (note.xref, note.x, note.xanchor) == ("paper", 0, "left")
+    assert (note.yref, note.y, note.yanchor) == ("paper", 1, "bottom")
+    lines = note.text.split("<br>")
+    assert len(lines) >= 2 and max(map(len, lines)) <= 50, lines
+    assert fig.layout.margin.t >= 56 + 15 * len(lines)
+    assert f"peak {fmt_bytes(10 * MiB)} at step 9001 of {steps}" in " ".join(lines)
     assert "model.py:42" in note.text
     # A peak step given by the caller (Peak.step) is the one marked.
     fig = liveness_chart(frame.head(50), peak_step=20)
@@ -393,12 +397,11 @@ def test_details_table_shows_the_peaks_buffers_in_user_terms_and_xlas_only_witho
     largest.attrs["source"] = "XLA peak_buffers"
     html = details_html("step", largest, peak_buffers=peak_buffers, top=5)
     headers = re.findall(r"<th class='[^']*'>([^<]*)</th>", html)
-    assert headers == ["role", "source", "layer", "parameter", "dtype", "shape", "bytes at the peak", "own size",
-                       "instruction (XLA)"]
+    assert headers == ["role", "source", "layer", "parameter", "dtype", "shape", "bytes at the peak", "own size"]
     body = html.split("<tbody>")[1]
     rows = body.split("<tr>")[1:]
     assert len(rows) == 5 and "residual" in rows[0] and "model.py:42" in rows[0] and "8×1024×256" in rows[0]
-    assert re.findall(r"<td[^>]*>([^<]*)</td>", rows[0])[-1] == "tanh.3"              # the instruction last
+    assert "title='XLA instruction tanh.3'>residual</td>" in rows[0]        # XLA's name: the role's hover text
     assert f"data-bytes='{8 * MiB}'" in rows[0] and "params[&#x27;l1&#x27;][&#x27;kernel&#x27;]" in rows[1]
     assert f"data-bytes='{1 * MiB}'" in rows[4] and f"data-bytes='{5 * MiB}'" in rows[4]  # charged, own size
     assert "own size" not in details_html("step", largest, peak_buffers=peak_buffers, top=3)  # all unshared

@@ -196,7 +196,7 @@ def check_executed(path: Path, nb, tmp_path: Path) -> None:
               if o.get("output_type") == "error"]
     assert not errors, errors
     CHECKS[path.stem[:2]](_all_text(nb))
-    # Run by hand, each notebook left its throwaway cache folder (~2.7 MB) in /tmp: gone once the kernel exits.
+    # Run by hand, each notebook left its throwaway cache folder (~2.7 MB) in /tmp: its last cell removes it.
     folders = re.findall(r"cache folder for this notebook: (\S+)", _all_text(nb))
     assert folders and not any(os.path.exists(f) for f in folders), f"{path.name} left {folders} behind"
     OUTPUT_CHECKS.get(path.stem[:2], lambda nb: None)(nb)
@@ -226,3 +226,8 @@ def test_notebook_committed_clean(path: Path) -> None:
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert "except ImportError" in first_code.source and 'xlakit[notebook]' in first_code.source
     assert "tempfile" in first_code.source
+    # A kernel killed, or left behind by a server that stopped abruptly, exits without running its atexit
+    # cleanup (ipykernel's parent poller calls os._exit): the scratch folder stayed in /tmp. The last cell
+    # removes it.
+    last_code = [c for c in nb.cells if c.cell_type == "code"][-1]
+    assert "_scratch = tempfile.TemporaryDirectory(" in first_code.source and "_scratch.cleanup()" in last_code.source

@@ -44,7 +44,11 @@ def test_library_programs_fold_into_one_lane_keeping_counts_and_seconds():
     assert data.library_misses == 4
     assert "called from: train.py:12 (main)" in data.points["compile"]["hover"][0]
     fig = tl.timeline_figure(data)
-    assert tuple(fig.layout.yaxis.ticktext)[-1] == "library helpers (4 programs)"
+    # The folded lane's label keeps its count within the label width; hovering it lists the programs.
+    assert tuple(fig.layout.yaxis.ticktext)[-1] == "library helpers (4)"
+    note = fig.layout.annotations[-1]
+    assert note.text == "library helpers (4)" and note.y == 3 and "library helpers (4 programs)" in note.hovertext
+    assert all(name in note.hovertext for name in data.library) and "4 compile" in note.hovertext
 
     expanded = tl.timeline_data(cols, fold_library=False)
     assert expanded.lanes[:3] == ("jit_train_step", "jit_eval_step", "jit_unknown")  # yours first
@@ -113,7 +117,8 @@ def test_100k_events_over_324_lanes_build_a_bounded_figure_and_snapshot():
     saved = next(t for t in dense.data if t.name.startswith("seconds saved"))
     assert 100 < len(saved.x) <= tl.SAVED_POINTS + 2
     # The left margin holds the longest lane label (plotly's automargin would otherwise draw the figure twice).
-    assert fig.layout.margin.l >= 6.5 * len(data.lanes[-1]) + 12
+    assert fig.layout.yaxis.ticktext[-1] == "… 271 more lanes"  # the collapsed lanes' label, within the cap
+    assert fig.layout.margin.l >= 6.5 * max(map(len, fig.layout.yaxis.ticktext)) + 12
     hover = next(h for h in data.points["hit"]["hover"] if h.startswith("<b>"))
     assert "×" in hover and "slowest:" in hover
     assert built < 10, built  # measured properly in benchmarks/timeline_scale.py
@@ -207,7 +212,7 @@ def test_widget_scrolls_the_lane_window_with_lanes_from():
 def test_a_long_program_name_keeps_most_of_a_narrow_column_for_the_plot():
     """Fault: the lane labels' margin grew with the longest program name (7 px a character, up to 600 px), so a
     flax program named by its module path left an 800 px notebook column ~90 px of plot. Labels are now at most
-    32 characters (start … end); the hover keeps the whole name."""
+    20 characters (start … end), drawn as annotations beside the lanes whose hover shows the whole name."""
     long = "jit_" + "model.encoder.layers_3.attention.query_key_value_projection" * 2
     short = "jit_eval_step"
     cols = tl.EventColumns()
@@ -218,13 +223,16 @@ def test_a_long_program_name_keeps_most_of_a_narrow_column_for_the_plot():
     labels = dict(zip(data.lanes, fig.layout.yaxis.ticktext, strict=True))
     assert labels[short] == short
     label = labels[long]
-    assert len(label) == 32 and "…" in label and long.startswith(label.split("…")[0])
+    assert len(label) == 20 and "…" in label and long.startswith(label.split("…")[0])
     assert long.endswith(label.split("…")[1])
-    assert fig.layout.margin.l <= 24 + 7 * 32  # ~250 px: an 800 px column keeps two thirds for the plot
+    assert fig.layout.margin.l <= 24 + 7 * 20  # 164 px: a 368 px cell keeps over half for the plot
+    assert not fig.layout.yaxis.showticklabels  # drawn as annotations: the same text, with the whole name on hover
+    drawn = {a.text: a.hovertext for a in fig.layout.annotations}
+    assert set(drawn) == {label, short} and long in drawn[label]
     assert long in data.points["compile"]["hover"][0] or long in " ".join(data.points["compile"]["hover"])
     # with a recompile badge the label still fits: the badge takes from the name, not from the plot
     cols.extend([Event("recompile", name=long, duration_s=0.1, origin="user", time=3.0 + i, reason="x: shape")
                  for i in range(12)])
     badged = tl.timeline_figure(tl.timeline_data(cols))
     label = dict(zip(tl.timeline_data(cols).lanes, badged.layout.yaxis.ticktext, strict=True))[long]
-    assert label.endswith(" ⟳12") and len(label) == 32 and badged.layout.margin.l <= 24 + 7 * 32, label
+    assert label.endswith(" ⟳12") and len(label) == 20 and badged.layout.margin.l <= 24 + 7 * 20, label

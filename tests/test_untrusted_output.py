@@ -13,11 +13,12 @@ Faults proven here:
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import pytest
 
-from xlakit._text.untrusted import TerminalStream, html_text, terminal_text
+from xlakit._text.untrusted import TerminalStream, html_text, html_wrappable, terminal_text
 
 HOSTILE = "\x1b]0;PWNED\x07\x1b[2J\u202eok\x9b"
 MARKUP = "<img src=x onerror=alert(1)>"
@@ -54,6 +55,23 @@ def _hostile_bundle(folder):
                 "output_trees": {"default": {"leaf": 0}}, "rows_independent": {"default": True}, "polymorphic": {}}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
+
+
+def test_wrappable_html_breaks_long_tokens_at_separators_only_and_stays_escaped():
+    """A narrow column wraps a pytree path before its brackets and a path after its slashes, never inside a
+    name (the explorer's summary broke "Ki|B" and identifiers with ``overflow-wrap: anywhere``); markup stays
+    text, and the placeholder for a break cannot be smuggled in."""
+    path = "optimizer['opt_state'][0]['nu']['blocks'][2]['kernel']"
+    out = html_wrappable(path)
+    assert out.replace("<wbr>", "") == html_text(path) and out.count("<wbr>") == 6
+    assert all(part.startswith("[") for part in out.split("<wbr>")[1:])  # each break just before a bracket
+    assert html_wrappable("cell [2], line 8 (Attention.__call__) 128.0 KiB") == \
+        "cell [2], line 8 (Attention.__call__) 128.0 KiB"  # spaces suffice: short tokens stay whole
+    assert html_wrappable("/tmp/xlakit-notebook-abc/cpu-jaxlib0.10.2") == \
+        "/<wbr>tmp/<wbr>xlakit-notebook-abc/<wbr>cpu-jaxlib0.10.2"
+    hostile = html_wrappable("<b>x</b>;\ue000" * 4)  # escaped, breaks outside entities, no stray break mark
+    assert hostile.replace("<wbr>", "") == html_text("<b>x</b>;" * 4) and "<b>" not in hostile
+    assert all(not re.search(r"&[a-z#0-9]*$", part) for part in hostile.split("<wbr>")), hostile
 
 
 def test_bundle_check_prints_a_hostile_manifest_without_raw_control_characters(tmp_path, capsys):

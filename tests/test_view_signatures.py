@@ -63,7 +63,7 @@ def test_cache_browser_tells_apart_two_entries_differing_only_in_the_second_argu
         assert len(labels) == 2 and len(set(labels)) == 2, labels
         assert any("f32[8,4])" in label for label in labels) and any("f32[16,4])" in label for label in labels)
         # The table: the shortened cell for each, its hover text the whole signature (all 15 leaves).
-        cells = re.findall(r"<td class='xlakit-text xlakit-nowrap' title='([^']*)'>([^<]*)</td>", b.table_html.value)
+        cells = re.findall(r"<td class='xlakit-text xlakit-wrap' title='([^']*)'>([^<]*)</td>", b.table_html.value)
         assert len(cells) == 2, b.table_html.value[:2000]
         for full, shown in cells:
             assert full.count("f32[") == 15 and full.startswith("f32[64,64], f32[65,64]")

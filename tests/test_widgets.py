@@ -231,7 +231,23 @@ def test_allocator_panel_rows_and_reset_buttons():
 
     html = p._repr_mimebundle_()["text/html"]
     assert "data-bytes='12200'" in html and "mixed:baseline,native" in html and "<svg" in html
+    # Every column shown: these devices report a limit, a largest allocation and a count; each cell is labelled
+    # (no header row above rows that scrolled sideways as a whole) and a row wraps in a narrow output.
+    box = p._rows[0].box
+    assert box.layout.flex_flow == "row wrap" and all(c.layout.display is None for c in box.children)
+    assert [c.children[0].value for c in box.children][4:7] == [
+        f"<span class='xlakit-note'>{h}</span>" for h in ("limit", "largest alloc.", "allocations")]
     assert not p.errors
+    p.close()
+
+
+def test_allocator_panel_leaves_out_what_no_device_reports():
+    """On CPU XLA reports no limit, largest allocation or allocation count: those columns are left out (the
+    panel's note says so) instead of a row of "not reported" that pushed the last columns off screen."""
+    p = AllocatorPanel(auto_refresh=False)
+    shown = [k for k, c in p._rows[0].columns.items() if c.layout.display != "none"]
+    assert shown == ["device", "reset", "in_use", "peak", "spark", "method"], shown
+    assert "not reported" in p.notes.value  # the note says what is left out
     p.close()
 
 

@@ -52,6 +52,25 @@ def test_unique_labels_use_the_key_hash():
     assert labels == ["jit_f [aaaa1111]", "jit_f [cccc2222]", "jit_g", "?"]
 
 
+def test_a_repeated_name_is_told_apart_by_its_argument_shapes():
+    """Fault: the dashboard's bars read ``jit_mm [4b249220]`` (a key hash) for a function compiled at two shapes;
+    they read the function and the shapes that differ, as the cache browser lists them."""
+    def leaf(shape):
+        return {"shape": shape, "dtype": "f32", "sharding": None, "donation": False}
+
+    params = [leaf(f"{i}x64") for i in range(1, 30)]  # a model's shared leaves are abbreviated
+    labels = _data.unique_labels(
+        ["jit_mm", "jit_mm", "jit_step", "jit_step", "jit_scale", "jit_f", "jit_f"],
+        ["jit_mm-k1", "jit_mm-k2", "jit_step-k3", "jit_step-k4", "jit_scale-k5", "jit_f-aaaa1111", "jit_f-bbbb2222"],
+        [[leaf("512x512")], [leaf("256x128")], [*params, leaf("8x784")], [*params, leaf("64x784")],
+         [leaf("64x32")], [leaf("4")], None])
+    assert labels[:2] == ["jit_mm(f32[512,512])", "jit_mm(f32[256,128])"]
+    assert labels[2].startswith("jit_step(") and labels[2].endswith("f32[8,784])") and len(labels[2]) < 60
+    assert labels[3].endswith("f32[64,784])") and "same" in labels[3]
+    assert labels[4] == "jit_scale"  # a name held once stays the name
+    assert labels[5:] == ["jit_f [aaaa1111]", "jit_f [bbbb2222]"]  # one records no signature: the key's hash
+
+
 def test_downsample_keeps_budget_extremes_and_every_small_group():
     rng = np.random.default_rng(0)
     n = 100_000
@@ -232,7 +251,11 @@ def test_snapshots_contain_the_exact_numbers():
     rows = [{"device": "cpu:0", "in_use": 1024, "peak": 777_777_777, "peak_note": "since reset (clear_refs; exact)",
              "limit": None, "largest_alloc": None, "num_allocs": None, "process_rss": 5, "reset_method": "clear_refs"}]
     html = _snapshots.allocator_html(rows, {"cpu:0": [0, 1024]}, {})
-    assert "data-bytes='777777777'" in html and "not reported" in html and "<svg" in html
+    assert "data-bytes='777777777'" in html and "<svg" in html
+    # limit, largest allocation and count, reported by no device (CPU), are columns left out, not a row of blanks
+    assert ">limit<" not in html and ">allocations<" not in html and "not reported" not in html
+    rows[0]["limit"] = 2**30
+    assert ">limit<" in _snapshots.allocator_html(rows, {}, {}) and ">allocations<" not in html
 
 
 def test_the_memory_tab_counts_library_helpers_as_the_timeline_does():

@@ -79,6 +79,15 @@ def fmt_count(n: int | None, missing: str = NOT_REPORTED) -> str:
     return f"{int(n):,}"  # type: ignore[arg-type]
 
 
+def middle_cut(text: str, limit: int) -> str:
+    """``text`` whole when it fits in ``limit`` characters, else its start and its last third joined by "…"
+    (the end tells names of one family apart: ``jit_train_step…(batch=64)``, ``…· 128.0 KiB``)."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 3
+    return f"{text[:limit - tail - 1]}…{text[-tail:]}"
+
+
 def fmt_value(v: object, kind: str = "text", missing: str = "") -> str:
     """``v`` as text for a table cell of ``kind``: ``bytes``, ``seconds``, ``count``, ``float`` (4 significant
     digits), ``datetime`` (to the second; a ``time.time()`` float or a datetime) or ``text``."""

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from xlakit._text.format import NOT_REPORTED, _missing, fmt_value
-from xlakit._text.untrusted import html_text, terminal_text
+from xlakit._text.untrusted import html_text, html_wrappable, terminal_text
 
 __all__ = ["Column", "Table", "KINDS"]
 
@@ -24,8 +24,9 @@ KINDS = ("text", "bytes", "seconds", "count", "float", "datetime", "html")
 @dataclasses.dataclass(frozen=True)
 class Column:
     """One column: the row key, its header, its kind (:data:`KINDS`), whether it may wrap (``nowrap``
-    False) — names and keys never wrap; long free text (reasons) may — and ``title_key``: the row key whose
-    text the HTML cell shows on hover (its ``title``), e.g. the whole of a shortened text."""
+    False) — short names and keys never wrap; long free text (reasons, source lines, layers, pytree paths)
+    may, at spaces and separators (:func:`~xlakit._text.untrusted.html_wrappable`) — and ``title_key``: the
+    row key whose text the HTML cell shows on hover (its ``title``), e.g. the whole of a shortened text."""
 
     key: str
     header: str
@@ -52,6 +53,8 @@ class Table:
       caption: a title line (str | None).
       max_rows: show at most this many rows; the rest is summarised in a last line (int | None).
       css_class: extra CSS class of the ``<table>`` (str).
+      drop_empty: leave out the text columns empty in every row shown (bool, default False): an empty column
+        still took its share of a narrow cell.
     """
 
     columns: Sequence[Column | tuple]
@@ -59,11 +62,14 @@ class Table:
     caption: str | None = None
     max_rows: int | None = None
     css_class: str = ""
+    drop_empty: bool = False
 
     def __post_init__(self) -> None:
         self.cols: tuple[Column, ...] = _columns(self.columns)
-        self.columns = self.cols
         self.rows = list(self.rows)
+        if self.drop_empty and self.shown:
+            self.cols = tuple(c for c in self.cols if c.kind != "text" or any(self.cell_text(c, r) for r in self.shown))
+        self.columns = self.cols
 
     @property
     def shown(self) -> list[Mapping[str, Any]]:
@@ -107,6 +113,8 @@ class Table:
         cls = ["xlakit-num" if column.kind in ("bytes", "seconds", "count", "float") else "xlakit-text"]
         if column.nowrap:
             cls.append("xlakit-nowrap")
+        elif column.kind == "text":
+            cls.append("xlakit-wrap")
         attrs = ""
         if column.kind == "bytes":
             if _missing(v):
@@ -118,7 +126,8 @@ class Table:
         elif column.title_key and not _missing(row.get(column.title_key)):
             attrs = f" title='{html_text(row.get(column.title_key))}'"
         text = self.cell_text(column, row)
-        body = text if column.kind == "html" else html_text(text)
+        # Text that may wrap breaks at spaces and separators, never inside a name (html_wrappable).
+        body = text if column.kind == "html" else html_wrappable(text) if not column.nowrap else html_text(text)
         return f"<td class='{' '.join(cls)}'{attrs}>{body}</td>"
 
     def to_html(self) -> str:

@@ -27,20 +27,35 @@ _RULES = (
     ('.xlakit-snapshot, .xlakit-view {color: var(--jp-ui-font-color1, #1a1a1a); '
      'font-family: var(--jp-ui-font-family, sans-serif); max-width: 100%;}'),
     '.xlakit-snapshot h4 {margin: 4px 0; color: var(--jp-ui-font-color0, #000);}',
-    '.xlakit-table-wrap {max-width: 100%; overflow-x: auto;}',
-    # a summary printed as text (the peak's repr) wraps in a narrow column instead of running past its edge
-    '.xlakit-peak-summary pre {white-space: pre-wrap; overflow-wrap: anywhere; max-width: 100%;}',
+    # A table wider than its cell scrolls sideways as one, and says so: a shadow on the side with more to see
+    # (the cover gradients scroll with the content and hide the shadow at either end; no script needed).
+    ('.xlakit-table-wrap {max-width: 100%; overflow-x: auto; background: '
+     'linear-gradient(to right, var(--jp-layout-color0, #fff) 30%, rgba(0,0,0,0)) left / 32px 100% no-repeat local, '
+     'linear-gradient(to left, var(--jp-layout-color0, #fff) 30%, rgba(0,0,0,0)) right / 32px 100% no-repeat local, '
+     'linear-gradient(to right, rgba(128,128,128,0.55), rgba(128,128,128,0)) left / 12px 100% no-repeat scroll, '
+     'linear-gradient(to left, rgba(128,128,128,0.55), rgba(128,128,128,0)) right / 12px 100% no-repeat scroll;}'),
+    # An HTML widget of a view may be narrower than its table: by default (min-width: auto) its content grew to
+    # the table's width and the whole view scrolled sideways, the table's own scroll and hint never showing.
+    '[class*="xlakit-"] .widget-html-content {min-width: 0; max-width: 100%;}',
+    '.xlakit-allocator-row .widget-html-content {line-height: 1.4;}',  # a wrapped peak note, not 28 px lines
+    # a summary wraps at spaces and at the break points html_wrappable marks, never inside a name
+    ('.xlakit-peak-summary, .xlakit-peak-summary pre {white-space: normal; overflow-wrap: break-word; '
+     'max-width: 100%; line-height: 1.4;}'),
+    '.xlakit-peak-summary pre {font-family: var(--jp-code-font-family, monospace);}',
     ('.xlakit-table {border-collapse: collapse; font-size: 12px; color: var(--jp-ui-font-color1, #1a1a1a); '
      'background: transparent;}'),
-    ('.xlakit-table th, .xlakit-table td {padding: 2px 8px; '
+    ('.xlakit-table th, .xlakit-table td {padding: 2px 8px; line-height: 1.35; white-space: normal; '
      'border-bottom: 1px solid var(--jp-border-color2, #e0e0e0); text-align: left; vertical-align: top;}'),
     ('.xlakit-table th {background: var(--jp-layout-color2, #f2f2f2); color: var(--jp-ui-font-color0, '
-     '#000); font-weight: 600; white-space: nowrap;}'),
+     '#000); font-weight: 600;}'),
     '.xlakit-table caption {text-align: left; font-weight: 600; padding: 2px 0;}',
-    '.xlakit-table .xlakit-num {text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums;}',
+    '.xlakit-table .xlakit-num {text-align: right; font-variant-numeric: tabular-nums;}',
+    '.xlakit-table td.xlakit-num {white-space: nowrap;}',  # a number never wraps; its header may
     '.xlakit-table .xlakit-nowrap {white-space: nowrap;}',
+    # long text (a source line, a layer, a pytree path) wraps in a column no narrower than a short phrase
+    '.xlakit-table td.xlakit-wrap {min-width: 6em; max-width: 36em; overflow-wrap: break-word;}',
     '.xlakit-na {color: var(--jp-ui-font-color3, #999);}',
-    '.xlakit-note {color: var(--jp-ui-font-color2, #555); font-size: 12px; margin: 2px 0;}',
+    '.xlakit-note {color: var(--jp-ui-font-color2, #555); font-size: 12px; margin: 2px 0; line-height: 1.4;}',
     ('.xlakit-error {border: 1px solid var(--jp-error-color1, #d62728); background: var(--jp-error-color3, '
      '#fff5f5); color: var(--jp-ui-font-color1, #1a1a1a); padding: 4px 8px; font-size: 12px;}'),
     '.xlakit-chart {width: 100%; min-width: 0;}',
@@ -100,11 +115,11 @@ _TITLE_CHAR = 7.4  # px: the same at the title's 16.8 px (measured in chromium: 
 TITLE_LINE = 22
 
 
-def title_lines(text: str, width: int = NARROW_WIDTH) -> list[str]:
+def title_lines(text: str, width: int = NARROW_WIDTH, *, char_px: float = _TITLE_CHAR) -> list[str]:
     """A chart title cut at spaces into lines that fit ``width`` px (plotly never wraps a title: a long one ran
-    past both edges of a narrow chart). Lines the title already breaks with ``<br>`` stay; one holding markup
-    (``<sub>``…) is kept whole."""
-    per_line = max(10, int((width - 20) // _TITLE_CHAR))
+    past both edges of a narrow chart), for characters ``char_px`` wide on average (a title's by default).
+    Lines the title already breaks with ``<br>`` stay; one holding markup (``<sub>``…) is kept whole."""
+    per_line = max(10, int((width - 20) // char_px))
     out: list[str] = []
     for line in str(text).split("<br>"):
         if "<" in line or len(line) <= per_line:

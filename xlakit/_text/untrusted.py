@@ -13,7 +13,9 @@ raw ``<`` starts markup. So:
   carry a control sequence, whichever print statement the text went through. It keeps ``\\n``, ``\\t`` and
   ``\\r`` (progress bars redraw a line with it).
 - :func:`html_text` is ``html.escape(str(value), quote=True)``: safe inside an element and inside a quoted
-  attribute.
+  attribute. :func:`html_wrappable` is the same text with line-break opportunities (``<wbr>``) after the
+  separators of long tokens (paths, pytree paths, ``Class.__call__``), so a narrow column wraps them there
+  and never inside a name.
 
 A leaf: imports nothing from xlakit, so every layer's printers and renderers may use it.
 """
@@ -24,7 +26,7 @@ import html
 import re
 from typing import Any, TextIO
 
-__all__ = ["terminal_text", "html_text", "TerminalStream"]
+__all__ = ["terminal_text", "html_text", "html_wrappable", "TerminalStream"]
 
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _FIELD = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
@@ -45,6 +47,24 @@ def terminal_text(value: Any, *, one_line: bool = True) -> str:
 def html_text(value: Any) -> str:
     """``str(value)`` escaped for HTML text and quoted attribute values (``&``, ``<``, ``>``, ``"``, ``'``)."""
     return html.escape(str(value), quote=True)
+
+
+#: Where a long token may break: after a path, argument or pytree separator (``/ , : ; = ) ] ›``) and before an
+#: opening ``(`` or ``[``; never inside a name, a dotted name (``jax.nn.softmax``) or a file name.
+_BREAK_AFTER = re.compile(r"(?<=[/\\,:;=)\]›·])(?=[^\s,:;)\]])"  # after a separator
+                          r"|(?<=[\w'\"\])])(?=[(\[])")  # before a call's or an index's bracket
+_LONG_TOKEN = re.compile(r"\S{24,}")
+_MARK = "\ue000"  # a private-use character stands for <wbr> until the text is escaped
+
+
+def html_wrappable(value: Any) -> str:
+    """:func:`html_text` of ``value`` with ``<wbr>`` at the separators of tokens of 24+ characters (see
+    :data:`_BREAK_AFTER`: ``opt_state[0]['mu']['blocks'][2]`` breaks before each ``[``, never inside
+    ``opt_state``). Within ``white-space: normal`` text a narrow column then wraps at spaces first, then at
+    those points."""
+    text = str(value).replace(_MARK, "")
+    text = _LONG_TOKEN.sub(lambda m: _BREAK_AFTER.sub(_MARK, m.group()), text)
+    return html_text(text).replace(_MARK, "<wbr>")
 
 
 def plotly_text(value: Any) -> str:

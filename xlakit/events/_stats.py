@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from xlakit._text.format import fmt_bytes, fmt_seconds
 from xlakit._text.untrusted import html_text
 from xlakit.events._model import FLEET_KINDS, KINDS, SOURCES, Event
 
@@ -84,13 +85,55 @@ class CacheStats:
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.counts.items() if v)
         scope = f"[{self.source}] " if self.source else ""
-        return (f"CacheStats({scope}{counts or 'no events'}; compile {self.compile_s:.3f} s, "
-                f"load {self.load_s:.3f} s, saved {self.saved_s:.3f} s, stored {self.stored_bytes} bytes)")
+        return (f"CacheStats({scope}{counts or 'no events'}; compile {fmt_seconds(self.compile_s)}, "
+                f"load {fmt_seconds(self.load_s)}, saved {fmt_seconds(self.saved_s)}, "
+                f"stored {fmt_bytes(self.stored_bytes)})")
+
+    def summary_rows(self) -> list[dict[str, str]]:
+        """The totals in words, grouped (what :meth:`_repr_html_` shows): one ``{"what", "value"}`` row per
+        group — lookups, compiles, stored, saved, JAX's own tracing, failures and the shared tier when there are
+        any — with seconds and bytes formatted and kinds without events left out. :meth:`to_frame` has the
+        raw numbers."""
+        c = self.counts
+
+        def n(count: int, one: str, many: str) -> str:
+            return f"{count:,} {one if count == 1 else many}"
+
+        def some(*parts: tuple[int, str, str]) -> str:
+            return ", ".join(n(*p) for p in parts if p[0]) or "none"
+
+        rows = [{"what": "lookups", "value": some((c["hit"], "hit", "hits"), (c["miss"], "miss", "misses"),
+                                                  (c["skip"], "skipped", "skipped"))},
+                {"what": "compiled", "value": (f"{n(c['compile'], 'program', 'programs')} in "
+                                               f"{fmt_seconds(self.compile_s)}" if c["compile"] else "none")
+                 + (f"; {n(c['recompile'], 'recompile', 'recompiles')} of a function seen before"
+                    if c["recompile"] else "")},
+                {"what": "stored", "value": (f"{n(c['store'], 'program', 'programs')}, {fmt_bytes(self.stored_bytes)}"
+                                             if c["store"] else "none")
+                 + (f"; {c['evict']:,} evicted" if c["evict"] else "")},
+                {"what": "saved by hits", "value": f"{fmt_seconds(self.saved_s)} (loading took "
+                                                   f"{fmt_seconds(self.load_s)})" if c["hit"] else "nothing yet"}]
+        if c["trace"] or c["lower"]:
+            rows.append({"what": "JAX before each compile", "value": f"{c['trace']:,} traces in "
+                         f"{fmt_seconds(self.trace_s)}, {c['lower']:,} lowerings in {fmt_seconds(self.lower_s)}"})
+        failures = some((c["corrupt"], "corrupt entry", "corrupt entries"), (c["load_error"], "load error",
+                        "load errors"), (c["store_error"], "store error", "store errors"))
+        if failures != "none":
+            rows.append({"what": "failures", "value": failures})
+        fleet = [f"{c[k]:,} {k.replace('_', ' ')}" + (f" ({fmt_seconds(self.fleet_s[k])}" + (
+            f", {fmt_bytes(self.fleet_bytes[k])})" if self.fleet_bytes[k] else ")") if self.fleet_s[k] else "")
+            for k in FLEET_KINDS if c[k]]
+        if fleet:
+            rows.append({"what": "shared tier", "value": ", ".join(fleet)})
+        rows.append({"what": "events from",
+                     "value": self.source or "every layer (xlakit, JAX's persistent cache, jit)"})
+        return rows
 
     def _repr_html_(self) -> str:
-        cells = "".join(f"<tr><th style='text-align:left'>{html_text(str(k))}</th><td>{html_text(str(v))}</td></tr>"
-                        for k, v in self.to_dict().items())
-        return f"<table>{cells}</table>"
+        from xlakit._text.table import Column, Table
+
+        return Table([Column("what", "cache and compiles"), Column("value", "", nowrap=False)], self.summary_rows(),
+                     caption="xlakit.cache_stats() (the raw numbers: .to_frame())")._repr_html_()
 
 
 class _Tally:

@@ -28,7 +28,7 @@ def term_words(term: str | None) -> str:
 def html_table(rows: Iterable[tuple[str, Any]], title: str | None = None) -> str:
     """A two-column HTML table (name, value); values pass through ``str`` and are escaped."""
     records = [{"name": str(k), "value": str(v)} for k, v in rows]
-    return Table([Column("name", ""), Column("value", "", nowrap=False)], records, caption=title,
+    return Table([Column("name", "", nowrap=False), Column("value", "", nowrap=False)], records, caption=title,
                  css_class="xlakit-record").to_html()
 
 

@@ -127,10 +127,12 @@ def allocator_html(rows: Sequence[Mapping[str, Any]], histories: Mapping[str, Se
                    "largest": r["largest_alloc"], "count": r["num_allocs"],
                    "spark": sparkline_svg(histories.get(r["device"], ())),
                    "reset": html_text(reset_text(resets.get(r["device"])))} for r in rows]
-    table = Table([Column("device", "device"), Column("in_use", "in use", "bytes"),
-                   Column("peak", "peak", "html", nowrap=False), Column("limit", "limit", "bytes"),
-                   Column("largest", "largest allocation", "bytes"), Column("count", "allocations", "count"),
-                   Column("spark", "in use over time", "html"), Column("reset", "last reset", "html", nowrap=False)],
-                  table_rows, css_class="xlakit-allocator").to_html()
+    columns = [Column("device", "device"), Column("in_use", "in use", "bytes"),
+               Column("peak", "peak", "html", nowrap=False), Column("limit", "limit", "bytes"),
+               Column("largest", "largest allocation", "bytes"), Column("count", "allocations", "count"),
+               Column("spark", "in use over time", "html"), Column("reset", "last reset", "html", nowrap=False)]
+    # Columns no device reports (limit, largest allocation and count on CPU; the notes say so) are left out.
+    unreported = {c for c in ("limit", "largest", "count") if rows and all(t[c] is None for t in table_rows)}
+    table = Table([c for c in columns if c.key not in unreported], table_rows, css_class="xlakit-allocator").to_html()
     extra = [note(f"reset all: {reset_text(reset_all)}")] if reset_all is not None else []
     return snapshot(title, table + "".join(extra) + "".join(note(n) for n in notes))

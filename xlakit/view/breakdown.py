@@ -12,7 +12,7 @@ from typing import Any
 from xlakit._text.format import fmt_bytes
 from xlakit._text.table import Column, Table
 from xlakit._text.theme import BASE_LAYOUT, LEGEND, PLOTLY_TEMPLATE, byte_axis, legend_space  # noqa: F401 - re-exported
-from xlakit._text.untrusted import html_text
+from xlakit._text.untrusted import html_text, html_wrappable
 from xlakit.view.html import frame_records, missing, note, snapshot
 
 __all__ = ["BREAKDOWN_PARTS", "SORT_KEYS", "UNITS", "breakdown_frame", "breakdown_values", "unique_labels",
@@ -46,22 +46,46 @@ PART_COLORS = {
 }
 
 
-def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None = None) -> list[str]:
-    """Readable, unique labels: a repeated name gets ``[first 8 hex digits of its key's hash]`` (or ``#n``)."""
+def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None = None,
+                  signatures: Iterable[Sequence[Any] | None] | None = None) -> list[str]:
+    """Readable, unique labels. A name held by one program is its label; a repeated name gets the argument
+    shapes that tell its programs apart when ``signatures`` (the recorded signature of each, a list of leaf
+    dicts, see :mod:`xlakit.view.signatures`) has them: ``jit_mm(f32[512,512])`` and ``jit_mm(f32[256,128])``,
+    as the cache browser lists them; else ``[first 8 hex digits of its key's hash]`` (or ``#n``)."""
+    from xlakit.view.signatures import distinguishing_texts, leaf_texts
+
     labels: list[str] = [n or "?" for n in names]
     key_list: list[str | None] = list(keys) if keys is not None else [None] * len(labels)
-    counts: dict[str, int] = {}
-    for n in labels:
-        counts[n] = counts.get(n, 0) + 1
+    sig_list = list(signatures) if signatures is not None else [None] * len(labels)
+    groups: dict[str, list[int]] = {}
+    for i, n in enumerate(labels):
+        groups.setdefault(n, []).append(i)
+    shapes: dict[int, str] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        leaves = [leaf_texts(sig_list[i]) if isinstance(sig_list[i], list) else None for i in members]
+        texts = distinguishing_texts(leaves, limit=_SHAPES_LIMIT)
+        if all(t is not None for t in texts) and len(set(texts)) == len(texts):
+            shapes.update({i: str(t) for i, t in zip(members, texts, strict=True)})
     out: list[str] = []
     seen: set[str] = set()
     for i, (n, k) in enumerate(zip(labels, key_list, strict=True)):
-        label = n if counts[n] == 1 else (f"{n} [{k.rsplit('-', 1)[-1][:8]}]" if k else f"{n} #{i}")
+        if len(groups[n]) == 1:
+            label = n
+        elif i in shapes:
+            label = f"{n}({shapes[i]})"
+        else:
+            label = f"{n} [{k.rsplit('-', 1)[-1][:8]}]" if k else f"{n} #{i}"
         while label in seen:
             label += "'"
         seen.add(label)
         out.append(label)
     return out
+
+
+#: Characters of the argument shapes in a program's label (the leaves that differ are always shown).
+_SHAPES_LIMIT = 40
 
 
 def breakdown_frame(memories: Mapping[str, Any], sort: str = "name"):
@@ -198,30 +222,34 @@ def liveness_figure(frame, name: str, max_points: int = 1000, *, peak_step: int 
                           title=f"Live bytes over program order: {name}")
 
 
-_PEAK_BUFFER_COLUMNS = (Column("role", "role"), Column("source", "source"), Column("layer", "layer"),
-                        Column("parameter", "parameter"), Column("dtype", "dtype"), Column("shape", "shape"),
-                        Column("bytes", "bytes at the peak", "bytes"), Column("buffer_bytes", "own size", "bytes"),
-                        Column("instruction", "instruction (XLA)"))
+# Source lines, layers (the call on the line, whole) and pytree paths wrap at spaces and separators, and XLA's
+# instruction name is the role's hover text, so the bytes stay in view in a narrow cell (the layer column alone
+# ran ~700 px wide, the instruction ~240 px).
+_PEAK_BUFFER_COLUMNS = (Column("role", "role", title_key="xla_instruction"), Column("source", "source", nowrap=False),
+                        Column("layer", "layer", nowrap=False), Column("parameter", "parameter", nowrap=False),
+                        Column("dtype", "dtype"), Column("shape", "shape"),
+                        Column("bytes", "bytes at the peak", "bytes"), Column("buffer_bytes", "own size", "bytes"))
 
 
 def _peak_buffers_table(peak_buffers, top: int) -> str:
     """The ``top`` largest buffers of ``Peak.buffers`` in the user's terms (role, source, layer, parameter,
-    shape, bytes charged at the peak), the XLA instruction last."""
+    shape, bytes charged at the peak); hovering a role shows the XLA instruction."""
     from xlakit.view.memory_charts import shape_text
 
     largest = peak_buffers.sort_values("bytes", ascending=False, kind="stable").head(top)
     rows = frame_records(largest)
     for r in rows:
         r["shape"] = None if r.get("shape") is None else shape_text(r["shape"])
+        r["xla_instruction"] = f"XLA instruction {r['instruction']}" if r.get("instruction") else None
         for key in ("source", "layer"):
             if r.get(key) in ("unknown", "", "argument"):  # "argument": a parameter's layer, said by its source
                 r[key] = None
     cols = [c for c in _PEAK_BUFFER_COLUMNS if c.key in largest.columns]
     if "buffer_bytes" in largest.columns and (largest["buffer_bytes"] == largest["bytes"]).all():
         cols = [c for c in cols if c.key != "buffer_bytes"]  # nothing shared: the same number twice
-    return (Table(cols, rows, css_class="xlakit-largest xlakit-peak-buffers").to_html()
+    return (Table(cols, rows, css_class="xlakit-largest xlakit-peak-buffers", drop_empty=True).to_html()
             + note("bytes at the peak: what each buffer adds to the peak, bytes shared with a larger buffer "
-                   "counted once (xlakit.memory.peak)"))
+                   "counted once (xlakit.memory.peak); hover a role for XLA's instruction"))
 
 
 def details_html(selected: str | None, largest, note_text: str | None = None, *, peak_buffers=None,
@@ -273,7 +301,7 @@ def breakdown_html(frame, unit: str = "bytes", *, include_plotlyjs: bool | str =
     body += [note(n) for n in notes]
     if selected is not None:
         if peak_text:
-            body.append(f"<div class='xlakit-peak-summary'>{html_text(peak_text)}</div>")
+            body.append(f"<div class='xlakit-peak-summary'>{html_wrappable(peak_text)}</div>")
         body.append(details_html(selected, largest, detail_note, peak_buffers=peak_buffers, top=top))
         if detail_figures:
             body += [figure_html(f, False) for f in detail_figures]

@@ -23,7 +23,7 @@ __all__ = ["filter_entries", "partition_totals", "explain_entry", "signature_tex
 #: The signature cell shows the leaves that tell a function's entries apart (:func:`xlakit.view.folder.entries_frame`);
 #: hovering it shows the whole signature.
 ENTRY_COLUMNS = (Column("name", "name"), Column("signature", "arguments (dtype[shape] sharding)",
-                                                title_key="signature_full"),
+                                                title_key="signature_full", nowrap=False),
                  Column("key", "key"), Column("partition", "partition"), Column("size_bytes", "size", "bytes"),
                  Column("compile_s", "compile", "seconds"), Column("hits", "hits (this process)", "count"),
                  Column("loadable", "loadable"),
@@ -145,6 +145,8 @@ def entries_html(frame, max_rows: int = 200) -> str:
         if r.get("key"):
             r["key"] = r["key"] if len(r["key"]) <= 24 else "…" + r["key"][-23:]
     columns = [c for c in ENTRY_COLUMNS if frame is not None and c.key in frame.columns]
+    if rows and len({r.get("partition") for r in rows}) == 1:  # one partition: named once, in its own table
+        columns = [c for c in columns if c.key != "partition"]
     return (Table(columns, rows, max_rows=max_rows, css_class="xlakit-entries").to_html()
             if rows else note("No entries."))
 

@@ -28,13 +28,13 @@ from typing import Any
 from xlakit._text.format import fmt_bytes
 from xlakit._text.theme import ROLE_COLORS
 from xlakit._text.untrusted import plotly_text
+from xlakit.view.chart_marks import PEAK_COLOR, caption_room, mark_peak
 
 __all__ = ["ROLES", "ROLE_COLORS", "keep_indices", "peak_of", "liveness_chart", "lifetime_chart",
            "buffer_hover", "buffer_label", "buffer_slices", "shape_text", "chart_layout"]
 
 #: The roles :func:`xlakit.memory.attribute` gives a logical buffer (``xlakit.memory.ROLES``), in legend order.
 ROLES = tuple(ROLE_COLORS)
-_PEAK_COLOR = "#d62728"
 
 
 def keep_indices(y, max_points: int, keep: Sequence[int] = ()):
@@ -108,24 +108,6 @@ def _byte_axis(fig, values, axis: str = "yaxis") -> None:
     from xlakit._text.theme import byte_axis
 
     fig.update_layout({axis: byte_axis(values)})
-
-
-def _mark_peak(fig, step: int, text: str, x_range: tuple[float, float] | None = None) -> None:
-    """A vertical dashed line at ``step`` across the plot and an annotation above it.
-
-    With ``x_range`` (the data's first and last step) the axis is pinned to it and the label is placed in paper
-    coordinates on the side with room: plotly widens an axis's autorange to fit a data-anchored annotation, so a
-    long caption squeezed the curve into a fifth of the width, or ran past the right edge."""
-    fig.add_vline(x=step, line=dict(color=_PEAK_COLOR, dash="dash", width=2))
-    style = dict(y=1.0, yref="paper", yanchor="top", text=text, showarrow=False,
-                 font=dict(color=_PEAK_COLOR, size=11), bgcolor="rgba(255,255,255,0.7)")
-    lo, hi = x_range if x_range is not None else (0.0, 0.0)
-    if hi <= lo:
-        fig.add_annotation(x=step, xanchor="left", **style)
-        return
-    fig.update_xaxes(range=[lo, hi], autorange=False)
-    where = (step - lo) / (hi - lo)
-    fig.add_annotation(x=where, xref="paper", xanchor="left" if where < 0.5 else "right", **style)
 
 
 def _stacks(frame) -> tuple[list[str], str]:
@@ -206,17 +188,18 @@ def liveness_chart(liveness, *, peak_step: int | None = None, caption: str | Non
     text = f"peak {fmt_bytes(p_bytes)} at step {p_step} of {n_steps}"
     if caption:
         text += f": {caption}"
-    _mark_peak(fig, p_step, plotly_text(text), (float(x.min()), float(x.max())) if len(x) else None)
+    room = mark_peak(fig, p_step, plotly_text(text), (float(x.min()), float(x.max())) if len(x) else None)
     at_peak = {c: int(frame[c].iloc[peak_i]) for c in columns}
     split = "".join(f"<br>{plotly_text(c)}: {fmt_bytes(v)}" for c, v in
                     sorted(at_peak.items(), key=lambda kv: -kv[1]) if v)
     fig.add_trace(go.Scatter(x=[p_step], y=[p_bytes], mode="markers", name="peak",
-                          marker=dict(color=_PEAK_COLOR, size=9, symbol="diamond"),
+                          marker=dict(color=PEAK_COLOR, size=9, symbol="diamond"),
                           customdata=[plotly_text(text) + split], hovertemplate="%{customdata}<extra></extra>"))
     meta.update(peak_step=p_step, peak_bytes=p_bytes, steps=n_steps, points=int(idx.size),
                 stacked_by=stacked_by if columns else None, at_peak=at_peak)
     heading = title or "Live bytes over program order"
     chart_layout(fig, heading, 340, legend_title=f"by {stacked_by}" if columns else None)
+    caption_room(fig, room)
     fig.update_layout(xaxis_title="step (instruction in schedule order)", yaxis_title="bytes",
                       hovermode="x unified", meta={"xlakit_liveness": meta})
     _byte_axis(fig, [0.0, float(total.max())])
@@ -241,7 +224,7 @@ def _trace_chart(frame, title: str, max_points: int, meta: dict[str, Any]):
                         hovertemplate="event %{x}: %{customdata}<extra></extra>")
         meta["points"] = max(meta["points"], int(idx.size))
     meta.update(peak_step=best[1], peak_bytes=int(best[0]), steps=len(frame))
-    _mark_peak(fig, best[1], f"peak {fmt_bytes(best[0])} (heap trace event {best[1]})")
+    mark_peak(fig, best[1], f"peak {fmt_bytes(best[0])} (heap trace event {best[1]})")
     chart_layout(fig, title or "Live bytes over the heap simulator trace", 320)
     fig.update_layout(xaxis_title="heap trace event", meta={"xlakit_liveness": meta})
     _byte_axis(fig, [0.0, float(np.nanmax(frame["live_bytes"].to_numpy(dtype=float)))])
@@ -458,8 +441,10 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
                                  showticklabels=show_ticks, automargin=True,
                                  title=None if show_ticks else f"{n} largest buffers (hover for each)"),
                       xaxis_title="step (instruction in schedule order)")
-    if peak_step is not None:
-        _mark_peak(fig, int(peak_step), f"peak step {int(peak_step)}")
+    if peak_step is not None:  # the label on the side of the line with room
+        ends = starts + lengths
+        mark_peak(fig, int(peak_step), f"peak step {int(peak_step)}",
+                  left=bool(n) and peak_step > (starts.min() + ends.max()) / 2)
     heading = title or "Buffer lifetimes (largest buffers, coloured by role)"
     if meta["more"]:  # a line of its own: a narrow chart wraps the title at its spaces
         heading += f"<br>+{meta['more']:,} more buffers ({fmt_bytes(meta['more_bytes'])}) not drawn"

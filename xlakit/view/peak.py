@@ -15,7 +15,7 @@ from typing import Any
 
 from xlakit._text.format import fmt_bytes
 from xlakit._text.table import Column, Table
-from xlakit._text.untrusted import html_text, plotly_text
+from xlakit._text.untrusted import html_wrappable, plotly_text
 from xlakit.view.html import frame_records, note, snapshot
 from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, buffer_label, shape_text
 
@@ -268,10 +268,10 @@ def variants_figure(rows: Sequence[Mapping[str, Any]], title: str = "Peak by bat
     return fig
 
 
-_BUFFER_COLUMNS = (Column("source", "source"), Column("layer", "layer"), Column("role", "role"),
-                   Column("parameter", "parameter"), Column("dtype", "dtype"), Column("shape", "shape"),
-                   Column("bytes", "bytes", "bytes"), Column("scope", "scope"),
-                   Column("instruction", "instruction (XLA)"))  # the user's terms first, XLA's name last
+# The user's terms first; XLA's instruction name is the role's hover text; long texts wrap (narrow cells).
+_BUFFER_COLUMNS = (Column("source", "source", nowrap=False), Column("layer", "layer", nowrap=False),
+                   Column("role", "role", title_key="xla_instruction"), Column("parameter", "parameter", nowrap=False),
+                   Column("dtype", "dtype"), Column("shape", "shape"), Column("bytes", "bytes", "bytes"))
 
 
 def peak_tables_html(buffers, *, top: int = 10) -> str:
@@ -282,14 +282,15 @@ def peak_tables_html(buffers, *, top: int = 10) -> str:
     for by in ("source", "role"):
         sizes = group_bytes(buffers, by)
         rows = [{by: k, "bytes": int(v)} for k, v in sizes.head(top).items()]
-        out.append(Table([Column(by, by), Column("bytes", "bytes", "bytes")], rows,
+        out.append(Table([Column(by, by, nowrap=False), Column("bytes", "bytes", "bytes")], rows,
                          caption=f"Peak by {by}", css_class="xlakit-peak-by").to_html())
     largest = buffers.sort_values("bytes", ascending=False, kind="stable").head(top)
     rows = frame_records(largest)
     for r in rows:
         r["shape"] = shape_text(r.get("shape"))
+        r["xla_instruction"] = f"XLA instruction {r['instruction']}" if r.get("instruction") else None
     cols = [c for c in _BUFFER_COLUMNS if c.key in largest.columns]
-    out.append(Table(cols, rows, caption=f"Largest {len(rows)} buffers at the peak",
+    out.append(Table(cols, rows, caption=f"Largest {len(rows)} buffers at the peak", drop_empty=True,
                      css_class="xlakit-peak-buffers").to_html())
     return "".join(out)
 
@@ -299,7 +300,7 @@ def peak_html(title: str, *, summary: str, figures: Sequence[Any], buffers, incl
     """Snapshot of a peak: a summary line, the figures (plotly HTML, plotly.js at most once), the tables."""
     from xlakit.view.plotly_html import figure_html
 
-    body = [f"<div class='xlakit-peak-summary'><pre>{html_text(summary)}</pre></div>"] if summary else []
+    body = [f"<div class='xlakit-peak-summary'>{html_wrappable(summary)}</div>"] if summary else []
     for i, fig in enumerate(figures):  # plotly.js (when asked for) before the first chart only
         body.append(figure_html(fig, include_plotlyjs if i == 0 else False))
     body.append(peak_tables_html(buffers))

@@ -105,7 +105,8 @@ def collect_programs(source: Any, *, fold_library: bool = False, events: Any = N
         out.origin = f"cache entries in {folder.store.root}"
         infos = folder.infos()
         infos.sort(key=lambda i: (i.name or "", i.key))
-        labels = unique_labels([i.name for i in infos], [i.key for i in infos])
+        labels = unique_labels([i.name for i in infos], [i.key for i in infos],
+                               [i.header.get("signature") for i in infos])
         library = set()
         if fold_library and events is not None and infos:
             import pandas as pd

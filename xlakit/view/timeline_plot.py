@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-__all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "GL_THRESHOLD", "LANE_LABEL_CHARS", "lane_label", "timeline_spec",
-           "span_path"]
+from xlakit._text.format import middle_cut
+from xlakit.view.lanes import LIBRARY_LANE
+
+__all__ = ["KIND_STYLE", "KIND_OFFSET", "SPAN_KINDS", "GL_THRESHOLD", "LANE_LABEL_CHARS", "LANE_LABEL_PX", "lane_label",
+           "timeline_spec", "span_path"]
 
 #: kind -> (plotly marker symbol, colour). Symbols are ones WebGL scatter traces draw.
 KIND_STYLE: dict[str, tuple[str, str]] = {
@@ -28,6 +31,8 @@ KIND_STYLE: dict[str, tuple[str, str]] = {
     "claim": ("star-open", "#1f77b4"), "wait": ("triangle-right", "#7f7f7f"),
     # an in-process retrace/recompile of a function (what changed is in its reason)
     "recompile": ("hexagon", "#ff4500"),
+    # enable_cache() set a configured JAX cache folder aside (the folder is in the event)
+    "set_aside": ("pentagon", "#8c564b"),
 }
 OTHER_STYLE = ("circle-dot", "#333333")  # a kind this view does not know yet
 #: Vertical offset of each kind within its lane, so a hit 60 ms after a compile is never hidden under it.
@@ -35,7 +40,7 @@ KIND_OFFSET: dict[str, float] = {
     "compile": 0.0, "hit": 0.3, "miss": -0.3, "store": 0.15, "skip": -0.15, "corrupt": -0.4, "evict": 0.4,
     "load_error": -0.22, "store_error": 0.22, "trace": -0.07, "lower": 0.07,
     "remote_hit": 0.26, "remote_miss": -0.26, "upload": 0.11, "upload_error": 0.34, "claim": 0.45, "wait": -0.45,
-    "recompile": -0.36,
+    "recompile": -0.36, "set_aside": 0.38,
 }
 #: Kinds with a duration drawn as a span from its start to its end (``Event.time`` is the end): compiles,
 #: and hits (the load).
@@ -65,28 +70,49 @@ def _seconds_axis(values: Any) -> tuple[float, str]:
     return (1e3, "ms") if top < 1.0 else (1.0, "s")
 
 
-#: Characters of a lane's name shown beside the lanes (the hover and the tables keep the whole name): a long
-#: program name (``jit_<lambda>`` of a module path, a flax class chain) otherwise widened the label margin until
-#: an 800 px notebook column kept ~90 px of plot.
-LANE_LABEL_CHARS = 32
+#: Characters of a lane's name shown beside the lanes (hovering the label, the markers and the tables give the
+#: whole name): a long program name (``jit_<lambda>`` of a module path, a flax class chain) otherwise widened the
+#: label margin until an 800 px window with the file browser open (a 368 px cell) kept ~90 px of plot. 20
+#: characters (with a recompile badge) take at most :data:`LANE_LABEL_PX`, under half of that cell.
+LANE_LABEL_CHARS = 20
+#: The most px the lane labels' margin takes (24 + ~7 px per character of :data:`LANE_LABEL_CHARS`).
+LANE_LABEL_PX = 24 + 7 * LANE_LABEL_CHARS
 
 
 def lane_label(name: str, limit: int = LANE_LABEL_CHARS) -> str:
     """``name`` as drawn beside its lane: whole when it fits in ``limit`` characters, else its start and end
-    joined by "…" (the end tells programs of one family apart: ``jit_train_step…(batch=64)``)."""
-    if len(name) <= limit:
-        return name
-    tail = limit // 3
-    return f"{name[:limit - tail - 1]}…{name[-tail:]}"
+    joined by "…" (the end tells programs of one family apart: ``jit_train_step…(batch=64)``). The folded lane,
+    "library helpers (11 programs)", reads "library helpers (11)"; "… 271 more program lane(s)" reads
+    "… 271 more lanes"."""
+    if name.startswith(f"{LIBRARY_LANE} (") and name.endswith(("programs)", "program)")):
+        name = name.rsplit(" ", 1)[0] + ")"
+    elif name.startswith("… ") and name.endswith(" more program lane(s)"):  # lanes collapsed into the last
+        name = name.replace(" program lane(s)", " lanes")
+    return middle_cut(name, limit)
 
 
 def _labelled(name: str, recompiles: int | None) -> str:
     """The lane's label: its name, shortened so that the name and its "⟳n" recompile badge fit together in
-    :data:`LANE_LABEL_CHARS` (the badge pushed the label margin past ~250 px)."""
-    if not recompiles:
+    :data:`LANE_LABEL_CHARS` (the badge pushed the label margin past ~250 px). The folded library lane has no
+    badge (its programs' recompiles are JAX's own; its hover counts them)."""
+    if not recompiles or name.startswith(f"{LIBRARY_LANE} ("):
         return lane_label(name)
     badge = f" ⟳{recompiles}"
     return lane_label(name, max(8, LANE_LABEL_CHARS - len(badge))) + badge
+
+
+def _lane_hover(name: str, counts: dict[str, int], library: tuple[str, ...]) -> str:
+    """What hovering a lane's label shows: the whole name, its events per kind, and the programs a folded lane
+    holds (the first 12)."""
+    from xlakit._text.untrusted import plotly_text
+
+    kinds = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    text = f"<b>{plotly_text(name)}</b>" + (f"<br>{kinds}" if kinds else "")
+    if name.startswith(f"{LIBRARY_LANE} (") and library:
+        shown = ", ".join(plotly_text(n) for n in library[:12]) + (f", … ({len(library) - 12} more)"
+                                                                  if len(library) > 12 else "")
+        text += f"<br>{shown}"
+    return text
 
 
 def timeline_spec(data: Any) -> dict[str, Any]:
@@ -125,11 +151,17 @@ def timeline_spec(data: Any) -> dict[str, Any]:
     visible = max(1, len(lanes))
     labels = [_labelled(name, data.counts.get(name, {}).get("recompile")) for name in lanes]
     x_title = {"text": "seconds since the first event"}
+    # The labels are annotations, not tick labels, so that hovering one shows the lane's whole name (plotly
+    # gives tick labels no hover); the ticks keep the labels as text.
+    label_notes = [{"x": 0, "xref": "paper", "xanchor": "right", "xshift": -6, "y": i, "yref": "y", "text": label,
+                    "showarrow": False, "font": {"size": 12},
+                    "hovertext": _lane_hover(name, data.counts.get(name, {}), tuple(data.library))}
+                   for i, (name, label) in enumerate(zip(lanes, labels, strict=True))]
     layout: dict[str, Any] = {
         "xaxis": {"anchor": "y", "domain": [0.0, 1.0]},
         "yaxis": {"anchor": "x", "domain": _LANES_DOMAIN if has_saved else [0.0, 1.0], "tickmode": "array",
-                  "tickvals": list(range(len(lanes))), "ticktext": labels, "range": [visible - 0.4, -0.6],
-                  "autorange": False}}
+                  "tickvals": list(range(len(lanes))), "ticktext": labels, "showticklabels": False,
+                  "range": [visible - 0.4, -0.6], "autorange": False}, "annotations": label_notes}
     if has_saved:
         scale, unit = _seconds_axis(data.saved_y)
         traces.append({"type": "scatter", "x": data.saved_x, "y": np.asarray(data.saved_y) * scale, "mode": "lines",
@@ -150,7 +182,8 @@ def timeline_spec(data: Any) -> dict[str, Any]:
     # Margins wide enough for the lane labels (~6.5 px a character at 12 px) and the x axis title: when
     # plotly's automargin has to widen one, it draws the whole figure a second time (~40% of the draw).
     widest = max(map(len, labels), default=0)
-    margin = {**cast(dict[str, int], BASE_LAYOUT["margin"]), "l": max(60, min(600, 24 + 7 * widest)), "b": 60}
+    margin = {**cast(dict[str, int], BASE_LAYOUT["margin"]), "l": max(60, min(LANE_LABEL_PX, 24 + 7 * widest)),
+              "b": 60}
     # The title wrapped for a narrow column (title_layout), and the height grown by the legend's rows there.
     top = title_layout(title, margin)
     height = max(320, 90 + 32 * visible) + (140 if has_saved else 0) + top["margin"]["t"] - margin["t"]

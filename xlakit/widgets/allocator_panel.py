@@ -20,12 +20,16 @@ if TYPE_CHECKING:
 
 __all__ = ["AllocatorPanel"]
 
-# Column order puts the Reset peak button next to the device, so it is on screen in an 800 px window; the
-# header and the rows sit in one box that scrolls sideways as a whole (they stay aligned).
-_WIDTHS = {"device": "120px", "reset": "100px", "in_use": "170px", "peak": "250px", "limit": "100px",
-           "largest": "110px", "count": "100px", "spark": "140px", "method": "260px"}
+# Column order puts the Reset peak button next to the device, so it is on screen in a narrow window. Each cell
+# carries its own label and a row wraps onto more lines where the output is narrower than its cells (a header
+# row above rows that scrolled sideways as a whole ran 1,350 px wide, its last columns off screen with no hint).
+_WIDTHS = {"device": "120px", "reset": "100px", "in_use": "170px", "peak": "230px", "limit": "100px",
+           "largest": "110px", "count": "100px", "spark": "140px", "method": "240px"}
 _HEAD = {"device": "device", "in_use": "in use", "peak": "peak", "limit": "limit", "largest": "largest alloc.",
          "count": "allocations", "spark": "in use over time", "reset": "", "method": "last reset"}
+#: Row keys of the columns left out while no device reports them (CPU: limit, largest allocation and count;
+#: the panel's note says so).
+_OPTIONAL = {"limit": "limit", "largest": "largest_alloc", "count": "num_allocs"}
 
 
 def _bytes_html(n: int | None) -> str:
@@ -33,32 +37,39 @@ def _bytes_html(n: int | None) -> str:
 
 
 def _cell_layout(column: str) -> widgets.Layout:
-    """Fixed-width cells that neither grow nor shrink, so the header and the rows line up."""
-    return widgets.Layout(flex="0 0 auto", width=_WIDTHS[column])
+    """Fixed-width cells that neither grow nor shrink, so the cells of every row line up."""
+    return widgets.Layout(flex="0 0 auto", width=_WIDTHS[column], margin="0 8px 4px 0")
 
 
 class _Row:
-    """The widgets of one device's row."""
+    """The widgets of one device's row: per column a box of its label over its value."""
 
     def __init__(self, index: int, device: Any, on_reset: Any) -> None:
         self.device = device
-        self.cells = {k: widgets.HTML(layout=_cell_layout(k)) for k in _WIDTHS if k != "reset"}
+        self.cells = {k: widgets.HTML() for k in _WIDTHS if k != "reset"}
         self.cells["device"].value = f"<b>{html_text(device)}</b>"
         self.cells["peak"].add_class("xlakit-peak")
         self.cells["peak"].add_class(f"xlakit-peak-{index}")
         self.cells["in_use"].add_class(f"xlakit-in-use-{index}")
         self.cells["method"].add_class(f"xlakit-reset-method-{index}")
         self.button = widgets.Button(description="Reset peak", tooltip=_reset_tooltip(device),
-                                     layout=_cell_layout("reset"))
+                                     layout=widgets.Layout(width="100%"))
         self.button.add_class("xlakit-reset-peak")
         self.button.add_class(f"xlakit-reset-peak-{index}")
         self.button.on_click(on_reset)
-        order = [self.cells[k] if k != "reset" else self.button for k in _WIDTHS]
-        self.box = widgets.HBox(order, layout=widgets.Layout(align_items="center", width="max-content",
-                                                             overflow="visible"))
+        self.labels = {k: widgets.HTML(f"<span class='xlakit-note'>{_HEAD[k] or '&nbsp;'}</span>") for k in _WIDTHS}
+        self.columns = {k: widgets.VBox([self.labels[k], self.cells[k] if k != "reset" else self.button],
+                                        layout=_cell_layout(k)) for k in _WIDTHS}
+        self.box = widgets.HBox(list(self.columns.values()),
+                                layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start", width="100%"))
+        self.box.add_class("xlakit-allocator-row")
+
+    def show_columns(self, hidden: set[str]) -> None:
+        for k, column in self.columns.items():
+            column.layout.display = "none" if k in hidden else None
 
     def widgets(self) -> list[widgets.Widget]:
-        return [*self.cells.values(), self.button, self.box]
+        return [*self.cells.values(), *self.labels.values(), *self.columns.values(), self.button, self.box]
 
 
 class AllocatorPanel(View, widgets.VBox):
@@ -112,8 +123,6 @@ class AllocatorPanel(View, widgets.VBox):
         self.reset_all_result: ResetResult | None = None
         self._worker: Worker | None = None
 
-        header = widgets.HBox([widgets.HTML(f"<b>{_HEAD[k]}</b>", layout=_cell_layout(k)) for k in _WIDTHS],
-                              layout=widgets.Layout(width="max-content", overflow="visible"))
         self._rows = [_Row(i, d, self._guard(lambda _b, d=d: self.reset(d), f"reset {d}"))
                       for i, d in enumerate(self.devices)]
         self.reset_all_button = widgets.Button(description="Reset all peaks", button_style="warning",
@@ -134,10 +143,9 @@ class AllocatorPanel(View, widgets.VBox):
         self.updated.add_class("xlakit-updated")
         controls = widgets.HBox([self.reset_all_button, self.refresh_button, self._auto_box, self._interval,
                                  self.updated], layout=widgets.Layout(flex_flow="row wrap"))
-        self._rows_box = widgets.VBox([header, *(r.box for r in self._rows)],
-                                      layout=widgets.Layout(width="100%", overflow="auto hidden"))
+        self._rows_box = widgets.VBox([r.box for r in self._rows], layout=widgets.Layout(width="100%"))
         self._rows_box.add_class("xlakit-allocator-rows")
-        self._owned = [header, *(w for r in self._rows for w in r.widgets()), self.reset_all_button,
+        self._owned = [*(w for r in self._rows for w in r.widgets()), self.reset_all_button,
                        self.refresh_button, self._auto_box, self._interval, self.reset_all_label, self.notes,
                        self.updated, controls, self.error_area, self._style, self._rows_box]
         super().__init__(children=[self._style, controls, self.reset_all_label, self.error_area, self._rows_box,
@@ -197,7 +205,8 @@ class AllocatorPanel(View, widgets.VBox):
             for s, row in zip(self.stats, self._rows, strict=True):
                 self._history.setdefault(str(row.device), collections.deque(maxlen=self.history_len)).append(
                     (now, s.bytes_in_use))
-            for r, row in zip(self.rows, self._rows, strict=True):
+            rows = self.rows
+            for r, row in zip(rows, self._rows, strict=True):
                 c = row.cells
                 c["in_use"].value = _bytes_html(r["in_use"]) + (
                     "" if r["process_rss"] is None else
@@ -210,6 +219,9 @@ class AllocatorPanel(View, widgets.VBox):
                                     else f"<span data-count='{int(r['num_allocs'])}'>{int(r['num_allocs']):,}</span>")
                 c["spark"].value = _data.sparkline_svg([b for _, b in self._history[str(row.device)]])
                 c["method"].value = _reset_cell(self.last_reset.get(str(row.device)))
+            hidden = {k for k, key in _OPTIONAL.items() if all(r[key] is None for r in rows)}
+            for row in self._rows:
+                row.show_columns(hidden)
             self.updated.value = f"<small>updated {time.strftime('%H:%M:%S')}</small>"
             self.notes.value = self._notes_html()
 

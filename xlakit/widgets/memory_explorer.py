@@ -15,7 +15,7 @@ import traitlets
 
 from xlakit._text.format import fmt_bytes, fmt_seconds
 from xlakit._text.table import Column, Table
-from xlakit._text.untrusted import html_text
+from xlakit._text.untrusted import html_text, html_wrappable
 from xlakit.view.html import note
 from xlakit.widgets._base import View, Worker
 from xlakit.widgets._chart import Chart
@@ -339,8 +339,8 @@ class MemoryExplorer(View, widgets.VBox):
             return
         pk = result.peak
         self.status.value = f"<small>{html_text(self._label(result))}</small>"
-        summary = html_text(self._summary_text(result))
-        self.summary.value = f"<div class='xlakit-peak-summary'><pre>{summary}</pre></div>"
+        # Wrapped at spaces and separators, never inside a name or between a number and its unit.
+        self.summary.value = f"<div class='xlakit-peak-summary'>{html_wrappable(self._summary_text(result))}</div>"
         attribution = getattr(pk, "attribution", None)
         self.liveness_chart.show(liveness_chart(getattr(attribution, "liveness", None), peak_step=pk.step,
                                                 caption=peak_caption(pk.buffers), steps=pk.steps))
@@ -377,12 +377,13 @@ class MemoryExplorer(View, widgets.VBox):
                 for r in sorted(self.results.values(), key=lambda r: r.key)]
         if not rows:
             return note("Nothing compiled yet.")
-        cols = [Column("batch", "batch", "count"), Column("remat", "remat"), Column("donate", "donate"),
+        cols = [Column("batch", "batch", "count"), Column("remat", "remat", nowrap=False), Column("donate", "donate"),
                 Column("peak", "peak (logical buffers)", "bytes"),
                 Column("footprint", "XLA footprint (budget with this)", "bytes"),
                 Column("compile_s", "compile or load", "seconds"),
                 Column("decision", "how"), Column("error", "error", nowrap=False)]
-        return Table(cols, rows, caption="Variants tried", css_class="xlakit-explorer-history").to_html()
+        return Table(cols, rows, caption="Variants tried", css_class="xlakit-explorer-history",
+                     drop_empty=True).to_html()  # the error column only once a variant failed
 
     # -- display ----------------------------------------------------------------------------------------
     def to_html(self, include_plotlyjs: bool | str = "once") -> str:
