@@ -33,9 +33,17 @@ UV_VENV = $(UV) venv --quiet --allow-existing --python $(2) $(1) && \
           $(UV) pip install --quiet --python $(1)/bin/python --upgrade pip 'uv>=0.10'
 UV_INSTALL = $(UV) pip install --quiet --python $(1)/bin/python --upgrade
 
+# The demo runs on the accelerator JAX would use, so its environment gets that accelerator's JAX: a Cloud TPU VM
+# (its chips appear as /dev/accel* or /dev/vfio/*) jax[tpu] (libtpu), a machine with an NVIDIA driver jax[cuda12];
+# elsewhere the CPU jax that xlakit depends on. JAX_ACCELERATOR=none (or tpu, cuda12, ...) overrides the guess.
+JAX_ACCELERATOR ?= $(shell if ls /dev/accel* /dev/vfio/[0-9]* >/dev/null 2>&1; then echo tpu; \
+                     elif command -v nvidia-smi >/dev/null 2>&1; then echo cuda12; else echo none; fi)
+comma := ,
+JAX_FOR_DEMO = $(if $(filter-out none,$(JAX_ACCELERATOR)),'jax[$(JAX_ACCELERATOR)]>=0.9.0$(comma)<0.13')
+
 $(VENV)/.installed-%: pyproject.toml | $(UV)
 	$(call UV_VENV,$(VENV),$(PYTHON))
-	$(call UV_INSTALL,$(VENV)) $(if $(filter demo,$*),--compile-bytecode) \
+	$(call UV_INSTALL,$(VENV)) $(if $(filter demo,$*),--compile-bytecode $(JAX_FOR_DEMO)) \
 	  $(if $(filter test,$*),--excludes tests/uv-excludes.txt) -e '.[$*]'
 	touch $@
 
