@@ -6,7 +6,7 @@ from typing import Any
 
 __all__ = ["GROUPS", "group_frame"]
 
-GROUPS = ("source", "scope", "role", "parameter", "layer", "instruction")
+GROUPS = ("source", "scope", "role", "parameter", "layer", "instruction", "output")
 
 
 def group_frame(frame: Any, column: str, value: str = "bytes"):

@@ -6,7 +6,10 @@ Where the step comes from: XLA's heap simulator trace when the buffer assignment
 the traced allocation's live bytes peak, placed at its instruction's step); otherwise (jaxlib 0.10.2 CPU
 ships none) the maximum of the liveness :func:`xlakit.memory.attribute` reconstructs from the module's
 schedule. The total at that step counts every byte occupied once: buffers that share bytes in place (an
-in-place update, a buffer reused after another one died) are charged to the largest of them.
+in-place update, a buffer reused after another one died) are charged to the largest of them, except that a
+result written into a donated argument (role ``aliased``) takes the argument's bytes from the step it is
+written — so ``by("role")`` shows donation as ``aliased`` bytes, not as an argument that stays and a result that
+costs nothing — and the charges still sum to the bytes occupied.
 """
 
 from __future__ import annotations
@@ -21,19 +24,20 @@ from xlakit.memory._hlo_frames import parse_op_name
 __all__ = ["Peak", "peak", "peak_of", "group_frame", "PEAK_COLUMNS", "GROUPS"]
 
 PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "shape", "dtype", "instruction", "parameter",
-                "buffer_id", "allocation", "start", "end", "buffer_bytes"]
+                "output", "buffer_id", "allocation", "start", "end", "buffer_bytes"]
 _PLURAL = {"parameter": "parameters", "residual": "residuals", "temporary": "temporaries", "output": "outputs",
            "constant": "constants", "aliased": "aliased outputs", "recomputed": "recomputed values"}
 
 
 def _charge(live: Any) -> list[int]:
-    """Bytes of each live buffer not already covered by a larger one at overlapping offsets of the same
-    allocation (so the charges sum to the bytes occupied); the rule of the per-role liveness too."""
-    from xlakit.memory._role_liveness import charge
+    """Bytes of each live buffer by the charging rule of :mod:`xlakit.memory._charging` (each byte once, to the
+    buffer that ranks first among those sharing it: an aliased result, then the larger), so the charges sum to
+    the bytes occupied; the rule of the per-role liveness too."""
+    from xlakit.memory._role_liveness import TAKES_OVER, charge, nullable_ints
 
-    return charge([int(v) for v in live["bytes"]],
-                  [None if v is None or str(v) == "<NA>" else int(v) for v in live["allocation"]],
-                  [None if v is None or str(v) == "<NA>" else int(v) for v in live["offset"]])
+    roles = live["role"] if "role" in live.columns else [None] * len(live)
+    return charge([int(v) for v in live["bytes"]], nullable_ints(live["allocation"]), nullable_ints(live["offset"]),
+                  [r in TAKES_OVER for r in roles])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +50,9 @@ class Peak:
       instruction: the HLO instruction at that step; where: its phase and user function
         (``"backward of MLP.__call__"``, ``"unknown"`` without metadata).
       buffers: ``pandas.DataFrame`` of the logical buffers live at the step, columns :data:`PEAK_COLUMNS`,
-        largest first: bytes (charged at the peak; sums to ``total_bytes``), buffer_bytes (the buffer's own
-        size), role, scope, source, layer, shape, dtype, instruction, parameter, ...
+        largest first: bytes (charged at the peak by the rule above; sums to ``total_bytes``), buffer_bytes
+        (the buffer's own size), role, scope, source, layer, shape, dtype, instruction, parameter, output
+        (an aliased result: ``parameter`` is the donated argument, ``output`` the result it became), ...
       attribution: the :class:`~xlakit.memory.Attribution` it was read from. method: where the step came from.
     """
 
@@ -62,8 +67,9 @@ class Peak:
 
     def by(self, column: str = "source"):
         """The live bytes at the peak grouped by ``"source"``, ``"scope"``, ``"role"``, ``"parameter"``,
-        ``"layer"`` or ``"instruction"``: DataFrame group, bytes, count, sorted by bytes descending; bytes sum
-        to :attr:`total_bytes`.
+        ``"layer"``, ``"instruction"`` or ``"output"``: DataFrame group, bytes, count, sorted by bytes descending;
+        bytes sum to :attr:`total_bytes` (a donated argument's bytes under ``aliased`` once its result is
+        written; the program's donations: ``attribution.donations``).
 
         Raises:
           ValueError: an unknown column.
@@ -75,12 +81,14 @@ class Peak:
                 f"{self._summary_by_role()}")
 
     def _summary_by_role(self) -> str:
-        # Parameters and optimizer state are summed per role (one line each), the rest named by source.
+        # Arguments, optimizer state and the results written into donated arguments are summed per role (one
+        # line each), the rest named by source.
         b = self.buffers
         if b.empty:
             return "nothing live"
-        args = b[b["role"].isin(["parameter", "optimizer state"])]
-        rest = b[~b["role"].isin(["parameter", "optimizer state"])]
+        summed = ["parameter", "optimizer state", "aliased"]
+        args = b[b["role"].isin(summed)]
+        rest = b[~b["role"].isin(summed)]
         parts = [(int(g["bytes"].sum()), f"{_PLURAL.get(r, r)}") for r, g in args.groupby("role")]
         groups = rest.groupby(["role", "source"], sort=False)["bytes"].sum()
         parts += [(int(v), f"{_PLURAL.get(r, r)} from {s}") for (r, s), v in groups.items()]
@@ -116,7 +124,10 @@ def _trace_step(attribution: Any) -> int | None:
 def _where(attribution: Any, step: int) -> str:
     mod = attribution.assignment._module
     name = attribution.liveness["instruction"].iat[step] if step < len(attribution.liveness) else None
-    ins = next((i for i in mod.instructions.values() if i.name == name), None) if mod is not None else None
+    ins = None
+    if mod is not None:  # the instruction at that step of the flattened schedule
+        order = attribution.assignment._schedule_ranges()[0]
+        ins = mod.instructions.get(order[step]) if step < len(order) else None
     phase = parse_op_name(ins.op_name).phase if ins is not None else ""
     # The user function of the instruction's first user frame, from the buffers it defines.
     b = attribution.buffers
@@ -164,7 +175,11 @@ def peak(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Peak:
     Raises:
       TypeError / ValueError: as :func:`~xlakit.memory.attribute`; ValueError for a program with no steps.
     """
+    from xlakit.memory._decoding import without_gc
     from xlakit.memory.attribution import Attribution, attribute
 
-    attribution = x if isinstance(x, Attribution) else attribute(x, *args, cache=cache, **kwargs)
-    return peak_of(attribution)
+    def run() -> Peak:
+        attribution = x if isinstance(x, Attribution) else attribute(x, *args, cache=cache, **kwargs)
+        return peak_of(attribution)
+
+    return without_gc(run)
