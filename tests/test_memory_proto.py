@@ -193,3 +193,26 @@ def test_empty_or_garbage_assignment_bytes_raise():
         decode_buffer_assignment(b"")
     with pytest.raises(ValueError):
         decode_buffer_assignment(b"\x1a\x05ab")
+
+
+def test_records_in_an_unusual_layout_decode_as_the_usual_ones():
+    """The readers take the layout XLA writes on a fast path; unknown fields (also with two-byte keys), unpacked
+    repeated fields, long names and multi-byte values go the general way and decode the same."""
+    long_name = "op" + "x" * 200
+    location = (f_len(_F.LOC_NAME, long_name) + f_int(_F.LOC_SHAPE_INDEX, 1) + f_int(_F.LOC_SHAPE_INDEX, 0)
+                + f_int(_F.LOC_INSTRUCTION_ID, 1 << 40) + f_len(99, b"future"))
+    buffer = (f_int(_F.LB_ID, 300) + f_len(20, b"??") + f_int(_F.LB_SIZE, 70000) + f_len(_F.LB_DEFINED_AT, location)
+              + f_int(_F.LB_COLOR, 5))
+    assigned = f_int(_F.AS_BUFFER, 300) + f_len(17, b"new") + f_int(_F.AS_OFFSET, 1 << 20) + f_int(_F.AS_SIZE, 70000)
+    allocation = (f_int(_F.AL_INDEX, 2) + f_int(_F.AL_SIZE, (1 << 20) + 70000) + f_len(_F.AL_ASSIGNED, assigned))
+    peak = f_int(_F.PEAK_INDEX, 2) + f_int(_F.PEAK_IDS, 300) + f_int(_F.PEAK_IDS, 7)
+    ba = decode_buffer_assignment(f_len(_F.BA_LOGICAL_BUFFERS, buffer) + f_len(_F.BA_ALLOCATIONS, allocation)
+                                  + f_len(_F.BA_PEAK_BUFFERS, peak))
+    (b,) = ba.logical_buffers
+    assert (b.id, b.size, b.color, b.instruction, b.shape_index, b.instruction_id) == (
+        300, 70000, 5, long_name, (1, 0), 1 << 40)
+    (a,) = ba.allocations
+    assert [(s.buffer.id, s.offset, s.size) for s in a.slices] == [(300, 1 << 20, 70000)]
+    assert a.index == 2 and a.peak_buffer_ids == (300, 7) and a.slices[0].buffer is b
+    with pytest.raises(ProtoDecodeError):  # a record cut short inside a nested message
+        decode_buffer_assignment(f_len(_F.BA_LOGICAL_BUFFERS, buffer[:-3]))

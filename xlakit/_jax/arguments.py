@@ -11,6 +11,10 @@ are a flat list with no path (``model.states[0][3]``); when the example argument
 named by the node's own graph path instead (``nnx.graph.flatten(node, with_paths=True)``, the order nnx.jit
 flattens in): ``model['block']['attn']['qkv']['kernel']``, ``optimizer['opt_state'][0]['mu'][...]``.
 
+Results are named the same way from ``Compiled.out_tree`` (:func:`output_paths`: ``output['w1']``,
+``output[0]['w1']`` for the first element of a returned tuple), flat result ``k`` being the entry root's
+element ``k``; which argument leaves were donated comes from ``Compiled.args_info`` (:func:`donated_leaves`).
+
 Optimizer state is told by the pytree's node types: a leaf is optimizer state when a node on its path is a
 type defined in ``optax`` (``ScaleByAdamState``, ``EmptyState``...) or is flax's ``nnx.Optimizer`` /
 ``OptState``, or when a dict key or attribute on its path is named ``opt_state``.
@@ -21,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-__all__ = ["ArgumentLeaf", "argument_leaves"]
+__all__ = ["ArgumentLeaf", "argument_leaves", "donated_leaves", "output_paths"]
 
 _OPTIMIZER_MODULES = ("optax",)
 _OPTIMIZER_TYPES = ("Optimizer", "OptState", "OptArray", "OptVariable")
@@ -144,3 +148,32 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     order = sorted(int(i) for i in kept)
     by_index = {leaf.index: leaf for leaf in leaves}
     return {p: by_index[i] for p, i in enumerate(order) if i in by_index}
+
+
+def output_paths(compiled: Any) -> list[str]:
+    """The text of each flat result's pytree path, ``output`` first (``output['w1']``, ``output[0][1]``), in
+    the order of ``Compiled.out_tree``'s leaves; ``[]`` when the tree is unavailable."""
+    import jax
+
+    tree = getattr(compiled, "out_tree", None)
+    if tree is None:
+        return []
+    try:
+        skeleton = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
+        flat, _ = jax.tree_util.tree_flatten_with_path(skeleton)
+    except Exception:  # noqa: BLE001 - a custom node that cannot be rebuilt from placeholders: no paths
+        return []
+    return ["output" + jax.tree_util.keystr(path) for path, _leaf in flat]
+
+
+def donated_leaves(compiled: Any) -> list[bool] | None:
+    """For each flat argument leaf (``in_tree`` order), whether the caller donated it (``donate_argnums`` /
+    ``donate_argnames``), from ``Compiled.args_info``; None when JAX does not say."""
+    import jax
+
+    try:
+        infos = jax.tree_util.tree_leaves(compiled.args_info)
+    except Exception:  # noqa: BLE001 - a Compiled without args_info (a deserialized executable)
+        return None
+    flags = [getattr(info, "donated", None) for info in infos]
+    return None if any(f is None for f in flags) else [bool(f) for f in flags]

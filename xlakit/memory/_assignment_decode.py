@@ -1,87 +1,83 @@
-"""Decoding XLA's ``BufferAssignmentProto`` (and the parts of the ``HloModuleProto`` that name its buffers)
-with :mod:`xlakit.memory._proto`, by the field numbers of XLA's public ``hlo.proto`` / ``xla_data.proto``."""
+"""Decoding XLA's ``BufferAssignmentProto`` (and, by :mod:`xlakit.memory._hlo_module`, the parts of the
+``HloModuleProto`` that name its buffers) with :mod:`xlakit.memory._proto`, by the field numbers of XLA's public
+``hlo.proto`` / ``xla_data.proto`` (:class:`~xlakit.memory._xla_fields._F`).
+
+Records are read in place (:func:`~xlakit.memory._proto.scan` gives offsets, not copies) and only the fields
+the data model holds are decoded; a shape is read only for the leaf a logical buffer names.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from xlakit.memory._assignment_types import (
-    DTYPES,
-    Allocation,
-    HeapEvent,
-    LogicalBuffer,
-    Slice,
-    _Instr,
-    _Module,
+from xlakit.memory._assignment_types import DTYPES, Allocation, HeapEvent, LogicalBuffer, Slice, _Instr
+from xlakit.memory._hlo_module import decode_module
+from xlakit.memory._proto import (
+    ProtoDecodeError,
+    _varint,
+    last,
+    one,
+    packed,
+    repeated_ints,
+    scan,
+    table,
+    text,
+    to_int64,
 )
-from xlakit.memory._proto import Message, parse
+from xlakit.memory._xla_fields import _F as _F
 
 __all__ = ["decode_parts"]
 
-
-class _F:
-    """Field numbers of the messages read here (xla/service/hlo.proto, xla/xla_data.proto)."""
-
-    # BufferAssignmentProto
-    BA_LOGICAL_BUFFERS, BA_ALIASES, BA_ALLOCATIONS, BA_TRACES, BA_PEAK_BUFFERS = 1, 2, 3, 4, 5
-    # LogicalBufferProto / .Location
-    LB_ID, LB_SIZE, LB_DEFINED_AT, LB_COLOR = 1, 2, 3, 4
-    LOC_NAME, LOC_SHAPE_INDEX, LOC_INSTRUCTION_ID = 2, 3, 4
-    # BufferAssignmentProto.BufferAlias, .PeakBuffers
-    ALIAS_SOURCE, ALIAS_LOCATION = 1, 2
-    PEAK_INDEX, PEAK_IDS = 1, 2
-    # BufferAllocationProto / .Assigned
-    AL_INDEX, AL_SIZE, AL_THREAD_LOCAL, AL_PARAMETER, AL_PARAMETER_NUMBER = 1, 2, 3, 5, 6
-    AL_LIVE_OUT, AL_COLOR, AL_ASSIGNED, AL_PARAMETER_INDEX, AL_TUPLE, AL_CONSTANT, AL_ALIASED = 7, 8, 9, 10, 11, 12, 13
-    AS_BUFFER, AS_OFFSET, AS_SIZE, AS_ELEMENT_TYPE = 1, 2, 3, 4
-    # HeapSimulatorTrace / .Event
-    TR_EVENTS, TR_WHOLE_MODULE, TR_ALLOCATION = 1, 2, 3
-    EV_KIND, EV_BUFFER, EV_COMPUTATION, EV_INSTRUCTION, EV_SHARE_WITH = 1, 2, 3, 4, 5
-    # HloModuleProto, HloComputationProto, HloInstructionProto, HloScheduleProto
-    MOD_NAME, MOD_COMPUTATIONS, MOD_ENTRY_ID, MOD_SCHEDULE = 1, 3, 6, 7
-    COMP_NAME, COMP_INSTRUCTIONS, COMP_ID, COMP_ROOT_ID = 1, 2, 5, 6
-    INS_NAME, INS_OPCODE, INS_SHAPE, INS_ID, INS_OPERANDS, INS_CALLED = 1, 2, 3, 35, 36, 38
-    INS_METADATA, INS_PARAMETER_NUMBER, MOD_STACK_FRAME_INDEX = 7, 9, 17
-    # OpMetadata
-    MD_OP_NAME, MD_STACK_FRAME_ID = 2, 15
-    SCHED_SEQUENCES, SCHED_KEY, SCHED_VALUE, SEQ_IDS = 1, 1, 2, 1
-    # ShapeProto, LayoutProto
-    SH_ELEMENT_TYPE, SH_DIMS, SH_TUPLE, SH_LAYOUT, LAYOUT_MEMORY_SPACE = 2, 3, 4, 5, 8
-
-
 _EVENT_KINDS = {0: "alloc", 1: "free", 2: "share_with"}
+# table() sizes: one more than the highest field number read from each message
+_LOC_SIZE = max(_F.LOC_NAME, _F.LOC_SHAPE_INDEX, _F.LOC_INSTRUCTION_ID) + 1
+_LB_SIZE = max(_F.LB_ID, _F.LB_SIZE, _F.LB_DEFINED_AT, _F.LB_COLOR) + 1
+_AL_SIZE = max(_F.AL_INDEX, _F.AL_SIZE, _F.AL_THREAD_LOCAL, _F.AL_PARAMETER, _F.AL_PARAMETER_NUMBER, _F.AL_LIVE_OUT,
+               _F.AL_COLOR, _F.AL_ASSIGNED, _F.AL_PARAMETER_INDEX, _F.AL_TUPLE, _F.AL_CONSTANT, _F.AL_ALIASED) + 1
+_AS_SIZE = max(_F.AS_BUFFER, _F.AS_OFFSET, _F.AS_SIZE, _F.AS_ELEMENT_TYPE) + 1
+_PEAK_SIZE = max(_F.PEAK_INDEX, _F.PEAK_IDS) + 1
+_SHAPE_SIZE = max(_F.SH_ELEMENT_TYPE, _F.SH_DIMS, _F.SH_TUPLE) + 1
 
 
-def _decode_module(data: bytes) -> _Module:
-    m = parse(data)
-    instructions: dict[int, _Instr] = {}
-    computations: dict[int, tuple[str, tuple[int, ...], int]] = {}
-    for comp in m.messages(_F.MOD_COMPUTATIONS):
-        cid = comp.int(_F.COMP_ID)
-        ids = []
-        for ins in comp.messages(_F.COMP_INSTRUCTIONS):
-            iid = ins.int(_F.INS_ID)
-            ids.append(iid)
-            md = ins.message(_F.INS_METADATA)
-            opcode = ins.str(_F.INS_OPCODE)
-            instructions[iid] = _Instr(ins.str(_F.INS_NAME), opcode, cid, ins.message(_F.INS_SHAPE),
-                                       tuple(ins.ints(_F.INS_OPERANDS)), tuple(ins.ints(_F.INS_CALLED)),
-                                       md.str(_F.MD_OP_NAME) if md else "", md.int(_F.MD_STACK_FRAME_ID) if md else 0,
-                                       ins.int(_F.INS_PARAMETER_NUMBER) if opcode == "parameter" else -1)
-        computations[cid] = (comp.str(_F.COMP_NAME), tuple(ids), comp.int(_F.COMP_ROOT_ID))
-    schedule: dict[int, tuple[int, ...]] = {}
-    sched = m.message(_F.MOD_SCHEDULE)
-    for entry in sched.messages(_F.SCHED_SEQUENCES) if sched else ():
-        seq = entry.message(_F.SCHED_VALUE)
-        schedule[entry.int(_F.SCHED_KEY)] = tuple(seq.ints(_F.SEQ_IDS)) if seq else ()
-    entry_id = m.int(_F.MOD_ENTRY_ID)
-    if entry_id not in computations and computations:
-        entry_id = list(computations)[-1]  # computations are in dependency order: the entry comes last
-    return _Module(m.str(_F.MOD_NAME), instructions, computations, schedule, entry_id,
-                   m.message(_F.MOD_STACK_FRAME_INDEX))
+class _Shapes:
+    """The leaf shapes of the module's instructions, reading each ShapeProto once (a root tuple of 2,000
+    outputs is scanned once, not once per output)."""
+
+    def __init__(self) -> None:
+        self._read: dict[tuple[int, int], list[Any]] = {}
+        self._leaves: dict[bytes, tuple[tuple[int, ...], str | None]] = {}
+
+    def _fields(self, data: bytes, span: tuple[int, int]) -> list[Any]:
+        found = self._read.get(span)
+        if found is None:
+            found = self._read[span] = table(data, span[0], span[1], _SHAPE_SIZE)
+        return found
+
+    def _leaf(self, data: bytes, span: tuple[int, int]) -> tuple[tuple[int, ...], str | None]:
+        """(dims, dtype) of an array ShapeProto; equal shapes (most of a program's) are read once."""
+        raw = data[span[0]:span[1]]
+        found = self._leaves.get(raw)
+        if found is None:
+            fields = self._fields(data, span)
+            found = self._leaves[raw] = (tuple(repeated_ints(data, fields[_F.SH_DIMS])),
+                                         DTYPES.get(one(fields[_F.SH_ELEMENT_TYPE])))
+        return found
+
+    def leaf(self, ins: _Instr, index: tuple[int, ...]) -> tuple[tuple[int, ...] | None, str | None]:
+        raw = ins._raw
+        if raw is None or raw[2] is None:  # an instruction made without its proto
+            return _message_leaf(ins.shape, index)
+        data, span = raw[0], raw[2]
+        for i in index:
+            tuples = self._fields(data, span)[_F.SH_TUPLE] or ()
+            if not 0 <= i < len(tuples):
+                return None, None
+            span = tuples[i]
+        return self._leaf(data, span)
 
 
-def _leaf(shape: Message | None, index: tuple[int, ...]) -> tuple[tuple[int, ...] | None, str | None]:
+def _message_leaf(shape: Any, index: tuple[int, ...]) -> tuple[tuple[int, ...] | None, str | None]:
     for i in index:
         if shape is None:
             return None, None
@@ -90,6 +86,170 @@ def _leaf(shape: Message | None, index: tuple[int, ...]) -> tuple[tuple[int, ...
     if shape is None:
         return None, None
     return tuple(shape.ints(_F.SH_DIMS)), DTYPES.get(shape.int(_F.SH_ELEMENT_TYPE))
+
+
+_LB_KEYS = {_F.LB_ID << 3: 0, _F.LB_SIZE << 3: 1, _F.LB_COLOR << 3: 2}
+_DEFINED_AT_KEY = _F.LB_DEFINED_AT << 3 | 2
+
+
+def _logical_buffer(data: bytes, pos: int, end: int) -> tuple[int, int, int, tuple[int, int] | None]:
+    """(id, size, color, span of ``defined_at``) of a LogicalBufferProto, its common encoding read inline
+    (anything else goes through :func:`table`)."""
+    values = [0, 0, 0]
+    defined = None
+    while pos < end:
+        key = data[pos]
+        slot = _LB_KEYS.get(key)
+        if slot is not None:
+            value = data[pos + 1]
+            if value < 0x80:
+                pos += 2
+            elif data[pos + 2] < 0x80:  # two bytes
+                value = (value & 0x7F) | data[pos + 2] << 7
+                pos += 3
+            else:
+                value, pos = _varint(data, pos + 1)
+            values[slot] = value
+        elif key == _DEFINED_AT_KEY and data[pos + 1] < 0x80:
+            defined = (pos + 2, pos + 2 + data[pos + 1])
+            pos = defined[1]
+        else:
+            lb = table(data, pos, end, _LB_SIZE)  # the rest of the record, the general way
+            for field, k in ((_F.LB_ID, 0), (_F.LB_SIZE, 1), (_F.LB_COLOR, 2)):
+                if lb[field] is not None:
+                    values[k] = one(lb[field])
+            if lb[_F.LB_DEFINED_AT]:
+                defined = lb[_F.LB_DEFINED_AT][-1]
+            break
+    if pos > end:
+        raise ProtoDecodeError("a logical buffer's record runs past its end")
+    return to_int64(values[0]), to_int64(values[1]), to_int64(values[2]), defined
+
+
+_LOC_NAME_KEY, _LOC_INDEX_KEY = _F.LOC_NAME << 3 | 2, _F.LOC_SHAPE_INDEX << 3 | 2
+_LOC_ID_KEY = _F.LOC_INSTRUCTION_ID << 3
+
+
+def _location(data: bytes, span: tuple[int, int] | None) -> tuple[int | None, tuple[int, ...], str | None]:
+    """(instruction id or None, shape index, instruction name or None) of a LogicalBufferProto.Location; its
+    common encoding (name, packed index, id; the computation's name stepped over) read inline."""
+    if span is None:
+        return None, (), None
+    pos, end = span
+    iid = name = None
+    index: tuple[int, ...] = ()
+    while pos < end:
+        key = data[pos]
+        if key == _LOC_ID_KEY:
+            iid, pos = _varint(data, pos + 1)
+            continue
+        size = data[pos + 1]
+        if key & 7 != 2 or size >= 0x80:
+            break  # not the common encoding: read the whole record the general way below
+        start, pos = pos + 2, pos + 2 + size
+        if key == _LOC_NAME_KEY:
+            name = data[start:pos].decode("utf-8", errors="replace") or None
+        elif key == _LOC_INDEX_KEY:
+            index = tuple(packed(data, start, pos))
+    else:
+        if pos > end:
+            raise ProtoDecodeError("a buffer's location runs past its end")
+        return (None if iid is None else to_int64(iid)), index, name
+    loc = table(data, span[0], span[1], _LOC_SIZE)
+    name = loc[_F.LOC_NAME]
+    return (None if loc[_F.LOC_INSTRUCTION_ID] is None else one(loc[_F.LOC_INSTRUCTION_ID]),
+            tuple(repeated_ints(data, loc[_F.LOC_SHAPE_INDEX])), text(data, name[-1]) or None if name else None)
+
+
+def _allocation(data: bytes, span: tuple[int, int], peaks: dict[int, tuple[int, ...]],
+                buffers: dict[int, LogicalBuffer], slice_dtype: Callable[[int], str | None]) -> Allocation:
+    al = table(data, span[0], span[1], _AL_SIZE)
+    index = one(al[_F.AL_INDEX])
+    parameter, thread_local = bool(one(al[_F.AL_PARAMETER])), bool(one(al[_F.AL_THREAD_LOCAL]))
+    live_out, constant = bool(one(al[_F.AL_LIVE_OUT])), bool(one(al[_F.AL_CONSTANT]))
+    is_tuple, aliased = bool(one(al[_F.AL_TUPLE])), bool(one(al[_F.AL_ALIASED]))
+    kind = ("parameter" if parameter else "constant" if constant else "thread-local" if thread_local
+            else "output" if live_out else "temporary")
+    kinds = [kind]
+    if live_out:
+        kinds.append("maybe-live-out")
+    if is_tuple:
+        kinds.append("tuple")
+    if aliased:
+        kinds.append("aliased-with-output")
+    slices = []
+    for asg_start, asg_end in al[_F.AL_ASSIGNED] or ():
+        bid, offset, size = _assigned(data, asg_start, asg_end)
+        buf = buffers.get(bid) or LogicalBuffer(bid, size, None, None, None, (), None, slice_dtype(bid), 0)
+        slices.append(Slice(buf, offset, size))
+    return Allocation(
+        index=index, size=one(al[_F.AL_SIZE]), kind=kind, kinds=tuple(kinds),
+        parameter_number=one(al[_F.AL_PARAMETER_NUMBER]) if parameter else None,
+        parameter_shape_index=tuple(repeated_ints(data, al[_F.AL_PARAMETER_INDEX])), aliased_with_output=aliased,
+        maybe_live_out=live_out, is_thread_local=thread_local, is_constant=constant, is_tuple=is_tuple,
+        color=one(al[_F.AL_COLOR]), slices=tuple(slices), peak_buffer_ids=peaks.get(index, ()))
+
+
+_AS_KEYS = {_F.AS_BUFFER << 3: 0, _F.AS_OFFSET << 3: 1, _F.AS_SIZE << 3: 2, _F.AS_ELEMENT_TYPE << 3: 3}
+
+
+def _assigned(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """(buffer id, offset, size) of a BufferAllocationProto.Assigned: four varint fields, read inline (a
+    program has one per logical buffer); anything else goes through :func:`table`."""
+    values = [0, 0, 0, 0]
+    while pos < end:
+        slot = _AS_KEYS.get(data[pos])
+        if slot is None:
+            asg = table(data, pos, end, _AS_SIZE)  # the rest of the record, the general way
+            for field, k in ((_F.AS_BUFFER, 0), (_F.AS_OFFSET, 1), (_F.AS_SIZE, 2)):
+                if asg[field] is not None:
+                    values[k] = one(asg[field])
+            break
+        value = data[pos + 1]
+        if value < 0x80:
+            pos += 2
+        elif data[pos + 2] < 0x80:  # two bytes
+            value = (value & 0x7F) | data[pos + 2] << 7
+            pos += 3
+        else:
+            value, pos = _varint(data, pos + 1)
+        values[slot] = value
+    if pos > end:
+        raise ProtoDecodeError("an assigned slice runs past its allocation")
+    return to_int64(values[0]), to_int64(values[1]), to_int64(values[2])
+
+
+def _peak_buffers(data: bytes, pos: int, end: int) -> tuple[int, tuple[int, ...]]:
+    """(allocation index, logical buffer ids) of a BufferAssignmentProto.PeakBuffers; the common encoding
+    (index, then one packed list) is read inline."""
+    index = 0
+    if pos < end and data[pos] == _F.PEAK_INDEX << 3:
+        index = data[pos + 1]
+        if index < 0x80:
+            pos += 2
+        elif data[pos + 2] < 0x80:  # two bytes
+            index = (index & 0x7F) | data[pos + 2] << 7
+            pos += 3
+        else:
+            index, pos = _varint(data, pos + 1)
+    if pos < end and data[pos] == _F.PEAK_IDS << 3 | 2 and data[pos + 1] < 0x80 and pos + 2 + data[pos + 1] == end:
+        return index, tuple(packed(data, pos + 2, end))
+    pk = table(data, pos, end, _PEAK_SIZE)  # anything else, the general way
+    return (index if pk[_F.PEAK_INDEX] is None else one(pk[_F.PEAK_INDEX]),
+            tuple(repeated_ints(data, pk[_F.PEAK_IDS])))
+
+
+def _slice_dtypes(data: bytes, allocations: list[tuple[int, int]]) -> dict[int, str]:
+    """Logical buffer id -> the dtype its slice records (``Assigned.element_type``), for buffers the module
+    does not describe."""
+    out: dict[int, str] = {}
+    for span in allocations:
+        for asg_span in table(data, span[0], span[1], _AL_SIZE)[_F.AL_ASSIGNED] or ():
+            asg = table(data, asg_span[0], asg_span[1], _AS_SIZE)
+            if asg[_F.AS_ELEMENT_TYPE] is not None:
+                out[one(asg[_F.AS_BUFFER])] = DTYPES.get(one(asg[_F.AS_ELEMENT_TYPE]), "unknown")
+    return out
+
 
 def decode_parts(data: bytes, hlo_module: bytes | None = None) -> dict[str, Any]:
     """Decode serialized ``BufferAssignmentProto`` bytes into the fields of a
@@ -106,86 +266,83 @@ def decode_parts(data: bytes, hlo_module: bytes | None = None) -> dict[str, Any]
     if not data:
         raise ValueError("empty buffer assignment: this backend does not report one (memory_analysis() "
                          "returned no serialized_buffer_assignment_proto)")
-    module = _decode_module(hlo_module) if hlo_module else None
-    ba = parse(data)
-    slice_dtype: dict[int, str] = {}
-    for al in ba.messages(_F.BA_ALLOCATIONS):
-        for asg in al.messages(_F.AL_ASSIGNED):
-            if asg.has(_F.AS_ELEMENT_TYPE):
-                slice_dtype[asg.int(_F.AS_BUFFER)] = DTYPES.get(asg.int(_F.AS_ELEMENT_TYPE), "unknown")
+    data = bytes(data)
+    module = decode_module(bytes(hlo_module)) if hlo_module else None
+    try:
+        return _decode(data, module)
+    except IndexError:
+        raise ProtoDecodeError("truncated buffer assignment") from None
 
+
+def _decode(data: bytes, module: Any) -> dict[str, Any]:
+    ba = scan(data, 0, len(data), (_F.BA_LOGICAL_BUFFERS, _F.BA_ALIASES, _F.BA_ALLOCATIONS, _F.BA_TRACES,
+                                   _F.BA_PEAK_BUFFERS))
+    allocation_spans = ba.get(_F.BA_ALLOCATIONS, [])
+    # Only buffers the module cannot describe take their slice's dtype (with a module, rarely any): read them
+    # when first needed.
+    slice_dtypes: list[dict[int, str]] = []
+
+    def slice_dtype(bid: int) -> str | None:
+        if not slice_dtypes:
+            slice_dtypes.append(_slice_dtypes(data, allocation_spans))
+        return slice_dtypes[0].get(bid)
+
+    shapes = _Shapes()
+    instructions = module.instructions if module is not None else {}
+    names: dict[int, str | None] = {}
     buffers: dict[int, LogicalBuffer] = {}
-    for lb in ba.messages(_F.BA_LOGICAL_BUFFERS):
-        loc = lb.message(_F.LB_DEFINED_AT)
-        iid = loc.int(_F.LOC_INSTRUCTION_ID) if loc and loc.has(_F.LOC_INSTRUCTION_ID) else None
-        index = tuple(loc.ints(_F.LOC_SHAPE_INDEX)) if loc else ()
-        ins = module.instructions.get(iid) if module and iid is not None else None
-        name = ins.name if ins else (loc.str(_F.LOC_NAME) or None if loc else None)
-        shape, dtype = _leaf(ins.shape, index) if ins else (None, None)
-        bid = lb.int(_F.LB_ID)
+    for span in ba.get(_F.BA_LOGICAL_BUFFERS, ()):
+        bid, size, color, defined = _logical_buffer(data, *span)
+        iid, index, loc_name = _location(data, defined)
+        ins = instructions.get(iid) if iid is not None else None
+        shape, dtype = shapes.leaf(ins, index) if ins is not None else (None, None)
+        computation = None
+        if ins is not None:
+            cid = ins.computation_id
+            computation = names[cid] if cid in names else names.setdefault(cid, _computation_name(module, cid))
         buffers[bid] = LogicalBuffer(
-            id=bid, size=lb.int(_F.LB_SIZE), instruction=name, opcode=ins.opcode if ins else None,
-            computation=module.computations[ins.computation_id][0] if ins and module else None,
-            shape_index=index, shape=shape, dtype=dtype or slice_dtype.get(bid), color=lb.int(_F.LB_COLOR),
-            instruction_id=iid)
+            id=bid, size=size, instruction=ins.name if ins is not None else loc_name,
+            opcode=ins.opcode if ins is not None else None, computation=computation, shape_index=index,
+            shape=shape, dtype=dtype or slice_dtype(bid), color=color, instruction_id=iid)
 
     aliases: dict[int, list[tuple[int | None, tuple[int, ...]]]] = {}
-    for al in ba.messages(_F.BA_ALIASES):
-        loc = al.message(_F.ALIAS_LOCATION)
-        if loc is not None:
-            iid = loc.int(_F.LOC_INSTRUCTION_ID) if loc.has(_F.LOC_INSTRUCTION_ID) else None
-            aliases.setdefault(al.int(_F.ALIAS_SOURCE), []).append((iid, tuple(loc.ints(_F.LOC_SHAPE_INDEX))))
+    for span in ba.get(_F.BA_ALIASES, ()):
+        al = scan(data, span[0], span[1], (_F.ALIAS_SOURCE, _F.ALIAS_LOCATION))
+        loc = al.get(_F.ALIAS_LOCATION)
+        if loc:
+            iid, index, _name = _location(data, loc[-1])
+            aliases.setdefault(to_int64(last(al, _F.ALIAS_SOURCE)), []).append((iid, index))
 
     peaks: dict[int, tuple[int, ...]] = {}
-    for pk in ba.messages(_F.BA_PEAK_BUFFERS):
-        peaks[pk.int(_F.PEAK_INDEX)] = tuple(pk.ints(_F.PEAK_IDS))
+    for span in ba.get(_F.BA_PEAK_BUFFERS, ()):
+        allocation_index, ids = _peak_buffers(data, *span)
+        peaks[allocation_index] = ids
 
-    allocations = []
-    for al in ba.messages(_F.BA_ALLOCATIONS):
-        al_index = al.int(_F.AL_INDEX)
-        flags = {"parameter": al.bool(_F.AL_PARAMETER), "thread_local": al.bool(_F.AL_THREAD_LOCAL),
-                 "live_out": al.bool(_F.AL_LIVE_OUT), "constant": al.bool(_F.AL_CONSTANT),
-                 "tuple": al.bool(_F.AL_TUPLE), "aliased": al.bool(_F.AL_ALIASED)}
-        if flags["parameter"]:
-            kind = "parameter"
-        elif flags["constant"]:
-            kind = "constant"
-        elif flags["thread_local"]:
-            kind = "thread-local"
-        elif flags["live_out"]:
-            kind = "output"
-        else:
-            kind = "temporary"
-        kinds = [kind]
-        if flags["live_out"]:
-            kinds.append("maybe-live-out")
-        if flags["tuple"]:
-            kinds.append("tuple")
-        if flags["aliased"]:
-            kinds.append("aliased-with-output")
-        slices = []
-        for asg in al.messages(_F.AL_ASSIGNED):
-            bid = asg.int(_F.AS_BUFFER)
-            buf = buffers.get(bid) or LogicalBuffer(bid, asg.int(_F.AS_SIZE), None, None, None, (), None,
-                                                    slice_dtype.get(bid), 0)
-            slices.append(Slice(buf, asg.int(_F.AS_OFFSET), asg.int(_F.AS_SIZE)))
-        allocations.append(Allocation(
-            index=al_index, size=al.int(_F.AL_SIZE), kind=kind, kinds=tuple(kinds),
-            parameter_number=al.int(_F.AL_PARAMETER_NUMBER) if flags["parameter"] else None,
-            parameter_shape_index=tuple(al.ints(_F.AL_PARAMETER_INDEX)), aliased_with_output=flags["aliased"],
-            maybe_live_out=flags["live_out"], is_thread_local=flags["thread_local"], is_constant=flags["constant"],
-            is_tuple=flags["tuple"], color=al.int(_F.AL_COLOR), slices=tuple(slices),
-            peak_buffer_ids=peaks.get(al_index, ())))
+    allocations = [_allocation(data, span, peaks, buffers, slice_dtype) for span in allocation_spans]
 
     traces = []
-    for tr in ba.messages(_F.BA_TRACES):
-        events = tuple(HeapEvent(_EVENT_KINDS.get(ev.int(_F.EV_KIND), f"kind{ev.int(_F.EV_KIND)}"),
-                                 ev.int(_F.EV_BUFFER), ev.str(_F.EV_COMPUTATION), ev.str(_F.EV_INSTRUCTION),
-                                 ev.int(_F.EV_SHARE_WITH) if ev.has(_F.EV_SHARE_WITH) else None)
-                       for ev in tr.messages(_F.TR_EVENTS))
-        traces.append((tr.int(_F.TR_ALLOCATION), events))
+    for span in ba.get(_F.BA_TRACES, ()):
+        tr = scan(data, span[0], span[1], (_F.TR_EVENTS, _F.TR_ALLOCATION))
+        events = []
+        for ev_span in tr.get(_F.TR_EVENTS, ()):
+            ev = scan(data, ev_span[0], ev_span[1], (_F.EV_KIND, _F.EV_BUFFER, _F.EV_COMPUTATION, _F.EV_INSTRUCTION,
+                                                     _F.EV_SHARE_WITH))
+            kind = last(ev, _F.EV_KIND)
+            in_computation, at_instruction = ev.get(_F.EV_COMPUTATION), ev.get(_F.EV_INSTRUCTION)
+            events.append(HeapEvent(_EVENT_KINDS.get(kind, f"kind{kind}"), to_int64(last(ev, _F.EV_BUFFER)),
+                                    text(data, in_computation[-1]) if in_computation else "",
+                                    text(data, at_instruction[-1]) if at_instruction else "",
+                                    to_int64(last(ev, _F.EV_SHARE_WITH)) if _F.EV_SHARE_WITH in ev else None))
+        traces.append((to_int64(last(tr, _F.TR_ALLOCATION)), tuple(events)))
 
     return {"allocations": tuple(sorted(allocations, key=lambda a: a.index)),
             "logical_buffers": tuple(buffers[k] for k in sorted(buffers)), "heap_traces": tuple(traces),
             "name": module.name if module else None,
             "_aliases": {k: tuple(v) for k, v in aliases.items()}, "_module": module}
+
+
+def _computation_name(module: Any, cid: int) -> str | None:
+    name_of = getattr(module.computations, "name_of", None)  # a lazy module names it without decoding it
+    if name_of is not None:
+        return name_of(cid)
+    return module.computations[cid][0] if cid in module.computations else None

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlakit.memory._assignment_types import Allocation, HeapEvent, LogicalBuffer, Slice, _Module
+from xlakit.memory._assignment_types import _SEQUENTIAL_CALLERS, Allocation, HeapEvent, LogicalBuffer, _Module
+from xlakit.memory._charging import step_totals
 
-__all__ = ["trace_rows", "schedule_liveness"]
+__all__ = ["trace_rows", "schedule_ranges", "schedule_liveness"]
 
-_SEQUENTIAL_CALLERS = ("while", "call", "conditional")
 
 
 def _flatten(mod: _Module, comp_id: int, default: Sequence[int], seen: set[int]) -> list[int]:
@@ -28,20 +28,6 @@ def _flatten(mod: _Module, comp_id: int, default: Sequence[int], seen: set[int])
                     out.extend(_flatten(mod, cid, mod.computations[cid][1], seen))
         out.append(iid)
     return out
-
-
-def _union_bytes(slices: Sequence[Slice]) -> int:
-    total, cur_start, cur_end = 0, None, None
-    for lo, hi in sorted((s.offset, s.offset + s.size) for s in slices):
-        if cur_end is None or lo > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start  # type: ignore[operator]
-            cur_start, cur_end = lo, hi
-        else:
-            cur_end = max(cur_end, hi)
-    if cur_end is not None:
-        total += cur_end - cur_start  # type: ignore[operator]
-    return total
 
 
 def trace_rows(logical_buffers: Sequence[LogicalBuffer],
@@ -70,19 +56,20 @@ def trace_rows(logical_buffers: Sequence[LogicalBuffer],
     return rows
 
 
-def schedule_liveness(mod: _Module, logical_buffers: Sequence[LogicalBuffer],
-                      allocations: Sequence[Allocation],
-                      aliases: Mapping[int, tuple[tuple[int | None, tuple[int, ...]], ...]],
-                      ) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
-    """(rows, buffer id -> (first step, last step)) from the entry schedule; see
-    :meth:`~xlakit.memory.BufferAssignment.live_bytes_by_step`."""
-    placed = {s.buffer.id: (a, s) for a in allocations for s in a.slices}
-    _entry_name, entry_ids, root_id = mod.computations[mod.entry_id]
-    order = _flatten(mod, mod.entry_id, entry_ids, set())
-    step_of = {iid: s for s, iid in enumerate(order)}
-    last = len(order) - 1
-    # Instructions of computations not in the flat order (fusion bodies, reduce/sort regions) run during
-    # the step of the instruction that calls them.
+def _users(mod: _Module, ids: Sequence[int]) -> dict[int, list[int]]:
+    users: dict[int, list[int]] = {}
+    instructions = mod.instructions
+    for iid in ids:
+        ins = instructions.get(iid)
+        for op in ins.operands if ins is not None else ():
+            users.setdefault(op, []).append(iid)
+    return users
+
+
+def _nested_steps(mod: _Module, order: Sequence[int], step_of: Mapping[int, int]) -> dict[int, int]:
+    """Computation id -> step, for computations not in the flat order (fusion bodies, reduce/sort regions): they
+    run during the step of the instruction that calls them (decodes every computation: only needed when a
+    buffer is placed inside one)."""
     comp_step: dict[int, int] = {}
     stack = [(iid, step_of[iid]) for iid in order]
     while stack:
@@ -92,70 +79,105 @@ def schedule_liveness(mod: _Module, logical_buffers: Sequence[LogicalBuffer],
             if cid not in comp_step and cid in mod.computations:
                 comp_step[cid] = s
                 stack.extend((child, s) for child in mod.computations[cid][1] if child not in step_of)
+    return comp_step
+
+
+def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allocations: Sequence[Allocation],
+                    aliases: Mapping[int, tuple[tuple[int | None, tuple[int, ...]], ...]],
+                    ) -> tuple[list[int], dict[int, tuple[int, int]]]:
+    """(instruction ids in program order, buffer id -> (first step, last step)) from the entry schedule: a
+    buffer is live from the step that defines it (or any of its aliases) to the last step that reads one of
+    them; an entry parameter, a constant and a result live through the whole program (the caller holds
+    arguments and outputs); a value XLA placed in a donated argument's bytes lives as any other value."""
+    placed = {s.buffer.id: a for a in allocations for s in a.slices}
+    _entry_name, entry_ids, root_id = mod.computations[mod.entry_id]
+    order = _flatten(mod, mod.entry_id, entry_ids, set())
+    step_of = {iid: s for s, iid in enumerate(order)}
+    last = len(order) - 1
+    sequential = set(mod.sequential_computations())
+    users = _users(mod, [iid for cid in mod.sequential_computations() for iid in mod.computations[cid][1]])
+    nested: list[dict[int, int]] = []  # built when a buffer sits outside the scheduled computations
+    nested_users: list[dict[int, list[int]]] = []
+    instructions = mod.instructions
 
     def pos(iid: int | None) -> int | None:
         if iid is None:
             return None
-        if iid in step_of:
-            return step_of[iid]
-        ins = mod.instructions.get(iid)
-        return comp_step.get(ins.computation_id) if ins else None
+        step = step_of.get(iid)
+        if step is not None:
+            return step
+        ins = instructions.get(iid)
+        if ins is None:
+            return None
+        if not nested:
+            nested.append(_nested_steps(mod, order, step_of))
+        return nested[0].get(ins.computation_id)
 
-    users: dict[int, list[int]] = {}
-    for iid, ins in mod.instructions.items():
-        for op in ins.operands:
-            users.setdefault(op, []).append(iid)
+    def users_of(iid: int) -> list[int]:
+        ins = instructions.get(iid)
+        if ins is None or ins.computation_id in sequential:
+            return users.get(iid, [])
+        if not nested_users:
+            nested_users.append(_users(mod, list(instructions)))
+        return nested_users[0].get(iid, [])
+
+    def _is_argument(iid: int | None) -> bool:
+        ins = instructions.get(iid) if iid is not None else None
+        return ins is not None and ins.opcode == "parameter" and ins.computation_id == mod.entry_id
 
     ranges: dict[int, tuple[int, int]] = {}
     for b in logical_buffers:
-        alloc = placed.get(b.id, (None, None))[0]
+        alloc = placed.get(b.id)
         if alloc is None or alloc.is_thread_local:
             continue
-        locations = [(b.instruction_id, b.shape_index), *aliases.get(b.id, ())]
-        steps = [p for p in (pos(i) for i, _ in locations) if p is not None]
-        if alloc.is_parameter or alloc.is_constant:
+        if alloc.is_constant:
             ranges[b.id] = (0, last)
             continue
+        if alloc.is_parameter and (b.instruction_id not in instructions or _is_argument(b.instruction_id)):
+            ranges[b.id] = (0, last)  # the argument itself
+            continue
+        locations = [(b.instruction_id, b.shape_index), *aliases.get(b.id, ())]
+        if alloc.is_parameter:  # a result written into a donated argument: the argument's position holds the
+            locations = [loc for loc in locations if not _is_argument(loc[0])]  # argument, not this value
+        steps = [p for p in (pos(i) for i, _ in locations) if p is not None]
         if not steps:
+            if alloc.is_parameter:
+                ranges[b.id] = (0, last)
             continue
         end = max(steps)
         for loc_iid, _ in locations:
-            for user in users.get(loc_iid, ()) if loc_iid is not None else ():
+            for user in users_of(loc_iid) if loc_iid is not None else ():
                 p = pos(user)
-                if p is not None:
-                    end = max(end, p)
+                if p is not None and p > end:
+                    end = p
             if loc_iid == root_id:
                 end = last
         ranges[b.id] = (min(steps), end)
+    return order, ranges
 
-    # Sweep: at each step, the union of byte ranges of live slices, per allocation.
-    starts: dict[int, list[int]] = {}
-    ends: dict[int, list[int]] = {}
-    for bid, (first, last_step) in ranges.items():
-        starts.setdefault(first, []).append(bid)
-        ends.setdefault(last_step + 1, []).append(bid)
-    active: dict[int, set[int]] = {}
-    occupied: dict[int, int] = {}
-    alloc_by_index = {a.index: a for a in allocations}
+
+def schedule_liveness(mod: _Module, logical_buffers: Sequence[LogicalBuffer],
+                      allocations: Sequence[Allocation],
+                      aliases: Mapping[int, tuple[tuple[int | None, tuple[int, ...]], ...]],
+                      ) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
+    """(rows, buffer id -> (first step, last step)) from the entry schedule (:func:`schedule_ranges`); see
+    :meth:`~xlakit.memory.BufferAssignment.live_bytes_by_step`. The bytes per step are swept once
+    (:func:`xlakit.memory._charging.step_totals`): linear in the schedule and the buffers."""
+    placed = {s.buffer.id: (a, s) for a in allocations for s in a.slices}
+    order, ranges = schedule_ranges(mod, logical_buffers, allocations, aliases)
+    # Sweep: at each step, the union of byte ranges of live slices, per allocation, summed by kind.
     kinds = ("parameter", "output", "temporary", "constant")
-    by_kind = dict.fromkeys(kinds, 0)
+    label = {k: n for n, k in enumerate(kinds)}
+    ids = list(ranges)
+    cols = step_totals(len(order), [ranges[bid] for bid in ids], [placed[bid][1].size for bid in ids],
+                       [placed[bid][0].index for bid in ids], [placed[bid][1].offset for bid in ids],
+                       [label.get(placed[bid][0].kind, len(kinds)) for bid in ids], len(kinds) + 1)
     rows = []
+    instructions = mod.instructions
     for s, iid in enumerate(order):
-        touched = set()
-        for bid in ends.get(s, ()):
-            a = placed[bid][0].index
-            active[a].discard(bid)
-            touched.add(a)
-        for bid in starts.get(s, ()):
-            a = placed[bid][0].index
-            active.setdefault(a, set()).add(bid)
-            touched.add(a)
-        for a in touched:  # only allocations whose live set changed are recomputed
-            now = _union_bytes([placed[bid][1] for bid in active[a]])
-            kind = alloc_by_index[a].kind
-            by_kind[kind] = by_kind.get(kind, 0) + now - occupied.get(a, 0)
-            occupied[a] = now
-        ins = mod.instructions.get(iid)
-        rows.append({"step": s, "instruction": ins.name if ins else None, "opcode": ins.opcode if ins else None,
-                     **{k: by_kind[k] for k in kinds}, "live_bytes": sum(by_kind.values())})
+        ins = instructions.get(iid)
+        row = {"step": s, "instruction": ins.name if ins else None, "opcode": ins.opcode if ins else None}
+        row.update((k, cols[n][s]) for n, k in enumerate(kinds))
+        row["live_bytes"] = sum(col[s] for col in cols)
+        rows.append(row)
     return rows, ranges

@@ -4,10 +4,12 @@ of the HLO module that name them (see :mod:`xlakit.memory.buffer_assignment` for
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 
 from xlakit.memory._display import fmt_bytes
-from xlakit.memory._proto import Message
+from xlakit.memory._proto import Message, _varint, last, scan, text, to_int64
+from xlakit.memory._xla_fields import _F
 
 __all__ = ["DTYPES", "HOST_MEMORY_COLOR", "LogicalBuffer", "Slice", "Allocation", "HeapEvent"]
 
@@ -19,6 +21,8 @@ DTYPES = {1: "bool", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "uint8", 
           27: "uint2", 28: "float8_e4m3", 29: "float8_e3m4", 30: "int1", 31: "uint1", 32: "float4_e2m1fn",
           33: "float8_e8m0fnu", 34: "buffer", 35: "float6_e3m2fn", 36: "float6_e2m3fn"}
 HOST_MEMORY_COLOR = 5  # xla::Layout::kHostMemorySpace: buffers of this color live in host memory
+_SEQUENTIAL_CALLERS = ("while", "call", "conditional")  # run their computations as steps of the program
+_OP_NAME_KEY, _FRAME_KEY = _F.MD_OP_NAME << 3 | 2, _F.MD_STACK_FRAME_ID << 3  # OpMetadata's keys
 
 
 
@@ -104,17 +108,87 @@ class HeapEvent:
     share_with: int | None
 
 
-@dataclasses.dataclass(frozen=True)
 class _Instr:
-    name: str
-    opcode: str
-    computation_id: int
-    shape: Message | None
-    operands: tuple[int, ...]
-    called: tuple[int, ...]
-    op_name: str = ""  # OpMetadata.op_name: JAX's name stack ("jit(f)/transpose(jvp())/dot_general")
-    frame_id: int = 0  # OpMetadata.stack_frame_id into the module's stack frame index (0 = none)
-    parameter_number: int = -1  # for a ``parameter`` instruction
+    """One HLO instruction: name, opcode, its computation's id, operand and called-computation ids, parameter
+    number (for a ``parameter``; else -1), and from its ``OpMetadata``: ``op_name`` (JAX's name stack,
+    ``"jit(f)/transpose(jvp())/dot_general"``) and ``frame_id`` (``stack_frame_id`` into the module's stack frame
+    index, 0 = none); ``shape``: its ShapeProto. Made by :mod:`xlakit.memory._hlo_module`, which leaves the
+    metadata and the shape in the proto until they are first read (``_raw``: the module's bytes and their
+    spans)."""
+
+    __slots__ = ("name", "opcode", "computation_id", "operands", "called", "parameter_number", "_shape",
+                 "_op_name", "_frame_id", "_raw")
+
+    def __init__(self, name: str, opcode: str, computation_id: int, shape: Message | None,
+                 operands: tuple[int, ...], called: tuple[int, ...], op_name: str = "", frame_id: int = 0,
+                 parameter_number: int = -1) -> None:
+        self.name, self.opcode, self.computation_id = name, opcode, computation_id
+        self.operands, self.called, self.parameter_number = operands, called, parameter_number
+        self._shape: Message | None = shape
+        self._op_name: str | None = op_name
+        self._frame_id = frame_id
+        self._raw: tuple[bytes, tuple[int, int] | None, tuple[int, int] | None] | None = None
+
+    def _read_metadata(self) -> None:
+        """op_name and stack_frame_id from the OpMetadata record (one-byte keys and lengths inline)."""
+        self._op_name, self._frame_id = "", 0
+        meta = self._raw[1] if self._raw is not None else None
+        if meta is None:
+            return
+        data = self._raw[0]  # type: ignore[index]
+        pos, end = meta
+        try:
+            self._read_common(data, pos, end)
+            return
+        except LookupError:  # not the common encoding (or truncated): the general reader
+            pass
+        fields = scan(data, meta[0], meta[1], (_F.MD_OP_NAME, _F.MD_STACK_FRAME_ID))
+        name = fields.get(_F.MD_OP_NAME)
+        self._op_name = text(data, name[-1]) if name else ""
+        self._frame_id = to_int64(last(fields, _F.MD_STACK_FRAME_ID))
+
+    def _read_common(self, data: bytes, pos: int, end: int) -> None:
+        """OpMetadata fields 1-15 of wire types 0 and 2, as XLA writes them; LookupError for anything else."""
+        while pos < end:
+            key = data[pos]
+            wire = key & 7
+            if key >= 0x80 or wire not in (0, 2):
+                raise LookupError(key)  # a field past 15 or a fixed-width one
+            value = data[pos + 1]
+            if value < 0x80:
+                pos += 2
+            else:
+                value, pos = _varint(data, pos + 1)
+            if wire == 2:
+                if key == _OP_NAME_KEY:
+                    self._op_name = data[pos:pos + value].decode("utf-8", errors="replace")
+                pos += value
+            elif key == _FRAME_KEY:
+                self._frame_id = value
+        if pos > end:
+            raise IndexError("the metadata runs past its end")
+
+    @property
+    def op_name(self) -> str:
+        if self._op_name is None:
+            self._read_metadata()
+        return self._op_name  # type: ignore[return-value]
+
+    @property
+    def frame_id(self) -> int:
+        if self._op_name is None:
+            self._read_metadata()
+        return self._frame_id
+
+    @property
+    def shape(self) -> Message | None:
+        if self._shape is None and self._raw is not None and self._raw[2] is not None:
+            start, end = self._raw[2]
+            self._shape = Message(self._raw[0][start:end], lazy=True)
+        return self._shape
+
+    def __repr__(self) -> str:
+        return f"_Instr({self.name!r}, {self.opcode!r}, computation {self.computation_id})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,3 +201,40 @@ class _Module:
     schedule: Mapping[int, tuple[int, ...]]
     entry_id: int
     stack_frames: Message | None = None  # HloModuleProto.stack_frame_index (decoded by memory._hlo_frames)
+
+    def sequential_computations(self) -> list[int]:
+        """Ids of the computations whose instructions are program steps: the entry and, through its ``while``,
+        ``call`` and ``conditional`` instructions, the scheduled computations they run (as
+        :mod:`xlakit.memory._assignment_liveness` flattens the schedule); every computation when the module
+        has no schedule. A value's users are in its own computation; fusion bodies and reduction regions run
+        inside one step and are read only when asked for."""
+        return list(self._sequential)
+
+    @functools.cached_property
+    def _sequential(self) -> tuple[int, ...]:
+        if not self.schedule:
+            return tuple(self.computations)
+        found = [self.entry_id] if self.entry_id in self.computations else []
+        for cid in found:  # grows while it is walked
+            for iid in self.computations[cid][1]:
+                ins = self.instructions.get(iid)
+                if ins is not None and ins.opcode in _SEQUENTIAL_CALLERS:
+                    found += [c for c in ins.called if c in self.schedule and c in self.computations
+                              and c not in found]
+        return tuple(found)
+
+    def root_opcode(self, cid: int) -> str | None:
+        """The opcode of computation ``cid``'s root (None when unknown), reading only the root's record."""
+        read = getattr(self.instructions, "root_opcode", None)
+        if read is not None:
+            return read(cid)
+        root = self.root(cid)
+        return root.opcode if root is not None else None
+
+    def root(self, cid: int) -> _Instr | None:
+        """The root instruction of computation ``cid`` (None when unknown), reading no more of the module than
+        it needs."""
+        read = getattr(self.instructions, "root", None)
+        if read is not None:
+            return read(cid)
+        return self.instructions.get(self.computations[cid][2]) if cid in self.computations else None

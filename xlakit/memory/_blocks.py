@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["block_of_path", "name_blocks"]
+__all__ = ["block_of_path", "name_blocks", "add_blocks"]
 
 _PAIR = re.compile(r"\['([^'\]]+)'\]\[(\d+)\]|\.([A-Za-z_]\w*)\[(\d+)\]")
 _OPTIMIZER_CONTAINERS = frozenset({"opt_state"})  # optax's state tuple: not a layer list
@@ -87,3 +87,27 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
         if len(both) == 1:
             out[iid] = next(iter(both))
     return out
+
+
+def add_blocks(cols: dict[str, list[Any]], seen_as: list[tuple[list[int], bool]], mod: Any,
+                param_paths: dict[int, str]) -> None:
+    """Fill each row's ``block`` (:mod:`xlakit.memory._blocks`: ``blocks[2]`` from the parameters a value is
+    made from, a parameter's from its path, a scan's stacked value ``all N iterations (stacked)``) and put it
+    in front of the layer (``blocks[2] › Block.__call__ › self.attn(x)``), so four blocks called in a loop are
+    four layers, not one. ``cols``: the buffer table as column lists
+    (:data:`xlakit.memory.attribution.BUFFER_COLUMNS`)."""
+    from xlakit.memory._hlo_frames import parse_op_name
+
+    named = name_blocks(mod, param_paths, lambda iid: parse_op_name(mod.instructions[iid].op_name).phase)
+    layers, blocks = cols["layer"], cols["block"]
+    for i, (positions, stacked) in enumerate(seen_as):
+        if layers[i] == "argument":
+            blocks[i] = block_of_path(cols["parameter"][i])
+            continue
+        block = next((named[p] for p in positions if p in named), None)
+        shape = cols["shape"][i]
+        if block is None and stacked and shape:
+            block = f"all {shape[0]} iterations (stacked)"
+        blocks[i] = block
+        if block and layers[i] != "unknown":
+            layers[i] = f"{block} › {layers[i]}"

@@ -17,14 +17,15 @@ from xlakit._text.format import fmt_bytes
 
 __all__ = ["GROUPS", "group_frame", "grouped", "top_groups", "group_text", "UNKNOWN_LABELS", "ARGUMENTS_LABEL"]
 
-GROUPS = ("source", "scope", "role", "parameter", "layer", "block", "instruction")
+GROUPS = ("source", "scope", "role", "parameter", "layer", "block", "instruction", "output")
 #: Column -> what the buffers without a value in it are (shown in place of ``unknown`` / a missing value).
 UNKNOWN_LABELS = {"source": "(no line of your code: made by XLA or inside a library)",
                   "layer": "(no layer of your code: made by XLA or inside a library)",
                   "scope": "(no name stack: made by XLA)",
                   "parameter": "(not an argument: values the program makes)",
                   "block": "(no block told apart)",
-                  "role": "(no role)", "instruction": "(no instruction)"}
+                  "role": "(no role)", "instruction": "(no instruction)",
+                  "output": "(not a result written into a donated argument)"}
 #: The folded row of every entry argument in a ``source`` grouping.
 ARGUMENTS_LABEL = "arguments"
 _ARGUMENT_SOURCE = "argument "

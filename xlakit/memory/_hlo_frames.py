@@ -240,12 +240,17 @@ def layer_of(frame: SourceFrame | None) -> str:
     return f"{fn} › {expr}" if expr else fn
 
 
-def source_of(frame: SourceFrame | None) -> str:
+def source_of(frame: SourceFrame | None, names: dict[str, str] | None = None) -> str:
     """``model.py:42 (MLP.__call__)`` / ``cell [7], line 3 (MLP.__call__)``: the line (the call on it is in
-    :func:`layer_of`); ``"unknown"`` without a frame."""
+    :func:`layer_of`); ``"unknown"`` without a frame. ``names``: a memo of file names, as for
+    :func:`stack_text`."""
     if frame is None:
         return "unknown"
-    name = display_file(frame.file)
+    name = names.get(frame.file) if names is not None else None
+    if name is None:
+        name = display_file(frame.file)
+        if names is not None:
+            names[frame.file] = name
     where = f"{name}, line {frame.line}" if name.startswith("cell [") else f"{name}:{frame.line}"
     return f"{where} ({frame.function})" if frame.function else where
 

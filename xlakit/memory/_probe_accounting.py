@@ -42,6 +42,7 @@ _EIGEN_OPS = {"dot": ("matrix product", "matrix products"), "convolution": ("con
 _FUSION_KIND = re.compile(r'"kind"\s*:\s*"(__[A-Za-z0-9_]+_fusion)"')
 _CUSTOM_CALL = re.compile(r'custom_call_target="([^"]+)"')
 _ENTRY_OP = re.compile(r"=\s*\S+\s+(dot|convolution)\(")
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
 
 
 def tolerance_bytes(expected: int | None) -> int:
@@ -82,29 +83,50 @@ def runtime_calls(hlo_text: str, platform: str | None) -> tuple[str, ...]:
     Library fusions and custom calls on every backend; on CPU also ``dot`` / ``convolution`` instructions
     that XLA:CPU runs through Eigen (their packing buffers)."""
     found: Counter[tuple[str, str, str]] = Counter()  # (library, singular, plural) -> count
-    for kind in _FUSION_KIND.findall(hlo_text):
+    for kind in _findall(hlo_text, ('"kind"',), _FUSION_KIND):
         found[(f"{_LIBRARY.get(kind, 'a library')} ({kind})", "fused operation", "fused operations")] += 1
-    for target in _CUSTOM_CALL.findall(hlo_text):
+    for target in _findall(hlo_text, ("custom_call_target=",), _CUSTOM_CALL):
         found[(target, "custom call", "custom calls")] += 1
     if platform == "cpu":
-        for block in _computations(hlo_text):
+        ops = Counter(_findall(hlo_text, ("dot(", "convolution("), _ENTRY_OP))  # then those library fusions run
+        for block in _computations(hlo_text) if ops else ():
             if block["library"]:
-                continue
-            for op in _ENTRY_OP.findall(block["text"]):
-                found[("Eigen", *_EIGEN_OPS[op])] += 1
+                ops.subtract(_ENTRY_OP.findall(block["text"]))
+        for op, n in ops.items():
+            if n > 0:
+                found[("Eigen", *_EIGEN_OPS[op])] += n
     return tuple(sorted(f"{n} {one if n == 1 else many} run by {lib}" if many != "custom calls"
                         else f"{n} {one if n == 1 else many} to {lib}" for (lib, one, many), n in found.items()))
+
+
+def _findall(text: str, literals: tuple[str, ...], pattern: re.Pattern[str]) -> list[Any]:
+    """``pattern.findall(text)`` for a pattern whose matches lie within one line and contain one of
+    ``literals``: only the lines holding a literal are searched (``str.find`` skips the rest of a module's
+    megabytes of text far faster than the regular expression can)."""
+    lines: set[tuple[int, int]] = set()
+    for literal in literals:
+        at = text.find(literal)
+        while at >= 0:
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            lines.add((text.rfind("\n", 0, at) + 1, end))
+            at = text.find(literal, end)
+    out: list[Any] = []
+    for start, end in sorted(lines):
+        out += pattern.findall(text, start, end)
+    return out
 
 
 def _computations(hlo_text: str) -> list[dict[str, Any]]:
     """Split HLO text into computations; ``library`` marks those called by a library fusion."""
     blocks = re.split(r"\n(?=\S)", hlo_text)
     called_by_library = set()
-    for line in hlo_text.splitlines():
-        if _FUSION_KIND.search(line):
-            m = re.search(r"calls=%?([\w.\-]+)", line)
-            if m:
-                called_by_library.add(m.group(1))
+    for kind in _FUSION_KIND.finditer(hlo_text):  # the line of each library fusion names what it calls
+        start = hlo_text.rfind("\n", 0, kind.start()) + 1
+        end = hlo_text.find("\n", kind.end())
+        m = _CALLS.search(hlo_text, start, end if end >= 0 else len(hlo_text))
+        if m:
+            called_by_library.add(m.group(1))
     out = []
     for b in blocks:
         head = b.split("(", 1)[0].split()

@@ -22,14 +22,18 @@ Roles:
 ================= ===================================================================================
 parameter         an entry argument (``parameter``: its pytree path; ``donated``: XLA may reuse it)
 optimizer state   an entry argument under an optax state node, ``nnx.Optimizer`` or an ``opt_state`` key
-aliased           a result written into a donated argument's buffer
+aliased           a result written into a donated argument's buffer (``parameter``: that argument;
+                  ``output``: which result). From the step it is written, the bytes it shares with the
+                  argument are charged to it, not to the argument: each byte once, and the donation is
+                  seen as what it is (:attr:`Attribution.donations`: argument → result, bytes saved)
 output            a result (a position of the entry's root), not in an argument's buffer; a temporary XLA
                   placed in an output's allocation earlier in the program is not an output
 residual          a forward-pass value (op name under ``jvp``) read by the backward pass (under
                   ``transpose``): what a gradient keeps alive, what ``jax.checkpoint`` trades for compute
 recomputed        a forward-pass value recomputed in the backward pass (remat): JAX traced it under the
                   ``rematted_computation`` scope of a ``jax.checkpoint``
-temporary         any other value in XLA's scratch
+temporary         any other value in XLA's scratch (or one XLA placed in a donated argument's bytes after
+                  the argument's last use)
 constant          a literal compiled into the program
 thread-local      a small per-thread value (not device memory)
 ================= ===================================================================================
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
@@ -49,11 +54,12 @@ __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
 ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "recomputed", "temporary", "constant",
          "thread-local")
 BUFFER_COLUMNS = ["buffer_id", "instruction", "opcode", "bytes", "shape", "dtype", "role", "scope", "phase",
-                  "layer", "source", "file", "line", "parameter", "donated", "allocation", "offset", "start",
-                  "end", "stack", "block"]
+                  "layer", "source", "file", "line", "parameter", "output", "donated", "allocation", "offset",
+                  "start", "end", "stack", "block"]
 # Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
 _CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
                        "transpose", "bitcast-convert", "opt-barrier", "optimization-barrier"})
+_STACKING = _CARRIERS | {"dynamic-update-slice"}  # fusion roots that may stack a slice (see _stacked_value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +72,10 @@ class Attribution:
         for entry arguments; ``"unknown"`` without an op name), phase (forward/backward/""), layer
         (``"MLP.__call__ › self.l1(x)"``), source (``"model.py:42 (...)"``, ``"argument params['l1']"``,
         ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument; for an aliased
-        result, the donated argument whose buffer it takes; else None),
-        donated (bool), allocation/offset, start/end (program steps of its live range, ints; -1 when XLA
+        result, the donated argument whose buffer it takes; else None), output (for a result, its pytree path
+        in the function's return value, ``output['w1']``; for a donated argument, the result written into its
+        bytes; else None), donated (bool: the caller donated the argument, or XLA reuses its bytes),
+        allocation/offset, start/end (program steps of its live range, ints; -1 when XLA
         gives the buffer no place in the schedule, e.g. thread-local values), stack (every frame, innermost
         first, one per line), block (``"blocks[2]"``: the indexed container of the parameters the value is made
         from, :mod:`xlakit.memory._blocks`; ``"all 8 iterations (stacked)"`` for a scan's stacked value; None
@@ -90,6 +98,15 @@ class Attribution:
     memory: Any = dataclasses.field(repr=False)
     assignment: Any = dataclasses.field(repr=False)
     method: str = ""
+
+    @property
+    def donations(self):
+        """``pandas.DataFrame``, one row per donated argument leaf: argument, output (the result XLA wrote into its
+        bytes, None when it reused them for none), bytes (saved by the donation: the result needed no
+        allocation of its own), allocation. Empty without donation."""
+        from xlakit.memory._donation import donations
+
+        return donations(self.buffers)
 
     def by(self, column: str):
         """Bytes of all logical buffers grouped by ``column`` (role, scope, source, layer, parameter...):
@@ -141,6 +158,7 @@ def _fused_frame(mod: Any, fusion: Any) -> Any:
     own = fusion.op_name.split(";", 1)[0]
     order: list[Any] = []
     queue = collections.deque(mod.computations[c][2] for c in fusion.called if c in mod.computations)
+    # (a fusion without a frame of its own is rare: reading its body in full is fine)
     seen: set[int] = set()
     while queue:  # breadth-first from the root: the nearest value to what the fusion writes comes first
         iid = queue.popleft()
@@ -189,13 +207,16 @@ def _stacked_value(mod: Any, iid: int) -> Any:
     inside the loop body (``self.up(x)``), where the stacking op's own metadata names the ``scan`` call;
     else None."""
     ins = mod.instructions.get(iid)
-    root_id: int | None = iid
-    if ins is not None and ins.opcode == "fusion" and ins.called and ins.called[0] in mod.computations:
-        root_id = mod.computations[ins.called[0]][2]
-    root = mod.instructions.get(root_id) if root_id is not None else None
+    if ins is None or (ins.opcode != "fusion" and ins.opcode not in _STACKING):
+        return None
+    root = ins
+    if ins.opcode == "fusion" and ins.called and ins.called[0] in mod.computations:
+        if mod.root_opcode(ins.called[0]) not in _STACKING:
+            return None  # most fusions: only the root's opcode is read
+        root = mod.root(ins.called[0])
     while root is not None and root.opcode in _CARRIERS and root.operands:
         root = mod.instructions.get(root.operands[0])
-    if ins is None or root is None or root.opcode != "dynamic-update-slice" or len(root.operands) < 2:
+    if root is None or root.opcode != "dynamic-update-slice" or len(root.operands) < 2:
         return None
     update_id: int | None = root.operands[1]
     update = mod.instructions.get(update_id)
@@ -206,16 +227,28 @@ def _stacked_value(mod: Any, iid: int) -> Any:
     return meta if meta is not None and meta.frame_id else None
 
 
-def _phases(mod: Any) -> tuple[dict[int, str], dict[int, list[int]]]:
-    phase = {iid: parse_op_name(ins.op_name).phase for iid, ins in mod.instructions.items()}
+def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]]]:
+    """(instruction id -> its phase, read when first asked; instruction id -> its users) over the computations
+    that run in sequence (a value's users are in its own computation)."""
+    memo: dict[int, str] = {}
+    instructions = mod.instructions
+
+    def phase(iid: int) -> str:
+        found = memo.get(iid)
+        if found is None:
+            ins = instructions.get(iid)
+            found = memo[iid] = parse_op_name(ins.op_name).phase if ins is not None else ""
+        return found
+
     users: dict[int, list[int]] = {}
-    for iid, ins in mod.instructions.items():
-        for op in ins.operands:
-            users.setdefault(op, []).append(iid)
+    for cid in mod.sequential_computations():
+        for iid in mod.computations[cid][1]:
+            for op in instructions[iid].operands:
+                users.setdefault(op, []).append(iid)
     return phase, users
 
 
-def _read_by_backward(ids: list[int], mod: Any, phase: dict[int, str], users: dict[int, list[int]]) -> bool:
+def _read_by_backward(ids: list[int], mod: Any, phase: Callable[[int], str], users: dict[int, list[int]]) -> bool:
     """True when a user of any of ``ids`` (the positions of one buffer; looking through the carriers that
     pass it on, e.g. the ``get-tuple-element`` of a scan's stacked results) is a backward-pass op."""
     stack, seen = list(ids), set(ids)
@@ -224,7 +257,7 @@ def _read_by_backward(ids: list[int], mod: Any, phase: dict[int, str], users: di
             if user in seen:
                 continue
             seen.add(user)
-            if phase.get(user) == "backward":
+            if phase(user) == "backward":
                 return True
             if mod.instructions[user].opcode in _CARRIERS:
                 stack.append(user)
@@ -250,42 +283,6 @@ def _results(mod: Any, root_id: int) -> set[int]:
 
 def _optimizer_path(path: str) -> bool:
     return "opt_state" in path
-
-
-def _liveness_by_role(rows: list[dict[str, Any]], buffers: Any) -> Any:
-    """The schedule's per-step rows (step, instruction, opcode, live_bytes) with one column of live bytes per
-    role (:data:`ROLES`, each byte charged once, as at the peak) in place of XLA's per-kind columns."""
-    import pandas as pd
-
-    from xlakit.memory._role_liveness import role_columns
-
-    base = pd.DataFrame(rows)
-    keep = [c for c in ("step", "instruction", "opcode") if c in base.columns]
-    frame = pd.concat([base[keep], pd.DataFrame(role_columns(buffers, len(base), ROLES))], axis=1)
-    frame["live_bytes"] = base["live_bytes"] if "live_bytes" in base.columns else 0
-    frame.attrs["stacked_by"] = "role"
-    return frame
-
-
-def _add_blocks(rows: list[dict[str, Any]], seen_as: list[tuple[list[int], bool]], mod: Any, frames: Any,
-                param_paths: dict[int, str]) -> None:
-    """Fill each row's ``block`` (:mod:`xlakit.memory._blocks`: ``blocks[2]`` from the parameters a value is
-    made from, a parameter's from its path, a scan's stacked value ``all N iterations (stacked)``) and put it
-    in front of the layer (``blocks[2] › Block.__call__ › self.attn(x)``), so four blocks called in a loop are
-    four layers, not one."""
-    from xlakit.memory._blocks import block_of_path, name_blocks
-
-    named = name_blocks(mod, param_paths, lambda iid: parse_op_name(mod.instructions[iid].op_name).phase)
-    for r, (positions, stacked) in zip(rows, seen_as, strict=True):
-        if r["layer"] == "argument":
-            r["block"] = block_of_path(r["parameter"])
-            continue
-        block = next((named[i] for i in positions if i in named), None)
-        if block is None and stacked and r["shape"]:
-            block = f"all {r['shape'][0]} iterations (stacked)"
-        r["block"] = block
-        if block and r["layer"] != "unknown":
-            r["layer"] = f"{block} › {r['layer']}"
 
 
 def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attribution:
@@ -315,47 +312,66 @@ def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attributi
 def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | None = None) -> Attribution:
     """:func:`attribute` of a ``jax.stages.Compiled``; ``fn`` (the jitted function) and ``example`` (the
     ``(args, kwargs)`` it was compiled with: flax.nnx graph nodes under ``nnx.jit``) name its arguments."""
-    import pandas as pd
-
-    from xlakit._jax.arguments import argument_leaves
+    from xlakit.memory._decoding import without_gc
     from xlakit.memory.buffer_assignment import buffer_assignment
 
     ba = buffer_assignment(compiled)
-    mod = ba._module
-    if mod is None:
+    if ba._module is None:
         raise ValueError("the program's HLO module is unavailable, so its buffers cannot be placed in program "
                          "order; pass the jax.stages.Compiled that runtime_executable() can describe")
-    rows, ranges = ba._schedule_liveness()
+    return without_gc(_attribute, ba, compiled, fn, example)
+
+
+def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | None) -> Attribution:
+    import pandas as pd
+
+    from xlakit._jax.arguments import argument_leaves, donated_leaves, output_paths
+    from xlakit.memory._blocks import add_blocks
+    from xlakit.memory._donation import name_donations, output_index
+    from xlakit.memory._role_liveness import liveness_frame
+
+    mod = ba._module
+    order, ranges = ba._schedule_ranges()
     frames = FrameTable(mod.stack_frames)
     params = _entry_parameters(mod)
     leaves = argument_leaves(compiled, fn, example)
     if len(leaves) != len(params):
         leaves = {}  # the tree does not match the parameters (tokens, tupled arguments): use op names only
+    donated_flags = donated_leaves(compiled) or []
     phase, users = _phases(mod)
     placed = ba.allocation_of()
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
-    results = _results(mod, mod.computations[mod.entry_id][2])
+    root_id = mod.computations[mod.entry_id][2]
+    results = _results(mod, root_id)
+    outputs = output_index(mod, root_id, output_paths(compiled))
     shown_files: dict[str, str] = {}
-    out = []
+    by_frame: dict[int, tuple[Any, Any]] = {}  # frame id -> (stack, first user frame)
+    texts: dict[tuple[int, int], tuple[str, str, str]] = {}  # ids of (stack, user) -> (source, layer, stack)
+    rows: list[tuple[Any, ...]] = []
     seen_as: list[tuple[list[int], bool]] = []  # per row: its positions, and whether it is a scan's stack
     param_paths: dict[int, str] = {}
     for b in ba.logical_buffers:
         alloc, sl = placed.get(b.id, (None, None))
         ins = mod.instructions.get(b.instruction_id) if b.instruction_id is not None else None
-        positions = [i for i in (b.instruction_id, *(i for i, _ in aliases.get(b.id, ()))) if i is not None]
+        more = aliases.get(b.id)
+        positions = [i for i in (b.instruction_id, *(i for i, _ in more)) if i is not None] if more else (
+            [b.instruction_id] if b.instruction_id is not None else [])
         # The first position with metadata speaks for the buffer (a loop body's parameter has none; the
         # loop's operand or result that holds the same buffer has).
-        meta = next((m for m in (_metadata_source(mod, i) for i in positions) if m is not None
-                     and (m.op_name or m.frame_id)), None)
+        sources = [_metadata_source(mod, i) for i in positions]
+        meta = next((m for m in sources if m is not None and (m.op_name or m.frame_id)), None)
         framed = meta
         if meta is None or not meta.frame_id:  # a fusion XLA built or merged: its fused instructions speak
-            fusion = meta if meta is not None else next(
-                (f for f in (_metadata_source(mod, i) for i in positions) if f is not None), None)
+            fusion = meta if meta is not None else next((f for f in sources if f is not None), None)
             if fusion is not None and fusion.opcode == "fusion":
                 framed = _fused_frame(mod, fusion) or meta
-        stack = frames.chain(framed.frame_id) if framed is not None and framed.frame_id else ()
-        user = user_frame(stack)
+        frame_id = framed.frame_id if framed is not None else 0
+        known = by_frame.get(frame_id)
+        if known is None:
+            chain = frames.chain(frame_id) if frame_id else ()
+            known = by_frame[frame_id] = (chain, user_frame(chain))
+        stack, user = known
         stacked = next((v for v in (_stacked_value(mod, i) for i in positions) if v is not None), None)
         if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
             inner = frames.chain(stacked.frame_id)
@@ -369,10 +385,12 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
             if readers:  # XLA made it, without metadata, for one line's ops: that line holds it
                 stack, user, reader_op = readers
                 made_for = parse_op_name(reader_op).scope
-        parameter = None
+        parameter = output = None
         role = "temporary"
-        is_entry_param = b.instruction_id in param_ids
-        if is_entry_param:
+        is_result = bool(results.intersection(positions))
+        if is_result:
+            output = next((outputs[i] for i in positions if i in outputs), None)
+        if b.instruction_id in param_ids:
             num = param_ids[b.instruction_id]
             leaf = leaves.get(num)
             recorded = ins.op_name if ins is not None else ""
@@ -381,52 +399,51 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
             if b.shape_index:
                 parameter += "".join(f"[{i}]" for i in b.shape_index)
             role = "optimizer state" if (leaf.optimizer_state if leaf else _optimizer_path(parameter)) else "parameter"
-            scope, source, layer = "argument", f"argument {parameter}", "argument"
+            scope, source, layer, text = "argument", f"argument {parameter}", "argument", None
             param_paths[params[num]] = parameter
+            donated = bool(alloc is not None and alloc.aliased_with_output) or bool(
+                leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index])
         else:
-            scope, source, layer = names.scope, source_of(user), layer_of(user)
-            if made_for:
-                scope = f"made by XLA for › {made_for}"
+            key = (id(stack), id(user))  # both come from the frame table's cache: one object per frame
+            shown = texts.get(key)
+            if shown is None:
+                shown = texts[key] = (source_of(user, shown_files), layer_of(user), stack_text(stack, shown_files))
+            source, layer, text = shown
+            scope = f"made by XLA for › {made_for}" if made_for else names.scope
+            donated = bool(alloc is not None and alloc.aliased_with_output)
             if alloc is None:
                 role = "temporary"
             elif alloc.is_constant:
                 role = "constant"
             elif alloc.is_thread_local:
                 role = "thread-local"
-            elif alloc.is_parameter:
+            elif alloc.is_parameter and is_result:
                 role = "aliased"
-            elif alloc.maybe_live_out and results.intersection(positions):
+            elif alloc.maybe_live_out and is_result:
                 role = "output"
             elif names.phase == "forward" and _read_by_backward(positions, mod, phase, users):
                 role = "residual"
             elif names.recomputed:
                 role = "recomputed"
         start, end = ranges.get(b.id, (-1, -1))
-        out.append({"buffer_id": b.id, "instruction": b.instruction, "opcode": b.opcode, "bytes": b.size,
-                    "shape": b.shape, "dtype": b.dtype, "role": role, "scope": scope, "phase": names.phase,
-                    "layer": layer, "source": source, "file": user.file if user else None,
-                    "line": user.line if user else None, "parameter": parameter,
-                    "donated": bool(alloc is not None and alloc.aliased_with_output),
-                    "allocation": alloc.index if alloc else None, "offset": sl.offset if sl else None,
-                    "start": int(start), "end": int(end), "stack": stack_text(stack, shown_files)})
+        rows.append((b.id, b.instruction, b.opcode, b.size, b.shape, b.dtype, role, scope, names.phase, layer,
+                     source, user.file if user else None, user.line if user else None, parameter, output, donated,
+                     alloc.index if alloc else None, sl.offset if sl else None, start, end,
+                     text if text is not None else stack_text(stack, shown_files), None))
         seen_as.append((positions, stacked is not None))
-    # An aliased result takes a donated argument's buffer: name that argument, so grouping by parameter shows
-    # the donation (the old and the new value of params['w'] in one group).
-    argument_of: dict[Any, Any] = {r["allocation"]: r["parameter"] for r in out
-                   if r["role"] in ("parameter", "optimizer state") and r["allocation"] is not None}
-    for r in out:
-        if r["role"] == "aliased":
-            r["parameter"] = argument_of.get(r["allocation"])
-    _add_blocks(out, seen_as, mod, frames, param_paths)
-    buffers = pd.DataFrame(out, columns=BUFFER_COLUMNS)
+    cols = {c: list(v) for c, v in zip(BUFFER_COLUMNS, zip(*rows, strict=True), strict=True)} if rows else \
+        {c: [] for c in BUFFER_COLUMNS}
+    name_donations(cols)
+    add_blocks(cols, seen_as, mod, param_paths)
+    buffers = pd.DataFrame(cols, columns=BUFFER_COLUMNS)
     buffers["block"] = buffers["block"].astype(object).where(buffers["block"].notna(), None)
     buffers["line"] = buffers["line"].astype("Int64")
     buffers["allocation"] = buffers["allocation"].astype("Int64")
     buffers["offset"] = buffers["offset"].astype("Int64")
-    liveness = _liveness_by_role(rows, buffers)
+    liveness = liveness_frame(order, mod, buffers, ROLES)
     method = "reconstructed from the HLO schedule and buffer aliases"
     if ba.heap_traces:
         method += " (XLA's heap simulator trace also shipped; Peak uses it for the step)"
     memory = ba.reported
-    return Attribution(buffers=buffers, liveness=liveness, steps=len(rows), name=ba.name,
+    return Attribution(buffers=buffers, liveness=liveness, steps=len(order), name=ba.name,
                        platform=getattr(memory, "platform", None), memory=memory, assignment=ba, method=method)

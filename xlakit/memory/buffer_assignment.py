@@ -29,12 +29,13 @@ its live buffers occupy, so buffers that share bytes in place are counted once.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from xlakit.memory._assignment_decode import _F as _F  # XLA's field numbers (tests build protos with them)
 from xlakit.memory._assignment_decode import decode_parts
-from xlakit.memory._assignment_liveness import schedule_liveness, trace_rows
+from xlakit.memory._assignment_liveness import schedule_liveness, schedule_ranges, trace_rows
 from xlakit.memory._assignment_types import (
     DTYPES,
     HOST_MEMORY_COLOR,
@@ -49,6 +50,11 @@ from xlakit.memory._proto import ProtoDecodeError
 
 __all__ = ["BufferAssignment", "Allocation", "LogicalBuffer", "Slice", "HeapEvent", "buffer_assignment",
            "decode_buffer_assignment", "DTYPES", "HOST_MEMORY_COLOR"]
+
+# Compiled program -> its decoded BufferAssignment, kept while the program lives: peak(), compare() and the views
+# often look at the same program again, and an executable's buffer assignment never changes.
+_DECODED: weakref.WeakKeyDictionary[Any, BufferAssignment] = weakref.WeakKeyDictionary()
+
 
 @dataclasses.dataclass(frozen=True)
 class BufferAssignment:
@@ -78,6 +84,7 @@ class BufferAssignment:
     _aliases: Mapping[int, tuple[tuple[int | None, tuple[int, ...]], ...]] = dataclasses.field(
         default_factory=dict, repr=False, compare=False)
     _module: _Module | None = dataclasses.field(default=None, repr=False, compare=False)
+    _memo: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)  # derived once
 
     # -- lookups ------------------------------------------------------------------------------------
     def buffer(self, buffer_id: int) -> LogicalBuffer:
@@ -274,7 +281,18 @@ class BufferAssignment:
 
     def _schedule_liveness(self) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
         assert self._module is not None
-        return schedule_liveness(self._module, self.logical_buffers, self.allocations, self._aliases)
+        if "liveness" not in self._memo:
+            self._memo["liveness"] = schedule_liveness(self._module, self.logical_buffers, self.allocations,
+                                                       self._aliases)
+        return self._memo["liveness"]
+
+    def _schedule_ranges(self) -> tuple[list[int], dict[int, tuple[int, int]]]:
+        """(instruction ids in program order, buffer id -> (first step, last step)), without the sweep."""
+        assert self._module is not None
+        if "ranges" not in self._memo:
+            self._memo["ranges"] = schedule_ranges(self._module, self.logical_buffers, self.allocations,
+                                                   self._aliases)
+        return self._memo["ranges"]
 
     # -- display ------------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -307,9 +325,11 @@ def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, re
     Raises:
       ValueError (``ProtoDecodeError``): the bytes are empty or malformed.
     """
+    from xlakit.memory._decoding import without_gc
+
     platform = platform or getattr(reported, "platform", None)
-    return BufferAssignment(**_apart_on_chip(decode_parts(data, hlo_module), platform), reported=reported,
-                            platform=platform)
+    return BufferAssignment(**_apart_on_chip(without_gc(decode_parts, data, hlo_module), platform),
+                            reported=reported, platform=platform)
 
 
 def _apart_on_chip(parts: dict[str, Any], platform: str | None) -> dict[str, Any]:
@@ -341,7 +361,8 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
 
     Returns:
       :class:`BufferAssignment`; its :meth:`~BufferAssignment.compare` checks the decoded totals against
-      ``memory_analysis()``.
+      ``memory_analysis()``. A ``Compiled`` is decoded once: while it lives, asking again returns the same
+      object.
 
     Raises:
       TypeError: unsupported input (a cache entry stores no buffer assignment: load and pass the program), or
@@ -387,6 +408,12 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
                         "example arguments and could not lower it; pass a jax.stages.Compiled "
                         "(jax.jit(f).lower(x).compile()) or Lowered, or the function followed by example arguments "
                         f"(arrays or jax.ShapeDtypeStruct): buffer_assignment(f, x). JAX said: {exc}") from exc
+    try:
+        known = _DECODED.get(program)
+    except TypeError:  # a program object that cannot be weakly referenced: decoded every time
+        known = None
+    if known is not None:
+        return known
     memory = compiled_memory(program)
     module_bytes = None
     data = memory.serialized_buffer_assignment
@@ -404,6 +431,11 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
                          "and its example arguments (or its Lowered) instead of the Compiled program, and xlakit "
                          "compiles it once with XLA's dump (xla_dump_to), which carries the buffer assignment")
     try:
-        return decode_buffer_assignment(data, module_bytes, reported=memory)
+        decoded = decode_buffer_assignment(data, module_bytes, reported=memory)
     except ProtoDecodeError as exc:
         raise ValueError(f"could not decode the buffer assignment of {memory.name}: {exc}") from exc
+    try:
+        _DECODED[program] = decoded
+    except TypeError:
+        pass
+    return decoded

@@ -1,6 +1,7 @@
 """What a change did to memory: two compiled programs (with and without donation, a remat policy, another
 dtype or batch) diffed at their peaks by role, scope and source — "residuals −2.0 MiB (model.py:76),
-temporaries +256 KiB" — not just two totals."""
+temporaries +256 KiB" — not just two totals; and what donation changed, pair by pair — "donation: p['w1'] →
+output['w1'] aliased, 2.0 MiB saved"."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ __all__ = ["Comparison", "compare"]
 
 _BY = ("role", "scope", "source")
 _PLURAL = {"parameter": "parameters", "residual": "residuals", "temporary": "temporaries", "output": "outputs",
-           "constant": "constants", "aliased": "aliased outputs"}
+           "constant": "constants", "aliased": "aliased outputs", "recomputed": "recomputed values"}
 
 
 def _signed(n: int) -> str:
@@ -33,6 +34,7 @@ class Comparison:
         at the new peak), or ``""``.
       footprint_a, footprint_b: bytes XLA reserves for one run (``CompiledMemory.footprint_bytes``; None
         when not reported).
+      donations: which argument became which result in each program, and the bytes saved.
     """
 
     frame: Any
@@ -81,9 +83,28 @@ class Comparison:
                 "everything first: checkpoint each block instead, e.g. xlakit.memory.remat.checkpoint_each; if the "
                 "blocks are checkpointed one by one already, XLA's schedule put their recomputations together).")
 
+    @property
+    def donations(self):
+        """``pandas.DataFrame`` of both programs' donations (:attr:`xlakit.memory.Attribution.donations`) with a
+        column ``program`` (``"a"`` / ``"b"``): which argument became which result, and the bytes saved."""
+        import pandas as pd
+
+        frames = [p.attribution.donations.assign(program=name) for name, p in (("a", self.a), ("b", self.b))]
+        return pd.concat(frames, ignore_index=True)
+
     def summary(self) -> str:
         """``"residuals −2.0 MiB (model.py:76 (loss)), temporaries +256.0 KiB"``: each role that changed, with
-        the source whose change is largest within it."""
+        the source whose change is largest within it; then what donation changed: ``"donation: p['w1'] →
+        output['w1'] aliased, 2.0 MiB saved"`` (see :func:`xlakit.memory._donation.donation_summary`)."""
+        from xlakit.memory._donation import donation_summary
+
+        roles = self._roles_summary()
+        donation = donation_summary(self.a.attribution.donations, self.b.attribution.donations)
+        if donation:
+            return f"{roles}; {donation}" if roles != "no change at the peak" else donation
+        return roles
+
+    def _roles_summary(self) -> str:
         buffers_a, buffers_b = self.a.buffers, self.b.buffers
         parts = []
         for _, row in self.by("role").iterrows():

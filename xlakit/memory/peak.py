@@ -6,7 +6,10 @@ Where the step comes from: XLA's heap simulator trace when the buffer assignment
 the traced allocation's live bytes peak, placed at its instruction's step); otherwise (jaxlib 0.10.2 CPU
 ships none) the maximum of the liveness :func:`xlakit.memory.attribute` reconstructs from the module's
 schedule. The total at that step counts every byte occupied once: buffers that share bytes in place (an
-in-place update, a buffer reused after another one died) are charged to the largest of them.
+in-place update, a buffer reused after another one died) are charged to the largest of them, except that a
+result written into a donated argument (role ``aliased``) takes the argument's bytes from the step it is
+written — so ``by("role")`` shows donation as ``aliased`` bytes, not as an argument that stays and a result that
+costs nothing — and the charges still sum to the bytes occupied.
 """
 
 from __future__ import annotations
@@ -21,17 +24,18 @@ from xlakit.memory._hlo_frames import parse_op_name
 __all__ = ["Peak", "peak", "peak_of", "group_frame", "top_groups", "PEAK_COLUMNS", "GROUPS", "UNKNOWN_LABELS"]
 
 PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "block", "shape", "dtype", "instruction", "parameter",
-                "buffer_id", "allocation", "start", "end", "buffer_bytes"]
+                "output", "buffer_id", "allocation", "start", "end", "buffer_bytes"]
 
 
 def _charge(live: Any) -> list[int]:
-    """Bytes of each live buffer not already covered by a larger one at overlapping offsets of the same
-    allocation (so the charges sum to the bytes occupied); the rule of the per-role liveness too."""
-    from xlakit.memory._role_liveness import charge
+    """Bytes of each live buffer by the charging rule of :mod:`xlakit.memory._charging` (each byte once, to the
+    buffer that ranks first among those sharing it: an aliased result, then the larger), so the charges sum to
+    the bytes occupied; the rule of the per-role liveness too."""
+    from xlakit.memory._role_liveness import TAKES_OVER, charge, nullable_ints
 
-    return charge([int(v) for v in live["bytes"]],
-                  [None if v is None or str(v) == "<NA>" else int(v) for v in live["allocation"]],
-                  [None if v is None or str(v) == "<NA>" else int(v) for v in live["offset"]])
+    roles = live["role"] if "role" in live.columns else [None] * len(live)
+    return charge([int(v) for v in live["bytes"]], nullable_ints(live["allocation"]), nullable_ints(live["offset"]),
+                  [r in TAKES_OVER for r in roles])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +48,9 @@ class Peak:
       instruction: the HLO instruction at that step; where: its phase and user function
         (``"backward of MLP.__call__"``, ``"unknown"`` without metadata).
       buffers: ``pandas.DataFrame`` of the logical buffers live at the step, columns :data:`PEAK_COLUMNS`,
-        largest first: bytes (charged at the peak; sums to ``total_bytes``), buffer_bytes (the buffer's own
-        size), role, scope, source, layer, shape, dtype, instruction, parameter, ...
+        largest first: bytes (charged at the peak by the rule above; sums to ``total_bytes``), buffer_bytes
+        (the buffer's own size), role, scope, source, layer, shape, dtype, instruction, parameter, output
+        (an aliased result: ``parameter`` is the donated argument, ``output`` the result it became), ...
       attribution: the :class:`~xlakit.memory.Attribution` it was read from. method: where the step came from.
     """
 
@@ -60,10 +65,12 @@ class Peak:
 
     def by(self, column: str = "source"):
         """The live bytes at the peak grouped by ``"source"``, ``"scope"``, ``"role"``, ``"parameter"``,
-        ``"layer"``, ``"block"`` or ``"instruction"``: a DataFrame with columns group, bytes (int), count, share (of
-        :attr:`total_bytes`), largest first; bytes sum to :attr:`total_bytes`. Shown with readable bytes; the
-        entry arguments of a ``source`` grouping are one "arguments" row and buffers without a value read what
-        they are (``"(not an argument: values the program makes)"``); ``.raw`` has every group unfolded.
+        ``"layer"``, ``"block"``, ``"instruction"`` or ``"output"``: a DataFrame with columns group, bytes (int), count,
+        share (of :attr:`total_bytes`), largest first; bytes sum to :attr:`total_bytes` (a donated argument's bytes
+        under ``aliased`` once its result is written; the program's donations: ``attribution.donations``). Shown
+        with readable bytes; the entry arguments of a ``source`` grouping are one "arguments" row and buffers
+        without a value read what they are (``"(not an argument: values the program makes)"``); ``.raw`` has every
+        group unfolded.
 
         Raises:
           ValueError: an unknown column.
@@ -112,7 +119,10 @@ def _trace_step(attribution: Any) -> int | None:
 def _where(attribution: Any, step: int) -> str:
     mod = attribution.assignment._module
     name = attribution.liveness["instruction"].iat[step] if step < len(attribution.liveness) else None
-    ins = next((i for i in mod.instructions.values() if i.name == name), None) if mod is not None else None
+    ins = None
+    if mod is not None:  # the instruction at that step of the flattened schedule
+        order = attribution.assignment._schedule_ranges()[0]
+        ins = mod.instructions.get(order[step]) if step < len(order) else None
     phase = parse_op_name(ins.op_name).phase if ins is not None else ""
     # The user's line and call of the instruction, from the buffers it defines: "backward of Block.__call__ ›
     # self.attn(x), model.py:13"; XLA's own name for the instruction stays out (Peak.instruction has it).
@@ -208,7 +218,11 @@ def peak(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Peak:
     Raises:
       TypeError / ValueError: as :func:`~xlakit.memory.attribute`; ValueError for a program with no steps.
     """
+    from xlakit.memory._decoding import without_gc
     from xlakit.memory.attribution import Attribution, attribute
 
-    attribution = x if isinstance(x, Attribution) else attribute(x, *args, cache=cache, **kwargs)
-    return peak_of(attribution)
+    def run() -> Peak:
+        attribution = x if isinstance(x, Attribution) else attribute(x, *args, cache=cache, **kwargs)
+        return peak_of(attribution)
+
+    return without_gc(run)

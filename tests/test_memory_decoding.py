@@ -1,0 +1,151 @@
+"""What keeps ``peak()`` cheap gives the same answers as the plain way: the per-step charging sweep equals charging
+every step from scratch, the fast readers of the buffer assignment equal the general protobuf reader field for
+field, a module decoded on demand equals one decoded in full, a program is decoded once, and the search for code
+XLA does not count equals a regular expression over the whole text. (The cost itself is measured in
+``benchmarks/memory_attribution.py``.)"""
+
+from __future__ import annotations
+
+import random
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from xlakit.memory import buffer_assignment
+from xlakit.memory._charging import charge, step_totals
+from xlakit.memory._hlo_module import decode_module
+from xlakit.memory._proto import parse
+from xlakit.memory._xla_fields import _F
+
+F32 = jnp.float32
+
+
+def _bytewise(sizes, allocs, offsets, priority):
+    """The charging rule by brute force: every byte of every allocation goes to the first-ranked live buffer."""
+    out = [0] * len(sizes)
+    owner: dict[tuple[int, int], int] = {}
+    for i in sorted(range(len(sizes)), key=lambda j: (not priority[j], -sizes[j], j)):
+        if allocs[i] is None:
+            out[i] = sizes[i]
+            continue
+        for byte in range(offsets[i], offsets[i] + sizes[i]):
+            if (allocs[i], byte) not in owner:
+                owner[allocs[i], byte] = i
+                out[i] += 1
+    return out
+
+
+def _random_program(seed, n=60, steps=40):
+    rng = random.Random(seed)
+    sizes = [rng.choice([0, 1, 4, 8, 16, 24, 40]) for _ in range(n)]
+    allocs = [rng.choice([None, 0, 0, 0, 1, 2]) for _ in range(n)]
+    offsets = [None if a is None else rng.randrange(0, 64) for a in allocs]
+    ranges = []
+    for _ in range(n):
+        a = rng.randrange(-2, steps)
+        ranges.append(None if a < 0 else (a, rng.randrange(a, steps)))
+    labels = [rng.randrange(3) for _ in range(n)]
+    priority = [rng.random() < 0.2 for _ in range(n)]
+    return sizes, allocs, offsets, ranges, labels, priority, steps
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_sweep_charges_every_step_as_charging_it_from_scratch(seed):
+    sizes, allocs, offsets, ranges, labels, priority, steps = _random_program(seed)
+    cols = step_totals(steps, ranges, sizes, allocs, offsets, labels, 3, priority)
+    for step in range(steps):
+        live = [i for i, r in enumerate(ranges) if r is not None and r[0] <= step <= r[1]]
+        charged = charge([sizes[i] for i in live], [allocs[i] for i in live], [offsets[i] for i in live],
+                         [priority[i] for i in live])
+        assert charged == _bytewise([sizes[i] for i in live], [allocs[i] for i in live],
+                                    [offsets[i] for i in live], [priority[i] for i in live])
+        expected = [0, 0, 0]
+        for i, c in zip(live, charged, strict=True):
+            expected[labels[i]] += c
+        assert [col[step] for col in cols] == expected, step
+
+
+def _mlp_loss(ws, x):
+    for w in ws:
+        x = jnp.tanh(x @ w)
+    return (x ** 2).sum()
+
+
+def _scan_loss(ws, x):
+    y, _ = jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)
+    return (y ** 2).sum()
+
+
+@pytest.fixture(scope="module")
+def programs():
+    spec = jax.ShapeDtypeStruct
+    return [jax.jit(jax.grad(_mlp_loss)).lower([spec((64, 64), F32)] * 3, spec((8, 64), F32)).compile(),
+            jax.jit(jax.grad(_scan_loss)).lower(spec((4, 32, 32), F32), spec((8, 32), F32)).compile()]
+
+
+def test_the_fast_readers_equal_the_general_protobuf_reader(programs):
+    for compiled in programs:
+        data = compiled.memory_analysis().serialized_buffer_assignment_proto
+        ba = buffer_assignment(compiled)
+        by_id = {b.id: b for b in ba.logical_buffers}
+        for lb in parse(data).messages(_F.BA_LOGICAL_BUFFERS):
+            b = by_id[lb.int(_F.LB_ID)]
+            loc = lb.message(_F.LB_DEFINED_AT)
+            assert (b.size, b.color) == (lb.int(_F.LB_SIZE), lb.int(_F.LB_COLOR))
+            assert b.instruction_id == loc.int(_F.LOC_INSTRUCTION_ID)
+            assert b.shape_index == tuple(loc.ints(_F.LOC_SHAPE_INDEX))
+        allocations = {a.index: a for a in ba.allocations}
+        for al in parse(data).messages(_F.BA_ALLOCATIONS):
+            a = allocations[al.int(_F.AL_INDEX)]
+            assert a.size == al.int(_F.AL_SIZE) and a.is_parameter == al.bool(_F.AL_PARAMETER)
+            assert a.parameter_number == (al.int(_F.AL_PARAMETER_NUMBER) if a.is_parameter else None)
+            assert [(s.buffer.id, s.offset, s.size) for s in a.slices] == [
+                (s.int(_F.AS_BUFFER), s.int(_F.AS_OFFSET), s.int(_F.AS_SIZE)) for s in al.messages(_F.AL_ASSIGNED)]
+        peaks = {pk.int(_F.PEAK_INDEX): tuple(pk.ints(_F.PEAK_IDS)) for pk in parse(data).messages(_F.BA_PEAK_BUFFERS)}
+        assert {a.index: a.peak_buffer_ids for a in ba.allocations if a.peak_buffer_ids} == peaks
+
+
+def test_a_module_decoded_on_demand_equals_one_decoded_in_full(programs):
+    for compiled in programs:
+        data = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+        full = decode_module(data)
+        everything = dict(full.instructions.items())  # iterating decodes every computation
+        lazy = decode_module(data)
+        assert len(lazy.instructions._index.instructions) < len(everything)  # only the entry was read
+        for cid in full.computations:
+            root = full.instructions[full.computations[cid][2]]
+            assert lazy.root_opcode(cid) == root.opcode
+        for iid in sorted(everything, reverse=True):  # fusion bodies first: read from their last record
+            a, b = everything[iid], lazy.instructions[iid]
+            assert (a.name, a.opcode, a.computation_id, a.operands, a.called, a.parameter_number, a.op_name,
+                    a.frame_id) == (b.name, b.opcode, b.computation_id, b.operands, b.called, b.parameter_number,
+                                    b.op_name, b.frame_id)
+        assert {c: lazy.computations[c] for c in lazy.computations} == dict(full.computations.items())
+        assert lazy.sequential_computations() == full.sequential_computations()
+
+
+def test_a_compiled_program_is_decoded_once(programs):
+    assert buffer_assignment(programs[0]) is buffer_assignment(programs[0])
+    assert buffer_assignment(programs[0]) is not buffer_assignment(programs[1])
+
+
+def test_code_outside_the_buffer_assignment_is_found_as_a_full_search_finds_it():
+    from xlakit.memory._probe_accounting import _CUSTOM_CALL, _ENTRY_OP, _FUSION_KIND, _findall, runtime_calls
+
+    text = "\n".join([
+        "ENTRY %main (p: f32[8]) -> f32[8] {",
+        '  %a = f32[8,8]{1,0} dot(%p, %p), metadata={op_name="dot"}',
+        '  %f = f32[8] fusion(%a), kind=kCustom, calls=%lib, backend_config={"kind":"__ynn_fusion"}',
+        '  %c = f32[8] custom-call(%f), custom_call_target="my_target"',
+        "  %conv = f32[8] convolution(%c, %c), dim_labels=b0f_0io->b0f",
+        "}",
+        "%lib (x: f32[8]) -> f32[8] {",
+        "  ROOT %d = f32[8] dot(%x, %x)",
+        "}"])
+    for literals, pattern in ((('"kind"',), _FUSION_KIND), (("custom_call_target=",), _CUSTOM_CALL),
+                              (("dot(", "convolution("), _ENTRY_OP)):
+        assert sorted(_findall(text, literals, pattern)) == sorted(pattern.findall(text))
+    assert runtime_calls(text, "cpu") == ("1 convolution run by Eigen", "1 custom call to my_target",
+                                          "1 fused operation run by YNNPACK (__ynn_fusion)",
+                                          "1 matrix product run by Eigen")  # not the dot inside the fusion

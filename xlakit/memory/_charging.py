@@ -1,0 +1,196 @@
+"""Who is charged for each byte an allocation holds: the rule behind every per-step and per-role figure of
+the memory attribution, and the sweep that applies it at every program step in time linear in the program.
+
+Rule: buffers live at once in the same allocation that share bytes (an in-place update; a donated argument
+and the result written into it; a buffer XLA reused after another one died, where the reconstructed live
+ranges overlap) are charged byte by byte: each byte goes to the live buffer that covers it and ranks first,
+so a byte is charged once and the charges at a step sum to the bytes occupied there (the union of the live
+byte ranges). Ranking: a buffer with priority first (the attribution gives it to a result written into a
+donated argument, which takes the argument's bytes over once it is written), then the larger, then the
+earlier. A buffer without a place in an allocation is charged in full.
+
+Sweep: only buffers that overlap need the rule, so the live buffers of each allocation are kept as sorted,
+disjoint *blocks* (connected groups of overlapping byte ranges). A buffer that starts in free bytes — the
+common case — is one new block, found by bisection; only a block that gains or loses a member is charged anew,
+so the cost is that of the blocks that change, not of every member of a large allocation at every step.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["charge", "charge_block", "step_totals"]
+
+
+def charge_block(members: Sequence[int], sizes: Sequence[int], offsets: Sequence[Any],
+                 rank: Sequence[Any] | None = None) -> dict[int, int]:
+    """Buffer index -> bytes charged, for ``members`` (indices into ``sizes``/``offsets``) of one allocation,
+    live at once, by the rule above (``rank[i]``: sort key, lower ranks first; default larger then earlier)."""
+    if len(members) == 1:
+        return {members[0]: sizes[members[0]]}
+    order = sorted(members, key=(lambda j: rank[j]) if rank is not None else (lambda j: (-sizes[j], j)))
+    out: dict[int, int] = {}
+    starts: list[int] = []  # covered bytes so far: disjoint [starts[k], ends[k]) sorted by start
+    ends: list[int] = []
+    for i in order:
+        lo, hi = offsets[i], offsets[i] + sizes[i]
+        k = bisect.bisect_right(ends, lo)  # the first covered range ending after lo
+        j = k
+        covered = 0
+        new_lo, new_hi = lo, hi
+        while j < len(starts) and starts[j] < hi:  # covered ranges overlapping [lo, hi): merged into one
+            covered += min(hi, ends[j]) - max(lo, starts[j])
+            new_lo, new_hi = min(new_lo, starts[j]), max(new_hi, ends[j])
+            j += 1
+        out[i] = sizes[i] - covered
+        starts[k:j] = [new_lo]
+        ends[k:j] = [new_hi]
+    return out
+
+
+def _blocks(members: list[int], sizes: Sequence[int], offsets: Sequence[Any]) -> list[tuple[int, int, list[int]]]:
+    """``members`` grouped into connected blocks of overlapping byte ranges, sorted: (lo, hi, members)."""
+    out: list[tuple[int, int, list[int]]] = []
+    for i in sorted(members, key=lambda j: offsets[j]):
+        lo, hi = offsets[i], offsets[i] + sizes[i]
+        if out and lo < out[-1][1]:
+            b_lo, b_hi, group = out[-1]
+            group.append(i)
+            out[-1] = (b_lo, max(b_hi, hi), group)
+        else:
+            out.append((lo, hi, [i]))
+    return out
+
+
+def charge(sizes: Sequence[int], allocs: Sequence[int | None], offsets: Sequence[int | None],
+           priority: Sequence[bool] | None = None) -> list[int]:
+    """Bytes charged to each of a set of buffers live at one step (see the module docstring): ``sizes`` in
+    bytes, ``allocs`` allocation indices (None: unplaced), ``offsets`` byte offsets in the allocation,
+    ``priority`` (optional) buffers ranked first. Ties in size go to the earlier buffer."""
+    out = list(sizes)
+    by_alloc: dict[int, list[int]] = {}
+    for i, (a, o) in enumerate(zip(allocs, offsets, strict=True)):
+        if a is not None and o is not None and sizes[i] > 0:
+            by_alloc.setdefault(a, []).append(i)
+    rank = _ranks(sizes, priority)
+    for members in by_alloc.values():
+        if len(members) == 1:  # most allocations hold one live buffer
+            continue
+        for _lo, _hi, group in _blocks(members, sizes, offsets):
+            if len(group) > 1:
+                for i, c in charge_block(group, sizes, offsets, rank).items():
+                    out[i] = c
+    return out
+
+
+def _ranks(sizes: Sequence[int], priority: Sequence[bool] | None) -> list[tuple[int, int, int]]:
+    first = priority if priority is not None else [False] * len(sizes)
+    return [(0 if p else 1, -s, i) for i, (s, p) in enumerate(zip(sizes, first, strict=True))]
+
+
+class _Allocation:
+    """The live buffers of one allocation as disjoint blocks: their start offsets sorted in one list, and per
+    live start: end, members, bytes charged per label. A block that ends leaves its start in the list (dead: not
+    in ``blocks``) until a later block covers it or dead starts outnumber live ones, so ending a block moves no
+    list; no dead start lies inside a live block, so the live block holding an offset is the nearest start at or
+    before it."""
+
+    __slots__ = ("los", "blocks")
+
+    def __init__(self) -> None:
+        self.los: list[int] = []
+        self.blocks: dict[int, tuple[int, list[int], dict[int, int]]] = {}
+
+    def compact(self) -> None:
+        if len(self.los) > 2 * len(self.blocks) + 64:
+            self.los = [lo for lo in self.los if lo in self.blocks]
+
+
+def step_totals(steps: int, ranges: Sequence[tuple[int, int] | None], sizes: Sequence[int],
+                allocs: Sequence[int | None], offsets: Sequence[int | None], labels: Sequence[int], n_labels: int,
+                priority: Sequence[bool] | None = None) -> list[list[int]]:
+    """Bytes charged per label at every step: ``out[label][step]``.
+
+    Args:
+      steps: number of program steps.
+      ranges: per buffer, ``(first step, last step)`` of its live range, or None (never live).
+      sizes, allocs, offsets: per buffer, bytes, allocation index (None: unplaced, charged in full) and byte
+        offset in the allocation.
+      labels: per buffer, a label in ``range(n_labels)`` (a role, an allocation kind) its charge counts to.
+      priority: per buffer, ranked first (see the module docstring); default none.
+
+    Cost: O(n log n) for n buffers, plus for a buffer that starts in the middle of its allocation's live blocks
+    the move of one list's tail (C speed: ~1 µs per 10,000 blocks); only a block that gains or loses a member
+    is charged anew.
+    """
+    starts: dict[int, list[int]] = {}
+    ends: dict[int, list[int]] = {}
+    for i, r in enumerate(ranges):
+        if r is not None and 0 <= r[0] <= r[1] < steps and sizes[i] > 0:
+            starts.setdefault(r[0], []).append(i)
+            ends.setdefault(r[1] + 1, []).append(i)
+    rank = _ranks(sizes, priority)
+    total = [0] * n_labels
+    state: dict[int, _Allocation] = {}
+    rows: list[list[int]] = []
+
+    def charge_blocks(a: _Allocation, blocks: list[tuple[int, int, list[int]]]) -> list[int]:
+        """Charge ``blocks`` and hold them live in ``a``; their starts."""
+        for lo, hi, group in blocks:
+            charged: dict[int, int] = {}
+            for i, c in charge_block(group, sizes, offsets, rank).items():
+                charged[labels[i]] = charged.get(labels[i], 0) + c
+            for lab, c in charged.items():
+                total[lab] += c
+            a.blocks[lo] = (hi, group, charged)
+        return [lo for lo, _hi, _group in blocks]
+
+    def uncharge(a: _Allocation, lo: int) -> list[int]:
+        """Drop the live block starting at ``lo`` (its start stays in ``a.los``, dead); its members."""
+        _hi, group, charged = a.blocks.pop(lo)
+        for lab, c in charged.items():
+            total[lab] -= c
+        return group
+
+    for step in range(steps):
+        for i in ends.get(step, ()):
+            alloc, off = allocs[i], offsets[i]
+            if alloc is None or off is None:
+                total[labels[i]] -= sizes[i]
+                continue
+            a = state[alloc]
+            k = bisect.bisect_right(a.los, off) - 1  # the live block holding i: the nearest start before it
+            rest = uncharge(a, a.los[k])
+            if len(rest) > 1:
+                rest.remove(i)
+                a.los[k:k + 1] = charge_blocks(a, _blocks(rest, sizes, offsets))
+            else:
+                a.compact()
+        for i in starts.get(step, ()):
+            alloc, off = allocs[i], offsets[i]
+            if alloc is None or off is None:
+                total[labels[i]] += sizes[i]
+                continue
+            a = state.get(alloc) or state.setdefault(alloc, _Allocation())
+            lo, hi = off, off + sizes[i]
+            los, blocks = a.los, a.blocks
+            first = bisect.bisect_right(los, lo)
+            if first and (los[first - 1] == lo or (los[first - 1] in blocks and blocks[los[first - 1]][0] > lo)):
+                first -= 1  # a live block holding lo, or a dead start at lo itself
+            last = first
+            group = []
+            while last < len(los) and los[last] < hi:  # starts inside [lo, hi): live blocks merge, dead ones go
+                if los[last] in blocks:
+                    group += uncharge(a, los[last])
+                last += 1
+            if not group:  # free bytes: a block of its own
+                los[first:last] = [lo]
+                blocks[lo] = (hi, [i], {labels[i]: sizes[i]})
+                total[labels[i]] += sizes[i]
+                continue
+            group.append(i)
+            los[first:last] = charge_blocks(a, _blocks(group, sizes, offsets))
+        rows.append(total[:])
+    return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(n_labels)]

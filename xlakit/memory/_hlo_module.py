@@ -1,0 +1,388 @@
+"""Reading the parts of an ``HloModuleProto`` that name a buffer assignment's values, by the field numbers of
+XLA's public ``hlo.proto`` (:class:`~xlakit.memory._xla_fields._F`), decoding only what is read.
+
+A module is mostly the bodies of fusions and reduction regions (a 500-layer MLP train step: 22,498
+instructions, 4,500 of them in the entry computation). Buffers are defined by the instructions that are program
+steps (the entry's, and those of the while bodies and called computations it runs), so the entry is decoded up
+front and the computations it runs when first walked; any other computation is read when one of its instructions
+is first asked for, from its last record backwards (XLA writes instructions in post order: a fusion's root comes
+last, its operands just before), and a computation's root opcode is read from that one record alone
+(:meth:`Instructions.root_opcode`). Current XLA puts a computation's id in the high 32 bits of its
+instructions' ids, which finds the computation to read; without that, every computation is decoded once. Each
+instruction's ``OpMetadata`` and shape stay in the bytes until first used
+(:class:`~xlakit.memory._assignment_types._Instr`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from xlakit.memory._assignment_types import _Instr, _Module
+from xlakit.memory._proto import Message, ProtoDecodeError, _varint, last, packed, scan, spans, text
+from xlakit.memory._xla_fields import _F
+
+__all__ = ["decode_module", "Instructions", "Computations"]
+
+# Keys (field << 3 | wire type 2) of the length-delimited fields read from every instruction.
+_NAME_KEY, _OPCODE_KEY, _SHAPE_KEY, _METADATA_KEY = (f << 3 | 2 for f in (_F.INS_NAME, _F.INS_OPCODE, _F.INS_SHAPE,
+                                                                         _F.INS_METADATA))
+_ID, _OPERANDS, _CALLED, _PARAMETER_NUMBER = _F.INS_ID, _F.INS_OPERANDS, _F.INS_CALLED, _F.INS_PARAMETER_NUMBER
+
+
+def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr]:
+    """``(id, instruction)`` from the HloInstructionProto at ``data[pos:end]``: name, opcode, operands, called
+    computations, parameter number; the spans of its shape and metadata, read later."""
+    name = opcode = ""
+    iid = pnum = 0  # proto3 leaves out fields equal to 0
+    operands: list[int] = []
+    called: list[int] = []
+    shape = meta = None
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        elif data[pos + 1] < 0x80:  # fields 16-2047 (id, operand_ids, called_computation_ids...)
+            key = (key & 0x7F) | data[pos + 1] << 7
+            pos += 2
+        else:
+            key, pos = _varint(data, pos)
+        wire = key & 7
+        if wire == 2:
+            size = data[pos]
+            if size < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes
+                size = (size & 0x7F) | data[pos + 1] << 7
+                pos += 2
+            else:
+                size, pos = _varint(data, pos)
+            stop = pos + size
+            if key == _NAME_KEY:
+                name = data[pos:stop].decode("utf-8", errors="replace")
+            elif key == _OPCODE_KEY:
+                opcode = data[pos:stop].decode("utf-8", errors="replace")
+            elif key == _SHAPE_KEY:
+                shape = (pos, stop)
+            elif key == _METADATA_KEY:
+                meta = (pos, stop)
+            else:
+                field = key >> 3
+                if field == _OPERANDS:
+                    operands += packed(data, pos, stop)
+                elif field == _CALLED:
+                    called += packed(data, pos, stop)
+            pos = stop
+        elif wire == 0:
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes
+                value = (value & 0x7F) | data[pos + 1] << 7
+                pos += 2
+            else:
+                value, pos = _varint(data, pos)
+            field = key >> 3
+            if field == _ID:
+                iid = value
+            elif field == _PARAMETER_NUMBER:
+                pnum = value
+            elif field == _OPERANDS:  # an unpacked repeated field
+                operands.append(value)
+            elif field == _CALLED:
+                called.append(value)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
+    if pos > end:
+        raise ProtoDecodeError("an instruction's record runs past its end")
+    ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called),
+                 parameter_number=pnum if opcode == "parameter" else -1)
+    ins._raw = (data, meta, shape)
+    ins._op_name = None
+    return iid, ins
+
+
+_COMP_NAME_KEY, _INSTRUCTION_KEY = _F.COMP_NAME << 3 | 2, _F.COMP_INSTRUCTIONS << 3 | 2
+_COMP_ID_KEY, _COMP_ROOT_KEY = _F.COMP_ID << 3, _F.COMP_ROOT_ID << 3
+
+
+def _computation_head(data: bytes, pos: int, end: int) -> tuple[str, int, int, tuple[int, int] | None]:
+    """(name, id, root id, span of the last instruction record) of the HloComputationProto at
+    ``data[pos:end]``, stepping over its instruction records unread."""
+    name, cid, root, last_record = "", 0, 0, None
+    try:
+        while pos < end:
+            key = data[pos]
+            if key < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes
+                key = (key & 0x7F) | data[pos + 1] << 7
+                pos += 2
+            else:
+                key, pos = _varint(data, pos)
+            wire = key & 7
+            if wire == 2:
+                size = data[pos]
+                if size < 0x80:
+                    pos += 1
+                elif data[pos + 1] < 0x80:  # two bytes
+                    size = (size & 0x7F) | data[pos + 1] << 7
+                    pos += 2
+                else:
+                    size, pos = _varint(data, pos)
+                if key == _INSTRUCTION_KEY:
+                    last_record = (pos, pos + size)
+                elif key == _COMP_NAME_KEY:
+                    name = data[pos:pos + size].decode("utf-8", errors="replace")
+                pos += size
+            elif wire == 0:
+                value, pos = _varint(data, pos)
+                if key == _COMP_ID_KEY:
+                    cid = value
+                elif key == _COMP_ROOT_KEY:
+                    root = value
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            else:
+                raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
+    except IndexError:
+        raise ProtoDecodeError("truncated computation") from None
+    if pos > end:
+        raise ProtoDecodeError("a computation's record runs past its end")
+    return name, cid, root, last_record
+
+
+def _head(data: bytes, pos: int, end: int) -> tuple[int, str]:
+    """(id, opcode) of the HloInstructionProto at ``data[pos:end]``, stepping over everything else."""
+    opcode = ""
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        elif data[pos + 1] < 0x80:  # two bytes
+            key = (key & 0x7F) | data[pos + 1] << 7
+            pos += 2
+        else:
+            key, pos = _varint(data, pos)
+        wire = key & 7
+        if wire == 2:
+            size = data[pos]
+            if size < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes
+                size = (size & 0x7F) | data[pos + 1] << 7
+                pos += 2
+            else:
+                size, pos = _varint(data, pos)
+            if key == _OPCODE_KEY:
+                opcode = data[pos:pos + size].decode("utf-8", errors="replace")
+            pos += size
+        elif wire == 0:
+            value, pos = _varint(data, pos)
+            if key >> 3 == _ID:
+                return value, opcode
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
+    return 0, opcode
+
+
+class _Index:
+    """The computations of one serialized module, decoded on demand (see the module docstring)."""
+
+    def __init__(self, data: bytes, comps: dict[int, tuple[str, int, int, int, tuple[int, int] | None]]) -> None:
+        self.data = data
+        self.comps = comps  # computation id -> (name, start, end, root id, span of its last instruction)
+        self.instructions: dict[int, _Instr] = {}
+        self.members: dict[int, tuple[int, ...]] = {}  # fully decoded computation id -> its instruction ids
+        self._partial: dict[int, tuple[list[tuple[int, int]], list[int]]] = {}  # records, ids read from the end
+        self.root_opcodes: dict[int, str] = {}  # computation id -> its root's opcode, read alone
+        self.complete = False
+
+    def _read(self, cid: int, wanted: int | None) -> _Instr | None:
+        """Decode ``cid``'s records from the last one read backwards until ``wanted`` (None: all of them)."""
+        state = self._partial.get(cid)
+        if state is None:
+            _name, start, end, _root, _last = self.comps[cid]
+            state = self._partial[cid] = (spans(self.data, start, end, _INSTRUCTION_KEY), [])
+        records, ids = state
+        data, found = self.data, self.instructions
+        try:
+            while len(ids) < len(records):
+                iid, ins = _instruction(data, *records[len(records) - 1 - len(ids)], cid)
+                found.setdefault(iid, ins)
+                ids.append(iid)
+                if iid == wanted:
+                    return ins
+        except IndexError:
+            raise ProtoDecodeError(f"computation {cid}: a truncated instruction") from None
+        self.members[cid] = tuple(reversed(ids))
+        del self._partial[cid]
+        self.complete = len(self.members) == len(self.comps)
+        return found.get(wanted) if wanted is not None else None
+
+    def decode(self, cid: int) -> tuple[int, ...]:
+        """The ids of ``cid``'s instructions in the module's order, all decoded."""
+        ids = self.members.get(cid)
+        if ids is None:
+            self._read(cid, None)
+            ids = self.members[cid]
+        return ids
+
+    def find(self, iid: int) -> _Instr | None:
+        ins = self.instructions.get(iid)
+        if ins is not None or self.complete:
+            return ins
+        home = iid >> 32  # current XLA: an instruction's unique id carries its computation's id
+        if home in self.comps and home not in self.members:
+            ins = self._read(home, iid)
+            if ins is not None:
+                return ins
+        for cid in self.comps:
+            self.decode(cid)
+        return self.instructions.get(iid)
+
+    def root_opcode(self, cid: int) -> str | None:
+        """The opcode of computation ``cid``'s root, reading only its record (None: unknown computation)."""
+        if cid not in self.comps:
+            return None
+        _name, _start, _end, root_id, last_record = self.comps[cid]
+        ins = self.instructions.get(root_id)
+        if ins is not None:
+            return ins.opcode
+        known = self.root_opcodes.get(cid)
+        if known is not None:
+            return known
+        if last_record is not None:  # XLA writes the root last
+            try:
+                iid, opcode = _head(self.data, *last_record)
+            except IndexError:
+                raise ProtoDecodeError(f"computation {cid}: a truncated instruction") from None
+            if iid == root_id:
+                self.root_opcodes[cid] = opcode
+                return opcode
+        root = self.root(cid)
+        return root.opcode if root is not None else None
+
+    def root(self, cid: int) -> _Instr | None:
+        """The root of computation ``cid``, reading no more than the records after it."""
+        if cid not in self.comps:
+            return None
+        root_id = self.comps[cid][3]
+        ins = self.instructions.get(root_id)
+        if ins is None and cid not in self.members:
+            ins = self._read(cid, root_id)
+        return ins
+
+
+class Instructions(Mapping):
+    """Instruction id -> :class:`~xlakit.memory._assignment_types._Instr`, decoding computations on demand;
+    iterating decodes them all."""
+
+    def __init__(self, index: _Index) -> None:
+        self._index = index
+
+    def __getitem__(self, iid: int) -> _Instr:
+        ins = self._index.find(iid) if isinstance(iid, int) else None
+        if ins is None:
+            raise KeyError(iid)
+        return ins
+
+    def get(self, iid: Any, default: Any = None) -> Any:
+        ins = self._index.instructions.get(iid)
+        if ins is not None:
+            return ins
+        ins = self._index.find(iid) if isinstance(iid, int) else None
+        return default if ins is None else ins
+
+    def __contains__(self, iid: object) -> bool:
+        return self.get(iid) is not None
+
+    def _all(self) -> dict[int, _Instr]:
+        for cid in self._index.comps:
+            self._index.decode(cid)
+        return self._index.instructions
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def root(self, cid: int) -> _Instr | None:
+        return self._index.root(cid)
+
+    def root_opcode(self, cid: int) -> str | None:
+        return self._index.root_opcode(cid)
+
+
+class Computations(Mapping):
+    """Computation id -> ``(name, instruction ids, root id)``; a computation's instructions are decoded when its
+    entry is first read."""
+
+    def __init__(self, index: _Index) -> None:
+        self._index = index
+
+    def __getitem__(self, cid: int) -> tuple[str, tuple[int, ...], int]:
+        name, _start, _end, root, _last = self._index.comps[cid]
+        return name, self._index.decode(cid), root
+
+    def __contains__(self, cid: object) -> bool:
+        return cid in self._index.comps
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._index.comps)
+
+    def __len__(self) -> int:
+        return len(self._index.comps)
+
+    def root_id(self, cid: int) -> int:
+        return self._index.comps[cid][3]
+
+    def name_of(self, cid: int) -> str | None:
+        span = self._index.comps.get(cid)
+        return span[0] if span is not None else None
+
+
+def decode_module(data: bytes) -> _Module:
+    """The :class:`~xlakit.memory._assignment_types._Module` of a serialized ``HloModuleProto``: the entry
+    computation decoded, the others on demand.
+
+    Raises:
+      ProtoDecodeError: malformed bytes.
+    """
+    top = scan(data, 0, len(data),
+               (_F.MOD_NAME, _F.MOD_COMPUTATIONS, _F.MOD_ENTRY_ID, _F.MOD_SCHEDULE, _F.MOD_STACK_FRAME_INDEX))
+    comp_spans: dict[int, tuple[str, int, int, int, tuple[int, int] | None]] = {}
+    for start, end in top.get(_F.MOD_COMPUTATIONS, ()):
+        name, cid, root, last_record = _computation_head(data, start, end)
+        comp_spans[cid] = (name, start, end, root, last_record)
+    schedule: dict[int, tuple[int, ...]] = {}
+    for span in top.get(_F.MOD_SCHEDULE, [])[-1:]:
+        for entry_start, entry_end in scan(data, span[0], span[1], (_F.SCHED_SEQUENCES,)).get(_F.SCHED_SEQUENCES, ()):
+            entry = scan(data, entry_start, entry_end, (_F.SCHED_KEY, _F.SCHED_VALUE))
+            ids: list[int] = []
+            for seq in entry.get(_F.SCHED_VALUE, [])[-1:]:
+                for value in scan(data, seq[0], seq[1], (_F.SEQ_IDS,)).get(_F.SEQ_IDS, ()):
+                    ids += packed(data, *value) if isinstance(value, tuple) else [value]
+            schedule[last(entry, _F.SCHED_KEY)] = tuple(ids)
+    entry_id = last(top, _F.MOD_ENTRY_ID)
+    if entry_id not in comp_spans and comp_spans:
+        entry_id = list(comp_spans)[-1]  # computations are in dependency order: the entry comes last
+    index = _Index(data, comp_spans)
+    if entry_id in comp_spans:
+        index.decode(entry_id)
+    frames = top.get(_F.MOD_STACK_FRAME_INDEX)
+    stack_frames = Message(data[frames[-1][0]:frames[-1][1]], lazy=True) if frames else None
+    module_name = top.get(_F.MOD_NAME)
+    return _Module(text(data, module_name[-1]) if module_name else "", Instructions(index), Computations(index),
+                   schedule, entry_id, stack_frames)
