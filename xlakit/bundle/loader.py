@@ -2,7 +2,7 @@
 
 For each module (one variant at one batch size) the loader reads the file, hashes it, and looks up the key
 ``<module stem>-<SHA-256>`` (:func:`xlakit.bundle.hashes.program_key`) in ``<bundle>/.cache/<partition>/``,
-an ordinary :class:`~xlakit.store.LocalStore` (SHA-256 + HMAC envelope, atomic publish, quarantine).
+an ordinary :class:`~xlakit.store.LocalStore` (HMAC envelope, atomic publish, quarantine).
 
 * **Hit** (the warm path): the stored payload is :func:`xlakit._jax.serialize.serialize_compiled`'s AOT
   pickle, loaded with :func:`~xlakit._jax.serialize.load_compiled` onto the requested device. Nothing is

@@ -322,6 +322,17 @@ class TieredStore:
         self._emit("remote_hit", partition, key, seconds=seconds, nbytes=len(blob))
         return blob
 
+    def get_split(self, partition: str, key: str, max_bytes: int, probe: int,
+                  head_length: Callable[[bytes], int | None]) -> tuple[bytes, bytes | None] | None:
+        """:meth:`get` as ``(head, rest)`` (see :meth:`xlakit.store.folder.FolderStore.get_split`): read apart
+        where the local tier can, else ``(whole object, None)``. Raises what :meth:`get` raises."""
+        split = getattr(self.local, "get_split", None)
+        found = split(partition, key, max_bytes, probe, head_length) if split is not None else None
+        if found is not None:
+            return found
+        blob = self.get(partition, key, max_bytes)
+        return None if blob is None else (blob, None)
+
     def _check(self, blob: bytes, partition: str, key: str) -> str | None:
         if self.verify is None:
             return None
