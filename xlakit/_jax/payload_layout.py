@@ -20,14 +20,44 @@ layout) are still read: :func:`split` returns them whole, as the frame.
 
 from __future__ import annotations
 
+import io
 import pickle
 import struct
+from typing import Any
 
-__all__ = ["MAGIC", "join", "split"]
+__all__ = ["MAGIC", "NotOneExecutable", "dump", "join", "split"]
 
 MAGIC = b"XLKJAX\x00\x01"  # never the start of a pickle (protocol 2+ opens with 0x80)
 _LENGTH = struct.Struct(">Q")
 _HEAD = len(MAGIC) + _LENGTH.size
+
+
+class NotOneExecutable(ValueError):
+    """The pickled objects hold no XLA executable, or more than one (a payload holds exactly one)."""
+
+
+def dump(obj: Any) -> bytes:
+    """The payload of ``obj`` (objects holding one XLA executable): pickled with JAX's ``_JaxPjrtPickler``, whose
+    persistent ids stand for executables, devices and the client, the executable's bytes kept out of the frame.
+    Raises :class:`NotOneExecutable`, and whatever pickling ``obj`` raises."""
+    from jax.experimental.serialize_executable import _JaxPjrtPickler
+
+    executables: list[bytes] = []
+
+    class FramePickler(_JaxPjrtPickler):
+        def persistent_id(self, o):
+            pid = super().persistent_id(o)
+            if pid is not None and pid[0] == "exec":
+                executables.append(pid[1])
+                return ("exec", len(pid[1]))
+            return pid
+
+    with io.BytesIO() as f:
+        FramePickler(f).dump(obj)
+        frame = f.getvalue()
+    if len(executables) != 1:
+        raise NotOneExecutable(f"expected one XLA executable in the payload, found {len(executables)}")
+    return join(frame, executables[0])
 
 
 def join(frame: bytes, executable: bytes) -> bytes:

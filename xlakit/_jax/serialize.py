@@ -157,7 +157,6 @@ def serialize_compiled(compiled) -> tuple[bytes, Placement]:
         cannot be pickled or would not be accepted when loading. Never a raw pickling error.
     """
     import jax
-    from jax.experimental.serialize_executable import _JaxPjrtPickler
 
     unloaded = getattr(getattr(compiled, "_executable", None), "_unloaded_executable", None)
     if unloaded is None:
@@ -170,33 +169,17 @@ def serialize_compiled(compiled) -> tuple[bytes, Placement]:
         # JAX cannot store hoisted constants (jax_use_simplified_jaxpr_constants) with an executable.
         raise NotSerializable(f"program has {len(const_args)} hoisted const_args, which JAX cannot serialize")
 
-    class _FramePickler(_JaxPjrtPickler):  # JAX's pickler, the executable kept out of the pickle
-        def __init__(self, file) -> None:
-            super().__init__(file)
-            self.executables: list[bytes] = []
-
-        def persistent_id(self, obj):
-            pid = super().persistent_id(obj)
-            if pid is not None and pid[0] == "exec":
-                self.executables.append(pid[1])
-                return ("exec", len(pid[1]))
-            return pid
-
     try:
         args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
-        with io.BytesIO() as f:
-            pickler = _FramePickler(f)
-            pickler.dump((unloaded, args_info_flat, compiled._no_kwargs, in_tree, compiled.out_tree))
-            frame = f.getvalue()
+        payload = payload_layout.dump((unloaded, args_info_flat, compiled._no_kwargs, in_tree, compiled.out_tree))
+    except payload_layout.NotOneExecutable as e:
+        raise NotSerializable(str(e)) from None
     except Exception as e:  # pickling raises AttributeError, TypeError, PicklingError, ... depending on the object
         reason = f"{type(e).__name__}: {e}"
         callbacks = getattr(unloaded, "host_callbacks", None)
         if callbacks:
             reason = f"program has {len(callbacks)} host callback(s) (jax.debug.print / callbacks): {reason}"
         raise NotSerializable(reason) from e
-    if len(pickler.executables) != 1:
-        raise NotSerializable(f"expected one XLA executable in the payload, found {len(pickler.executables)}")
-    payload = payload_layout.join(frame, pickler.executables[0])
     try:
         scan = _scan_payload(payload)
     except pickle.UnpicklingError as e:

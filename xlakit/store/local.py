@@ -19,14 +19,7 @@ from pathlib import Path
 import filelock
 
 from . import _fs, evict
-from .entries import (
-    MAX_ENTRY_BYTES,
-    EntryInfo,
-    EntryLayer,
-    GetResult,
-    PutResult,
-    entry_info,
-)
+from .entries import MAX_ENTRY_BYTES, EntryInfo, EntryLayer, GetResult, PutResult, entry_info
 from .envelope import (
     FORMAT_VERSION,
     MAGIC,
