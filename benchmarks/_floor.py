@@ -3,8 +3,9 @@ already in memory, and its weights placed from host arrays already in memory —
 
 Per program this is what ``jax.experimental.serialize_executable.deserialize_and_load`` does: JAX's own unpickler,
 whose persistent ``('exec', bytes)`` id calls ``Client.deserialize_executable``, then ``unloaded.load()`` and
-``jax.stages.Compiled``. The payloads are read from the bundle's ``.cache`` (verified by xlakit's store) before a
-timed span starts. Used by ``bundle_warm_start.py``, ``first_result.py`` and ``accelerator.py``.
+``jax.stages.Compiled``. The payloads are read from the bundle's ``.cache`` (verified by xlakit's store) and put
+in JAX's own format (the executable inside the pickle; xlakit stores it after the pickle) before a timed span
+starts. Used by ``bundle_warm_start.py``, ``first_result.py`` and ``accelerator.py``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 
 def read_programs(bundle: str | Path, batch_sizes: tuple[int, ...] | None = None) -> dict[int, bytes]:
-    """``batch size -> payload`` (the serialized executable, as xlakit stored it) of a bundle's default-variant
-    modules, read from its ``.cache`` for the default device's environment. ``batch_sizes``: only these (default
-    all). Raises AssertionError when a program is not in ``.cache`` (fill it with a ``load_bundle`` first)."""
+    """``batch size -> payload`` (the serialized executable in JAX's own format, :func:`jax_format`) of a bundle's
+    default-variant modules, read from its ``.cache`` for the default device's environment. ``batch_sizes``: only
+    these (default all). Raises AssertionError when a program is not in ``.cache`` (fill it with a ``load_bundle``
+    first)."""
     import jax
 
     import xlakit.bundle  # noqa: F401 - the package, before its modules
@@ -38,8 +40,37 @@ def read_programs(bundle: str | Path, batch_sizes: tuple[int, ...] | None = None
         key = program_key(spec.file, sha256_hex((path / spec.file).read_bytes()))
         found = store.get(partition, key)
         assert found.status == "hit", (str(path), spec.file, found.status, found.reason)
-        payloads[spec.batch_size] = found.payload
+        payloads[spec.batch_size] = jax_format(found.payload)
     return payloads
+
+
+def jax_format(payload: bytes) -> bytes:
+    """An xlakit payload (:mod:`xlakit._jax.payload_layout`: the pickle frame, then the executable) in JAX's own
+    format, the executable inside the pickle as ``jax.experimental.serialize_executable.serialize`` writes it: the
+    frame is unpickled by JAX's unpickler with the executable left as bytes (nothing is loaded) and pickled again by
+    JAX's pickler. A payload already in JAX's format is returned as it is."""
+    import jax
+    from jax.experimental.serialize_executable import _JaxPjrtPickler, _JaxPjrtUnpickler
+
+    from xlakit._jax import payload_layout
+
+    frame, tail = payload_layout.split(payload)
+    if tail is None:
+        return payload
+    executable, stand_in = bytes(tail), object()
+
+    class Unpickler(_JaxPjrtUnpickler):
+        def persistent_load(self, pid):
+            return stand_in if pid[0] == "exec" else super().persistent_load(pid)
+
+    class Pickler(_JaxPjrtPickler):
+        def persistent_id(self, obj):
+            return ("exec", executable) if obj is stand_in else super().persistent_id(obj)
+
+    objects = Unpickler(io.BytesIO(frame), jax.devices()[0].client).load()
+    with io.BytesIO() as f:
+        Pickler(f).dump(objects)
+        return f.getvalue()
 
 
 def read_host_weights(bundle: str | Path) -> dict[str, Any]:

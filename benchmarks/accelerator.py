@@ -218,9 +218,29 @@ def child_export(root: str, quick: bool) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001
             errors[path.name] = f"first load: {_error(exc)}"
             continue
-        first[path.name] = {"ready_s": time.perf_counter() - start, "counts": loaded.counts()}
+        first[path.name] = {"ready_s": time.perf_counter() - start, "counts": loaded.counts(),
+                            "entries": _stored_entries(path) if path.parent == root_path else []}
         errors.update({f"{path.name}/{k}": str(v) for k, v in loaded.errors.items()})
     return {"info": info, "export_s": export_s, "first_start": first, "errors": errors}
+
+
+def _stored_entries(bundle: Path) -> list[dict[str, Any]]:
+    """Each program stored in ``bundle/.cache``: its serialized payload's bytes, the bytes stored, the envelope's
+    ``compression`` and what zstd (level 3) makes of the payload: whether this platform's executables compress
+    decides whether a load decompresses them (:data:`xlakit.store.envelope.MIN_COMPRESSION_SAVING`)."""
+    import zstandard
+
+    from xlakit.store.envelope import PREFIX_BYTES, read_header
+
+    rows = []
+    for entry in sorted(bundle.glob(".cache/*/*.xlk")):
+        blob = entry.read_bytes()
+        header = read_header(blob)  # display only (not authenticated): a benchmark's own fresh entries
+        stored = blob[PREFIX_BYTES + int.from_bytes(blob[16:20], "big") + 32:]
+        raw = stored if header.get("compression") == "none" else zstandard.ZstdDecompressor().decompress(stored)
+        rows.append({"raw_bytes": len(raw), "stored_bytes": len(stored), "compression": header.get("compression"),
+                     "zstd_ratio": len(zstandard.ZstdCompressor(level=3).compress(raw)) / max(1, len(raw))})
+    return rows
 
 
 def _exported(path: Path) -> bool:
@@ -566,6 +586,10 @@ def report(runs: Runs, repeats: int) -> tuple[dict[str, Any], list[tuple[str, bo
                          over <= FLOOR_MARGIN_S))
     summary["bundles"] = b
     console.print(table)
+    for name in BUNDLES:
+        for e in (first_start.get("first_start", {}).get(name) or {}).get("entries", []):
+            console.print(f"  {name}: serialized program {e['raw_bytes']:,} bytes, stored {e['stored_bytes']:,} bytes "
+                          f"(compression {e['compression']}; zstd level 3 would make it {e['zstd_ratio']:.2f}x)")
 
     # c. the folder
     restart, floor_runs = res.get("c: folder, restart", []), res.get("c: folder, floor", [])

@@ -127,12 +127,13 @@ def programs():
 def main() -> None:
     import jax
 
+    from xlakit._jax import payload_layout
     from xlakit._jax.serialize import load_compiled, serialize_compiled
 
     out, loads = {}, {}
     for name, lower in programs().items():
         payload, placement = serialize_compiled(lower().compile())
-        rec = _Recorder(payload)
+        rec = _Recorder(payload_layout.split(payload)[0])  # the pickle frame (the executable follows it)
         rec.load()
         out[name] = sorted([m, n, how] for (m, n), how in rec.seen.items())
         try:  # through xlakit's scan and restricted unpickler, as a cache hit loads it

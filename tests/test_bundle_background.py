@@ -477,3 +477,31 @@ def test_an_interrupt_at_any_moment_of_a_background_load_leaves_a_process_that_e
             pytest.fail(f"interrupted {label}: the process did not exit")
         assert proc.returncode not in (None, 0), label  # interrupted: it ends, with KeyboardInterrupt's status
     assert list((path / ".cache").glob("*/*.tmp")) == []
+
+
+def test_a_load_that_waits_for_every_program_loads_them_on_the_calling_thread_too(warm_bundle, monkeypatch):
+    """``background=False`` used to start ``max_workers`` threads and sleep until they were done: one thread too many
+    per load (the folder of 20 bundles pays it 20 times). The calling thread now loads programs beside them: none
+    is started for one worker. A Ctrl-C on the calling thread cancels the programs not started and propagates."""
+    threads: list[str] = []
+    real = Context.load_module
+
+    def load_module(self, spec, data, sha):
+        threads.append(threading.current_thread().name)
+        return real(self, spec, data, sha)
+
+    monkeypatch.setattr(Context, "load_module", load_module)
+    loaded = load_bundle(warm_bundle, progress=False, background=False, max_workers=1)
+    assert threads == [threading.current_thread().name] * 2 and loaded.counts()["hit"] == 2
+    threads.clear()
+    loaded = load_bundle(warm_bundle, progress=False, background=False, max_workers=2)
+    assert sorted(threads) == sorted([threading.current_thread().name, "xlakit-bundle"]), threads
+    np.testing.assert_allclose(np.asarray(loaded(xs(4))), expected(xs(4)), rtol=1e-6)
+
+    def interrupted(self, spec, data, sha):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Context, "load_module", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_bundle(warm_bundle, progress=False, background=False, max_workers=1)
+    assert not [t for t in threading.enumerate() if t.name == "xlakit-bundle"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import fresh_process
 import pytest
 
+from xlakit._jax import payload_layout
 from xlakit._jax import serialize as S
 from xlakit._jax import unpickle_policy as policy
 
@@ -249,3 +250,46 @@ def test_not_serializable_without_an_unloaded_executable():
     with pytest.raises(S.NotSerializable) as info:
         S.serialize_compiled(Fake())
     assert info.value.reason == "Compilation does not support serialization"
+
+
+def test_executable_follows_the_pickle_frame_and_payloads_in_jax_format_still_load():
+    """The payload keeps the executable after a kilobyte pickle frame (scanned and unpickled without copying the
+    executable); a payload in JAX's own format (entries written before) loads to the same answers; a frame and
+    an executable that disagree are refused before XLA."""
+    import jax
+    import numpy as np
+    from jax.experimental.serialize_executable import _JaxPjrtPickler
+
+    x = np.arange(4.0, dtype=np.float32)
+    compiled = jax.jit(lambda v: jnp_sin(v) * 2).lower(x).compile()
+    payload, placement = S.serialize_compiled(compiled)
+    frame, tail = payload_layout.split(payload)
+    assert payload[:8] == payload_layout.MAGIC and len(payload) == 16 + len(frame) + len(tail)
+    args_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
+    with io.BytesIO() as f:  # what xlakit wrote before the split layout: JAX's pickle, the executable inside
+        _JaxPjrtPickler(f).dump((compiled._executable._unloaded_executable, args_flat, compiled._no_kwargs, in_tree,
+                                 compiled.out_tree))
+        jax_format = f.getvalue()
+    scan = policy._scan_payload(payload)
+    assert scan.exec_count == 1 and scan.tail is not None and scan.executable() == bytes(tail)
+    assert scan.frame == frame and b"exec" in frame and bytes(tail)[:64] not in frame
+    assert policy._scan_payload(jax_format).exec_bytes == bytes(tail)  # the same executable, inside
+    want = np.asarray(compiled(x))
+    assert np.array_equal(np.asarray(_load(payload)(x)), want)
+    assert np.array_equal(np.asarray(_load(memoryview(payload))(x)), want)
+    assert np.array_equal(np.asarray(_load(jax_format)(x)), want)
+
+    with pytest.raises(pickle.UnpicklingError, match="names an executable of"):
+        _load(payload_layout.join(frame, bytes(tail)[:-1]))
+    with pytest.raises(pickle.UnpicklingError, match="unknown persistent id"):  # JAX's frame in the split layout
+        _load(payload_layout.join(jax_format, b""))
+    with pytest.raises(pickle.UnpicklingError, match="does not fit"):
+        _load(payload[:8] + (len(payload)).to_bytes(8, "big") + payload[16:])
+    with pytest.raises(pickle.UnpicklingError, match="truncated payload"):
+        _load(payload[:12])
+
+
+def jnp_sin(v):
+    import jax.numpy as jnp
+
+    return jnp.sin(v)

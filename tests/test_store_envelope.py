@@ -23,6 +23,7 @@ from xlakit.store import (
     SecretUnavailable,
     StaleEntry,
     UnauthenticatedEntry,
+    head_length,
     key_id,
     load_secret,
     open_envelope,
@@ -36,11 +37,11 @@ SECRET = b"s" * 32
 HEADER = {"key": "jit_f-abc", "name": "f", "compile_s": 1.5, "environment": {"jaxlib_version": "0.10.2"}}
 
 
-def _assemble(header: dict | bytes, payload: bytes, secret: bytes = SECRET) -> bytes:
+def _assemble(header: dict | bytes, payload: bytes, secret: bytes = SECRET, magic: bytes = MAGIC) -> bytes:
     """Build an envelope by hand, so tests can sign arbitrary (bad) contents with the real key."""
     encoded = (header if isinstance(header, bytes)
                else json.dumps(header, sort_keys=True, separators=(",", ":")).encode())
-    fixed = MAGIC + key_id(secret) + struct.pack(">I", len(encoded))
+    fixed = magic + key_id(secret) + struct.pack(">I", len(encoded))
     header_mac = hmac.new(secret, b"xlakit header\x00" + fixed + encoded, hashlib.sha256).digest()
     signed = fixed + header_mac + encoded
     return signed + hmac.new(secret, signed + payload, hashlib.sha256).digest() + payload
@@ -51,12 +52,13 @@ def _split(blob: bytes) -> tuple[dict, int, bytes]:
     return json.loads(blob[52 : 52 + length]), length, blob[84 + length :]
 
 
-def _integrity(payload: bytes, raw_bytes: int) -> dict:
+def _integrity(payload: bytes, raw_bytes: int, compression: str = "zstd") -> dict:
     return {
         "format_version": FORMAT_VERSION,
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
         "payload_bytes": len(payload),
         "raw_bytes": raw_bytes,
+        "compression": compression,
     }
 
 
@@ -66,13 +68,14 @@ def _integrity(payload: bytes, raw_bytes: int) -> dict:
 def test_round_trip_and_layout():
     raw = b"executable bytes " * 1000
     blob = seal(HEADER, raw, SECRET)
-    assert blob[:8] == MAGIC == b"XLAKIT\x00\x02"
+    assert blob[:8] == MAGIC == b"XLAKIT\x00\x03"
     assert blob[8:16] == key_id(SECRET) == hmac.new(SECRET, b"xlakit key id", hashlib.sha256).digest()[:8]
     header, length, payload = _split(blob)
     encoded = blob[52 : 52 + length]
     assert encoded == json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     assert blob[20:52] == hmac.new(SECRET, b"xlakit header\x00" + blob[:20] + encoded, hashlib.sha256).digest()
-    assert header["format_version"] == FORMAT_VERSION == 2 and header["key_id"] == key_id(SECRET).hex()
+    assert header["format_version"] == FORMAT_VERSION == 3 and header["key_id"] == key_id(SECRET).hex()
+    assert header["compression"] == "zstd"
     assert header["payload_sha256"] == hashlib.sha256(payload).hexdigest()
     assert header["payload_bytes"] == len(payload) < len(raw)
     assert header["raw_bytes"] == len(raw)
@@ -195,10 +198,10 @@ def test_bad_magic_version_and_header_length():
     blob = seal(HEADER, b"payload", SECRET)
     with pytest.raises(CorruptEntry, match="bad magic"):
         open_envelope(b"NOTXLAKI" + blob[8:], SECRET)
-    with pytest.raises(StaleEntry, match=r"written by an older xlakit format \(version 1; this xlakit reads 2\)"):
+    with pytest.raises(StaleEntry, match=r"written by an older xlakit format \(version 1; this xlakit reads 2 and 3\)"):
         open_envelope(blob[:7] + b"\x01" + blob[8:], SECRET)
     with pytest.raises(StaleEntry, match="newer xlakit format"):
-        open_envelope(blob[:7] + b"\x03" + blob[8:], SECRET)
+        open_envelope(blob[:7] + b"\x04" + blob[8:], SECRET)
     with pytest.raises(CorruptEntry, match="exceeds"):
         read_header(MAGIC + key_id(SECRET) + struct.pack(">I", 16 * 1024 * 1024 + 1) + bytes(32) + b"{}", SECRET)
 
@@ -236,6 +239,69 @@ def test_signed_payload_with_wrong_raw_length_is_corrupt():
         open_envelope(_assemble(_integrity(no_size, 10), no_size), SECRET)
     _, raw = open_envelope(_assemble(_integrity(no_size, 1000), no_size), SECRET)
     assert raw == b"x" * 1000
+
+
+def test_payload_zstd_barely_shrinks_is_stored_as_is_and_returned_without_a_copy():
+    """Format 3: an incompressible payload is stored uncompressed (decompressing it cost ~2.5x a copy), recorded
+    in the authenticated header; read apart from the head (a store's split read), it is returned as that object."""
+    raw = os.urandom(100_000)
+    blob = seal(HEADER, raw, SECRET)
+    header, length, payload = _split(blob)
+    assert header["compression"] == "none" and header["payload_bytes"] == header["raw_bytes"] == len(raw)
+    assert payload == raw and header["payload_sha256"] == hashlib.sha256(raw).hexdigest()
+    assert open_envelope(blob, SECRET)[1] == raw
+    head, rest = blob[: head_length(blob[:20])], blob[head_length(blob[:20]):]
+    assert len(head) == 84 + length and rest == raw
+    got_header, got = open_envelope(head, SECRET, rest)
+    assert got is rest and got_header == header
+    assert seal(HEADER, b"a" * 100_000, SECRET)[7] == 3  # compressible: still zstd, also format 3
+    assert read_header(seal(HEADER, b"a" * 100_000, SECRET))["compression"] == "zstd"
+
+
+def test_uncompressed_payload_damage_and_tampering_are_told_apart():
+    raw = os.urandom(5000)
+    damaged = bytearray(seal(HEADER, raw, SECRET))
+    damaged[-10] ^= 0x01
+    with pytest.raises(CorruptEntry, match="SHA-256 mismatch"):
+        open_envelope(bytes(damaged), SECRET)
+    head_len = head_length(bytes(damaged[:20]))
+    with pytest.raises(CorruptEntry, match="SHA-256 mismatch"):  # read apart: the same verdict
+        open_envelope(bytes(damaged[:head_len]), SECRET, bytes(damaged[head_len:]))
+    header, _, _ = _split(seal(HEADER, raw, SECRET))
+    evil = os.urandom(5000)
+    header.update(_integrity(evil, 5000, "none"))
+    forged = bytearray(_assemble(header, evil, secret=b"attacker does not know the secret"))
+    forged[8:16] = key_id(SECRET)
+    with pytest.raises(UnauthenticatedEntry):
+        open_envelope(bytes(forged), SECRET)
+
+
+def test_format_3_compression_field_is_checked():
+    raw = os.urandom(64)
+    with pytest.raises(CorruptEntry, match="lacks compression"):
+        open_envelope(_assemble({k: v for k, v in _integrity(raw, 64, "none").items() if k != "compression"}, raw),
+                      SECRET)
+    for bad in ("lz4", ["none"], None):
+        with pytest.raises(CorruptEntry, match="header compression is"):
+            open_envelope(_assemble(_integrity(raw, 64, bad), raw), SECRET)
+    with pytest.raises(CorruptEntry, match="length mismatch"):  # stored as is, yet lengths that differ
+        open_envelope(_assemble(_integrity(raw, 65, "none"), raw), SECRET)
+    assert open_envelope(_assemble(_integrity(raw, 64, "none"), raw), SECRET)[1] == raw
+
+
+def test_format_2_entries_of_earlier_xlakit_still_open():
+    """Entries written before format 3 (version byte 2, no compression field, zstd payload) are read as before."""
+    raw = b"an executable from before format 3 " * 100
+    payload = zstandard.ZstdCompressor(write_content_size=True).compress(raw)
+    header = dict(HEADER, **_integrity(payload, len(raw)))
+    header["format_version"] = 2
+    del header["compression"]
+    old = _assemble(header, payload, magic=b"XLAKIT\x00\x02")
+    assert open_envelope(old, SECRET) == (header, raw)
+    assert head_length(old[:20]) == 84 + len(json.dumps(header, sort_keys=True, separators=(",", ":")))
+    header["format_version"] = 3  # a header that disagrees with its magic
+    with pytest.raises(CorruptEntry, match="format_version is 3, magic says 2"):
+        open_envelope(_assemble(header, payload, magic=b"XLAKIT\x00\x02"), SECRET)
 
 
 # -- secret -----------------------------------------------------------------

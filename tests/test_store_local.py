@@ -74,6 +74,39 @@ def test_put_get_hit(store):
     assert store.get(PART, "other").status == "absent"
 
 
+def test_payload_stored_as_is_reaches_the_reader_without_a_copy(store, monkeypatch):
+    """An executable zstd cannot halve is stored as it is; the folder reads it apart from the envelope's head, and
+    the hit's payload is that very bytes object (no slice of the file's bytes, no decompression)."""
+    from xlakit.store import _fs
+
+    reads = []
+    real = _fs.read_bounded_split
+    monkeypatch.setattr(_fs, "read_bounded_split", lambda *a, **k: reads.append(real(*a, **k)) or reads[-1])
+    payload = os.urandom(300_000)
+    assert store.put(PART, "big", _header(), payload).stored
+    got = store.get(PART, "big")
+    assert got.hit and got.header["compression"] == "none" and got.payload == payload
+    head, rest, _ = reads[-1]
+    assert got.payload is rest and len(head) + len(rest) == (store.root / PART / "big.xlk").stat().st_size
+    assert store.put(PART, "small", _header(), b"compressible " * 1000).stored
+    got = store.get(PART, "small")
+    assert got.hit and got.header["compression"] == "zstd" and got.payload == b"compressible " * 1000
+
+
+def test_read_bounded_split(tmp_path):
+    from xlakit.store import _fs
+    from xlakit.store.base import ObjectRefused
+
+    path = tmp_path / "f"
+    path.write_bytes(b"0123456789abcdef")
+    assert _fs.read_bounded_split(path, 100, 4, lambda first: 6)[:2] == (b"012345", b"6789abcdef")
+    assert _fs.read_bounded_split(path, 100, 4, lambda first: None)[:2] == (b"0123456789abcdef", None)
+    assert _fs.read_bounded_split(path, 100, 4, lambda first: 17)[:2] == (b"0123456789abcdef", None)  # past the end
+    assert _fs.read_bounded_split(path, 100, 32, lambda first: 40)[:2] == (b"0123456789abcdef", None)  # short file
+    with pytest.raises(ObjectRefused, match="over the 15-byte bound"):
+        _fs.read_bounded_split(path, 15, 4, lambda first: 6)
+
+
 def test_secret_loaded_lazily_from_config_dir(tmp_path):
     writer = LocalStore(tmp_path / "cache")
     assert writer.put(PART, "k", _header(), b"x").stored

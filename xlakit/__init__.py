@@ -52,7 +52,7 @@ def enable_cache(path: str | Path | None = None, max_bytes: int | str | None = N
     The store becomes the backend of JAX's own persistent compilation cache: before each XLA compile JAX
     looks the program up by its cache key (module, jaxlib version, backend, XLA flags, compile options,
     devices); a hit loads the executable in milliseconds, a miss compiles and stores it. Unlike JAX's own
-    directory cache, entries are integrity-checked (SHA-256) and authenticated (HMAC-SHA256) before
+    directory cache, entries are integrity-checked and authenticated (HMAC-SHA256; SHA-256 to name damage) before
     loading, partitioned by environment (jaxlib build, platform, devices, CPU features, XLA flags), capped
     by size with least-recently-used eviction, published atomically, and every hit, miss, store, skip,
     eviction and failure is recorded in :func:`xlakit.events.log`.

@@ -59,7 +59,7 @@ def executable_bytes(jax_payload: bytes) -> bytes:
     scan = _scan_payload(jax_payload)
     if scan.exec_count != 1:
         raise pickle.UnpicklingError(f"expected one XLA executable in the payload, found {scan.exec_count}")
-    return scan.exec_bytes
+    return scan.executable()
 
 
 def memory_stats(executable: Any) -> dict[str, int] | None:

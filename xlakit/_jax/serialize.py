@@ -9,7 +9,9 @@ unsafe for a cache, and this module fixes each:
   :func:`load_compiled` scans the payload first, admitting only the globals JAX's format contains, by name, and
   calling only those the format calls (``FORMAT_GLOBALS`` in :mod:`xlakit._jax.unpickle_policy`), then
   unpickles with :class:`_RestrictedUnpickler`, which resolves the same names. :func:`serialize_compiled` checks
-  every payload against the same policy, so what it writes is always loadable.
+  every payload against the same policy, so what it writes is always loadable. The executable is written after
+  the pickle, not inside it (:mod:`xlakit._jax.payload_layout`): the scan and the unpickler read kilobytes, and
+  the executable's bytes are copied once, for XLA, however large the program.
 * **Other device orders fail late.** JAX maps device ids to the *same* ids, and
   ``Client.deserialize_executable`` keeps the device assignment compiled into the executable. A permuted
   device list therefore loads, then fails at the first call with a sharding mismatch whose two shardings
@@ -36,6 +38,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from xlakit._jax import payload_layout
 from xlakit._jax.kernels import KernelsNotReady, make_ready
 from xlakit._jax.unpickle_policy import _resolve_global, _scan_payload
 from xlakit._record import Record
@@ -144,7 +147,8 @@ def serialize_compiled(compiled) -> tuple[bytes, Placement]:
 
     The payload is ``(unloaded_executable, args_info_flat, no_kwargs, in_tree, out_tree)`` pickled with
     JAX's ``_JaxPjrtPickler`` (as ``jax.experimental.serialize_executable.serialize`` does, plus the two
-    treedefs so the caller needs nothing else), then checked against the restricted unpickler's policy.
+    treedefs so the caller needs nothing else), the executable's bytes written after the pickle
+    (:mod:`xlakit._jax.payload_layout`), then checked against the restricted unpickler's policy.
 
     Raises:
       NotSerializable: with ``reason`` — programs with host callbacks (``jax.debug.print``, ``pure_callback``:
@@ -153,7 +157,6 @@ def serialize_compiled(compiled) -> tuple[bytes, Placement]:
         cannot be pickled or would not be accepted when loading. Never a raw pickling error.
     """
     import jax
-    from jax.experimental.serialize_executable import _JaxPjrtPickler
 
     unloaded = getattr(getattr(compiled, "_executable", None), "_unloaded_executable", None)
     if unloaded is None:
@@ -165,11 +168,12 @@ def serialize_compiled(compiled) -> tuple[bytes, Placement]:
     if const_args:
         # JAX cannot store hoisted constants (jax_use_simplified_jaxpr_constants) with an executable.
         raise NotSerializable(f"program has {len(const_args)} hoisted const_args, which JAX cannot serialize")
+
     try:
         args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
-        with io.BytesIO() as f:
-            _JaxPjrtPickler(f).dump((unloaded, args_info_flat, compiled._no_kwargs, in_tree, compiled.out_tree))
-            payload = f.getvalue()
+        payload = payload_layout.dump((unloaded, args_info_flat, compiled._no_kwargs, in_tree, compiled.out_tree))
+    except payload_layout.NotOneExecutable as e:
+        raise NotSerializable(str(e)) from None
     except Exception as e:  # pickling raises AttributeError, TypeError, PicklingError, ... depending on the object
         reason = f"{type(e).__name__}: {e}"
         callbacks = getattr(unloaded, "host_callbacks", None)
@@ -295,10 +299,13 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
 
     ``devices`` (see :func:`check_devices`; ``None`` = the devices with the placement's ids) may be any
     devices of the same count and kinds, in any order: device ``i`` runs what ``placement.device_ids[i]`` ran.
-    Steps, each before the next touches more: check the devices; scan the payload with the unpickling
-    policy without building anything (and check its device ids match ``placement``); rewrite the
+    Steps, each before the next touches more: check the devices; scan the payload's pickle frame with the
+    unpickling policy without building anything (and check its device ids match ``placement``); rewrite the
     executable's device assignment when the devices differ; unpickle with :class:`_RestrictedUnpickler`;
     build ``jax.stages.Compiled`` as ``jax.experimental.serialize_executable.deserialize_and_load`` does.
+    ``payload`` may be any bytes-like object; of the layout :func:`serialize_compiled` writes, only the frame is
+    read by the pickle machinery and the executable is copied once, into the ``bytes`` XLA takes (payloads in
+    JAX's own format, from entries written before that layout, load too).
 
     Raises:
       DevicePlacementError: the devices cannot run it, or the payload disagrees with ``placement``.
@@ -321,11 +328,13 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
                 "store the placement that serialize_compiled returned together with its payload")
 
     id_map = dict(zip(placement.device_ids, devices, strict=False))
+    executable = scan.executable()  # the one copy of a split payload's executable: XLA takes only bytes
     options = None
     if [d.id for d in devices] != list(placement.device_ids):
-        options = _retargeted_options(scan.exec_bytes, placement, devices)
+        options = _retargeted_options(executable, placement, devices)
 
-    unpickler = _RestrictedUnpickler(io.BytesIO(payload), client, id_map, devices, options)
+    unpickler = _RestrictedUnpickler(io.BytesIO(scan.frame), client, id_map, devices, options,
+                                     executable if scan.tail is not None else None)
     try:
         unloaded, args_info_flat, no_kwargs, in_tree, out_tree = unpickler.load()
         args_info = in_tree.unflatten(args_info_flat)
@@ -402,16 +411,18 @@ class _RestrictedUnpickler(pickle.Unpickler):
     """Unpickles a payload with the global policy of :func:`_resolve_global` and places it on new devices.
 
     Persistent ids: ``('device', old_id)`` -> the new device at the position of ``old_id`` in the
-    placement; ``('client',)`` -> the backend; ``('exec', bytes)`` -> ``deserialize_executable`` on the
-    new devices in order, with the retargeted compile options when the devices changed.
+    placement; ``('client',)`` -> the backend; ``('exec', bytes)`` (JAX's own format) or ``('exec', length)``
+    (the frame of :mod:`xlakit._jax.payload_layout`, whose ``executable`` is given) -> ``deserialize_executable``
+    on the new devices in order, with the retargeted compile options when the devices changed.
     """
 
-    def __init__(self, file, client, id_map: dict, devices: list, options):
+    def __init__(self, file, client, id_map: dict, devices: list, options, executable: bytes | None = None):
         super().__init__(file)
         self._client = client
         self._id_map = id_map
         self._devices = devices
         self._options = options
+        self._executable = executable
         self.xla_error: BaseException | None = None
 
     def find_class(self, module, name):
@@ -427,12 +438,19 @@ class _RestrictedUnpickler(pickle.Unpickler):
         if kind == "client":
             return self._client
         if kind == "exec":
+            if self._executable is None:  # JAX's own format: the executable inside the pickle
+                named = len(pid) == 2 and isinstance(pid[1], bytes)
+            else:  # the split layout: the frame names the length of the executable that follows it
+                named = len(pid) == 2 and type(pid[1]) is int and pid[1] == len(self._executable)
+            if not named:
+                raise pickle.UnpicklingError(f"persistent id {pid!r:.80} does not name the payload's executable")
+            serialized = pid[1] if self._executable is None else self._executable
             try:
-                loaded = _load_executable(self._client, pid[1], self._devices, self._options)
+                loaded = _load_executable(self._client, serialized, self._devices, self._options)
             except Exception as e:
                 self.xla_error = e
                 raise
             # Loaded without lowering: fill the kernel tables its custom calls need before anything runs it.
-            make_ready(loaded, self._client.platform, serialized=pid[1])
+            make_ready(loaded, self._client.platform, serialized=serialized)
             return loaded
         raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.80}")

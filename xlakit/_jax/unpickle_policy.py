@@ -11,6 +11,8 @@ import pickle
 import sys
 from typing import Any
 
+from xlakit._jax import payload_layout
+
 __all__ = ["FORMAT_GLOBALS", "CALL", "VALUE", "format_globals", "allowed_use", "_resolve_global", "_scan_payload",
            "_Scan", "_ScanUnpickler", "_Stub", "_is_registered_pytree_node"]
 
@@ -207,22 +209,34 @@ def _value_stub(module: str, name: str) -> type:
 
 
 class _Scan:
-    """What a scan found: the globals named, the device ids referred to, the executables (count, last bytes)."""
+    """What a scan found: the globals named, the device ids referred to, the executables (count), the pickle frame
+    (``bytes``) and where the executable is: inside the frame (JAX's own format: ``exec_bytes``, the last one) or
+    after it (:mod:`xlakit._jax.payload_layout`: ``tail``, a view of the payload)."""
 
     def __init__(self) -> None:
         self.globals: set[tuple[str, str]] = set()
         self.device_ids: set[int] = set()
         self.exec_count = 0
         self.exec_bytes = b""
+        self.frame = b""
+        self.tail: memoryview | None = None
+
+    def executable(self) -> bytes:
+        """The executable as the ``bytes`` XLA takes: a copy of the tail, made here once (XLA's
+        ``deserialize_executable`` accepts nothing but ``bytes``), or the bytes found inside the frame."""
+        return self.exec_bytes if self.tail is None else bytes(self.tail)
 
 
 class _ScanUnpickler(pickle.Unpickler):
     """Walks a payload applying the global policy, but builds nothing real: every global and persistent
-    object becomes a :class:`_Stub`. No JAX object, device or executable is created."""
+    object becomes a :class:`_Stub`. No JAX object, device or executable is created. ``tail``: the length of the
+    executable that follows the frame (the frame's persistent id then names that length), or None for JAX's own
+    format (the executable inside)."""
 
-    def __init__(self, file):
+    def __init__(self, file, tail: int | None = None):
         super().__init__(file)
         self.result = _Scan()
+        self._tail = tail
 
     def find_class(self, module, name):
         _resolve_global(module, name)
@@ -235,23 +249,31 @@ class _ScanUnpickler(pickle.Unpickler):
         kind = pid[0] if isinstance(pid, tuple) and pid else None
         if kind == "device" and len(pid) == 2 and isinstance(pid[1], int):
             self.result.device_ids.add(pid[1])
-        elif kind == "exec" and len(pid) == 2 and isinstance(pid[1], bytes):
+        elif kind == "exec" and len(pid) == 2 and self._tail is None and isinstance(pid[1], bytes):
             self.result.exec_count += 1
             self.result.exec_bytes = pid[1]
+        elif kind == "exec" and len(pid) == 2 and self._tail is not None and type(pid[1]) is int:
+            if pid[1] != self._tail:
+                raise pickle.UnpicklingError(f"the frame names an executable of {pid[1]} bytes, the payload holds "
+                                             f"{self._tail}")
+            self.result.exec_count += 1
         elif pid != ("client",):
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r:.80}")
         return _Stub()
 
 
-def _scan_payload(payload: bytes) -> _Scan:
-    """Apply the unpickling policy to ``payload`` without building objects. Raises ``pickle.UnpicklingError``."""
+def _scan_payload(payload: bytes | memoryview) -> _Scan:
+    """Apply the unpickling policy to ``payload`` (either layout of :mod:`xlakit._jax.payload_layout`) without
+    building objects; only the pickle frame is read. Raises ``pickle.UnpicklingError``."""
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
-    scanner = _ScanUnpickler(io.BytesIO(payload))
+    frame, tail = payload_layout.split(payload)
+    scanner = _ScanUnpickler(io.BytesIO(frame), None if tail is None else len(tail))
     try:
         scanner.load()
     except pickle.UnpicklingError:
         raise
     except Exception as e:
         raise pickle.UnpicklingError(f"not a valid xlakit executable payload: {type(e).__name__}: {e}") from e
+    scanner.result.frame, scanner.result.tail = frame, tail
     return scanner.result

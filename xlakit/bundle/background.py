@@ -67,11 +67,14 @@ class ProgramLoader:
       head_start: load the best-ranked program alone, then the others ``workers`` at a time. For a background
         load whose first call is most likely that program: on a 2-core machine, loading others beside it (and
         the weights placed meanwhile) slowed its first result ~2x (GIL and cores shared; docs/restart-measurements.md).
+      caller_works: the caller will load programs itself (:meth:`work_here`) as one of the ``workers``, so one
+        thread fewer is started (none for ``workers=1``): a caller that waits for every program anyway would
+        only sleep while a thread it started does the same work.
     """
 
     def __init__(self, ctx: Any, specs: Sequence[ModuleSpec], blobs: dict, current: dict, order: Sequence[str],
                  workers: int, on_done: Callable[[ModuleReport], None] | None = None, warmup: bool = False,
-                 head_start: bool = False) -> None:
+                 head_start: bool = False, caller_works: bool = False) -> None:
         self._ctx = ctx
         self._blobs, self._current = blobs, current
         self._on_done = on_done
@@ -112,7 +115,7 @@ class ProgramLoader:
         if head_start:
             ctx.on_xla = self._handoff.set
         _watch_exit()
-        self._spawn(1 if head_start else self._workers, head=head_start)
+        self._spawn(1 if head_start else self._workers - (1 if caller_works else 0), head=head_start)
 
     def _spawn(self, n: int, head: bool = False) -> None:
         for _ in range(n):
@@ -152,6 +155,17 @@ class ProgramLoader:
         at once."""
         if self._head_start and self._left:
             self._handoff.wait(HEAD_HANDOFF_S)
+
+    def work_here(self) -> None:
+        """Load modules on the calling thread, best rank first, until none is pending (with ``caller_works``).
+        Whatever interrupts it (a Ctrl-C) cancels the modules not started, so nothing waits for them, and is
+        raised."""
+        try:
+            while self._take_next():
+                pass
+        except BaseException:
+            self.cancel("cancelled: the load was interrupted before this module was loaded")
+            raise
 
     def mark_used(self, file: str) -> None:
         """A call is about to run this program: a warm-up that has not started is no longer needed."""

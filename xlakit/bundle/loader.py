@@ -2,7 +2,7 @@
 
 For each module (one variant at one batch size) the loader reads the file, hashes it, and looks up the key
 ``<module stem>-<SHA-256>`` (:func:`xlakit.bundle.hashes.program_key`) in ``<bundle>/.cache/<partition>/``,
-an ordinary :class:`~xlakit.store.LocalStore` (SHA-256 + HMAC envelope, atomic publish, quarantine).
+an ordinary :class:`~xlakit.store.LocalStore` (HMAC envelope, atomic publish, quarantine).
 
 * **Hit** (the warm path): the stored payload is :func:`xlakit._jax.serialize.serialize_compiled`'s AOT
   pickle, loaded with :func:`~xlakit._jax.serialize.load_compiled` onto the requested device. Nothing is
@@ -31,7 +31,8 @@ loading alone in a worker thread (:mod:`xlakit.bundle.background`); once its ent
 (which loads it without the GIL), the calling thread places the weights,
 ``load_bundle`` returns, and the others follow, most likely first; a call waits only for its own program. With
 ``background=False`` the weights are placed first, the programs load largest first (no worker is left alone
-with the biggest one), and ``load_bundle`` returns when all are loaded.
+with the biggest one) in ``max_workers - 1`` threads and the calling thread, and ``load_bundle`` returns when all
+are loaded.
 
 Nothing in the folder is trusted: module files are read only when they are regular files under
 :data:`~xlakit.bundle.files.MAX_MODULE_BYTES` (a FIFO, a device or a huge file fails alone, at once, named),
@@ -93,7 +94,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
         integer id; default: JAX's default device. A program cached for another device of the same kind is reused
         (its device assignment is rewritten when loading; see :func:`xlakit._jax.serialize.load_compiled`).
       max_workers: modules loaded or compiled at once, in threads (XLA releases the GIL while loading and
-        compiling); default :data:`DEFAULT_MAX_WORKERS` (measured; see the comment at its definition).
+        compiling; with ``background=False`` the calling thread is one of them); default
+        :data:`DEFAULT_MAX_WORKERS` (measured; see the comment at its definition).
       progress: show a progress bar (a widget in notebooks, text on stderr elsewhere).
       secret: HMAC key for ``.cache`` entries; default ``$XLAKIT_CACHE_SECRET`` or the user's secret file.
         A ``.cache`` copied from a machine with another secret fails authentication: its entries are
@@ -171,19 +173,22 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
         bar = progress_bar(len(manifest.modules), f"{manifest.name}")
         on_done = _bar_updater(bar, len(manifest.modules))
     loader = ProgramLoader(ctx, manifest.modules, blobs, current, order, max_workers or DEFAULT_MAX_WORKERS,
-                           on_done=on_done, warmup=warmup, head_start=background)
+                           on_done=on_done, warmup=warmup, head_start=background, caller_works=not background)
     # Background: the head worker's Python (its entry read and verified) runs alone first; then XLA loads the
-    # program without the GIL while this thread imports what it needs next and places the weights.
+    # program without the GIL while this thread imports what it needs next and places the weights. Otherwise this
+    # thread is one of the workers (it would only wait for them): one thread fewer per load, none for one module.
     loader.wait_head_handoff()
-    if weights is None:
-        try:
+    try:
+        if weights is None:
             weights, weights_s = _place_weights(path, manifest, device)
-        except BaseException:
-            if bar is not None:
-                bar.discard()  # the load is abandoned: no "n failed" line for the modules cancelled below
-            loader.cancel()
-            loader.wait()  # nothing of this load touches the folder once load_bundle has raised
-            raise
+        else:
+            loader.work_here()
+    except BaseException:
+        if bar is not None:
+            bar.discard()  # the load is abandoned: no "n failed" line for the modules cancelled below
+        loader.cancel()
+        loader.wait()  # nothing of this load touches the folder once load_bundle has raised
+        raise
     from xlakit.bundle.loaded import LoadedBundle
 
     poly = {spec.variant: (spec, blobs[spec.file], current[spec.file]) for spec in manifest.poly_modules}

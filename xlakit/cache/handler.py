@@ -6,8 +6,8 @@ Transparent mode and :class:`~xlakit.cache.ExecutableCache` are both StoreHandle
 (:mod:`xlakit._jax.executables`, :mod:`xlakit._jax.environment`), and every store result goes through the one
 :class:`~xlakit.cache.path.CachePath`, which returns a :class:`~xlakit.cache.decision.Decision`.
 
-Payloads reach ``backend.deserialize_executable`` only after the envelope's SHA-256 and HMAC checks pass and the
-entry's recorded environment equals this one. Nothing here raises into the user's program.
+Payloads reach ``backend.deserialize_executable`` only after the envelope's HMAC checks pass (integrity and
+authenticity) and the entry's recorded environment equals this one. Nothing here raises into the user's program.
 """
 
 from __future__ import annotations

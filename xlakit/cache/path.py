@@ -58,10 +58,10 @@ class CachePath:
         """Look ``key`` up in ``partition`` and turn a verified entry into a program with ``load``.
 
         Args:
-          load: ``(authenticated header, payload bytes) -> program``; called only after the envelope's SHA-256,
-            HMAC and ``expect`` checks pass. If it raises (other than ``reraise``), the entry is removed and
-            the decision is ``load_error``; ``KernelsNotReady`` (a kernel this process cannot make ready without
-            lowering) keeps the entry and is a ``miss`` with that reason.
+          load: ``(authenticated header, payload bytes) -> program``; called only after the envelope's MACs
+            (integrity and authenticity) and ``expect`` checks pass. If it raises (other than ``reraise``), the
+            entry is removed and the decision is ``load_error``; ``KernelsNotReady`` (a kernel this process cannot
+            make ready without lowering) keeps the entry and is a ``miss`` with that reason.
           expect: header/environment fields the entry must carry (:func:`xlakit._jax.environment.expectations`).
 
         Returns:

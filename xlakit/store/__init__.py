@@ -1,7 +1,8 @@
 """Persistent storage of sealed cache entries (no JAX here).
 
 - :mod:`.base`: the :class:`Store` contract (bytes by partition and key) and :class:`MemoryStore`.
-- :mod:`.envelope`: the authenticated, compressed entry format; :mod:`.safejson`: bounded JSON.
+- :mod:`.envelope`: the authenticated entry format (zstd, or as is when zstd does not halve it);
+  :mod:`.safejson`: bounded JSON.
 - :mod:`.secret`: the HMAC secret (env or a private file outside the cache).
 - :mod:`.entries`: entries over any Store (seal, open, expectations, quarantine): :class:`EntryLayer`.
 - :mod:`.layout`, :mod:`.folder`, :mod:`.quarantine`, :mod:`.evict`: the local folder, its raw Store,
@@ -22,6 +23,7 @@ from .envelope import (
     StaleEntry,
     UnauthenticatedEntry,
     decompress_bounded,
+    head_length,
     key_id,
     open_envelope,
     read_header,
@@ -69,6 +71,7 @@ __all__ = [
     "UnauthenticatedEntry",
     "decompress_bounded",
     "file_stem",
+    "head_length",
     "key_id",
     "load_secret",
     "open_envelope",

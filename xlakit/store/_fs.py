@@ -14,7 +14,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -32,6 +32,7 @@ __all__ = [
     "open_dir",
     "open_regular",
     "read_bounded",
+    "read_bounded_split",
     "scandir",
     "unlink_at",
     "write_at",
@@ -101,6 +102,35 @@ def read_bounded(path: str | os.PathLike, max_bytes: int, *, at: int | None = No
     if len(data) > max_bytes:
         raise ObjectRefused(f"{os.fspath(path)} grew past the {max_bytes}-byte bound while read; refused")
     return data, st
+
+
+def read_bounded_split(path: str | os.PathLike, max_bytes: int, probe: int, head_length: Callable[[bytes], int | None],
+                       *, at: int | None = None) -> tuple[bytes, bytes | None, os.stat_result]:
+    """:func:`read_bounded`, returning the file as ``(head, rest, fstat)``: its first ``head_length(first probe
+    bytes)`` bytes and every byte after them, each its own ``bytes`` object, so that a caller gets the rest with
+    no copy (slicing one object copies). ``head_length`` returning None (or a length the file does not reach)
+    gives ``(whole file, None, fstat)``. Bounds and refusals are those of :func:`read_bounded`.
+    """
+    fd = _open_fd(path, at=at)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if st.st_size > max_bytes:
+            raise ObjectRefused(f"{os.fspath(path)} is {st.st_size} bytes, over the {max_bytes}-byte bound; refused")
+        first = f.read(probe)
+        n = head_length(first) if len(first) == probe else None
+        if n is None or not probe <= n <= st.st_size:
+            f.seek(0)
+            data, rest = f.read(max_bytes + 1), None
+        else:
+            data = first + f.read(n - probe)
+            # The size fstat gave, plus one byte: a file that grew since is read on to the bound (and refused
+            # past it); the usual file is read in one piece with no over-allocation.
+            rest = f.read(st.st_size - n + 1)
+            if len(rest) > st.st_size - n:
+                rest += f.read(max_bytes + 1 - n - len(rest))
+    if len(data) + (len(rest) if rest is not None else 0) > max_bytes:
+        raise ObjectRefused(f"{os.fspath(path)} grew past the {max_bytes}-byte bound while read; refused")
+    return data, rest, st
 
 
 def open_dir(path: str | os.PathLike, *, at: int | None = None) -> int:

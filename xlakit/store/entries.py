@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import ObjectRefused, Store
-from .envelope import EntryError, open_envelope, seal
+from .envelope import EntryError, head_length, open_envelope, seal
 
 __all__ = ["MAX_ENTRY_BYTES", "EntryInfo", "EntryLayer", "GetResult", "PutResult", "check_expect", "entry_info"]
 
@@ -164,16 +164,21 @@ class EntryLayer:
     def get(self, partition: str, key: str, *, expect: dict | None = None) -> GetResult:
         """Read and fully verify one entry (statuses in the module table). Raises only ValueError."""
         path = self._path_of(partition, key)
+        split = getattr(self.store, "get_split", None)  # a tier that reads the payload apart: no copy of it
         try:
-            blob = self.store.get(partition, key, self.max_entry_bytes)
+            if split is not None:
+                found = split(partition, key, self.max_entry_bytes, 20, head_length)
+            else:
+                blob = self.store.get(partition, key, self.max_entry_bytes)
+                found = None if blob is None else (blob, None)
         except ObjectRefused as e:
             return self.reject(partition, key, path, "corrupt", e.reason, None)
         except (OSError, MemoryError) as e:
             return GetResult("error", None, None, _reason(e), path, None)
-        if blob is None:
+        if found is None:
             return GetResult("absent", None, None, None, path, None)
         try:
-            header, payload = open_envelope(blob, self._secret())
+            header, payload = open_envelope(found[0], self._secret(), found[1])
         except EntryError as e:
             if e.kind in ("foreign", "stale"):
                 return GetResult(e.kind, None, None, e.reason, path, None)

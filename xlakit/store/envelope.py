@@ -1,30 +1,41 @@
-"""The on-disk entry format: an authenticated, compressed envelope whose header is checked before it is parsed.
+"""The on-disk entry format: an authenticated envelope whose header is checked before it is parsed.
 
-Byte layout, format 2 (all offsets in bytes)::
+Byte layout, format 3 (all offsets in bytes)::
 
     offset  size  field
-    0       8     magic b"XLAKIT\\x00\\x02" (last byte = FORMAT_VERSION)
+    0       8     magic b"XLAKIT\\x00\\x03" (last byte = the format version)
     8       8     key id: HMAC-SHA256(secret, b"xlakit key id")[:8], names the key that signed (see key_id)
     16      4     H = header length, big-endian uint32 (H <= 16 MiB)
     20      32    header MAC: HMAC-SHA256(secret, b"xlakit header\\x00" + bytes[0 : 20] + header)
     52      H     header: UTF-8 JSON object, sorted keys, compact separators
     52+H    32    MAC: HMAC-SHA256(secret, bytes[0 : 52+H] + payload)
-    84+H    ...   payload: zstd-compressed bytes
+    84+H    ...   payload: zstd-compressed bytes, or the bytes as given (header ``compression``)
+
+Format 2 (xlakit before format 3; still read) has the same layout with version byte 2, no ``compression`` field,
+and a payload that is always zstd. Format 3 stores a payload that zstd does not shrink by at least
+:data:`MIN_COMPRESSION_SAVING` as it is: loading it then costs a read and the MAC, where decompressing it cost
+~2.5x a copy of the bytes (measured: 64 MiB of executable bytes, 0.09-0.12 s to decompress at any ratio from 0.1
+to 0.93, against 0.04 s to copy them, on the reference machine). xlakit before format 3 reads a format-3 entry
+as :class:`StaleEntry` (a miss that leaves it alone) instead of failing on a payload that is not zstd.
 
 Order of checks when reading (:func:`open_envelope`, :func:`read_header`): magic and version, key id
 (another key -> :class:`ForeignKeyEntry`, a miss that leaves the entry alone), lengths, header MAC, and only
-then the header JSON (:mod:`.safejson`: bounded depth, finite bounded numbers). The payload is checked by
-SHA-256 and the full MAC before a single byte is decompressed, and decompression is bounded
+then the header JSON (:mod:`.safejson`: bounded depth, finite bounded numbers). The payload is checked by the
+full MAC before a single byte of it is used or decompressed, and decompression is bounded
 (:func:`decompress_bounded`). A format-1 entry (xlakit before the header MAC) is :class:`StaleEntry`.
 
 Integrity fields that :func:`seal` writes into the header:
 
-- ``format_version``: ``FORMAT_VERSION``; ``key_id``: the signing key's id (16 hex characters)
-- ``payload_sha256``: hex SHA-256 of the *compressed* payload
-- ``payload_bytes``: compressed payload length in bytes
+- ``format_version``: the format (3); ``key_id``: the signing key's id (16 hex characters)
+- ``payload_sha256``: hex SHA-256 of the payload as stored
+- ``payload_bytes``: payload length as stored, in bytes
 - ``raw_bytes``: uncompressed payload length in bytes
+- ``compression``: ``"zstd"`` or ``"none"`` (format 3)
 
-The SHA-256 catches accidental damage with a precise message; the MACs catch entries modified on purpose.
+The MACs catch entries modified on purpose, and any damage: a payload whose full MAC matches is the payload
+that was sealed, so its SHA-256 is computed only when the MAC does not match, to tell accidental damage
+(:class:`CorruptEntry`, the SHA-256 differs too, with a precise message) from a modification
+(:class:`UnauthenticatedEntry`) — one pass over the payload on every good read instead of two.
 """
 
 from __future__ import annotations
@@ -43,6 +54,8 @@ from . import safejson
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "MIN_COMPRESSION_SAVING",
+    "READ_VERSIONS",
     "MAX_HEADER_BYTES",
     "PREFIX_BYTES",
     "CorruptEntry",
@@ -52,6 +65,7 @@ __all__ = [
     "UnauthenticatedEntry",
     "check_prefix",
     "decompress_bounded",
+    "head_length",
     "key_id",
     "open_envelope",
     "read_header",
@@ -59,8 +73,16 @@ __all__ = [
     "seal",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READ_VERSIONS = (2, 3)  # formats this xlakit reads: 2 (payload always zstd) and 3
 MAGIC = b"XLAKIT\x00" + bytes([FORMAT_VERSION])
+#: :func:`seal` keeps the zstd compression of a payload only when it is at most half the payload's size; else the
+#: payload is stored as it is (``compression: "none"``). Decompressing costs ~2.5x a copy of the raw bytes whatever
+#: the ratio (module docstring), on every load, while what it saves is disk and transfer: worth it for the
+#: executables that shrink to a tenth (XLA:CPU's: 0.09-0.4 measured), not for ones that shrink by a few tens of
+#: percent (a 68 MB executable costs ~0.1 s more to load compressed, most of issue 33's 0.15 s margin).
+MIN_COMPRESSION_SAVING = 0.5
+COMPRESSIONS = ("zstd", "none")
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 KEY_ID_BYTES = 8
 MAC_BYTES = 32
@@ -68,7 +90,8 @@ PREFIX_BYTES = 8 + KEY_ID_BYTES + 4 + MAC_BYTES  # 52: everything before the hea
 
 _MAGIC_STEM = MAGIC[:-1]
 _LENGTH = struct.Struct(">I")
-_INTEGRITY_FIELDS = ("format_version", "payload_sha256", "payload_bytes", "raw_bytes")
+_INTEGRITY_FIELDS = {2: ("format_version", "payload_sha256", "payload_bytes", "raw_bytes"),
+                     3: ("format_version", "payload_sha256", "payload_bytes", "raw_bytes", "compression")}
 _HEADER_DOMAIN = b"xlakit header\x00"
 
 
@@ -142,10 +165,10 @@ def _check_prefix(prefix: bytes | memoryview, secret: bytes | None) -> int:
     if bytes(prefix[:7]) != _MAGIC_STEM:
         raise CorruptEntry(f"bad magic {bytes(prefix[:8])!r}: not an xlakit entry")
     version = prefix[7]
-    if version != FORMAT_VERSION:
+    if version not in READ_VERSIONS:
         age = "an older" if version < FORMAT_VERSION else "a newer"
-        raise StaleEntry(f"written by {age} xlakit format (version {version}; this xlakit reads {FORMAT_VERSION})",
-                         version)
+        reads = " and ".join(map(str, READ_VERSIONS))
+        raise StaleEntry(f"written by {age} xlakit format (version {version}; this xlakit reads {reads})", version)
     if len(prefix) < 20:
         raise CorruptEntry(f"truncated: file is {len(prefix)} bytes, shorter than the {PREFIX_BYTES}-byte prefix")
     if secret is not None:
@@ -163,6 +186,17 @@ def check_prefix(prefix: bytes, secret: bytes | None) -> int:
     and (with ``secret``) key id; nothing in it is authenticated yet. Raises CorruptEntry, StaleEntry,
     ForeignKeyEntry."""
     return _check_prefix(prefix[:20], secret)
+
+
+def head_length(prefix: bytes) -> int | None:
+    """How many bytes of an envelope come before its payload (52 + H + 32), from its first 20 bytes; None when
+    they are not the start of an envelope this xlakit reads (the whole object is then read as one). Nothing is
+    authenticated here: a store uses it only to read the payload apart from the head (:func:`open_envelope`'s
+    ``payload``), so that a payload stored as it is reaches its reader without a copy."""
+    if len(prefix) < 20 or bytes(prefix[:7]) != _MAGIC_STEM or prefix[7] not in READ_VERSIONS:
+        return None
+    (length,) = _LENGTH.unpack_from(prefix, 16)
+    return PREFIX_BYTES + length + MAC_BYTES if length <= MAX_HEADER_BYTES else None
 
 
 def _header_mac(secret: bytes, fixed: bytes, encoded: bytes) -> bytes:
@@ -200,14 +234,17 @@ def _encode_header(header: dict) -> bytes:
 
 
 def seal(header: dict, raw_payload: bytes, secret: bytes, level: int = 3) -> bytes:
-    """Compress ``raw_payload`` with zstd and return the whole envelope (layout in the module docstring).
+    """The whole envelope (format 3, layout in the module docstring) of ``raw_payload``, compressed with zstd at
+    ``level`` when that saves at least :data:`MIN_COMPRESSION_SAVING` of its bytes, else stored as it is.
 
     ``header`` is copied; the integrity fields are added (overwriting any the caller passed). Raises
     TypeError/ValueError if the header is not JSON-serializable or holds NaN/Infinity, ValueError if the
     encoded header exceeds 16 MiB.
     """
     raw = bytes(raw_payload)
-    payload = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw)
+    payload, compression = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw), "zstd"
+    if len(payload) > len(raw) * (1 - MIN_COMPRESSION_SAVING):
+        payload, compression = raw, "none"
     kid = key_id(secret)
     full = dict(header)
     full.update(
@@ -216,6 +253,7 @@ def seal(header: dict, raw_payload: bytes, secret: bytes, level: int = 3) -> byt
         payload_sha256=hashlib.sha256(payload).hexdigest(),
         payload_bytes=len(payload),
         raw_bytes=len(raw),
+        compression=compression,
     )
     encoded = _encode_header(full)
     if len(encoded) > MAX_HEADER_BYTES:
@@ -287,14 +325,16 @@ def _short_repr(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_integrity_fields(header: dict) -> None:
-    """Raise CorruptEntry unless every field :func:`open_envelope` uses has its type and format:
-    format_version the int FORMAT_VERSION, payload_bytes/raw_bytes ints >= 0 (not bool), payload_sha256
-    64 lowercase hex digits (a str), key_id 16 hex digits when present. A header signed by any holder of the
-    secret may carry anything, so nothing reaches ``compare_digest`` or arithmetic unchecked."""
+def _check_integrity_fields(header: dict, magic_version: int) -> str:
+    """The payload's compression (``"zstd"`` or ``"none"``); raise CorruptEntry unless every field
+    :func:`open_envelope` uses has its type and format: format_version the int of the magic's version,
+    payload_bytes/raw_bytes ints >= 0 (not bool), payload_sha256 64 lowercase hex digits (a str), key_id 16 hex
+    digits when present, compression one of :data:`COMPRESSIONS` (format 3; format 2 is always zstd) and, for
+    ``"none"``, payload_bytes equal to raw_bytes. A header signed by any holder of the secret may carry anything,
+    so nothing reaches ``compare_digest`` or arithmetic unchecked."""
     version = header["format_version"]
-    if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:
-        raise CorruptEntry(f"header format_version is {_short_repr(version)}, magic says {FORMAT_VERSION}")
+    if isinstance(version, bool) or not isinstance(version, int) or version != magic_version:
+        raise CorruptEntry(f"header format_version is {_short_repr(version)}, magic says {magic_version}")
     lengths = (header["payload_bytes"], header["raw_bytes"])
     if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths):
         raise CorruptEntry(f"header has invalid lengths payload_bytes={_short_repr(lengths[0])} "
@@ -305,55 +345,72 @@ def _check_integrity_fields(header: dict) -> None:
     kid = header.get("key_id")
     if kid is not None and not (isinstance(kid, str) and _HEX16.fullmatch(kid)):
         raise CorruptEntry(f"header key_id is {_short_repr(kid)}, not 16 lowercase hex digits")
+    compression = header.get("compression", "zstd") if version >= 3 else "zstd"
+    if compression not in COMPRESSIONS:  # a str in the tuple: anything else (a list, a dict) is refused
+        raise CorruptEntry(f"header compression is {_short_repr(compression)}, not one of {list(COMPRESSIONS)}")
+    if compression == "none" and lengths[0] != lengths[1]:
+        raise CorruptEntry(f"length mismatch: payload stored uncompressed is {lengths[0]} bytes, header says "
+                           f"{lengths[1]} raw bytes")
+    return compression
 
 
-def open_envelope(blob: bytes, secret: bytes) -> tuple[dict, bytes]:
-    """Verify ``blob`` completely and return ``(header, raw_payload)``.
+def open_envelope(blob: bytes, secret: bytes, payload: bytes | None = None) -> tuple[dict, bytes]:
+    """Verify an envelope completely and return ``(header, raw_payload)``.
 
-    Checks, in order: magic/version, key id, lengths, header MAC, header JSON (bounded), payload length,
-    payload SHA-256, full MAC, then decompression bounded by ``raw_bytes``. Nothing is parsed before its MAC
-    matches and nothing is decompressed before the full MAC matches.
+    ``blob`` is the whole envelope, or (with ``payload``) its head, the 52 + H + 32 bytes before the payload
+    (:func:`head_length`), with ``payload`` the rest, read apart by the store: a payload stored uncompressed is then
+    returned as that very object, with no copy.
+
+    Checks, in order: magic/version, key id, lengths, header MAC, header JSON (bounded), payload length, full
+    MAC (and, only when it does not match, the payload SHA-256, to tell damage from a modification), then
+    decompression bounded by ``raw_bytes``. Nothing is parsed before its MAC matches and nothing is used or
+    decompressed before the full MAC matches.
 
     Raises CorruptEntry, UnauthenticatedEntry, ForeignKeyEntry or StaleEntry.
     """
+    if payload is not None and len(blob) != head_length(blob[:20]):  # the file changed between the reads: as one
+        blob, payload = bytes(blob) + bytes(payload), None
     view = memoryview(blob)
     length = _check_prefix(view[:20], secret)
     body = PREFIX_BYTES + length
-    if len(view) < body + MAC_BYTES:
+    size = len(view) + (len(payload) if payload is not None else 0)
+    if size < body + MAC_BYTES:
         raise CorruptEntry(
-            f"truncated: file is {len(view)} bytes, header length says at least {PREFIX_BYTES}+{length}+{MAC_BYTES}"
+            f"truncated: file is {size} bytes, header length says at least {PREFIX_BYTES}+{length}+{MAC_BYTES}"
         )
     header = _authenticated_header(view, length, secret)
 
-    missing = [k for k in _INTEGRITY_FIELDS if k not in header]
+    version = view[7]
+    missing = [k for k in _INTEGRITY_FIELDS[version] if k not in header]
     if missing:
         raise CorruptEntry(f"header lacks {', '.join(missing)}")
-    _check_integrity_fields(header)
+    compression = _check_integrity_fields(header, version)
     payload_bytes, raw_bytes, want_sha = header["payload_bytes"], header["raw_bytes"], header["payload_sha256"]
     expected = body + MAC_BYTES + payload_bytes
-    if len(view) != expected:
-        what = "truncated" if len(view) < expected else "trailing bytes"
+    if size != expected:
+        what = "truncated" if size < expected else "trailing bytes"
         raise CorruptEntry(
-            f"{what}: file is {len(view)} bytes, header says {PREFIX_BYTES}+{length}+{MAC_BYTES}+{payload_bytes}"
+            f"{what}: file is {size} bytes, header says {PREFIX_BYTES}+{length}+{MAC_BYTES}+{payload_bytes}"
         )
 
-    payload = view[body + MAC_BYTES :]
-    got_sha = hashlib.sha256(payload).hexdigest()
-    if not hmac.compare_digest(got_sha, want_sha):
-        raise CorruptEntry(f"payload SHA-256 mismatch (expected {_short(want_sha)}, got {_short(got_sha)})")
-
+    stored = memoryview(payload) if payload is not None else view[body + MAC_BYTES :]
     mac = hmac.new(secret, view[:body], hashlib.sha256)
-    mac.update(payload)
+    mac.update(stored)
     if not hmac.compare_digest(mac.digest(), bytes(view[body : body + MAC_BYTES])):
+        got_sha = hashlib.sha256(stored).hexdigest()
+        if not hmac.compare_digest(got_sha, want_sha):
+            raise CorruptEntry(f"payload SHA-256 mismatch (expected {_short(want_sha)}, got {_short(got_sha)})")
         raise UnauthenticatedEntry("HMAC mismatch: the entry was modified")
 
+    if compression == "none":
+        return header, payload if isinstance(payload, bytes) else bytes(stored)
     try:
-        declared = zstandard.frame_content_size(payload)
+        declared = zstandard.frame_content_size(stored)
     except zstandard.ZstdError as e:
         raise CorruptEntry(f"zstd decompression failed: {e}") from None
     if declared != -1 and declared != raw_bytes:
         raise CorruptEntry(f"length mismatch: zstd frame says {declared} bytes, header says {raw_bytes}")
-    raw = decompress_bounded(payload, raw_bytes)  # the authenticated view itself: no copy of the payload
+    raw = decompress_bounded(stored, raw_bytes)  # the authenticated view itself: no copy of the payload
     if len(raw) != raw_bytes:
         raise CorruptEntry(f"length mismatch: decompressed {len(raw)} bytes, header says {raw_bytes}")
     return header, raw

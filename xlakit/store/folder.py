@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import _fs
@@ -125,13 +125,28 @@ class FolderStore:
         A folder at the entry's name is removed if empty, else renamed to ``.<name>.<ms>.<rand>.in-the-way`` (see
         :func:`xlakit.store._fs.clear_way`); the ObjectRefused says which, and ``displaced`` records it.
         """
+        found = self._read(partition, key, lambda name, pfd: _fs.read_bounded(name, max_bytes, at=pfd))
+        return None if found is None else found[0]
+
+    def get_split(self, partition: str, key: str, max_bytes: int, probe: int,
+                  head_length: Callable[[bytes], int | None]) -> tuple[bytes, bytes | None] | None:
+        """:meth:`get` as ``(head, rest)``, two ``bytes`` objects (:func:`xlakit.store._fs.read_bounded_split`):
+        the entry layer reads a payload apart from the envelope's head, so that a payload stored as it is reaches
+        its reader with no copy; ``rest`` is None when ``head`` is the whole object. Raises as :meth:`get`."""
+        found = self._read(partition, key, lambda name, pfd: _fs.read_bounded_split(name, max_bytes, probe,
+                                                                                       head_length, at=pfd))
+        return None if found is None else found[:2]
+
+    def _read(self, partition: str, key: str, read: Callable[[str, int], tuple]) -> tuple | None:
+        """``read(file name, partition folder descriptor)`` of the object's file (its last item an fstat, which
+        is remembered for the quarantine), or None when absent."""
         name = file_stem(key) + ENTRY_SUFFIX
         try:
             pfd = self._partition_fd(partition)
         except (FileNotFoundError, NotADirectoryError, ObjectRefused):
             return None  # no partition folder, or a link where it should be: never entered
         try:
-            data, st = _fs.read_bounded(name, max_bytes, at=pfd)
+            found = read(name, pfd)
         except FileNotFoundError:
             return None
         except IsADirectoryError:
@@ -141,8 +156,8 @@ class FolderStore:
             raise ObjectRefused(f"{name} is a folder, not an entry: {note}") from None
         finally:
             os.close(pfd)
-        self._remember(partition, key, st)
-        return data
+        self._remember(partition, key, found[-1])
+        return found
 
     def _remember(self, partition: str, key: str, st: os.stat_result) -> None:
         seen = getattr(self._seen, "ids", None)

@@ -19,17 +19,11 @@ from pathlib import Path
 import filelock
 
 from . import _fs, evict
-from .entries import (
-    MAX_ENTRY_BYTES,
-    EntryInfo,
-    EntryLayer,
-    GetResult,
-    PutResult,
-    entry_info,
-)
+from .entries import MAX_ENTRY_BYTES, EntryInfo, EntryLayer, GetResult, PutResult, entry_info
 from .envelope import (
     FORMAT_VERSION,
     MAGIC,
+    READ_VERSIONS,
     EntryError,
     key_id,
     open_envelope,
@@ -216,7 +210,7 @@ class LocalStore:
             return None
         if prefix[7] > FORMAT_VERSION:
             return f"an entry written by a newer xlakit format (version {prefix[7]}) holds this name"
-        if prefix[7] == FORMAT_VERSION and prefix[8:16] != key_id(self.secret):
+        if prefix[7] in READ_VERSIONS and prefix[8:16] != key_id(self.secret):
             return (f"an entry signed with another key (key id {prefix[8:16].hex()}, this process "
                     f"{key_id(self.secret).hex()}) holds this name; it is left in place")
         return None

@@ -1,34 +1,31 @@
 """A local store in front of a shared remote one: read-through, write-behind, failing open. No JAX.
 
-:class:`TieredStore` is itself a :class:`~xlakit.store.base.Store`, so the cache feature uses it exactly like
-the local folder. What it adds:
+:class:`TieredStore` is itself a :class:`~xlakit.store.base.Store`, so the cache feature uses it exactly like the local
+folder. What it adds:
 
-- **Reads** ask the local tier; on a local miss, the remote tier with one GET (not found = miss); a remote
-  object that passes ``verify`` is written through into the local tier and returned. A read never writes to
-  the remote tier.
+- **Reads** ask the local tier; on a local miss, the remote tier with one GET (not found = miss); a remote object that
+  passes ``verify`` is written through into the local tier and returned. A read never writes to the remote tier.
 - **Writes** go to the local tier first (the caller's result is the local one); then the blob is queued for a
-  background, create-only upload. "Already exists" on the remote is success. Uploads are skipped when the
-  program compiled faster than ``min_upload_compile_s`` or the blob is over ``max_upload_bytes``, and always
-  in ``mode="ro"``.
-- **Failing open:** every remote error becomes an event and a local-only answer. After ``max_failures``
-  consecutive remote errors the remote tier is switched off for the life of this object: one
-  :class:`RemoteUnavailableWarning`, one ``remote_off`` event; the program never fails because of it.
-- **One deadline per remote operation:** a read (waiting for the client's set-up, every request and every body
-  byte) and an upload (the same) each end within ``timeout_s`` seconds, in the caller's thread as in the
-  uploader's. A missed deadline switches the remote off at once (a server that does not answer in
-  ``timeout_s`` is treated as dark), and so does a timeout of any layer below (botocore's own) or a failure
-  that took over half the deadline. So a black-holed bucket costs a thread at most one ``timeout_s``, and
-  interpreter exit at most ``drain_timeout_s`` more.
-- **Trust:** ``verify(blob, partition, key) -> reason | None`` comes from the layer that knows the envelope
-  (HMAC, key id, and that the header names this partition and key: a valid object copied under another key
-  must be refused too); a refused remote object is never written into the local tier, is remembered for the process (no
-  second GET) and reported by :meth:`TieredStore.refused`. The remote object itself is left alone: a reader
-  with another secret must not delete an object its owners can use.
-- **Exit:** pending uploads are drained at interpreter exit for at most ``drain_timeout_s`` seconds; what is
-  left is abandoned (the uploader is a daemon thread) and reported as one ``upload_skip`` event.
+  background, create-only upload. "Already exists" on the remote is success. Uploads are skipped when the program
+  compiled faster than ``min_upload_compile_s`` or the blob is over ``max_upload_bytes``, and always in ``mode="ro"``.
+- **Failing open:** every remote error becomes an event and a local-only answer. After ``max_failures`` consecutive
+  remote errors the remote tier is switched off for the life of this object: one :class:`RemoteUnavailableWarning`, one
+  ``remote_off`` event; the program never fails because of it.
+- **One deadline per remote operation:** a read (waiting for the client's set-up, every request and every body byte) and
+  an upload (the same) each end within ``timeout_s`` seconds, in the caller's thread as in the uploader's. A missed
+  deadline switches the remote off at once (a server that does not answer in ``timeout_s`` is treated as dark), and so
+  does a timeout of any layer below (botocore's own) or a failure that took over half the deadline. So a black-holed
+  bucket costs a thread at most one ``timeout_s``, and interpreter exit at most ``drain_timeout_s`` more.
+- **Trust:** ``verify(blob, partition, key) -> reason | None`` comes from the layer that knows the envelope (HMAC, key
+  id, and that the header names this partition and key: a valid object copied under another key must be refused too); a
+  refused remote object is never written into the local tier, is remembered for the process (no second GET) and reported
+  by :meth:`TieredStore.refused`. The remote object itself is left alone: a reader with another secret must not delete
+  an object its owners can use.
+- **Exit:** pending uploads are drained at interpreter exit for at most ``drain_timeout_s`` seconds; what is left is
+  abandoned (the uploader is a daemon thread) and reported as one ``upload_skip`` event.
 
-Events are :class:`TierEvent` values given to ``on_event`` (from the caller's thread for reads, from the
-uploader thread for uploads); an exception in ``on_event`` is swallowed so it cannot break a read.
+Events are :class:`TierEvent` values given to ``on_event`` (from the caller's thread for reads, from the uploader thread
+for uploads); an exception in ``on_event`` is swallowed so it cannot break a read.
 """
 
 from __future__ import annotations
@@ -142,8 +139,7 @@ def _timed_out(e: BaseException) -> bool:
 
 
 def _describe(e: BaseException) -> str:
-    text = str(e) or type(e).__name__
-    return f"{type(e).__name__}: {text}"[:300]
+    return f"{type(e).__name__}: {str(e) or type(e).__name__}"[:300]
 
 
 class TieredStore:
@@ -154,12 +150,11 @@ class TieredStore:
       remote: the shared store (usually :class:`~xlakit.store.remote.RemoteStore`).
       mode: ``"rw"`` (read and upload) or ``"ro"`` (read only: no write request ever reaches the remote).
       verify: ``verify(blob, partition, key) -> None`` if the remote blob may be used as that entry, else a
-        reason string; an exception
-        counts as a refusal. None accepts every blob (only for tests: the cache layer always passes one).
+        reason string; an exception counts as a refusal. None accepts every blob (only for tests: the cache layer
+        always passes one).
       on_event: called with each :class:`TierEvent`.
       max_failures: consecutive remote errors (reads and uploads together) that switch the remote off.
-      min_upload_compile_s: blobs whose program compiled in fewer seconds are not uploaded (None: unknown,
-        uploaded).
+      min_upload_compile_s: blobs whose program compiled in fewer seconds are not uploaded (None: unknown, uploaded).
       max_upload_bytes: blobs over this many bytes are not uploaded.
       drain_timeout_s: the most seconds interpreter exit waits for pending uploads.
       max_pending: uploads queued at once; more are skipped (reported), so memory stays bounded.
@@ -180,8 +175,7 @@ class TieredStore:
                  on_event: Callable[[TierEvent], None] | None = None, max_failures: int = 3,
                  min_upload_compile_s: float = 0.0, max_upload_bytes: int = 1 << 30,
                  drain_timeout_s: float = 10.0, max_pending: int = 256, timeout_s: float | None = 30.0,
-                 probe_on_start: bool = False,
-                 reader: Callable[[str, str, int], bytes | None] | None = None) -> None:
+                 probe_on_start: bool = False, reader: Callable[[str, str, int], bytes | None] | None = None) -> None:
         if mode not in ("rw", "ro"):
             raise ValueError(f"remote mode {mode!r} is not 'rw' or 'ro'")
         if max_failures < 1 or drain_timeout_s < 0 or max_pending < 1 or max_upload_bytes < 0:
@@ -322,6 +316,13 @@ class TieredStore:
         self._emit("remote_hit", partition, key, seconds=seconds, nbytes=len(blob))
         return blob
 
+    def get_split(self, partition: str, key: str, max_bytes: int, probe: int, head_length: Callable) -> tuple | None:
+        """:meth:`get`, read apart where the local tier can (``FolderStore.get_split``), else ``(object, None)``."""
+        split = getattr(self.local, "get_split", None)
+        found = split(partition, key, max_bytes, probe, head_length) if split is not None else None
+        blob = self.get(partition, key, max_bytes) if found is None else None
+        return found if found is not None else None if blob is None else (blob, None)
+
     def _check(self, blob: bytes, partition: str, key: str) -> str | None:
         if self.verify is None:
             return None
@@ -335,8 +336,7 @@ class TieredStore:
             self._refused[(partition, key)] = reason
         self._emit("remote_corrupt", partition, key, nbytes=nbytes, reason=reason)
 
-    def put(self, partition: str, key: str, blob: bytes, *, compile_s: float | None = None,
-            sync: bool = False) -> bool:
+    def put(self, partition: str, key: str, blob: bytes, *, compile_s: float | None = None, sync: bool = False) -> bool:
         """Store locally (the result is the local ``put``'s), then upload: queued in the background, or in this
         thread with ``sync=True`` (a coordination claimant must upload before it tells the waiters).
 
