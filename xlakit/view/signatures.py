@@ -49,6 +49,16 @@ def leaf_texts(signature: Sequence[Any] | None) -> list[str]:
     return [leaf_text(a) for a in signature or ()]
 
 
+#: A leaf's text when it was donated ends so (:func:`leaf_text`).
+_DONATED = " donated"
+#: Leaves that differ only in donation and are still shown one by one; past it the donated ones are counted.
+_DONATION_LEAVES = 3
+
+
+def _at(leaves: list[str], j: int) -> str | None:
+    return leaves[j] if j < len(leaves) else None
+
+
 def _cut(text: str, limit: int | None) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
@@ -98,12 +108,19 @@ def distinguishing_texts(signatures: Sequence[Sequence[str] | None], limit: int 
     recorded = [list(s) for s in signatures if s is not None]
     if len(recorded) < 2 or all(s == recorded[0] for s in recorded):
         return [None if s is None else _cut(", ".join(s), limit) for s in signatures]
+    plain = [[leaf.removesuffix(_DONATED) for leaf in s] for s in recorded]
+    by_donation = {j for j in range(max(len(s) for s in plain))
+                   if len({_at(s, j) for s in plain}) == 1 and len({_at(s, j) for s in recorded}) > 1}
+    if len(by_donation) > _DONATION_LEAVES:
+        # A donated variant differs in every leaf it donates (a train step: hundreds), which crowded out the
+        # leaves whose shapes differ; count its donated leaves instead, after the shapes.
+        counts = [sum(leaf.endswith(_DONATED) for leaf in s) for s in recorded]
+        texts = iter(distinguishing_texts(plain, limit))
+        tagged = iter(f"{next(texts)}; {n} donated" if n else next(texts) for n in counts)
+        return [None if s is None else next(tagged) for s in signatures]
     width = max(len(s) for s in recorded)
 
-    def at(s: list[str], j: int) -> str | None:
-        return s[j] if j < len(s) else None
-
-    differing = {j for j in range(width) if len({at(s, j) for s in recorded}) > 1}
+    differing = {j for j in range(width) if len({_at(s, j) for s in recorded}) > 1}
     kept = set(differing)
     for j in range(width):  # shared leaves from the first on, while the longest text fits
         if j in kept:
