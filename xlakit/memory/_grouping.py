@@ -140,7 +140,7 @@ def _grouped_class() -> type:
             more = len(rows) - _HTML_ROWS
             table = Table([Column("group", self.column, nowrap=False), Column("bytes", "bytes", "bytes"),
                            Column("share", "share"), Column("count", "buffers", "count")], rows[:_HTML_ROWS],
-                          caption=self._caption(), css_class="xlakit-peak-by").to_html()
+                          caption=self._caption(), css_class="xlakit-peak-by")._repr_html_()
             rest = sum(r["bytes"] for r in rows[_HTML_ROWS:])
             return table + (f"<p class='xlakit-note'>+{more} smaller groups ({fmt_bytes(rest)}) not shown: the "
                             "frame itself has every row</p>" if more > 0 else "")
