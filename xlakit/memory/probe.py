@@ -150,6 +150,9 @@ def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, 
     signature. The Lowered is kept so an isolated probe can compile a copy that has never run."""
     import jax
 
+    from xlakit._jax.stages import jax_stage, program_arguments
+
+    fn_or_compiled = jax_stage(fn_or_compiled)  # flax.nnx's Compiled / Lowered hold JAX's
     if isinstance(fn_or_compiled, jax.stages.Compiled):
         if not args and not kwargs:
             args, kwargs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), fn_or_compiled.in_avals)
@@ -162,7 +165,9 @@ def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, 
         return with_assignment(None, fn_or_compiled), fn_or_compiled, tuple(args), dict(kwargs)
     if callable(fn_or_compiled):
         fn = fn_or_compiled if hasattr(fn_or_compiled, "lower") else jax.jit(fn_or_compiled)
-        lowered = fn.lower(*args, **kwargs)
+        stage = fn.lower(*args, **kwargs)
+        args, kwargs = program_arguments(stage, args, kwargs)  # nnx.jit: graph nodes as the program takes them
+        lowered = jax_stage(stage)
         return with_assignment(None, lowered), lowered, args, kwargs
     raise TypeError(f"probe() needs a jax.stages.Compiled or a function with example arguments, got "
                     f"{type(fn_or_compiled).__name__}")
