@@ -25,7 +25,7 @@ UNKNOWN_LABELS = {"source": "(no line of your code: made by XLA or inside a libr
                   "parameter": "(not an argument: values the program makes)",
                   "block": "(no block told apart)",
                   "role": "(no role)", "instruction": "(no instruction)",
-                  "output": "(not a result written into a donated argument)"}
+                  "output": "(not a result of the program)"}
 #: The folded row of every entry argument in a ``source`` grouping.
 ARGUMENTS_LABEL = "arguments"
 _ARGUMENT_SOURCE = "argument "
