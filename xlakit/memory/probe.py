@@ -134,8 +134,9 @@ class ProbeResult:
                 f"{self.how})")
 
     def _repr_html_(self) -> str:
-        return html_table([("scratch", fmt_bytes(self.scratch_bytes)), ("verdict", self.verdict),
-                           ("exact", "yes" if self.exact else "no"), ("why", self.reason),
+        # no "exact: no" row under "matches XLA's figure; … may be unseen": the verdict says both
+        verdict = f"{self.verdict} (exact ±{fmt_bytes(self.tolerance_bytes)})" if self.exact else self.verdict
+        return html_table([("scratch", fmt_bytes(self.scratch_bytes)), ("verdict", verdict), ("why", self.reason),
                            ("XLA buffer assignment", fmt_bytes(self.xla_bytes)),
                            ("XLA temporaries", fmt_bytes(self.xla_temp_bytes)),
                            ("outside XLA's accounting", fmt_bytes(self.outside_xla_bytes)),
