@@ -38,7 +38,7 @@ from xlakit.memory._process import _STATUS, ProcessMemory, process_memory
 from xlakit.memory.reset_meaning import peak_since_reset_text, reset_explanation, reset_name, reset_sentence
 
 __all__ = ["AllocatorStats", "AllocatorStatsList", "ResetResult", "ProcessMemory", "allocator_stats",
-           "parse_memory_stats", "process_memory", "reset_peak", "STATS_KEYS", "NATIVE_RESET_NAMES"]
+           "parse_memory_stats", "process_memory", "reset_peak", "last_reset", "STATS_KEYS", "NATIVE_RESET_NAMES"]
 
 # Device.memory_stats() keys, in display order.
 STATS_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reservable_limit", "bytes_reserved",
@@ -400,6 +400,20 @@ def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, b
         return current_peak, False, "baseline", ("peak unchanged since the baseline reset: the peak since reset "
                                                  "is at most this (lifetime peak)")
     return None, None, entry.method, "no peak was reported at reset time"
+
+
+#: :attr:`ResetResult.detail` of a reset :func:`last_reset` found in the process's record.
+RECORDED_RESET = "reset_peak() in this process (memory.probe resets the peak too)"
+
+
+def last_reset(device: Any) -> ResetResult | None:
+    """The latest :func:`reset_peak` of ``device`` in this process, whoever called it (a panel, a probe, your
+    code), as a :class:`ResetResult` whose ``detail`` is :data:`RECORDED_RESET`; None before any."""
+    with _lock:
+        entry = _resets.get(_key(device))
+    if entry is None:
+        return None
+    return ResetResult(entry.method, (str(device),), RECORDED_RESET, {str(device): entry.peak_at_reset}, entry.time)
 
 
 def _peak_at_reset(dev: Any) -> int | None:
