@@ -181,7 +181,7 @@ class Comparison:
 
         donation = donation_summary(self.a.attribution.donations, self.b.attribution.donations)
         if donation:
-            rows.append(("donation", donation))
+            rows.append(("donation", donation.removeprefix("donation: ")))
         for _, r in self.by("role").iterrows():
             rows.append((str(r["group"]), f"{fmt_bytes(int(r['bytes_a']))} → {fmt_bytes(int(r['bytes_b']))} "
                                           f"({_signed(int(r['delta']))})"))
