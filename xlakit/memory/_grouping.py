@@ -15,7 +15,8 @@ from typing import Any
 
 from xlakit._text.format import fmt_bytes
 
-__all__ = ["GROUPS", "group_frame", "grouped", "top_groups", "group_text", "role_note", "UNKNOWN_LABELS", "ARGUMENTS_LABEL"]
+__all__ = ["GROUPS", "group_frame", "grouped", "top_groups", "group_text", "role_note", "UNKNOWN_LABELS",
+           "ARGUMENTS_LABEL"]
 
 GROUPS = ("source", "scope", "role", "parameter", "layer", "block", "instruction", "output")
 #: Column -> what the buffers without a value in it are (shown in place of ``unknown`` / a missing value).
