@@ -44,11 +44,11 @@ _RULES = (
     '.xlakit-peak-summary pre {font-family: var(--jp-code-font-family, monospace);}',
     ('.xlakit-table {border-collapse: collapse; font-size: 12px; color: var(--jp-ui-font-color1, #1a1a1a); '
      'background: transparent;}'),
+    ('.xlakit-table th, .xlakit-table td {padding: 2px 8px; line-height: 1.35; white-space: normal; '
+     'border-bottom: 1px solid var(--jp-border-color2, #e0e0e0); vertical-align: top;}'),
     # JupyterLab right-aligns every cell of an HTML output (`:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon
     # td`, specificity 0,2,1): the doubled class outranks it, so text (a reason, a source line) reads left-aligned.
-    ('.xlakit-table.xlakit-table th, .xlakit-table.xlakit-table td {padding: 2px 8px; line-height: 1.35; '
-     'white-space: normal; border-bottom: 1px solid var(--jp-border-color2, #e0e0e0); text-align: left; '
-     'vertical-align: top;}'),
+    '.xlakit-table.xlakit-table th, .xlakit-table.xlakit-table td {text-align: left;}',
     ('.xlakit-table th {background: var(--jp-layout-color2, #f2f2f2); color: var(--jp-ui-font-color0, '
      '#000); font-weight: 600;}'),
     '.xlakit-table caption {text-align: left; font-weight: 600; padding: 2px 0;}',
