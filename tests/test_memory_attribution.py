@@ -4,6 +4,7 @@ a remat/no-remat pair shows the residuals it drops, and a notebook cell reads as
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def test_the_peak_names_the_line_and_layer_of_the_big_activation(mlp):
     assert repr(p).startswith(f"peak {p.total_bytes / MIB:.1f} MiB at step {p.step} of {p.steps} (")
     assert f"memory_models.py:{mm.BIG_LINE}" in repr(p)
     assert "Peak of jit_step" in p._repr_html_() and "memory_models.py" in p._repr_html_()
+    # each line's row says which role holds its bytes, as the repr does (it gave only "6.0 MiB in 3 buffer(s)")
+    assert re.search(r"MiB in \d+ buffer\(s\): [\d.]+ MiB of it temporaries<", p._repr_html_())
+    assert "optimizer state, " in p._repr_html_()  # the arguments row splits by role
     by_role = mlp.by("role").set_index("group")
     assert by_role.loc["residual", "bytes"] >= 256 * mm.WIDE * 4 and "residual" in repr(mlp)
 

@@ -125,3 +125,30 @@ def test_an_isolated_probe_of_a_linalg_program_does_not_crash_its_child():
     m = jnp.eye(32) * 2.0
     result = probe(jax.jit(lambda a: jnp.linalg.cholesky(a) @ jnp.linalg.inv(a)), m, isolate=True)
     assert result.method.startswith("subprocess") and result.peak_bytes > 0
+
+
+def test_an_nnx_jit_step_is_probed_with_the_graph_nodes_it_takes():
+    """``probe(nnx.jit(step), model, optimizer, x)`` raised a pytree structure error (the Module was matched
+    against the NodeStates the JAX program takes); now its arguments are converted as flax converts them, the
+    donated model and optimizer stay usable, and flax's own Compiled is probed too. Isolated, its argument
+    tree (holding optax's closures) could not be pickled for the child: a flat tree of the same leaves is sent."""
+    optax = pytest.importorskip("optax")
+    from flax import nnx
+
+    model = nnx.Linear(64, 64, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+
+    def train_step(model, optimizer, x):
+        loss, grads = nnx.value_and_grad(lambda m: (m(x) ** 2).mean())(model)
+        optimizer.update(model, grads)
+        return loss
+
+    step = nnx.jit(train_step, donate_argnums=(0, 1))
+    x = jnp.ones((32, 64))
+    r = probe(step, model, optimizer, x)
+    assert r.scratch_bytes is not None and r.xla_bytes is not None and r.xla_bytes > 0, r
+    assert r.name == "jit_train_step"
+    assert np.isfinite(float(step(model, optimizer, x)))  # the donated state was copied, not consumed
+    assert probe(step.lower(model, optimizer, x).compile()).xla_bytes == r.xla_bytes
+    isolated = probe(step, model, optimizer, x, isolate=True)
+    assert isolated.method == "subprocess clear_refs" and isolated.xla_bytes == r.xla_bytes, isolated

@@ -154,11 +154,13 @@ def test_probe_result_repr_and_html_say_whether_and_why_it_is_exact():
     assert "plus the libraries' own working memory: measured" in repr(r) and "YNNPACK" in repr(r)
     assert "measured in this process, peak = process high-water mark" in repr(r)
     html = r._repr_html_()
-    assert re.search(r">exact</t[dh]><td[^>]*>no</td>", html) and "YNNPACK" in html
+    # the verdict says whether it is exact; an "exact: no" row under "matches XLA's figure" read as a contradiction
+    assert re.search(r">verdict</td><td[^>]*>XLA&#x27;s figure plus", html) and "YNNPACK" in html
+    assert ">exact<" not in html
     ok = _result(exact=True, reason="agrees with XLA's buffer assignment within 2.0 MiB",
                  verdict="matches XLA's figure")
     assert "matches XLA's figure ±2.0 MiB" in repr(ok) and "NOT" not in repr(ok)
-    assert re.search(r">exact</t[dh]><td[^>]*>yes</td>", ok._repr_html_())
+    assert re.search(r">verdict</td><td[^>]*>matches XLA&#x27;s figure \(exact ±2.0 MiB\)<", ok._repr_html_())
 
 
 def test_allocator_results_that_are_not_exact_say_why_in_repr_and_html():

@@ -137,6 +137,12 @@ def test_graph_parameters_and_adam_moments_carry_their_paths_under_nnx_jit(plain
     # every entry argument is named: 15 model leaves, adam's count and 2 x 15 moments, the step, the 2 inputs
     assert len(b) == 15 + 1 + 30 + 1 + 2 and not any("states[" in p for p in b.index), sorted(b.index)[:5]
     assert (b["role"] == "optimizer state").sum() == 32
+    # the results too: each new state by its graph path (they read output[0][1].states[0][103]), the loss as
+    # the function's own output, and buffers that are no result under a label that says so
+    outputs = set(plain.buffers["output"].dropna())
+    assert "model['block']['attn']['qkv']['kernel'] (new)" in outputs and "optimizer['step'] (new)" in outputs
+    assert "output" in outputs and not any("states[" in o for o in outputs), sorted(outputs)[:5]
+    assert plain.by("output").iloc[0]["group"] == "(not a result of the program)"
 
 
 def test_remat_turns_the_attention_residuals_into_recomputed_values_and_compare_says_so(plain, remat):

@@ -83,7 +83,7 @@ def _check_01(text: str) -> None:
     # Only the timed call's events: not the traces build() did before the timer started (a negative rest).
     assert parts[-1] >= 0, m.group(0)
     # The warm run's lanes are the timed call's program only: no all-zero rows of setup programs it traced.
-    assert set(re.findall(r"(\S+) · warm run", text)) == {"jit_cnn_train_step"}, re.findall(r"\S+ · warm run", text)
+    assert set(re.findall(r"(\S+) \(warm\)", text)) == {"jit_cnn_train_step"}, re.findall(r"\S+ \(warm\)", text)
     # A recompile is shown with the argument that changed and its successive shapes.
     assert re.search(r"jit_normalize recompiled 2 times: x changed shape: float32\[32\], float32\[64\], "
                      r"float32\[128\]", text), text[-2000:]
@@ -112,7 +112,8 @@ def _check_02(text: str) -> None:
     assert m and float(m.group(2)) >= 0.9 * float(m.group(1)), text[-3000:]
     m = re.search(r"donation: peak ([\d,]+) B -> ([\d,]+) B", text)
     assert m and int(m.group(2).replace(",", "")) < int(m.group(1).replace(",", "")), text[-3000:]
-    assert re.search(r"explorer, first variant: ExplorerResult\(batch=256, .*error=None\)", text), text[-2000:]
+    assert re.search(r"explorer, first variant: ExplorerResult\(batch=256, remat='none', donate='none': peak "
+                     r"[\d.]+ [KM]iB, footprint [\d.]+ [KM]iB; \w+ in [\d.]+ m?s\)", text), text[-2000:]
 
 
 def _check_03(text: str) -> None:

@@ -36,6 +36,22 @@ def test_the_leaves_that_differ_are_kept_and_the_shared_ones_abbreviated():
     assert longer.endswith("f32[2]") and "f32[2]" not in short
 
 
+def test_a_donated_variant_is_told_by_its_shapes_and_a_count_of_donated_leaves():
+    """A train step compiled with and without donation differs in every parameter leaf ("donated"): those
+    differences crowded out the batch's shape (every label read "…(154 more differ)" and the dashboard fell
+    back to key hashes). The shapes that differ stay shown; the donated leaves are counted after them."""
+    plain = [*PARAMS, "i32[8,128]"]
+    texts = distinguishing_texts([plain, [*PARAMS, "i32[16,128]"], [*(p + " donated" for p in PARAMS), "i32[8,128]"]])
+    assert texts[0].endswith(", i32[8,128]") and texts[1].endswith(", i32[16,128]")
+    assert texts[2].endswith(", i32[8,128]; 14 donated") and len(set(texts)) == 3
+    from xlakit.view.breakdown import unique_labels
+
+    sigs = [[{"dtype": "f32", "shape": "64x64", "donation": d}] * 14 + [{"dtype": "i32", "shape": f"{n}x128"}]
+            for n, d in ((8, None), (16, None), (8, True))]
+    labels = unique_labels(["jit_step"] * 3, ["a-1", "b-2", "c-3"], sigs)
+    assert labels == ["jit_step(…, i32[8,128])", "jit_step(…, i32[16,128])", "jit_step(…, i32[8,128]; 14 donated)"]
+
+
 def test_alike_or_unrecorded_signatures_are_cut_as_before_and_many_differences_are_counted():
     cut = ", ".join(PARAMS)[:LIMIT - 1] + "…"
     assert distinguishing_texts([PARAMS]) == [cut]

@@ -12,7 +12,7 @@ import traitlets
 
 import xlakit
 from xlakit.events import Event, EventLog
-from xlakit.memory import compiled_memory
+from xlakit.memory import compiled_memory, reset_peak
 from xlakit.widgets import AllocatorPanel, CacheBrowser, CacheTimeline, LiveArrays, MemoryBreakdown, _data, dashboard
 
 MiB = 2**20
@@ -231,6 +231,12 @@ def test_allocator_panel_rows_and_reset_buttons():
 
     html = p._repr_mimebundle_()["text/html"]
     assert "data-bytes='12200'" in html and "mixed:baseline,native" in html and "<svg" in html
+    # a reset made elsewhere in the process (a probe, reset_peak()): the peak is measured from it, and the last
+    # reset column says so (it stayed empty while the peak read "since reset: +114 MiB")
+    time.sleep(0.6)
+    reset_peak(d0)
+    p.refresh_button.click()
+    assert "by reset_peak() outside this panel" in p.cells["fake:9101"]["method"].value
     # Every column shown: these devices report a limit, a largest allocation and a count; each cell is labelled
     # (no header row above rows that scrolled sideways as a whole) and a row wraps in a narrow output.
     box = p._rows[0].box

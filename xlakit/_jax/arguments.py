@@ -150,9 +150,15 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     return {p: by_index[i] for p, i in enumerate(order) if i in by_index}
 
 
-def output_paths(compiled: Any) -> list[str]:
+def output_paths(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | None = None) -> list[str]:
     """The text of each flat result's pytree path, ``output`` first (``output['w1']``, ``output[0][1]``), in
-    the order of ``Compiled.out_tree``'s leaves; ``[]`` when the tree is unavailable."""
+    the order of ``Compiled.out_tree``'s leaves; ``[]`` when the tree is unavailable.
+
+    Under ``nnx.jit`` (``fn`` a flax.nnx jit wrapper, ``example`` its ``(args, kwargs)``) the program returns
+    ``(the graph nodes' new states, the keyword nodes' new states, the function's result)``: a graph node's new
+    state is named by its graph path with `` (new)`` (``model['blocks'][0]['up']['kernel'] (new)``, see
+    :func:`argument_leaves`), the function's result ``output...`` as for ``jax.jit``; not
+    ``output[0][1].states[0][103]``."""
     import jax
 
     tree = getattr(compiled, "out_tree", None)
@@ -163,7 +169,30 @@ def output_paths(compiled: Any) -> list[str]:
         flat, _ = jax.tree_util.tree_flatten_with_path(skeleton)
     except Exception:  # noqa: BLE001 - a custom node that cannot be rebuilt from placeholders: no paths
         return []
-    return ["output" + jax.tree_util.keystr(path) for path, _leaf in flat]
+    names = {leaf: "output" + jax.tree_util.keystr(path) for path, leaf in flat}
+    if example is not None and hasattr(fn, "_get_pure_args_kwargs"):
+        names.update(_nnx_output_names(skeleton, fn, example[0]))
+    return [names[leaf] for _path, leaf in flat]
+
+
+def _nnx_output_names(skeleton: Any, fn: Any, args: tuple) -> dict[int, str]:
+    """Flat result index -> name, for the ``(args_out, kwargs_out, out)`` an ``nnx.jit`` program returns;
+    ``{}`` when the results do not have that shape."""
+    import jax
+
+    if not (isinstance(skeleton, tuple) and len(skeleton) == 3 and isinstance(skeleton[0], tuple)
+            and len(skeleton[0]) == len(args)):
+        return {}
+    names: dict[int, str] = {}
+    arg_names = _names(fn, len(args))
+    for i, node in enumerate(skeleton[0]):
+        graph = _graph_paths(node, args[i])
+        if graph is not None:
+            prefix = arg_names[i] if arg_names else f"args[{i}]"
+            names.update({leaf: f"{prefix}{path} (new)" for leaf, path in zip(node.states[0], graph, strict=True)})
+    flat, _ = jax.tree_util.tree_flatten_with_path(skeleton[2])
+    names.update({leaf: "output" + jax.tree_util.keystr(path) for path, leaf in flat})
+    return names
 
 
 def donated_leaves(compiled: Any) -> list[bool] | None:

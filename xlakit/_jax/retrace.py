@@ -249,8 +249,11 @@ class RetraceTracker:
         # a value compiled before is no cause on its own: name the change to a new value first
         main = next((c for c in changes if not c.get("seen")), changes[0] if changes else
                     {"what": "unknown", "path": "arguments"})
+        from xlakit._text.format import fmt_seconds  # "in 412 ms", not "in 0 s"
+
         message = (
-            f"{name or ident[0]} recompiled {len(recent)} times in {now - recent[0]:.0f} s; the last time because "
+            f"{name or ident[0]} recompiled {len(recent)} times in {fmt_seconds(now - recent[0])}; the last time "
+            f"because "
             f"{main['path']} changed its {main['what'].replace('_', ' ')} ({describe(changes)}). Usual fix: "
             f"{FIXES.get(main['what'], FIXES['unknown'])}. See xlakit.events.recompiles().")
         frame = _user_frame()

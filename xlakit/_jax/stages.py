@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["jax_stage"]
+__all__ = ["jax_stage", "program_arguments"]
 
 
 def jax_stage(x: Any) -> Any:
@@ -23,3 +23,19 @@ def jax_stage(x: Any) -> Any:
         if isinstance(inner, stages):
             return inner
     return x
+
+
+def program_arguments(stage: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` as the JAX program of ``stage`` takes them: under ``nnx.jit`` the flax.nnx graph nodes
+    a user passes (a Module, an ``nnx.Optimizer``) become the ``NodeStates`` pytrees the jitted function was
+    lowered with, converted exactly as flax's own ``Compiled.__call__`` converts them (its wrapper's
+    ``_get_pure_args_kwargs`` inside ``graphlib.update_context``, flax 0.12); any other stage's arguments as given."""
+    wrapped = getattr(stage, "jit_wrapped", None)
+    convert = getattr(wrapped, "_get_pure_args_kwargs", None)
+    if convert is None:
+        return tuple(args), dict(kwargs)
+    from flax.nnx import graph
+
+    with graph.update_context(wrapped):
+        pure_args, pure_kwargs = convert(tuple(args), dict(kwargs))
+    return tuple(pure_args), dict(pure_kwargs)

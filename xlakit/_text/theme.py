@@ -45,11 +45,14 @@ _RULES = (
     ('.xlakit-table {border-collapse: collapse; font-size: 12px; color: var(--jp-ui-font-color1, #1a1a1a); '
      'background: transparent;}'),
     ('.xlakit-table th, .xlakit-table td {padding: 2px 8px; line-height: 1.35; white-space: normal; '
-     'border-bottom: 1px solid var(--jp-border-color2, #e0e0e0); text-align: left; vertical-align: top;}'),
+     'border-bottom: 1px solid var(--jp-border-color2, #e0e0e0); vertical-align: top;}'),
+    # JupyterLab right-aligns every cell of an HTML output (`:not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon
+    # td`, specificity 0,2,1): the doubled class outranks it, so text (a reason, a source line) reads left-aligned.
+    '.xlakit-table.xlakit-table th, .xlakit-table.xlakit-table td {text-align: left;}',
     ('.xlakit-table th {background: var(--jp-layout-color2, #f2f2f2); color: var(--jp-ui-font-color0, '
      '#000); font-weight: 600;}'),
     '.xlakit-table caption {text-align: left; font-weight: 600; padding: 2px 0;}',
-    '.xlakit-table .xlakit-num {text-align: right; font-variant-numeric: tabular-nums;}',
+    '.xlakit-table.xlakit-table .xlakit-num {text-align: right; font-variant-numeric: tabular-nums;}',
     '.xlakit-table td.xlakit-num {white-space: nowrap;}',  # a number never wraps; its header may
     '.xlakit-table .xlakit-nowrap {white-space: nowrap;}',
     # long text (a source line, a layer, a pytree path) wraps in a column no narrower than a short phrase

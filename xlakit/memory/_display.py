@@ -29,7 +29,7 @@ def html_table(rows: Iterable[tuple[str, Any]], title: str | None = None) -> str
     """A two-column HTML table (name, value); values pass through ``str`` and are escaped."""
     records = [{"name": str(k), "value": str(v)} for k, v in rows]
     return Table([Column("name", "", nowrap=False), Column("value", "", nowrap=False)], records, caption=title,
-                 css_class="xlakit-record").to_html()
+                 css_class="xlakit-record")._repr_html_()
 
 
 def record_repr(name: str, parts: Iterable[str]) -> str:

@@ -82,7 +82,7 @@ def donation_summary(before: Any, after: Any, shown: int = 3) -> str:
         if not pairs:
             continue
         items = sorted(pairs.items(), key=lambda kv: -kv[1])
-        text = ", ".join(f"{arg} → {out} {what}" + (f", {fmt_bytes(n)} saved" if what == "aliased" else "")
+        text = ", ".join(_pair_text(arg, out, what) + (f", {fmt_bytes(n)} saved" if what == "aliased" else "")
                          for (arg, out), n in items[:shown])
         if len(items) > shown:
             text += f"; {len(items)} pairs, {fmt_bytes(sum(pairs.values()))} in all"
@@ -92,6 +92,14 @@ def donation_summary(before: Any, after: Any, shown: int = 3) -> str:
         parts.append(f"donated but not reused: {', '.join(map(str, unused[:shown]))}"
                      + (f" (+{len(unused) - shown} more)" if len(unused) > shown else ""))
     return "; ".join(parts)
+
+
+def _pair_text(arg: Any, out: Any, what: str) -> str:
+    """``"p['w1'] → output['w1'] aliased"``; a graph node's leaf whose new value took its bytes (``nnx.jit``
+    names it ``"<leaf> (new)"``): ``"model['l1']['kernel'] updated in place"``."""
+    if out == f"{arg} (new)":
+        return f"{arg} {'updated in place' if what == 'aliased' else 'no longer updated in place'}"
+    return f"{arg} → {out} {what}"
 
 
 def _new(x: dict[tuple[Any, Any], int], y: dict[tuple[Any, Any], int]) -> dict[tuple[Any, Any], int]:

@@ -15,7 +15,8 @@ from typing import Any
 
 from xlakit._text.format import fmt_bytes
 
-__all__ = ["GROUPS", "group_frame", "grouped", "top_groups", "group_text", "UNKNOWN_LABELS", "ARGUMENTS_LABEL"]
+__all__ = ["GROUPS", "group_frame", "grouped", "top_groups", "group_text", "role_note", "UNKNOWN_LABELS",
+           "ARGUMENTS_LABEL"]
 
 GROUPS = ("source", "scope", "role", "parameter", "layer", "block", "instruction", "output")
 #: Column -> what the buffers without a value in it are (shown in place of ``unknown`` / a missing value).
@@ -25,7 +26,7 @@ UNKNOWN_LABELS = {"source": "(no line of your code: made by XLA or inside a libr
                   "parameter": "(not an argument: values the program makes)",
                   "block": "(no block told apart)",
                   "role": "(no role)", "instruction": "(no instruction)",
-                  "output": "(not a result written into a donated argument)"}
+                  "output": "(not a result of the program)"}
 #: The folded row of every entry argument in a ``source`` grouping.
 ARGUMENTS_LABEL = "arguments"
 _ARGUMENT_SOURCE = "argument "
@@ -83,16 +84,23 @@ def top_groups(frame: Any, column: str = "source", n: int = 3, value: str = "byt
 def group_text(group: dict[str, Any]) -> str:
     """``"43.0 MiB from cell [4], line 3 (block) (41.0 MiB of it residuals)"`` for one :func:`top_groups`
     entry; the arguments read ``"3.0 MiB arguments (2.0 MiB parameters, 1.0 MiB optimizer state)"``."""
-    roles = group["roles"]
+    roles = role_note(group)
     if group["group"] == ARGUMENTS_LABEL:
-        split = ", ".join(f"{fmt_bytes(b)} {_PLURAL.get(r, r)}" for r, b in roles.items())
-        return f"{fmt_bytes(group['bytes'])} arguments" + (f" ({split})" if len(roles) > 1 else "")
-    text = f"{fmt_bytes(group['bytes'])} from {group['group']}"
-    if roles:
-        role, nbytes = next(iter(roles.items()))
-        text += (f" ({_PLURAL.get(role, role)})" if nbytes >= 0.995 * group["bytes"] else
-                 f" ({fmt_bytes(nbytes)} of it {_PLURAL.get(role, role)})")
-    return text
+        return f"{fmt_bytes(group['bytes'])} arguments" + (f" ({roles})" if roles else "")
+    return f"{fmt_bytes(group['bytes'])} from {group['group']}" + (f" ({roles})" if roles else "")
+
+
+def role_note(group: dict[str, Any]) -> str:
+    """What holds one :func:`top_groups` entry's bytes: ``"residuals"``, ``"41.0 MiB of it residuals"``, or
+    for the arguments each role (``"2.0 MiB parameters, 1.0 MiB optimizer state"``, ``""`` for one)."""
+    roles = group["roles"]
+    if not roles:
+        return ""
+    if group["group"] == ARGUMENTS_LABEL:
+        return ", ".join(f"{fmt_bytes(b)} {_PLURAL.get(r, r)}" for r, b in roles.items()) if len(roles) > 1 else ""
+    role, nbytes = next(iter(roles.items()))
+    return (_PLURAL.get(role, role) if nbytes >= 0.995 * group["bytes"] else
+            f"{fmt_bytes(nbytes)} of it {_PLURAL.get(role, role)}")
 
 
 @functools.cache
@@ -140,7 +148,7 @@ def _grouped_class() -> type:
             more = len(rows) - _HTML_ROWS
             table = Table([Column("group", self.column, nowrap=False), Column("bytes", "bytes", "bytes"),
                            Column("share", "share"), Column("count", "buffers", "count")], rows[:_HTML_ROWS],
-                          caption=self._caption(), css_class="xlakit-peak-by").to_html()
+                          caption=self._caption(), css_class="xlakit-peak-by")._repr_html_()
             rest = sum(r["bytes"] for r in rows[_HTML_ROWS:])
             return table + (f"<p class='xlakit-note'>+{more} smaller groups ({fmt_bytes(rest)}) not shown: the "
                             "frame itself has every row</p>" if more > 0 else "")

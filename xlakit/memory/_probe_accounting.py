@@ -198,9 +198,9 @@ def judge(scratch: int | None, expected: dict[str, int] | None, *, devices: int,
         return {**base, "exact": False, "verdict": VERDICTS["agrees, libraries unseen"],
                 "reason": f"measured {fmt_bytes(scratch)}: agrees with {planned} within {fmt_bytes(tol)}. But the "
                           f"program hands work to libraries ({libraries}) that allocate working memory of their "
-                          "own, and in this process that memory can come from what the heap already holds "
-                          "(glibc keeps freed buffers below its raised mmap threshold, up to 32 MiB), so it may be "
-                          "missing here; isolate=True measures it in a fresh process"}
+                          "own, and in this process it can come from memory the process freed earlier and still "
+                          "holds (buffers under 32 MiB), so it may be missing here; isolate=True measures it in a "
+                          "fresh process"}
     if abs(outside) <= tol:
         return {**base, "exact": True, "verdict": VERDICTS["exact"],
                 "reason": f"measured {fmt_bytes(scratch)}: agrees with {planned} within {fmt_bytes(tol)}"}

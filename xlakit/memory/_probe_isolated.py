@@ -43,6 +43,21 @@ def _serialize_never_run(compiled: Any, lowered: Any) -> tuple[tuple, list[str]]
                          f"{exc}); use isolate=False") from exc
 
 
+def _picklable_trees(in_tree: Any, out_tree: Any) -> tuple[Any, Any]:
+    """The program's argument and result trees, or flat trees with as many leaves where they cannot be pickled
+    for the child: under ``nnx.jit`` they hold flax.nnx graph definitions, and those the optimizer's closures
+    (optax's ``init_fn``). The child zero-fills and calls the program leaf by leaf, which a flat tree serves
+    as well: the executable takes the same leaves in the same order."""
+    import jax
+
+    try:
+        pickle.dumps((in_tree, out_tree))
+        return in_tree, out_tree
+    except Exception:  # noqa: BLE001 - any pickling failure: fall back to flat trees
+        return (jax.tree.structure(((0,) * in_tree.num_leaves, {})),
+                jax.tree.structure((0,) * out_tree.num_leaves))
+
+
 def _child_result(proc: subprocess.CompletedProcess[str], result: Path) -> dict[str, Any]:
     """The numbers the probe's child wrote to ``result`` (its protocol: one JSON object in that file, never
     stdout, which anything in the child may print to).
@@ -80,6 +95,7 @@ def run_isolated(compiled: Any, lowered: Any, devices: list[Any], timeout_s: flo
                          "(use isolate=False)")
     (payload, in_tree, out_tree), notes = _serialize_never_run(compiled, lowered)
     flat, _ = jax.tree.flatten(compiled.in_avals)
+    in_tree, out_tree = _picklable_trees(in_tree, out_tree)
     job = {"payload": payload, "in_tree": in_tree, "out_tree": out_tree,
            "specs": [(tuple(a.shape), str(a.dtype)) for a in flat], "platform": devices[0].platform,
            "device_id": devices[0].id, "warmup": warmup}

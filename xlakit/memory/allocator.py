@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -35,10 +34,11 @@ from typing import Any
 from xlakit._text.format import fmt_count
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._process import _STATUS, ProcessMemory, process_memory
+from xlakit.memory._reset_record import Reset, record, recorded
 from xlakit.memory.reset_meaning import peak_since_reset_text, reset_explanation, reset_name, reset_sentence
 
 __all__ = ["AllocatorStats", "AllocatorStatsList", "ResetResult", "ProcessMemory", "allocator_stats",
-           "parse_memory_stats", "process_memory", "reset_peak", "STATS_KEYS", "NATIVE_RESET_NAMES"]
+           "parse_memory_stats", "process_memory", "reset_peak", "last_reset", "STATS_KEYS", "NATIVE_RESET_NAMES"]
 
 # Device.memory_stats() keys, in display order.
 STATS_KEYS = ("bytes_in_use", "peak_bytes_in_use", "bytes_limit", "bytes_reservable_limit", "bytes_reserved",
@@ -203,16 +203,7 @@ def parse_memory_stats(stats: Mapping[str, Any] | None, *, device: str = "?", de
 
 
 # -- resets ----------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class _Reset:
-    method: str
-    peak_at_reset: int | None  # baseline: the peak then; clear_refs: VmHWM right after the reset
-    time: float
-
-
 _REAL_RESETS = ("native", "pjrt", "clear_refs")
-_resets: dict[tuple[str, int], _Reset] = {}
-_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,10 +293,6 @@ def _clear_refs() -> str | None:
     return None
 
 
-def _key(device: Any) -> tuple[str, int]:
-    return (str(getattr(device, "platform", "?")), int(getattr(device, "id", 0)))
-
-
 def _device_stats(device: Any) -> dict | None:
     try:
         stats = device.memory_stats()
@@ -342,30 +329,27 @@ def reset_peak(device: Any = None) -> ResetResult:
         if native:
             after = _device_stats(dev) or {}
             peak = after.get("peak_bytes_in_use")
-            entry = _Reset(method, peak if isinstance(peak, int) and peak >= 0 else None, now)
+            entry = Reset(method, peak if isinstance(peak, int) and peak >= 0 else None, now)
             detail = native
         elif stats is None:  # CPU: the process high-water mark
             if cpu_cleared is False:
                 cpu_cleared = _clear_refs()
             hwm = process_memory().hwm_bytes
             if cpu_cleared is None:
-                entry, detail = _Reset("clear_refs", hwm, now), f"wrote 5 to {_CLEAR_REFS} (VmHWM reset)"
+                entry, detail = Reset("clear_refs", hwm, now), f"wrote 5 to {_CLEAR_REFS} (VmHWM reset)"
             elif hwm is not None:
-                entry, detail = _Reset("baseline", hwm, now), f"baseline on VmHWM ({cpu_cleared})"
+                entry, detail = Reset("baseline", hwm, now), f"baseline on VmHWM ({cpu_cleared})"
             else:
-                entry, detail = _Reset("none", None, now), f"no peak to reset ({cpu_cleared}; no {_STATUS})"
+                entry, detail = Reset("none", None, now), f"no peak to reset ({cpu_cleared}; no {_STATUS})"
         else:
             peak = stats.get("peak_bytes_in_use")
             if isinstance(peak, int) and peak >= 0:
-                entry = _Reset("baseline", peak, now)
+                entry = Reset("baseline", peak, now)
                 detail = f"baseline on peak_bytes_in_use (no reset: {unavailable})"
             else:
-                entry, detail = _Reset("none", None, now), "memory_stats() reports no peak_bytes_in_use"
-        with _lock:
-            _resets[_key(dev)] = entry
-            if entry.method == "clear_refs":  # VmHWM is process-wide: every CPU device was reset with it
-                for other in _process_cpu_devices(dev):
-                    _resets[_key(other)] = entry
+                entry, detail = Reset("none", None, now), "memory_stats() reports no peak_bytes_in_use"
+        # VmHWM is process-wide: every CPU device was reset with it
+        record([dev, *(_process_cpu_devices(dev) if entry.method == "clear_refs" else ())], entry)
         method_used.add(entry.method)
         peaks[str(dev)] = entry.peak_at_reset
         if detail not in detail_parts:
@@ -386,8 +370,7 @@ def _process_cpu_devices(dev: Any) -> list[Any]:
 
 
 def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, bool | None, str | None, str]:
-    with _lock:
-        entry = _resets.get(_key(dev))
+    entry = recorded(dev)
     if entry is None:
         return None, None, None, "no reset_peak() yet"
     if current_peak is None:
@@ -402,9 +385,21 @@ def _peak_since_reset(dev: Any, current_peak: int | None) -> tuple[int | None, b
     return None, None, entry.method, "no peak was reported at reset time"
 
 
+#: :attr:`ResetResult.detail` of a reset :func:`last_reset` found in the process's record.
+RECORDED_RESET = "reset_peak() in this process (memory.probe resets the peak too)"
+
+
+def last_reset(device: Any) -> ResetResult | None:
+    """The latest :func:`reset_peak` of ``device`` in this process, whoever called it (a panel, a probe, your
+    code), as a :class:`ResetResult` whose ``detail`` is :data:`RECORDED_RESET`; None before any."""
+    entry = recorded(device)
+    if entry is None:
+        return None
+    return ResetResult(entry.method, (str(device),), RECORDED_RESET, {str(device): entry.peak_at_reset}, entry.time)
+
+
 def _peak_at_reset(dev: Any) -> int | None:
-    with _lock:
-        return getattr(_resets.get(_key(dev)), "peak_at_reset", None)
+    return getattr(recorded(dev), "peak_at_reset", None)
 
 
 # -- reading ---------------------------------------------------------------------------------------------

@@ -344,7 +344,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     param_ids = {iid: num for num, iid in params.items()}
     root_id = mod.computations[mod.entry_id][2]
     results = _results(mod, root_id)
-    outputs = output_index(mod, root_id, output_paths(compiled))
+    outputs = output_index(mod, root_id, output_paths(compiled, fn, example))
     shown_files: dict[str, str] = {}
     by_frame: dict[int, tuple[Any, Any]] = {}  # frame id -> (stack, first user frame)
     texts: dict[tuple[int, int], tuple[str, str, str]] = {}  # ids of (stack, user) -> (source, layer, stack)

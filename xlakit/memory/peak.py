@@ -18,7 +18,7 @@ import dataclasses
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
-from xlakit.memory._grouping import GROUPS, UNKNOWN_LABELS, group_frame, group_text, grouped, top_groups
+from xlakit.memory._grouping import GROUPS, UNKNOWN_LABELS, group_frame, group_text, grouped, role_note, top_groups
 from xlakit.memory._hlo_frames import parse_op_name
 
 __all__ = ["Peak", "peak", "peak_of", "group_frame", "top_groups", "PEAK_COLUMNS", "GROUPS", "UNKNOWN_LABELS"]
@@ -93,8 +93,10 @@ class Peak:
     def _repr_html_(self) -> str:
         rows = [("peak", f"{fmt_bytes(self.total_bytes)} at step {self.step} of {self.steps}"),
                 ("where", self.where)]
-        for _, r in self.by("source").head(8).iterrows():
-            rows.append((str(r["group"]), f"{fmt_bytes(int(r['bytes']))} in {int(r['count'])} buffer(s)"))
+        for g in top_groups(self.buffers, "source", 8):  # with the role holding each line's bytes, as the repr
+            held = role_note(g)
+            shown = f"{fmt_bytes(g['bytes'])} in {g['count']} buffer(s)"
+            rows.append((g["group"], f"{shown}: {held}" if held else shown))
         rows.append(("XLA instruction at the peak", self.instruction or "?"))
         rows.append(("method", self.method))
         return html_table(rows, title=f"Peak of {self.attribution.name or '?'}")

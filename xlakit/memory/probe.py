@@ -134,8 +134,9 @@ class ProbeResult:
                 f"{self.how})")
 
     def _repr_html_(self) -> str:
-        return html_table([("scratch", fmt_bytes(self.scratch_bytes)), ("verdict", self.verdict),
-                           ("exact", "yes" if self.exact else "no"), ("why", self.reason),
+        # no "exact: no" row under "matches XLA's figure; … may be unseen": the verdict says both
+        verdict = f"{self.verdict} (exact ±{fmt_bytes(self.tolerance_bytes)})" if self.exact else self.verdict
+        return html_table([("scratch", fmt_bytes(self.scratch_bytes)), ("verdict", verdict), ("why", self.reason),
                            ("XLA buffer assignment", fmt_bytes(self.xla_bytes)),
                            ("XLA temporaries", fmt_bytes(self.xla_temp_bytes)),
                            ("outside XLA's accounting", fmt_bytes(self.outside_xla_bytes)),
@@ -150,6 +151,9 @@ def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, 
     signature. The Lowered is kept so an isolated probe can compile a copy that has never run."""
     import jax
 
+    from xlakit._jax.stages import jax_stage, program_arguments
+
+    fn_or_compiled = jax_stage(fn_or_compiled)  # flax.nnx's Compiled / Lowered hold JAX's
     if isinstance(fn_or_compiled, jax.stages.Compiled):
         if not args and not kwargs:
             args, kwargs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), fn_or_compiled.in_avals)
@@ -162,7 +166,9 @@ def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, 
         return with_assignment(None, fn_or_compiled), fn_or_compiled, tuple(args), dict(kwargs)
     if callable(fn_or_compiled):
         fn = fn_or_compiled if hasattr(fn_or_compiled, "lower") else jax.jit(fn_or_compiled)
-        lowered = fn.lower(*args, **kwargs)
+        stage = fn.lower(*args, **kwargs)
+        args, kwargs = program_arguments(stage, args, kwargs)  # nnx.jit: graph nodes as the program takes them
+        lowered = jax_stage(stage)
         return with_assignment(None, lowered), lowered, args, kwargs
     raise TypeError(f"probe() needs a jax.stages.Compiled or a function with example arguments, got "
                     f"{type(fn_or_compiled).__name__}")

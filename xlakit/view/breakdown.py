@@ -50,9 +50,11 @@ def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None
                   signatures: Iterable[Sequence[Any] | None] | None = None) -> list[str]:
     """Readable, unique labels. A name held by one program is its label; a repeated name gets the argument
     shapes that tell its programs apart when ``signatures`` (the recorded signature of each, a list of leaf
-    dicts, see :mod:`xlakit.view.signatures`) has them: ``jit_mm(f32[512,512])`` and ``jit_mm(f32[256,128])``,
-    as the cache browser lists them; else ``[first 8 hex digits of its key's hash]`` (or ``#n``)."""
-    from xlakit.view.signatures import distinguishing_texts, leaf_texts
+    dicts, see :mod:`xlakit.view.signatures`) has them: ``jit_mm(f32[512,512])`` and ``jit_mm(f32[256,128])``;
+    only the leaves that differ, ``jit_step(…, f32[8,784])``, with ``; 155 donated`` for a donated variant
+    (:func:`~xlakit.view.signatures.differing_leaves`); else ``[first 8 hex digits of its key's hash]`` (or
+    ``#n``)."""
+    from xlakit.view.signatures import differing_leaves, leaf_texts
 
     labels: list[str] = [n or "?" for n in names]
     key_list: list[str | None] = list(keys) if keys is not None else [None] * len(labels)
@@ -65,7 +67,7 @@ def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None
         if len(members) < 2:
             continue
         leaves = [leaf_texts(sig_list[i]) if isinstance(sig_list[i], list) else None for i in members]
-        texts = distinguishing_texts(leaves, limit=_SHAPES_LIMIT)
+        texts = differing_leaves(leaves)  # short: a chart's tick labels (55 characters squashed its plot to 25 px)
         if all(t is not None for t in texts) and len(set(texts)) == len(texts):
             shapes.update({i: str(t) for i, t in zip(members, texts, strict=True)})
     out: list[str] = []
@@ -83,9 +85,6 @@ def unique_labels(names: Iterable[str | None], keys: Iterable[str | None] | None
         out.append(label)
     return out
 
-
-#: Characters of the argument shapes in a program's label (the leaves that differ are always shown).
-_SHAPES_LIMIT = 40
 
 
 def breakdown_frame(memories: Mapping[str, Any], sort: str = "name"):
@@ -200,7 +199,12 @@ def breakdown_figure(frame, unit: str = "bytes"):
                         marker=dict(symbol="line-ew-open", size=28, color="#d62728", line=dict(width=2)),
                         customdata=_bytes_text(frame["footprint_bytes"].tolist()),
                         hovertemplate="%{x}<br>footprint: %{customdata}<extra></extra>")
-    fig.update_layout(**{**BASE_LAYOUT, "height": BASE_LAYOUT["height"] + legend_space(fig)}, barmode="relative",
+    # Long program names turn into tick labels rotated under the bars, and plotly takes their room from the plot
+    # (12 programs of 40-55 characters left a 25 px plot at 800 px): the figure grows by about what they take.
+    longest = max((len(p) for p in programs), default=0)
+    labels_px = min(260, 6 * max(0, longest - 15)) if len(programs) > 2 else 0
+    fig.update_layout(**{**BASE_LAYOUT, "height": BASE_LAYOUT["height"] + legend_space(fig) + labels_px},
+                      barmode="relative",
                       title={"text": "Compiled memory per program"}, legend=LEGEND,
                       yaxis_title="% of the program's total" if pct else "bytes")
     if not pct and len(frame):

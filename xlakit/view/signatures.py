@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["sharding_text", "leaf_text", "leaf_texts", "signature_text", "distinguishing_texts", "LIMIT"]
+__all__ = ["sharding_text", "leaf_text", "leaf_texts", "signature_text", "distinguishing_texts", "differing_leaves",
+           "LIMIT"]
 
 #: Characters a signature is shortened to in tables and selector lines.
 LIMIT = 120
@@ -47,6 +48,16 @@ def leaf_text(arg: Any) -> str:
 def leaf_texts(signature: Sequence[Any] | None) -> list[str]:
     """:func:`leaf_text` of every leaf of a recorded signature (``[]`` for None)."""
     return [leaf_text(a) for a in signature or ()]
+
+
+#: A leaf's text when it was donated ends so (:func:`leaf_text`).
+_DONATED = " donated"
+#: Leaves that differ only in donation and are still shown one by one; past it the donated ones are counted.
+_DONATION_LEAVES = 3
+
+
+def _at(leaves: list[str], j: int) -> str | None:
+    return leaves[j] if j < len(leaves) else None
 
 
 def _cut(text: str, limit: int | None) -> str:
@@ -98,12 +109,19 @@ def distinguishing_texts(signatures: Sequence[Sequence[str] | None], limit: int 
     recorded = [list(s) for s in signatures if s is not None]
     if len(recorded) < 2 or all(s == recorded[0] for s in recorded):
         return [None if s is None else _cut(", ".join(s), limit) for s in signatures]
+    plain = [[leaf.removesuffix(_DONATED) for leaf in s] for s in recorded]
+    by_donation = {j for j in range(max(len(s) for s in plain))
+                   if len({_at(s, j) for s in plain}) == 1 and len({_at(s, j) for s in recorded}) > 1}
+    if len(by_donation) > _DONATION_LEAVES:
+        # A donated variant differs in every leaf it donates (a train step: hundreds), which crowded out the
+        # leaves whose shapes differ; count its donated leaves instead, after the shapes.
+        counts = [sum(leaf.endswith(_DONATED) for leaf in s) for s in recorded]
+        texts = iter(distinguishing_texts(plain, limit))
+        tagged = iter(f"{next(texts)}; {n} donated" if n else next(texts) for n in counts)
+        return [None if s is None else next(tagged) for s in signatures]
     width = max(len(s) for s in recorded)
 
-    def at(s: list[str], j: int) -> str | None:
-        return s[j] if j < len(s) else None
-
-    differing = {j for j in range(width) if len({at(s, j) for s in recorded}) > 1}
+    differing = {j for j in range(width) if len({_at(s, j) for s in recorded}) > 1}
     kept = set(differing)
     for j in range(width):  # shared leaves from the first on, while the longest text fits
         if j in kept:
@@ -113,3 +131,27 @@ def distinguishing_texts(signatures: Sequence[Sequence[str] | None], limit: int 
             break
         kept = trial
     return [None if s is None else _render(list(s), kept, differing, limit) for s in signatures]
+
+
+def differing_leaves(signatures: Sequence[Sequence[str] | None]) -> list[str | None]:
+    """The shortest texts that tell one function's entries apart, for a chart's labels: only the leaves where
+    they differ, ``"…"`` for the shared ones before and after (``"…, i32[16,128], i32[16,128]"``), and the number
+    of donated leaves when donation differs (``"…, i32[8,128], i32[8,128]; 155 donated"``). None for an entry
+    without a signature, or for all when fewer than two have one."""
+    recorded = [list(s) for s in signatures if s is not None]
+    if len(recorded) < 2:
+        return [None] * len(signatures)
+    plain = [[leaf.removesuffix(_DONATED) for leaf in s] for s in recorded]
+    width = max(len(s) for s in plain)
+    differing = [j for j in range(width) if len({_at(s, j) for s in plain}) > 1]
+    counts = [sum(leaf.endswith(_DONATED) for leaf in s) for s in recorded]
+    texts = []
+    for leaves, n in zip(plain, counts, strict=True):
+        shown = [leaves[j] for j in differing if j < len(leaves)]
+        text = ("…, " if differing and differing[0] > 0 else "") + ", ".join(shown)
+        text += ", …" if differing and differing[-1] < len(leaves) - 1 else ""
+        if len(set(counts)) > 1 and n:
+            text += f"; {n} donated"
+        texts.append(text)
+    it = iter(texts)
+    return [None if s is None else next(it) for s in signatures]

@@ -218,7 +218,7 @@ class AllocatorPanel(View, widgets.VBox):
                 c["count"].value = (_bytes_html(None) if r["num_allocs"] is None
                                     else f"<span data-count='{int(r['num_allocs'])}'>{int(r['num_allocs']):,}</span>")
                 c["spark"].value = _data.sparkline_svg([b for _, b in self._history[str(row.device)]])
-                c["method"].value = _reset_cell(self.last_reset.get(str(row.device)))
+                c["method"].value = _reset_cell(_latest_reset(self.last_reset.get(str(row.device)), row.device))
             hidden = {k for k, key in _OPTIONAL.items() if all(r[key] is None for r in rows)}
             for row in self._rows:
                 row.show_columns(hidden)
@@ -286,11 +286,28 @@ class AllocatorPanel(View, widgets.VBox):
         return f"AllocatorPanel({peaks or 'no devices'}; auto_refresh={self.auto_refresh}, every {self.refresh_s} s)"
 
 
+def _latest_reset(mine: Any, device: Any) -> Any:
+    """The reset the peak column measures from: this panel's, or a later one made elsewhere in the process
+    (``reset_peak()``, a probe): the peak read 'since reset: +114 MiB' while this column was empty."""
+    from xlakit.memory.allocator import last_reset
+
+    recorded = last_reset(device)
+    if recorded is None or (mine is not None and mine.time >= recorded.time - 0.5):
+        return mine
+    return recorded
+
+
 def _reset_cell(result: Any) -> str:
-    """The last reset of a row: what kind, when, what the peak starts from; the call made in its tooltip."""
+    """The last reset of a row: what kind, when, what the peak starts from; the call made in its tooltip (and,
+    for a reset made outside the panel, in the text)."""
+    from xlakit.memory.allocator import RECORDED_RESET
+
     if result is None:
         return ""
-    return f"<span title='{html_text(result.detail)}'>{html_text(_snapshots.reset_text(result))}</span>"
+    text = _snapshots.reset_text(result)
+    if result.detail == RECORDED_RESET:
+        text += ", by reset_peak() outside this panel (memory.probe resets it too)"
+    return f"<span title='{html_text(result.detail)}'>{html_text(text)}</span>"
 
 
 def _reset_tooltip(device: Any) -> str:

@@ -296,7 +296,7 @@ class CacheTimeline(View, widgets.VBox):
             self.status.value = (f"<small><span class='xlakit-event-count' data-events='{data.total}'>"
                                  f"{data.total:,} events</span>, {data.matched:,} match{sampled}; "
                                  f"{programs} program(s){folded}{hidden}{dropped}; seconds saved by hits: "
-                                 f"{fmt_seconds(data.saved_s)}</small>")
+                                 f"{fmt_seconds(data.saved_s).replace(' ', chr(0xA0))}</small>")  # "0 s" on one line
 
     def _on_click(self, rows: list[int]) -> None:
         """Clicked points (event rows, from the page): the first that is a miss drawn now is explained (and

@@ -69,6 +69,15 @@ class ExplorerResult:
         value = getattr(memory, "footprint_bytes", None)
         return None if value is None else int(value)
 
+    def __repr__(self) -> str:
+        # readable numbers (it printed compile_s=0.19855613100025948 in notebook 02)
+        head = f"ExplorerResult(batch={self.batch}, remat={self.remat!r}, donate={self.donate!r}"
+        if self.error is not None:
+            return f"{head}: failed: {self.error})"
+        took = f"{self.decision or 'compiled'} in {fmt_seconds(self.compile_s)}"
+        return (f"{head}: peak {fmt_bytes(self.peak_bytes)}, footprint {fmt_bytes(self.footprint_bytes)}; "
+                f"{took})")
+
 
 def _checkpointed(fn: Callable, remat: str, policies: Mapping[str, str | None],
                   per_block: Mapping[str, Any]) -> Callable:
