@@ -326,3 +326,19 @@ def test_every_event_kind_has_a_timeline_marker_and_lane_offset():
     assert set(KINDS) <= set(KIND_STYLE) and set(KINDS) <= set(KIND_OFFSET)
     offsets = [KIND_OFFSET[k] for k in KINDS]
     assert len(set(offsets)) == len(offsets)  # no two kinds share a height, so none hides another
+
+
+def test_widget_workers_are_stopped_before_the_interpreter_exits():
+    """A daemon worker still inside JAX while Python finalized ended a kernel with "terminate called ... FATAL:
+    exception not rethrown" (seen at a kernel's exit with a MemoryExplorer and an AllocatorPanel open): every live
+    worker is stopped by an atexit handler first."""
+    import time
+
+    from xlakit.widgets import _base
+
+    calls = []
+    worker = _base.Worker(lambda: calls.append(time.perf_counter()), 0.005, name="xlakit-test-worker")
+    time.sleep(0.05)
+    assert worker.alive and calls and worker in _base._live_workers
+    _base._stop_live_workers()  # what atexit runs at the interpreter's exit
+    assert not worker.alive

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import threading
@@ -38,8 +39,25 @@ log = logging.getLogger("xlakit.widgets")
 _MAX_ERRORS = 50
 
 
+def _stop_live_workers() -> None:
+    """At interpreter exit, stop every worker before Python tears down: a daemon thread still inside JAX (reading
+    allocator stats, compiling for the explorer) while the interpreter finalizes ended a kernel with "terminate
+    called ... FATAL: exception not rethrown"."""
+    for worker in list(_live_workers):
+        worker._stop.set()
+        worker._wake.set()
+    for worker in list(_live_workers):
+        if threading.current_thread() is not worker._thread:
+            worker._thread.join(2.0)
+
+
+_live_workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+atexit.register(_stop_live_workers)
+
+
 class Worker:
     """A daemon thread calling ``fn()`` every ``interval_s`` seconds and/or soon after :meth:`poke`.
+    Every live worker is stopped at interpreter exit (joined for up to 2 s each), before Python finalizes.
 
     Args:
       fn: the function (exceptions are the caller's business: pass a guarded function).
@@ -56,6 +74,7 @@ class Worker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        _live_workers.add(self)
         self._thread.start()
 
     @property
