@@ -95,10 +95,10 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
     step_of = {iid: s for s, iid in enumerate(order)}
     last = len(order) - 1
     sequential = set(mod.sequential_computations())
-    users = _users(mod, [iid for cid in mod.sequential_computations() for iid in mod.computations[cid][1]])
     nested: list[dict[int, int]] = []  # built when a buffer sits outside the scheduled computations
     nested_users: list[dict[int, list[int]]] = []
     instructions = mod.instructions
+    known = getattr(instructions, "known", {})
 
     def pos(iid: int | None) -> int | None:
         if iid is None:
@@ -113,13 +113,30 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
             nested.append(_nested_steps(mod, order, step_of))
         return nested[0].get(ins.computation_id)
 
-    def users_of(iid: int) -> list[int]:
-        ins = instructions.get(iid)
+    # The last step that reads each value of the scheduled computations (its users are in its own computation).
+    last_read: dict[int, int] = {}
+    for cid in mod.sequential_computations():
+        for iid in mod.computations[cid][1]:
+            ins = known.get(iid) or instructions.get(iid)
+            if ins is None or not ins.operands:
+                continue
+            p = step_of.get(iid)
+            if p is None:
+                p = pos(iid)
+                if p is None:
+                    continue
+            for op in ins.operands:
+                if p > last_read.get(op, -1):
+                    last_read[op] = p
+
+    def read_until(iid: int) -> int:
+        """The last step reading ``iid`` (-1: none)."""
+        ins = known.get(iid) or instructions.get(iid)
         if ins is None or ins.computation_id in sequential:
-            return users.get(iid, [])
+            return last_read.get(iid, -1)
         if not nested_users:
             nested_users.append(_users(mod, list(instructions)))
-        return nested_users[0].get(iid, [])
+        return max((p for p in map(pos, nested_users[0].get(iid, ())) if p is not None), default=-1)
 
     def _is_argument(iid: int | None) -> bool:
         ins = instructions.get(iid) if iid is not None else None
@@ -136,7 +153,15 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
         if alloc.is_parameter and (b.instruction_id not in instructions or _is_argument(b.instruction_id)):
             ranges[b.id] = (0, last)  # the argument itself
             continue
-        locations = [(b.instruction_id, b.shape_index), *aliases.get(b.id, ())]
+        more = aliases.get(b.id)
+        if not more and not alloc.is_parameter:  # most buffers: one position, in the schedule
+            iid = b.instruction_id
+            first = step_of.get(iid) if iid is not None else None
+            if first is not None:
+                end = last if iid == root_id else max(first, last_read.get(iid, -1))
+                ranges[b.id] = (first, end)
+                continue
+        locations = [(b.instruction_id, b.shape_index), *(more or ())]
         if alloc.is_parameter:  # a result written into a donated argument: the argument's position holds the
             locations = [loc for loc in locations if not _is_argument(loc[0])]  # argument, not this value
         steps = [p for p in (pos(i) for i, _ in locations) if p is not None]
@@ -146,10 +171,8 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
             continue
         end = max(steps)
         for loc_iid, _ in locations:
-            for user in users_of(loc_iid) if loc_iid is not None else ():
-                p = pos(user)
-                if p is not None and p > end:
-                    end = p
+            if loc_iid is not None:
+                end = max(end, read_until(loc_iid))
             if loc_iid == root_id:
                 end = last
         ranges[b.id] = (min(steps), end)

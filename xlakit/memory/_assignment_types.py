@@ -97,6 +97,27 @@ class Allocation:
         return self.kind == "parameter"
 
 
+def _new_slice(buffer: LogicalBuffer, offset: int, size: int) -> Slice:
+    """``Slice(buffer, offset, size)``, made without the frozen dataclass's ``object.__setattr__`` per field (a
+    program has one slice per logical buffer: thousands)."""
+    made = object.__new__(Slice)
+    made.__dict__.update(buffer=buffer, offset=offset, size=size)
+    return made
+
+
+def _new_allocation(index: int, size: int, kind: str, kinds: tuple[str, ...], parameter_number: int | None,
+                    parameter_shape_index: tuple[int, ...], aliased_with_output: bool, maybe_live_out: bool,
+                    is_thread_local: bool, is_constant: bool, is_tuple: bool, color: int, slices: tuple[Slice, ...],
+                    peak_buffer_ids: tuple[int, ...]) -> Allocation:
+    """``Allocation(...)`` with its fields in order, made as :func:`_new_slice` makes a slice."""
+    made = object.__new__(Allocation)
+    made.__dict__.update(index=index, size=size, kind=kind, kinds=kinds, parameter_number=parameter_number,
+                         parameter_shape_index=parameter_shape_index, aliased_with_output=aliased_with_output,
+                         maybe_live_out=maybe_live_out, is_thread_local=is_thread_local, is_constant=is_constant,
+                         is_tuple=is_tuple, color=color, slices=slices, peak_buffer_ids=peak_buffer_ids)
+    return made
+
+
 @dataclasses.dataclass(frozen=True)
 class HeapEvent:
     """One step of XLA's heap simulator trace: ``kind`` is alloc, free or share_with."""

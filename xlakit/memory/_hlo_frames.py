@@ -123,7 +123,7 @@ class NameStack:
     transforms: tuple[str, ...]
     recomputed: bool = False
 
-    @property
+    @functools.cached_property
     def scope(self) -> str:
         """``"backward › MLP/Dense_0"``, ``"forward"``, ``"MLP/l1"``, ``"recomputed in the backward pass (remat)
         › MLP/checkpoint"``, ``"forward › loop body › stacked per iteration"`` (a ``lax.scan``) (JAX's own

@@ -291,6 +291,11 @@ class Instructions(Mapping):
     def __init__(self, index: _Index) -> None:
         self._index = index
 
+    @property
+    def known(self) -> dict[int, _Instr]:
+        """The instructions decoded so far, by id (a plain dict: the fastest lookup where most are known)."""
+        return self._index.instructions
+
     def __getitem__(self, iid: int) -> _Instr:
         ins = self._index.find(iid) if isinstance(iid, int) else None
         if ins is None:

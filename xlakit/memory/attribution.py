@@ -348,50 +348,64 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     shown_files: dict[str, str] = {}
     by_frame: dict[int, tuple[Any, Any]] = {}  # frame id -> (stack, first user frame)
     texts: dict[tuple[int, int], tuple[str, str, str]] = {}  # ids of (stack, user) -> (source, layer, stack)
+    stack_texts: dict[int, str] = {}  # id of a stack -> its text
     rows: list[tuple[Any, ...]] = []
     seen_as: list[tuple[list[int], bool]] = []  # per row: its positions, and whether it is a scan's stack
     param_paths: dict[int, str] = {}
+    instructions = mod.instructions
+    known = getattr(instructions, "known", {})  # decoded instructions by id: the common lookups, at dict speed
     for b in ba.logical_buffers:
         alloc, sl = placed.get(b.id, (None, None))
-        ins = mod.instructions.get(b.instruction_id) if b.instruction_id is not None else None
+        iid = b.instruction_id
+        ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
         more = aliases.get(b.id)
-        positions = [i for i in (b.instruction_id, *(i for i, _ in more)) if i is not None] if more else (
-            [b.instruction_id] if b.instruction_id is not None else [])
+        positions = [i for i in (iid, *(i for i, _ in more)) if i is not None] if more else (
+            [iid] if iid is not None else [])
         # The first position with metadata speaks for the buffer (a loop body's parameter has none; the
         # loop's operand or result that holds the same buffer has).
-        sources = [_metadata_source(mod, i) for i in positions]
-        meta = next((m for m in sources if m is not None and (m.op_name or m.frame_id)), None)
+        if len(positions) == 1 and ins is not None and (ins.op_name or ins.frame_id):
+            sources = [ins]
+            meta = ins
+        else:
+            sources = [_metadata_source(mod, i) for i in positions]
+            meta = next((m for m in sources if m is not None and (m.op_name or m.frame_id)), None)
         framed = meta
         if meta is None or not meta.frame_id:  # a fusion XLA built or merged: its fused instructions speak
             fusion = meta if meta is not None else next((f for f in sources if f is not None), None)
             if fusion is not None and fusion.opcode == "fusion":
                 framed = _fused_frame(mod, fusion) or meta
         frame_id = framed.frame_id if framed is not None else 0
-        known = by_frame.get(frame_id)
-        if known is None:
+        known_frame = by_frame.get(frame_id)
+        if known_frame is None:
             chain = frames.chain(frame_id) if frame_id else ()
-            known = by_frame[frame_id] = (chain, user_frame(chain))
-        stack, user = known
-        stacked = next((v for v in (_stacked_value(mod, i) for i in positions) if v is not None), None)
-        if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
-            inner = frames.chain(stacked.frame_id)
-            if user_frame(inner) is not None:
-                stack, user = inner, user_frame(inner)
+            known_frame = by_frame[frame_id] = (chain, user_frame(chain))
+        stack, user = known_frame
+        stacked = None
+        for i in positions:
+            stacked = _stacked_value(mod, i)
+            if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
+                inner = frames.chain(stacked.frame_id)
+                if user_frame(inner) is not None:
+                    stack, user = inner, user_frame(inner)
+                break
         names = parse_op_name(meta.op_name if meta is not None and meta.op_name else
                               framed.op_name if framed is not None else "")
         made_for = ""
-        if user is None and meta is None and b.instruction_id not in param_ids:
+        if user is None and meta is None and iid not in param_ids:
             readers = _readers_line(mod, positions, users, frames)
             if readers:  # XLA made it, without metadata, for one line's ops: that line holds it
                 stack, user, reader_op = readers
                 made_for = parse_op_name(reader_op).scope
         parameter = output = None
         role = "temporary"
-        is_result = bool(results.intersection(positions))
-        if is_result:
-            output = next((outputs[i] for i in positions if i in outputs), None)
-        if b.instruction_id in param_ids:
-            num = param_ids[b.instruction_id]
+        is_result = False
+        for i in positions:
+            if i in results:
+                is_result = True
+                output = next((outputs[i] for i in positions if i in outputs), None)
+                break
+        if iid in param_ids:
+            num = param_ids[iid]
             leaf = leaves.get(num)
             recorded = ins.op_name if ins is not None else ""
             named = recorded and "/" not in recorded and not (leaf and leaf.graph)
@@ -399,10 +413,13 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             if b.shape_index:
                 parameter += "".join(f"[{i}]" for i in b.shape_index)
             role = "optimizer state" if (leaf.optimizer_state if leaf else _optimizer_path(parameter)) else "parameter"
-            scope, source, layer, text = "argument", f"argument {parameter}", "argument", None
+            scope, source, layer = "argument", f"argument {parameter}", "argument"
             param_paths[params[num]] = parameter
             donated = bool(alloc is not None and alloc.aliased_with_output) or bool(
                 leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index])
+            text = stack_texts.get(id(stack))
+            if text is None:
+                text = stack_texts[id(stack)] = stack_text(stack, shown_files)
         else:
             key = (id(stack), id(user))  # both come from the frame table's cache: one object per frame
             shown = texts.get(key)
@@ -428,13 +445,12 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         start, end = ranges.get(b.id, (-1, -1))
         rows.append((b.id, b.instruction, b.opcode, b.size, b.shape, b.dtype, role, scope, names.phase, layer,
                      source, user.file if user else None, user.line if user else None, parameter, output, donated,
-                     alloc.index if alloc else None, sl.offset if sl else None, start, end,
-                     text if text is not None else stack_text(stack, shown_files), None))
+                     alloc.index if alloc else None, sl.offset if sl else None, start, end, text, None))
         seen_as.append((positions, stacked is not None))
     cols = {c: list(v) for c, v in zip(BUFFER_COLUMNS, zip(*rows, strict=True), strict=True)} if rows else \
         {c: [] for c in BUFFER_COLUMNS}
     name_donations(cols)
-    add_blocks(cols, seen_as, mod, param_paths)
+    add_blocks(cols, seen_as, mod, param_paths, phase)
     buffers = pd.DataFrame(cols, columns=BUFFER_COLUMNS)
     buffers["block"] = buffers["block"].astype(object).where(buffers["block"].notna(), None)
     buffers["line"] = buffers["line"].astype("Int64")
