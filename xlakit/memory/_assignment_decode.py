@@ -196,8 +196,7 @@ def _allocation(data: bytes, span: tuple[int, int], peaks: dict[int, tuple[int, 
     if aliased:
         kinds.append("aliased-with-output")
     slices = []
-    for asg_start, asg_end in assigned:
-        bid, offset, slice_size = _assigned(data, asg_start, asg_end)
+    for bid, offset, slice_size in assigned:
         buf = buffers.get(bid) or LogicalBuffer(bid, slice_size, None, None, None, (), None, slice_dtype(bid), 0)
         slices.append(_new_slice(buf, offset, slice_size))
     return _new_allocation(index, size, kind, tuple(kinds), parameter_number if parameter else None,
@@ -212,10 +211,10 @@ _AL_BOOL = frozenset({_F.AL_THREAD_LOCAL, _F.AL_PARAMETER, _F.AL_LIVE_OUT, _F.AL
 
 def _allocation_fields(data: bytes, pos: int, end: int) -> list[Any] | None:
     """The fields of the BufferAllocationProto at ``data[pos:end]`` as a list indexed by field number - 1
-    (:data:`_F` ``AL_*``): ints (flags as bools; the last occurrence wins), the ``assigned`` spans as a list, the
-    parameter shape index as a tuple; read inline (a program has one allocation per argument and output). None
-    for an encoding this fast path does not read (a field past 15, a fixed-width field): then
-    :func:`_allocation_table` reads it."""
+    (:data:`_F` ``AL_*``): ints (flags as bools; the last occurrence wins), the ``assigned`` slices as a list of
+    (buffer id, offset, size), the parameter shape index as a tuple; read inline (a program has one allocation per
+    argument and output, one slice per logical buffer). None for an encoding this fast path does not read (a
+    field past 15, a fixed-width field): then :func:`_allocation_table` reads it."""
     out: list[Any] = [0, 0, False, 0, False, 0, False, 0, [], (), False, False, False]
     assigned = out[_F.AL_ASSIGNED - 1]
     while pos < end:
@@ -243,7 +242,7 @@ def _allocation_fields(data: bytes, pos: int, end: int) -> list[Any] | None:
             out[field - 1] = bool(value) if field in _AL_BOOL else value - (1 << 64) if value >= 1 << 63 else value
         elif wire == 2:
             if field == _F.AL_ASSIGNED:
-                assigned.append((pos, pos + value))
+                assigned.append(_assigned(data, pos, pos + value))
             elif field == _F.AL_PARAMETER_INDEX:
                 out[field - 1] = (*out[field - 1], *packed(data, pos, pos + value))
             else:
@@ -262,7 +261,7 @@ def _allocation_table(data: bytes, span: tuple[int, int]) -> list[Any]:
     out: list[Any] = [0 if f in (_F.AL_ASSIGNED, _F.AL_PARAMETER_INDEX) else one(al[f]) for f in range(1, 14)]
     for f in _AL_BOOL:
         out[f - 1] = bool(out[f - 1])
-    out[_F.AL_ASSIGNED - 1] = al[_F.AL_ASSIGNED] or []
+    out[_F.AL_ASSIGNED - 1] = [_assigned(data, *span) for span in al[_F.AL_ASSIGNED] or ()]
     out[_F.AL_PARAMETER_INDEX - 1] = tuple(repeated_ints(data, al[_F.AL_PARAMETER_INDEX]))
     return out
 

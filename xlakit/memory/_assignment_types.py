@@ -244,6 +244,15 @@ class _Module:
                               and c not in found]
         return tuple(found)
 
+    def may_hold(self, opcode: str) -> bool:
+        """False when no instruction of the module has this opcode (True may be a false alarm): a lazily decoded
+        module answers from its bytes at once (the opcode's record is ``0x12, len, name``), without decoding a
+        computation."""
+        found = getattr(self.instructions, "may_hold", None)
+        if found is not None:
+            return found(opcode)
+        return any(ins.opcode == opcode for ins in self.instructions.values())
+
     def root_opcode(self, cid: int) -> str | None:
         """The opcode of computation ``cid``'s root (None when unknown), reading only the root's record."""
         read = getattr(self.instructions, "root_opcode", None)

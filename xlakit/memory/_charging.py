@@ -13,6 +13,8 @@ Sweep: only buffers that overlap need the rule, so the live buffers of each allo
 disjoint *blocks* (connected groups of overlapping byte ranges). A buffer that starts in free bytes — the
 common case — is one new block, found by bisection; only a block that gains or loses a member is charged anew,
 so the cost is that of the blocks that change, not of every member of a large allocation at every step.
+:func:`step_array` sweeps only the allocations that hold more than one buffer: a buffer alone in its allocation
+(an argument, most outputs) or in none is charged in full while it lives, which numpy adds up at once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["charge", "charge_block", "step_totals"]
+__all__ = ["charge", "charge_block", "step_totals", "step_array"]
 
 
 def charge_block(members: Sequence[int], sizes: Sequence[int], offsets: Sequence[Any],
@@ -194,3 +196,36 @@ def step_totals(steps: int, ranges: Sequence[tuple[int, int] | None], sizes: Seq
             los[first:last] = charge_blocks(a, _blocks(group, sizes, offsets))
         rows.append(total[:])
     return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(n_labels)]
+
+
+def step_array(steps: int, starts: Any, ends: Any, sizes: Any, allocs: Any, offsets: Any, labels: Any,
+               n_labels: int, priority: Any = None) -> Any:
+    """:func:`step_totals` as a ``numpy`` array ``[label, step]`` (int64), from per-buffer numpy arrays: starts,
+    ends (first and last step; a buffer with start < 0, start > end or end >= steps is never live), sizes, allocs
+    and offsets (-1: unplaced, charged in full), labels, priority (bool, optional). The same numbers; only the
+    allocations holding more than one live buffer go through the sweep."""
+    import numpy as np
+
+    starts, ends, sizes = (np.asarray(a, dtype=np.int64) for a in (starts, ends, sizes))
+    allocs, offsets, labels = (np.asarray(a, dtype=np.int64) for a in (allocs, offsets, labels))
+    live = (starts >= 0) & (starts <= ends) & (ends < steps) & (sizes > 0)
+    placed = live & (allocs >= 0) & (offsets >= 0)
+    shared = np.zeros(len(sizes), dtype=bool)
+    if placed.any():
+        _, where, counts = np.unique(allocs[placed], return_inverse=True, return_counts=True)
+        shared[np.flatnonzero(placed)] = counts[where] > 1
+    alone = live & ~shared
+    width = steps + 1  # one step past the last, where every buffer has ended
+    at = labels[alone] * width
+    delta = (np.bincount(at + starts[alone], weights=sizes[alone], minlength=n_labels * width)
+             - np.bincount(at + ends[alone] + 1, weights=sizes[alone], minlength=n_labels * width))
+    # float64 holds these sums exactly below 2**53 bytes; the running totals are taken in int64
+    out = np.cumsum(delta.astype(np.int64).reshape(n_labels, width), axis=1)[:, :steps]
+    chosen = np.flatnonzero(shared)
+    if len(chosen):
+        first = priority[chosen].tolist() if priority is not None else None
+        swept = step_totals(steps, list(zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True)),
+                            sizes[chosen].tolist(), allocs[chosen].tolist(), offsets[chosen].tolist(),
+                            labels[chosen].tolist(), n_labels, first)
+        out = out + np.array(swept, dtype=np.int64).reshape(n_labels, steps)
+    return out

@@ -30,9 +30,13 @@ _NAME_KEY, _OPCODE_KEY, _SHAPE_KEY, _METADATA_KEY = (f << 3 | 2 for f in (_F.INS
 _ID, _OPERANDS, _CALLED, _PARAMETER_NUMBER = _F.INS_ID, _F.INS_OPERANDS, _F.INS_CALLED, _F.INS_PARAMETER_NUMBER
 
 
+_OPCODES: dict[bytes, str] = {}  # an opcode's bytes -> its name: a program has a few dozen opcodes
+
+
 def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr]:
     """``(id, instruction)`` from the HloInstructionProto at ``data[pos:end]``: name, opcode, operands, called
-    computations, parameter number; the spans of its shape and metadata, read later."""
+    computations, parameter number; the spans of its shape and metadata, read later. Keys of one or two bytes and
+    varints of any length are read inline (a large module has ~10^5 instruction records)."""
     name = opcode = ""
     iid = pnum = 0  # proto3 leaves out fields equal to 0
     operands: list[int] = []
@@ -48,20 +52,35 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
         else:
             key, pos = _varint(data, pos)
         wire = key & 7
-        if wire == 2:
-            size = data[pos]
-            if size < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:  # two bytes
-                size = (size & 0x7F) | data[pos + 1] << 7
-                pos += 2
+        if wire != 0 and wire != 2:
+            if wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
             else:
-                size, pos = _varint(data, pos)
-            stop = pos + size
+                raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
+            continue
+        value = data[pos]  # a varint's value, or a length
+        pos += 1
+        if value >= 0x80:
+            value &= 0x7F
+            shift = 7
+            while True:
+                b = data[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ProtoDecodeError("varint longer than 10 bytes")
+        if wire == 2:
+            stop = pos + value
             if key == _NAME_KEY:
                 name = data[pos:stop].decode("utf-8", errors="replace")
             elif key == _OPCODE_KEY:
-                opcode = data[pos:stop].decode("utf-8", errors="replace")
+                raw = data[pos:stop]
+                opcode = _OPCODES.get(raw) or _OPCODES.setdefault(raw, raw.decode("utf-8", errors="replace"))
             elif key == _SHAPE_KEY:
                 shape = (pos, stop)
             elif key == _METADATA_KEY:
@@ -73,15 +92,7 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
                 elif field == _CALLED:
                     called += packed(data, pos, stop)
             pos = stop
-        elif wire == 0:
-            value = data[pos]
-            if value < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:  # two bytes
-                value = (value & 0x7F) | data[pos + 1] << 7
-                pos += 2
-            else:
-                value, pos = _varint(data, pos)
+        else:
             field = key >> 3
             if field == _ID:
                 iid = value
@@ -91,12 +102,6 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
                 operands.append(value)
             elif field == _CALLED:
                 called.append(value)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
     if pos > end:
         raise ProtoDecodeError("an instruction's record runs past its end")
     ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called),
@@ -325,6 +330,12 @@ class Instructions(Mapping):
 
     def root(self, cid: int) -> _Instr | None:
         return self._index.root(cid)
+
+    def may_hold(self, opcode: str) -> bool:
+        """False when no instruction record of the module has this opcode: its ``opcode`` field's bytes
+        (key, length, name) occur nowhere in the module (a search at C speed; True may be a false alarm)."""
+        name = opcode.encode()
+        return len(name) >= 0x80 or bytes((_OPCODE_KEY, len(name))) + name in self._index.data
 
     def root_opcode(self, cid: int) -> str | None:
         return self._index.root_opcode(cid)

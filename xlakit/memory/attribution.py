@@ -285,6 +285,24 @@ def _optimizer_path(path: str) -> bool:
     return "opt_state" in path
 
 
+def _frame(cols: dict[str, list[Any]]) -> Any:
+    """The buffers frame from its column lists, each column built with its dtype (int64, nullable Int64, bool,
+    object where a value may be None) rather than inferred from thousands of Python objects."""
+    import numpy as np
+    import pandas as pd
+
+    typed: dict[str, Any] = dict(cols)
+    for name in ("buffer_id", "bytes", "start", "end"):
+        typed[name] = np.array(cols[name], dtype=np.int64)
+    for name in ("line", "allocation", "offset"):
+        values = cols[name]
+        typed[name] = pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
+                                             np.array([v is None for v in values], dtype=bool))
+    typed["donated"] = np.array(cols["donated"], dtype=bool)
+    typed["block"] = pd.Series(np.array(cols["block"], dtype=object), dtype=object)
+    return pd.DataFrame(typed, columns=BUFFER_COLUMNS)
+
+
 def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attribution:
     """Attribute every logical buffer of a compiled program (see the module docstring for the sources).
 
@@ -354,6 +372,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     param_paths: dict[int, str] = {}
     instructions = mod.instructions
     known = getattr(instructions, "known", {})  # decoded instructions by id: the common lookups, at dict speed
+    may_stack = mod.may_hold("dynamic-update-slice")  # no scan stacks a value without one
     for b in ba.logical_buffers:
         alloc, sl = placed.get(b.id, (None, None))
         iid = b.instruction_id
@@ -381,7 +400,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             known_frame = by_frame[frame_id] = (chain, user_frame(chain))
         stack, user = known_frame
         stacked = None
-        for i in positions:
+        for i in positions if may_stack else ():
             stacked = _stacked_value(mod, i)
             if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
                 inner = frames.chain(stacked.frame_id)
@@ -451,11 +470,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         {c: [] for c in BUFFER_COLUMNS}
     name_donations(cols)
     add_blocks(cols, seen_as, mod, param_paths, phase)
-    buffers = pd.DataFrame(cols, columns=BUFFER_COLUMNS)
-    buffers["block"] = buffers["block"].astype(object).where(buffers["block"].notna(), None)
-    buffers["line"] = buffers["line"].astype("Int64")
-    buffers["allocation"] = buffers["allocation"].astype("Int64")
-    buffers["offset"] = buffers["offset"].astype("Int64")
+    buffers = _frame(cols)
     liveness = liveness_frame(order, mod, buffers, ROLES)
     method = "reconstructed from the HLO schedule and buffer aliases"
     if ba.heap_traces:

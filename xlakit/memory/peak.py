@@ -33,9 +33,9 @@ def _charge(live: Any) -> list[int]:
     the bytes occupied; the rule of the per-role liveness too."""
     from xlakit.memory._role_liveness import TAKES_OVER, charge, nullable_ints
 
-    roles = live["role"] if "role" in live.columns else [None] * len(live)
-    return charge([int(v) for v in live["bytes"]], nullable_ints(live["allocation"]), nullable_ints(live["offset"]),
-                  [r in TAKES_OVER for r in roles])
+    first = live["role"].isin(list(TAKES_OVER)).tolist() if "role" in live.columns else [False] * len(live)
+    return charge(live["bytes"].astype("int64").tolist(), nullable_ints(live["allocation"]),
+                  nullable_ints(live["offset"]), first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +117,8 @@ def _trace_step(attribution: Any) -> int | None:
 
 
 def _where(attribution: Any, step: int) -> str:
+    import numpy as np
+
     mod = attribution.assignment._module
     name = attribution.liveness["instruction"].iat[step] if step < len(attribution.liveness) else None
     ins = None
@@ -127,7 +129,8 @@ def _where(attribution: Any, step: int) -> str:
     # The user's line and call of the instruction, from the buffers it defines: "backward of Block.__call__ ›
     # self.attn(x), model.py:13"; XLA's own name for the instruction stays out (Peak.instruction has it).
     b = attribution.buffers
-    rows = b[(b["instruction"] == name) & (b["layer"] != "unknown")]
+    rows = b.iloc[np.flatnonzero(b["instruction"].to_numpy() == name)]
+    rows = rows[rows["layer"] != "unknown"]
     layer = str(rows["layer"].iat[0]) if len(rows) else ""
     line = str(rows["source"].iat[0]).split(" (", 1)[0] if len(rows) else ""
     what = f"{layer}, {line}" if layer and line and layer != "argument" else layer
