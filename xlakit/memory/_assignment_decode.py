@@ -180,7 +180,7 @@ def _location(data: bytes, span: tuple[int, int] | None) -> tuple[int | None, tu
             tuple(repeated_ints(data, loc[_F.LOC_SHAPE_INDEX])), text(data, name[-1]) or None if name else None)
 
 
-def _allocation(data: bytes, span: tuple[int, int], peaks: dict[int, tuple[int, ...]],
+def _allocation(data: bytes, span: tuple[int, int], peaks: Callable[[int], tuple[int, ...]],
                 buffers: dict[int, LogicalBuffer], slice_dtype: Callable[[int], str | None]) -> Allocation:
     fields = _allocation_fields(data, *span)
     al = fields if fields is not None else _allocation_table(data, span)
@@ -201,7 +201,7 @@ def _allocation(data: bytes, span: tuple[int, int], peaks: dict[int, tuple[int, 
         slices.append(_new_slice(buf, offset, slice_size))
     return _new_allocation(index, size, kind, tuple(kinds), parameter_number if parameter else None,
                            parameter_index, aliased, live_out, thread_local, constant, is_tuple, color, tuple(slices),
-                           peaks.get(index, ()))
+                           peaks)
 
 
 # A BufferAllocationProto's fields as _allocation_fields gives them: field number -> slot (fields 1-13, 4 unused)
@@ -399,10 +399,20 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             iid, index, _name = _location(data, loc[-1])
             aliases.setdefault(to_int64(last(al, _F.ALIAS_SOURCE)), []).append((iid, index))
 
-    peaks: dict[int, tuple[int, ...]] = {}
-    for span in ba.get(_F.BA_PEAK_BUFFERS, ()):
-        allocation_index, ids = _peak_buffers(data, *span)
-        peaks[allocation_index] = ids
+    peak_spans = ba.get(_F.BA_PEAK_BUFFERS, ())
+    peak_ids: list[dict[int, tuple[int, ...]]] = []  # XLA's peak buffers per allocation, read when first asked
+
+    def peaks(index: int) -> tuple[int, ...]:
+        if not peak_ids:
+            found: dict[int, tuple[int, ...]] = {}
+            try:
+                for span in peak_spans:
+                    allocation_index, ids = _peak_buffers(data, *span)
+                    found[allocation_index] = ids
+            except IndexError:
+                raise ProtoDecodeError("truncated peak buffers in the buffer assignment") from None
+            peak_ids.append(found)
+        return peak_ids[0].get(index, ())
 
     allocations = [_allocation(data, span, peaks, buffers, slice_dtype) for span in allocation_spans]
 

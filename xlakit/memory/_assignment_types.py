@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from xlakit.memory._display import fmt_bytes
 from xlakit.memory._proto import Message, _varint, last, scan, text, to_int64
@@ -57,6 +58,26 @@ class Slice:
     size: int
 
 
+class _PeakBufferIds:
+    """The ``peak_buffer_ids`` field of :class:`Allocation`: a tuple of buffer ids, which a decoded allocation
+    reads from XLA's ``peak_buffers`` records when the field is first read (one record per allocation, needed only
+    by :meth:`~xlakit.memory.BufferAssignment.largest`), so decoding a large program does not read them."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> tuple[int, ...]:
+        if obj is None:
+            return ()  # the dataclass field's default
+        state = obj.__dict__
+        found = state.get("peak_buffer_ids")
+        if found is None:
+            lookup = state.get("_peak_lookup")
+            found = state["peak_buffer_ids"] = lookup(state["index"]) if lookup is not None else ()
+            state.pop("_peak_lookup", None)
+        return found
+
+    def __set__(self, obj: Any, value: tuple[int, ...]) -> None:
+        obj.__dict__["peak_buffer_ids"] = tuple(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Allocation:
     """A block XLA reserves before the run.
@@ -81,7 +102,11 @@ class Allocation:
     is_tuple: bool
     color: int
     slices: tuple[Slice, ...]
-    peak_buffer_ids: tuple[int, ...] = ()
+    peak_buffer_ids: tuple[int, ...] = _PeakBufferIds()  # type: ignore[assignment]
+
+    def __getstate__(self) -> dict[str, Any]:
+        _ = self.peak_buffer_ids  # read now: a pickle carries no lookup
+        return dict(self.__dict__)
 
     def __repr__(self) -> str:
         param = f" #{self.parameter_number}" if self.parameter_number is not None else ""
@@ -108,13 +133,14 @@ def _new_slice(buffer: LogicalBuffer, offset: int, size: int) -> Slice:
 def _new_allocation(index: int, size: int, kind: str, kinds: tuple[str, ...], parameter_number: int | None,
                     parameter_shape_index: tuple[int, ...], aliased_with_output: bool, maybe_live_out: bool,
                     is_thread_local: bool, is_constant: bool, is_tuple: bool, color: int, slices: tuple[Slice, ...],
-                    peak_buffer_ids: tuple[int, ...]) -> Allocation:
-    """``Allocation(...)`` with its fields in order, made as :func:`_new_slice` makes a slice."""
+                    peak_lookup: Callable[[int], tuple[int, ...]]) -> Allocation:
+    """``Allocation(...)`` with its fields in order, made as :func:`_new_slice` makes a slice; its
+    ``peak_buffer_ids`` are ``peak_lookup(index)``, asked when first read."""
     made = object.__new__(Allocation)
     made.__dict__.update(index=index, size=size, kind=kind, kinds=kinds, parameter_number=parameter_number,
                          parameter_shape_index=parameter_shape_index, aliased_with_output=aliased_with_output,
                          maybe_live_out=maybe_live_out, is_thread_local=is_thread_local, is_constant=is_constant,
-                         is_tuple=is_tuple, color=color, slices=slices, peak_buffer_ids=peak_buffer_ids)
+                         is_tuple=is_tuple, color=color, slices=slices, _peak_lookup=peak_lookup)
     return made
 
 

@@ -163,6 +163,48 @@ def _computation_head(data: bytes, pos: int, end: int) -> tuple[str, int, int, t
     return name, cid, root, last_record
 
 
+_COMP_TAIL_KEYS = (_COMP_ROOT_KEY, _COMP_ID_KEY)  # the last two fields XLA writes (fields 5 and 6)
+_COMP_FLAG_KEY = 7 << 3  # is_fusion_computation, written after them when set
+
+
+def _quick_head(data: bytes, start: int, end: int) -> tuple[str, int, int, None] | None:
+    """(name, id, root id, None) of the HloComputationProto at ``data[start:end]`` without stepping over its
+    instructions: the name is its first record and the id and root id its last ones (XLA writes fields in order:
+    ..., id, root id[, is_fusion_computation]), read backwards — a varint's bytes before its last are all >= 0x80,
+    so the one-byte key before it is the first byte below 0x80. Trusted only when the root's id carries the
+    computation's id in its high 32 bits, as current XLA numbers instructions; else None (read it forwards)."""
+    if end - start < 6 or data[start] != _COMP_NAME_KEY or data[start + 1] >= 0x80:
+        return None
+    found: list[int] = []
+    pos = end
+    while len(found) < 2:
+        last = pos - 1
+        if last <= start or data[last] >= 0x80:
+            return None
+        first = last
+        while data[first - 1] >= 0x80:
+            first -= 1
+            if last - first > 9:
+                return None
+        key_at = first - 1
+        value = 0
+        for shift, b in enumerate(data[first:last + 1]):
+            value |= (b & 0x7F) << (7 * shift)
+        key = data[key_at]
+        if key == _COMP_FLAG_KEY and not found and pos == end:
+            pos = key_at  # is_fusion_computation: stepped over
+            continue
+        if key != _COMP_TAIL_KEYS[len(found)]:
+            return None
+        found.append(value)
+        pos = key_at
+    root, cid = found
+    if cid <= 0 or root >> 32 != cid:
+        return None
+    name_end = start + 2 + data[start + 1]
+    return data[start + 2:name_end].decode("utf-8", errors="replace"), cid, root, None
+
+
 def _head(data: bytes, pos: int, end: int) -> tuple[int, str]:
     """(id, opcode) of the HloInstructionProto at ``data[pos:end]``, stepping over everything else."""
     opcode = ""
@@ -260,13 +302,15 @@ class _Index:
         """The opcode of computation ``cid``'s root, reading only its record (None: unknown computation)."""
         if cid not in self.comps:
             return None
-        _name, _start, _end, root_id, last_record = self.comps[cid]
+        _name, start, end, root_id, last_record = self.comps[cid]
         ins = self.instructions.get(root_id)
         if ins is not None:
             return ins.opcode
         known = self.root_opcodes.get(cid)
         if known is not None:
             return known
+        if last_record is None:  # a quick head leaves the last record to be found when asked for
+            last_record = _computation_head(self.data, start, end)[3]
         if last_record is not None:  # XLA writes the root last
             try:
                 iid, opcode = _head(self.data, *last_record)
@@ -380,7 +424,7 @@ def decode_module(data: bytes) -> _Module:
                (_F.MOD_NAME, _F.MOD_COMPUTATIONS, _F.MOD_ENTRY_ID, _F.MOD_SCHEDULE, _F.MOD_STACK_FRAME_INDEX))
     comp_spans: dict[int, tuple[str, int, int, int, tuple[int, int] | None]] = {}
     for start, end in top.get(_F.MOD_COMPUTATIONS, ()):
-        name, cid, root, last_record = _computation_head(data, start, end)
+        name, cid, root, last_record = _quick_head(data, start, end) or _computation_head(data, start, end)
         comp_spans[cid] = (name, start, end, root, last_record)
     schedule: dict[int, tuple[int, ...]] = {}
     for span in top.get(_F.MOD_SCHEDULE, [])[-1:]:
