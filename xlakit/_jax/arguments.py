@@ -51,12 +51,6 @@ def _is_optimizer_node(node: Any) -> bool:
     return module in _OPTIMIZER_MODULES or (module == "flax" and cls.__name__ in _OPTIMIZER_TYPES)
 
 
-def _key_text(key: Any) -> str:
-    import jax
-
-    return jax.tree_util.keystr((key,))
-
-
 def _names(fn: Any, count: int) -> list[str] | None:
     """The positional parameter names of the function a jit wraps, when they can be read."""
     import inspect
@@ -117,8 +111,9 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     def walk(node: Any, prefix: str, under_optimizer: bool) -> None:
         flat, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node and _is_optimizer_node(x))
         for path, leaf in flat:
-            text = prefix + jax.tree_util.keystr(path)
-            inside = under_optimizer or any(_key_text(k).strip("[]'.\"") in _OPTIMIZER_KEYS for k in path)
+            parts = [jax.tree_util.keystr((k,)) for k in path]  # keystr(path) is their concatenation
+            text = prefix + "".join(parts)
+            inside = under_optimizer or any(part.strip("[]'.\"") in _OPTIMIZER_KEYS for part in parts)
             if isinstance(leaf, int) and not isinstance(leaf, bool):
                 leaves.append(ArgumentLeaf(leaf, text, inside))
             else:  # an optimizer node: its leaves are optimizer state

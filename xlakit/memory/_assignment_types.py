@@ -184,6 +184,17 @@ class _Instr:
             return
         data = self._raw[0]  # type: ignore[index]
         pos, end = meta
+        # What XLA writes for JAX: op_name alone, or op_name then a stack_frame_id of one or two bytes.
+        if end - pos >= 2 and data[pos] == _OP_NAME_KEY and data[pos + 1] < 0x80:
+            stop = pos + 2 + data[pos + 1]
+            if stop == end or (stop + 2 == end and data[stop] == _FRAME_KEY and data[stop + 1] < 0x80):
+                self._op_name = data[pos + 2:stop].decode("utf-8", errors="replace")
+                self._frame_id = data[stop + 1] if stop < end else 0
+                return
+            if stop + 3 == end and data[stop] == _FRAME_KEY and data[stop + 1] >= 0x80 and data[stop + 2] < 0x80:
+                self._op_name = data[pos + 2:stop].decode("utf-8", errors="replace")
+                self._frame_id = (data[stop + 1] & 0x7F) | data[stop + 2] << 7
+                return
         try:
             self._read_common(data, pos, end)
             return

@@ -31,11 +31,23 @@ def _charge(live: Any) -> list[int]:
     """Bytes of each live buffer by the charging rule of :mod:`xlakit.memory._charging` (each byte once, to the
     buffer that ranks first among those sharing it: an aliased result, then the larger), so the charges sum to
     the bytes occupied; the rule of the per-role liveness too."""
+    import numpy as np
+
     from xlakit.memory._role_liveness import TAKES_OVER, charge, nullable_ints
 
-    first = live["role"].isin(list(TAKES_OVER)).tolist() if "role" in live.columns else [False] * len(live)
-    return charge(live["bytes"].astype("int64").tolist(), nullable_ints(live["allocation"]),
-                  nullable_ints(live["offset"]), first)
+    sizes = live["bytes"].to_numpy(dtype=np.int64)
+    allocs = live["allocation"].astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+    placed = (allocs >= 0) & live["offset"].notna().to_numpy() & (sizes > 0)
+    _, where, counts = np.unique(allocs[placed], return_inverse=True, return_counts=True)
+    shared = np.zeros(len(live), dtype=bool)
+    shared[np.flatnonzero(placed)] = counts[where] > 1
+    out = sizes.copy()  # a buffer alone in its allocation is charged in full
+    if shared.any():  # the others share their allocation: the rule decides
+        rows = live[shared]
+        first = rows["role"].isin(list(TAKES_OVER)).tolist() if "role" in rows.columns else [False] * len(rows)
+        out[shared] = charge(rows["bytes"].astype("int64").tolist(), nullable_ints(rows["allocation"]),
+                             nullable_ints(rows["offset"]), first)
+    return out.tolist()
 
 
 @dataclasses.dataclass(frozen=True)
