@@ -34,33 +34,36 @@ def nullable_ints(column: Any) -> list[int | None]:
 
 def role_columns(buffers: Any, steps: int, roles: Sequence[str]) -> dict[str, Any]:
     """``{role: bytes at step 0, 1, ... (a numpy int64 array)}`` for every role in ``roles`` (and any other role
-    the frame holds), from an attribution's buffers frame (columns ``bytes``, ``role``, ``allocation``,
-    ``offset``, ``start``, ``end``; a buffer with ``start`` < 0 has no place in the schedule and is left out), by
-    one sweep over the schedule (:func:`xlakit.memory._charging.step_array`)."""
+    the buffers hold), from an attribution's buffers (a frame, or its columns as lists: ``bytes``, ``role``,
+    ``allocation``, ``offset``, ``start``, ``end``; a buffer with ``start`` < 0 has no place in the schedule and is
+    left out), by one sweep over the schedule (:func:`xlakit.memory._charging.step_array`)."""
     import numpy as np
 
-    role = buffers["role"].astype(str)
-    names = list(dict.fromkeys([*roles, *role.unique().tolist()]))
+    role_of = [str(r) for r in buffers["role"]]
+    names = list(dict.fromkeys([*roles, *dict.fromkeys(role_of)]))
     label = {r: k for k, r in enumerate(names)}
-    labels = role.map(label).to_numpy(dtype=np.int64)
-    cols = step_array(steps, buffers["start"].to_numpy(dtype=np.int64), buffers["end"].to_numpy(dtype=np.int64),
-                      buffers["bytes"].to_numpy(dtype=np.int64), _ints(buffers["allocation"]),
-                      _ints(buffers["offset"]), labels, len(names), role.isin(list(TAKES_OVER)).to_numpy())
+    cols = step_array(steps, _ints(buffers["start"]), _ints(buffers["end"]), _ints(buffers["bytes"]),
+                      _ints(buffers["allocation"]), _ints(buffers["offset"]),
+                      np.array([label[r] for r in role_of], dtype=np.int64), len(names),
+                      np.array([r in TAKES_OVER for r in role_of], dtype=bool))
     return dict(zip(names, cols, strict=True))
 
 
 def _ints(column: Any) -> Any:
-    """A nullable int column (allocation, offset) as numpy int64, -1 where missing."""
+    """A column of ints (a nullable frame column, or a list with None) as numpy int64, -1 where missing."""
     import numpy as np
+    import pandas as pd
 
-    return column.astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+    if isinstance(column, pd.Series):
+        return column.astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+    return np.array([-1 if v is None else v for v in column], dtype=np.int64)
 
 
 def liveness_frame(order: Sequence[int], mod: Any, buffers: Any, roles: Sequence[str]) -> Any:
     """An attribution's liveness: one row per program step (``order``: the instruction ids of the flattened
     schedule, ``mod``: the module), with step, instruction, opcode, one column of live bytes per role (``roles``
     first, then any other the buffers hold; each byte charged once, as at the peak) and live_bytes (their sum: the
-    bytes occupied)."""
+    bytes occupied). ``buffers``: as :func:`role_columns` takes them."""
     import pandas as pd
 
     instructions = [mod.instructions.get(iid) for iid in order]

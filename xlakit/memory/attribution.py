@@ -471,7 +471,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     name_donations(cols)
     add_blocks(cols, seen_as, mod, param_paths, phase)
     buffers = _frame(cols)
-    liveness = liveness_frame(order, mod, buffers, ROLES)
+    liveness = liveness_frame(order, mod, cols, ROLES)
     method = "reconstructed from the HLO schedule and buffer aliases"
     if ba.heap_traces:
         method += " (XLA's heap simulator trace also shipped; Peak uses it for the step)"
