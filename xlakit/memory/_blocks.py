@@ -21,7 +21,7 @@ a stack): such a buffer is "all N iterations (stacked)", which the attribution m
 
 from __future__ import annotations
 
-import collections
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +35,7 @@ _CARRIERS = frozenset({"bitcast", "broadcast", "convert", "reshape", "copy", "tr
                        "bitcast-convert"})
 
 
+@functools.lru_cache(maxsize=65536)
 def block_of_path(path: str | None) -> str | None:
     """``"model['blocks'][2]['up']['kernel']"`` -> ``"blocks[2]"``; every indexed container on the path, outer
     first (``"stages[1]/blocks[0]"``), optax's ``opt_state[0]`` skipped; None without one."""

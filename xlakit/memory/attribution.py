@@ -227,9 +227,10 @@ def _stacked_value(mod: Any, iid: int) -> Any:
     return meta if meta is not None and meta.frame_id else None
 
 
-def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]]]:
-    """(instruction id -> its phase, read when first asked; instruction id -> its users) over the computations
-    that run in sequence (a value's users are in its own computation)."""
+def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[int, str]]:
+    """(instruction id -> its phase, read when first asked; instruction id -> its users; the phases read so far,
+    which a caller that has read an instruction's op name may fill) over the computations that run in sequence
+    (a value's users are in its own computation)."""
     memo: dict[int, str] = {}
     instructions = mod.instructions
 
@@ -245,7 +246,7 @@ def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]]]:
         for iid in mod.computations[cid][1]:
             for op in instructions[iid].operands:
                 users.setdefault(op, []).append(iid)
-    return phase, users
+    return phase, users, memo
 
 
 def _read_by_backward(ids: list[int], mod: Any, phase: Callable[[int], str], users: dict[int, list[int]]) -> bool:
@@ -356,7 +357,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     if len(leaves) != len(params):
         leaves = {}  # the tree does not match the parameters (tokens, tupled arguments): use op names only
     donated_flags = donated_leaves(compiled) or []
-    phase, users = _phases(mod)
+    phase, users, phases = _phases(mod)
     placed = ba.allocation_of()
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
@@ -409,6 +410,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 break
         names = parse_op_name(meta.op_name if meta is not None and meta.op_name else
                               framed.op_name if framed is not None else "")
+        if meta is ins and ins is not None:  # its own op name: the phase name_blocks and residuals ask for
+            phases[iid] = names.phase
         made_for = ""
         if user is None and meta is None and iid not in param_ids:
             readers = _readers_line(mod, positions, users, frames)
