@@ -358,7 +358,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         leaves = {}  # the tree does not match the parameters (tokens, tupled arguments): use op names only
     donated_flags = donated_leaves(compiled) or []
     phase, users, phases = _phases(mod)
-    placed = ba.allocation_of()
+    placed = ba._placement()
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
     root_id = mod.computations[mod.entry_id][2]
