@@ -180,10 +180,9 @@ def _location(data: bytes, span: tuple[int, int] | None) -> tuple[int | None, tu
             tuple(repeated_ints(data, loc[_F.LOC_SHAPE_INDEX])), text(data, name[-1]) or None if name else None)
 
 
-def _allocation(data: bytes, span: tuple[int, int], peaks: Callable[[int], tuple[int, ...]],
-                buffers: dict[int, LogicalBuffer], slice_dtype: Callable[[int], str | None]) -> Allocation:
-    fields = _allocation_fields(data, *span)
-    al = fields if fields is not None else _allocation_table(data, span)
+def _allocation(al: list[Any], peaks: Callable[[int], tuple[int, ...]], buffers: dict[int, LogicalBuffer],
+                slice_dtype: Callable[[int], str | None]) -> Allocation:
+    """The :class:`Allocation` of a BufferAllocationProto's fields (:func:`_allocation_fields`)."""
     index, size, thread_local, _, parameter, parameter_number, live_out, color, assigned, parameter_index, \
         is_tuple, constant, aliased = al
     kind = ("parameter" if parameter else "constant" if constant else "thread-local" if thread_local
@@ -261,7 +260,10 @@ def _allocation_table(data: bytes, span: tuple[int, int]) -> list[Any]:
     out: list[Any] = [0 if f in (_F.AL_ASSIGNED, _F.AL_PARAMETER_INDEX) else one(al[f]) for f in range(1, 14)]
     for f in _AL_BOOL:
         out[f - 1] = bool(out[f - 1])
-    out[_F.AL_ASSIGNED - 1] = [_assigned(data, *span) for span in al[_F.AL_ASSIGNED] or ()]
+    assigned = al[_F.AL_ASSIGNED] or []
+    if not isinstance(assigned, list) or not all(isinstance(span, tuple) for span in assigned):
+        raise ProtoDecodeError("an allocation's assigned slices are not messages")
+    out[_F.AL_ASSIGNED - 1] = [_assigned(data, *span) for span in assigned]
     out[_F.AL_PARAMETER_INDEX - 1] = tuple(repeated_ints(data, al[_F.AL_PARAMETER_INDEX]))
     return out
 
@@ -373,9 +375,7 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
     names: dict[int, str | None] = {}
     buffers: dict[int, LogicalBuffer] = {}
     new = object.__new__
-    for span in ba.get(_F.BA_LOGICAL_BUFFERS, ()):
-        bid, size, color, defined = _logical_buffer(data, *span)
-        iid, index, loc_name = _location(data, defined)
+    for bid, size, color, iid, index, loc_name in _logical_buffers_at_once(data, ba.get(_F.BA_LOGICAL_BUFFERS, [])):
         ins = known.get(iid) or (instructions.get(iid) if iid is not None else None)
         if ins is not None:
             shape, dtype = leaf(ins, index)
@@ -414,7 +414,7 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             peak_ids.append(found)
         return peak_ids[0].get(index, ())
 
-    allocations = [_allocation(data, span, peaks, buffers, slice_dtype) for span in allocation_spans]
+    allocations = [_allocation(al, peaks, buffers, slice_dtype) for al in _allocations_at_once(data, allocation_spans)]
 
     traces = []
     for span in ba.get(_F.BA_TRACES, ()):
@@ -435,6 +435,125 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             "logical_buffers": tuple(buffers[k] for k in sorted(buffers)), "heap_traces": tuple(traces),
             "name": module.name if module else None,
             "_aliases": {k: tuple(v) for k, v in aliases.items()}, "_module": module}
+
+
+# The keys (field << 3 | wire type) a record read at once may hold, at its own level and in its nested messages.
+_LB_TOP_KEYS = (_F.LB_ID << 3, _F.LB_SIZE << 3, _F.LB_DEFINED_AT << 3 | 2, _F.LB_COLOR << 3)
+_AL_TOP_KEYS = tuple(f << 3 for f in (_F.AL_INDEX, _F.AL_SIZE, _F.AL_THREAD_LOCAL, _F.AL_PARAMETER,
+                                      _F.AL_PARAMETER_NUMBER, _F.AL_LIVE_OUT, _F.AL_COLOR, _F.AL_TUPLE,
+                                      _F.AL_CONSTANT, _F.AL_ALIASED)) + (_F.AL_ASSIGNED << 3 | 2,)
+_AS_KEYS_AT_ONCE = tuple(f << 3 for f in (_F.AS_BUFFER, _F.AS_OFFSET, _F.AS_SIZE, _F.AS_ELEMENT_TYPE))
+
+
+def _levels(found: Any, opener_key: int, top_keys: tuple[int, ...], inner_keys: tuple[int, ...],
+            repeated: bool = False) -> tuple[Any, Any]:
+    """``(inside, good)``: which opener (a pair whose key is ``opener_key``) each pair of ``found`` lies inside
+    (-1: the record's own level), and per pair whether its record is read here: a record is when every pair at its
+    own level has a key of ``top_keys``, every pair inside an opener one of ``inner_keys``, no key repeats where it
+    lies (but the opener's, when ``repeated``: a repeated message field), no value needs more than 63 bits, and
+    :func:`~xlakit.memory._varint_records.nested` finds its nested messages whole."""
+    import numpy as np
+
+    from xlakit.memory._varint_records import nested
+
+    inside, bad = nested(found, found.key == opener_key)
+    bad |= found.bad
+    top = inside < 0
+    wrong = np.where(top, ~np.isin(found.key, top_keys), ~np.isin(found.key, inner_keys))
+    wrong |= found.value >= np.uint64(1 << 63)  # a negative int64: read by the per-field reader
+    bad[found.record[wrong]] = True
+    # where a pair lies: its record (at the record's own level) or its opener; keys must not repeat there
+    where = np.where(top, found.record, len(found.bad) + inside)
+    counted = found.key != opener_key if repeated else np.ones(len(found.key), dtype=bool)
+    seen = (where * 256 + found.key)[counted]
+    _, first, counts = np.unique(seen, return_index=True, return_counts=True)
+    bad[found.record[np.flatnonzero(counted)[first[counts > 1]]]] = True
+    return inside, ~bad[found.record]
+
+
+def _field(found: Any, mask: Any, n: int) -> Any:
+    """Per record, the value of the pairs in ``mask`` (at most one per record), 0 where none."""
+    import numpy as np
+
+    out = np.zeros(n, dtype=np.int64)
+    out[found.record[mask]] = found.value[mask].astype(np.int64)
+    return out
+
+
+def _logical_buffers_at_once(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[Any, ...]]:
+    """``(id, size, color, instruction id or None, shape index, instruction name or None)`` of every
+    LogicalBufferProto at ``spans``: those made of varints only read with numpy
+    (:mod:`xlakit.memory._varint_records`), the others (a location with a shape index or an instruction name) one by
+    one."""
+    import numpy as np
+
+    from xlakit.memory._varint_records import pairs
+
+    n = len(spans)
+    if not n:
+        return []
+    found = pairs(data, spans)
+    inside, good = _levels(found, _F.LB_DEFINED_AT << 3 | 2, _LB_TOP_KEYS, (_F.LOC_INSTRUCTION_ID << 3,))
+    top = (inside < 0) & good
+    ids, sizes, colors = (_field(found, top & (found.key == f << 3), n) for f in (_F.LB_ID, _F.LB_SIZE, _F.LB_COLOR))
+    placed = (inside >= 0) & good  # the instruction id, inside the location
+    has_iid = np.zeros(n, dtype=bool)
+    has_iid[found.record[placed]] = True
+    read = np.zeros(n, dtype=bool)
+    read[found.record[good]] = True
+    iids = _field(found, placed, n)
+    out: list[tuple[Any, ...]] = []
+    for k, (bid, size, color, iid, has, ok) in enumerate(zip(ids.tolist(), sizes.tolist(), colors.tolist(),
+                                                             iids.tolist(), has_iid.tolist(), read.tolist(),
+                                                             strict=True)):
+        if ok:
+            out.append((bid, size, color, iid if has else None, (), None))
+        else:  # not varints only (or empty): the per-field reader
+            lb = _logical_buffer(data, *spans[k])
+            out.append((*lb[:3], *_location(data, lb[3])))
+    return out
+
+
+def _allocations_at_once(data: bytes, spans: list[tuple[int, int]]) -> list[list[Any]]:
+    """:func:`_allocation_fields` of every BufferAllocationProto at ``spans``: those made of varints only read with
+    numpy (:mod:`xlakit.memory._varint_records`), the others (a parameter shape index) one by one."""
+    import numpy as np
+
+    from xlakit.memory._varint_records import pairs
+
+    n = len(spans)
+    if not n:
+        return []
+    found = pairs(data, spans)
+    opener = _F.AL_ASSIGNED << 3 | 2
+    inside, good = _levels(found, opener, _AL_TOP_KEYS, _AS_KEYS_AT_ONCE, repeated=True)
+    top = (inside < 0) & good
+    columns = []
+    for f in range(1, 14):  # the slots of _allocation_fields
+        out = _field(found, top & (found.key == f << 3), n)
+        columns.append(out.astype(bool).tolist() if f in _AL_BOOL else out.tolist())
+    # the slices: (buffer id, offset, size) of each assigned message, in order, by allocation
+    at = np.flatnonzero((found.key == opener) & top)
+    slot = np.searchsorted(at, inside)
+    triples = np.zeros((len(at), 3), dtype=np.int64)
+    for k, f in enumerate((_F.AS_BUFFER, _F.AS_OFFSET, _F.AS_SIZE)):
+        mask = (inside >= 0) & good & (found.key == f << 3)
+        triples[slot[mask], k] = found.value[mask].astype(np.int64)
+    slices: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+    for record, triple in zip(found.record[at].tolist(), triples.tolist(), strict=True):
+        slices[record].append(tuple(triple))
+    read = np.zeros(n, dtype=bool)
+    read[found.record[good]] = True
+    rows: list[list[Any]] = []
+    for k, (row, ok) in enumerate(zip(zip(*columns, strict=True), read.tolist(), strict=True)):
+        if ok:
+            fields = list(row)
+            fields[_F.AL_ASSIGNED - 1] = slices[k]
+            fields[_F.AL_PARAMETER_INDEX - 1] = ()
+        else:  # not varints only (or empty): the per-field reader
+            fields = _allocation_fields(data, *spans[k]) or _allocation_table(data, spans[k])
+        rows.append(fields)
+    return rows
 
 
 def _computation_name(module: Any, cid: int) -> str | None:
