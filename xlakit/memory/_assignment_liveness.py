@@ -120,19 +120,16 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
 
     # The last step that reads each value of the scheduled computations (its users are in its own computation).
     last_read: dict[int, int] = {}
-    for cid in mod.sequential_computations():
-        for iid in mod.computations[cid][1]:
-            ins = known.get(iid) or instructions.get(iid)
-            if ins is None or not ins.operands:
-                continue
-            p = step_of.get(iid)
+    for op, readers in mod.users.items():
+        found = -1
+        for user in readers:
+            p = step_of.get(user)
             if p is None:
-                p = pos(iid)
-                if p is None:
-                    continue
-            for op in ins.operands:
-                if p > last_read.get(op, -1):
-                    last_read[op] = p
+                p = pos(user)
+            if p is not None and p > found:
+                found = p
+        if found >= 0:
+            last_read[op] = found
 
     def read_until(iid: int) -> int:
         """The last step reading ``iid`` (-1: none)."""

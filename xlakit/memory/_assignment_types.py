@@ -273,13 +273,31 @@ class _Module:
         if not self.schedule:
             return tuple(self.computations)
         found = [self.entry_id] if self.entry_id in self.computations else []
+        known = getattr(self.instructions, "known", {})  # decoded instructions by id: a plain dict
         for cid in found:  # grows while it is walked
             for iid in self.computations[cid][1]:
-                ins = self.instructions.get(iid)
+                ins = known.get(iid) or self.instructions.get(iid)
                 if ins is not None and ins.opcode in _SEQUENTIAL_CALLERS:
                     found += [c for c in ins.called if c in self.schedule and c in self.computations
                               and c not in found]
         return tuple(found)
+
+    @functools.cached_property
+    def users(self) -> dict[int, list[int]]:
+        """Instruction id -> the ids of its users, over the :meth:`sequential_computations` (a value's users are in
+        its own computation), each in the order of its computation."""
+        known = getattr(self.instructions, "known", {})
+        out: dict[int, list[int]] = {}
+        for cid in self._sequential:
+            for iid in self.computations[cid][1]:
+                ins = known.get(iid) or self.instructions[iid]
+                for op in ins.operands:
+                    found = out.get(op)
+                    if found is None:
+                        out[op] = [iid]
+                    else:
+                        found.append(iid)
+        return out
 
     def may_hold(self, opcode: str) -> bool:
         """False when no instruction of the module has this opcode (True may be a false alarm): a lazily decoded

@@ -163,6 +163,8 @@ def _scope_path(names: tuple[str, ...]) -> str:
 
 def _split(op_name: str) -> list[str]:
     """Split on ``/`` outside parentheses: ``jit(f)/transpose(jvp(a/b))/c`` -> 3 parts."""
+    if "(" not in op_name:  # no parentheses (an argument's path, a plain name stack): every ``/`` splits
+        return [p for p in op_name.split("/") if p]
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(op_name):
         if ch == "(":

@@ -241,11 +241,13 @@ def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[
             found = memo[iid] = parse_op_name(ins.op_name).phase if ins is not None else ""
         return found
 
-    users: dict[int, list[int]] = {}
-    for cid in mod.sequential_computations():
-        for iid in mod.computations[cid][1]:
-            for op in instructions[iid].operands:
-                users.setdefault(op, []).append(iid)
+    users = getattr(mod, "users", None)
+    if users is None:  # a module made without the decoder's _Module
+        users = {}
+        for cid in mod.sequential_computations():
+            for iid in mod.computations[cid][1]:
+                for op in instructions[iid].operands:
+                    users.setdefault(op, []).append(iid)
     return phase, users, memo
 
 
