@@ -159,6 +159,37 @@ def test_records_read_at_once_are_read_as_one_by_one_even_when_damaged(programs)
                                                                                spans[field])
 
 
+def test_packed_ids_valued_at_once_equal_the_packed_reader():
+    """A schedule's instruction ids are valued with numpy (packed_ints): the same ints as the reader's, also for
+    negative, 64-bit and damaged payloads (the same error)."""
+    from xlakit.memory._proto import ProtoDecodeError, packed
+    from xlakit.memory._varint_records import packed_ints
+
+    def varint(v):
+        v &= (1 << 64) - 1
+        out = bytearray()
+        while v >= 0x80:
+            out.append(v & 0x7F | 0x80)
+            v >>= 7
+        return bytes(out + bytes([v]))
+
+    def outcome(read, data):
+        try:
+            return read(data, 2, len(data) - 2)
+        except ProtoDecodeError:
+            return ProtoDecodeError
+
+    rng = random.Random(0)
+    for _ in range(400):
+        values = [rng.choice([rng.randrange(128), rng.randrange(1 << 40), -rng.randrange(1 << 30), rng.randrange(1 << 64)])
+                  for _ in range(rng.randint(0, 12))]
+        body = bytearray(b"".join(varint(v) for v in values))
+        if body and rng.random() < 0.3:
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        data = b"xx" + bytes(body) + b"yy"
+        assert outcome(packed_ints, data) == outcome(packed, data)
+
+
 def test_a_module_decoded_on_demand_equals_one_decoded_in_full(programs):
     for compiled in programs:
         data = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()

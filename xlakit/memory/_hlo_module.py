@@ -20,6 +20,7 @@ from typing import Any
 
 from xlakit.memory._assignment_types import _Instr, _Module
 from xlakit.memory._proto import Message, ProtoDecodeError, _varint, last, packed, scan, spans, text
+from xlakit.memory._varint_records import packed_ints
 from xlakit.memory._xla_fields import _F
 
 __all__ = ["decode_module", "Instructions", "Computations"]
@@ -433,7 +434,7 @@ def decode_module(data: bytes) -> _Module:
             ids: list[int] = []
             for seq in entry.get(_F.SCHED_VALUE, [])[-1:]:
                 for value in scan(data, seq[0], seq[1], (_F.SEQ_IDS,)).get(_F.SEQ_IDS, ()):
-                    ids += packed(data, *value) if isinstance(value, tuple) else [value]
+                    ids += packed_ints(data, *value) if isinstance(value, tuple) else [value]
             schedule[last(entry, _F.SCHED_KEY)] = tuple(ids)
     entry_id = last(top, _F.MOD_ENTRY_ID)
     if entry_id not in comp_spans and comp_spans:

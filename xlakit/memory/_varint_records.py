@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["Pairs", "pairs", "nested"]
+__all__ = ["Pairs", "pairs", "nested", "packed_ints"]
 
 
 class Pairs(NamedTuple):
@@ -112,3 +112,26 @@ def nested(found: Pairs, opener: Any) -> tuple[Any, Any]:
     np.add.at(covered, which[hit], found.end[hit] - found.start[hit])
     bad[found.record[at[covered != finish - begin]]] = True
     return inside, bad
+
+
+def packed_ints(data: bytes, start: int, end: int) -> list[int]:
+    """A packed ``repeated int64`` payload at ``data[start:end]`` as signed ints, as
+    :func:`xlakit.memory._proto.packed` reads it, its varints valued at once (a program's schedule: one instruction
+    id of five to eight bytes per step). Malformed bytes are left to that reader, which says what is wrong."""
+    import numpy as np
+
+    from xlakit.memory._proto import packed
+
+    raw = np.frombuffer(data, dtype=np.uint8, count=end - start, offset=start)
+    last = np.flatnonzero(raw < 0x80)
+    if not len(raw) or not len(last) or last[-1] != len(raw) - 1:
+        return packed(data, start, end)
+    first = np.empty_like(last)
+    first[0] = 0
+    first[1:] = last[:-1] + 1
+    length = last - first + 1
+    if (length > 10).any() or (raw[last[length == 10]] > 1).any():  # past 64 bits: as the reader reads it
+        return packed(data, start, end)
+    within = np.arange(len(raw), dtype=np.int64) - np.repeat(first, length)
+    bits = (raw & 0x7F).astype(np.uint64) << (7 * within).astype(np.uint64)
+    return np.bitwise_or.reduceat(bits, first).view(np.int64).tolist()  # int64 wraps as the reader does
