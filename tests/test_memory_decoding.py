@@ -181,8 +181,8 @@ def test_packed_ids_valued_at_once_equal_the_packed_reader():
 
     rng = random.Random(0)
     for _ in range(400):
-        values = [rng.choice([rng.randrange(128), rng.randrange(1 << 40), -rng.randrange(1 << 30), rng.randrange(1 << 64)])
-                  for _ in range(rng.randint(0, 12))]
+        values = [rng.choice([rng.randrange(128), rng.randrange(1 << 40), -rng.randrange(1 << 30),
+                              rng.randrange(1 << 64)]) for _ in range(rng.randint(0, 12))]
         body = bytearray(b"".join(varint(v) for v in values))
         if body and rng.random() < 0.3:
             body[rng.randrange(len(body))] = rng.randrange(256)

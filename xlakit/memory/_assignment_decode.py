@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from xlakit.memory._assignment_types import DTYPES, HeapEvent, LogicalBuffer, _Instr, _new_allocation, _new_slice
+from xlakit.memory._assignment_types import (
+    DTYPES,
+    Allocation,
+    HeapEvent,
+    LogicalBuffer,
+    _Instr,
+    _new_allocation,
+    _new_slice,
+)
 from xlakit.memory._hlo_module import decode_module
 from xlakit.memory._proto import (
     ProtoDecodeError,

@@ -165,7 +165,7 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
         more = aliases.get(b.id)
         if not more and not is_parameter:  # most buffers: one position, in the schedule
             first = step_of.get(iid) if iid is not None else None
-            if first is not None:
+            if first is not None and iid is not None:
                 end = last if iid == root_id else max(first, last_read.get(iid, -1))
                 ranges[b.id] = (first, end)
                 continue

@@ -90,7 +90,7 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
     # it or any instruction of its phase that depends on it. The schedule is a topological order of the entry.
     up = reads[:]
     users: list[list[int]] = [[] for _ in order]
-    for k, iid in enumerate(order):
+    for k in range(len(order)):
         mine = phase[k]
         found = up[k]
         for op in operands[k]:

@@ -344,8 +344,6 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
 
 
 def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | None) -> Attribution:
-    import pandas as pd
-
     from xlakit._jax.arguments import argument_leaves, donated_leaves, output_paths
     from xlakit.memory._blocks import add_blocks
     from xlakit.memory._donation import name_donations, output_index
