@@ -265,6 +265,12 @@ class _Index:
         records, ids = state
         data, found = self.data, self.instructions
         try:
+            if wanted is None:  # the rest of the computation, in one pass
+                for start, end in reversed(records[:len(records) - len(ids)]):
+                    iid, ins = _instruction(data, start, end, cid)
+                    if iid not in found:
+                        found[iid] = ins
+                    ids.append(iid)
             while len(ids) < len(records):
                 iid, ins = _instruction(data, *records[len(records) - 1 - len(ids)], cid)
                 found.setdefault(iid, ins)
