@@ -100,7 +100,8 @@ class CompiledMemory:
       name: HLO module name (``"jit_f"``), or None.
       platform: ``"cpu"``, ``"gpu"``, ``"tpu"``..., or None when unknown (a bare dict).
       source: where the numbers come from (which call, or the cache entry).
-      notes: why a field is None or needs care.
+      notes: why a field is None or needs care (from a ``Compiled``, the note naming code XLA does not count
+        is found when ``notes`` is first read: it needs the optimized HLO text).
       serialized_buffer_assignment: XLA's ``BufferAssignmentProto`` bytes (not shown; for
         :func:`xlakit.memory.buffer_assignment`), or None (cache entries do not store it).
     """
