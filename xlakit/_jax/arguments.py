@@ -51,6 +51,35 @@ def _is_optimizer_node(node: Any) -> bool:
     return module in _OPTIMIZER_MODULES or (module == "flax" and cls.__name__ in _OPTIMIZER_TYPES)
 
 
+_KEY_FIELDS: dict[type, str] = {}  # a jax key type -> the attribute holding its key (filled on first use)
+_KEY_TEXTS: dict[tuple[Any, ...], str] = {}  # (key type, value type, value) -> jax.tree_util.keystr((key,))
+
+
+def _key_text(key: Any) -> str:
+    """``jax.tree_util.keystr((key,))`` (``['w']``, ``[0]``, ``.mu``), remembered per key: a pytree of a few
+    thousand leaves repeats a few dozen keys."""
+    import jax
+
+    if not _KEY_FIELDS:
+        tu = jax.tree_util
+        _KEY_FIELDS.update({tu.DictKey: "key", tu.SequenceKey: "idx", tu.GetAttrKey: "name",
+                            tu.FlattenedIndexKey: "key"})
+    field = _KEY_FIELDS.get(type(key))
+    if field is None:
+        return jax.tree_util.keystr((key,))
+    value = getattr(key, field)
+    memo = (type(key), type(value), value)
+    try:
+        found = _KEY_TEXTS.get(memo)
+    except TypeError:  # an unhashable key value
+        return jax.tree_util.keystr((key,))
+    if found is None:
+        if len(_KEY_TEXTS) > 65536:
+            _KEY_TEXTS.clear()
+        found = _KEY_TEXTS[memo] = jax.tree_util.keystr((key,))
+    return found
+
+
 def _names(fn: Any, count: int) -> list[str] | None:
     """The positional parameter names of the function a jit wraps, when they can be read."""
     import inspect
@@ -111,7 +140,7 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     def walk(node: Any, prefix: str, under_optimizer: bool) -> None:
         flat, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node and _is_optimizer_node(x))
         for path, leaf in flat:
-            parts = [jax.tree_util.keystr((k,)) for k in path]  # keystr(path) is their concatenation
+            parts = [_key_text(k) for k in path]  # keystr(path) is their concatenation
             text = prefix + "".join(parts)
             inside = under_optimizer or any(part.strip("[]'.\"") in _OPTIMIZER_KEYS for part in parts)
             if isinstance(leaf, int) and not isinstance(leaf, bool):
@@ -158,7 +187,7 @@ def output_paths(compiled: Any) -> list[str]:
         flat, _ = jax.tree_util.tree_flatten_with_path(skeleton)
     except Exception:  # noqa: BLE001 - a custom node that cannot be rebuilt from placeholders: no paths
         return []
-    return ["output" + jax.tree_util.keystr(path) for path, _leaf in flat]
+    return ["output" + "".join(_key_text(k) for k in path) for path, _leaf in flat]
 
 
 def donated_leaves(compiled: Any) -> list[bool] | None:

@@ -200,7 +200,10 @@ def parse_op_name(op_name: str) -> NameStack:
     """Split JAX's op name (``jit(step)/transpose(jvp(MLP))/Dense_0/dot_general``) into a :class:`NameStack`.
     The outermost ``jit(<fn>)`` is dropped (it is the program itself); an empty op name gives an unknown
     stack (all fields empty). Of op names XLA joined with ``;`` (merged instructions) the first is read."""
-    parts = _split(op_name.split(";", 1)[0])
+    own = op_name.split(";", 1)[0]
+    if "/" not in own and "(" not in own:  # one plain part (an argument's path): the primitive alone
+        return NameStack("", (), own, ())
+    parts = _split(own)
     if not parts:
         return NameStack("", (), "", ())
     primitive = parts.pop() if len(parts) > 1 or "(" not in parts[0] else ""

@@ -105,8 +105,7 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
                 called.append(value)
     if pos > end:
         raise ProtoDecodeError("an instruction's record runs past its end")
-    ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called),
-                 parameter_number=pnum if opcode == "parameter" else -1)
+    ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called), "", 0, pnum if opcode == "parameter" else -1)
     ins._raw = (data, meta, shape)
     ins._op_name = None
     return iid, ins

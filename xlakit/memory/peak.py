@@ -153,6 +153,7 @@ def _where(attribution: Any, step: int) -> str:
 
 def peak_of(attribution: Any) -> Peak:
     """The :class:`Peak` of an :class:`~xlakit.memory.Attribution`."""
+    import numpy as np
     import pandas as pd
 
     live = attribution.liveness
@@ -167,10 +168,18 @@ def peak_of(attribution: Any) -> Peak:
     if step is None:
         step = int(live.loc[live["live_bytes"].idxmax(), "step"])
     b = attribution.buffers
-    at = b[(b["start"] >= 0) & (b["start"] <= step) & (b["end"] >= step)].reset_index(drop=True)
-    at = at.assign(buffer_bytes=at["bytes"], bytes=_charge(at) if len(at) else [])
-    at = at[PEAK_COLUMNS].sort_values(["bytes", "buffer_bytes"], ascending=False, kind="stable")
-    at = pd.DataFrame(at).reset_index(drop=True)
+    first, last = b["start"].to_numpy(), b["end"].to_numpy()
+    rows = np.flatnonzero((first >= 0) & (first <= step) & (last >= step))
+    if len(rows):
+        charged = np.asarray(_charge(b.take(rows)), dtype=np.int64)
+        own = b["bytes"].to_numpy()[rows]
+        order = np.lexsort((-own, -charged))  # largest charge first, then largest buffer; ties keep their order
+        at = b.take(rows[order])[PEAK_COLUMNS[1:-1]].reset_index(drop=True)
+        at.insert(0, "bytes", charged[order])
+        at["buffer_bytes"] = own[order]
+    else:
+        at = b.iloc[:0].assign(buffer_bytes=b["bytes"].iloc[:0], bytes=[])
+        at = pd.DataFrame(at[PEAK_COLUMNS]).reset_index(drop=True)
     total = int(live.loc[live["step"] == step, "live_bytes"].iat[0])
     return Peak(step=step, steps=attribution.steps, total_bytes=total,
                 instruction=live.loc[live["step"] == step, "instruction"].iat[0], where=_where(attribution, step),
