@@ -15,21 +15,30 @@ that program the first time (what a user waits for: decoding its buffer assignme
 every buffer, the liveness by role; imports and one-time tables were warmed on a tiny program first), and once
 more (the same ``Compiled``: its decoded buffer assignment is kept). Printed: sizes (HLO instructions of the
 scheduled computations, logical buffers, program steps), both times, peak() as a percentage of the compile
-(target: first call <= 10 %), and peak()'s CPU per 1,000 logical buffers: flat from 150 to 1,000 layers means
-the cost is linear in the program.
+(target: first call <= 10 %), of which XLA's own calls on the way (``memory_analysis()`` for the buffer
+assignment, the optimized module serialized; asked again after the first call, so without its first-time page
+faults: a lower bound of what no decoding can save), and peak()'s CPU per 1,000 logical buffers: flat from 150 to
+1,000 layers means the cost is linear in the program.
 
 Then the per-step charging alone (``xlakit.memory._charging.step_totals``, no compile) on a synthetic schedule
 where half of N buffers of one allocation are live at every step — what made the old per-step recharge
 quadratic: microseconds per buffer at N = 10k, 20k, 40k (flat = linear).
 
 Run: ``PYTHONPATH=. python benchmarks/memory_attribution.py [--layers 150,500,1000] [--no-transformer]``
-(about 2 minutes on 2 CPU cores, most of it compiling).
+(about 2 minutes on 2 CPU cores, most of it compiling). ``--baseline DIR`` measures another checkout (``git
+worktree add /tmp/base main``) in the same run, each program in a fresh process per checkout, taking turns, and
+prints both side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 WIDTH, BATCH = 32, 8
 
@@ -79,12 +88,16 @@ def measure(name: str, fn, args) -> dict:
     compiled, compile_wall, compile_cpu = _timed(lowered.compile)
     first, first_wall, first_cpu = _timed(lambda: peak(compiled))
     _again, again_wall, again_cpu = _timed(lambda: peak(compiled))
+    # XLA's own calls on the peak path, asked again (XLA keeps neither): what no decoding can save
+    _stats, _wall, analysis_cpu = _timed(compiled.memory_analysis)
+    _bytes, _wall, module_cpu = _timed(
+        lambda: compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto())
     module = first.attribution.assignment._module
     sequential = sum(len(module.computations[c][1]) for c in _sequential(module))
     return {"program": name, "instructions": sequential, "buffers": len(first.attribution.buffers),
             "steps": first.steps, "compile_wall": compile_wall, "compile_cpu": compile_cpu,
             "first_wall": first_wall, "first_cpu": first_cpu, "again_wall": again_wall, "again_cpu": again_cpu,
-            "peak": first.total_bytes}
+            "xla_cpu": analysis_cpu + module_cpu, "peak": first.total_bytes}
 
 
 def _sequential(module) -> list[int]:
@@ -96,7 +109,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="150,500,1000", help="comma-separated layer counts of the narrow step")
     parser.add_argument("--no-transformer", action="store_true", help="leave the demo transformer out")
+    parser.add_argument("--baseline", metavar="DIR", help="another xlakit checkout (e.g. main's) measured in the "
+                        "same run, each program in a fresh process per checkout: before and after side by side")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one row per line, for --baseline
     ns = parser.parse_args()
+    if ns.baseline:
+        compare(ns)
+        return
 
     import jax
 
@@ -107,11 +126,16 @@ def main() -> None:
     programs = [(f"narrow {n}", *narrow_step(int(n))) for n in ns.layers.split(",") if n.strip()]
     if not ns.no_transformer:
         programs.append(("transformer", *transformer_step()))
+    if ns.json:
+        for name, fn, args in programs:
+            print(json.dumps(measure(name, fn, args)), flush=True)
+        return
     print(f"jax {jax.__version__}, backend {jax.default_backend()} ({jax.devices()[0].device_kind})")
     head = (f"{'program':<14}{'instr.':>8}{'buffers':>9}{'steps':>7}{'compile s':>16}{'peak() s':>16}"
-            f"{'% of compile':>16}{'again s':>9}{'CPU ms/1k buf':>15}")
+            f"{'% of compile':>16}{'of which XLA':>14}{'again s':>9}{'CPU ms/1k buf':>15}")
     print(head)
-    print(f"{'':<38}{'wall / CPU':>16}{'wall / CPU':>16}{'wall / CPU':>16}{'CPU':>9}{'first call':>15}")
+    print(f"{'':<38}{'wall / CPU':>16}{'wall / CPU':>16}{'wall / CPU':>16}{'% (CPU)':>14}{'CPU':>9}"
+          f"{'first call':>15}")
     rows = []
     for name, fn, args in programs:
         r = measure(name, fn, args)
@@ -119,6 +143,7 @@ def main() -> None:
         print(f"{r['program']:<14}{r['instructions']:>8,}{r['buffers']:>9,}{r['steps']:>7,}"
               f"{r['compile_wall']:>8.2f} /{r['compile_cpu']:>6.2f}{r['first_wall']:>8.3f} /{r['first_cpu']:>6.3f}"
               f"{100 * r['first_wall'] / r['compile_wall']:>8.1f} /{100 * r['first_cpu'] / r['compile_cpu']:>5.1f}%"
+              f"{100 * r['xla_cpu'] / r['compile_cpu']:>13.1f}%"
               f"{r['again_cpu']:>9.3f}{1000 * 1000 * r['first_cpu'] / r['buffers']:>15.1f}", flush=True)
     worst = max(100 * r["first_cpu"] / r["compile_cpu"] for r in rows)
     print(f"target first peak() <= 10 % of compile (CPU): {'meets' if worst <= 10 else 'MISSES'} (worst {worst:.1f} %)")
@@ -132,6 +157,39 @@ def main() -> None:
     print("charging sweep, half of N buffers of one allocation live at each step: "
           + ", ".join(f"N={n:,}: {1e6 * c / n:.1f} us/buffer" for n, c in zip(sizes, costs, strict=True))
           + f" ({costs[-1] / sizes[-1] / (costs[0] / sizes[0]):.2f}x; 1.00x = linear)")
+
+
+def compare(ns: argparse.Namespace) -> None:
+    """Each program measured with the ``--baseline`` checkout and with this one, one fresh process per program and
+    checkout, taking turns (so both see the same load), printed side by side: peak()'s first call in CPU seconds and
+    as a percentage of that process's compile."""
+    here = str(Path(__file__).resolve().parent.parent)
+    programs = [f"narrow {n.strip()}" for n in ns.layers.split(",") if n.strip()]
+    programs += [] if ns.no_transformer else ["transformer"]
+    print(f"before: {ns.baseline}   after: {here}   (peak() first call, CPU; % of the same process's compile)")
+    print(f"{'program':<14}{'buffers':>9}{'compile s':>16}{'peak() s':>16}{'% of compile':>16}{'of which XLA':>14}")
+    print(f"{'':<23}{'before / after':>16}{'before / after':>16}{'before / after':>16}{'% (after)':>14}")
+    for name in programs:
+        rows = [_child(path, name) for path in (ns.baseline, here)]
+        if any(r is None for r in rows):
+            print(f"{name:<14} (a run failed)")
+            continue
+        b, a = rows
+        print(f"{name:<14}{a['buffers']:>9,}{b['compile_cpu']:>8.2f} /{a['compile_cpu']:>6.2f}"
+              f"{b['first_cpu']:>8.3f} /{a['first_cpu']:>6.3f}"
+              f"{100 * b['first_cpu'] / b['compile_cpu']:>8.1f} /{100 * a['first_cpu'] / a['compile_cpu']:>5.1f}%"
+              f"{100 * a['xla_cpu'] / a['compile_cpu']:>13.1f}%", flush=True)
+
+
+def _child(checkout: str, program: str) -> dict | None:
+    """One program measured in a fresh process that imports xlakit from ``checkout``."""
+    layers = program.split()[1] if program.startswith("narrow") else ""
+    command = [sys.executable, __file__, "--json", "--layers", layers]
+    command += ["--no-transformer"] if layers else []
+    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True,
+                          check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if done.returncode == 0 and lines else None
 
 
 def sweep_cost(n: int) -> float:

@@ -66,6 +66,24 @@ def test_the_sweep_charges_every_step_as_charging_it_from_scratch(seed):
         assert [col[step] for col in cols] == expected, step
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_numpy_sums_charge_as_the_sweep(seed):
+    """step_array sweeps only buffers that may share live bytes (big allocations; in small ones, pairs that overlap
+    in bytes and in steps) and adds up the others at once: the same numbers as sweeping them all."""
+    import numpy as np
+
+    from xlakit.memory._charging import step_array
+
+    rng = random.Random(seed)
+    sizes, allocs, offsets, ranges, labels, priority, steps = _random_program(seed)
+    allocs = [None if a is None else rng.randrange(12) if seed % 2 else a for a in allocs]  # small allocations too
+    expected = step_totals(steps, ranges, sizes, allocs, offsets, labels, 3, priority)
+    got = step_array(steps, [r[0] if r else -1 for r in ranges], [r[1] if r else -1 for r in ranges], sizes,
+                     [-1 if a is None else a for a in allocs], [-1 if o is None else o for o in offsets], labels, 3,
+                     np.array(priority))
+    assert got.tolist() == expected
+
+
 def _mlp_loss(ws, x):
     for w in ws:
         x = jnp.tanh(x @ w)
@@ -104,6 +122,72 @@ def test_the_fast_readers_equal_the_general_protobuf_reader(programs):
                 (s.int(_F.AS_BUFFER), s.int(_F.AS_OFFSET), s.int(_F.AS_SIZE)) for s in al.messages(_F.AL_ASSIGNED)]
         peaks = {pk.int(_F.PEAK_INDEX): tuple(pk.ints(_F.PEAK_IDS)) for pk in parse(data).messages(_F.BA_PEAK_BUFFERS)}
         assert {a.index: a.peak_buffer_ids for a in ba.allocations if a.peak_buffer_ids} == peaks
+
+
+def test_records_read_at_once_are_read_as_one_by_one_even_when_damaged(programs):
+    """The numpy reader of logical buffers and allocations reads each record as the per-field reader does, and
+    leaves to it any record it cannot read whole: a few bytes changed at random in a record give the same answer,
+    or the same error, either way."""
+    from xlakit.memory import _assignment_decode as decode
+    from xlakit.memory._proto import ProtoDecodeError, scan
+
+    def one_by_one(data, field, spans):
+        if field == _F.BA_LOGICAL_BUFFERS:
+            return [(*lb[:3], *decode._location(data, lb[3]))
+                    for lb in (decode._logical_buffer(data, *span) for span in spans)]
+        return [decode._allocation_fields(data, *span) or decode._allocation_table(data, span) for span in spans]
+
+    def outcome(read, *args):
+        try:
+            return read(*args)
+        except ProtoDecodeError as exc:
+            return type(exc)
+
+    rng = random.Random(0)
+    at_once = {_F.BA_LOGICAL_BUFFERS: decode._logical_buffers_at_once, _F.BA_ALLOCATIONS: decode._allocations_at_once}
+    for compiled in programs:
+        data = compiled.memory_analysis().serialized_buffer_assignment_proto
+        spans = scan(data, 0, len(data), tuple(at_once))
+        for field, read in at_once.items():
+            assert read(data, spans[field]) == one_by_one(data, field, spans[field])
+            for _ in range(60):
+                damaged = bytearray(data)
+                start, end = rng.choice(spans[field])
+                for _ in range(rng.randint(1, 3)):
+                    damaged[rng.randrange(start, end)] = rng.randrange(256)
+                assert outcome(read, bytes(damaged), spans[field]) == outcome(one_by_one, bytes(damaged), field,
+                                                                               spans[field])
+
+
+def test_packed_ids_valued_at_once_equal_the_packed_reader():
+    """A schedule's instruction ids are valued with numpy (packed_ints): the same ints as the reader's, also for
+    negative, 64-bit and damaged payloads (the same error)."""
+    from xlakit.memory._proto import ProtoDecodeError, packed
+    from xlakit.memory._varint_records import packed_ints
+
+    def varint(v):
+        v &= (1 << 64) - 1
+        out = bytearray()
+        while v >= 0x80:
+            out.append(v & 0x7F | 0x80)
+            v >>= 7
+        return bytes(out + bytes([v]))
+
+    def outcome(read, data):
+        try:
+            return read(data, 2, len(data) - 2)
+        except ProtoDecodeError:
+            return ProtoDecodeError
+
+    rng = random.Random(0)
+    for _ in range(400):
+        values = [rng.choice([rng.randrange(128), rng.randrange(1 << 40), -rng.randrange(1 << 30),
+                              rng.randrange(1 << 64)]) for _ in range(rng.randint(0, 12))]
+        body = bytearray(b"".join(varint(v) for v in values))
+        if body and rng.random() < 0.3:
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        data = b"xx" + bytes(body) + b"yy"
+        assert outcome(packed_ints, data) == outcome(packed, data)
 
 
 def test_a_module_decoded_on_demand_equals_one_decoded_in_full(programs):

@@ -51,10 +51,33 @@ def _is_optimizer_node(node: Any) -> bool:
     return module in _OPTIMIZER_MODULES or (module == "flax" and cls.__name__ in _OPTIMIZER_TYPES)
 
 
+_KEY_FIELDS: dict[type, str] = {}  # a jax key type -> the attribute holding its key (filled on first use)
+_KEY_TEXTS: dict[tuple[Any, ...], str] = {}  # (key type, value type, value) -> jax.tree_util.keystr((key,))
+
+
 def _key_text(key: Any) -> str:
+    """``jax.tree_util.keystr((key,))`` (``['w']``, ``[0]``, ``.mu``), remembered per key: a pytree of a few
+    thousand leaves repeats a few dozen keys."""
     import jax
 
-    return jax.tree_util.keystr((key,))
+    if not _KEY_FIELDS:
+        tu = jax.tree_util
+        _KEY_FIELDS.update({tu.DictKey: "key", tu.SequenceKey: "idx", tu.GetAttrKey: "name",
+                            tu.FlattenedIndexKey: "key"})
+    field = _KEY_FIELDS.get(type(key))
+    if field is None:
+        return jax.tree_util.keystr((key,))
+    value = getattr(key, field)
+    memo = (type(key), type(value), value)
+    try:
+        found = _KEY_TEXTS.get(memo)
+    except TypeError:  # an unhashable key value
+        return jax.tree_util.keystr((key,))
+    if found is None:
+        if len(_KEY_TEXTS) > 65536:
+            _KEY_TEXTS.clear()
+        found = _KEY_TEXTS[memo] = jax.tree_util.keystr((key,))
+    return found
 
 
 def _names(fn: Any, count: int) -> list[str] | None:
@@ -117,8 +140,9 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     def walk(node: Any, prefix: str, under_optimizer: bool) -> None:
         flat, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node and _is_optimizer_node(x))
         for path, leaf in flat:
-            text = prefix + jax.tree_util.keystr(path)
-            inside = under_optimizer or any(_key_text(k).strip("[]'.\"") in _OPTIMIZER_KEYS for k in path)
+            parts = [_key_text(k) for k in path]  # keystr(path) is their concatenation
+            text = prefix + "".join(parts)
+            inside = under_optimizer or any(part.strip("[]'.\"") in _OPTIMIZER_KEYS for part in parts)
             if isinstance(leaf, int) and not isinstance(leaf, bool):
                 leaves.append(ArgumentLeaf(leaf, text, inside))
             else:  # an optimizer node: its leaves are optimizer state
@@ -169,7 +193,7 @@ def output_paths(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | No
         flat, _ = jax.tree_util.tree_flatten_with_path(skeleton)
     except Exception:  # noqa: BLE001 - a custom node that cannot be rebuilt from placeholders: no paths
         return []
-    names = {leaf: "output" + jax.tree_util.keystr(path) for path, leaf in flat}
+    names = {leaf: "output" + "".join(_key_text(k) for k in path) for path, leaf in flat}
     if example is not None and hasattr(fn, "_get_pure_args_kwargs"):
         names.update(_nnx_output_names(skeleton, fn, example[0]))
     return [names[leaf] for _path, leaf in flat]
@@ -191,7 +215,7 @@ def _nnx_output_names(skeleton: Any, fn: Any, args: tuple) -> dict[int, str]:
             prefix = arg_names[i] if arg_names else f"args[{i}]"
             names.update({leaf: f"{prefix}{path} (new)" for leaf, path in zip(node.states[0], graph, strict=True)})
     flat, _ = jax.tree_util.tree_flatten_with_path(skeleton[2])
-    names.update({leaf: "output" + jax.tree_util.keystr(path) for path, leaf in flat})
+    names.update({leaf: "output" + "".join(_key_text(k) for k in path) for path, leaf in flat})
     return names
 
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from xlakit.memory._assignment_types import DTYPES, Allocation, HeapEvent, LogicalBuffer, Slice, _Instr
+from xlakit.memory._assignment_types import (
+    DTYPES,
+    Allocation,
+    HeapEvent,
+    LogicalBuffer,
+    _Instr,
+    _new_allocation,
+    _new_slice,
+)
 from xlakit.memory._hlo_module import decode_module
 from xlakit.memory._proto import (
     ProtoDecodeError,
@@ -97,30 +105,35 @@ def _logical_buffer(data: bytes, pos: int, end: int) -> tuple[int, int, int, tup
     (anything else goes through :func:`table`)."""
     values = [0, 0, 0]
     defined = None
+    start = pos
     while pos < end:
         key = data[pos]
         slot = _LB_KEYS.get(key)
-        if slot is not None:
-            value = data[pos + 1]
-            if value < 0x80:
-                pos += 2
-            elif data[pos + 2] < 0x80:  # two bytes
-                value = (value & 0x7F) | data[pos + 2] << 7
-                pos += 3
-            else:
-                value, pos = _varint(data, pos + 1)
-            values[slot] = value
-        elif key == _DEFINED_AT_KEY and data[pos + 1] < 0x80:
-            defined = (pos + 2, pos + 2 + data[pos + 1])
-            pos = defined[1]
-        else:
-            lb = table(data, pos, end, _LB_SIZE)  # the rest of the record, the general way
+        if slot is None and key != _DEFINED_AT_KEY:
+            lb = table(data, start, end, _LB_SIZE)  # the whole record, the general way
             for field, k in ((_F.LB_ID, 0), (_F.LB_SIZE, 1), (_F.LB_COLOR, 2)):
-                if lb[field] is not None:
-                    values[k] = one(lb[field])
-            if lb[_F.LB_DEFINED_AT]:
-                defined = lb[_F.LB_DEFINED_AT][-1]
-            break
+                values[k] = one(lb[field])
+            defined = lb[_F.LB_DEFINED_AT][-1] if lb[_F.LB_DEFINED_AT] else None
+            return values[0], values[1], values[2], defined
+        value = data[pos + 1]
+        pos += 2
+        if value >= 0x80:
+            value &= 0x7F
+            shift = 7
+            while True:
+                b = data[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ProtoDecodeError("varint longer than 10 bytes")
+        if slot is None:  # defined_at: value is its length
+            defined = (pos, pos + value)
+            pos += value
+        else:
+            values[slot] = value
     if pos > end:
         raise ProtoDecodeError("a logical buffer's record runs past its end")
     return to_int64(values[0]), to_int64(values[1]), to_int64(values[2]), defined
@@ -140,13 +153,27 @@ def _location(data: bytes, span: tuple[int, int] | None) -> tuple[int | None, tu
     index: tuple[int, ...] = ()
     while pos < end:
         key = data[pos]
-        if key == _LOC_ID_KEY:
-            iid, pos = _varint(data, pos + 1)
-            continue
-        size = data[pos + 1]
-        if key & 7 != 2 or size >= 0x80:
+        wire = key & 7
+        if key >= 0x80 or (wire != 2 and key != _LOC_ID_KEY):
             break  # not the common encoding: read the whole record the general way below
-        start, pos = pos + 2, pos + 2 + size
+        value = data[pos + 1]
+        pos += 2
+        if value >= 0x80:
+            value &= 0x7F
+            shift = 7
+            while True:
+                b = data[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ProtoDecodeError("varint longer than 10 bytes")
+        if wire != 2:
+            iid = value
+            continue
+        start, pos = pos, pos + value
         if key == _LOC_NAME_KEY:
             name = data[start:pos].decode("utf-8", errors="replace") or None
         elif key == _LOC_INDEX_KEY:
@@ -161,13 +188,11 @@ def _location(data: bytes, span: tuple[int, int] | None) -> tuple[int | None, tu
             tuple(repeated_ints(data, loc[_F.LOC_SHAPE_INDEX])), text(data, name[-1]) or None if name else None)
 
 
-def _allocation(data: bytes, span: tuple[int, int], peaks: dict[int, tuple[int, ...]],
-                buffers: dict[int, LogicalBuffer], slice_dtype: Callable[[int], str | None]) -> Allocation:
-    al = table(data, span[0], span[1], _AL_SIZE)
-    index = one(al[_F.AL_INDEX])
-    parameter, thread_local = bool(one(al[_F.AL_PARAMETER])), bool(one(al[_F.AL_THREAD_LOCAL]))
-    live_out, constant = bool(one(al[_F.AL_LIVE_OUT])), bool(one(al[_F.AL_CONSTANT]))
-    is_tuple, aliased = bool(one(al[_F.AL_TUPLE])), bool(one(al[_F.AL_ALIASED]))
+def _allocation(al: list[Any], peaks: Callable[[int], tuple[int, ...]], buffers: dict[int, LogicalBuffer],
+                slice_dtype: Callable[[int], str | None]) -> Allocation:
+    """The :class:`Allocation` of a BufferAllocationProto's fields (:func:`_allocation_fields`)."""
+    index, size, thread_local, _, parameter, parameter_number, live_out, color, assigned, parameter_index, \
+        is_tuple, constant, aliased = al
     kind = ("parameter" if parameter else "constant" if constant else "thread-local" if thread_local
             else "output" if live_out else "temporary")
     kinds = [kind]
@@ -178,16 +203,77 @@ def _allocation(data: bytes, span: tuple[int, int], peaks: dict[int, tuple[int, 
     if aliased:
         kinds.append("aliased-with-output")
     slices = []
-    for asg_start, asg_end in al[_F.AL_ASSIGNED] or ():
-        bid, offset, size = _assigned(data, asg_start, asg_end)
-        buf = buffers.get(bid) or LogicalBuffer(bid, size, None, None, None, (), None, slice_dtype(bid), 0)
-        slices.append(Slice(buf, offset, size))
-    return Allocation(
-        index=index, size=one(al[_F.AL_SIZE]), kind=kind, kinds=tuple(kinds),
-        parameter_number=one(al[_F.AL_PARAMETER_NUMBER]) if parameter else None,
-        parameter_shape_index=tuple(repeated_ints(data, al[_F.AL_PARAMETER_INDEX])), aliased_with_output=aliased,
-        maybe_live_out=live_out, is_thread_local=thread_local, is_constant=constant, is_tuple=is_tuple,
-        color=one(al[_F.AL_COLOR]), slices=tuple(slices), peak_buffer_ids=peaks.get(index, ()))
+    for bid, offset, slice_size in assigned:
+        buf = buffers.get(bid) or LogicalBuffer(bid, slice_size, None, None, None, (), None, slice_dtype(bid), 0)
+        slices.append(_new_slice(buf, offset, slice_size))
+    return _new_allocation(index, size, kind, tuple(kinds), parameter_number if parameter else None,
+                           parameter_index, aliased, live_out, thread_local, constant, is_tuple, color, tuple(slices),
+                           peaks)
+
+
+# A BufferAllocationProto's fields as _allocation_fields gives them: field number -> slot (fields 1-13, 4 unused)
+_AL_BOOL = frozenset({_F.AL_THREAD_LOCAL, _F.AL_PARAMETER, _F.AL_LIVE_OUT, _F.AL_TUPLE, _F.AL_CONSTANT,
+                      _F.AL_ALIASED})
+
+
+def _allocation_fields(data: bytes, pos: int, end: int) -> list[Any] | None:
+    """The fields of the BufferAllocationProto at ``data[pos:end]`` as a list indexed by field number - 1
+    (:data:`_F` ``AL_*``): ints (flags as bools; the last occurrence wins), the ``assigned`` slices as a list of
+    (buffer id, offset, size), the parameter shape index as a tuple; read inline (a program has one allocation per
+    argument and output, one slice per logical buffer). None for an encoding this fast path does not read (a
+    field past 15, a fixed-width field): then :func:`_allocation_table` reads it."""
+    out: list[Any] = [0, 0, False, 0, False, 0, False, 0, [], (), False, False, False]
+    assigned = out[_F.AL_ASSIGNED - 1]
+    while pos < end:
+        key = data[pos]
+        field, wire = key >> 3, key & 7
+        if key >= 0x80 or field > 13 or field < 1:
+            return None
+        value = data[pos + 1]
+        pos += 2
+        if value >= 0x80:  # a varint of two bytes or more
+            value &= 0x7F
+            shift = 7
+            while True:
+                b = data[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ProtoDecodeError("varint longer than 10 bytes")
+        if wire == 0:
+            if field == _F.AL_ASSIGNED or field == _F.AL_PARAMETER_INDEX:
+                return None
+            out[field - 1] = bool(value) if field in _AL_BOOL else value - (1 << 64) if value >= 1 << 63 else value
+        elif wire == 2:
+            if field == _F.AL_ASSIGNED:
+                assigned.append(_assigned(data, pos, pos + value))
+            elif field == _F.AL_PARAMETER_INDEX:
+                out[field - 1] = (*out[field - 1], *packed(data, pos, pos + value))
+            else:
+                return None
+            pos += value
+        else:
+            return None
+    if pos > end:
+        raise ProtoDecodeError("an allocation's record runs past its end")
+    return out
+
+
+def _allocation_table(data: bytes, span: tuple[int, int]) -> list[Any]:
+    """:func:`_allocation_fields` of any encoding, through :func:`~xlakit.memory._proto.table`."""
+    al = table(data, span[0], span[1], _AL_SIZE)
+    out: list[Any] = [0 if f in (_F.AL_ASSIGNED, _F.AL_PARAMETER_INDEX) else one(al[f]) for f in range(1, 14)]
+    for f in _AL_BOOL:
+        out[f - 1] = bool(out[f - 1])
+    assigned = al[_F.AL_ASSIGNED] or []
+    if not isinstance(assigned, list) or not all(isinstance(span, tuple) for span in assigned):
+        raise ProtoDecodeError("an allocation's assigned slices are not messages")
+    out[_F.AL_ASSIGNED - 1] = [_assigned(data, *span) for span in assigned]
+    out[_F.AL_PARAMETER_INDEX - 1] = tuple(repeated_ints(data, al[_F.AL_PARAMETER_INDEX]))
+    return out
 
 
 _AS_KEYS = {_F.AS_BUFFER << 3: 0, _F.AS_OFFSET << 3: 1, _F.AS_SIZE << 3: 2, _F.AS_ELEMENT_TYPE << 3: 3}
@@ -197,22 +283,26 @@ def _assigned(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
     """(buffer id, offset, size) of a BufferAllocationProto.Assigned: four varint fields, read inline (a
     program has one per logical buffer); anything else goes through :func:`table`."""
     values = [0, 0, 0, 0]
+    start = pos
     while pos < end:
         slot = _AS_KEYS.get(data[pos])
         if slot is None:
-            asg = table(data, pos, end, _AS_SIZE)  # the rest of the record, the general way
-            for field, k in ((_F.AS_BUFFER, 0), (_F.AS_OFFSET, 1), (_F.AS_SIZE, 2)):
-                if asg[field] is not None:
-                    values[k] = one(asg[field])
-            break
+            asg = table(data, start, end, _AS_SIZE)  # the whole record, the general way
+            return one(asg[_F.AS_BUFFER]), one(asg[_F.AS_OFFSET]), one(asg[_F.AS_SIZE])
         value = data[pos + 1]
-        if value < 0x80:
-            pos += 2
-        elif data[pos + 2] < 0x80:  # two bytes
-            value = (value & 0x7F) | data[pos + 2] << 7
-            pos += 3
-        else:
-            value, pos = _varint(data, pos + 1)
+        pos += 2
+        if value >= 0x80:
+            value &= 0x7F
+            shift = 7
+            while True:
+                b = data[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ProtoDecodeError("varint longer than 10 bytes")
         values[slot] = value
     if pos > end:
         raise ProtoDecodeError("an assigned slice runs past its allocation")
@@ -287,23 +377,27 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             slice_dtypes.append(_slice_dtypes(data, allocation_spans))
         return slice_dtypes[0].get(bid)
 
-    shapes = _Shapes()
+    leaf = _Shapes().leaf
     instructions = module.instructions if module is not None else {}
+    known = getattr(instructions, "known", {})  # instructions already decoded (the entry's), by id
     names: dict[int, str | None] = {}
     buffers: dict[int, LogicalBuffer] = {}
-    for span in ba.get(_F.BA_LOGICAL_BUFFERS, ()):
-        bid, size, color, defined = _logical_buffer(data, *span)
-        iid, index, loc_name = _location(data, defined)
-        ins = instructions.get(iid) if iid is not None else None
-        shape, dtype = shapes.leaf(ins, index) if ins is not None else (None, None)
-        computation = None
+    new = object.__new__
+    for bid, size, color, iid, index, loc_name in _logical_buffers_at_once(data, ba.get(_F.BA_LOGICAL_BUFFERS, [])):
+        ins = known.get(iid) or (instructions.get(iid) if iid is not None else None)
         if ins is not None:
+            shape, dtype = leaf(ins, index)
             cid = ins.computation_id
             computation = names[cid] if cid in names else names.setdefault(cid, _computation_name(module, cid))
-        buffers[bid] = LogicalBuffer(
-            id=bid, size=size, instruction=ins.name if ins is not None else loc_name,
-            opcode=ins.opcode if ins is not None else None, computation=computation, shape_index=index,
-            shape=shape, dtype=dtype or slice_dtype(bid), color=color, instruction_id=iid)
+            name, opcode = ins.name, ins.opcode
+        else:
+            shape = dtype = computation = opcode = None
+            name = loc_name
+        # LogicalBuffer(...) without the frozen dataclass's object.__setattr__ per field (thousands of buffers)
+        buffer = buffers[bid] = new(LogicalBuffer)
+        buffer.__dict__.update(id=bid, size=size, instruction=name, opcode=opcode, computation=computation,
+                               shape_index=index, shape=shape, dtype=dtype or slice_dtype(bid), color=color,
+                               instruction_id=iid)
 
     aliases: dict[int, list[tuple[int | None, tuple[int, ...]]]] = {}
     for span in ba.get(_F.BA_ALIASES, ()):
@@ -313,12 +407,22 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             iid, index, _name = _location(data, loc[-1])
             aliases.setdefault(to_int64(last(al, _F.ALIAS_SOURCE)), []).append((iid, index))
 
-    peaks: dict[int, tuple[int, ...]] = {}
-    for span in ba.get(_F.BA_PEAK_BUFFERS, ()):
-        allocation_index, ids = _peak_buffers(data, *span)
-        peaks[allocation_index] = ids
+    peak_spans = ba.get(_F.BA_PEAK_BUFFERS, ())
+    peak_ids: list[dict[int, tuple[int, ...]]] = []  # XLA's peak buffers per allocation, read when first asked
 
-    allocations = [_allocation(data, span, peaks, buffers, slice_dtype) for span in allocation_spans]
+    def peaks(index: int) -> tuple[int, ...]:
+        if not peak_ids:
+            found: dict[int, tuple[int, ...]] = {}
+            try:
+                for span in peak_spans:
+                    allocation_index, ids = _peak_buffers(data, *span)
+                    found[allocation_index] = ids
+            except IndexError:
+                raise ProtoDecodeError("truncated peak buffers in the buffer assignment") from None
+            peak_ids.append(found)
+        return peak_ids[0].get(index, ())
+
+    allocations = [_allocation(al, peaks, buffers, slice_dtype) for al in _allocations_at_once(data, allocation_spans)]
 
     traces = []
     for span in ba.get(_F.BA_TRACES, ()):
@@ -339,6 +443,125 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             "logical_buffers": tuple(buffers[k] for k in sorted(buffers)), "heap_traces": tuple(traces),
             "name": module.name if module else None,
             "_aliases": {k: tuple(v) for k, v in aliases.items()}, "_module": module}
+
+
+# The keys (field << 3 | wire type) a record read at once may hold, at its own level and in its nested messages.
+_LB_TOP_KEYS = (_F.LB_ID << 3, _F.LB_SIZE << 3, _F.LB_DEFINED_AT << 3 | 2, _F.LB_COLOR << 3)
+_AL_TOP_KEYS = tuple(f << 3 for f in (_F.AL_INDEX, _F.AL_SIZE, _F.AL_THREAD_LOCAL, _F.AL_PARAMETER,
+                                      _F.AL_PARAMETER_NUMBER, _F.AL_LIVE_OUT, _F.AL_COLOR, _F.AL_TUPLE,
+                                      _F.AL_CONSTANT, _F.AL_ALIASED)) + (_F.AL_ASSIGNED << 3 | 2,)
+_AS_KEYS_AT_ONCE = tuple(f << 3 for f in (_F.AS_BUFFER, _F.AS_OFFSET, _F.AS_SIZE, _F.AS_ELEMENT_TYPE))
+
+
+def _levels(found: Any, opener_key: int, top_keys: tuple[int, ...], inner_keys: tuple[int, ...],
+            repeated: bool = False) -> tuple[Any, Any]:
+    """``(inside, good)``: which opener (a pair whose key is ``opener_key``) each pair of ``found`` lies inside
+    (-1: the record's own level), and per pair whether its record is read here: a record is when every pair at its
+    own level has a key of ``top_keys``, every pair inside an opener one of ``inner_keys``, no key repeats where it
+    lies (but the opener's, when ``repeated``: a repeated message field), no value needs more than 63 bits, and
+    :func:`~xlakit.memory._varint_records.nested` finds its nested messages whole."""
+    import numpy as np
+
+    from xlakit.memory._varint_records import nested
+
+    inside, bad = nested(found, found.key == opener_key)
+    bad |= found.bad
+    top = inside < 0
+    wrong = np.where(top, ~np.isin(found.key, top_keys), ~np.isin(found.key, inner_keys))
+    wrong |= found.value >= np.uint64(1 << 63)  # a negative int64: read by the per-field reader
+    bad[found.record[wrong]] = True
+    # where a pair lies: its record (at the record's own level) or its opener; keys must not repeat there
+    where = np.where(top, found.record, len(found.bad) + inside)
+    counted = found.key != opener_key if repeated else np.ones(len(found.key), dtype=bool)
+    seen = (where * 256 + found.key)[counted]
+    _, first, counts = np.unique(seen, return_index=True, return_counts=True)
+    bad[found.record[np.flatnonzero(counted)[first[counts > 1]]]] = True
+    return inside, ~bad[found.record]
+
+
+def _field(found: Any, mask: Any, n: int) -> Any:
+    """Per record, the value of the pairs in ``mask`` (at most one per record), 0 where none."""
+    import numpy as np
+
+    out = np.zeros(n, dtype=np.int64)
+    out[found.record[mask]] = found.value[mask].astype(np.int64)
+    return out
+
+
+def _logical_buffers_at_once(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[Any, ...]]:
+    """``(id, size, color, instruction id or None, shape index, instruction name or None)`` of every
+    LogicalBufferProto at ``spans``: those made of varints only read with numpy
+    (:mod:`xlakit.memory._varint_records`), the others (a location with a shape index or an instruction name) one by
+    one."""
+    import numpy as np
+
+    from xlakit.memory._varint_records import pairs
+
+    n = len(spans)
+    if not n:
+        return []
+    found = pairs(data, spans)
+    inside, good = _levels(found, _F.LB_DEFINED_AT << 3 | 2, _LB_TOP_KEYS, (_F.LOC_INSTRUCTION_ID << 3,))
+    top = (inside < 0) & good
+    ids, sizes, colors = (_field(found, top & (found.key == f << 3), n) for f in (_F.LB_ID, _F.LB_SIZE, _F.LB_COLOR))
+    placed = (inside >= 0) & good  # the instruction id, inside the location
+    has_iid = np.zeros(n, dtype=bool)
+    has_iid[found.record[placed]] = True
+    read = np.zeros(n, dtype=bool)
+    read[found.record[good]] = True
+    iids = _field(found, placed, n)
+    out: list[tuple[Any, ...]] = []
+    for k, (bid, size, color, iid, has, ok) in enumerate(zip(ids.tolist(), sizes.tolist(), colors.tolist(),
+                                                             iids.tolist(), has_iid.tolist(), read.tolist(),
+                                                             strict=True)):
+        if ok:
+            out.append((bid, size, color, iid if has else None, (), None))
+        else:  # not varints only (or empty): the per-field reader
+            lb = _logical_buffer(data, *spans[k])
+            out.append((*lb[:3], *_location(data, lb[3])))
+    return out
+
+
+def _allocations_at_once(data: bytes, spans: list[tuple[int, int]]) -> list[list[Any]]:
+    """:func:`_allocation_fields` of every BufferAllocationProto at ``spans``: those made of varints only read with
+    numpy (:mod:`xlakit.memory._varint_records`), the others (a parameter shape index) one by one."""
+    import numpy as np
+
+    from xlakit.memory._varint_records import pairs
+
+    n = len(spans)
+    if not n:
+        return []
+    found = pairs(data, spans)
+    opener = _F.AL_ASSIGNED << 3 | 2
+    inside, good = _levels(found, opener, _AL_TOP_KEYS, _AS_KEYS_AT_ONCE, repeated=True)
+    top = (inside < 0) & good
+    columns = []
+    for f in range(1, 14):  # the slots of _allocation_fields
+        out = _field(found, top & (found.key == f << 3), n)
+        columns.append(out.astype(bool).tolist() if f in _AL_BOOL else out.tolist())
+    # the slices: (buffer id, offset, size) of each assigned message, in order, by allocation
+    at = np.flatnonzero((found.key == opener) & top)
+    slot = np.searchsorted(at, inside)
+    triples = np.zeros((len(at), 3), dtype=np.int64)
+    for k, f in enumerate((_F.AS_BUFFER, _F.AS_OFFSET, _F.AS_SIZE)):
+        mask = (inside >= 0) & good & (found.key == f << 3)
+        triples[slot[mask], k] = found.value[mask].astype(np.int64)
+    slices: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+    for record, triple in zip(found.record[at].tolist(), triples.tolist(), strict=True):
+        slices[record].append(tuple(triple))
+    read = np.zeros(n, dtype=bool)
+    read[found.record[good]] = True
+    rows: list[list[Any]] = []
+    for k, (row, ok) in enumerate(zip(zip(*columns, strict=True), read.tolist(), strict=True)):
+        if ok:
+            fields = list(row)
+            fields[_F.AL_ASSIGNED - 1] = slices[k]
+            fields[_F.AL_PARAMETER_INDEX - 1] = ()
+        else:  # not varints only (or empty): the per-field reader
+            fields = _allocation_fields(data, *spans[k]) or _allocation_table(data, spans[k])
+        rows.append(fields)
+    return rows
 
 
 def _computation_name(module: Any, cid: int) -> str | None:

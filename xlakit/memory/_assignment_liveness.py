@@ -19,8 +19,10 @@ def _flatten(mod: _Module, comp_id: int, default: Sequence[int], seen: set[int])
     while/call/conditional runs come right before the instruction itself (a while: condition, then body)."""
     out: list[int] = []
     seen.add(comp_id)
+    instructions = mod.instructions
+    known = getattr(instructions, "known", {})  # decoded instructions by id: a plain dict
     for iid in mod.schedule.get(comp_id, default):
-        ins = mod.instructions.get(iid)
+        ins = known.get(iid) or instructions.get(iid)
         if ins is not None and ins.opcode in _SEQUENTIAL_CALLERS:
             called = list(reversed(ins.called)) if ins.opcode == "while" else list(ins.called)
             for cid in called:
@@ -84,21 +86,24 @@ def _nested_steps(mod: _Module, order: Sequence[int], step_of: Mapping[int, int]
 
 def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allocations: Sequence[Allocation],
                     aliases: Mapping[int, tuple[tuple[int | None, tuple[int, ...]], ...]],
+                    placement: Mapping[int, tuple[Allocation, Any]] | None = None,
                     ) -> tuple[list[int], dict[int, tuple[int, int]]]:
     """(instruction ids in program order, buffer id -> (first step, last step)) from the entry schedule: a
     buffer is live from the step that defines it (or any of its aliases) to the last step that reads one of
     them; an entry parameter, a constant and a result live through the whole program (the caller holds
-    arguments and outputs); a value XLA placed in a donated argument's bytes lives as any other value."""
-    placed = {s.buffer.id: a for a in allocations for s in a.slices}
+    arguments and outputs); a value XLA placed in a donated argument's bytes lives as any other value.
+    ``placement``: buffer id -> (allocation, slice), when the caller has it (else made from ``allocations``)."""
+    if placement is None:
+        placement = {s.buffer.id: (a, s) for a in allocations for s in a.slices}
     _entry_name, entry_ids, root_id = mod.computations[mod.entry_id]
     order = _flatten(mod, mod.entry_id, entry_ids, set())
     step_of = {iid: s for s, iid in enumerate(order)}
     last = len(order) - 1
     sequential = set(mod.sequential_computations())
-    users = _users(mod, [iid for cid in mod.sequential_computations() for iid in mod.computations[cid][1]])
     nested: list[dict[int, int]] = []  # built when a buffer sits outside the scheduled computations
     nested_users: list[dict[int, list[int]]] = []
     instructions = mod.instructions
+    known = getattr(instructions, "known", {})
 
     def pos(iid: int | None) -> int | None:
         if iid is None:
@@ -113,30 +118,58 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
             nested.append(_nested_steps(mod, order, step_of))
         return nested[0].get(ins.computation_id)
 
-    def users_of(iid: int) -> list[int]:
-        ins = instructions.get(iid)
+    # The last step that reads each value of the scheduled computations (its users are in its own computation).
+    last_read: dict[int, int] = {}
+    for op, readers in mod.users.items():
+        found = -1
+        for user in readers:
+            p = step_of.get(user)
+            if p is None:
+                p = pos(user)
+            if p is not None and p > found:
+                found = p
+        if found >= 0:
+            last_read[op] = found
+
+    def read_until(iid: int) -> int:
+        """The last step reading ``iid`` (-1: none)."""
+        ins = known.get(iid) or instructions.get(iid)
         if ins is None or ins.computation_id in sequential:
-            return users.get(iid, [])
+            return last_read.get(iid, -1)
         if not nested_users:
             nested_users.append(_users(mod, list(instructions)))
-        return nested_users[0].get(iid, [])
+        return max((p for p in map(pos, nested_users[0].get(iid, ())) if p is not None), default=-1)
+
+    entry_id = mod.entry_id
 
     def _is_argument(iid: int | None) -> bool:
-        ins = instructions.get(iid) if iid is not None else None
-        return ins is not None and ins.opcode == "parameter" and ins.computation_id == mod.entry_id
+        ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
+        return ins is not None and ins.opcode == "parameter" and ins.computation_id == entry_id
 
     ranges: dict[int, tuple[int, int]] = {}
+    unplaced = (None, None)
     for b in logical_buffers:
-        alloc = placed.get(b.id)
+        alloc = placement.get(b.id, unplaced)[0]
         if alloc is None or alloc.is_thread_local:
             continue
         if alloc.is_constant:
             ranges[b.id] = (0, last)
             continue
-        if alloc.is_parameter and (b.instruction_id not in instructions or _is_argument(b.instruction_id)):
-            ranges[b.id] = (0, last)  # the argument itself
-            continue
-        locations = [(b.instruction_id, b.shape_index), *aliases.get(b.id, ())]
+        is_parameter = alloc.kind == "parameter"
+        iid = b.instruction_id
+        if is_parameter:
+            ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
+            if ins is None or (ins.opcode == "parameter" and ins.computation_id == entry_id):
+                ranges[b.id] = (0, last)  # the argument itself
+                continue
+        more = aliases.get(b.id)
+        if not more and not is_parameter:  # most buffers: one position, in the schedule
+            first = step_of.get(iid) if iid is not None else None
+            if first is not None and iid is not None:
+                end = last if iid == root_id else max(first, last_read.get(iid, -1))
+                ranges[b.id] = (first, end)
+                continue
+        locations = [(b.instruction_id, b.shape_index), *(more or ())]
         if alloc.is_parameter:  # a result written into a donated argument: the argument's position holds the
             locations = [loc for loc in locations if not _is_argument(loc[0])]  # argument, not this value
         steps = [p for p in (pos(i) for i, _ in locations) if p is not None]
@@ -146,10 +179,8 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
             continue
         end = max(steps)
         for loc_iid, _ in locations:
-            for user in users_of(loc_iid) if loc_iid is not None else ():
-                p = pos(user)
-                if p is not None and p > end:
-                    end = p
+            if loc_iid is not None:
+                end = max(end, read_until(loc_iid))
             if loc_iid == root_id:
                 end = last
         ranges[b.id] = (min(steps), end)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from xlakit.memory._display import fmt_bytes
 from xlakit.memory._proto import Message, _varint, last, scan, text, to_int64
@@ -57,6 +58,26 @@ class Slice:
     size: int
 
 
+class _PeakBufferIds:
+    """The ``peak_buffer_ids`` field of :class:`Allocation`: a tuple of buffer ids, which a decoded allocation
+    reads from XLA's ``peak_buffers`` records when the field is first read (one record per allocation, needed only
+    by :meth:`~xlakit.memory.BufferAssignment.largest`), so decoding a large program does not read them."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> tuple[int, ...]:
+        if obj is None:
+            return ()  # the dataclass field's default
+        state = obj.__dict__
+        found = state.get("peak_buffer_ids")
+        if found is None:
+            lookup = state.get("_peak_lookup")
+            found = state["peak_buffer_ids"] = lookup(state["index"]) if lookup is not None else ()
+            state.pop("_peak_lookup", None)
+        return found
+
+    def __set__(self, obj: Any, value: tuple[int, ...]) -> None:
+        obj.__dict__["peak_buffer_ids"] = tuple(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Allocation:
     """A block XLA reserves before the run.
@@ -81,7 +102,11 @@ class Allocation:
     is_tuple: bool
     color: int
     slices: tuple[Slice, ...]
-    peak_buffer_ids: tuple[int, ...] = ()
+    peak_buffer_ids: tuple[int, ...] = _PeakBufferIds()  # type: ignore[assignment]
+
+    def __getstate__(self) -> dict[str, Any]:
+        _ = self.peak_buffer_ids  # read now: a pickle carries no lookup
+        return dict(self.__dict__)
 
     def __repr__(self) -> str:
         param = f" #{self.parameter_number}" if self.parameter_number is not None else ""
@@ -95,6 +120,28 @@ class Allocation:
     @property
     def is_parameter(self) -> bool:
         return self.kind == "parameter"
+
+
+def _new_slice(buffer: LogicalBuffer, offset: int, size: int) -> Slice:
+    """``Slice(buffer, offset, size)``, made without the frozen dataclass's ``object.__setattr__`` per field (a
+    program has one slice per logical buffer: thousands)."""
+    made = object.__new__(Slice)
+    made.__dict__.update(buffer=buffer, offset=offset, size=size)
+    return made
+
+
+def _new_allocation(index: int, size: int, kind: str, kinds: tuple[str, ...], parameter_number: int | None,
+                    parameter_shape_index: tuple[int, ...], aliased_with_output: bool, maybe_live_out: bool,
+                    is_thread_local: bool, is_constant: bool, is_tuple: bool, color: int, slices: tuple[Slice, ...],
+                    peak_lookup: Callable[[int], tuple[int, ...]]) -> Allocation:
+    """``Allocation(...)`` with its fields in order, made as :func:`_new_slice` makes a slice; its
+    ``peak_buffer_ids`` are ``peak_lookup(index)``, asked when first read."""
+    made = object.__new__(Allocation)
+    made.__dict__.update(index=index, size=size, kind=kind, kinds=kinds, parameter_number=parameter_number,
+                         parameter_shape_index=parameter_shape_index, aliased_with_output=aliased_with_output,
+                         maybe_live_out=maybe_live_out, is_thread_local=is_thread_local, is_constant=is_constant,
+                         is_tuple=is_tuple, color=color, slices=slices, _peak_lookup=peak_lookup)
+    return made
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +184,17 @@ class _Instr:
             return
         data = self._raw[0]  # type: ignore[index]
         pos, end = meta
+        # What XLA writes for JAX: op_name alone, or op_name then a stack_frame_id of one or two bytes.
+        if end - pos >= 2 and data[pos] == _OP_NAME_KEY and data[pos + 1] < 0x80:
+            stop = pos + 2 + data[pos + 1]
+            if stop == end or (stop + 2 == end and data[stop] == _FRAME_KEY and data[stop + 1] < 0x80):
+                self._op_name = data[pos + 2:stop].decode("utf-8", errors="replace")
+                self._frame_id = data[stop + 1] if stop < end else 0
+                return
+            if stop + 3 == end and data[stop] == _FRAME_KEY and data[stop + 1] >= 0x80 and data[stop + 2] < 0x80:
+                self._op_name = data[pos + 2:stop].decode("utf-8", errors="replace")
+                self._frame_id = (data[stop + 1] & 0x7F) | data[stop + 2] << 7
+                return
         try:
             self._read_common(data, pos, end)
             return
@@ -215,13 +273,40 @@ class _Module:
         if not self.schedule:
             return tuple(self.computations)
         found = [self.entry_id] if self.entry_id in self.computations else []
+        known = getattr(self.instructions, "known", {})  # decoded instructions by id: a plain dict
         for cid in found:  # grows while it is walked
             for iid in self.computations[cid][1]:
-                ins = self.instructions.get(iid)
+                ins = known.get(iid) or self.instructions.get(iid)
                 if ins is not None and ins.opcode in _SEQUENTIAL_CALLERS:
                     found += [c for c in ins.called if c in self.schedule and c in self.computations
                               and c not in found]
         return tuple(found)
+
+    @functools.cached_property
+    def users(self) -> dict[int, list[int]]:
+        """Instruction id -> the ids of its users, over the :meth:`sequential_computations` (a value's users are in
+        its own computation), each in the order of its computation."""
+        known = getattr(self.instructions, "known", {})
+        out: dict[int, list[int]] = {}
+        for cid in self._sequential:
+            for iid in self.computations[cid][1]:
+                ins = known.get(iid) or self.instructions[iid]
+                for op in ins.operands:
+                    found = out.get(op)
+                    if found is None:
+                        out[op] = [iid]
+                    else:
+                        found.append(iid)
+        return out
+
+    def may_hold(self, opcode: str) -> bool:
+        """False when no instruction of the module has this opcode (True may be a false alarm): a lazily decoded
+        module answers from its bytes at once (the opcode's record is ``0x12, len, name``), without decoding a
+        computation."""
+        found = getattr(self.instructions, "may_hold", None)
+        if found is not None:
+            return found(opcode)
+        return any(ins.opcode == opcode for ins in self.instructions.values())
 
     def root_opcode(self, cid: int) -> str | None:
         """The opcode of computation ``cid``'s root (None when unknown), reading only the root's record."""

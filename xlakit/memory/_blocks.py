@@ -21,7 +21,7 @@ a stack): such a buffer is "all N iterations (stacked)", which the attribution m
 
 from __future__ import annotations
 
-import collections
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -35,6 +35,7 @@ _CARRIERS = frozenset({"bitcast", "broadcast", "convert", "reshape", "copy", "tr
                        "bitcast-convert"})
 
 
+@functools.lru_cache(maxsize=65536)
 def block_of_path(path: str | None) -> str | None:
     """``"model['blocks'][2]['up']['kernel']"`` -> ``"blocks[2]"``; every indexed container on the path, outer
     first (``"stages[1]/blocks[0]"``), optax's ``opt_state[0]`` skipped; None without one."""
@@ -58,47 +59,79 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
     blocks = {iid: block_of_path(path) or "" for iid, path in parameter_paths.items()}
     if not any(blocks.values()):
         return {}
+    # A set of blocks is an int with one bit per block (a parameter outside every block reads none): unions and
+    # intersections of thousands of instructions' sets are then single integer operations.
+    names = sorted({b for b in blocks.values() if b})
+    bit = {b: 1 << k for k, b in enumerate(names)}
+    param_bits = {iid: bit.get(b, 0) for iid, b in blocks.items()}
     _name, order, _root = mod.computations[mod.entry_id]
-    phase = {iid: phase_of(iid) for iid in order}
-    carriers = {iid for iid in order if mod.instructions[iid].opcode in _CARRIERS}
-    reads: dict[int, frozenset[str]] = {}
-    for iid in order:  # the blocks whose parameters an instruction reads, looking through carriers
-        ins = mod.instructions[iid]
-        reads[iid] = frozenset({blocks[iid]}) if iid in blocks else frozenset().union(
-            *(reads.get(op, frozenset()) for op in ins.operands if op in blocks or op in carriers))
-    users: dict[int, list[int]] = collections.defaultdict(list)
-    for iid in order:
-        for op in mod.instructions[iid].operands:
-            users[op].append(iid)
+    instructions = getattr(mod.instructions, "known", None) or mod.instructions
+    operands = [instructions[iid].operands for iid in order]
+    phase = [phase_of(iid) for iid in order]
+    at = {iid: k for k, iid in enumerate(order)}  # instruction id -> its position in the entry's order
+    reads = [0] * len(order)  # the blocks whose parameters an instruction reads, looking through carriers
+    passed = [0] * len(order)  # what a carrier passes on: its reads; 0 for any other instruction
+    for k, iid in enumerate(order):
+        found = param_bits.get(iid)
+        if found is None:
+            found = 0
+            for op in operands[k]:
+                p = param_bits.get(op)
+                if p is not None:
+                    found |= p
+                else:
+                    j = at.get(op)
+                    if j is not None:
+                        found |= passed[j]
+        reads[k] = found
+        if instructions[iid].opcode in _CARRIERS:
+            passed[k] = found
     # upstream: blocks read by the instruction or any instruction of its phase it depends on; downstream: read by
     # it or any instruction of its phase that depends on it. The schedule is a topological order of the entry.
-    up: dict[int, frozenset[str]] = {}
-    for iid in order:
-        up[iid] = reads[iid].union(*(up[op] for op in mod.instructions[iid].operands
-                                     if op in up and phase.get(op) == phase[iid] and op not in blocks))
-    down: dict[int, frozenset[str]] = {}
-    for iid in reversed(order):
-        down[iid] = reads[iid].union(*(down[u] for u in users.get(iid, ()) if u in down and phase.get(u) == phase[iid]))
+    up = reads[:]
+    users: list[list[int]] = [[] for _ in order]
+    for k in range(len(order)):
+        mine = phase[k]
+        found = up[k]
+        for op in operands[k]:
+            j = at.get(op)
+            if j is None:
+                continue
+            users[j].append(k)
+            if j < k and phase[j] == mine and op not in param_bits:
+                found |= up[j]
+        up[k] = found
+    down = reads[:]
+    for k in range(len(order) - 1, -1, -1):
+        mine = phase[k]
+        found = down[k]
+        for u in users[k]:
+            if u > k and phase[u] == mine:
+                found |= down[u]
+        down[k] = found
     out = {}
-    for iid in order:
-        if iid in blocks or iid in carriers:
-            continue
-        both = (up[iid] & down[iid]) - {""}
-        if len(both) == 1:
-            out[iid] = next(iter(both))
+    for k, iid in enumerate(order):
+        both = up[k] & down[k]
+        if both and not both & (both - 1) and iid not in param_bits and instructions[iid].opcode not in _CARRIERS:
+            out[iid] = names[both.bit_length() - 1]
     return out
 
 
 def add_blocks(cols: dict[str, list[Any]], seen_as: list[tuple[list[int], bool]], mod: Any,
-                param_paths: dict[int, str]) -> None:
+                param_paths: dict[int, str], phase_of: Callable[[int], str] | None = None) -> None:
     """Fill each row's ``block`` (:mod:`xlakit.memory._blocks`: ``blocks[2]`` from the parameters a value is
     made from, a parameter's from its path, a scan's stacked value ``all N iterations (stacked)``) and put it
     in front of the layer (``blocks[2] › Block.__call__ › self.attn(x)``), so four blocks called in a loop are
     four layers, not one. ``cols``: the buffer table as column lists
-    (:data:`xlakit.memory.attribution.BUFFER_COLUMNS`)."""
+    (:data:`xlakit.memory.attribution.BUFFER_COLUMNS`); ``phase_of``: instruction id -> its phase (default: read
+    from its op name)."""
     from xlakit.memory._hlo_frames import parse_op_name
 
-    named = name_blocks(mod, param_paths, lambda iid: parse_op_name(mod.instructions[iid].op_name).phase)
+    if phase_of is None:
+        def phase_of(iid: int) -> str:
+            return parse_op_name(mod.instructions[iid].op_name).phase
+
+    named = name_blocks(mod, param_paths, phase_of)
     layers, blocks = cols["layer"], cols["block"]
     for i, (positions, stacked) in enumerate(seen_as):
         if layers[i] == "argument":

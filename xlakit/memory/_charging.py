@@ -13,6 +13,9 @@ Sweep: only buffers that overlap need the rule, so the live buffers of each allo
 disjoint *blocks* (connected groups of overlapping byte ranges). A buffer that starts in free bytes — the
 common case — is one new block, found by bisection; only a block that gains or loses a member is charged anew,
 so the cost is that of the blocks that change, not of every member of a large allocation at every step.
+:func:`step_array` sweeps only the buffers that may share bytes with another live one: a buffer alone in its
+allocation (an argument, most outputs), in none, or never live together with one whose bytes it overlaps is charged
+in full while it lives, which numpy adds up at once.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import bisect
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["charge", "charge_block", "step_totals"]
+__all__ = ["charge", "charge_block", "step_totals", "step_array"]
 
 
 def charge_block(members: Sequence[int], sizes: Sequence[int], offsets: Sequence[Any],
@@ -194,3 +197,62 @@ def step_totals(steps: int, ranges: Sequence[tuple[int, int] | None], sizes: Seq
             los[first:last] = charge_blocks(a, _blocks(group, sizes, offsets))
         rows.append(total[:])
     return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(n_labels)]
+
+
+_SMALL = 8  # allocations of up to this many buffers are checked pair by pair; larger ones are swept
+
+
+def _sharing(placed: Any, starts: Any, ends: Any, sizes: Any, allocs: Any, offsets: Any) -> Any:
+    """Which of the ``placed`` buffers may share bytes with another one live at the same step (the sweep decides
+    their charges): those of an allocation holding more than :data:`_SMALL` of them, and in a smaller one those
+    overlapping another in bytes and in steps. Any other buffer is charged in full whenever it lives (most of a
+    small allocation's buffers: XLA reuses bytes for values that are not live together)."""
+    import numpy as np
+
+    shared = np.zeros(len(placed), dtype=bool)
+    at = np.flatnonzero(placed)
+    if not len(at):
+        return shared
+    order = at[np.lexsort((starts[at], allocs[at]))]  # by allocation, then by first step
+    a, s, e, lo = allocs[order], starts[order], ends[order], offsets[order]
+    hi = lo + sizes[order]
+    _, group, counts = np.unique(a, return_inverse=True, return_counts=True)
+    size = counts[group]
+    shared[order[size > _SMALL]] = True
+    for d in range(1, min(_SMALL, len(order))):  # every pair (i, i + d) of one small allocation
+        i = np.arange(len(order) - d)
+        j = i + d
+        both = (a[i] == a[j]) & (size[i] <= _SMALL) & (s[j] <= e[i]) & (lo[i] < hi[j]) & (lo[j] < hi[i])
+        shared[order[i[both]]] = True
+        shared[order[j[both]]] = True
+    return shared
+
+
+def step_array(steps: int, starts: Any, ends: Any, sizes: Any, allocs: Any, offsets: Any, labels: Any,
+               n_labels: int, priority: Any = None) -> Any:
+    """:func:`step_totals` as a ``numpy`` array ``[label, step]`` (int64), from per-buffer numpy arrays: starts,
+    ends (first and last step; a buffer with start < 0, start > end or end >= steps is never live), sizes, allocs
+    and offsets (-1: unplaced, charged in full), labels, priority (bool, optional). The same numbers; only the
+    buffers that may share bytes with another live one (:func:`_sharing`) go through the sweep."""
+    import numpy as np
+
+    starts, ends, sizes = (np.asarray(a, dtype=np.int64) for a in (starts, ends, sizes))
+    allocs, offsets, labels = (np.asarray(a, dtype=np.int64) for a in (allocs, offsets, labels))
+    live = (starts >= 0) & (starts <= ends) & (ends < steps) & (sizes > 0)
+    placed = live & (allocs >= 0) & (offsets >= 0)
+    shared = _sharing(placed, starts, ends, sizes, allocs, offsets)
+    alone = live & ~shared
+    width = steps + 1  # one step past the last, where every buffer has ended
+    at = labels[alone] * width
+    delta = (np.bincount(at + starts[alone], weights=sizes[alone], minlength=n_labels * width)
+             - np.bincount(at + ends[alone] + 1, weights=sizes[alone], minlength=n_labels * width))
+    # float64 holds these sums exactly below 2**53 bytes; the running totals are taken in int64
+    out = np.cumsum(delta.astype(np.int64).reshape(n_labels, width), axis=1)[:, :steps]
+    chosen = np.flatnonzero(shared)
+    if len(chosen):
+        first = priority[chosen].tolist() if priority is not None else None
+        swept = step_totals(steps, list(zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True)),
+                            sizes[chosen].tolist(), allocs[chosen].tolist(), offsets[chosen].tolist(),
+                            labels[chosen].tolist(), n_labels, first)
+        out = out + np.array(swept, dtype=np.int64).reshape(n_labels, steps)
+    return out

@@ -123,7 +123,7 @@ class NameStack:
     transforms: tuple[str, ...]
     recomputed: bool = False
 
-    @property
+    @functools.cached_property
     def scope(self) -> str:
         """``"backward › MLP/Dense_0"``, ``"forward"``, ``"MLP/l1"``, ``"recomputed in the backward pass (remat)
         › MLP/checkpoint"``, ``"forward › loop body › stacked per iteration"`` (a ``lax.scan``) (JAX's own
@@ -163,6 +163,8 @@ def _scope_path(names: tuple[str, ...]) -> str:
 
 def _split(op_name: str) -> list[str]:
     """Split on ``/`` outside parentheses: ``jit(f)/transpose(jvp(a/b))/c`` -> 3 parts."""
+    if "(" not in op_name:  # no parentheses (an argument's path, a plain name stack): every ``/`` splits
+        return [p for p in op_name.split("/") if p]
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(op_name):
         if ch == "(":
@@ -198,7 +200,10 @@ def parse_op_name(op_name: str) -> NameStack:
     """Split JAX's op name (``jit(step)/transpose(jvp(MLP))/Dense_0/dot_general``) into a :class:`NameStack`.
     The outermost ``jit(<fn>)`` is dropped (it is the program itself); an empty op name gives an unknown
     stack (all fields empty). Of op names XLA joined with ``;`` (merged instructions) the first is read."""
-    parts = _split(op_name.split(";", 1)[0])
+    own = op_name.split(";", 1)[0]
+    if "/" not in own and "(" not in own:  # one plain part (an argument's path): the primitive alone
+        return NameStack("", (), own, ())
+    parts = _split(own)
     if not parts:
         return NameStack("", (), "", ())
     primitive = parts.pop() if len(parts) > 1 or "(" not in parts[0] else ""

@@ -20,6 +20,7 @@ from typing import Any
 
 from xlakit.memory._assignment_types import _Instr, _Module
 from xlakit.memory._proto import Message, ProtoDecodeError, _varint, last, packed, scan, spans, text
+from xlakit.memory._varint_records import packed_ints
 from xlakit.memory._xla_fields import _F
 
 __all__ = ["decode_module", "Instructions", "Computations"]
@@ -30,9 +31,13 @@ _NAME_KEY, _OPCODE_KEY, _SHAPE_KEY, _METADATA_KEY = (f << 3 | 2 for f in (_F.INS
 _ID, _OPERANDS, _CALLED, _PARAMETER_NUMBER = _F.INS_ID, _F.INS_OPERANDS, _F.INS_CALLED, _F.INS_PARAMETER_NUMBER
 
 
+_OPCODES: dict[bytes, str] = {}  # an opcode's bytes -> its name: a program has a few dozen opcodes
+
+
 def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr]:
     """``(id, instruction)`` from the HloInstructionProto at ``data[pos:end]``: name, opcode, operands, called
-    computations, parameter number; the spans of its shape and metadata, read later."""
+    computations, parameter number; the spans of its shape and metadata, read later. Keys of one or two bytes and
+    varints of any length are read inline (a large module has ~10^5 instruction records)."""
     name = opcode = ""
     iid = pnum = 0  # proto3 leaves out fields equal to 0
     operands: list[int] = []
@@ -48,20 +53,35 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
         else:
             key, pos = _varint(data, pos)
         wire = key & 7
-        if wire == 2:
-            size = data[pos]
-            if size < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:  # two bytes
-                size = (size & 0x7F) | data[pos + 1] << 7
-                pos += 2
+        if wire != 0 and wire != 2:
+            if wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
             else:
-                size, pos = _varint(data, pos)
-            stop = pos + size
+                raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
+            continue
+        value = data[pos]  # a varint's value, or a length
+        pos += 1
+        if value >= 0x80:
+            value &= 0x7F
+            shift = 7
+            while True:
+                b = data[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ProtoDecodeError("varint longer than 10 bytes")
+        if wire == 2:
+            stop = pos + value
             if key == _NAME_KEY:
                 name = data[pos:stop].decode("utf-8", errors="replace")
             elif key == _OPCODE_KEY:
-                opcode = data[pos:stop].decode("utf-8", errors="replace")
+                raw = data[pos:stop]
+                opcode = _OPCODES.get(raw) or _OPCODES.setdefault(raw, raw.decode("utf-8", errors="replace"))
             elif key == _SHAPE_KEY:
                 shape = (pos, stop)
             elif key == _METADATA_KEY:
@@ -73,15 +93,7 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
                 elif field == _CALLED:
                     called += packed(data, pos, stop)
             pos = stop
-        elif wire == 0:
-            value = data[pos]
-            if value < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:  # two bytes
-                value = (value & 0x7F) | data[pos + 1] << 7
-                pos += 2
-            else:
-                value, pos = _varint(data, pos)
+        else:
             field = key >> 3
             if field == _ID:
                 iid = value
@@ -91,16 +103,9 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
                 operands.append(value)
             elif field == _CALLED:
                 called.append(value)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
     if pos > end:
         raise ProtoDecodeError("an instruction's record runs past its end")
-    ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called),
-                 parameter_number=pnum if opcode == "parameter" else -1)
+    ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called), "", 0, pnum if opcode == "parameter" else -1)
     ins._raw = (data, meta, shape)
     ins._op_name = None
     return iid, ins
@@ -156,6 +161,48 @@ def _computation_head(data: bytes, pos: int, end: int) -> tuple[str, int, int, t
     if pos > end:
         raise ProtoDecodeError("a computation's record runs past its end")
     return name, cid, root, last_record
+
+
+_COMP_TAIL_KEYS = (_COMP_ROOT_KEY, _COMP_ID_KEY)  # the last two fields XLA writes (fields 5 and 6)
+_COMP_FLAG_KEY = 7 << 3  # is_fusion_computation, written after them when set
+
+
+def _quick_head(data: bytes, start: int, end: int) -> tuple[str, int, int, None] | None:
+    """(name, id, root id, None) of the HloComputationProto at ``data[start:end]`` without stepping over its
+    instructions: the name is its first record and the id and root id its last ones (XLA writes fields in order:
+    ..., id, root id[, is_fusion_computation]), read backwards — a varint's bytes before its last are all >= 0x80,
+    so the one-byte key before it is the first byte below 0x80. Trusted only when the root's id carries the
+    computation's id in its high 32 bits, as current XLA numbers instructions; else None (read it forwards)."""
+    if end - start < 6 or data[start] != _COMP_NAME_KEY or data[start + 1] >= 0x80:
+        return None
+    found: list[int] = []
+    pos = end
+    while len(found) < 2:
+        last = pos - 1
+        if last <= start or data[last] >= 0x80:
+            return None
+        first = last
+        while data[first - 1] >= 0x80:
+            first -= 1
+            if last - first > 9:
+                return None
+        key_at = first - 1
+        value = 0
+        for shift, b in enumerate(data[first:last + 1]):
+            value |= (b & 0x7F) << (7 * shift)
+        key = data[key_at]
+        if key == _COMP_FLAG_KEY and not found and pos == end:
+            pos = key_at  # is_fusion_computation: stepped over
+            continue
+        if key != _COMP_TAIL_KEYS[len(found)]:
+            return None
+        found.append(value)
+        pos = key_at
+    root, cid = found
+    if cid <= 0 or root >> 32 != cid:
+        return None
+    name_end = start + 2 + data[start + 1]
+    return data[start + 2:name_end].decode("utf-8", errors="replace"), cid, root, None
 
 
 def _head(data: bytes, pos: int, end: int) -> tuple[int, str]:
@@ -217,6 +264,12 @@ class _Index:
         records, ids = state
         data, found = self.data, self.instructions
         try:
+            if wanted is None:  # the rest of the computation, in one pass
+                for start, end in reversed(records[:len(records) - len(ids)]):
+                    iid, ins = _instruction(data, start, end, cid)
+                    if iid not in found:
+                        found[iid] = ins
+                    ids.append(iid)
             while len(ids) < len(records):
                 iid, ins = _instruction(data, *records[len(records) - 1 - len(ids)], cid)
                 found.setdefault(iid, ins)
@@ -255,13 +308,15 @@ class _Index:
         """The opcode of computation ``cid``'s root, reading only its record (None: unknown computation)."""
         if cid not in self.comps:
             return None
-        _name, _start, _end, root_id, last_record = self.comps[cid]
+        _name, start, end, root_id, last_record = self.comps[cid]
         ins = self.instructions.get(root_id)
         if ins is not None:
             return ins.opcode
         known = self.root_opcodes.get(cid)
         if known is not None:
             return known
+        if last_record is None:  # a quick head leaves the last record to be found when asked for
+            last_record = _computation_head(self.data, start, end)[3]
         if last_record is not None:  # XLA writes the root last
             try:
                 iid, opcode = _head(self.data, *last_record)
@@ -290,6 +345,11 @@ class Instructions(Mapping):
 
     def __init__(self, index: _Index) -> None:
         self._index = index
+
+    @property
+    def known(self) -> dict[int, _Instr]:
+        """The instructions decoded so far, by id (a plain dict: the fastest lookup where most are known)."""
+        return self._index.instructions
 
     def __getitem__(self, iid: int) -> _Instr:
         ins = self._index.find(iid) if isinstance(iid, int) else None
@@ -320,6 +380,12 @@ class Instructions(Mapping):
 
     def root(self, cid: int) -> _Instr | None:
         return self._index.root(cid)
+
+    def may_hold(self, opcode: str) -> bool:
+        """False when no instruction record of the module has this opcode: its ``opcode`` field's bytes
+        (key, length, name) occur nowhere in the module (a search at C speed; True may be a false alarm)."""
+        name = opcode.encode()
+        return len(name) >= 0x80 or bytes((_OPCODE_KEY, len(name))) + name in self._index.data
 
     def root_opcode(self, cid: int) -> str | None:
         return self._index.root_opcode(cid)
@@ -364,7 +430,7 @@ def decode_module(data: bytes) -> _Module:
                (_F.MOD_NAME, _F.MOD_COMPUTATIONS, _F.MOD_ENTRY_ID, _F.MOD_SCHEDULE, _F.MOD_STACK_FRAME_INDEX))
     comp_spans: dict[int, tuple[str, int, int, int, tuple[int, int] | None]] = {}
     for start, end in top.get(_F.MOD_COMPUTATIONS, ()):
-        name, cid, root, last_record = _computation_head(data, start, end)
+        name, cid, root, last_record = _quick_head(data, start, end) or _computation_head(data, start, end)
         comp_spans[cid] = (name, start, end, root, last_record)
     schedule: dict[int, tuple[int, ...]] = {}
     for span in top.get(_F.MOD_SCHEDULE, [])[-1:]:
@@ -373,7 +439,7 @@ def decode_module(data: bytes) -> _Module:
             ids: list[int] = []
             for seq in entry.get(_F.SCHED_VALUE, [])[-1:]:
                 for value in scan(data, seq[0], seq[1], (_F.SEQ_IDS,)).get(_F.SEQ_IDS, ()):
-                    ids += packed(data, *value) if isinstance(value, tuple) else [value]
+                    ids += packed_ints(data, *value) if isinstance(value, tuple) else [value]
             schedule[last(entry, _F.SCHED_KEY)] = tuple(ids)
     entry_id = last(top, _F.MOD_ENTRY_ID)
     if entry_id not in comp_spans and comp_spans:

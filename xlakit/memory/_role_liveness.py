@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from xlakit.memory._charging import charge, step_totals
+from xlakit.memory._charging import charge, step_array
 
 __all__ = ["charge", "role_columns", "liveness_frame", "TAKES_OVER", "nullable_ints"]
 
@@ -24,30 +24,46 @@ def nullable_ints(column: Any) -> list[int | None]:
     """A nullable column (allocation, offset) as ints and None."""
     import pandas as pd
 
+    if isinstance(column, pd.Series):
+        missing = column.isna().to_numpy()
+        values = column.astype("Int64").to_numpy(dtype="int64", na_value=0).tolist()
+        return [None if m else v for v, m in zip(values, missing.tolist(), strict=True)] if missing.any() else values
     values = column.tolist() if hasattr(column, "tolist") else list(column)
     return [None if v is None or v is pd.NA or v != v else int(v) for v in values]
 
 
-def role_columns(buffers: Any, steps: int, roles: Sequence[str]) -> dict[str, list[int]]:
-    """``{role: [bytes at step 0, 1, ...]}`` for every role in ``roles`` (and any other role the frame holds),
-    from an attribution's buffers frame (columns ``bytes``, ``role``, ``allocation``, ``offset``, ``start``,
-    ``end``; a buffer with ``start`` < 0 has no place in the schedule and is left out), by one sweep over the
-    schedule (:func:`xlakit.memory._charging.step_totals`)."""
+def role_columns(buffers: Any, steps: int, roles: Sequence[str]) -> dict[str, Any]:
+    """``{role: bytes at step 0, 1, ... (a numpy int64 array)}`` for every role in ``roles`` (and any other role
+    the buffers hold), from an attribution's buffers (a frame, or its columns as lists: ``bytes``, ``role``,
+    ``allocation``, ``offset``, ``start``, ``end``; a buffer with ``start`` < 0 has no place in the schedule and is
+    left out), by one sweep over the schedule (:func:`xlakit.memory._charging.step_array`)."""
+    import numpy as np
+
     role_of = [str(r) for r in buffers["role"]]
-    names = list(dict.fromkeys([*roles, *role_of]))
+    names = list(dict.fromkeys([*roles, *dict.fromkeys(role_of)]))
     label = {r: k for k, r in enumerate(names)}
-    ranges = [(int(s), int(e)) for s, e in zip(buffers["start"], buffers["end"], strict=True)]
-    cols = step_totals(steps, ranges, [int(v) for v in buffers["bytes"]], nullable_ints(buffers["allocation"]),
-                       nullable_ints(buffers["offset"]), [label[r] for r in role_of], len(names),
-                       [r in TAKES_OVER for r in role_of])
+    cols = step_array(steps, _ints(buffers["start"]), _ints(buffers["end"]), _ints(buffers["bytes"]),
+                      _ints(buffers["allocation"]), _ints(buffers["offset"]),
+                      np.array([label[r] for r in role_of], dtype=np.int64), len(names),
+                      np.array([r in TAKES_OVER for r in role_of], dtype=bool))
     return dict(zip(names, cols, strict=True))
+
+
+def _ints(column: Any) -> Any:
+    """A column of ints (a nullable frame column, or a list with None) as numpy int64, -1 where missing."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(column, pd.Series):
+        return column.astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+    return np.array([-1 if v is None else v for v in column], dtype=np.int64)
 
 
 def liveness_frame(order: Sequence[int], mod: Any, buffers: Any, roles: Sequence[str]) -> Any:
     """An attribution's liveness: one row per program step (``order``: the instruction ids of the flattened
     schedule, ``mod``: the module), with step, instruction, opcode, one column of live bytes per role (``roles``
     first, then any other the buffers hold; each byte charged once, as at the peak) and live_bytes (their sum: the
-    bytes occupied)."""
+    bytes occupied). ``buffers``: as :func:`role_columns` takes them."""
     import pandas as pd
 
     instructions = [mod.instructions.get(iid) for iid in order]

@@ -227,9 +227,10 @@ def _stacked_value(mod: Any, iid: int) -> Any:
     return meta if meta is not None and meta.frame_id else None
 
 
-def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]]]:
-    """(instruction id -> its phase, read when first asked; instruction id -> its users) over the computations
-    that run in sequence (a value's users are in its own computation)."""
+def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[int, str]]:
+    """(instruction id -> its phase, read when first asked; instruction id -> its users; the phases read so far,
+    which a caller that has read an instruction's op name may fill) over the computations that run in sequence
+    (a value's users are in its own computation)."""
     memo: dict[int, str] = {}
     instructions = mod.instructions
 
@@ -240,12 +241,14 @@ def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]]]:
             found = memo[iid] = parse_op_name(ins.op_name).phase if ins is not None else ""
         return found
 
-    users: dict[int, list[int]] = {}
-    for cid in mod.sequential_computations():
-        for iid in mod.computations[cid][1]:
-            for op in instructions[iid].operands:
-                users.setdefault(op, []).append(iid)
-    return phase, users
+    users = getattr(mod, "users", None)
+    if users is None:  # a module made without the decoder's _Module
+        users = {}
+        for cid in mod.sequential_computations():
+            for iid in mod.computations[cid][1]:
+                for op in instructions[iid].operands:
+                    users.setdefault(op, []).append(iid)
+    return phase, users, memo
 
 
 def _read_by_backward(ids: list[int], mod: Any, phase: Callable[[int], str], users: dict[int, list[int]]) -> bool:
@@ -283,6 +286,24 @@ def _results(mod: Any, root_id: int) -> set[int]:
 
 def _optimizer_path(path: str) -> bool:
     return "opt_state" in path
+
+
+def _frame(cols: dict[str, list[Any]]) -> Any:
+    """The buffers frame from its column lists, each column built with its dtype (int64, nullable Int64, bool,
+    object where a value may be None) rather than inferred from thousands of Python objects."""
+    import numpy as np
+    import pandas as pd
+
+    typed: dict[str, Any] = dict(cols)
+    for name in ("buffer_id", "bytes", "start", "end"):
+        typed[name] = np.array(cols[name], dtype=np.int64)
+    for name in ("line", "allocation", "offset"):
+        values = cols[name]
+        typed[name] = pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
+                                             np.array([v is None for v in values], dtype=bool))
+    typed["donated"] = np.array(cols["donated"], dtype=bool)
+    typed["block"] = pd.Series(np.array(cols["block"], dtype=object), dtype=object)
+    return pd.DataFrame(typed, columns=BUFFER_COLUMNS)
 
 
 def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attribution:
@@ -323,8 +344,6 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
 
 
 def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | None) -> Attribution:
-    import pandas as pd
-
     from xlakit._jax.arguments import argument_leaves, donated_leaves, output_paths
     from xlakit.memory._blocks import add_blocks
     from xlakit.memory._donation import name_donations, output_index
@@ -338,8 +357,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     if len(leaves) != len(params):
         leaves = {}  # the tree does not match the parameters (tokens, tupled arguments): use op names only
     donated_flags = donated_leaves(compiled) or []
-    phase, users = _phases(mod)
-    placed = ba.allocation_of()
+    phase, users, phases = _phases(mod)
+    placed = ba._placement()
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
     root_id = mod.computations[mod.entry_id][2]
@@ -348,50 +367,67 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     shown_files: dict[str, str] = {}
     by_frame: dict[int, tuple[Any, Any]] = {}  # frame id -> (stack, first user frame)
     texts: dict[tuple[int, int], tuple[str, str, str]] = {}  # ids of (stack, user) -> (source, layer, stack)
+    stack_texts: dict[int, str] = {}  # id of a stack -> its text
     rows: list[tuple[Any, ...]] = []
     seen_as: list[tuple[list[int], bool]] = []  # per row: its positions, and whether it is a scan's stack
     param_paths: dict[int, str] = {}
+    instructions = mod.instructions
+    known = getattr(instructions, "known", {})  # decoded instructions by id: the common lookups, at dict speed
+    may_stack = mod.may_hold("dynamic-update-slice")  # no scan stacks a value without one
     for b in ba.logical_buffers:
         alloc, sl = placed.get(b.id, (None, None))
-        ins = mod.instructions.get(b.instruction_id) if b.instruction_id is not None else None
+        iid = b.instruction_id
+        ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
         more = aliases.get(b.id)
-        positions = [i for i in (b.instruction_id, *(i for i, _ in more)) if i is not None] if more else (
-            [b.instruction_id] if b.instruction_id is not None else [])
+        positions = [i for i in (iid, *(i for i, _ in more)) if i is not None] if more else (
+            [iid] if iid is not None else [])
         # The first position with metadata speaks for the buffer (a loop body's parameter has none; the
         # loop's operand or result that holds the same buffer has).
-        sources = [_metadata_source(mod, i) for i in positions]
-        meta = next((m for m in sources if m is not None and (m.op_name or m.frame_id)), None)
+        if len(positions) == 1 and ins is not None and (ins.op_name or ins.frame_id):
+            sources = [ins]
+            meta = ins
+        else:
+            sources = [_metadata_source(mod, i) for i in positions]
+            meta = next((m for m in sources if m is not None and (m.op_name or m.frame_id)), None)
         framed = meta
         if meta is None or not meta.frame_id:  # a fusion XLA built or merged: its fused instructions speak
             fusion = meta if meta is not None else next((f for f in sources if f is not None), None)
             if fusion is not None and fusion.opcode == "fusion":
                 framed = _fused_frame(mod, fusion) or meta
         frame_id = framed.frame_id if framed is not None else 0
-        known = by_frame.get(frame_id)
-        if known is None:
+        known_frame = by_frame.get(frame_id)
+        if known_frame is None:
             chain = frames.chain(frame_id) if frame_id else ()
-            known = by_frame[frame_id] = (chain, user_frame(chain))
-        stack, user = known
-        stacked = next((v for v in (_stacked_value(mod, i) for i in positions) if v is not None), None)
-        if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
-            inner = frames.chain(stacked.frame_id)
-            if user_frame(inner) is not None:
-                stack, user = inner, user_frame(inner)
+            known_frame = by_frame[frame_id] = (chain, user_frame(chain))
+        stack, user = known_frame
+        stacked = None
+        for i in positions if may_stack else ():
+            stacked = _stacked_value(mod, i)
+            if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
+                inner = frames.chain(stacked.frame_id)
+                if user_frame(inner) is not None:
+                    stack, user = inner, user_frame(inner)
+                break
         names = parse_op_name(meta.op_name if meta is not None and meta.op_name else
                               framed.op_name if framed is not None else "")
+        if meta is ins and ins is not None:  # its own op name: the phase name_blocks and residuals ask for
+            phases[iid] = names.phase
         made_for = ""
-        if user is None and meta is None and b.instruction_id not in param_ids:
+        if user is None and meta is None and iid not in param_ids:
             readers = _readers_line(mod, positions, users, frames)
             if readers:  # XLA made it, without metadata, for one line's ops: that line holds it
                 stack, user, reader_op = readers
                 made_for = parse_op_name(reader_op).scope
         parameter = output = None
         role = "temporary"
-        is_result = bool(results.intersection(positions))
-        if is_result:
-            output = next((outputs[i] for i in positions if i in outputs), None)
-        if b.instruction_id in param_ids:
-            num = param_ids[b.instruction_id]
+        is_result = False
+        for i in positions:
+            if i in results:
+                is_result = True
+                output = next((outputs[i] for i in positions if i in outputs), None)
+                break
+        if iid in param_ids:
+            num = param_ids[iid]
             leaf = leaves.get(num)
             recorded = ins.op_name if ins is not None else ""
             named = recorded and "/" not in recorded and not (leaf and leaf.graph)
@@ -399,10 +435,13 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             if b.shape_index:
                 parameter += "".join(f"[{i}]" for i in b.shape_index)
             role = "optimizer state" if (leaf.optimizer_state if leaf else _optimizer_path(parameter)) else "parameter"
-            scope, source, layer, text = "argument", f"argument {parameter}", "argument", None
+            scope, source, layer = "argument", f"argument {parameter}", "argument"
             param_paths[params[num]] = parameter
             donated = bool(alloc is not None and alloc.aliased_with_output) or bool(
                 leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index])
+            text = stack_texts.get(id(stack))
+            if text is None:
+                text = stack_texts[id(stack)] = stack_text(stack, shown_files)
         else:
             key = (id(stack), id(user))  # both come from the frame table's cache: one object per frame
             shown = texts.get(key)
@@ -428,19 +467,14 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         start, end = ranges.get(b.id, (-1, -1))
         rows.append((b.id, b.instruction, b.opcode, b.size, b.shape, b.dtype, role, scope, names.phase, layer,
                      source, user.file if user else None, user.line if user else None, parameter, output, donated,
-                     alloc.index if alloc else None, sl.offset if sl else None, start, end,
-                     text if text is not None else stack_text(stack, shown_files), None))
+                     alloc.index if alloc else None, sl.offset if sl else None, start, end, text, None))
         seen_as.append((positions, stacked is not None))
     cols = {c: list(v) for c, v in zip(BUFFER_COLUMNS, zip(*rows, strict=True), strict=True)} if rows else \
         {c: [] for c in BUFFER_COLUMNS}
     name_donations(cols)
-    add_blocks(cols, seen_as, mod, param_paths)
-    buffers = pd.DataFrame(cols, columns=BUFFER_COLUMNS)
-    buffers["block"] = buffers["block"].astype(object).where(buffers["block"].notna(), None)
-    buffers["line"] = buffers["line"].astype("Int64")
-    buffers["allocation"] = buffers["allocation"].astype("Int64")
-    buffers["offset"] = buffers["offset"].astype("Int64")
-    liveness = liveness_frame(order, mod, buffers, ROLES)
+    add_blocks(cols, seen_as, mod, param_paths, phase)
+    buffers = _frame(cols)
+    liveness = liveness_frame(order, mod, cols, ROLES)
     method = "reconstructed from the HLO schedule and buffer aliases"
     if ba.heap_traces:
         method += " (XLA's heap simulator trace also shipped; Peak uses it for the step)"

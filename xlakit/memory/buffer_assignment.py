@@ -96,7 +96,13 @@ class BufferAssignment:
 
     def allocation_of(self) -> dict[int, tuple[Allocation, Slice]]:
         """Logical buffer id -> (allocation, slice)."""
-        return {s.buffer.id: (a, s) for a in self.allocations for s in a.slices}
+        return dict(self._placement())
+
+    def _placement(self) -> dict[int, tuple[Allocation, Slice]]:
+        """:meth:`allocation_of`, made once (not to be changed by the caller)."""
+        if "placement" not in self._memo:
+            self._memo["placement"] = {s.buffer.id: (a, s) for a in self.allocations for s in a.slices}
+        return self._memo["placement"]
 
     # -- totals -------------------------------------------------------------------------------------
     def totals(self) -> dict[str, int]:
@@ -291,7 +297,7 @@ class BufferAssignment:
         assert self._module is not None
         if "ranges" not in self._memo:
             self._memo["ranges"] = schedule_ranges(self._module, self.logical_buffers, self.allocations,
-                                                   self._aliases)
+                                                   self._aliases, self._placement())
         return self._memo["ranges"]
 
     # -- display ------------------------------------------------------------------------------------

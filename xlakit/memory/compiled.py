@@ -54,6 +54,31 @@ _HOST = tuple(ours for ours, _ in XLA_FIELDS if ours.startswith("host_"))
 _CATEGORIES = ("argument", "output", "alias", "temp", "generated_code")
 
 
+class _Notes:
+    """The ``notes`` field of :class:`CompiledMemory`: a tuple of strings, to which notes whose evidence is costly
+    to read are added when the field is first read. The note naming code XLA does not count needs the optimized
+    HLO text (~2 % of a compile to print on XLA:CPU), which ``peak()`` and most callers never show; so
+    :func:`compiled_memory` leaves it to be found on first read (:func:`_defer_notes`), and equality, ``replace``,
+    pickling and every view see the same notes as if it had been read at once."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> tuple[str, ...]:
+        if obj is None:
+            return ()  # the dataclass field's default
+        state = obj.__dict__
+        later = state.get("_notes_later")
+        if later is not None:
+            try:
+                extra = tuple(later())
+            except Exception:  # noqa: BLE001 - a note is an explanation; the numbers stand without it
+                extra = ()
+            if state.pop("_notes_later", None) is later:  # another thread may have added them meanwhile
+                state["notes"] = state.get("notes", ()) + extra
+        return state.get("notes", ())  # kept under its own name (this data descriptor comes first on lookup)
+
+    def __set__(self, obj: Any, value: tuple[str, ...]) -> None:
+        obj.__dict__["notes"] = tuple(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledMemory:
     """Bytes one compiled program needs, by category; ``None`` where the backend does not report a field.
@@ -75,7 +100,8 @@ class CompiledMemory:
       name: HLO module name (``"jit_f"``), or None.
       platform: ``"cpu"``, ``"gpu"``, ``"tpu"``..., or None when unknown (a bare dict).
       source: where the numbers come from (which call, or the cache entry).
-      notes: why a field is None or needs care.
+      notes: why a field is None or needs care (from a ``Compiled``, the note naming code XLA does not count
+        is found when ``notes`` is first read: it needs the optimized HLO text).
       serialized_buffer_assignment: XLA's ``BufferAssignmentProto`` bytes (not shown; for
         :func:`xlakit.memory.buffer_assignment`), or None (cache entries do not store it).
     """
@@ -95,8 +121,12 @@ class CompiledMemory:
     name: str | None = None
     platform: str | None = None
     source: str = ""
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = _Notes()  # type: ignore[assignment]
     serialized_buffer_assignment: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        _ = self.notes  # notes not yet found are found now: a pickle carries no closure
+        return dict(self.__dict__)
 
     @property
     def footprint_bytes(self) -> int | None:
@@ -272,14 +302,22 @@ def from_stats(stats: Any, *, name: str | None, platform: str | None, source: st
 
 def _runtime_info(compiled: Any) -> tuple[str | None, str | None]:
     """(module name, platform) of a ``jax.stages.Compiled``, best effort."""
-    name = platform = None
+    name, platform, _module = _runtime_module(compiled)
+    return name, platform
+
+
+def _runtime_module(compiled: Any) -> tuple[str | None, str | None, Any]:
+    """(module name, platform, XLA's ``HloModule`` of the optimized program or None) of a ``jax.stages.Compiled``,
+    best effort."""
+    name = platform = module = None
     try:
         rt = compiled.runtime_executable()
         platform = rt.client.platform
-        name = rt.hlo_modules()[0].name
+        module = rt.hlo_modules()[0]
+        name = module.name
     except Exception:  # noqa: BLE001 - names are decoration; the byte counts do not depend on them
         pass
-    return name, platform
+    return name, platform, module
 
 
 def program_stage(x: Any) -> Any:
@@ -354,18 +392,30 @@ def compiled_memory(x: Any, *args: Any, **kwargs: Any) -> CompiledMemory:
         return from_stats(x.get_compiled_memory_stats(), name=None, platform=platform,
                           source="LoadedExecutable.get_compiled_memory_stats()")
     compiled = _compile(x, args, kwargs)
-    name, platform = _runtime_info(compiled)
+    name, platform, module = _runtime_module(compiled)
     analysis = compiled.memory_analysis()
     if isinstance(analysis, (list, tuple)):  # older JAX: one per module
         if len(analysis) != 1:
             raise ValueError(f"this program has {len(analysis)} modules; pass one compiled module")
         analysis = analysis[0]
     result = from_stats(analysis, name=name, platform=platform, source="jax.stages.Compiled.memory_analysis()")
+    if module is not None and (result.constant_bytes is not None or not result.reported):
+        # The text is needed only for the note on code XLA does not count: printed when the notes are first read
+        # (from the module, which holds no executable alive; its text differs from as_text() only in the order of
+        # backend_config keys).
+        return _defer_notes(result, lambda: _runtime_calls_notes(platform, module.to_string()))
     try:
         text = compiled.as_text() or ""
     except Exception:  # noqa: BLE001 - the text only adds constants (TPU) and a note; the numbers stand
         text = ""
-    return _with_runtime_calls(_with_hlo_constants(result, text), text)
+    result = _with_hlo_constants(result, text)
+    return dataclasses.replace(result, notes=(*result.notes, *_runtime_calls_notes(result.platform, text)))
+
+
+def _defer_notes(result: CompiledMemory, later: Any) -> CompiledMemory:
+    """``result`` with the notes ``later()`` returns added when its notes are first read (see :class:`_Notes`)."""
+    result.__dict__["_notes_later"] = later
+    return result
 
 
 def _with_hlo_constants(result: CompiledMemory, text: str) -> CompiledMemory:
@@ -380,20 +430,17 @@ def _with_hlo_constants(result: CompiledMemory, text: str) -> CompiledMemory:
     return dataclasses.replace(result, constant_bytes=constant_bytes_of_hlo_text(text), notes=notes)
 
 
-def _with_runtime_calls(result: CompiledMemory, text: str) -> CompiledMemory:
-    """Add a note naming code in the program that allocates outside XLA's buffer assignment (its working
-    memory is in no field here; :func:`xlakit.memory.probe` measures it)."""
-    import dataclasses as _dc
-
+def _runtime_calls_notes(platform: str | None, text: str) -> tuple[str, ...]:
+    """The note naming code in the program (its optimized HLO ``text``) that allocates outside XLA's buffer
+    assignment (its working memory is in no field here; :func:`xlakit.memory.probe` measures it), or ``()``."""
     from xlakit.memory._probe_accounting import runtime_calls
 
     try:
-        calls = runtime_calls(text, result.platform)
+        calls = runtime_calls(text, platform) if text else ()
     except Exception:  # noqa: BLE001 - the note is an explanation; the numbers stand without it
-        return result
+        return ()
     if not calls:
-        return result
-    note = ("temporaries exclude the working memory of " + ", ".join(calls) + ", which allocate outside XLA's "
+        return ()
+    return ("temporaries exclude the working memory of " + ", ".join(calls) + ", which allocate outside XLA's "
             "buffer assignment (e.g. a YNNPACK fusion of jnp.outer(v, v).sum(0), v of 10,000 float32: 0 B "
-            "here, 127 MiB measured); probe() measures it")
-    return _dc.replace(result, notes=(*result.notes, note))
+            "here, 127 MiB measured); probe() measures it",)

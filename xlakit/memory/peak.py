@@ -31,11 +31,23 @@ def _charge(live: Any) -> list[int]:
     """Bytes of each live buffer by the charging rule of :mod:`xlakit.memory._charging` (each byte once, to the
     buffer that ranks first among those sharing it: an aliased result, then the larger), so the charges sum to
     the bytes occupied; the rule of the per-role liveness too."""
+    import numpy as np
+
     from xlakit.memory._role_liveness import TAKES_OVER, charge, nullable_ints
 
-    roles = live["role"] if "role" in live.columns else [None] * len(live)
-    return charge([int(v) for v in live["bytes"]], nullable_ints(live["allocation"]), nullable_ints(live["offset"]),
-                  [r in TAKES_OVER for r in roles])
+    sizes = live["bytes"].to_numpy(dtype=np.int64)
+    allocs = live["allocation"].astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+    placed = (allocs >= 0) & live["offset"].notna().to_numpy() & (sizes > 0)
+    _, where, counts = np.unique(allocs[placed], return_inverse=True, return_counts=True)
+    shared = np.zeros(len(live), dtype=bool)
+    shared[np.flatnonzero(placed)] = counts[where] > 1
+    out = sizes.copy()  # a buffer alone in its allocation is charged in full
+    if shared.any():  # the others share their allocation: the rule decides
+        rows = live[shared]
+        first = rows["role"].isin(list(TAKES_OVER)).tolist() if "role" in rows.columns else [False] * len(rows)
+        out[shared] = charge(rows["bytes"].astype("int64").tolist(), nullable_ints(rows["allocation"]),
+                             nullable_ints(rows["offset"]), first)
+    return out.tolist()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +131,8 @@ def _trace_step(attribution: Any) -> int | None:
 
 
 def _where(attribution: Any, step: int) -> str:
+    import numpy as np
+
     mod = attribution.assignment._module
     name = attribution.liveness["instruction"].iat[step] if step < len(attribution.liveness) else None
     ins = None
@@ -129,7 +143,8 @@ def _where(attribution: Any, step: int) -> str:
     # The user's line and call of the instruction, from the buffers it defines: "backward of Block.__call__ ›
     # self.attn(x), model.py:13"; XLA's own name for the instruction stays out (Peak.instruction has it).
     b = attribution.buffers
-    rows = b[(b["instruction"] == name) & (b["layer"] != "unknown")]
+    rows = b.iloc[np.flatnonzero(b["instruction"].to_numpy() == name)]
+    rows = rows[rows["layer"] != "unknown"]
     layer = str(rows["layer"].iat[0]) if len(rows) else ""
     line = str(rows["source"].iat[0]).split(" (", 1)[0] if len(rows) else ""
     what = f"{layer}, {line}" if layer and line and layer != "argument" else layer
@@ -140,6 +155,7 @@ def _where(attribution: Any, step: int) -> str:
 
 def peak_of(attribution: Any) -> Peak:
     """The :class:`Peak` of an :class:`~xlakit.memory.Attribution`."""
+    import numpy as np
     import pandas as pd
 
     live = attribution.liveness
@@ -154,10 +170,18 @@ def peak_of(attribution: Any) -> Peak:
     if step is None:
         step = int(live.loc[live["live_bytes"].idxmax(), "step"])
     b = attribution.buffers
-    at = b[(b["start"] >= 0) & (b["start"] <= step) & (b["end"] >= step)].reset_index(drop=True)
-    at = at.assign(buffer_bytes=at["bytes"], bytes=_charge(at) if len(at) else [])
-    at = at[PEAK_COLUMNS].sort_values(["bytes", "buffer_bytes"], ascending=False, kind="stable")
-    at = pd.DataFrame(at).reset_index(drop=True)
+    first, last = b["start"].to_numpy(), b["end"].to_numpy()
+    rows = np.flatnonzero((first >= 0) & (first <= step) & (last >= step))
+    if len(rows):
+        charged = np.asarray(_charge(b.take(rows)), dtype=np.int64)
+        own = b["bytes"].to_numpy()[rows]
+        order = np.lexsort((-own, -charged))  # largest charge first, then largest buffer; ties keep their order
+        at = b.take(rows[order])[PEAK_COLUMNS[1:-1]].reset_index(drop=True)
+        at.insert(0, "bytes", charged[order])
+        at["buffer_bytes"] = own[order]
+    else:
+        at = b.iloc[:0].assign(buffer_bytes=b["bytes"].iloc[:0], bytes=[])
+        at = pd.DataFrame(at[PEAK_COLUMNS]).reset_index(drop=True)
     total = int(live.loc[live["step"] == step, "live_bytes"].iat[0])
     return Peak(step=step, steps=attribution.steps, total_bytes=total,
                 instruction=live.loc[live["step"] == step, "instruction"].iat[0], where=_where(attribution, step),
