@@ -41,13 +41,13 @@ thread-local      a small per-thread value (not device memory)
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._hlo_frames import FrameTable, layer_of, parse_op_name, source_of, stack_text, user_frame
+from xlakit.memory._speaking import CARRIERS, fused_frame, metadata_source, readers_line, stacked_value
 
 __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
 
@@ -56,10 +56,6 @@ ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "recom
 BUFFER_COLUMNS = ["buffer_id", "instruction", "opcode", "bytes", "shape", "dtype", "role", "scope", "phase",
                   "layer", "source", "file", "line", "parameter", "output", "donated", "allocation", "offset",
                   "start", "end", "stack", "block"]
-# Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
-_CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
-                       "transpose", "bitcast-convert", "opt-barrier", "optimization-barrier"})
-_STACKING = _CARRIERS | {"dynamic-update-slice"}  # fusion roots that may stack a slice (see _stacked_value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,93 +136,6 @@ def _entry_parameters(mod: Any) -> dict[int, Any]:
     return out
 
 
-def _metadata_source(mod: Any, iid: int | None) -> Any:
-    """The instruction whose metadata speaks for ``iid``: itself, or for an XLA-inserted carrier without
-    metadata, the value it carries (followed through at most 8 carriers)."""
-    for _ in range(8):
-        ins = mod.instructions.get(iid) if iid is not None else None
-        if ins is None or ins.op_name or ins.frame_id or ins.opcode not in _CARRIERS or not ins.operands:
-            return ins
-        iid = ins.operands[0]
-    return mod.instructions.get(iid) if iid is not None else None
-
-
-def _fused_frame(mod: Any, fusion: Any) -> Any:
-    """For a fusion whose metadata names no stack frame, the fused instruction whose frame speaks for it: the
-    first with the fusion's own op name, else the first met walking from the fused root through operands
-    (nested fusions included); None when no fused instruction has a frame."""
-    own = fusion.op_name.split(";", 1)[0]
-    order: list[Any] = []
-    queue = collections.deque(mod.computations[c][2] for c in fusion.called if c in mod.computations)
-    # (a fusion without a frame of its own is rare: reading its body in full is fine)
-    seen: set[int] = set()
-    while queue:  # breadth-first from the root: the nearest value to what the fusion writes comes first
-        iid = queue.popleft()
-        ins = mod.instructions.get(iid)
-        if iid in seen or ins is None:
-            continue
-        seen.add(iid)
-        order.append(ins)
-        queue.extend(ins.operands)
-        if ins.opcode == "fusion":
-            queue.extend(mod.computations[c][2] for c in ins.called if c in mod.computations)
-    framed = [i for i in order if i.frame_id]
-    same = [i for i in framed if own and i.op_name.split(";", 1)[0] == own]
-    return (same or framed or [None])[0]
-
-
-def _readers_line(mod: Any, positions: list[int], users: dict[int, list[int]], frames: Any) -> tuple:
-    """For a value with no metadata at any of its ``positions`` (a constant XLA broadcast into a buffer of its
-    own for the fusions that read it): ``(stack, first user frame, op name)`` of the one user line every reader
-    is on (readers looked through carriers; a fusion without a frame speaks by its fused instructions), else
-    ``()``: readers on two lines, or one without a user frame, leave the value ``unknown``."""
-    todo, seen, found = list(positions), set(positions), None
-    while todo:
-        for uid in users.get(todo.pop(), ()):
-            ins = mod.instructions.get(uid)
-            if uid in seen or ins is None:
-                continue
-            seen.add(uid)
-            if ins.opcode in _CARRIERS and not ins.frame_id and not ins.op_name:
-                todo.append(uid)
-                continue
-            framed = ins if ins.frame_id else _fused_frame(mod, ins) if ins.opcode == "fusion" else None
-            if framed is None or not framed.frame_id:
-                return ()
-            chain = frames.chain(framed.frame_id)
-            user = user_frame(chain)
-            if user is None or (found is not None and (found[1].file, found[1].line) != (user.file, user.line)):
-                return ()
-            found = found or (chain, user, ins.op_name or framed.op_name)
-    return found or ()
-
-
-def _stacked_value(mod: Any, iid: int) -> Any:
-    """For a ``dynamic-update-slice`` (or a fusion rooted in one: how ``lax.scan`` stacks each iteration's
-    residual into one array), the instruction whose metadata speaks for the slice written — it names the line
-    inside the loop body (``self.up(x)``), where the stacking op's own metadata names the ``scan`` call;
-    else None."""
-    ins = mod.instructions.get(iid)
-    if ins is None or (ins.opcode != "fusion" and ins.opcode not in _STACKING):
-        return None
-    root = ins
-    if ins.opcode == "fusion" and ins.called and ins.called[0] in mod.computations:
-        if mod.root_opcode(ins.called[0]) not in _STACKING:
-            return None  # most fusions: only the root's opcode is read
-        root = mod.root(ins.called[0])
-    while root is not None and root.opcode in _CARRIERS and root.operands:
-        root = mod.instructions.get(root.operands[0])
-    if root is None or root.opcode != "dynamic-update-slice" or len(root.operands) < 2:
-        return None
-    update_id: int | None = root.operands[1]
-    update = mod.instructions.get(update_id)
-    if update is not None and update.opcode == "parameter" and root is not ins:
-        k = update.parameter_number  # a fused computation's parameter k is the fusion's operand k
-        update_id = ins.operands[k] if 0 <= k < len(ins.operands) else None
-    meta = _metadata_source(mod, update_id)
-    return meta if meta is not None and meta.frame_id else None
-
-
 def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[int, str]]:
     """(instruction id -> its phase, read when first asked; instruction id -> its users; the phases read so far,
     which a caller that has read an instruction's op name may fill) over the computations that run in sequence
@@ -262,7 +171,7 @@ def _read_by_backward(ids: list[int], mod: Any, phase: Callable[[int], str], use
             seen.add(user)
             if phase(user) == "backward":
                 return True
-            if mod.instructions[user].opcode in _CARRIERS:
+            if mod.instructions[user].opcode in CARRIERS:
                 stack.append(user)
     return False
 
@@ -387,13 +296,13 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             sources = [ins]
             meta = ins
         else:
-            sources = [_metadata_source(mod, i) for i in positions]
+            sources = [metadata_source(mod, i) for i in positions]
             meta = next((m for m in sources if m is not None and (m.op_name or m.frame_id)), None)
         framed = meta
         if meta is None or not meta.frame_id:  # a fusion XLA built or merged: its fused instructions speak
             fusion = meta if meta is not None else next((f for f in sources if f is not None), None)
             if fusion is not None and fusion.opcode == "fusion":
-                framed = _fused_frame(mod, fusion) or meta
+                framed = fused_frame(mod, fusion) or meta
         frame_id = framed.frame_id if framed is not None else 0
         known_frame = by_frame.get(frame_id)
         if known_frame is None:
@@ -402,7 +311,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         stack, user = known_frame
         stacked = None
         for i in positions if may_stack else ():
-            stacked = _stacked_value(mod, i)
+            stacked = stacked_value(mod, i)
             if stacked is not None:  # a scan's stacked result: the line of the value stacked, not of the scan
                 inner = frames.chain(stacked.frame_id)
                 if user_frame(inner) is not None:
@@ -414,7 +323,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             phases[iid] = names.phase
         made_for = ""
         if user is None and meta is None and iid not in param_ids:
-            readers = _readers_line(mod, positions, users, frames)
+            readers = readers_line(mod, positions, users, frames)
             if readers:  # XLA made it, without metadata, for one line's ops: that line holds it
                 stack, user, reader_op = readers
                 made_for = parse_op_name(reader_op).scope
