@@ -123,10 +123,9 @@ def test_the_tpu_run_raised_bytes_in_use_by_outputs_and_code():
     assert platforms.TPU.code_in_allocator and platforms.TPU.scratch_in_reserved_region
 
 
-def test_a_bare_compiled_uses_the_remembered_dump(monkeypatch):
-    """A TPU Compiled carries no assignment; the dump remembered for its fingerprint supplies it (no compile)."""
-    from xlakit._jax import compiler_dump
-    from xlakit.memory import buffer_assignment
+def _recorded_compiled(fingerprint: bytes):
+    """A stand-in for the TPU's ``jax.stages.Compiled`` of the recorded train step: its ``memory_analysis()`` (no
+    buffer assignment, as on the TPU) and an executable with ``fingerprint`` whose HLO is not to be read."""
 
     class Stats:
         serialized_buffer_assignment_proto = b""
@@ -135,17 +134,24 @@ def test_a_bare_compiled_uses_the_remembered_dump(monkeypatch):
             return TRAIN["memory_analysis"].get(name, 0)
 
     class Runtime:
-        fingerprint = b"recorded-train-step"
-
         class client:
             platform = "tpu"
 
         def hlo_modules(self):
             raise RuntimeError("not needed: the dump carries the module")
 
+    Runtime.fingerprint = fingerprint
+    return types.SimpleNamespace(memory_analysis=Stats, runtime_executable=Runtime)
+
+
+def test_a_bare_compiled_uses_the_remembered_dump(monkeypatch):
+    """A TPU Compiled carries no assignment; the dump remembered for its fingerprint supplies it (no compile)."""
     import jax
 
-    fake = types.SimpleNamespace(memory_analysis=Stats, runtime_executable=Runtime)
+    from xlakit._jax import compiler_dump
+    from xlakit.memory import buffer_assignment
+
+    fake = _recorded_compiled(b"recorded-train-step")
     monkeypatch.setattr(jax.stages, "Compiled", types.SimpleNamespace)  # isinstance(fake, Compiled)
     with pytest.raises(ValueError, match="compiles it once with XLA's dump"):
         buffer_assignment(fake)
@@ -163,21 +169,9 @@ def test_the_tpu_peak_is_xlas_figure_and_names_the_lines_that_fill_the_scratch_r
     from xlakit.memory.attribution import attribute_compiled
     from xlakit.memory.peak import REGION_REST, peak_of
 
-    class Stats:
-        serialized_buffer_assignment_proto = b""
-
-        def __getattr__(self, name):
-            return TRAIN["memory_analysis"].get(name, 0)
-
-    class Runtime:
-        fingerprint = b"recorded-train-step-peak"
-
-        class client:
-            platform = "tpu"
-
     monkeypatch.setattr(jax.stages, "Compiled", types.SimpleNamespace)
-    compiler_dump.remember(_hlo_proto("train_step.after_optimizations.hlo.pb.zst"), Runtime.fingerprint)
-    peak = peak_of(attribute_compiled(types.SimpleNamespace(memory_analysis=Stats, runtime_executable=Runtime)))
+    compiler_dump.remember(_hlo_proto("train_step.after_optimizations.hlo.pb.zst"), b"recorded-train-step-peak")
+    peak = peak_of(attribute_compiled(_recorded_compiled(b"recorded-train-step-peak")))
     assert peak.total_bytes == TRAIN["memory_analysis"]["peak_memory_in_bytes"]
     roles = peak.by("role").raw
     assert int(roles["bytes"].sum()) == peak.total_bytes
