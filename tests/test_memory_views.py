@@ -12,7 +12,16 @@ import pytest
 
 from xlakit._text.format import fmt_bytes
 from xlakit.view.memory_charts import keep_indices, lifetime_chart, liveness_chart, peak_of
-from xlakit.view.peak import group_bytes, peak_caption, peak_html, peak_treemap_figure, peak_treemap_nodes
+from xlakit.view.peak import (
+    MISSING_LABEL,
+    group_bytes,
+    peak_caption,
+    peak_html,
+    peak_treemap_figure,
+    peak_treemap_nodes,
+)
+
+NO_SCOPE, NO_SOURCE = MISSING_LABEL["scope"], MISSING_LABEL["source"]  # the tables' and Peak.by's words
 
 MiB = 2**20
 
@@ -160,11 +169,11 @@ def test_peak_treemap_sums_equal_the_peak_total():
         if children:
             assert sum(children) == value[node_id], node_id
     assert value["peak/jvp(MLP)"] == 13 * MiB and value["peak/jvp(MLP)/model.py:42"] == 8 * MiB
-    assert value["peak/(no scope)/(unknown source)"] == 3 * MiB   # missing metadata: said so, not guessed
+    assert value[f"peak/{NO_SCOPE}/{NO_SOURCE}"] == 3 * MiB   # missing metadata: said so, not guessed
     # p1 (1 MiB) and fusion.2 (3 MiB) are not among the 3 largest: each is summed under its own group.
     smaller = {i: v for i, lab, v in zip(nodes["ids"], nodes["labels"], nodes["values"], strict=True)
                if lab == "+1 smaller buffers"}
-    assert smaller == {"peak/params/train.py:10/+": 1 * MiB, "peak/(no scope)/(unknown source)/+": 3 * MiB}
+    assert smaller == {"peak/params/train.py:10/+": 1 * MiB, f"peak/{NO_SCOPE}/{NO_SOURCE}/+": 3 * MiB}
     fig = peak_treemap_figure(nodes)
     assert fig.data[0].type == "treemap" and fig.data[0].branchvalues == "total"
     assert fig.data[0].values[0] == total
@@ -202,7 +211,7 @@ def test_peak_caption_and_grouping_name_the_largest_group():
     at_peak = _buffers().iloc[[0, 1, 2, 4, 5]]
     sizes = group_bytes(at_peak, "source")
     assert sizes.index[0] == "model.py:42" and int(sizes.iloc[0]) == 8 * MiB
-    assert int(group_bytes(at_peak, "source")["(unknown source)"]) == 3 * MiB
+    assert int(group_bytes(at_peak, "source")[NO_SOURCE]) == 3 * MiB
     caption = peak_caption(at_peak)
     assert caption.startswith("top source model.py:42 (8.0 MiB, mostly residual)")
     assert "top scope jvp(MLP) (13.0 MiB" in caption
@@ -363,7 +372,7 @@ def test_peak_treemap_colours_tiles_by_role_and_names_sources_in_user_terms():
     # Groups in the colour of their main role (by bytes): jvp(MLP) holds 8 MiB residual, 5 MiB temporary.
     assert by_id["peak/jvp(MLP)"][1:] == (ROLE_COLORS["residual"], "residual")
     assert by_id["peak/params"][1:] == (ROLE_COLORS["parameter"], "parameter")
-    assert by_id["peak/(no scope)"][1:] == (ROLE_COLORS["temporary"], "temporary")
+    assert by_id[f"peak/{NO_SCOPE}"][1:] == (ROLE_COLORS["temporary"], "temporary")
     # Source tiles: the source line and the layer; buffers by parameter path or role and shape.
     assert by_id["peak/jvp(MLP)/model.py:42"][0] == "model.py:42<br>MLP.__call__ › jnp.tanh(h)"
     assert by_id["peak/params/train.py:10"][0] == "train.py:10"          # "argument": no layer to add

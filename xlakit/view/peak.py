@@ -4,8 +4,9 @@ a one-line caption naming the largest group, and the snapshot of a peak (livenes
 
 Pure functions of a peak-buffers frame (one row per logical buffer live at the peak: ``bytes``, ``role``,
 ``scope``, ``source``, ``shape``, ``dtype``, ``instruction``, optionally ``parameter``), as
-``xlakit.memory.peak(...).buffers`` gives it. A missing scope or source is shown as "(no scope)" /
-"(unknown source)", never guessed.
+``xlakit.memory.peak(...).buffers`` gives it. A missing scope or source is shown in the same words as ``Peak.by``
+and the tables ("(no name stack: made by XLA)", "(no line of your code: made by XLA or inside a library)"), never
+guessed.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from typing import Any
 from xlakit._text.format import fmt_bytes
 from xlakit._text.table import Column, Table
 from xlakit._text.untrusted import html_wrappable, plotly_text
+from xlakit.memory.peak import UNKNOWN_LABELS
 from xlakit.view.html import frame_records, note, snapshot
 from xlakit.view.memory_charts import ROLE_COLORS, buffer_hover, buffer_label, shape_text
 
 __all__ = ["MISSING_LABEL", "group_bytes", "peak_caption", "peak_treemap_nodes", "peak_treemap_figure",
            "peak_tables_html", "peak_html", "variants_figure"]
 
-#: What a buffer without a value in a grouping column is filed under.
-MISSING_LABEL = {"scope": "(no scope)", "source": "(unknown source)", "role": "unknown", "parameter": "(none)",
-                 "instruction": "?"}
+#: What a buffer without a value in a grouping column is filed under: the same words as ``Peak.by`` and the
+#: tables (:data:`xlakit.memory.peak.UNKNOWN_LABELS`), so a treemap tile and a table row of the same bytes agree.
+MISSING_LABEL = {"scope": UNKNOWN_LABELS["scope"], "source": UNKNOWN_LABELS["source"], "role": UNKNOWN_LABELS["role"],
+                 "parameter": UNKNOWN_LABELS["parameter"], "instruction": UNKNOWN_LABELS["instruction"]}
 _ROOT = "peak"
 
 
@@ -32,8 +35,8 @@ def _labels(buffers, column: str) -> list[str]:
     missing = MISSING_LABEL.get(column, "(none)")
     if column not in buffers.columns:
         return [missing] * len(buffers)
-    return [missing if v is None or (isinstance(v, float) and v != v) or v == "" else str(v)
-            for v in buffers[column]]
+    return [missing if v is None or (isinstance(v, float) and v != v) or str(v) in ("", "unknown", "<NA>", "None")
+            else str(v) for v in buffers[column]]
 
 
 def group_bytes(buffers, by: str):
