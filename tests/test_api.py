@@ -146,6 +146,7 @@ def test_event_log_is_bounded_and_observable():
     ({"max_bytes": "1" * 400}, ValueError, r"max_bytes: size '1111.*\(402 characters\) is more than the largest"),
     ({"max_bytes": 10**400}, ValueError, r"max_bytes: 1000.*is more than the largest cap xlakit accepts"),
     ({"min_compile_time_s": 10**400}, ValueError, r"min_compile_time_s must be a finite number of seconds"),
+    ({"min_compile_time_s": 1e10}, ValueError, r"min_compile_time_s must be .* at most 1e\+09"),
 ])
 def test_enable_cache_refuses_bad_arguments_by_name_before_touching_jax(tmp_path, kwargs, error, match):
     # Before the fix these failed deep inside (os.fspath of an int in store/layout.py, "'<=' not supported"

@@ -229,13 +229,20 @@ def test_numbers_too_large_name_their_setting_everywhere(bucket, capsys, monkeyp
 
     url, _ = bucket
     huge = "9" * 400
-    for flag, value in (("--max-bytes", huge), ("--older-than", huge + "d")):
+    for flag, value in (("--max-bytes", huge), ("--older-than", huge + "d"), ("--older-than", "99999999999d")):
         code, out, err = run(capsys, "cache", "prune", "--remote", url, flag, value)
         assert code == 2 and out == "" and err.startswith(f"xlakit: error: {flag}: ") and len(err) < 400, err
     with pytest.raises(ValueError, match="timeout_s must be a finite number of seconds > 0"):
         remote_timeout_s(10**400)
     monkeypatch.setenv(ENV_WAIT_S, "1e999")
     with pytest.raises(ValueError, match=f"{ENV_WAIT_S} must be a finite number of seconds >= 0"):
+        CoordinatedCompiles(None, None, None)
+    # Finite but past what a clock can wait for: a 1e10 s deadline passed, then every remote read failed inside
+    # threading.Event.wait ("OverflowError: timestamp out of range for platform time_t") and the remote went off.
+    with pytest.raises(ValueError, match=r"timeout_s must be .* at most 1e\+09"):
+        remote_timeout_s(1e10)
+    monkeypatch.setenv(ENV_WAIT_S, "1e10")
+    with pytest.raises(ValueError, match=f"{ENV_WAIT_S} must be .* at most"):
         CoordinatedCompiles(None, None, None)
 
 
