@@ -7,7 +7,6 @@ and prints. See :mod:`xlakit.cli` for the rest of the command line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from xlakit.cli._common import (
@@ -52,10 +51,10 @@ def _by_reason(reports, label) -> list[tuple[str, str]]:
 def _remote(args: argparse.Namespace):
     """(RemoteStore, mode) for ``--remote`` with ``--remote-options`` / ``--remote-mode`` or their variables."""
     from xlakit.cache import remote_maintenance
-    from xlakit.store.remote import remote_settings
+    from xlakit.store.remote import parse_options, remote_settings
 
     try:
-        options = json.loads(args.remote_options) if args.remote_options else None
+        options = parse_options(args.remote_options) if args.remote_options else None
         if options is not None and not isinstance(options, dict):
             raise ValueError("not a JSON object")
     except ValueError as e:
