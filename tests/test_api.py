@@ -231,3 +231,8 @@ def test_a_cache_folder_from_the_variable_is_named_as_such(tmp_path, monkeypatch
     monkeypatch.setenv("XLAKIT_CACHE_DIR", str(tmp_path / "afile"))
     with pytest.raises(CacheFolderError, match=r"it comes from \$XLAKIT_CACHE_DIR: set that to a folder"):
         xlakit.ExecutableCache()
+    # A name too long for the filesystem raised a bare OSError (ENAMETOOLONG) from the first lstat, naming nothing.
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", "9" * 400)
+    with pytest.raises(CacheFolderError, match=r"File name too long.*it comes from \$XLAKIT_CACHE_DIR") as caught:
+        xlakit.ExecutableCache()
+    assert "(400 characters)" in str(caught.value) and len(str(caught.value)) < 400
