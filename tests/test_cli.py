@@ -581,3 +581,29 @@ def test_a_users_own_folder_beside_the_partitions_is_neither_cleared_nor_another
     code, out, _ = run(capsys, "cache", "clear", "--path", str(cache.root), "--yes")
     assert code == 0 and "Removed 3 entries" in out and {i.partition for i in cache.entries()} == {"mystuff"}
     assert (own / "x.xlk").read_text() == "p2" and (own / "data.txt").read_text() == "keep"
+
+
+def test_stats_of_a_folder_and_a_bucket_flooded_with_partitions_stay_short(cache, bucket, capsys):
+    """Fault: one line per partition, so 20,000 junk partition folders (or bucket prefixes) printed 20,000 lines,
+    and the local count scanned every entry once per partition (118 s for 20,000). The largest 20 are shown,
+    the real ones first, and --json lists them all."""
+    url, remote = bucket
+    bucket_root = Path(remote.object_name(PA, "key-a1")).parent.parent
+    for i in range(30):
+        junk = f"cpu-jaxlib0.0.0-x86_64-junk{i:03d}-0000000{i % 10}"
+        Path(cache.root, junk).mkdir()
+        Path(cache.root, junk, f"k{i}.xlk").write_bytes(b"x")
+        Path(bucket_root, junk).mkdir()
+        Path(bucket_root, junk, f"k{i}").write_bytes(b"x")
+    code, out, _ = run(capsys, "cache", "stats", "--path", str(cache.root))
+    assert code == 0 and "Partitions (the 20 largest of 32; --json lists them all)" in out
+    rows = out.split("Partitions")[1].splitlines()[3:]
+    assert len(rows) == 20 and {rows[0].split()[0], rows[1].split()[0]} == {PA, PB}
+    code, data = run_json(capsys, "cache", "stats", "--path", str(cache.root))
+    assert len(data["partitions"]) == 32
+    code, out, _ = run(capsys, "cache", "stats", "--remote", url)
+    lines = [line for line in out.splitlines() if line.startswith("partition")]
+    assert code == 0 and len(lines) == 21 and lines[-1] == "partition   ... and 12 more, smaller (--json lists them all)"
+    assert {lines[0].split()[1], lines[1].split()[1]} == {f"{PA}:", f"{PB}:"}
+    code, data = run_json(capsys, "cache", "stats", "--remote", url)
+    assert len(data["partitions"]) == 32

@@ -21,6 +21,7 @@ from xlakit.cli._common import (
     human,
     local_time,
     parse_size,
+    largest_first,
     print_bounded,
     print_table,
 )
@@ -174,9 +175,12 @@ def stats(args: argparse.Namespace) -> int:
     store = open_store(args)  # a mistyped --path is an error here too, not an empty report
     exists = store.root.is_dir()
     entries = store.entries() if exists else []
+    by_partition: dict[str, list] = {}
+    for info in entries:  # one pass: a scan per partition took 118 s for 20,000 partitions
+        by_partition.setdefault(info.partition, []).append(info)
     partitions = []
     for name in (store.partitions() if exists else []):
-        mine = [i for i in entries if i.partition == name]
+        mine = by_partition.get(name, [])
         partitions.append({
             "name": name,
             "entries": len(mine),
@@ -210,9 +214,11 @@ def stats(args: argparse.Namespace) -> int:
         columns = [Column("name", "partition"), Column("entries", "entries", "count"),
                    Column("bytes", "size", "bytes"), Column("compile_s", "compile", "seconds"),
                    Column("environment", "environment")]
+        shown, more = largest_first(partitions, lambda p: (p["bytes"], p["entries"]))
         rows = [dict(p, compile_s=_finite(p["compile_s"]), environment=_describe_env(p["environment"]))
-                for p in partitions]
-        print_table("Partitions", columns, rows)
+                for p in shown]
+        print_table("Partitions" + (f" (the {len(shown)} largest of {len(partitions)}; --json lists them all)"
+                                    if more else ""), columns, rows)
     return 0
 
 

@@ -14,6 +14,7 @@ from xlakit.cli._common import (
     Column,
     emit_json,
     human,
+    largest_first,
     local_time,
     parse_size,
     print_bounded,
@@ -105,8 +106,11 @@ def stats(args: argparse.Namespace) -> int:
     print(f"remote      {remote.url} (mode {mode})")
     print(f"objects     {stats['count']}, {human(stats['total_bytes'])} ({stats['total_bytes']} bytes)")
     print(f"created     {local_time(stats['oldest'])} .. {local_time(stats['newest'])}")
-    for name, p in sorted(stats["partitions"].items()):
+    shown, more = largest_first(sorted(stats["partitions"].items()), lambda item: (item[1]["bytes"], item[1]["count"]))
+    for name, p in shown:
         print(f"partition   {name}: {p['count']} objects, {human(p['bytes'])}")
+    if more:
+        print(f"partition   ... and {more} more, smaller (--json lists them all)")
     if stats["temps"]:
         print(f"temps       {stats['temps']} unfinished uploads, {human(stats['temp_bytes'])} "
               "(prune removes those over an hour old)")
