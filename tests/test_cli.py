@@ -288,6 +288,31 @@ def test_ls_shows_unreadable_entries(cache, capsys):
     assert junk["key"] == "junk" and "magic" in junk["error"]
 
 
+def test_a_folder_flooded_with_junk_lists_verifies_and_prunes_in_a_few_lines(cache, capsys, tmp_path):
+    """Fault: `ls` printed one table row per unreadable file and `prune` one line per evicted one (20,000 junk files:
+    40,014 and 19,991 lines), and `verify --json` counted entries it skipped as ok. The authenticated entries are
+    listed; the rest are counted with examples, every one in --json."""
+    for i in range(30):
+        Path(cache.root, PA, f"junk{i}.xlk").write_bytes(b"not an envelope")
+    theirs = LocalStore(cache.root, secret=b"another user's secret, 32 bytes")
+    assert theirs.put(PB, "theirs", {"name": "jit_theirs"}, b"x").stored
+    code, out, _ = run(capsys, "cache", "ls", "--path", str(cache.root))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) < 20 and all(name in out for _, _, name, _, _ in ENTRIES)
+    assert ("unreadable 31 entries not listed (their header does not authenticate with this key): 30 damaged or not "
+            "an entry, 1 foreign; --json lists them all") in lines
+    assert lines[-1].startswith("34 entries, ") and lines[-1].endswith("; 31 of them unreadable")
+    assert run_json(capsys, "cache", "ls", "--path", str(cache.root))[1]["count"] == 34
+    code, data = run_json(capsys, "cache", "verify", "--path", str(cache.root), "--partition", PB)
+    assert code == 0 and data["verified"] == 2 and data["ok"] == 1 and len(data["skipped"]) == 1
+    for i in range(30):
+        Path(cache.root, PA, f"junk{i}.xlk").write_bytes(b"not an envelope")  # verify quarantined none of PA
+    code, out, _ = run(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", "1")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) < 15, lines
+    assert lines[0] == "evicted 33 entries evicted: 30 unreadable, 3 least recently used; --json lists them all"
+
+
 def test_where(cache, capsys, tmp_path):
     code, data = run_json(capsys, "cache", "where", "--path", str(cache.root))
     assert code == 0

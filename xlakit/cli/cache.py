@@ -130,14 +130,30 @@ def ls(args: argparse.Namespace) -> int:
         where = f" in partition {args.partition}" if args.partition else ""
         print(f"No entries{where} in {store.root}")
         return 0
-    columns = [Column("name", "name"), Column("partition", "partition"), Column("size", "size", "bytes"),
-               Column("created", "created"), Column("last_used", "last used"),
-               Column("compile_s", "compile", "seconds")]
-    rows = [{"name": _label(i), "partition": i.partition, "size": i.size_bytes, "created": local_time(i.created),
-             "last_used": local_time(i.last_used), "compile_s": _finite(i.compile_s)} for i in entries]
-    print_table(str(store.root), columns, rows)
-    print(f"{len(entries)} entries, {human(total)} ({total} bytes)")
+    # The table lists the entries whose header authenticates; the others (another user's, damaged, or junk that
+    # anyone who can write the folder put there: 40,000 rows once) are said bounded, every one in --json.
+    listed = [i for i in entries if "error" not in i.header]
+    unreadable = [i for i in entries if "error" in i.header]
+    if listed:
+        columns = [Column("name", "name"), Column("partition", "partition"), Column("size", "size", "bytes"),
+                   Column("created", "created"), Column("last_used", "last used"),
+                   Column("compile_s", "compile", "seconds")]
+        rows = [{"name": _label(i), "partition": i.partition, "size": i.size_bytes, "created": local_time(i.created),
+                 "last_used": local_time(i.last_used), "compile_s": _finite(i.compile_s)} for i in listed]
+        print_table(str(store.root), columns, rows)
+    print_bounded([(_unreadable_kind(i), f"{i.partition} [{i.key}] ({human(i.size_bytes)}): {i.header['error']}")
+                   for i in unreadable], "entries not listed (their header does not authenticate with this key)",
+                  "--json lists them all", prefix="unreadable ")
+    print(f"{len(entries)} entries, {human(total)} ({total} bytes)"
+          + (f"; {len(unreadable)} of them unreadable" if unreadable else ""))
     return 0
+
+
+def _unreadable_kind(info) -> str:
+    """What groups an unreadable entry in a summary: ``foreign``/``stale`` (another key or format: someone else's,
+    left alone), else ``damaged or not an entry``."""
+    kind = str(info.header.get("error", "")).partition(":")[0]
+    return kind if kind in ("foreign", "stale") else "damaged or not an entry"
 
 
 def _environment_summary(info: dict | None) -> dict[str, Any] | None:
@@ -242,7 +258,7 @@ def verify(args: argparse.Namespace) -> int:
     moved = {str(info.path) for info, _ in bad if not info.path.exists()}
     quarantine = store.root / "quarantine"
     if args.json:
-        emit_json({"folder": str(store.root), "verified": len(results), "ok": len(results) - len(bad),
+        emit_json({"folder": str(store.root), "verified": len(results), "ok": len(results) - len(bad) - len(skipped),
                    "bad": [dict(_entry_dict(i), reason=r, quarantined=str(i.path) in moved) for i, r in bad],
                    "skipped": [dict(_entry_dict(i), reason=r) for i, r in skipped],
                    "quarantine": str(quarantine)})
@@ -291,9 +307,10 @@ def prune(args: argparse.Namespace) -> int:
                    "within_limit": after <= limit,
                    "evicted": [_entry_dict(i) for i in evicted]})
         return 0
-    for info in evicted:
-        print(f"evicted {info.partition}/{_label(info)} ({human(info.size_bytes)}, "
-              f"last used {local_time(info.last_used)})")
+    # One line each up to ten, then counts and examples: a folder holding 20,000 junk files printed 20,000 lines.
+    print_bounded([("unreadable" if "error" in info.header else "least recently used",
+                    f"{info.partition}/{_label(info)} ({human(info.size_bytes)}, last used {local_time(info.last_used)})")
+                   for info in evicted], "entries evicted", "--json lists them all", prefix="evicted ")
     print(f"Evicted {len(evicted)} entries; {store.root} now holds {human(after)} ({after} bytes), "
           f"limit {human(limit)} ({limit} bytes)")
     if after > limit:
