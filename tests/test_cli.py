@@ -628,7 +628,8 @@ def test_stats_of_a_folder_and_a_bucket_flooded_with_partitions_stay_short(cache
     assert len(data["partitions"]) == 32
     code, out, _ = run(capsys, "cache", "stats", "--remote", url)
     lines = [line for line in out.splitlines() if line.startswith("partition")]
-    assert code == 0 and len(lines) == 21 and lines[-1] == "partition   ... and 12 more, smaller (--json lists them all)"
+    assert code == 0 and len(lines) == 21
+    assert lines[-1] == "partition   ... and 12 more, smaller (--json lists them all)"
     assert {lines[0].split()[1], lines[1].split()[1]} == {f"{PA}:", f"{PB}:"}
     code, data = run_json(capsys, "cache", "stats", "--remote", url)
     assert len(data["partitions"]) == 32

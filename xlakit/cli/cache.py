@@ -19,9 +19,9 @@ from xlakit.cli._common import (
     Column,
     emit_json,
     human,
+    largest_first,
     local_time,
     parse_size,
-    largest_first,
     print_bounded,
     print_table,
 )
@@ -308,9 +308,10 @@ def prune(args: argparse.Namespace) -> int:
                    "evicted": [_entry_dict(i) for i in evicted]})
         return 0
     # One line each up to ten, then counts and examples: a folder holding 20,000 junk files printed 20,000 lines.
-    print_bounded([("unreadable" if "error" in info.header else "least recently used",
-                    f"{info.partition}/{_label(info)} ({human(info.size_bytes)}, last used {local_time(info.last_used)})")
-                   for info in evicted], "entries evicted", "--json lists them all", prefix="evicted ")
+    lines = [("unreadable" if "error" in info.header else "least recently used",
+              f"{info.partition}/{_label(info)} ({human(info.size_bytes)}, last used {local_time(info.last_used)})")
+             for info in evicted]
+    print_bounded(lines, "entries evicted", "--json lists them all", prefix="evicted ")
     print(f"Evicted {len(evicted)} entries; {store.root} now holds {human(after)} ({after} bytes), "
           f"limit {human(limit)} ({limit} bytes)")
     if after > limit:
