@@ -11,7 +11,8 @@ import os
 import re
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_SECONDS", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds"]
+__all__ = ["MAX_BYTES", "MAX_SECONDS", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds",
+           "check_int"]
 
 #: The largest byte count xlakit accepts anywhere (a size, a cap): 2**63 - 1 bytes (8 EiB), what an int64 holds
 #: and what headers and listings may say (:data:`xlakit.store.safejson.MAX_INT`). Larger is a ValueError naming
@@ -98,6 +99,22 @@ def check_max_bytes(value: Any, name: str = "max_bytes") -> int | None:
     if value is not None and value > MAX_BYTES:
         raise ValueError(f"{name}: {_shown(given)} is more than the largest cap xlakit accepts, {MAX_BYTES} bytes "
                          "(8 EiB); pass None for no cap")
+    return value
+
+
+def check_int(value: Any, name: str, *, minimum: int = 0, what: str = "number of bytes") -> int:
+    """``value`` if it is an int (not a bool) from ``minimum`` to :data:`MAX_BYTES` (what an int64 holds: byte
+    counts, batch sizes). A 400-digit budget raised "OverflowError: int too large to convert to float" from deep in
+    the arithmetic; a 400-digit batch size an MLIR type error.
+
+    Raises:
+      TypeError: not an int (a float or a bool included), naming ``name``.
+      ValueError: below ``minimum`` or over :data:`MAX_BYTES`, naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int {what}, got {type(value).__name__} {_shown(value)}")
+    if not minimum <= value <= MAX_BYTES:
+        raise ValueError(f"{name} must be an int {what} from {minimum} to {MAX_BYTES} (2**63-1), got {_shown(value)}")
     return value
 
 
