@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 __all__ = ["MAX_BYTES", "MAX_SECONDS", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds",
-           "check_int"]
+           "check_int", "wait_timeout"]
 
 #: The largest byte count xlakit accepts anywhere (a size, a cap): 2**63 - 1 bytes (8 EiB), what an int64 holds
 #: and what headers and listings may say (:data:`xlakit.store.safejson.MAX_INT`). Larger is a ValueError naming
@@ -147,3 +147,16 @@ def finite_seconds(value: Any, name: str, *, positive: bool = True) -> float:
         raise ValueError(f"{name} must be a finite number of seconds {'> 0' if positive else '>= 0'} and at most "
                          f"{MAX_SECONDS:.0e} (about 31 years), e.g. 30; got {_shown(value)}")
     return seconds
+
+
+def wait_timeout(value: Any, name: str = "timeout") -> float | None:
+    """A ``timeout`` of a public wait as Python's waits take it: None or ``inf`` -> None (wait for ever), else
+    :func:`finite_seconds` (>= 0). ``threading`` raised "OverflowError: timestamp out of range for platform
+    time_t" for inf, 1e10 or 400 digits, and NaN read as "still loading after nan s".
+
+    Raises:
+      ValueError: naming ``name``: NaN, negative, over :data:`MAX_SECONDS` (finite), or not a number.
+    """
+    if value is None or (isinstance(value, float) and value == math.inf):
+        return None
+    return finite_seconds(value, name, positive=False)

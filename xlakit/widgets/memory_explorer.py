@@ -238,7 +238,9 @@ class MemoryExplorer(View, widgets.VBox):
         Raises:
           TimeoutError: still compiling after ``timeout`` seconds.
         """
-        if not self._idle.wait(timeout):
+        from xlakit._units import wait_timeout
+
+        if not self._idle.wait(wait_timeout(timeout)):
             raise TimeoutError(f"MemoryExplorer: variant {self.key} still compiling after {timeout} s")
         if threading.current_thread() is threading.main_thread():
             self._draw()  # the kernel's queued redraw runs only after this cell; draw now
