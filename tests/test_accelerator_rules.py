@@ -88,6 +88,37 @@ def test_an_entry_with_host_code_records_the_cpu_and_is_refused_on_another():
     assert entry.unrunnable_reason({"custom_calls": TRAIN["custom_calls"]}, moved) is None
 
 
+def test_header_fields_of_any_size_are_judged_in_one_pass_and_said_briefly(monkeypatch):
+    """A header signed by any holder of the secret may list a million custom calls or a 16 MiB host_cpu: each name
+    was looked up in jaxlib's LAPACK table anew (8.9 s per lookup for 10**6 names) and every reason, event and
+    warning carried the whole list (10.9 MB); a host_cpu that was not a string let host code run unjudged."""
+    from jaxlib.cpu import _lapack
+
+    from xlakit.cache import entry
+
+    calls = []
+    real = _lapack.registrations
+    monkeypatch.setattr(_lapack, "registrations", lambda: calls.append(1) or real())
+    kernels.unready_reason(["k"], "cpu")  # imports what the check needs (JAX's own modules read the table too)
+    calls.clear()
+    names = [f"k{i}" for i in range(kernels.MAX_TARGETS - 1)]
+    reason = kernels.unready_reason(names + ["lapack_sgetrf_ffi"], "cpu")
+    assert calls == []  # the table was read once per process, not once per name
+    assert reason.startswith("kernel(s) ['k0', 'k1', 'k10', 'k100', 'k1000'] and 9,994 more are not registered")
+    assert len(reason) < 200
+    assert len(kernels.unready_reason(["xla_python_cpu_callback"] * 9_000, "cpu")) < 200
+    assert len(str(kernels.KernelsNotReady(names, "why"))) < 300
+    many = ["k"] * (kernels.MAX_TARGETS + 1)  # more than any executable calls: refused before a name is looked at
+    assert kernels.unready_reason(many, "cpu") == ("the entry lists 10,001 custom-call targets, more than the 10,000 "
+                                                   "an executable could call")
+
+    tpu = Environment.from_dict(FACTS["environment"])
+    for host_cpu, said in (("x" * 10**6, "other CPU features (host_cpu xxxx"), (123, "names the CPU as 123"),
+                           (["a"], "names the CPU as ['a']"), (None, "names the CPU as None")):
+        reason = entry.unrunnable_reason({"custom_calls": ["HostExecute"], "host_cpu": host_cpu}, tpu)
+        assert said in reason and len(reason) < 300, reason
+
+
 # -- memory ------------------------------------------------------------------------------------------------------
 def _train_assignment():
     from xlakit._jax.compiler_dump import split_hlo_proto

@@ -146,6 +146,7 @@ def test_event_log_is_bounded_and_observable():
     ({"max_bytes": "1" * 400}, ValueError, r"max_bytes: size '1111.*\(402 characters\) is more than the largest"),
     ({"max_bytes": 10**400}, ValueError, r"max_bytes: 1000.*is more than the largest cap xlakit accepts"),
     ({"min_compile_time_s": 10**400}, ValueError, r"min_compile_time_s must be a finite number of seconds"),
+    ({"min_compile_time_s": 1e10}, ValueError, r"min_compile_time_s must be .* at most 1e\+09"),
 ])
 def test_enable_cache_refuses_bad_arguments_by_name_before_touching_jax(tmp_path, kwargs, error, match):
     # Before the fix these failed deep inside (os.fspath of an int in store/layout.py, "'<=' not supported"
@@ -230,3 +231,8 @@ def test_a_cache_folder_from_the_variable_is_named_as_such(tmp_path, monkeypatch
     monkeypatch.setenv("XLAKIT_CACHE_DIR", str(tmp_path / "afile"))
     with pytest.raises(CacheFolderError, match=r"it comes from \$XLAKIT_CACHE_DIR: set that to a folder"):
         xlakit.ExecutableCache()
+    # A name too long for the filesystem raised a bare OSError (ENAMETOOLONG) from the first lstat, naming nothing.
+    monkeypatch.setenv("XLAKIT_CACHE_DIR", "9" * 400)
+    with pytest.raises(CacheFolderError, match=r"File name too long.*it comes from \$XLAKIT_CACHE_DIR") as caught:
+        xlakit.ExecutableCache()
+    assert "(400 characters)" in str(caught.value) and len(str(caught.value)) < 400

@@ -505,3 +505,13 @@ def test_a_load_that_waits_for_every_program_loads_them_on_the_calling_thread_to
     with pytest.raises(KeyboardInterrupt):
         load_bundle(warm_bundle, progress=False, background=False, max_workers=1)
     assert not [t for t in threading.enumerate() if t.name == "xlakit-bundle"]
+
+
+def test_waits_take_inf_as_for_ever_and_refuse_nan_by_name(warm_bundle):
+    """Fault: wait(inf), wait(1e10) and wait_for(..., timeout=inf) raised "OverflowError: timestamp out of range for
+    platform time_t" from threading, and wait(nan) said the programs were "still loading after nan s"."""
+    loaded = load_bundle(warm_bundle, progress=False)
+    assert loaded.wait(float("inf")) is loaded and loaded.wait_for(4, timeout=float("inf"))
+    for bad in (float("nan"), 1e10, -1):
+        with pytest.raises(ValueError, match="timeout must be a finite number of seconds >= 0"):
+            loaded.wait(bad)

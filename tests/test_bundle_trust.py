@@ -305,3 +305,11 @@ def test_killed_export_temp_is_removed_by_the_next_export_and_check(tmp_path):
         else:
             assert [Path(t).name for t in check_bundle(path).removed_temps] == [temps[0].name]
         assert list(path.glob(".*.tmp")) == []
+
+
+@pytest.mark.parametrize("workers, error", [("3", TypeError), (2.5, TypeError), (True, TypeError), (0, ValueError)])
+def test_max_workers_of_another_type_is_refused_by_name(tmp_path, workers, error):
+    """Fault: "3" raised "'<' not supported between instances of 'str' and 'int'"; 2.5 and True were taken as thread
+    counts. Checked before the folder is read."""
+    with pytest.raises(error, match="max_workers must be"):
+        load_bundle(tmp_path / "no-bundle", max_workers=workers, progress=False)

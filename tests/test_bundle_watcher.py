@@ -159,3 +159,16 @@ def test_bad_arguments(tmp_path):
         BundleWatcher(tmp_path, print, poll_s=0)
     with pytest.raises(NotADirectoryError):
         BundleWatcher(tmp_path / "missing", print)
+
+
+@pytest.mark.parametrize("poll_s", [float("inf"), 1e10, 10**400, float("nan"), 0])
+def test_a_poll_interval_that_is_not_seconds_is_refused_by_name(tmp_path, poll_s):
+    """Fault: inf or 1e10 passed the "> 0" check, then the polling thread died on its first wait ("OverflowError:
+    timestamp out of range for platform time_t", printed by threading) and nothing was watched; 10**400 raised
+    "int too large to convert to float"."""
+    with pytest.raises(ValueError, match="poll_s must be a finite number of seconds > 0"):
+        BundleWatcher(tmp_path, lambda change: None, poll_s=poll_s)
+    watcher = BundleWatcher(tmp_path, lambda change: None, poll_s=0.05)
+    assert watcher.stop(float("inf")) and watcher.stop(None)  # inf waits for ever, as None does
+    with pytest.raises(ValueError, match="timeout must be"):
+        watcher.stop(float("nan"))

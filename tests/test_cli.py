@@ -229,13 +229,20 @@ def test_numbers_too_large_name_their_setting_everywhere(bucket, capsys, monkeyp
 
     url, _ = bucket
     huge = "9" * 400
-    for flag, value in (("--max-bytes", huge), ("--older-than", huge + "d")):
+    for flag, value in (("--max-bytes", huge), ("--older-than", huge + "d"), ("--older-than", "99999999999d")):
         code, out, err = run(capsys, "cache", "prune", "--remote", url, flag, value)
         assert code == 2 and out == "" and err.startswith(f"xlakit: error: {flag}: ") and len(err) < 400, err
     with pytest.raises(ValueError, match="timeout_s must be a finite number of seconds > 0"):
         remote_timeout_s(10**400)
     monkeypatch.setenv(ENV_WAIT_S, "1e999")
     with pytest.raises(ValueError, match=f"{ENV_WAIT_S} must be a finite number of seconds >= 0"):
+        CoordinatedCompiles(None, None, None)
+    # Finite but past what a clock can wait for: a 1e10 s deadline passed, then every remote read failed inside
+    # threading.Event.wait ("OverflowError: timestamp out of range for platform time_t") and the remote went off.
+    with pytest.raises(ValueError, match=r"timeout_s must be .* at most 1e\+09"):
+        remote_timeout_s(1e10)
+    monkeypatch.setenv(ENV_WAIT_S, "1e10")
+    with pytest.raises(ValueError, match=f"{ENV_WAIT_S} must be .* at most"):
         CoordinatedCompiles(None, None, None)
 
 
@@ -279,6 +286,31 @@ def test_ls_shows_unreadable_entries(cache, capsys):
     assert code == 0 and data["count"] == 3
     [junk] = [e for e in data["entries"] if e["name"] is None]
     assert junk["key"] == "junk" and "magic" in junk["error"]
+
+
+def test_a_folder_flooded_with_junk_lists_verifies_and_prunes_in_a_few_lines(cache, capsys, tmp_path):
+    """Fault: `ls` printed one table row per unreadable file and `prune` one line per evicted one (20,000 junk files:
+    40,014 and 19,991 lines), and `verify --json` counted entries it skipped as ok. The authenticated entries are
+    listed; the rest are counted with examples, every one in --json."""
+    for i in range(30):
+        Path(cache.root, PA, f"junk{i}.xlk").write_bytes(b"not an envelope")
+    theirs = LocalStore(cache.root, secret=b"another user's secret, 32 bytes")
+    assert theirs.put(PB, "theirs", {"name": "jit_theirs"}, b"x").stored
+    code, out, _ = run(capsys, "cache", "ls", "--path", str(cache.root))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) < 20 and all(name in out for _, _, name, _, _ in ENTRIES)
+    assert ("unreadable 31 entries not listed (their header does not authenticate with this key): 30 damaged or not "
+            "an entry, 1 foreign; --json lists them all") in lines
+    assert lines[-1].startswith("34 entries, ") and lines[-1].endswith("; 31 of them unreadable")
+    assert run_json(capsys, "cache", "ls", "--path", str(cache.root))[1]["count"] == 34
+    code, data = run_json(capsys, "cache", "verify", "--path", str(cache.root), "--partition", PB)
+    assert code == 0 and data["verified"] == 2 and data["ok"] == 1 and len(data["skipped"]) == 1
+    for i in range(30):
+        Path(cache.root, PA, f"junk{i}.xlk").write_bytes(b"not an envelope")  # verify quarantined none of PA
+    code, out, _ = run(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", "1")
+    lines = out.splitlines()
+    assert code == 0 and len(lines) < 15, lines
+    assert lines[0] == "evicted 33 entries evicted: 30 unreadable, 3 least recently used; --json lists them all"
 
 
 def test_where(cache, capsys, tmp_path):
@@ -574,3 +606,30 @@ def test_a_users_own_folder_beside_the_partitions_is_neither_cleared_nor_another
     code, out, _ = run(capsys, "cache", "clear", "--path", str(cache.root), "--yes")
     assert code == 0 and "Removed 3 entries" in out and {i.partition for i in cache.entries()} == {"mystuff"}
     assert (own / "x.xlk").read_text() == "p2" and (own / "data.txt").read_text() == "keep"
+
+
+def test_stats_of_a_folder_and_a_bucket_flooded_with_partitions_stay_short(cache, bucket, capsys):
+    """Fault: one line per partition, so 20,000 junk partition folders (or bucket prefixes) printed 20,000 lines,
+    and the local count scanned every entry once per partition (118 s for 20,000). The largest 20 are shown,
+    the real ones first, and --json lists them all."""
+    url, remote = bucket
+    bucket_root = Path(remote.object_name(PA, "key-a1")).parent.parent
+    for i in range(30):
+        junk = f"cpu-jaxlib0.0.0-x86_64-junk{i:03d}-0000000{i % 10}"
+        Path(cache.root, junk).mkdir()
+        Path(cache.root, junk, f"k{i}.xlk").write_bytes(b"x")
+        Path(bucket_root, junk).mkdir()
+        Path(bucket_root, junk, f"k{i}").write_bytes(b"x")
+    code, out, _ = run(capsys, "cache", "stats", "--path", str(cache.root))
+    assert code == 0 and "Partitions (the 20 largest of 32; --json lists them all)" in out
+    rows = out.split("Partitions")[1].splitlines()[3:]
+    assert len(rows) == 20 and {rows[0].split()[0], rows[1].split()[0]} == {PA, PB}
+    code, data = run_json(capsys, "cache", "stats", "--path", str(cache.root))
+    assert len(data["partitions"]) == 32
+    code, out, _ = run(capsys, "cache", "stats", "--remote", url)
+    lines = [line for line in out.splitlines() if line.startswith("partition")]
+    assert code == 0 and len(lines) == 21
+    assert lines[-1] == "partition   ... and 12 more, smaller (--json lists them all)"
+    assert {lines[0].split()[1], lines[1].split()[1]} == {f"{PA}:", f"{PB}:"}
+    code, data = run_json(capsys, "cache", "stats", "--remote", url)
+    assert len(data["partitions"]) == 32

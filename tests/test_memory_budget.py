@@ -48,6 +48,10 @@ def test_update_only_raises_the_scratch_ceiling():
     ({"wiggle": 1.0}, "wiggle"),
     ({"pinned_bytes": -1}, "pinned_bytes"),
     ({"scratch_bytes": -5}, "scratch bytes must be >= 0"),
+    # 400 digits raised "OverflowError: int too large to convert to float", naming nothing
+    ({"arena_bytes": 10**400}, r"arena_bytes must be an int number of bytes from 1 to 9223372036854775807"),
+    ({"pinned_bytes": 10**400}, r"pinned_bytes must be an int number of bytes from 0 to"),
+    ({"scratch_bytes": [10, 10**400]}, r"scratch_bytes must be an int number of bytes from 0 to"),
 ])
 def test_bad_values_raise_saying_which(kwargs, match):
     args = {"arena_bytes": 1000, "scratch_bytes": 10, **kwargs}

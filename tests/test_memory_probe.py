@@ -85,6 +85,14 @@ def test_programs_that_cannot_be_isolated_raise_clearly():
         probe(42)
 
 
+@pytest.mark.parametrize("timeout_s", [float("nan"), float("inf"), 10**400, 0, -1])
+def test_an_isolated_probe_refuses_a_timeout_that_is_not_seconds_by_name(timeout_s):
+    """Fault: NaN, inf and 400 digits failed inside subprocess ("cannot convert float NaN to integer"); 0 and -1
+    started a child and then said it "ran past -1 s"."""
+    with pytest.raises(ValueError, match="timeout_s must be a finite number of seconds > 0"):
+        probe(jax.jit(lambda x: x * 2), jnp.ones(3), isolate=True, timeout_s=timeout_s)
+
+
 def test_display_forms():
     r = probe(tiny, jnp.ones(4))
     assert "scratch" in repr(r) and "Probe" in r._repr_html_()

@@ -167,3 +167,18 @@ def test_static_arguments_and_python_scalars_stay_values_in_sweep_and_max_batch(
     assert trained.loc[64, "total_bytes"] != frame.loc[64, "total_bytes"]  # the train=True program
     found = max_batch(step, make, int(frame["total_bytes"].max()), lo=32, hi=64)
     assert found.batch == 64 and list(found.frame["batch"]) == [32, 64]
+
+
+def test_sizes_past_int64_are_refused_by_name_before_anything_compiles():
+    """Fault: a 400-digit budget raised "OverflowError: int too large to convert to float" after compiling, and a
+    400-digit batch size an MLIR type error ("get(): incompatible function arguments")."""
+    def never(b):
+        raise AssertionError("nothing may be compiled")
+
+    fn = jax.jit(lambda x: x * 2)
+    for kwargs, name in (({"budget_bytes": 10**400}, "budget_bytes"), ({"budget_bytes": 1000, "lo": 10**400}, "lo"),
+                         ({"budget_bytes": 1000, "hi": 10**400}, "hi")):
+        with pytest.raises(ValueError, match=f"^{name} must be an int .* from 1 to 9223372036854775807"):
+            max_batch(fn, never, **kwargs)
+    with pytest.raises(ValueError, match=r"batch sizes must be positive ints \(at most 2\*\*63-1\)"):
+        sweep(fn, never, [1, 10**400])

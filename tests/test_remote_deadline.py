@@ -131,7 +131,7 @@ def test_a_forged_object_costs_a_reader_its_first_read_only(server):
 def test_deadline_setting_is_checked():
     assert remote_timeout_s(environ={}) == 30.0
     assert remote_timeout_s(environ={"XLAKIT_CACHE_REMOTE_TIMEOUT_S": "2.5"}) == 2.5
-    for bad in ("0", "-1", "soon", "nan", "inf"):
+    for bad in ("0", "-1", "soon", "nan", "inf", "1e10"):  # 1e10 s overflowed threading.Event.wait
         with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_TIMEOUT_S"):
             remote_timeout_s(environ={"XLAKIT_CACHE_REMOTE_TIMEOUT_S": bad})
 

@@ -305,6 +305,24 @@ def test_an_entry_the_quarantine_cannot_take_says_exactly_what_happened(store, m
     assert "No space left on device" in out
 
 
+def test_a_huge_sparse_file_is_not_copied_to_a_quarantine_on_another_filesystem(store, monkeypatch):
+    """Fault: a 64 GiB sparse file at an entry's name (free to plant) is refused unread, then copied byte by byte to
+    a quarantine on another filesystem: one lookup wrote zeros until that filesystem was full (2 GiB of tmpfs: 6.8 s).
+    Over the entry bound it is not copied: it stays, the read says why, and the next write replaces it."""
+    store.put(PART, "k", _header(), b"payload" * 100)
+    path = store.root / PART / "k.xlk"
+    size = 2 * 1024**3 + 1  # one byte over the bound (a larger file only made the unfixed copy longer)
+    with open(path, "r+b") as f:
+        f.truncate(size)
+    _no_cross_device_moves(monkeypatch)
+    res = store.get(PART, "k")
+    assert res.status == "corrupt" and res.quarantined_to is None and path.stat().st_size == size
+    assert "over the 2147483648-byte bound of a copy to a quarantine on another filesystem" in res.disposition
+    assert not any(store.root.joinpath("quarantine", PART).glob("k.*"))
+    monkeypatch.undo()
+    assert store.put(PART, "k", _header(), b"fresh").stored and store.get(PART, "k").payload == b"fresh"
+
+
 def test_truncated_entry_is_corrupt(store):
     store.put(PART, "k", _header(), os.urandom(1000))
     path = store.root / PART / "k.xlk"

@@ -192,6 +192,17 @@ def test_remote_settings_from_arguments_and_environment():
         remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_OPTIONS": "endpoint=x"})
     with pytest.raises(ValueError, match="JSON object"):
         remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_OPTIONS": "[1]"})
+    # 100,000 nested brackets raised RecursionError out of enable_cache (and the CLI's --remote-options)
+    with pytest.raises(ValueError, match="XLAKIT_CACHE_REMOTE_OPTIONS is not JSON .*nested deeper than 64"):
+        remote_settings(environ={"XLAKIT_CACHE_REMOTE": "s3://b", "XLAKIT_CACHE_REMOTE_OPTIONS": "[" * 100_000})
+
+
+def test_remote_options_flag_nested_too_deep_is_a_usage_error(tmp_path, capsys):
+    from xlakit.cli import main
+
+    code = main(["cache", "ls", "--remote", (tmp_path / "r").as_uri(), "--remote-options", "[" * 100_000])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("xlakit: error: --remote-options: nested deeper than 64") and len(err) < 300
 
 
 def test_plan_prune_by_age_then_size():

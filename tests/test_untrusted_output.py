@@ -179,6 +179,18 @@ def test_reprs_and_text_tables_show_control_characters_as_escapes():
     assert "\x1b" not in text and "PWNED" in text
 
 
+def test_one_huge_cell_does_not_widen_every_row_of_a_text_table():
+    """Rows are padded to the widest cell: a 4 MB name in one signed entry header made `xlakit cache ls` print 50 MB
+    for ten entries. A text cell shows at most MAX_CELL characters, saying how long it was."""
+    from xlakit._text.table import Column, Table
+
+    rows = [{"name": "A" * 4_000_000, "n": 1}] + [{"name": f"jit_f{i}", "n": i} for i in range(9)]
+    text = Table([Column("name", "name"), Column("n", "n", "count")], rows).to_text()
+    lines = text.splitlines()
+    assert len(lines) == 12 and max(map(len, lines)) < 300
+    assert "… (4,000,000 characters)" in lines[2] and lines[3].startswith("jit_f0 ")
+
+
 def test_a_bundle_name_reaches_the_notebook_progress_bar_as_text(monkeypatch):
     """Fault: ``load_bundle`` put the manifest's name into tqdm's notebook bar, which writes it into an HTML
     widget unescaped: a bundle named ``<img src=x onerror=...>`` ran script in the user's JupyterLab."""

@@ -123,6 +123,10 @@ def test_memory_explorer_compiles_in_the_background_redraws_and_shows_errors(tmp
     (line,) = e.variants_chart.figure.data                                     # peak against batch size
     assert line.x == (8, 32) and line.y == (first.peak_bytes, big.peak_bytes)
 
+    assert e.wait(float("inf")) is big                # inf waits for ever (threading raised OverflowError)
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds"):
+        e.wait(float("nan"))                          # said "still compiling after nan s"
+
     e.batch = 3                                       # make_args fails: shown, recorded, nothing raised
     failed = e.wait(60)
     assert failed.error == "ValueError: batch 3 does not divide the devices"

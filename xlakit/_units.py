@@ -11,13 +11,19 @@ import os
 import re
 from typing import Any
 
-__all__ = ["MAX_BYTES", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds"]
+__all__ = ["MAX_BYTES", "MAX_SECONDS", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds",
+           "check_int", "wait_timeout"]
 
 #: The largest byte count xlakit accepts anywhere (a size, a cap): 2**63 - 1 bytes (8 EiB), what an int64 holds
 #: and what headers and listings may say (:data:`xlakit.store.safejson.MAX_INT`). Larger is a ValueError naming
 #: the setting, never an OverflowError from deep inside.
 MAX_BYTES = 2**63 - 1
 _MAX_INT_DIGITS = len(str(MAX_BYTES))
+#: The longest span of seconds xlakit accepts for a setting (a deadline, a wait, a threshold, an age): 10**9 s, about
+#: 31.7 years. Larger finite numbers are a ValueError naming the setting: a deadline of 1e10 s passed every check, then
+#: each remote read failed inside ``threading.Event.wait`` ("OverflowError: timestamp out of range for platform
+#: time_t", past ~9.2e9 s) and three of them switched the remote off.
+MAX_SECONDS = 10**9
 
 _UNITS = {
     "": 1, "b": 1,
@@ -96,6 +102,22 @@ def check_max_bytes(value: Any, name: str = "max_bytes") -> int | None:
     return value
 
 
+def check_int(value: Any, name: str, *, minimum: int = 0, what: str = "number of bytes") -> int:
+    """``value`` if it is an int (not a bool) from ``minimum`` to :data:`MAX_BYTES` (what an int64 holds: byte
+    counts, batch sizes). A 400-digit budget raised "OverflowError: int too large to convert to float" from deep in
+    the arithmetic; a 400-digit batch size an MLIR type error.
+
+    Raises:
+      TypeError: not an int (a float or a bool included), naming ``name``.
+      ValueError: below ``minimum`` or over :data:`MAX_BYTES`, naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int {what}, got {type(value).__name__} {_shown(value)}")
+    if not minimum <= value <= MAX_BYTES:
+        raise ValueError(f"{name} must be an int {what} from {minimum} to {MAX_BYTES} (2**63-1), got {_shown(value)}")
+    return value
+
+
 def check_seconds(value: Any, name: str = "min_compile_time_s") -> float:
     """``value`` as a float number of seconds: a finite int or float >= 0 (bool refused).
 
@@ -111,17 +133,30 @@ def check_seconds(value: Any, name: str = "min_compile_time_s") -> float:
 
 def finite_seconds(value: Any, name: str, *, positive: bool = True) -> float:
     """``value`` (a number or a numeric string, e.g. from an environment variable) as a float number of seconds:
-    finite and > 0 (``positive``) or >= 0.
+    finite, at most :data:`MAX_SECONDS`, and > 0 (``positive``) or >= 0.
 
     Raises:
-      ValueError: naming ``name``: not a number, NaN, infinite, out of range, or an int too large for a float
-        (which ``float()`` reports as an ``OverflowError``).
+      ValueError: naming ``name``: not a number, NaN, infinite, over :data:`MAX_SECONDS`, below the bound, or an
+        int too large for a float (which ``float()`` reports as an ``OverflowError``).
     """
     try:
         seconds = float(value)
     except (TypeError, ValueError, OverflowError):
         seconds = float("nan")
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        raise ValueError(f"{name} must be a finite number of seconds {'> 0' if positive else '>= 0'} (e.g. 30), "
-                         f"got {_shown(value)}")
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0) or seconds > MAX_SECONDS:
+        raise ValueError(f"{name} must be a finite number of seconds {'> 0' if positive else '>= 0'} and at most "
+                         f"{MAX_SECONDS:.0e} (about 31 years), e.g. 30; got {_shown(value)}")
     return seconds
+
+
+def wait_timeout(value: Any, name: str = "timeout") -> float | None:
+    """A ``timeout`` of a public wait as Python's waits take it: None or ``inf`` -> None (wait for ever), else
+    :func:`finite_seconds` (>= 0). ``threading`` raised "OverflowError: timestamp out of range for platform
+    time_t" for inf, 1e10 or 400 digits, and NaN read as "still loading after nan s".
+
+    Raises:
+      ValueError: naming ``name``: NaN, negative, over :data:`MAX_SECONDS` (finite), or not a number.
+    """
+    if value is None or (isinstance(value, float) and value == math.inf):
+        return None
+    return finite_seconds(value, name, positive=False)

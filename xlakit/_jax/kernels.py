@@ -38,6 +38,7 @@ LAPACK bindings, as lowering would).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable
 
@@ -45,7 +46,7 @@ from xlakit._jax import platforms
 from xlakit._jax.assignment import _proto_fields, _varint
 
 __all__ = ["KernelsNotReady", "make_ready", "prepare", "custom_call_targets", "serialized_targets", "recorded_targets",
-           "unready_reason", "host_code"]
+           "unready_reason", "host_code", "MAX_TARGETS"]
 
 # Custom calls that XLA's compilers expand or implement themselves (no registered kernel is looked up).
 _XLA_BUILTIN = frozenset({
@@ -72,8 +73,25 @@ class KernelsNotReady(RuntimeError):
     def __init__(self, targets: Iterable[str], reason: str):
         self.targets = tuple(sorted(targets))
         self.reason = reason
-        super().__init__(f"the program calls kernel(s) {list(self.targets)} that are not ready in this process "
+        super().__init__(f"the program calls kernel(s) {_named(self.targets)} that are not ready in this process "
                          f"without lowering: {reason}")
+
+
+#: Most custom-call targets :func:`unready_reason` judges: an executable calls a few dozen distinct kernels (the largest
+#: recorded here: 4 on the TPU, 12 on CPU); a header that lists more is refused unread (its load would read the real
+#: executable anyway), so that a million names cost no more than ten.
+MAX_TARGETS = 10_000
+#: Names a message lists; past this many, a count ("and 999,995 more"). Entry headers carry ``custom_calls`` and a
+#: header signed by any holder of the secret may list a million: each was put in a reason, an event and a warning.
+_NAMED = 5
+
+
+def _named(names: Iterable[str]) -> str:
+    """``['a', 'b', ...]`` of at most :data:`_NAMED` names (each cut to 80 characters), then how many more."""
+    names = list(names)
+    shown = [n if len(n) <= 80 else n[:77] + "..." for n in names[:_NAMED]]
+    more = len(names) - len(shown)
+    return f"{shown}" + (f" and {more:,} more" if more else "")
 
 
 def custom_call_targets(executable) -> frozenset[str]:
@@ -257,37 +275,39 @@ def unready_reason(targets, platform: str, *, callbacks: bool = False) -> str | 
     say what a load will do). ``targets`` None (not recorded): None, the load itself will check."""
     if targets is None:
         return None
+    targets = targets if isinstance(targets, (list, tuple)) else list(targets)
+    if len(targets) > MAX_TARGETS:  # a million names took 8.9 s per lookup, each looked up in jaxlib's tables
+        return (f"the entry lists {len(targets):,} custom-call targets, more than the {MAX_TARGETS:,} an executable "
+                "could call")
     platform = platform.lower()
     rule = platforms.rules(platform)
-    refused = [t for t in targets if t in _CALLBACK_TARGETS and not callbacks]
+    named = set(targets)
+    refused = named & _CALLBACK_TARGETS if not callbacks else set()
     if refused:
         return (f"the program calls back into Python ({', '.join(sorted(refused))}), and a loaded executable "
                 "carries no Python callbacks")
     if rule.custom_calls_compiled_in:
         return None
-    registered: frozenset[str] | None = None
-    unknown = []
-    for t in targets:
-        if t in _CALLBACK_TARGETS or t.startswith("__") or t in _XLA_BUILTIN:
-            continue
-        if platform == "cpu" and (_is_lapack(t) or t in _cpu_sparse_targets()):
-            continue  # made ready at load, as lowering would
-        if registered is None:
-            registered = _registered(platform)
-        if t not in registered:
-            unknown.append(t)
+    rest = {t for t in named - _CALLBACK_TARGETS - _XLA_BUILTIN if not t.startswith("__")}
+    if platform == "cpu" and rest:  # made ready at load, as lowering would
+        rest = {t for t in rest - _lapack_targets() - _cpu_sparse_targets() if not t.startswith("lapack_")}
+    unknown = sorted(rest - _registered(platform)) if rest else []
     if unknown:
-        return (f"kernel(s) {sorted(unknown)} are not registered for {platform!r} in this process (XLA looks them "
+        return (f"kernel(s) {_named(unknown)} are not registered for {platform!r} in this process (XLA looks them "
                 "up here)")
     return None
 
 
 def _is_lapack(target: str) -> bool:
-    if target.startswith("lapack_"):
-        return True
+    return target.startswith("lapack_") or target in _lapack_targets()
+
+
+@functools.lru_cache(maxsize=1)
+def _lapack_targets() -> frozenset[str]:
+    """The LAPACK kernel names jaxlib registers (``jaxlib.cpu._lapack.registrations()``: fixed for the process)."""
     from jaxlib.cpu import _lapack
 
-    return target in _lapack.registrations()
+    return frozenset(_lapack.registrations())
 
 
 _lapack_initialized = False
@@ -308,6 +328,7 @@ def _initialize_lapack() -> None:
     _lapack_initialized = True
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_sparse_targets() -> frozenset[str]:
     try:
         from jax._src.lib import cpu_sparse

@@ -19,6 +19,17 @@ __all__ = ["Column", "Table", "KINDS"]
 
 #: Column kinds: how a cell is formatted.
 KINDS = ("text", "bytes", "seconds", "count", "float", "datetime", "html")
+#: Characters a text cell shows at most (:meth:`Table.to_text`); longer ones end in "… (N characters)". Every row is
+#: padded to its column's widest cell, so one 4 MB name (an entry header may hold one) made ``xlakit cache ls``
+#: print 50 MB for ten entries.
+MAX_CELL = 240
+
+
+def _fit(text: str) -> str:
+    if len(text) <= MAX_CELL:
+        return text
+    tail = f"… ({len(text):,} characters)"
+    return text[: MAX_CELL - len(tail)] + tail
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,10 +101,11 @@ class Table:
         return fmt_value(v, column.kind)
 
     def to_text(self) -> str:
-        """Aligned plain text: numbers right-aligned, text left-aligned, a rule under the header."""
+        """Aligned plain text: numbers right-aligned, text left-aligned, a rule under the header; cells longer than
+        :data:`MAX_CELL` characters are cut (the HTML and the data keep them whole)."""
         cols = self.cols
         # Cells hold names from manifests, buckets and logs: shown as text, never as terminal control sequences.
-        grid = [[terminal_text(c.header) for c in cols]] + [[terminal_text(self.cell_text(c, r)) for c in cols]
+        grid = [[terminal_text(c.header) for c in cols]] + [[_fit(terminal_text(self.cell_text(c, r))) for c in cols]
                                                             for r in self.shown]
         widths = [max(len(line[i]) for line in grid) for i in range(len(cols))]
         right = [c.kind in ("bytes", "seconds", "count", "float") for c in cols]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xlakit._text.untrusted import html_text
+from xlakit._units import wait_timeout
 from xlakit.bundle.errors import BundleError, ModuleError
 from xlakit.bundle.manifest import DEFAULT_VARIANT, Manifest, ModuleSpec, dtype_name
 from xlakit.bundle.reports import REPORT_COLUMNS, ModuleReport
@@ -104,7 +105,9 @@ class LoadedBundle:
 
         Raises:
           TimeoutError: ``timeout`` seconds passed first (the load goes on).
+          ValueError: ``timeout`` is NaN, negative or a finite number over 10**9 (None or inf: wait for ever).
         """
+        timeout = wait_timeout(timeout)
         if not self._loader.wait(timeout):
             raise TimeoutError(f"bundle {self.manifest.name!r}: programs still loading after {timeout} s")
         if self._finished is None:
@@ -123,7 +126,8 @@ class LoadedBundle:
     def wait_for(self, batch_size: int, variant: str = DEFAULT_VARIANT, timeout: float | None = None) -> bool:
         """Wait for one exported program (moved to the front of the queue); True if it loaded, False if it
         failed. Raises KeyError for a size or variant the manifest does not export, TimeoutError after
-        ``timeout`` seconds."""
+        ``timeout`` seconds, ValueError for a ``timeout`` :meth:`wait` refuses."""
+        timeout = wait_timeout(timeout)
         if (variant, batch_size) not in self._files:
             sizes = sorted(b for v, b in self._files if v == variant)
             raise KeyError(f"bundle {self.manifest.name!r} exports no program of variant {variant!r} at batch size "

@@ -125,6 +125,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       xlakit.bundle.WeightsError: the weights file is missing, unreadable, or its tensor names, shapes or
         dtypes disagree with the manifest.
       xlakit._jax.serialize.DevicePlacementError: ``devices`` is not exactly one addressable device.
+      TypeError: ``max_workers`` is not an int (a bool, a float or a str included).
       ValueError: ``max_workers`` < 1.
     """
     from xlakit._jax.environment import current_environment
@@ -132,6 +133,10 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
 
     start = time.perf_counter()
     path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
+    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
+        # "3" raised "'<' not supported between str and int"; 2.5 and True were taken as thread counts
+        raise TypeError(f"max_workers must be an int number of threads (>= 1) or None, got "
+                        f"{type(max_workers).__name__} {max_workers!r:.40}")
     if max_workers is not None and max_workers < 1:
         raise ValueError(f"max_workers must be >= 1, got {max_workers}")
     log = log or _events.log()

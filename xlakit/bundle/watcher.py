@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from xlakit._units import finite_seconds, wait_timeout
 from xlakit.bundle.manifest import MANIFEST, MODULE_SUFFIX
 
 __all__ = ["BundleWatcher", "BundleChange", "fingerprint"]
@@ -148,13 +149,15 @@ class BundleWatcher:
     manager, or call :meth:`stop`; the thread is a daemon, so a forgotten watcher never blocks exit.
 
     Raises:
-      ValueError: ``poll_s`` <= 0. NotADirectoryError: ``repo_dir`` is not a folder.
+      ValueError: ``poll_s`` not a finite number of seconds > 0 (at most 10**9), or a ``stop`` timeout that
+        is NaN or negative. NotADirectoryError: ``repo_dir`` is not a folder.
     """
 
     def __init__(self, repo_dir: str | os.PathLike, on_change: Callable[[BundleChange], object],
                  poll_s: float = 1.0, *, start: bool = True) -> None:
-        if not poll_s > 0:
-            raise ValueError(f"poll_s must be > 0 seconds, got {poll_s}")
+        # inf or 1e10 passed "> 0", then the polling thread died on its first wait ("OverflowError: timestamp out
+        # of range for platform time_t") and nothing was watched; "1" raised a bare TypeError
+        poll_s = finite_seconds(poll_s, "poll_s")
         self.repo_dir = Path(repo_dir)
         if not self.repo_dir.is_dir():
             raise NotADirectoryError(f"{self.repo_dir} is not a folder of bundles")
@@ -190,6 +193,7 @@ class BundleWatcher:
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Stop polling and wait up to ``timeout`` seconds for the thread (a running ``on_change`` finishes
         first). Idempotent. Returns True when the thread has ended."""
+        timeout = wait_timeout(timeout)
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():

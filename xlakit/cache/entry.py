@@ -127,18 +127,29 @@ def runtime_fields(executable: Any, environment: Any, serialized: bytes | None =
     return fields
 
 
+def _shown(value: Any, limit: int = 40) -> str:
+    """A header value in a message: its repr cut to ``limit`` characters (a signed header may hold 16 MiB)."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def unrunnable_reason(header: Mapping[str, Any], environment: Any, *, callbacks: bool = False) -> str | None:
     """Why this process could not run an authenticated entry's executable without lowering it, from its header
     alone (nothing is loaded), or None. ``environment``: this process's
     :class:`~xlakit._jax.environment.Environment`. Entries without the fields are not judged here (their load
-    checks)."""
+    checks); a ``host_cpu`` that is not a string is refused (the executable holds host code for a CPU nobody can
+    tell). Reasons are bounded: a header signed by any holder of the secret may carry megabytes in either field."""
     from xlakit._jax import kernels
 
-    host_cpu = header.get("host_cpu")
-    if isinstance(host_cpu, str) and host_cpu != environment.cpu_flags_hash:
-        return (f"the executable embeds host machine code compiled for other CPU features (host_cpu {host_cpu}, "
-                f"this host {environment.cpu_flags_hash})")
+    if "host_cpu" in header:  # the executable embeds host machine code: run it only on the CPU it names
+        host_cpu = header["host_cpu"]
+        if not isinstance(host_cpu, str):  # only a writer holding the secret could put it there: never guess
+            return (f"the executable embeds host machine code, and its entry names the CPU as {_shown(host_cpu)}, "
+                    "not a CPU feature hash")
+        if host_cpu != environment.cpu_flags_hash:
+            return (f"the executable embeds host machine code compiled for other CPU features (host_cpu "
+                    f"{_shown(host_cpu)}, this host {environment.cpu_flags_hash})")
     targets = header.get("custom_calls")
-    if isinstance(targets, list) and all(isinstance(t, str) for t in targets):
+    if isinstance(targets, list) and (len(targets) > kernels.MAX_TARGETS or all(isinstance(t, str) for t in targets)):
         return kernels.unready_reason(targets, environment.platform, callbacks=callbacks)
     return None

@@ -35,16 +35,18 @@ _AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 def parse_age(text: str) -> float:
     """Seconds from ``"30d"``, ``"12h"``, ``"90m"``, ``"2w"``, ``"3600"`` (plain number: seconds).
 
-    Raises ValueError naming the accepted forms."""
+    Raises ValueError naming the accepted forms, also for an age over :data:`xlakit._units.MAX_SECONDS`."""
     import math
 
     m = _AGE.match(text or "")
     if not m:
         raise ValueError(f"invalid age {text!r}: use a number with s, m, h, d or w, e.g. 30d or 12h")
+    from xlakit._units import MAX_SECONDS
+
     seconds = float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]  # 400 digits: inf, refused below
-    if not math.isfinite(seconds):
-        raise ValueError(f"age {text[:40]!r}{'...' if len(text) > 40 else ''} is too large: use a number with s, m, "
-                         "h, d or w, e.g. 30d or 12h")
+    if not math.isfinite(seconds) or seconds > MAX_SECONDS:
+        raise ValueError(f"age {text[:40]!r}{'...' if len(text) > 40 else ''} is too large (at most "
+                         f"{MAX_SECONDS:.0e} s, about 31 years): use a number with s, m, h, d or w, e.g. 30d or 12h")
     return seconds
 
 

@@ -20,7 +20,7 @@ from xlakit._text.untrusted import terminal_text
 from xlakit._units import parse_size  # re-exported: the CLI and the API read sizes alike
 
 __all__ = ["PROG", "CliError", "Parser", "parse_size", "human", "local_time", "seconds", "emit_json",
-           "print_table", "print_bounded", "Column", "SHOW_ALL", "EXAMPLES"]
+           "print_table", "print_bounded", "Column", "SHOW_ALL", "EXAMPLES", "SHOW_ROWS", "largest_first"]
 
 PROG = "xlakit"
 
@@ -83,6 +83,19 @@ def print_table(caption: str | None, columns: Sequence[Column], rows: Sequence[M
 SHOW_ALL = 10
 EXAMPLES = 3
 _MAX_KINDS = 8  # kinds come from closed sets; a ninth and later are counted together
+
+
+#: Rows of a summary (one per partition) printed at most; a folder or bucket holding 20,000 junk partitions printed
+#: 20,000 lines. ``--json`` lists them all.
+SHOW_ROWS = 20
+
+
+def largest_first(rows: Sequence[Any], size: Any, limit: int = SHOW_ROWS) -> tuple[list[Any], int]:
+    """``(rows to print, how many are left out)``: all of ``rows`` in their order when there are at most ``limit``,
+    else the ``limit`` largest by ``size(row)`` (a team's real partitions before an attacker's one-byte ones)."""
+    if len(rows) <= limit:
+        return list(rows), 0
+    return sorted(rows, key=size, reverse=True)[:limit], len(rows) - limit
 
 
 def print_bounded(items: Sequence[tuple[str, str]], what: str, where: str, *, prefix: str = "",

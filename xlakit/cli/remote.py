@@ -7,7 +7,6 @@ and prints. See :mod:`xlakit.cli` for the rest of the command line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from xlakit.cli._common import (
@@ -15,6 +14,7 @@ from xlakit.cli._common import (
     Column,
     emit_json,
     human,
+    largest_first,
     local_time,
     parse_size,
     print_bounded,
@@ -52,10 +52,10 @@ def _by_reason(reports, label) -> list[tuple[str, str]]:
 def _remote(args: argparse.Namespace):
     """(RemoteStore, mode) for ``--remote`` with ``--remote-options`` / ``--remote-mode`` or their variables."""
     from xlakit.cache import remote_maintenance
-    from xlakit.store.remote import remote_settings
+    from xlakit.store.remote import parse_options, remote_settings
 
     try:
-        options = json.loads(args.remote_options) if args.remote_options else None
+        options = parse_options(args.remote_options) if args.remote_options else None
         if options is not None and not isinstance(options, dict):
             raise ValueError("not a JSON object")
     except ValueError as e:
@@ -106,8 +106,11 @@ def stats(args: argparse.Namespace) -> int:
     print(f"remote      {remote.url} (mode {mode})")
     print(f"objects     {stats['count']}, {human(stats['total_bytes'])} ({stats['total_bytes']} bytes)")
     print(f"created     {local_time(stats['oldest'])} .. {local_time(stats['newest'])}")
-    for name, p in sorted(stats["partitions"].items()):
+    shown, more = largest_first(sorted(stats["partitions"].items()), lambda item: (item[1]["bytes"], item[1]["count"]))
+    for name, p in shown:
         print(f"partition   {name}: {p['count']} objects, {human(p['bytes'])}")
+    if more:
+        print(f"partition   ... and {more} more, smaller (--json lists them all)")
     if stats["temps"]:
         print(f"temps       {stats['temps']} unfinished uploads, {human(stats['temp_bytes'])} "
               "(prune removes those over an hour old)")

@@ -19,6 +19,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 
+from xlakit._units import check_int
 from xlakit.memory._display import fmt_bytes, html_table
 
 __all__ = ["Budget", "weight_budget", "DEFAULT_FRACTION", "DEFAULT_WIGGLE"]
@@ -97,6 +98,7 @@ def _max_scratch(scratch: int | Iterable[int]) -> int:
             raise TypeError(f"scratch must be bytes as int (or ints), got {type(v).__name__}")
         if v < 0:
             raise ValueError(f"scratch bytes must be >= 0, got {v}")
+        check_int(v, "scratch_bytes")
     return max(values, default=0)
 
 
@@ -116,7 +118,8 @@ def weight_budget(arena_bytes: int, scratch_bytes: int | Iterable[int], fraction
       :class:`Budget`; ``overcommitted`` is set when the pool is <= 0 or the pinned bytes exceed it.
 
     Raises:
-      ValueError: a value out of range (the message says which). TypeError: a byte count that is not int.
+      ValueError: a value out of range, a byte count over 2**63-1 included (the message says which). TypeError: a
+        byte count that is not int.
     """
     for label, value in (("arena_bytes", arena_bytes), ("pinned_bytes", pinned_bytes)):
         if not isinstance(value, int) or isinstance(value, bool):
@@ -125,6 +128,8 @@ def weight_budget(arena_bytes: int, scratch_bytes: int | Iterable[int], fraction
         raise ValueError(f"arena_bytes must be > 0, got {arena_bytes}")
     if pinned_bytes < 0:
         raise ValueError(f"pinned_bytes must be >= 0, got {pinned_bytes}")
+    check_int(arena_bytes, "arena_bytes", minimum=1)  # 400 digits: "int too large to convert to float" below, not named
+    check_int(pinned_bytes, "pinned_bytes")
     if not (0 < fraction <= 1) or math.isnan(fraction):
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
     if not (0 <= wiggle < 1) or math.isnan(wiggle):

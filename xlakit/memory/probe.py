@@ -378,7 +378,7 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool | str = False, warmup: 
       warmup: run once before the measured run (its scratch is ``first_run_scratch_bytes``), so the result is
         what every run needs, not the one-time state of a first execution (~17 MiB for the demo transformer
         train step in a fresh process). False: one run, measured.
-      timeout_s: seconds the subprocess may take (``isolate=True``).
+      timeout_s: seconds the subprocess may take (``isolate=True``): finite, > 0, at most 10**9.
 
     Returns:
       :class:`ProbeResult`: bytes measured (``method`` names the reset and where it ran), XLA's own account
@@ -387,7 +387,8 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool | str = False, warmup: 
     Raises:
       TypeError: unsupported input. ValueError: ``isolate=True`` with a multi-device program, or one that
       cannot be serialized even freshly compiled (host callbacks), or a ``Compiled`` that has run and cannot
-      be serialized any more (pass the function and its arguments instead). RuntimeError: the subprocess
+      be serialized any more (pass the function and its arguments instead), or a ``timeout_s`` that is not a
+      finite number of seconds > 0 (NaN, inf, 0, -1, 400 digits). RuntimeError: the subprocess
       failed (its stderr is included).
     """
     import jax
@@ -403,6 +404,10 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool | str = False, warmup: 
         isolate = not exclusive
     elif not isinstance(isolate, bool):
         raise ValueError(f"isolate must be True, False or 'auto', not {isolate!r}")
+    if isolate:  # NaN, inf and 400 digits failed inside subprocess; 0 and -1 started a child "that ran past -1 s"
+        from xlakit._units import finite_seconds
+
+        timeout_s = finite_seconds(timeout_s, "timeout_s")
     if isolate and exclusive:
         raise ValueError(f"isolate=True runs the program in a fresh process, but this process holds the "
                          f"{devices[0].platform.upper()} and only one process at a time can open it; call probe() "

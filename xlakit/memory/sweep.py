@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from xlakit._units import MAX_BYTES, _shown, check_int
 from xlakit.memory._display import fmt_bytes, html_table, term_words
 
 __all__ = ["Sweep", "MaxBatch", "sweep", "max_batch", "TERMS"]
@@ -204,9 +205,9 @@ def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] =
 
 def _sizes(batch_sizes: Iterable[int]) -> list[int]:
     sizes = list(batch_sizes)
-    bad = [b for b in sizes if isinstance(b, bool) or not isinstance(b, int) or b < 1]
+    bad = [b for b in sizes if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BYTES]
     if bad or not sizes:
-        raise ValueError(f"batch sizes must be positive ints, got {bad or sizes}")
+        raise ValueError(f"batch sizes must be positive ints (at most 2**63-1), got {_shown(bad or sizes)}")
     return sorted(set(sizes))
 
 
@@ -226,13 +227,18 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
       lo, hi: the range searched; ``hi=None``: no upper bound (doubling stops at 2**20 rows).
 
     Raises:
-      ValueError: a budget or bound that is not a positive int, or ``hi < lo``.
+      ValueError: a budget or bound that is not a positive int (or is over 2**63-1), or ``hi < lo``.
     """
     for name, v in (("budget_bytes", budget_bytes), ("lo", lo)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+            raise ValueError(f"{name} must be a positive int, got {_shown(v)}")
     if hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or hi < lo):
-        raise ValueError(f"hi must be an int >= lo ({lo}), or None; got {hi!r}")
+        raise ValueError(f"hi must be an int >= lo ({_shown(lo)}), or None; got {_shown(hi)}")
+    # 400 digits: "int too large to convert to float" from the comparison, an MLIR type error from the shape
+    check_int(budget_bytes, "budget_bytes", minimum=1)
+    check_int(lo, "lo", minimum=1, what="batch size")
+    if hi is not None:
+        check_int(hi, "hi", minimum=1, what="batch size")
     tried: dict[int, dict[str, Any]] = {}
 
     def fits(b: int) -> bool:

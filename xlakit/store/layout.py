@@ -175,7 +175,11 @@ def prepare_root(root: Path) -> Path:
         what_to_do = f"it comes from ${ENV_CACHE_DIR}: set that to a folder you can create and write, or pass one"
     else:
         what_to_do = f"pass a folder you can create and write, or set {ENV_CACHE_DIR}"
-    st = _fs.lstat(root)
+    try:
+        st = _fs.lstat(root)
+    except OSError as exc:  # a name too long for the filesystem (ENAMETOOLONG), a looping path (ELOOP), EACCES
+        raise CacheFolderError(f"cannot use cache folder {_shown_path(root)} ({exc.strerror or exc}); "
+                               f"{what_to_do}") from exc
     if st is not None and not stat.S_ISDIR(st.st_mode):
         if stat.S_ISLNK(st.st_mode) and os.path.isdir(root):
             return root  # a link to a folder is how many home folders point at a larger disk
@@ -184,8 +188,14 @@ def prepare_root(root: Path) -> Path:
         _fs.ensure_dir(root)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise CacheFolderError(f"cannot create cache folder {root} ({reason}); {what_to_do}") from exc
+        raise CacheFolderError(f"cannot create cache folder {_shown_path(root)} ({reason}); {what_to_do}") from exc
     return root
+
+
+def _shown_path(path: Path, limit: int = 200) -> str:
+    """``path`` for a message, its middle cut past ``limit`` characters (a 4,000-character name stays one line)."""
+    text = str(path)
+    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-limit // 2:]} ({len(text)} characters)"
 
 
 def file_stem(key: str) -> str:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import _fs
+from .entries import MAX_ENTRY_BYTES
 from .layout import (
     ENTRY_SUFFIX,
     QUARANTINE,
@@ -71,27 +72,40 @@ def _move(name: str, src: int, dest: str, dst: int) -> bool:
     return True
 
 
+#: Largest file copied to a quarantine on another filesystem: the largest entry a read accepts
+#: (:data:`xlakit.store.entries.MAX_ENTRY_BYTES`). A larger one was refused unread, so a copy keeps nothing worth
+#: keeping, and it costs what it is long: a 64 GiB sparse file (free to plant) made one ``jax.jit`` lookup write
+#: zeros until the quarantine's filesystem was full. It stays in place (told), and the next write replaces it.
+MAX_COPY_BYTES = MAX_ENTRY_BYTES
+
+
 def _copy_across(name: str, src: int, dest: str, dst: int) -> bool:
     """The quarantine is on another filesystem (neither a link nor a rename crosses one): copy the regular file
     ``name`` into a new ``dest`` (``O_EXCL | O_NOFOLLOW``, 0600), fsync it, then unlink ``name``. False if
     ``dest`` is taken. Raises OSError (the partial copy removed, the original in place) when the copy fails (the
-    quarantine's filesystem full or read-only) or ``name`` is not a regular file (a link or FIFO is never
-    followed or opened for reading)."""
-    import shutil
-
+    quarantine's filesystem full or read-only), ``name`` is not a regular file (a link or FIFO is never
+    followed or opened for reading), or it is (or grows while copied) over :data:`MAX_COPY_BYTES`."""
     fin = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=src)
     try:
         st = os.fstat(fin)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EXDEV, f"{name} is {_fs._kind(st.st_mode)}: it cannot be copied to a quarantine on "
                                        "another filesystem")
+        if st.st_size > MAX_COPY_BYTES:
+            raise OSError(errno.EFBIG, f"{name} is {st.st_size} bytes, over the {MAX_COPY_BYTES}-byte bound of a copy "
+                                       "to a quarantine on another filesystem")
         try:
             fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dst)
         except FileExistsError:
             return False
         try:
             with os.fdopen(os.dup(fin), "rb") as r, os.fdopen(fout, "wb") as w:
-                shutil.copyfileobj(r, w, 1 << 20)
+                copied = 0
+                while chunk := r.read(1 << 20):
+                    copied += len(chunk)
+                    if copied > MAX_COPY_BYTES:  # it grows while copied
+                        raise OSError(errno.EFBIG, f"{name} grew past the {MAX_COPY_BYTES}-byte bound while copied")
+                    w.write(chunk)
                 w.flush()
                 os.fsync(w.fileno())
         except OSError:

@@ -44,7 +44,8 @@ from .base import ObjectRefused, ObjectStat
 from .layout import valid_partition
 
 __all__ = ["verify_object", "RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune", "Scan",
-           "temp_age", "is_upload_temp", "remote_timeout_s", "DeadlineExceeded", "ENV_TIMEOUT_S", "DEFAULT_TIMEOUT_S"]
+           "temp_age", "is_upload_temp", "remote_timeout_s", "parse_options", "DeadlineExceeded", "ENV_TIMEOUT_S",
+           "DEFAULT_TIMEOUT_S"]
 
 LAYOUT = "v1"
 _NAME = re.compile(r"[A-Za-z0-9_.=-]{1,255}")
@@ -251,8 +252,6 @@ def remote_settings(url: str | None = None, mode: str | None = None, storage_opt
     Raises:
       ValueError: a mode other than rw/ro, or options that are not a JSON object; the message names the setting.
     """
-    import json
-
     url = url if url is not None else (environ.get("XLAKIT_CACHE_REMOTE") or None)
     if not url:
         return None
@@ -263,13 +262,22 @@ def remote_settings(url: str | None = None, mode: str | None = None, storage_opt
     if storage_options is None:
         text = environ.get("XLAKIT_CACHE_REMOTE_OPTIONS") or "{}"
         try:
-            storage_options = json.loads(text)
+            storage_options = parse_options(text)
         except ValueError as e:
             raise ValueError(f"XLAKIT_CACHE_REMOTE_OPTIONS is not JSON ({e}); use an object such as "
                              '\'{"endpoint_url": "http://127.0.0.1:8333"}\'') from None
         if not isinstance(storage_options, dict):
             raise ValueError("XLAKIT_CACHE_REMOTE_OPTIONS must be a JSON object of fsspec storage options")
     return url, mode, dict(storage_options)
+
+
+def parse_options(text: str) -> Any:
+    """The JSON value of a storage-options setting (``XLAKIT_CACHE_REMOTE_OPTIONS``, ``--remote-options``), parsed
+    with bounded nesting and finite numbers (:func:`xlakit.store.safejson.loads`): ``[`` nested 100,000 deep made
+    ``json.loads`` raise RecursionError out of ``enable_cache``. Raises ValueError (UnsafeJson) saying why."""
+    from .safejson import loads
+
+    return loads(text)
 
 
 def verify_object(blob: bytes, partition: str, key: str, secret: bytes) -> str | None:

@@ -247,7 +247,13 @@ class MemoryExplorer(View, widgets.VBox):
         Raises:
           TimeoutError: still compiling after ``timeout`` seconds.
         """
-        if not self._idle.wait(timeout):
+        # As xlakit._units.wait_timeout (a view imports no private module): NaN read as "still compiling after nan
+        # s", and threading raised OverflowError for inf or 1e10; inf waits for ever.
+        forever = timeout == float("inf")
+        if not forever and not 0 <= timeout <= 1e9:
+            raise ValueError(f"timeout must be a finite number of seconds >= 0 and at most 1e+09 (inf waits for "
+                             f"ever), got {timeout!r}")
+        if not self._idle.wait(None if forever else timeout):
             raise TimeoutError(f"MemoryExplorer: variant {self.key} still compiling after {timeout} s")
         if threading.current_thread() is threading.main_thread():
             self._draw()  # the kernel's queued redraw runs only after this cell; draw now
