@@ -14,7 +14,7 @@ Two ways to read: :class:`Message` (:func:`parse`) groups every record of a mess
 small or rarely read parts; :func:`scan`, :func:`spans` and :func:`table` read a message in place — nested
 messages as ``(start, end)`` offsets into one buffer, nothing copied, unwanted records stepped over — for the
 ~10^5 records of a large program's buffer assignment and module, where the cost is the Python work per record
-(one- and two-byte keys, lengths and values are read inline; :mod:`xlakit.memory._assignment_decode` and
+(one- and two-byte keys, lengths and values are read inline; :mod:`xlakit.memory._assignment_records` and
 :mod:`xlakit.memory._hlo_module` read their hottest messages with the same inline steps).
 """
 
