@@ -135,6 +135,24 @@ class SeaweedS3:
         """SIGSTOP the server: connections are still accepted by the kernel, nothing answers (a hung server)."""
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGSTOP)
+        # kill() returns when the signal is queued, not when every thread has stopped: on a loaded machine a
+        # request sent at once may still be answered (seen on CI). Wait until /proc shows each thread stopped.
+        deadline = time.monotonic() + 10
+        while not self._all_threads_stopped():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the S3 server (pid {self.proc.pid}) did not stop within 10 s of SIGSTOP")
+            time.sleep(0.005)
+
+    def _all_threads_stopped(self) -> bool:
+        """True when every thread of the server reads state T (stopped) in /proc/<pid>/task/<tid>/stat."""
+        assert self.proc is not None
+        states = []
+        for stat in Path(f"/proc/{self.proc.pid}/task").glob("*/stat"):
+            try:
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                continue  # a thread that exited meanwhile
+        return bool(states) and all(state in "Tt" for state in states)
 
     def resume(self) -> None:
         assert self.proc is not None
