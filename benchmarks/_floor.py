@@ -5,7 +5,8 @@ Per program this is what ``jax.experimental.serialize_executable.deserialize_and
 whose persistent ``('exec', bytes)`` id calls ``Client.deserialize_executable``, then ``unloaded.load()`` and
 ``jax.stages.Compiled``. The payloads are read from the bundle's ``.cache`` (verified by xlakit's store) and put
 in JAX's own format (the executable inside the pickle; xlakit stores it after the pickle) before a timed span
-starts. Used by ``bundle_warm_start.py``, ``first_result.py`` and ``accelerator.py``.
+starts. Used by ``bundle_warm_start.py``, ``first_result.py`` and ``accelerator.py``. :func:`handover` times, side by
+side, what xlakit and the floor do before XLA's deserializer gets the executable's bytes.
 """
 
 from __future__ import annotations
@@ -71,6 +72,66 @@ def jax_format(payload: bytes) -> bytes:
     with io.BytesIO() as f:
         Pickler(f).dump(objects)
         return f.getvalue()
+
+
+def handover(bundle: str | Path, batch_size: int | None = None, repeats: int = 5) -> dict[str, Any]:
+    """What comes before XLA's ``deserialize_executable`` on a warm load of one of a bundle's programs (the first
+    default-variant module, or the one at ``batch_size``), side by side, in this process: median seconds over
+    ``repeats``, the entry file in the page cache as on a second start.
+
+    * ``xlakit_s``: ``LocalStore.get`` of its ``.cache`` entry (open, read, the one pass of the full MAC over the
+      payload, decompression if stored zstd), then the policy scan of the pickle frame and the executable as the
+      ``bytes`` XLA takes (the payload's own tail for an entry with ``payload_split``, else a copy);
+    * ``floor_s``: JAX's own unpickler over the same payload in JAX's format, up to its ``('exec', bytes)``
+      persistent id: the copy of the executable out of the pickle that ``deserialize_and_load`` makes.
+
+    Also ``executable_bytes`` and ``how``: the steps of xlakit's side, in words (decompression when stored zstd; a
+    copy of the executable unless it is stored as it is with a ``payload_split``)."""
+    import statistics
+
+    import jax
+    from jax.experimental.serialize_executable import _JaxPjrtUnpickler
+
+    import xlakit.bundle  # noqa: F401 - the package, before its modules
+    from xlakit._jax.environment import current_environment
+    from xlakit._jax.unpickle_policy import _scan_payload
+    from xlakit.bundle.hashes import program_key, sha256_hex
+    from xlakit.bundle.manifest import CACHE_DIR, Manifest
+    from xlakit.store import LocalStore
+
+    path = Path(bundle)
+    spec = next(s for s in Manifest.read(path).modules if batch_size in (None, s.batch_size))
+    client = jax.devices()[0].client
+    partition = current_environment(jax.devices()[0].platform).partition_name()
+    store = LocalStore(path / CACHE_DIR)
+    key = program_key(spec.file, sha256_hex((path / spec.file).read_bytes()))
+
+    def xlakit_handover() -> bytes:
+        found = store.get(partition, key)
+        assert found.status == "hit", (str(path), found.status, found.reason)
+        return _scan_payload(found.payload).executable()
+
+    class Unpickler(_JaxPjrtUnpickler):  # JAX's own, stopping where XLA would be called
+        def persistent_load(self, pid):
+            return None if pid[0] == "exec" else super().persistent_load(pid)
+
+    found = store.get(partition, key)
+    jax_payload = jax_format(found.payload)
+
+    def timed(fn) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    packed = found.header.get("compression") != "none"
+    how = "read, MAC" + (", zstd decompression" if packed else "") + (
+        ", no copy" if "payload_split" in found.header and not packed else ", a copy of the executable")
+    return {"xlakit_s": timed(xlakit_handover),
+            "floor_s": timed(lambda: Unpickler(io.BytesIO(jax_payload), client).load()),
+            "executable_bytes": len(xlakit_handover()), "how": how}
 
 
 def read_host_weights(bundle: str | Path) -> dict[str, Any]:

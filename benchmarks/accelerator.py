@@ -21,6 +21,9 @@ b. Bundles: ``xlakit.export_bundle`` of the transformer's inference function (ba
    (``load_bundle(path)(x)``, the default background load) is timed to the first result, after the backend is up,
    beside the floor (``_floor.py``: ``deserialize_and_load`` of the same executable from bytes in memory, weights
    placed from host memory, one run). Bars: 0 compiles on the second start; first result <= floor + 0.15 s.
+   After the floor's span, its process also times what comes before XLA's deserializer gets the executable
+   (``_floor.handover``): xlakit's read of the entry, its MAC and hand-over, against the floor's unpickling (which
+   copies the executable out of the pickle) — the part of the difference that scales with the executable's bytes.
 c. The seed's scale: a folder of 20 MLP bundles (widths and depths varied, batch sizes 1 and 8: 40 programs),
    restarted: ``load_bundle(..., background=False)`` of each, timed from before the backend starts; beside it, in
    another process, the backend start and the sum of XLA's own loads (each executable deserialized and loaded from
@@ -299,7 +302,7 @@ def child_bundle_floor(root: str, quick: bool) -> dict[str, Any]:
     import gc
 
     import jax
-    from _floor import XlaLoader, read_host_weights, read_programs
+    from _floor import XlaLoader, handover, read_host_weights, read_programs
 
     info, s = _start_backend(quick)
     rows = {}
@@ -313,7 +316,8 @@ def child_bundle_floor(root: str, quick: bool) -> dict[str, Any]:
         start = time.perf_counter()
         compiled = loader.load(payload)
         out = jax.block_until_ready(compiled(jax.device_put(host, loader.device), x))
-        rows[name] = {"first_s": time.perf_counter() - start, "exec_s": loader.exec_s, "digest": _digest(out)}
+        rows[name] = {"first_s": time.perf_counter() - start, "exec_s": loader.exec_s, "digest": _digest(out),
+                      "handover": handover(Path(root) / name)}  # after the span: what precedes XLA, both ways
     return {"info": info, "bundles": rows}
 
 
@@ -590,6 +594,13 @@ def report(runs: Runs, repeats: int) -> tuple[dict[str, Any], list[tuple[str, bo
         for e in (first_start.get("first_start", {}).get(name) or {}).get("entries", []):
             console.print(f"  {name}: serialized program {e['raw_bytes']:,} bytes, stored {e['stored_bytes']:,} bytes "
                           f"(compression {e['compression']}; zstd level 3 would make it {e['zstd_ratio']:.2f}x)")
+        handed = [h for h in _get(res.get("b: floor", []), "bundles", name, "handover") if h]
+        if handed:
+            ours, theirs = _median([h["xlakit_s"] for h in handed]), _median([h["floor_s"] for h in handed])
+            b[name]["handover"] = {"xlakit_s": ours, "floor_s": theirs}
+            console.print(f"  {name}: before XLA's deserializer gets the executable ({handed[0]['executable_bytes']:,} "
+                          f"bytes): xlakit {_fmt(ours, '.4f')} s ({handed[0]['how']}), floor {_fmt(theirs, '.4f')} "
+                          f"s (JAX's unpickler copies it): {_fmt(_ratio(ours, theirs), '.2f')}x")
 
     # c. the folder
     restart, floor_runs = res.get("c: folder, restart", []), res.get("c: folder, floor", [])

@@ -28,6 +28,9 @@ generating its kernels) sometimes takes ~12 ms longer, in both kinds alike; a me
 of one kind and a fast one of the other, which the per-round ratio does not. The median time to *dispatch* (up to
 the call's return, before XLA's first run) is printed too: the part of the span where the two differ.
 ``--profile`` also writes a cProfile of one bundle child and prints its top entries (cumulative time).
+After the rounds, one more process (per xlakit) times what comes before XLA's deserializer gets the executable
+(``_floor.handover``: xlakit's read, MAC and hand-over against the floor's unpickling, which copies the executable
+out of its pickle), in process, where machine noise and the cores XLA's load shares matter less.
 
 Usage: python benchmarks/first_result.py [--repeats 21] [--profile] [--large] [--baseline SRC]
 """
@@ -172,6 +175,15 @@ def child_floor(root: str, large: str = "") -> dict:
     return {"wall_s": wall, "cpu_s": cpu_s, "dispatch_s": dispatch, "digest": _digest(out)}
 
 
+def child_handover(root: str) -> dict:
+    """:func:`_floor.handover` of the batch-1 program: what comes before XLA's deserializer, xlakit vs the floor."""
+    import jax
+    from _floor import handover
+
+    jax.devices()
+    return handover(root, 1)
+
+
 def run(*args: str, src: str | None = None) -> dict:
     """One child process (``src``: put that xlakit source tree first on its ``PYTHONPATH``)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -198,7 +210,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.child:
         kind, *rest = args.child
-        result = {"export": child_export, "fill": child_fill, "bundle": child_bundle, "floor": child_floor}[kind](*rest)
+        result = {"export": child_export, "fill": child_fill, "bundle": child_bundle, "floor": child_floor,
+                  "handover": child_handover}[kind](*rest)
         print(json.dumps(result), flush=True)
         return 0
 
@@ -226,6 +239,9 @@ def main() -> int:
             if args.baseline:
                 rounds["baseline"].append(run("bundle", base_root, large, src=args.baseline))
             loads.append(os.getloadavg()[0])
+        handed = {"bundle": run("handover", root)}
+        if args.baseline:
+            handed["baseline"] = run("handover", base_root, src=args.baseline)
         if args.profile:
             profile = str(Path(tmp) / "first_result.prof")
             run("bundle", root, large, profile)
@@ -260,6 +276,10 @@ def main() -> int:
     print(f"{'wall, median of per-round ratios':34}{'':60}{paired:>15.2f}x")
     print("(dispatched: the span up to the call's return, XLA's first run not included: the part xlakit adds to; "
           "the run itself, mostly oneDNN generating its kernels, is the same program in both)")
+    for k, h in handed.items():
+        print(f"before XLA's deserializer gets the {h['executable_bytes']:,}-byte executable ({k} xlakit; in one "
+              f"process, median of 5): xlakit {h['xlakit_s']:.4f} s ({h['how']}), floor {h['floor_s']:.4f} s "
+              f"(JAX's unpickler copies the executable): {h['xlakit_s'] - h['floor_s']:+.4f} s")
     same = {r["digest"] for v in rounds.values() for r in v}
     print(f"outputs bit-identical across every process: {len(same) == 1}; load average (1 min) per round: "
           f"{', '.join(f'{x:.1f}' for x in loads)}; os.cpu_count()={os.cpu_count()}")

@@ -287,6 +287,11 @@ def test_format_3_compression_field_is_checked():
     with pytest.raises(CorruptEntry, match="length mismatch"):  # stored as is, yet lengths that differ
         open_envelope(_assemble(_integrity(raw, 65, "none"), raw), SECRET)
     assert open_envelope(_assemble(_integrity(raw, 64, "none"), raw), SECRET)[1] == raw
+    for bad in (-1, 65, True, "3", None):  # payload_split, when present: an offset within the payload
+        with pytest.raises(CorruptEntry, match="payload_split is"):
+            open_envelope(_assemble(dict(_integrity(raw, 64, "none"), payload_split=bad), raw), SECRET)
+    whole = open_envelope(_assemble(dict(_integrity(raw, 64, "none"), payload_split=5), raw), SECRET)[1]
+    assert (whole.head, whole.tail) == (raw[:5], raw[5:])  # a whole object (a remote's): cut with a copy
 
 
 def test_format_2_entries_of_earlier_xlakit_still_open():

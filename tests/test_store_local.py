@@ -86,20 +86,56 @@ def test_payload_stored_as_is_reaches_the_reader_without_a_copy(store, monkeypat
     assert store.put(PART, "big", _header(), payload).stored
     got = store.get(PART, "big")
     assert got.hit and got.header["compression"] == "none" and got.payload == payload
-    head, rest, _ = reads[-1]
+    head, (rest,), _ = reads[-1]
     assert got.payload is rest and len(head) + len(rest) == (store.root / PART / "big.xlk").stat().st_size
     assert store.put(PART, "small", _header(), b"compressible " * 1000).stored
     got = store.get(PART, "small")
     assert got.hit and got.header["compression"] == "zstd" and got.payload == b"compressible " * 1000
 
 
-def test_read_bounded_split(tmp_path):
+def test_split_payload_is_read_in_its_two_parts(store, monkeypatch):
+    """An entry sealed with ``payload_split`` (an executable payload: where the executable starts after its pickle
+    frame) is read from the file in two parts, and the hit's payload holds those very objects: XLA gets the tail
+    with no copy. Compressed, it is cut once decompressed; damage in either part is refused as before."""
+    from xlakit.store import SplitPayload, _fs
+
+    reads = []
+    real = _fs.read_bounded_split
+    monkeypatch.setattr(_fs, "read_bounded_split", lambda *a, **k: reads.append(real(*a, **k)) or reads[-1])
+    frame, executable = b"frame" * 20, os.urandom(_fs.MIN_CUT_BYTES)  # smaller ones are read as one: a copy is cheap
+    assert store.put(PART, "exe", _header(payload_split=len(frame)), frame + executable).stored
+    got = store.get(PART, "exe")
+    head, parts, _ = reads[-1]
+    assert got.hit and got.header["payload_split"] == 100 and isinstance(got.payload, SplitPayload)
+    assert got.payload.head is parts[0] and got.payload.tail is parts[1] and parts == (frame, executable)
+    assert got.payload == frame + executable and bytes(got.payload) == frame + executable
+    assert store.put(PART, "packed", _header(payload_split=3), b"abc" + b"compressible " * 1000).stored
+    got = store.get(PART, "packed")
+    assert got.header["compression"] == "zstd" and len(reads[-1][1]) == 1  # cut after decompressing
+    assert (got.payload.head, got.payload.tail) == (b"abc", b"compressible " * 1000)
+    path = store.root / PART / "exe.xlk"
+    damaged = bytearray(path.read_bytes())
+    damaged[-7] ^= 1
+    path.write_bytes(bytes(damaged))
+    assert store.get(PART, "exe").status == "corrupt"
+    with pytest.raises(ValueError, match="payload_split must be an int from 0 to"):
+        store.put(PART, "bad", _header(payload_split=11), b"0123456789")
+
+
+def test_read_bounded_split(tmp_path, monkeypatch):
     from xlakit.store import _fs
     from xlakit.store.base import ObjectRefused
 
+    monkeypatch.setattr(_fs, "MIN_CUT_BYTES", 0)  # a 16-byte file: its rest is cut when asked
+
     path = tmp_path / "f"
     path.write_bytes(b"0123456789abcdef")
-    assert _fs.read_bounded_split(path, 100, 4, lambda first: 6)[:2] == (b"012345", b"6789abcdef")
+    assert _fs.read_bounded_split(path, 100, 4, lambda first: 6)[:2] == (b"012345", (b"6789abcdef",))
+    cut = _fs.read_bounded_split(path, 100, 4, lambda first: 6, payload_cut=lambda head: 3)[:2]
+    assert cut == (b"012345", (b"678", b"9abcdef"))
+    for past in (0, 10, 11):  # no cut at either end, or past it
+        uncut = _fs.read_bounded_split(path, 100, 4, lambda first: 6, payload_cut=lambda head, n=past: n)
+        assert uncut[1] == (b"6789abcdef",)
     assert _fs.read_bounded_split(path, 100, 4, lambda first: None)[:2] == (b"0123456789abcdef", None)
     assert _fs.read_bounded_split(path, 100, 4, lambda first: 17)[:2] == (b"0123456789abcdef", None)  # past the end
     assert _fs.read_bounded_split(path, 100, 32, lambda first: 40)[:2] == (b"0123456789abcdef", None)  # short file

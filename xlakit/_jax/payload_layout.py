@@ -13,9 +13,11 @@ xlakit writes the executable after the pickle instead::
     16      F     frame: JAX's pickle, the executable's persistent id being ('exec', <its length in bytes>)
     16+F    ...   the executable bytes (XLA's ``serialize_executable``), to the end
 
-so the scan and the unpickler read only the frame (kilobytes) and the executable is copied once, into the
-``bytes`` XLA's ``deserialize_executable`` takes. Payloads in JAX's own format (entries written before this
-layout) are still read: :func:`split` returns them whole, as the frame.
+so the scan and the unpickler read only the frame (kilobytes) and the executable is copied at most once, into the
+``bytes`` XLA's ``deserialize_executable`` takes — and not at all when a store hands the payload over as a
+:class:`~xlakit.store.split.SplitPayload` cut where the executable starts (:func:`tail_offset`, recorded as the
+entry's ``payload_split``): its tail is then those very bytes. Payloads in JAX's own format (entries written
+before this layout) are still read: :func:`split` returns them whole, as the frame.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import pickle
 import struct
 from typing import Any
 
-__all__ = ["MAGIC", "NotOneExecutable", "dump", "join", "split"]
+from xlakit.store.split import SplitPayload
+
+__all__ = ["MAGIC", "NotOneExecutable", "dump", "join", "split", "tail_offset"]
 
 MAGIC = b"XLKJAX\x00\x01"  # never the start of a pickle (protocol 2+ opens with 0x80)
 _LENGTH = struct.Struct(">Q")
@@ -65,10 +69,25 @@ def join(frame: bytes, executable: bytes) -> bytes:
     return b"".join((MAGIC, _LENGTH.pack(len(frame)), frame, executable))
 
 
-def split(payload: bytes | memoryview) -> tuple[bytes, memoryview | None]:
-    """``(frame, executable)``: the pickle frame as ``bytes`` and a view of the executable bytes (no copy); for a
+def tail_offset(payload: bytes | memoryview) -> int | None:
+    """Where the executable starts in a payload of this layout (16 + the frame's length), in bytes; None for a
+    payload in JAX's own format or one too short to hold its frame."""
+    view = memoryview(payload)
+    if len(view) < _HEAD or bytes(view[: len(MAGIC)]) != MAGIC:
+        return None
+    (n,) = _LENGTH.unpack_from(view, len(MAGIC))
+    return _HEAD + n if n <= len(view) - _HEAD else None
+
+
+def split(payload: bytes | memoryview | SplitPayload) -> tuple[bytes, bytes | memoryview | None]:
+    """``(frame, executable)``: the pickle frame as ``bytes`` and the executable bytes with no copy — a view of
+    them, or, for a :class:`~xlakit.store.split.SplitPayload` cut where they start, its ``tail`` itself; for a
     payload in JAX's own format, ``(payload, None)`` (its executable is inside the pickle). Raises
     ``pickle.UnpicklingError`` for a layout whose frame length does not fit the payload."""
+    if isinstance(payload, SplitPayload):
+        if tail_offset(payload.head) == len(payload.head):  # the head is exactly magic, length and frame
+            return bytes(memoryview(payload.head)[_HEAD:]), payload.tail
+        payload = bytes(payload)  # cut elsewhere (not by this layout): as one object
     view = memoryview(payload)
     if bytes(view[: len(MAGIC)]) != MAGIC:
         return (payload if isinstance(payload, bytes) else bytes(view)), None

@@ -294,7 +294,7 @@ def _refuse(placement: Placement, devices, problems: list[str], advice: str) -> 
 
 # --------------------------------------------------------------------------------------------- load
 
-def load_compiled(payload: bytes, placement: Placement, devices=None, backend=None):
+def load_compiled(payload: Any, placement: Placement, devices=None, backend=None):
     """Rebuild a ``jax.stages.Compiled`` from :func:`serialize_compiled`'s output, on ``devices``.
 
     ``devices`` (see :func:`check_devices`; ``None`` = the devices with the placement's ids) may be any
@@ -303,9 +303,10 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
     unpickling policy without building anything (and check its device ids match ``placement``); rewrite the
     executable's device assignment when the devices differ; unpickle with :class:`_RestrictedUnpickler`;
     build ``jax.stages.Compiled`` as ``jax.experimental.serialize_executable.deserialize_and_load`` does.
-    ``payload`` may be any bytes-like object; of the layout :func:`serialize_compiled` writes, only the frame is
-    read by the pickle machinery and the executable is copied once, into the ``bytes`` XLA takes (payloads in
-    JAX's own format, from entries written before that layout, load too).
+    ``payload`` may be any bytes-like object or a :class:`~xlakit.store.split.SplitPayload`; of the layout
+    :func:`serialize_compiled` writes, only the frame is read by the pickle machinery and the executable goes to XLA
+    as the split payload's tail itself, else copied once into the ``bytes`` XLA takes (payloads in JAX's own format,
+    from entries written before that layout, load too).
 
     Raises:
       DevicePlacementError: the devices cannot run it, or the payload disagrees with ``placement``.
@@ -328,7 +329,7 @@ def load_compiled(payload: bytes, placement: Placement, devices=None, backend=No
                 "store the placement that serialize_compiled returned together with its payload")
 
     id_map = dict(zip(placement.device_ids, devices, strict=False))
-    executable = scan.executable()  # the one copy of a split payload's executable: XLA takes only bytes
+    executable = scan.executable()  # XLA takes only bytes: a SplitPayload's tail as it is, else the one copy
     options = None
     if [d.id for d in devices] != list(placement.device_ids):
         options = _retargeted_options(executable, placement, devices)

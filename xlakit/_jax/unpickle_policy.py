@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from xlakit._jax import payload_layout
+from xlakit.store.split import SplitPayload
 
 __all__ = ["FORMAT_GLOBALS", "CALL", "VALUE", "format_globals", "allowed_use", "_resolve_global", "_scan_payload",
            "_Scan", "_ScanUnpickler", "_Stub", "_is_registered_pytree_node"]
@@ -211,7 +212,8 @@ def _value_stub(module: str, name: str) -> type:
 class _Scan:
     """What a scan found: the globals named, the device ids referred to, the executables (count), the pickle frame
     (``bytes``) and where the executable is: inside the frame (JAX's own format: ``exec_bytes``, the last one) or
-    after it (:mod:`xlakit._jax.payload_layout`: ``tail``, a view of the payload)."""
+    after it (:mod:`xlakit._jax.payload_layout`: ``tail``, a view of the payload or, from a
+    :class:`~xlakit.store.split.SplitPayload`, its tail ``bytes``)."""
 
     def __init__(self) -> None:
         self.globals: set[tuple[str, str]] = set()
@@ -219,12 +221,15 @@ class _Scan:
         self.exec_count = 0
         self.exec_bytes = b""
         self.frame = b""
-        self.tail: memoryview | None = None
+        self.tail: bytes | memoryview | None = None
 
     def executable(self) -> bytes:
-        """The executable as the ``bytes`` XLA takes: a copy of the tail, made here once (XLA's
-        ``deserialize_executable`` accepts nothing but ``bytes``), or the bytes found inside the frame."""
-        return self.exec_bytes if self.tail is None else bytes(self.tail)
+        """The executable as the ``bytes`` XLA takes: the tail when it already is its own ``bytes`` object, else a
+        copy of it, made here once (XLA's ``deserialize_executable`` accepts nothing but ``bytes``), or the bytes
+        found inside the frame."""
+        if self.tail is None:
+            return self.exec_bytes
+        return self.tail if isinstance(self.tail, bytes) else bytes(self.tail)
 
 
 class _ScanUnpickler(pickle.Unpickler):
@@ -262,10 +267,11 @@ class _ScanUnpickler(pickle.Unpickler):
         return _Stub()
 
 
-def _scan_payload(payload: bytes | memoryview) -> _Scan:
-    """Apply the unpickling policy to ``payload`` (either layout of :mod:`xlakit._jax.payload_layout`) without
-    building objects; only the pickle frame is read. Raises ``pickle.UnpicklingError``."""
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
+def _scan_payload(payload: bytes | memoryview | SplitPayload) -> _Scan:
+    """Apply the unpickling policy to ``payload`` (either layout of :mod:`xlakit._jax.payload_layout`, bytes-like
+    or a :class:`~xlakit.store.split.SplitPayload`) without building objects; only the pickle frame is read.
+    Raises ``pickle.UnpicklingError``."""
+    if not isinstance(payload, (bytes, bytearray, memoryview, SplitPayload)):
         raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
     frame, tail = payload_layout.split(payload)
     scanner = _ScanUnpickler(io.BytesIO(frame), None if tail is None else len(tail))

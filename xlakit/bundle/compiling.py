@@ -120,7 +120,7 @@ def _store(ctx: Any, spec: ModuleSpec, key: str, compiled, compile_s: float, dat
     """Publish the program through the cache path; the Decision (``store``, ``store_error`` or ``skip``)
     carries the bytes written and the compiled memory."""
     from xlakit._jax import executables, serialize
-    from xlakit.cache.entry import KIND_JAX, program_header, runtime_fields
+    from xlakit.cache.entry import KIND_JAX, loadable_fields, program_header, runtime_fields
 
     name = f"{ctx.manifest.name}/{spec.stem}"
     try:
@@ -131,7 +131,7 @@ def _store(ctx: Any, spec: ModuleSpec, key: str, compiled, compile_s: float, dat
     header = program_header(name=name, compile_s=compile_s, environment=ctx.env.to_dict(), key_parts=None,
                             memory=executables.memory_stats(executable), module_text=None, kind=KIND_JAX,
                             runtime=runtime_fields(executable, ctx.env))
-    header.update(placement=placement.to_dict(), bundle=ctx.manifest.name, module_file=spec.file,
+    header.update(loadable_fields(payload, placement), bundle=ctx.manifest.name, module_file=spec.file,
                   module_sha256=_sha_of(key), module_bytes=len(data), variant=spec.variant,
                   batch_size=spec.batch_size)
     if ctx.store_refused is not None:  # .cache refused (the load already warned once): record why

@@ -6,7 +6,8 @@ One key, one entry. Its payload is one of two kinds (``header["payload_kind"]``)
 ``pjrt-executable``        XLA's serialized executable (``LoadedExecutable.serialize()``): what every
                            ``jax.jit`` lookup needs. Written by transparent mode and ``ExecutableCache.jit``.
 ``jax-compiled-pickle``    the JAX-level executable (:func:`xlakit._jax.serialize.serialize_compiled`: shardings,
-                           pytrees and the same XLA bytes inside), plus ``header["placement"]``. Loadable onto
+                           pytrees and the same XLA bytes after its pickle frame), plus ``header["placement"]``
+                           and ``header["payload_split"]`` (where those bytes start). Loadable onto
                            other devices by ``ExecutableCache.load``, and still serves plain lookups: the XLA bytes
                            are taken out of it without unpickling. Written by ``ExecutableCache.compile`` and bundles.
 =========================  ==================================================================================
@@ -31,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["KIND_XLA", "KIND_JAX", "LEGACY_SUFFIX", "MAX_PACKED_TEXT", "MAX_TEXT", "program_header", "loadable",
+           "loadable_fields",
            "pack_text", "unpack_text", "xla_payload", "runtime_fields", "unrunnable_reason"]
 
 KIND_XLA = "pjrt-executable"
@@ -47,8 +49,23 @@ def loadable(header: Mapping[str, Any] | None) -> bool:
     return header.get("payload_kind") == KIND_JAX and isinstance(header.get("placement"), dict)
 
 
-def xla_payload(header: Mapping[str, Any], payload: bytes) -> bytes:
-    """The XLA executable bytes of an entry of either kind.
+def loadable_fields(payload: bytes, placement: Any) -> dict[str, Any]:
+    """The header fields that make an entry of :func:`xlakit._jax.serialize.serialize_compiled`'s ``payload``
+    loadable: ``payload_kind``, ``placement`` (from its :class:`~xlakit._jax.serialize.Placement`) and
+    ``payload_split``, where the executable starts after the pickle frame: the store reads it from the file as
+    its own ``bytes`` object, which goes to XLA with no copy (:mod:`xlakit.store.split`)."""
+    from xlakit._jax import payload_layout
+
+    fields: dict[str, Any] = {"payload_kind": KIND_JAX, "placement": placement.to_dict()}
+    split = payload_layout.tail_offset(payload)
+    if split is not None:
+        fields["payload_split"] = split
+    return fields
+
+
+def xla_payload(header: Mapping[str, Any], payload: Any) -> bytes:
+    """The XLA executable bytes of an entry of either kind (``payload``: as the store returned it, ``bytes`` or a
+    :class:`~xlakit.store.split.SplitPayload`).
 
     Raises:
       pickle.UnpicklingError: a ``jax-compiled-pickle`` payload the restricted scanner refuses.
@@ -56,7 +73,7 @@ def xla_payload(header: Mapping[str, Any], payload: bytes) -> bytes:
     """
     kind = header.get("payload_kind", KIND_XLA)
     if kind == KIND_XLA:
-        return payload
+        return payload if isinstance(payload, bytes) else bytes(payload)
     if kind == KIND_JAX:
         from xlakit._jax.executables import executable_bytes
 

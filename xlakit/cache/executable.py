@@ -175,7 +175,7 @@ class ExecutableCache(StoreHandler):
                 return self.io.publish(partition, key, header, xla_payload,
                                        reason=f"stored for these devices only; not loadable onto other devices: "
                                               f"{exc.reason}")
-            header = dict(header, payload_kind=_entry.KIND_JAX, placement=placement.to_dict())
+            header = dict(header, **_entry.loadable_fields(payload, placement))
             return self.io.publish(partition, key, header, payload)
         if final is None:
             raise RuntimeError("the compile reached neither JAX's cache hooks nor its in-process memo")
@@ -188,7 +188,7 @@ class ExecutableCache(StoreHandler):
             except serialize.NotSerializable as exc:
                 return final.replace(reason=f"not loadable onto other devices: {exc.reason}")
             header = {k: v for k, v in final.header.items() if k not in _SEALED_FIELDS}
-            header.update(payload_kind=_entry.KIND_JAX, placement=placement.to_dict())
+            header.update(_entry.loadable_fields(payload, placement))
             stored = self.io.publish(final.partition, final.key, header, payload, replace=True,
                                      reason="made loadable onto other devices", quiet=True)
             if stored.kind == "store":

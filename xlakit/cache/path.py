@@ -52,16 +52,17 @@ class CachePath:
         return str(self.store.root)
 
     # -- reading ---------------------------------------------------------------------------------------
-    def fetch(self, partition: str, key: str, *, name: str | None, load: Callable[[Mapping, bytes], T],
+    def fetch(self, partition: str, key: str, *, name: str | None, load: Callable[[Mapping, Any], T],
               expect: Mapping[str, Any] | None = None,
               reraise: tuple[type[BaseException], ...] = ()) -> tuple[T | None, Decision]:
         """Look ``key`` up in ``partition`` and turn a verified entry into a program with ``load``.
 
         Args:
-          load: ``(authenticated header, payload bytes) -> program``; called only after the envelope's MACs
-            (integrity and authenticity) and ``expect`` checks pass. If it raises (other than ``reraise``), the
-            entry is removed and the decision is ``load_error``; ``KernelsNotReady`` (a kernel this process cannot
-            make ready without lowering) keeps the entry and is a ``miss`` with that reason.
+          load: ``(authenticated header, payload) -> program``, the payload as the store returns it (``bytes``, or a
+            :class:`~xlakit.store.split.SplitPayload` for an entry with ``payload_split``); called only after the
+            envelope's MACs (integrity and authenticity) and ``expect`` checks pass. If it raises (other than
+            ``reraise``), the entry is removed and the decision is ``load_error``; ``KernelsNotReady`` (a kernel this
+            process cannot make ready without lowering) keeps the entry and is a ``miss`` with that reason.
           expect: header/environment fields the entry must carry (:func:`xlakit._jax.environment.expectations`).
 
         Returns:

@@ -2,7 +2,7 @@
 
 - :mod:`.base`: the :class:`Store` contract (bytes by partition and key) and :class:`MemoryStore`.
 - :mod:`.envelope`: the authenticated entry format (zstd, or as is when zstd does not halve it);
-  :mod:`.safejson`: bounded JSON.
+  :mod:`.safejson`: bounded JSON; :mod:`.split`: a payload returned in two parts (no copy of an executable).
 - :mod:`.secret`: the HMAC secret (env or a private file outside the cache).
 - :mod:`.entries`: entries over any Store (seal, open, expectations, quarantine): :class:`EntryLayer`.
 - :mod:`.layout`, :mod:`.folder`, :mod:`.quarantine`, :mod:`.evict`: the local folder, its raw Store,
@@ -43,6 +43,7 @@ from .local import (
 )
 from .remote import RemoteStore, remote_settings, verify_object
 from .secret import SecretUnavailable, load_secret, secret_location
+from .split import SplitPayload
 from .tiered import TieredStore, TierEvent
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "PutResult",
     "RemoteStore",
     "SecretUnavailable",
+    "SplitPayload",
     "StaleEntry",
     "Store",
     "TierEvent",

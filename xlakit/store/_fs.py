@@ -104,12 +104,20 @@ def read_bounded(path: str | os.PathLike, max_bytes: int, *, at: int | None = No
     return data, st
 
 
+#: :func:`read_bounded_split` asks where to cut a payload only when it is at least this long (bytes): finding out
+#: authenticates the envelope's header once more (~0.03 ms per entry, measured), what copying 1 MiB costs.
+MIN_CUT_BYTES = 1 << 20
+
+
 def read_bounded_split(path: str | os.PathLike, max_bytes: int, probe: int, head_length: Callable[[bytes], int | None],
-                       *, at: int | None = None) -> tuple[bytes, bytes | None, os.stat_result]:
+                       *, at: int | None = None, payload_cut: Callable[[bytes], int | None] | None = None
+                       ) -> tuple[bytes, tuple[bytes, ...] | None, os.stat_result]:
     """:func:`read_bounded`, returning the file as ``(head, rest, fstat)``: its first ``head_length(first probe
-    bytes)`` bytes and every byte after them, each its own ``bytes`` object, so that a caller gets the rest with
-    no copy (slicing one object copies). ``head_length`` returning None (or a length the file does not reach)
-    gives ``(whole file, None, fstat)``. Bounds and refusals are those of :func:`read_bounded`.
+    bytes)`` bytes, then every byte after them as a tuple of ``bytes`` objects — one, or two where
+    ``payload_cut(head)`` names how many bytes the first takes (asked for a rest of :data:`MIN_CUT_BYTES` or more)
+    — so that a caller gets each with no copy (slicing one object copies). ``head_length`` returning None (or a
+    length the file does not reach) gives ``(whole file, None, fstat)``. Bounds and refusals are those of
+    :func:`read_bounded`.
     """
     fd = _open_fd(path, at=at)
     with os.fdopen(fd, "rb") as f:
@@ -120,17 +128,21 @@ def read_bounded_split(path: str | os.PathLike, max_bytes: int, probe: int, head
         n = head_length(first) if len(first) == probe else None
         if n is None or not probe <= n <= st.st_size:
             f.seek(0)
-            data, rest = f.read(max_bytes + 1), None
+            data, found = f.read(max_bytes + 1), None
         else:
             data = first + f.read(n - probe)
+            cut = payload_cut(data) if payload_cut is not None and st.st_size - n >= MIN_CUT_BYTES else None
+            parts: tuple[bytes, ...] = (f.read(cut),) if cut is not None and 0 < cut < st.st_size - n else ()
+            done = len(data) + sum(len(p) for p in parts)
             # The size fstat gave, plus one byte: a file that grew since is read on to the bound (and refused
             # past it); the usual file is read in one piece with no over-allocation.
-            rest = f.read(st.st_size - n + 1)
-            if len(rest) > st.st_size - n:
-                rest += f.read(max_bytes + 1 - n - len(rest))
-    if len(data) + (len(rest) if rest is not None else 0) > max_bytes:
+            rest = f.read(st.st_size - done + 1)
+            if len(rest) > st.st_size - done:
+                rest += f.read(max_bytes + 1 - done - len(rest))
+            found = (*parts, rest)
+    if len(data) + sum(len(p) for p in found or ()) > max_bytes:
         raise ObjectRefused(f"{os.fspath(path)} grew past the {max_bytes}-byte bound while read; refused")
-    return data, rest, st
+    return data, found, st
 
 
 def open_dir(path: str | os.PathLike, *, at: int | None = None) -> int:

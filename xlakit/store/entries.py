@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .base import ObjectRefused, Store
-from .envelope import EntryError, head_length, open_envelope, seal
+from .envelope import EntryError, head_length, open_envelope, payload_cut, seal
+from .split import SplitPayload
 
 __all__ = ["MAX_ENTRY_BYTES", "EntryInfo", "EntryLayer", "GetResult", "PutResult", "check_expect", "entry_info"]
 
@@ -76,12 +77,13 @@ class GetResult:
     """Outcome of a get.
 
     status: "hit" | "absent" | "corrupt" | "unauthenticated" | "mismatch" | "foreign" | "stale" | "error"
-    (table in :mod:`xlakit.store.entries`). payload (decompressed bytes) is set only on a hit.
+    (table in :mod:`xlakit.store.entries`). payload (decompressed bytes, or a
+    :class:`~xlakit.store.split.SplitPayload` for an entry sealed with ``payload_split``) is set only on a hit.
     """
 
     status: str
     header: dict | None
-    payload: bytes | None
+    payload: bytes | SplitPayload | None
     reason: str | None
     path: Path | None
     quarantined_to: Path | None
@@ -167,7 +169,7 @@ class EntryLayer:
         split = getattr(self.store, "get_split", None)  # a tier that reads the payload apart: no copy of it
         try:
             if split is not None:
-                found = split(partition, key, self.max_entry_bytes, 20, head_length)
+                found = split(partition, key, self.max_entry_bytes, 20, head_length, self._payload_cut)
             else:
                 blob = self.store.get(partition, key, self.max_entry_bytes)
                 found = None if blob is None else (blob, None)
@@ -191,6 +193,15 @@ class EntryLayer:
         if problem is not None:
             return self.reject(partition, key, path, "mismatch", problem, header)
         return GetResult("hit", header, payload, None, path, None)
+
+    def _payload_cut(self, head: bytes) -> int | None:
+        """:func:`~xlakit.store.envelope.payload_cut` under this layer's secret (None when it is unavailable: the
+        payload is then read as one object, and opening it reports the error)."""
+        try:
+            secret = self._secret()
+        except OSError:
+            return None
+        return payload_cut(head, secret)
 
     def reject(self, partition: str, key: str, path: Path | None, status: str, reason: str,
                header: dict | None) -> GetResult:

@@ -32,6 +32,15 @@ Integrity fields that :func:`seal` writes into the header:
 - ``raw_bytes``: uncompressed payload length in bytes
 - ``compression``: ``"zstd"`` or ``"none"`` (format 3)
 
+Written only when the caller's header carries it (checked here, like the fields above, whenever present):
+
+- ``payload_split``: a raw offset (``0 <= payload_split <= raw_bytes``) where the payload is cut in two: opened, it
+  is a :class:`~xlakit.store.split.SplitPayload` (its first ``payload_split`` bytes and the rest, each its own
+  ``bytes``), and a payload stored as it is (of 1 MiB or more: :data:`xlakit.store._fs.MIN_CUT_BYTES`) is read from
+  the file in those two parts (:func:`payload_cut`), so that the rest (an XLA executable after its pickle frame)
+  reaches its reader without ever being copied out of the payload. xlakit before this field ignores it and reads
+  the payload as one object, as before.
+
 The MACs catch entries modified on purpose, and any damage: a payload whose full MAC matches is the payload
 that was sealed, so its SHA-256 is computed only when the MAC does not match, to tell accidental damage
 (:class:`CorruptEntry`, the SHA-256 differs too, with a precise message) from a modification
@@ -46,10 +55,12 @@ import hmac
 import os
 import re
 import struct
+from collections.abc import Sequence
 
 import zstandard
 
 from . import safejson
+from .split import SplitPayload, from_parts
 
 __all__ = [
     "FORMAT_VERSION",
@@ -68,6 +79,7 @@ __all__ = [
     "head_length",
     "key_id",
     "open_envelope",
+    "payload_cut",
     "read_header",
     "read_header_file",
     "seal",
@@ -237,11 +249,16 @@ def seal(header: dict, raw_payload: bytes, secret: bytes, level: int = 3) -> byt
     """The whole envelope (format 3, layout in the module docstring) of ``raw_payload``, compressed with zstd at
     ``level`` when that saves at least :data:`MIN_COMPRESSION_SAVING` of its bytes, else stored as it is.
 
-    ``header`` is copied; the integrity fields are added (overwriting any the caller passed). Raises
-    TypeError/ValueError if the header is not JSON-serializable or holds NaN/Infinity, ValueError if the
-    encoded header exceeds 16 MiB.
+    ``header`` is copied; the integrity fields are added (overwriting any the caller passed); a ``payload_split``
+    it carries is kept (module docstring). ``raw_payload``: bytes, or a :class:`~xlakit.store.split.SplitPayload`.
+    Raises TypeError/ValueError if the header is not JSON-serializable or holds NaN/Infinity, ValueError if the
+    encoded header exceeds 16 MiB or its ``payload_split`` is not an offset within the payload.
     """
     raw = bytes(raw_payload)
+    split = header.get("payload_split")
+    if "payload_split" in header and not _offset_within(split, len(raw)):
+        raise ValueError(f"header payload_split must be an int from 0 to the payload's {len(raw)} bytes, got "
+                         f"{_short_repr(split)}")
     payload, compression = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw), "zstd"
     if len(payload) > len(raw) * (1 - MIN_COMPRESSION_SAVING):
         payload, compression = raw, "none"
@@ -325,13 +342,18 @@ def _short_repr(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_integrity_fields(header: dict, magic_version: int) -> str:
-    """The payload's compression (``"zstd"`` or ``"none"``); raise CorruptEntry unless every field
-    :func:`open_envelope` uses has its type and format: format_version the int of the magic's version,
-    payload_bytes/raw_bytes ints >= 0 (not bool), payload_sha256 64 lowercase hex digits (a str), key_id 16 hex
-    digits when present, compression one of :data:`COMPRESSIONS` (format 3; format 2 is always zstd) and, for
-    ``"none"``, payload_bytes equal to raw_bytes. A header signed by any holder of the secret may carry anything,
-    so nothing reaches ``compare_digest`` or arithmetic unchecked."""
+def _offset_within(value: object, size: int) -> bool:
+    return type(value) is int and 0 <= value <= size
+
+
+def _check_integrity_fields(header: dict, magic_version: int) -> tuple[str, int | None]:
+    """The payload's compression (``"zstd"`` or ``"none"``) and ``payload_split`` (None when absent); raise
+    CorruptEntry unless every field :func:`open_envelope` uses has its type and format: format_version the int of
+    the magic's version, payload_bytes/raw_bytes ints >= 0 (not bool), payload_sha256 64 lowercase hex digits (a
+    str), key_id 16 hex digits when present, compression one of :data:`COMPRESSIONS` (format 3; format 2 is always
+    zstd), for ``"none"`` payload_bytes equal to raw_bytes, and payload_split, when present, an int from 0 to
+    raw_bytes. A header signed by any holder of the secret may carry anything, so nothing reaches
+    ``compare_digest`` or arithmetic unchecked."""
     version = header["format_version"]
     if isinstance(version, bool) or not isinstance(version, int) or version != magic_version:
         raise CorruptEntry(f"header format_version is {_short_repr(version)}, magic says {magic_version}")
@@ -351,15 +373,37 @@ def _check_integrity_fields(header: dict, magic_version: int) -> str:
     if compression == "none" and lengths[0] != lengths[1]:
         raise CorruptEntry(f"length mismatch: payload stored uncompressed is {lengths[0]} bytes, header says "
                            f"{lengths[1]} raw bytes")
-    return compression
+    split = header.get("payload_split")
+    if "payload_split" in header and not _offset_within(split, lengths[1]):
+        raise CorruptEntry(f"header payload_split is {_short_repr(split)}, not an offset within the payload's "
+                           f"{lengths[1]} raw bytes")
+    return compression, split
 
 
-def open_envelope(blob: bytes, secret: bytes, payload: bytes | None = None) -> tuple[dict, bytes]:
+def payload_cut(head: bytes, secret: bytes) -> int | None:
+    """Where a store should cut the payload it reads after ``head`` (an envelope's first 52 + H + 32 bytes,
+    :func:`head_length`): the ``payload_split`` of a header that authenticates under ``secret``, for a payload
+    stored as it is; else None (read the payload as one object). It only decides where a read stops, so that
+    :func:`open_envelope` gets the payload's two parts as the ``bytes`` it returns; :func:`open_envelope` checks
+    everything. Never raises."""
+    try:
+        length = _check_prefix(head[:20], secret)
+        header = _authenticated_header(memoryview(head), length, secret)
+        compression, split = _check_integrity_fields(header, head[7])
+    except (EntryError, KeyError):
+        return None
+    return split if compression == "none" else None
+
+
+def open_envelope(blob: bytes, secret: bytes, payload: bytes | Sequence[bytes] | None = None
+                  ) -> tuple[dict, bytes | SplitPayload]:
     """Verify an envelope completely and return ``(header, raw_payload)``.
 
     ``blob`` is the whole envelope, or (with ``payload``) its head, the 52 + H + 32 bytes before the payload
-    (:func:`head_length`), with ``payload`` the rest, read apart by the store: a payload stored uncompressed is then
-    returned as that very object, with no copy.
+    (:func:`head_length`), with ``payload`` the rest, read apart by the store as one ``bytes`` object or as the
+    parts :func:`payload_cut` named: a payload stored as it is is then returned as those very objects, with no
+    copy. ``raw_payload`` is a :class:`~xlakit.store.split.SplitPayload` when the header has ``payload_split``,
+    else ``bytes``.
 
     Checks, in order: magic/version, key id, lengths, header MAC, header JSON (bounded), payload length, full
     MAC (and, only when it does not match, the payload SHA-256, to tell damage from a modification), then
@@ -368,12 +412,14 @@ def open_envelope(blob: bytes, secret: bytes, payload: bytes | None = None) -> t
 
     Raises CorruptEntry, UnauthenticatedEntry, ForeignKeyEntry or StaleEntry.
     """
-    if payload is not None and len(blob) != head_length(blob[:20]):  # the file changed between the reads: as one
-        blob, payload = bytes(blob) + bytes(payload), None
+    parts = () if payload is None else (payload,) if isinstance(payload, (bytes, bytearray, memoryview)) \
+        else tuple(payload)
+    if parts and len(blob) != head_length(blob[:20]):  # the file changed between the reads: as one
+        blob, parts = b"".join((blob, *parts)), ()
     view = memoryview(blob)
     length = _check_prefix(view[:20], secret)
     body = PREFIX_BYTES + length
-    size = len(view) + (len(payload) if payload is not None else 0)
+    size = len(view) + sum(len(p) for p in parts)
     if size < body + MAC_BYTES:
         raise CorruptEntry(
             f"truncated: file is {size} bytes, header length says at least {PREFIX_BYTES}+{length}+{MAC_BYTES}"
@@ -384,7 +430,7 @@ def open_envelope(blob: bytes, secret: bytes, payload: bytes | None = None) -> t
     missing = [k for k in _INTEGRITY_FIELDS[version] if k not in header]
     if missing:
         raise CorruptEntry(f"header lacks {', '.join(missing)}")
-    compression = _check_integrity_fields(header, version)
+    compression, split = _check_integrity_fields(header, version)
     payload_bytes, raw_bytes, want_sha = header["payload_bytes"], header["raw_bytes"], header["payload_sha256"]
     expected = body + MAC_BYTES + payload_bytes
     if size != expected:
@@ -393,24 +439,29 @@ def open_envelope(blob: bytes, secret: bytes, payload: bytes | None = None) -> t
             f"{what}: file is {size} bytes, header says {PREFIX_BYTES}+{length}+{MAC_BYTES}+{payload_bytes}"
         )
 
-    stored = memoryview(payload) if payload is not None else view[body + MAC_BYTES :]
+    stored = parts or (view[body + MAC_BYTES :],)
     mac = hmac.new(secret, view[:body], hashlib.sha256)
-    mac.update(stored)
+    for part in stored:
+        mac.update(part)
     if not hmac.compare_digest(mac.digest(), bytes(view[body : body + MAC_BYTES])):
-        got_sha = hashlib.sha256(stored).hexdigest()
+        sha = hashlib.sha256()
+        for part in stored:
+            sha.update(part)
+        got_sha = sha.hexdigest()
         if not hmac.compare_digest(got_sha, want_sha):
             raise CorruptEntry(f"payload SHA-256 mismatch (expected {_short(want_sha)}, got {_short(got_sha)})")
         raise UnauthenticatedEntry("HMAC mismatch: the entry was modified")
 
     if compression == "none":
-        return header, payload if isinstance(payload, bytes) else bytes(stored)
+        return header, from_parts(stored, split)
+    whole = stored[0] if len(stored) == 1 else b"".join(stored)  # a store cuts only payloads stored as they are
     try:
-        declared = zstandard.frame_content_size(stored)
+        declared = zstandard.frame_content_size(whole)
     except zstandard.ZstdError as e:
         raise CorruptEntry(f"zstd decompression failed: {e}") from None
     if declared != -1 and declared != raw_bytes:
         raise CorruptEntry(f"length mismatch: zstd frame says {declared} bytes, header says {raw_bytes}")
-    raw = decompress_bounded(stored, raw_bytes)  # the authenticated view itself: no copy of the payload
+    raw = decompress_bounded(whole, raw_bytes)  # the authenticated view itself: no copy of the payload
     if len(raw) != raw_bytes:
         raise CorruptEntry(f"length mismatch: decompressed {len(raw)} bytes, header says {raw_bytes}")
-    return header, raw
+    return header, from_parts((raw,), split)

@@ -129,12 +129,15 @@ class FolderStore:
         return None if found is None else found[0]
 
     def get_split(self, partition: str, key: str, max_bytes: int, probe: int,
-                  head_length: Callable[[bytes], int | None]) -> tuple[bytes, bytes | None] | None:
-        """:meth:`get` as ``(head, rest)``, two ``bytes`` objects (:func:`xlakit.store._fs.read_bounded_split`):
-        the entry layer reads a payload apart from the envelope's head, so that a payload stored as it is reaches
-        its reader with no copy; ``rest`` is None when ``head`` is the whole object. Raises as :meth:`get`."""
-        found = self._read(partition, key, lambda name, pfd: _fs.read_bounded_split(name, max_bytes, probe,
-                                                                                       head_length, at=pfd))
+                  head_length: Callable[[bytes], int | None],
+                  payload_cut: Callable[[bytes], int | None] | None = None
+                  ) -> tuple[bytes, tuple[bytes, ...] | None] | None:
+        """:meth:`get` as ``(head, rest)``: ``bytes`` objects read apart (:func:`xlakit.store._fs.read_bounded_split`),
+        ``rest`` a tuple of one or (cut where ``payload_cut(head)`` says) two: the entry layer reads a payload apart
+        from the envelope's head, so that a payload stored as it is reaches its reader with no copy; ``rest`` is
+        None when ``head`` is the whole object. Raises as :meth:`get`."""
+        found = self._read(partition, key, lambda name, pfd: _fs.read_bounded_split(
+            name, max_bytes, probe, head_length, at=pfd, payload_cut=payload_cut))
         return None if found is None else found[:2]
 
     def _read(self, partition: str, key: str, read: Callable[[str, int], tuple]) -> tuple | None:

@@ -37,7 +37,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from xlakit._sources import user_stacklevel
 
@@ -316,10 +316,10 @@ class TieredStore:
         self._emit("remote_hit", partition, key, seconds=seconds, nbytes=len(blob))
         return blob
 
-    def get_split(self, partition: str, key: str, max_bytes: int, probe: int, head_length: Callable) -> tuple | None:
-        """:meth:`get`, read apart where the local tier can (``FolderStore.get_split``), else ``(object, None)``."""
+    def get_split(self, partition: str, key: str, max_bytes: int, *cuts: Any) -> tuple | None:
+        """:meth:`get`, read in parts where the local tier can (``FolderStore.get_split``), else ``(object, None)``."""
         split = getattr(self.local, "get_split", None)
-        found = split(partition, key, max_bytes, probe, head_length) if split is not None else None
+        found = split(partition, key, max_bytes, *cuts) if split is not None else None
         blob = self.get(partition, key, max_bytes) if found is None else None
         return found if found is not None else None if blob is None else (blob, None)
 
