@@ -408,3 +408,23 @@ def test_decompression_is_bounded():
     assert decompress_bounded(hidden, 4 * 2**20) == b"\0" * (4 * 2**20)
     with pytest.raises(CorruptEntry, match="zstd decompression failed"):
         decompress_bounded(b"not zstd", 100)
+
+
+def test_compressed_split_payload_is_decompressed_into_its_two_parts_within_the_bound():
+    """A compressed payload with payload_split opens as two objects the decompressor wrote (no cut of one large
+    object); a frame that decompresses past the header's size is refused, with or without a declared size."""
+    from xlakit.store.envelope import _decompress_in_two, open_envelope, seal
+    from xlakit.store.split import SplitPayload
+
+    raw = b"head" + b"executable bytes " * 4096
+    header, got = open_envelope(seal({"payload_split": 4}, raw, SECRET), SECRET)
+    assert header["compression"] == "zstd" and isinstance(got, SplitPayload)
+    assert (got.head, got.tail) == (b"head", raw[4:])
+    declared = zstandard.ZstdCompressor(write_content_size=True).compress(raw)
+    streamed = zstandard.ZstdCompressor(write_content_size=False).compress(raw)
+    assert _decompress_in_two(streamed, len(raw), 4) == (b"head", raw[4:])
+    for frame in (declared, streamed):
+        with pytest.raises(CorruptEntry, match="more than the 100-byte bound"):
+            _decompress_in_two(frame, 100, 4)
+    with pytest.raises(CorruptEntry, match="zstd decompression failed"):
+        _decompress_in_two(b"not zstd at all", len(raw), 4)

@@ -96,7 +96,8 @@ def test_payload_stored_as_is_reaches_the_reader_without_a_copy(store, monkeypat
 def test_split_payload_is_read_in_its_two_parts(store, monkeypatch):
     """An entry sealed with ``payload_split`` (an executable payload: where the executable starts after its pickle
     frame) is read from the file in two parts, and the hit's payload holds those very objects: XLA gets the tail
-    with no copy. Compressed, it is cut once decompressed; damage in either part is refused as before."""
+    with no copy. Compressed, it is read as one object and decompressed into its two parts; damage in either part
+    is refused as before."""
     from xlakit.store import SplitPayload, _fs
 
     reads = []
@@ -111,7 +112,7 @@ def test_split_payload_is_read_in_its_two_parts(store, monkeypatch):
     assert got.payload == frame + executable and bytes(got.payload) == frame + executable
     assert store.put(PART, "packed", _header(payload_split=3), b"abc" + b"compressible " * 1000).stored
     got = store.get(PART, "packed")
-    assert got.header["compression"] == "zstd" and len(reads[-1][1]) == 1  # cut after decompressing
+    assert got.header["compression"] == "zstd" and len(reads[-1][1]) == 1  # read whole, decompressed in two
     assert (got.payload.head, got.payload.tail) == (b"abc", b"compressible " * 1000)
     path = store.root / PART / "exe.xlk"
     damaged = bytearray(path.read_bytes())

@@ -333,6 +333,34 @@ def decompress_bounded(data: bytes | memoryview, max_bytes: int) -> bytes:
     return out
 
 
+def _decompress_in_two(data: bytes | memoryview, max_bytes: int, split: int) -> tuple[bytes, bytes]:
+    """zstd-decompress authenticated ``data`` as two ``bytes`` objects, its first ``split`` bytes and the rest (at
+    most ``max_bytes`` in all), each written by the decompressor into its own object: cutting one decompressed
+    object would copy the rest (as long as decompressing it: 0.04 s per 64 MiB). Raises CorruptEntry on bad data
+    or more than ``max_bytes``."""
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(data)
+        head = _read_up_to(reader, split)
+        tail = _read_up_to(reader, max_bytes - len(head) + 1)
+    except zstandard.ZstdError as e:
+        raise CorruptEntry(f"zstd decompression failed: {e}") from None
+    if len(head) + len(tail) > max_bytes:
+        raise CorruptEntry(f"zstd data decompresses to more than the {max_bytes}-byte bound")
+    return head, tail
+
+
+def _read_up_to(reader: zstandard.ZstdDecompressionReader, size: int) -> bytes:
+    """``size`` bytes from ``reader``, fewer only at the end of its data: one read, which fills its object (a
+    reader that stops short is read on, joining what came: a copy that one read never needs)."""
+    out = reader.read(size)
+    while len(out) < size:
+        more = reader.read(size - len(out))
+        if not more:
+            break
+        out += more
+    return out
+
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 
@@ -461,7 +489,13 @@ def open_envelope(blob: bytes, secret: bytes, payload: bytes | Sequence[bytes] |
         raise CorruptEntry(f"zstd decompression failed: {e}") from None
     if declared != -1 and declared != raw_bytes:
         raise CorruptEntry(f"length mismatch: zstd frame says {declared} bytes, header says {raw_bytes}")
+    if split is not None:  # decompressed straight into its two parts: the large one is never copied out
+        head, tail = _decompress_in_two(whole, raw_bytes, split)
+        if len(head) + len(tail) != raw_bytes:
+            raise CorruptEntry(f"length mismatch: decompressed {len(head) + len(tail)} bytes, header says "
+                               f"{raw_bytes}")
+        return header, SplitPayload(head, tail)
     raw = decompress_bounded(whole, raw_bytes)  # the authenticated view itself: no copy of the payload
     if len(raw) != raw_bytes:
         raise CorruptEntry(f"length mismatch: decompressed {len(raw)} bytes, header says {raw_bytes}")
-    return header, from_parts((raw,), split)
+    return header, raw
