@@ -54,8 +54,10 @@ def tolerance_bytes(expected: int | None) -> int:
 def accounting(compiled: Any) -> dict[str, int] | None:
     """XLA's bytes for one run on one device: ``{"temp", "output", "alias"}`` from ``memory_analysis()``, or
     None when the backend reports no analysis (all zero or absent)."""
+    from xlakit.memory.compiled import memory_analysis
+
     try:
-        stats = compiled.memory_analysis()
+        stats = memory_analysis(compiled)
     except Exception:  # noqa: BLE001 - no analysis is "nothing to check against", not a failure
         return None
     if isinstance(stats, (list, tuple)):

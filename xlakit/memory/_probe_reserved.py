@@ -40,8 +40,10 @@ def reserved_temp(compiled: Any) -> tuple[int | None, str]:
         return ba.totals()["temp_bytes"], "XLA's buffer assignment (device temporary allocation)"
     except (TypeError, ValueError):
         pass
+    from xlakit.memory.compiled import memory_analysis
+
     try:
-        stats = compiled.memory_analysis()
+        stats = memory_analysis(compiled)
         temp = getattr(stats, "temp_size_in_bytes", None)
     except Exception:  # noqa: BLE001
         temp = None
@@ -121,8 +123,10 @@ def _rise(m: dict[str, Any]) -> int | None:
 
 
 def _code_bytes(compiled: Any) -> int | None:
+    from xlakit.memory.compiled import memory_analysis
+
     try:
-        code = compiled.memory_analysis().generated_code_size_in_bytes
+        code = memory_analysis(compiled).generated_code_size_in_bytes
     except Exception:  # noqa: BLE001
         return None
     return code if isinstance(code, int) else None

@@ -106,8 +106,10 @@ def lower(fn: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _has_assignment(compiled: Any) -> bool:
+    from xlakit.memory.compiled import memory_analysis
+
     try:
-        return bool(compiled.memory_analysis().serialized_buffer_assignment_proto)
+        return bool(memory_analysis(compiled).serialized_buffer_assignment_proto)
     except Exception:  # noqa: BLE001 - no analysis: the dump is the only source
         return False
 
