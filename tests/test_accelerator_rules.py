@@ -240,6 +240,51 @@ def test_the_dump_route_on_cpu_gives_the_same_program_and_assignment(monkeypatch
     assert calls == [1]
 
 
+def test_lowered_programs_and_the_explorer_get_their_assignment_where_memory_analysis_has_none(monkeypatch):
+    """As on a TPU (memory_analysis() carries no buffer assignment, recorded in facts.json): what the notebooks and
+    widgets hand the memory functions — a Lowered to buffer_assignment / peak / MemoryBreakdown, and the
+    explorer's compiled variants — is answered from one compile with XLA's dump per program, not refused."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit import memory
+    from xlakit._jax import compiler_dump
+    from xlakit.memory import compiled as compiled_module
+    from xlakit.widgets import MemoryBreakdown, MemoryExplorer
+
+    assert TRAIN["memory_analysis"]["sba_len"] == 0  # the recorded serialized_buffer_assignment_proto length
+    monkeypatch.setitem(platforms._TABLE, "cpu",
+                        dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False))
+    real_analysis = compiled_module.memory_analysis
+
+    def without_assignment(compiled):
+        stats = real_analysis(compiled)
+        fields = {f: getattr(stats, f) for f in dir(stats) if not f.startswith("_")}
+        return types.SimpleNamespace(**{**fields, "serialized_buffer_assignment_proto": b""})
+
+    monkeypatch.setattr(compiled_module, "memory_analysis", without_assignment)
+    dumps = []
+    real_dump = compiler_dump.compile_with_assignment
+    monkeypatch.setattr(compiler_dump, "compile_with_assignment",
+                        lambda lo, name=None: dumps.append(1) or real_dump(lo, name))
+
+    def step(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    lowered = jax.jit(jax.grad(step)).lower(jnp.ones((128, 128)), jnp.ones((32, 128)))
+    with pytest.raises(ValueError, match="carries no buffer assignment"):
+        memory.buffer_assignment(lowered.compile())  # a bare Compiled: says what to pass
+    assert memory.buffer_assignment(lowered).totals()["temp_bytes"] > 0
+    assert memory.peak(lowered).total_bytes > 0 and dumps == [1]  # remembered: one dump compile
+    view = MemoryBreakdown({"grad": lowered}, selected="grad")
+    assert view.peak is not None and view.peak.total_bytes > 0 and dumps == [1]
+    explorer = MemoryExplorer(step, lambda b: (jax.ShapeDtypeStruct((128, 128), jnp.float32),
+                                               jax.ShapeDtypeStruct((b, 128), jnp.float32)),
+                              batch_sizes=(8,), batch=8, step=jax.grad)
+    result = explorer.wait()
+    assert result.error is None and result.peak.total_bytes > 0 and len(dumps) == 2, result
+
+
 # -- the probe ---------------------------------------------------------------------------------------------------
 def _measured(peak, baseline, before, after):
     return {"peak": peak, "baseline": baseline, "peak_exact": True, "peak_reason": "pjrt", "reserved_before": before,
