@@ -51,8 +51,10 @@ def _all_text(nb) -> str:
     return "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")
 
 
-def _execute(path: Path, tmp_path: Path):
+def _execute(path: Path, tmp_path: Path, prelude: str | None = None):
     nb = nbformat.read(path, as_version=4)
+    if prelude is not None:  # a cell run right after the setup cell
+        nb.cells.insert(2, nbformat.v4.new_code_cell(prelude))
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     # The kernel inherits this environment (isolated XLAKIT_CONFIG_DIR from conftest, CPU JAX).
@@ -186,6 +188,30 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     # The budget is a quiet machine's; beside the suite's other workers a notebook's wall time grows with them.
     assert seconds < NOTEBOOK_BUDGET_S * share, f"{path.name} took {seconds:.0f} s ({share:.1f} processes per CPU)"
     print(f"{path.name}: {seconds:.1f} s")
+    check_executed(path, nb, tmp_path)
+
+
+#: Run after the setup cell: xlakit's platform rules say this device may be opened by one process at a time, as
+#: on a TPU (tests/data/tpu/facts.json: "child_process_open" failed there with the chip's lockfile error).
+AS_EXCLUSIVE = """
+import dataclasses
+from xlakit._jax import platforms as _platforms
+xlakit.platform_rules = lambda device=None: dataclasses.replace(_platforms.platform_rules(device),
+                                                                exclusive_device=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(NOTEBOOK_BUDGET_S * 3)
+@pytest.mark.parametrize("stem", ["01_quickstart", "04_bundles"])
+def test_warm_starts_run_in_this_process_where_one_process_may_open_the_device(stem: str, tmp_path: Path) -> None:
+    """On a TPU a fresh process cannot open the chip while the notebook's kernel holds it: the warm starts of
+    notebooks 01 and 04 then run in the kernel after jax.clear_caches(), and show the same answers (hits, no
+    compile, the same loss and timeline lanes)."""
+    path = ROOT / "notebooks" / f"{stem}.ipynb"
+    nb, _seconds, _share = _execute(path, tmp_path, prelude=AS_EXCLUSIVE)
+    text = _all_text(nb)
+    assert "in this process after jax.clear_caches()" in text and "in a fresh process:" not in text, text[-3000:]
     check_executed(path, nb, tmp_path)
 
 

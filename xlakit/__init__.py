@@ -20,6 +20,7 @@ from xlakit.events import CacheStats, Event, EventLog, cache_stats
 
 if TYPE_CHECKING:
     from xlakit import widgets as widgets  # reached lazily by __getattr__ (imports ipywidgets)
+    from xlakit._jax.platforms import platform_rules
     from xlakit._jax.serialize import DevicePlacementError
     from xlakit._jax.versions import UnsupportedJaxVersion
     from xlakit.bundle import BundleWatcher, export_bundle, load_bundle
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["__version__", "enable_cache", "disable_cache", "cache_stats", "CacheStats", "Event", "EventLog",
            "events", "ExecutableCache", "TransparentCache", "Decision", "Explanation", "UnsupportedJaxVersion",
-           "DevicePlacementError", "export_bundle", "load_bundle", "BundleWatcher"]
+           "DevicePlacementError", "export_bundle", "load_bundle", "BundleWatcher", "platform_rules"]
 
 # Public name -> (module, attribute), imported on first use so that `import xlakit` stays light.
 _LAZY = {
@@ -41,6 +42,7 @@ _LAZY = {
     "export_bundle": ("xlakit.bundle", "export_bundle"),
     "load_bundle": ("xlakit.bundle", "load_bundle"),
     "BundleWatcher": ("xlakit.bundle", "BundleWatcher"),
+    "platform_rules": ("xlakit._jax.platforms", "platform_rules"),
 }
 
 

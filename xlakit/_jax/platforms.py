@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["Platform", "MemorySpace", "rules", "memory_space", "CPU", "GPU", "TPU", "UNKNOWN", "TPU_EVIDENCE",
            "HOST_COLOR"]
@@ -172,6 +173,25 @@ def rules(platform: str | None) -> Platform:
     name = _ALIASES.get(name, name)
     found = _TABLE.get(name)
     return found if found is not None else dataclasses.replace(UNKNOWN, name=name or "unknown")
+
+
+def platform_rules(device: Any = None) -> Platform:
+    """The rules xlakit applies on a platform (:class:`Platform`: how loaded programs resolve custom calls, memory
+    spaces, where scratch and code live, whether one process at a time may open the device...), each with the
+    measurement behind it.
+
+    Args:
+      device: a ``jax.Device``, a platform name (``"tpu"``, ``"cuda"``...) or None for the device JAX uses by
+        default (``jax.devices()[0]``; this starts JAX's backend).
+
+    Example: ``xlakit.platform_rules().exclusive_device`` is True on a TPU, where a fresh Python process cannot
+    open the chip while this one holds it.
+    """
+    if device is None:
+        import jax
+
+        device = jax.devices()[0]
+    return rules(device if isinstance(device, str) else getattr(device, "platform", None))
 
 
 def memory_space(platform: str | None, color: int) -> MemorySpace:
