@@ -424,7 +424,27 @@ def test_compressed_split_payload_is_decompressed_into_its_two_parts_within_the_
     streamed = zstandard.ZstdCompressor(write_content_size=False).compress(raw)
     assert _decompress_in_two(streamed, len(raw), 4) == (b"head", raw[4:])
     for frame in (declared, streamed):
-        with pytest.raises(CorruptEntry, match="more than the 100-byte bound"):
+        with pytest.raises(CorruptEntry, match="(more than|declares 69636 bytes, over) the 100-byte bound"):
             _decompress_in_two(frame, 100, 4)
     with pytest.raises(CorruptEntry, match="zstd decompression failed"):
         _decompress_in_two(b"not zstd at all", len(raw), 4)
+
+
+def test_a_payload_is_one_zstd_frame_and_no_declared_size_outgrows_memory():
+    """Found by a red team holding the secret: a second frame after the first meant different bytes with and
+    without payload_split (one reader read across frames, the other ignored the rest), and a header naming 2**63
+    bytes over a frame that declares no size raised OverflowError out of LocalStore.get instead of a corrupt
+    entry. Both are CorruptEntry now, on every path."""
+    a, b = os.urandom(1000), os.urandom(1000)
+    nosize = zstandard.ZstdCompressor(write_content_size=False)
+    two_frames = nosize.compress(a) + nosize.compress(b)
+    for split in ({}, {"payload_split": 10}):
+        blob = _assemble({**HEADER, **_integrity(two_frames, 2000), **split}, two_frames)
+        with pytest.raises(CorruptEntry, match="not one zstd frame: 1009 bytes follow it"):
+            open_envelope(blob, SECRET)
+    one = nosize.compress(a)
+    for raw_bytes in (2**63 - 1, 2**40):
+        for split in ({}, {"payload_split": 0}, {"payload_split": raw_bytes}):
+            blob = _assemble({**HEADER, **_integrity(one, raw_bytes), **split}, one)
+            with pytest.raises(CorruptEntry, match="length mismatch: decompressed 1000 bytes"):
+                open_envelope(blob, SECRET)
