@@ -209,6 +209,29 @@ def test_a_module_decoded_on_demand_equals_one_decoded_in_full(programs):
         assert lazy.sequential_computations() == full.sequential_computations()
 
 
+def test_computation_heads_read_at_once_equal_those_read_one_by_one(programs):
+    """The id, root id and name of every computation of a module, read from their tails with numpy
+    (``_quick_heads``), equal the per-computation reader's, also when bytes near a tail are damaged (a computation
+    the numpy reader cannot read is left to the per-computation one)."""
+    from xlakit.memory._hlo_module import _quick_head, _quick_heads
+    from xlakit.memory._proto import scan
+
+    rng = random.Random(0)
+    for compiled in programs:
+        data = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+        spans = scan(data, 0, len(data), (_F.MOD_COMPUTATIONS,))[_F.MOD_COMPUTATIONS]
+        heads = _quick_heads(data, spans)
+        assert heads == [_quick_head(data, *span) for span in spans]
+        assert all(head is not None for head in heads)  # current XLA's numbering: every one read at once
+        for _ in range(150):
+            damaged = bytearray(data)
+            start, end = rng.choice(spans)
+            for _ in range(rng.randint(1, 3)):
+                damaged[rng.randrange(max(start, end - 12), end)] = rng.choice(
+                    [rng.randrange(256), 0x38, 0x30, 0x28, 0x80, 0x01, 0xFF])
+            assert _quick_heads(bytes(damaged), spans) == [_quick_head(bytes(damaged), *span) for span in spans]
+
+
 def test_a_compiled_program_is_decoded_once(programs):
     assert buffer_assignment(programs[0]) is buffer_assignment(programs[0])
     assert buffer_assignment(programs[0]) is not buffer_assignment(programs[1])

@@ -205,6 +205,57 @@ def _quick_head(data: bytes, start: int, end: int) -> tuple[str, int, int, None]
     return data[start + 2:name_end].decode("utf-8", errors="replace"), cid, root, None
 
 
+def _quick_heads(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[str, int, int, None] | None]:
+    """:func:`_quick_head` of every computation at ``spans`` at once: the varints of their last fields are found
+    and valued with numpy (a large module has thousands of computations, mostly fusion bodies). A computation
+    this reads differently from :func:`_quick_head` in any way (its tail is not the plain ``id, root id[, flag]``
+    of one-byte keys, a varint of ten bytes) gets that function's answer instead."""
+    import numpy as np
+
+    n = len(spans)
+    if not n:
+        return []
+    bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    starts, ends = bounds[:, 0], bounds[:, 1]
+    raw = np.frombuffer(data, dtype=np.uint8)
+    top = len(raw) - 1
+    ok = ((ends - starts >= 6) & (raw[np.minimum(starts, top)] == _COMP_NAME_KEY)
+          & (raw[np.minimum(starts + 1, top)] < 0x80))
+    # the optional is_fusion_computation flag: ``0x38, v`` with v < 0x80 right at the end, stepped over
+    flag = ok & (raw[ends - 2] == _COMP_FLAG_KEY) & (raw[ends - 1] < 0x80) & (raw[ends - 3] < 0x80)
+    pos = np.where(flag, ends - 2, ends)
+    values = []
+    for key in _COMP_TAIL_KEYS:  # read backwards: the root id, then the computation's id
+        last = pos - 1
+        ok &= (last > starts) & (raw[np.maximum(last, 0)] < 0x80)
+        first = last.copy()
+        for _ in range(9):  # a varint's bytes before its last are >= 0x80
+            more = ok & (raw[np.maximum(first - 1, 0)] >= 0x80)
+            first[more] -= 1
+        ok &= raw[np.maximum(first - 1, 0)] < 0x80  # no longer than 10 bytes, and a key before it
+        ok &= last - first < 9  # 10 bytes may pass 64 bits: left to the scalar reader
+        key_at = np.maximum(first - 1, 0)
+        ok &= raw[key_at] == key
+        value = np.zeros(n, dtype=np.uint64)
+        for shift in range(9):
+            at = first + shift
+            inside = ok & (at <= last)
+            value[inside] |= (raw[at[inside]] & 0x7F).astype(np.uint64) << np.uint64(7 * shift)
+        values.append(value)
+        pos = key_at
+    root, cid = values
+    ok &= (cid > 0) & (cid < (1 << 31)) & ((root >> np.uint64(32)) == cid)
+    out: list[tuple[str, int, int, None] | None] = []
+    for k, (start, good, c, r) in enumerate(zip(starts.tolist(), ok.tolist(), cid.tolist(), root.tolist(),
+                                                strict=True)):
+        if good:
+            name = data[start + 2:start + 2 + data[start + 1]].decode("utf-8", errors="replace")
+            out.append((name, c, r, None))
+        else:
+            out.append(_quick_head(data, *spans[k]))
+    return out
+
+
 def _head(data: bytes, pos: int, end: int) -> tuple[int, str]:
     """(id, opcode) of the HloInstructionProto at ``data[pos:end]``, stepping over everything else."""
     opcode = ""
@@ -429,8 +480,9 @@ def decode_module(data: bytes) -> _Module:
     top = scan(data, 0, len(data),
                (_F.MOD_NAME, _F.MOD_COMPUTATIONS, _F.MOD_ENTRY_ID, _F.MOD_SCHEDULE, _F.MOD_STACK_FRAME_INDEX))
     comp_spans: dict[int, tuple[str, int, int, int, tuple[int, int] | None]] = {}
-    for start, end in top.get(_F.MOD_COMPUTATIONS, ()):
-        name, cid, root, last_record = _quick_head(data, start, end) or _computation_head(data, start, end)
+    comp_list = top.get(_F.MOD_COMPUTATIONS, [])
+    for (start, end), quick in zip(comp_list, _quick_heads(data, comp_list), strict=True):
+        name, cid, root, last_record = quick or _computation_head(data, start, end)
         comp_spans[cid] = (name, start, end, root, last_record)
     schedule: dict[int, tuple[int, ...]] = {}
     for span in top.get(_F.MOD_SCHEDULE, [])[-1:]:
