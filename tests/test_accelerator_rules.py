@@ -18,6 +18,7 @@ import json
 import shutil
 import subprocess
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -272,8 +273,10 @@ def test_lowered_programs_and_the_explorer_get_their_assignment_where_memory_ana
         return jnp.tanh(x @ w).sum()
 
     lowered = jax.jit(jax.grad(step)).lower(jnp.ones((128, 128)), jnp.ones((32, 128)))
+    bare = lowered.compile()
+    compiler_dump._lowerings.pop(bare, None)  # as without an enabled cache (another test may have left one)
     with pytest.raises(ValueError, match="carries no buffer assignment"):
-        memory.buffer_assignment(lowered.compile())  # a bare Compiled: says what to pass
+        memory.buffer_assignment(bare)  # a bare Compiled: says what to pass
     assert memory.buffer_assignment(lowered).totals()["temp_bytes"] > 0
     assert memory.peak(lowered).total_bytes > 0 and dumps == [1]  # remembered: one dump compile
     view = MemoryBreakdown({"grad": lowered}, selected="grad")
@@ -283,6 +286,48 @@ def test_lowered_programs_and_the_explorer_get_their_assignment_where_memory_ana
                               batch_sizes=(8,), batch=8, step=jax.grad)
     result = explorer.wait()
     assert result.error is None and result.peak.total_bytes > 0 and len(dumps) == 2, result
+
+
+def test_a_bare_compiled_is_described_where_an_enabled_cache_kept_its_lowering(monkeypatch, tmp_path):
+    """JAX's Compiled keeps no link to the program it came from: on a platform without the assignment in
+    memory_analysis (TPU, as recorded) a bare Compiled is refused with what to pass — unless it was made by
+    Lowered.compile() while an xlakit cache was enabled, which keeps its Lowered for one compile with the dump."""
+    import jax
+    import jax.numpy as jnp
+
+    import xlakit
+    from xlakit import memory
+    from xlakit._jax import compiler_dump, hooks
+    from xlakit.memory import compiled as compiled_module
+
+    monkeypatch.setitem(platforms._TABLE, "cpu",
+                        dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False))
+    real_analysis = compiled_module.memory_analysis
+    monkeypatch.setattr(compiled_module, "memory_analysis", lambda c: types.SimpleNamespace(**{
+        **{f: getattr(real_analysis(c), f) for f in dir(real_analysis(c)) if not f.startswith("_")},
+        "serialized_buffer_assignment_proto": b""}))
+    jax_compile = jax.stages.Lowered.compile
+
+    def program(x):
+        return (jnp.sin(x) @ x.T).sum(0)
+
+    bare = jax.jit(program).lower(jnp.ones((48, 48))).compile()
+    compiler_dump._lowerings.pop(bare, None)  # as without an enabled cache (another test may have left one)
+    with pytest.raises(ValueError, match="an xlakit cache is enabled also works"):
+        memory.peak(bare)
+    already = hooks.installed()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "JAX already compiled N programs": expected here
+        xlakit.enable_cache(tmp_path / "cache")
+    try:
+        assert jax.stages.Lowered.compile.__wrapped__ is (hooks._saved["lowered_compile"])
+        compiled = jax.jit(program).lower(jnp.ones((40, 40))).compile()
+        assert compiler_dump.lowering_of(compiled) is not None
+        assert memory.peak(compiled).total_bytes > 0 and memory.buffer_assignment(compiled).totals()["temp_bytes"] > 0
+    finally:
+        xlakit.disable_cache()
+    if not already:
+        assert jax.stages.Lowered.compile is jax_compile  # JAX's own method back
 
 
 # -- the probe ---------------------------------------------------------------------------------------------------

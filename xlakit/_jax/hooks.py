@@ -228,6 +228,17 @@ def _run_python_pjit(p, args_flat, fun, args, kwargs):
         return _saved["run_python_pjit"](p, args_flat, fun, args, kwargs)
 
 
+def _lowered_compile(self, *args, **kwargs):
+    """``jax.stages.Lowered.compile``, keeping the Lowered beside its Compiled where XLA's ``memory_analysis()``
+    carries no buffer assignment (TPU), so that ``xlakit.memory`` can compile it once more with XLA's dump
+    (:func:`xlakit._jax.compiler_dump.note_lowering`); elsewhere it only calls JAX's."""
+    compiled = _saved["lowered_compile"](self, *args, **kwargs)
+    from xlakit._jax import compiler_dump
+
+    compiler_dump.note_lowering(compiled, self)
+    return compiled
+
+
 def _context(module_name: str, cache_key: str) -> CompileContext:
     ctx = getattr(_local, "ctx", None)
     # The read's context serves the write of the same compile. Placement-free keys are shared by lowerings on
@@ -316,7 +327,7 @@ def acquire() -> None:
     with _lock:
         if _users == 0:
             versions.check_transparent_hooks()
-            from jax._src import cache_key, compiler, pjit
+            from jax._src import cache_key, compiler, pjit, stages
 
             key_logger = logging.getLogger(_KEY_LOGGER)
             capture = _KeyCapture(passthrough_level=key_logger.getEffectiveLevel())
@@ -331,6 +342,9 @@ def acquire() -> None:
             compiler._cache_write = _cache_write
             cache_key.get = _key_get
             pjit._run_python_pjit = _run_python_pjit
+            _saved["lowered_compile"] = stages.Lowered.compile
+            functools.update_wrapper(_lowered_compile, _saved["lowered_compile"])  # JAX's name, doc and signature
+            stages.Lowered.compile = _lowered_compile  # type: ignore[method-assign]
             if _saved["log_miss"] is not None:
                 compiler.log_persistent_cache_miss = _log_miss
             _hide_frames(True)
@@ -345,9 +359,10 @@ def release() -> None:
             return
         _users -= 1
         if _users == 0:
-            from jax._src import cache_key, compiler, pjit
+            from jax._src import cache_key, compiler, pjit, stages
 
             compiler._cache_read = _saved["read"]
+            stages.Lowered.compile = _saved["lowered_compile"]  # type: ignore[method-assign]
             compiler._cache_write = _saved["write"]
             cache_key.get = _saved["key_get"]
             pjit._run_python_pjit = _saved["run_python_pjit"]

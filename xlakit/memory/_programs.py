@@ -78,7 +78,9 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
     if isinstance(x, jax.stages.Compiled):
         if args or kwargs:
             raise TypeError("pass example arguments only with a function; a compiled program already has them")
-        return x, None
+        from xlakit._jax import compiler_dump
+
+        return with_assignment(x, lambda: compiler_dump.lowering_of(x)), None
     if isinstance(x, jax.stages.Lowered):
         if args or kwargs:
             raise TypeError("pass example arguments only with a function; a lowered program already has them")

@@ -397,8 +397,8 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
     needs_args = (not args and not kwargs and callable(compiled)
                   and not isinstance(compiled, (jax.stages.Compiled, jax.stages.Lowered)))
     try:
-        if isinstance(compiled, jax.stages.Compiled):
-            program = _compile(compiled, args, kwargs)
+        if isinstance(compiled, jax.stages.Compiled):  # its Lowered, where xlakit kept it, gives the dump (TPU)
+            program = with_assignment(_compile(compiled, args, kwargs), lambda: compiler_dump.lowering_of(compiled))
         elif isinstance(compiled, jax.stages.Lowered):
             program = with_assignment(None, compiled)
         elif callable(compiled):
@@ -435,7 +435,9 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
         raise ValueError(f"memory_analysis() of {memory.name or 'this program'} on {memory.platform} carries no "
                          "buffer assignment, and this process holds no compiler dump of it; pass the jitted function "
                          "and its example arguments (or its Lowered) instead of the Compiled program, and xlakit "
-                         "compiles it once with XLA's dump (xla_dump_to), which carries the buffer assignment")
+                         "compiles it once with XLA's dump (xla_dump_to), which carries the buffer assignment. (A "
+                         "Compiled made by Lowered.compile() while an xlakit cache is enabled also works: xlakit "
+                         "keeps its Lowered.)")
     try:
         decoded = decode_buffer_assignment(data, module_bytes, reported=memory)
     except ProtoDecodeError as exc:
