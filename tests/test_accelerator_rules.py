@@ -249,8 +249,8 @@ def test_lowered_programs_and_the_explorer_get_their_assignment_where_memory_ana
     import jax.numpy as jnp
 
     from xlakit import memory
-    from xlakit._jax import compiler_dump
-    from xlakit.memory import compiled as compiled_module
+    from xlakit._jax import compiler_dump, lowerings
+    from xlakit.memory import _analysis as compiled_module
     from xlakit.widgets import MemoryBreakdown, MemoryExplorer
 
     assert TRAIN["memory_analysis"]["sba_len"] == 0  # the recorded serialized_buffer_assignment_proto length
@@ -274,7 +274,7 @@ def test_lowered_programs_and_the_explorer_get_their_assignment_where_memory_ana
 
     lowered = jax.jit(jax.grad(step)).lower(jnp.ones((128, 128)), jnp.ones((32, 128)))
     bare = lowered.compile()
-    compiler_dump._lowerings.pop(bare, None)  # as without an enabled cache (another test may have left one)
+    lowerings._lowerings.pop(bare, None)  # as without an enabled cache (another test may have left one)
     with pytest.raises(ValueError, match="carries no buffer assignment"):
         memory.buffer_assignment(bare)  # a bare Compiled: says what to pass
     assert memory.buffer_assignment(lowered).totals()["temp_bytes"] > 0
@@ -297,8 +297,8 @@ def test_a_bare_compiled_is_described_where_an_enabled_cache_kept_its_lowering(m
 
     import xlakit
     from xlakit import memory
-    from xlakit._jax import compiler_dump, hooks
-    from xlakit.memory import compiled as compiled_module
+    from xlakit._jax import hooks, lowerings
+    from xlakit.memory import _analysis as compiled_module
 
     monkeypatch.setitem(platforms._TABLE, "cpu",
                         dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False))
@@ -312,7 +312,7 @@ def test_a_bare_compiled_is_described_where_an_enabled_cache_kept_its_lowering(m
         return (jnp.sin(x) @ x.T).sum(0)
 
     bare = jax.jit(program).lower(jnp.ones((48, 48))).compile()
-    compiler_dump._lowerings.pop(bare, None)  # as without an enabled cache (another test may have left one)
+    lowerings._lowerings.pop(bare, None)  # as without an enabled cache (another test may have left one)
     with pytest.raises(ValueError, match="an xlakit cache is enabled also works"):
         memory.peak(bare)
     already = hooks.installed()
@@ -322,7 +322,7 @@ def test_a_bare_compiled_is_described_where_an_enabled_cache_kept_its_lowering(m
     try:
         assert jax.stages.Lowered.compile.__wrapped__ is (hooks._saved["lowered_compile"])
         compiled = jax.jit(program).lower(jnp.ones((40, 40))).compile()
-        assert compiler_dump.lowering_of(compiled) is not None
+        assert lowerings.lowering_of(compiled) is not None
         assert memory.peak(compiled).total_bytes > 0 and memory.buffer_assignment(compiled).totals()["temp_bytes"] > 0
     finally:
         xlakit.disable_cache()

@@ -494,6 +494,16 @@ def test_a_load_that_waits_for_every_program_loads_them_on_the_calling_thread_to
     loaded = load_bundle(warm_bundle, progress=False, background=False, max_workers=1)
     assert threads == [threading.current_thread().name] * 2 and loaded.counts()["hit"] == 2
     threads.clear()
+    # Both threads inside a load at once (else the worker may take both programs before the calling thread takes
+    # one, as on a loaded CI machine): a load that kept the calling thread out would break the barrier.
+    both = threading.Barrier(2, timeout=30)
+
+    def load_beside(self, spec, data, sha):
+        threads.append(threading.current_thread().name)
+        both.wait()
+        return real(self, spec, data, sha)
+
+    monkeypatch.setattr(Context, "load_module", load_beside)
     loaded = load_bundle(warm_bundle, progress=False, background=False, max_workers=2)
     assert sorted(threads) == sorted([threading.current_thread().name, "xlakit-bundle"]), threads
     np.testing.assert_allclose(np.asarray(loaded(xs(4))), expected(xs(4)), rtol=1e-6)

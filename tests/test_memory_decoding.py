@@ -213,7 +213,7 @@ def test_computation_heads_read_at_once_equal_those_read_one_by_one(programs):
     """The id, root id and name of every computation of a module, read from their tails with numpy
     (``_quick_heads``), equal the per-computation reader's, also when bytes near a tail are damaged (a computation
     the numpy reader cannot read is left to the per-computation one)."""
-    from xlakit.memory._hlo_module import _quick_head, _quick_heads
+    from xlakit.memory._computation_heads import _quick_head, _quick_heads
     from xlakit.memory._proto import scan
 
     rng = random.Random(0)

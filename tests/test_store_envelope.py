@@ -413,8 +413,9 @@ def test_decompression_is_bounded():
 def test_compressed_split_payload_is_decompressed_into_its_two_parts_within_the_bound():
     """A compressed payload with payload_split opens as two objects the decompressor wrote (no cut of one large
     object); a frame that decompresses past the header's size is refused, with or without a declared size."""
-    from xlakit.store.envelope import _decompress_in_two, open_envelope, seal
+    from xlakit.store.envelope import open_envelope, seal
     from xlakit.store.split import SplitPayload
+    from xlakit.store.zstd_payload import decompress_in_two
 
     raw = b"head" + b"executable bytes " * 4096
     header, got = open_envelope(seal({"payload_split": 4}, raw, SECRET), SECRET)
@@ -422,12 +423,12 @@ def test_compressed_split_payload_is_decompressed_into_its_two_parts_within_the_
     assert (got.head, got.tail) == (b"head", raw[4:])
     declared = zstandard.ZstdCompressor(write_content_size=True).compress(raw)
     streamed = zstandard.ZstdCompressor(write_content_size=False).compress(raw)
-    assert _decompress_in_two(streamed, len(raw), 4) == (b"head", raw[4:])
+    assert decompress_in_two(streamed, len(raw), 4) == (b"head", raw[4:])
     for frame in (declared, streamed):
         with pytest.raises(CorruptEntry, match="(more than|declares 69636 bytes, over) the 100-byte bound"):
-            _decompress_in_two(frame, 100, 4)
+            decompress_in_two(frame, 100, 4)
     with pytest.raises(CorruptEntry, match="zstd decompression failed"):
-        _decompress_in_two(b"not zstd at all", len(raw), 4)
+        decompress_in_two(b"not zstd at all", len(raw), 4)
 
 
 def test_a_payload_is_one_zstd_frame_and_no_declared_size_outgrows_memory():

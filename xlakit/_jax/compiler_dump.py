@@ -26,12 +26,13 @@ import os
 import shutil
 import tempfile
 import threading
-import weakref
 from pathlib import Path
 from typing import Any
 
+from xlakit._jax.lowerings import platform_of  # noqa: F401 - where callers have found it
+
 __all__ = ["DumpedAssignment", "compile_with_assignment", "remembered", "remember", "read_dump", "platform_of",
-           "split_hlo_proto", "note_lowering", "lowering_of", "MEMO_SIZE", "DUMP_SUFFIX"]
+           "split_hlo_proto", "MEMO_SIZE", "DUMP_SUFFIX"]
 
 DUMP_SUFFIX = "after_optimizations.hlo.pb"  # TPU: <module>.after_..., XLA:CPU: <module>.cpu_after_...
 MEMO_SIZE = 16
@@ -87,36 +88,6 @@ def remember(hlo_proto: bytes, *keys: Any) -> None:
             _memo.popitem(last=False)
 
 
-# Compiled -> the Lowered it was compiled from, for programs of a platform whose memory_analysis() holds no buffer
-# assignment: JAX's Compiled keeps no link to its lowering, and without one a bare Compiled cannot be compiled again
-# with the dump. Filled by xlakit's hooks (jax.stages.Lowered.compile, while a cache is enabled); weakly keyed,
-# so a Lowered lives as long as its Compiled.
-_lowerings: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
-def note_lowering(compiled: Any, lowered: Any) -> None:
-    """Keep ``lowered`` beside ``compiled`` when their platform's ``memory_analysis()`` carries no buffer assignment
-    (:attr:`xlakit._jax.platforms.Platform.assignment_in_memory_analysis`); nothing elsewhere. Never raises."""
-    from xlakit._jax import platforms
-
-    try:
-        if platforms.rules(platform_of(lowered)).assignment_in_memory_analysis:
-            return
-        with _lock:
-            _lowerings[compiled] = lowered
-    except Exception:  # noqa: BLE001 - a program that cannot be weakly referenced: only its own Lowered helps
-        pass
-
-
-def lowering_of(compiled: Any) -> Any:
-    """The ``Lowered`` :func:`note_lowering` kept for ``compiled``, else None."""
-    with _lock:
-        try:
-            return _lowerings.get(compiled)
-        except TypeError:
-            return None
-
-
 def remembered(compiled: Any = None, lowered: Any = None) -> bytes | None:
     """The HloProto kept for this executable (by fingerprint) or lowered module, else None."""
     keys: list[bytes | str | None] = []
@@ -130,22 +101,6 @@ def remembered(compiled: Any = None, lowered: Any = None) -> bytes | None:
                 _memo.move_to_end(key)
                 return _memo[key]
     return None
-
-
-def platform_of(lowered: Any) -> str | None:
-    """The platform a ``jax.stages.Lowered`` was lowered for (its first device's), else JAX's default backend."""
-    try:
-        devices = lowered._lowering.compile_args.get("device_assignment")  # noqa: SLF001
-        if devices:
-            return str(next(iter(devices)).platform)
-    except Exception:  # noqa: BLE001 - fall back to the default backend
-        pass
-    try:
-        import jax
-
-        return jax.default_backend()
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def split_hlo_proto(hlo_proto: bytes) -> tuple[bytes, bytes | None]:

@@ -231,11 +231,11 @@ def _run_python_pjit(p, args_flat, fun, args, kwargs):
 def _lowered_compile(self, *args, **kwargs):
     """``jax.stages.Lowered.compile``, keeping the Lowered beside its Compiled where XLA's ``memory_analysis()``
     carries no buffer assignment (TPU), so that ``xlakit.memory`` can compile it once more with XLA's dump
-    (:func:`xlakit._jax.compiler_dump.note_lowering`); elsewhere it only calls JAX's."""
+    (:func:`xlakit._jax.lowerings.note_lowering`); elsewhere it only calls JAX's."""
     compiled = _saved["lowered_compile"](self, *args, **kwargs)
-    from xlakit._jax import compiler_dump
+    from xlakit._jax import lowerings
 
-    compiler_dump.note_lowering(compiled, self)
+    lowerings.note_lowering(compiled, self)
     return compiled
 
 

@@ -54,7 +54,7 @@ def tolerance_bytes(expected: int | None) -> int:
 def accounting(compiled: Any) -> dict[str, int] | None:
     """XLA's bytes for one run on one device: ``{"temp", "output", "alias"}`` from ``memory_analysis()``, or
     None when the backend reports no analysis (all zero or absent)."""
-    from xlakit.memory.compiled import memory_analysis
+    from xlakit.memory._analysis import memory_analysis
 
     try:
         stats = memory_analysis(compiled)

@@ -40,7 +40,7 @@ def reserved_temp(compiled: Any) -> tuple[int | None, str]:
         return ba.totals()["temp_bytes"], "XLA's buffer assignment (device temporary allocation)"
     except (TypeError, ValueError):
         pass
-    from xlakit.memory.compiled import memory_analysis
+    from xlakit.memory._analysis import memory_analysis
 
     try:
         stats = memory_analysis(compiled)
@@ -123,7 +123,7 @@ def _rise(m: dict[str, Any]) -> int | None:
 
 
 def _code_bytes(compiled: Any) -> int | None:
-    from xlakit.memory.compiled import memory_analysis
+    from xlakit.memory._analysis import memory_analysis
 
     try:
         code = memory_analysis(compiled).generated_code_size_in_bytes

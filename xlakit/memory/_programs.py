@@ -78,9 +78,9 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
     if isinstance(x, jax.stages.Compiled):
         if args or kwargs:
             raise TypeError("pass example arguments only with a function; a compiled program already has them")
-        from xlakit._jax import compiler_dump
+        from xlakit._jax import lowerings
 
-        return with_assignment(x, lambda: compiler_dump.lowering_of(x)), None
+        return with_assignment(x, lambda: lowerings.lowering_of(x)), None
     if isinstance(x, jax.stages.Lowered):
         if args or kwargs:
             raise TypeError("pass example arguments only with a function; a lowered program already has them")
@@ -108,7 +108,7 @@ def lower(fn: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _has_assignment(compiled: Any) -> bool:
-    from xlakit.memory.compiled import memory_analysis
+    from xlakit.memory._analysis import memory_analysis
 
     try:
         return bool(memory_analysis(compiled).serialized_buffer_assignment_proto)

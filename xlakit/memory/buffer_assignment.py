@@ -389,7 +389,7 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
                         "(or compile it) and pass the jax.stages.Compiled")
     import jax
 
-    from xlakit._jax import compiler_dump
+    from xlakit._jax import compiler_dump, lowerings
     from xlakit._jax.stages import jax_stage
     from xlakit.memory._programs import lower, with_assignment
 
@@ -398,7 +398,7 @@ def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignm
                   and not isinstance(compiled, (jax.stages.Compiled, jax.stages.Lowered)))
     try:
         if isinstance(compiled, jax.stages.Compiled):  # its Lowered, where xlakit kept it, gives the dump (TPU)
-            program = with_assignment(_compile(compiled, args, kwargs), lambda: compiler_dump.lowering_of(compiled))
+            program = with_assignment(_compile(compiled, args, kwargs), lambda: lowerings.lowering_of(compiled))
         elif isinstance(compiled, jax.stages.Lowered):
             program = with_assignment(None, compiled)
         elif callable(compiled):

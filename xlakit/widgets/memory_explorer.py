@@ -316,7 +316,6 @@ class MemoryExplorer(View, widgets.VBox):
 
     def _measure(self, key: tuple[int, str, str], t0: float) -> ExplorerResult:
         from xlakit import memory
-        from xlakit.memory._programs import with_assignment
 
         batch, remat, donate = key
         args = tuple(self.make_args(batch))
@@ -327,10 +326,11 @@ class MemoryExplorer(View, widgets.VBox):
         else:
             compiled, kind = jitted.lower(*args).compile(), "compiled"
         seconds = time.perf_counter() - t0
-        # Where memory_analysis() carries no buffer assignment (TPU), the program is compiled once more with XLA's
-        # dump (from its Lowered); elsewhere the compiled program is read as it is.
-        attributable = with_assignment(compiled, lambda: jitted.lower(*args))
-        return ExplorerResult(batch, remat, donate, peak=memory.peak(attributable), compile_s=seconds, decision=kind)
+        try:
+            peak = memory.peak(compiled)
+        except ValueError:  # no buffer assignment in memory_analysis() (TPU): from the Lowered, with XLA's dump
+            peak = memory.peak(jitted.lower(*args))
+        return ExplorerResult(batch, remat, donate, peak=peak, compile_s=seconds, decision=kind)
 
     # -- drawing (kernel thread) ------------------------------------------------------------------------
     def _draw(self) -> None:
