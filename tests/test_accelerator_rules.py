@@ -330,6 +330,57 @@ def test_a_bare_compiled_is_described_where_an_enabled_cache_kept_its_lowering(m
         assert jax.stages.Lowered.compile is jax_compile  # JAX's own method back
 
 
+def test_an_enabled_cache_compiles_a_miss_with_the_dump_so_peak_compiles_nothing_more(monkeypatch, tmp_path):
+    """Where memory_analysis() carries no assignment (TPU, as recorded), peak() of a program compiled in this process
+    through an enabled xlakit cache only decodes: the cache's compile of the miss carried XLA's dump (measured on the
+    TPU v5e, 2026-12-06: +0.7 % / +5.4 % on the compile, against a second compile of 0.93x for peak() without it).
+    With XLAKIT_CAPTURE_ASSIGNMENT=0 it compiles with the dump when asked; no dump folder is left behind."""
+    import tempfile
+
+    import jax
+    import jax.numpy as jnp
+
+    import xlakit
+    from xlakit import memory
+    from xlakit._jax import compiler_dump
+    from xlakit.memory import _analysis as compiled_module
+
+    monkeypatch.setitem(platforms._TABLE, "cpu",
+                        dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False))
+    real_analysis = compiled_module.memory_analysis
+    monkeypatch.setattr(compiled_module, "memory_analysis", lambda c: types.SimpleNamespace(**{
+        **{f: getattr(real_analysis(c), f) for f in dir(real_analysis(c)) if not f.startswith("_")},
+        "serialized_buffer_assignment_proto": b""}))
+    dump_compiles = []
+    dump_compile = compiler_dump.compile_with_assignment
+    monkeypatch.setattr(compiler_dump, "compile_with_assignment",
+                        lambda *a, **k: dump_compiles.append(a) or dump_compile(*a, **k))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+
+    def program(x):
+        return jnp.tanh(x @ x.T).sum(0) * 3.0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "JAX already compiled N programs": expected here
+        xlakit.enable_cache(tmp_path / "cache")
+    try:
+        compiled = jax.jit(program).lower(jnp.ones((36, 36))).compile()
+        assert compiler_dump.remembered(compiled=compiled) is not None
+        first = memory.peak(compiled)
+        by_fn = memory.peak(jax.jit(program), jnp.ones((28, 28)))  # a new shape: the cache compiles it, with the dump
+        assert dump_compiles == []
+        assert memory.buffer_assignment(compiled).totals()["temp_bytes"] > 0
+        assert first.total_bytes > by_fn.total_bytes > 0
+        monkeypatch.setenv("XLAKIT_CAPTURE_ASSIGNMENT", "0")
+        off = jax.jit(program).lower(jnp.ones((20, 20))).compile()
+        assert compiler_dump.remembered(compiled=off) is None
+        assert memory.peak(off).total_bytes > 0 and len(dump_compiles) == 1
+    finally:
+        xlakit.disable_cache()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
 # -- the probe ---------------------------------------------------------------------------------------------------
 def _measured(peak, baseline, before, after):
     return {"peak": peak, "baseline": baseline, "peak_exact": True, "peak_reason": "pjrt", "reserved_before": before,

@@ -263,7 +263,21 @@ def _cache_read(module_name, cache_key, compile_options, backend, executable_dev
         # A hit has no write to follow: let go of the module now, or the next compile pays for freeing it
         # (24 ms for a small transformer's MLIR module, measured) inside its own lookup.
         _local.ctx = _local.module = _local.devices = _local.key_call = _local.key_parts = None
+    else:
+        _capture_assignment(cache_key, compile_options, backend)
     return result
+
+
+def _capture_assignment(cache_key: str, compile_options: Any, backend: Any) -> None:
+    """A miss is compiled next: where memory_analysis() carries no buffer assignment (TPU), compile it with XLA's
+    dump so that ``xlakit.memory`` need not compile it again (:func:`xlakit._jax.compiler_dump.begin_capture`)."""
+    from xlakit._jax import compiler_dump
+
+    left = getattr(_local, "capture", None)
+    if left is not None:  # a compile that failed before its write: its folder is still there
+        compiler_dump.end_capture(left[1], None, None)
+    folder = compiler_dump.begin_capture(compile_options, getattr(backend, "platform", None))
+    _local.capture = (cache_key, folder) if folder is not None else None
 
 
 def _cache_write(cache_key, compile_time_secs, module_name, backend, executable, *rest):
@@ -275,6 +289,11 @@ def _cache_write(cache_key, compile_time_secs, module_name, backend, executable,
     # do not keep a compiled module alive
     _local.ctx = _local.module = _local.devices = _local.key_call = _local.key_parts = None
     host_callbacks = rest[0] if rest else ()
+    capture, _local.capture = getattr(_local, "capture", None), None
+    if capture is not None:
+        from xlakit._jax import compiler_dump
+
+        compiler_dump.end_capture(capture[1], executable if capture[0] == cache_key else None, module_name)
     return handler.write(ctx, compile_time_secs, backend, executable, host_callbacks)
 
 

@@ -116,6 +116,16 @@ def _has_assignment(compiled: Any) -> bool:
         return False
 
 
+def _capturing() -> bool:
+    """Whether a compile here goes through an xlakit cache that captures XLA's dump on a miss."""
+    import os
+
+    from xlakit._jax import hooks
+
+    return os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "1") != "0" and hooks.installed() \
+        and hooks.current_handler() is not None
+
+
 def with_assignment(compiled: Any, lowered: Any) -> Any:
     """A ``jax.stages.Compiled`` whose buffer assignment :func:`xlakit.memory.buffer_assignment` can read.
 
@@ -135,8 +145,10 @@ def with_assignment(compiled: Any, lowered: Any) -> Any:
     if lowered is None:
         return compiled
     if compiled is None:
+        # where an enabled xlakit cache compiles a miss with XLA's dump (compiler_dump.begin_capture) the plain
+        # compile may carry it already: a load from the cache does not, and the dump compile follows
         if platforms.rules(compiler_dump.platform_of(lowered)).assignment_in_memory_analysis \
-                or compiler_dump.remembered(lowered=lowered) is not None:
+                or compiler_dump.remembered(lowered=lowered) is not None or _capturing():
             compiled = jax_stage(lowered.compile())
             if _has_assignment(compiled) or compiler_dump.remembered(compiled=compiled):
                 return compiled
