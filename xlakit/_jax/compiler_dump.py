@@ -195,7 +195,9 @@ def begin_capture(compile_options: Any, platform: str | None) -> str | None:
     off with ``XLAKIT_CAPTURE_ASSIGNMENT=0``, or the options cannot take it). Never raises."""
     from xlakit._jax import platforms
 
-    if os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "1") == "0" or platforms.rules(platform).assignment_in_memory_analysis:
+    if os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "1") == "0":
+        return None
+    if platforms.rules(platform).assignment_in_memory_analysis:
         return None
     folder = None
     try:
