@@ -270,13 +270,13 @@ def _cache_read(module_name, cache_key, compile_options, backend, executable_dev
 
 def _capture_assignment(cache_key: str, compile_options: Any, backend: Any) -> None:
     """A miss is compiled next: where memory_analysis() carries no buffer assignment (TPU), compile it with XLA's
-    dump so that ``xlakit.memory`` need not compile it again (:func:`xlakit._jax.compiler_dump.begin_capture`)."""
-    from xlakit._jax import compiler_dump
+    dump so that ``xlakit.memory`` need not compile it again (:func:`xlakit._jax.dump_memo.begin_capture`)."""
+    from xlakit._jax import dump_memo
 
     left = getattr(_local, "capture", None)
     if left is not None:  # a compile that failed before its write: its folder is still there
-        compiler_dump.end_capture(left[1], None, None)
-    folder = compiler_dump.begin_capture(compile_options, getattr(backend, "platform", None))
+        dump_memo.end_capture(left[1], None, None)
+    folder = dump_memo.begin_capture(compile_options, getattr(backend, "platform", None))
     _local.capture = (cache_key, folder) if folder is not None else None
 
 
@@ -291,9 +291,9 @@ def _cache_write(cache_key, compile_time_secs, module_name, backend, executable,
     host_callbacks = rest[0] if rest else ()
     capture, _local.capture = getattr(_local, "capture", None), None
     if capture is not None:
-        from xlakit._jax import compiler_dump
+        from xlakit._jax import dump_memo
 
-        compiler_dump.end_capture(capture[1], executable if capture[0] == cache_key else None, module_name)
+        dump_memo.end_capture(capture[1], executable if capture[0] == cache_key else None, module_name)
     return handler.write(ctx, compile_time_secs, backend, executable, host_callbacks)
 
 

@@ -1,0 +1,138 @@
+"""The buffer assignments XLA's dumps gave in this process, by executable fingerprint and lowered module, and the
+capture of one during a compile a cache makes anyway (see :mod:`xlakit._jax.compiler_dump` for why and what it
+costs). Apart from the compile with the dump so that the hooks can use it without an import circle."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["remembered", "remember", "module_key", "read_dump", "begin_capture", "end_capture", "MEMO_SIZE",
+           "DUMP_SUFFIX"]
+
+DUMP_SUFFIX = "after_optimizations.hlo.pb"  # TPU: <module>.after_..., XLA:CPU: <module>.cpu_after_...
+MEMO_SIZE = 16
+_memo: collections.OrderedDict[bytes | str, bytes] = collections.OrderedDict()
+_lock = threading.Lock()
+
+
+def _fingerprint(compiled: Any) -> bytes | None:
+    try:
+        fp = compiled.runtime_executable().fingerprint
+    except Exception:  # noqa: BLE001 - a backend without fingerprints: only the module key remembers
+        return None
+    return fp if isinstance(fp, bytes) and fp else None
+
+
+def module_key(lowered: Any) -> str | None:
+    """SHA-256 of a lowered module's text without debug info plus its compile args (platform, devices), the
+    in-process memo's key for a program not compiled yet; None when the text cannot be had."""
+    try:
+        text = lowered.as_text(debug_info=False)
+    except TypeError:  # older JAX: as_text() without the keyword
+        text = lowered.as_text()
+    except Exception:  # noqa: BLE001
+        return None
+    digest = hashlib.sha256(text.encode())
+    try:
+        devices = lowered._lowering.compile_args.get("device_assignment")  # noqa: SLF001 - the devices it targets
+        digest.update(repr([(d.platform, d.id) for d in devices or ()]).encode())
+    except Exception:  # noqa: BLE001 - the platform is in the module's text where it matters
+        pass
+    return "module:" + digest.hexdigest()
+
+
+def remember(hlo_proto: bytes, *keys: Any) -> None:
+    """Keep ``hlo_proto`` under each non-None key (an executable fingerprint, a :func:`module_key`)."""
+    with _lock:
+        for key in keys:
+            if key is None:
+                continue
+            _memo[key] = hlo_proto
+            _memo.move_to_end(key)
+        while len(_memo) > MEMO_SIZE * 2:  # two keys per program
+            _memo.popitem(last=False)
+
+
+def remembered(compiled: Any = None, lowered: Any = None) -> bytes | None:
+    """The HloProto kept for this executable (by fingerprint) or lowered module, else None."""
+    keys: list[bytes | str | None] = []
+    if compiled is not None:
+        keys.append(_fingerprint(compiled))
+    if lowered is not None:
+        keys.append(module_key(lowered))
+    with _lock:
+        for key in keys:
+            if key is not None and key in _memo:
+                _memo.move_to_end(key)
+                return _memo[key]
+    return None
+
+
+def read_dump(folder: str | os.PathLike, module_name: str | None = None) -> bytes:
+    """The ``*after_optimizations.hlo.pb`` HloProto of ``module_name`` (its HLO module name, e.g. ``jit_step``)
+    in a dump folder; with several candidates the largest.
+
+    Raises:
+      FileNotFoundError: the folder holds no such file (the compiler wrote no dump: an XLA without the option).
+    """
+    files = [p for p in Path(folder).glob(f"*{DUMP_SUFFIX}") if p.is_file()]
+    if module_name:
+        named = [p for p in files if f".{module_name}." in p.name]
+        files = named or files
+    if not files:
+        listing = sorted(p.name for p in Path(folder).iterdir())[:8]
+        raise FileNotFoundError(f"XLA wrote no *{DUMP_SUFFIX} into its dump folder (it holds {listing}); this XLA "
+                                "does not dump its buffer assignment")
+    return max(files, key=lambda p: p.stat().st_size).read_bytes()
+
+
+def begin_capture(compile_options: Any, platform: str | None) -> str | None:
+    """Add XLA's dump (a private temporary folder) to ``compile_options`` (an ``xla_client.CompileOptions``, after
+    the cache key was computed from it: JAX leaves dump options out of its key, and the executable is the same)
+    where ``platform``'s ``memory_analysis()`` carries no buffer assignment; returns the folder for
+    :func:`end_capture`, or None where nothing was added (the assignment is at hand anyway, the capture is turned
+    off with ``XLAKIT_CAPTURE_ASSIGNMENT=0``, or the options cannot take it). Never raises."""
+    from xlakit._jax import platforms
+
+    if os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "1") == "0":
+        return None
+    if platforms.rules(platform).assignment_in_memory_analysis:
+        return None
+    folder = None
+    try:
+        overrides = list(compile_options.env_option_overrides)
+        if any(name == "xla_dump_to" for name, _value in overrides):
+            return None  # a dump asked for already (compile_with_assignment, the user's own): leave it be
+        folder = tempfile.mkdtemp(prefix="xlakit-xla-dump-")
+        compile_options.env_option_overrides = overrides + [
+            ("xla_dump_to", folder), ("xla_dump_hlo_as_proto", True)]
+    except Exception:  # noqa: BLE001 - no folder, or options without overrides: compile as asked
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        return None
+    return folder
+
+
+def end_capture(folder: str | None, executable: Any, module_name: str | None) -> bool:
+    """Read the HloProto :func:`begin_capture`'s compile wrote into ``folder``, remember it by ``executable``'s
+    fingerprint (an ``xla_client.LoadedExecutable``, the one a ``Compiled`` of it returns from
+    ``runtime_executable()``) and remove the folder. Returns whether one was remembered; never raises."""
+    if folder is None:
+        return False
+    try:
+        fingerprint = getattr(executable, "fingerprint", None)
+        if not isinstance(fingerprint, bytes) or not fingerprint:
+            return False
+        remember(read_dump(folder, module_name), fingerprint)
+        return True
+    except Exception:  # noqa: BLE001 - no dump: peak() compiles with one when asked, as without the capture
+        return False
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
