@@ -334,7 +334,8 @@ def test_an_enabled_cache_compiles_a_miss_with_the_dump_so_peak_compiles_nothing
     """Where memory_analysis() carries no assignment (TPU, as recorded), peak() of a program compiled in this process
     through an enabled xlakit cache only decodes: the cache's compile of the miss carried XLA's dump (measured on the
     TPU v5e, 2026-12-06: +0.7 % / +5.4 % on the compile, against a second compile of 0.93x for peak() without it).
-    With XLAKIT_CAPTURE_ASSIGNMENT=0 it compiles with the dump when asked; no dump folder is left behind."""
+    Asked for with XLAKIT_CAPTURE_ASSIGNMENT=1; with 0 it compiles with the dump when asked; no dump folder is left
+    behind; a cut-short dump (a full disk) is not kept, and the memo is bounded in bytes."""
     import tempfile
 
     import jax
@@ -357,6 +358,8 @@ def test_an_enabled_cache_compiles_a_miss_with_the_dump_so_peak_compiles_nothing
                         lambda *a, **k: dump_compiles.append(a) or dump_compile(*a, **k))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("XLAKIT_CAPTURE_ASSIGNMENT", "1")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
 
     def program(x):
         return jnp.tanh(x @ x.T).sum(0) * 3.0
@@ -379,6 +382,20 @@ def test_an_enabled_cache_compiles_a_miss_with_the_dump_so_peak_compiles_nothing
     finally:
         xlakit.disable_cache()
     assert list((tmp_path / "tmp").iterdir()) == []
+    from xlakit._jax import dump_memo
+
+    whole = compiler_dump.remembered(compiled=compiled)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / f"m.jit_program.{compiler_dump.DUMP_SUFFIX}").write_bytes(whole[: len(whole) - 100])
+    assert not dump_memo.end_capture(str(cut), types.SimpleNamespace(fingerprint=b"cut-short"), "jit_program")
+    assert dump_memo._memo.get(b"cut-short") is None and not cut.exists()
+    monkeypatch.setattr(dump_memo, "MEMO_BYTES", 3 * len(whole))
+    for i in range(6):
+        dump_memo.remember(whole + bytes(i), f"k{i}".encode())
+    assert dump_memo._held_bytes() <= 3 * len(whole) + 10 and b"k5" in dump_memo._memo and b"k0" not in dump_memo._memo
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/somewhere/of/theirs")  # their dump: never taken over
+    assert not dump_memo.capture_enabled()
 
 
 # -- the probe ---------------------------------------------------------------------------------------------------

@@ -13,13 +13,16 @@ the allocator reserved when the program ran (``bytes_reserved`` 1,077,346,304). 
 
 Cost: one extra compile per program (a dump needs a compile that no cache answers: JAX leaves dump options out of
 its cache key), none on a rerun: the HloProto is kept per executable fingerprint and per lowered module
-(:func:`remembered`), in this process, bounded to the last :data:`MEMO_SIZE` programs. While an xlakit cache is
-enabled on such a platform, the compile of a cache miss is itself made with the dump (:func:`begin_capture`,
-:func:`end_capture`, called by the hooks), so that ``peak()`` of a program compiled in this process only decodes.
+(:func:`remembered`), in this process, bounded to the last :data:`MEMO_SIZE` programs and 256 MiB. Asked for with
+``XLAKIT_CAPTURE_ASSIGNMENT=1`` while an xlakit cache is enabled on such a platform, the compile of a cache miss is
+itself made with the dump (:mod:`xlakit._jax.dump_memo`, called by the hooks), so that ``peak()`` of a program
+compiled in this process only decodes.
 Measured on the TPU v5e (2026-12-06, ``benchmarks/memory_attribution.py``): the dump adds +0.7 % and +5.4 % to the
 compile of a 500- and a 150-layer step (one run each; the transformer's was within noise), and ``peak()`` after it
 took 5.8 % / 6.5 % / 2.0 % of the compile's CPU (500 / 150 layers / transformer), against 0.93x the compile for a
-dump compile of its own. ``XLAKIT_CAPTURE_ASSIGNMENT=0`` turns the capture off.
+dump compile of its own. Off by default: the compile options serialized into each stored executable would name
+the temporary folder (not measured on the chip: whether a load there reads them), and XLA_FLAGS' own
+``--xla_dump_to`` turns it off.
 
 The folder is private (``tempfile.mkdtemp``: mode 0700) and removed after reading.
 """
@@ -40,6 +43,7 @@ from xlakit._jax.dump_memo import (  # noqa: F401 - where callers have found the
     read_dump,
     remember,
     remembered,
+    split_hlo_proto,
 )
 from xlakit._jax.lowerings import platform_of  # noqa: F401 - where callers have found it
 
@@ -54,44 +58,6 @@ class DumpedAssignment(tuple):
 
     def __new__(cls, compiled: Any, hlo_proto: bytes):
         return super().__new__(cls, (compiled, hlo_proto))
-
-
-def split_hlo_proto(hlo_proto: bytes) -> tuple[bytes, bytes | None]:
-    """``(BufferAssignmentProto, HloModuleProto or None)`` of an ``HloProto`` (fields 3 and 1).
-
-    Raises:
-      ValueError: the bytes hold no buffer assignment (or are not an HloProto).
-    """
-    module = assignment = None
-    pos, end = 0, len(hlo_proto)
-    try:
-        while pos < end:
-            key, pos = _varint(hlo_proto, pos)
-            field, wire = key >> 3, key & 7
-            if wire != 2:
-                raise ValueError(f"unexpected wire type {wire} in an HloProto")
-            size, pos = _varint(hlo_proto, pos)
-            if field == 1:
-                module = hlo_proto[pos:pos + size]
-            elif field == 3:
-                assignment = hlo_proto[pos:pos + size]
-            pos += size
-    except IndexError as exc:
-        raise ValueError("truncated HloProto") from exc
-    if not assignment:
-        raise ValueError("the HloProto carries no buffer assignment")
-    return assignment, module
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
 
 
 def compile_with_assignment(lowered: Any, module_name: str | None = None) -> DumpedAssignment:

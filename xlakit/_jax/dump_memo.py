@@ -4,6 +4,7 @@ costs). Apart from the compile with the dump so that the hooks can use it withou
 
 from __future__ import annotations
 
+import atexit
 import collections
 import hashlib
 import os
@@ -13,11 +14,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["remembered", "remember", "module_key", "read_dump", "begin_capture", "end_capture", "MEMO_SIZE",
-           "DUMP_SUFFIX"]
+__all__ = ["remembered", "remember", "module_key", "read_dump", "split_hlo_proto", "begin_capture", "end_capture",
+           "capture_enabled", "MEMO_SIZE", "MEMO_BYTES", "CAPTURE_MIN_FREE_BYTES", "DUMP_SUFFIX"]
 
 DUMP_SUFFIX = "after_optimizations.hlo.pb"  # TPU: <module>.after_..., XLA:CPU: <module>.cpu_after_...
 MEMO_SIZE = 16
+MEMO_BYTES = 256 << 20  # a dump holds the program's constants: bound the bytes too (a model closing over weights)
+CAPTURE_MIN_FREE_BYTES = 1 << 30  # below this free in the temp folder XLA's dump would fail, one error line per file
 _memo: collections.OrderedDict[bytes | str, bytes] = collections.OrderedDict()
 _lock = threading.Lock()
 
@@ -49,15 +52,20 @@ def module_key(lowered: Any) -> str | None:
 
 
 def remember(hlo_proto: bytes, *keys: Any) -> None:
-    """Keep ``hlo_proto`` under each non-None key (an executable fingerprint, a :func:`module_key`)."""
+    """Keep ``hlo_proto`` under each non-None key (an executable fingerprint, a :func:`module_key`); the oldest go
+    beyond :data:`MEMO_SIZE` programs or :data:`MEMO_BYTES` bytes."""
     with _lock:
         for key in keys:
             if key is None:
                 continue
             _memo[key] = hlo_proto
             _memo.move_to_end(key)
-        while len(_memo) > MEMO_SIZE * 2:  # two keys per program
+        while len(_memo) > MEMO_SIZE * 2 or (len(_memo) > 1 and _held_bytes() > MEMO_BYTES):  # two keys a program
             _memo.popitem(last=False)
+
+
+def _held_bytes() -> int:
+    return sum(len(b) for b in {id(b): b for b in _memo.values()}.values())
 
 
 def remembered(compiled: Any = None, lowered: Any = None) -> bytes | None:
@@ -93,29 +101,95 @@ def read_dump(folder: str | os.PathLike, module_name: str | None = None) -> byte
     return max(files, key=lambda p: p.stat().st_size).read_bytes()
 
 
+def split_hlo_proto(hlo_proto: bytes) -> tuple[bytes, bytes | None]:
+    """``(BufferAssignmentProto, HloModuleProto or None)`` of an ``HloProto`` (fields 3 and 1).
+
+    Raises:
+      ValueError: the bytes hold no buffer assignment (or are not an HloProto).
+    """
+    module = assignment = None
+    pos, end = 0, len(hlo_proto)
+    try:
+        while pos < end:
+            key, pos = _varint(hlo_proto, pos)
+            field, wire = key >> 3, key & 7
+            if wire != 2:
+                raise ValueError(f"unexpected wire type {wire} in an HloProto")
+            size, pos = _varint(hlo_proto, pos)
+            if pos + size > end:
+                raise ValueError("truncated HloProto (a field runs past its end)")
+            if field == 1:
+                module = hlo_proto[pos:pos + size]
+            elif field == 3:
+                assignment = hlo_proto[pos:pos + size]
+            pos += size
+    except IndexError as exc:
+        raise ValueError("truncated HloProto") from exc
+    if not assignment:
+        raise ValueError("the HloProto carries no buffer assignment")
+    return assignment, module
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+
+def capture_enabled() -> bool:
+    """Whether an enabled xlakit cache compiles a miss with XLA's dump where ``memory_analysis()`` carries no buffer
+    assignment: asked for with ``XLAKIT_CAPTURE_ASSIGNMENT=1`` (off by default: the compile options stored in each
+    executable then name the temporary folder, and the dump costs up to ~5 % of a compile), and never while
+    ``XLA_FLAGS`` asks for a dump of the user's own (``--xla_dump_to``), which the capture would take over."""
+    return os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "0") == "1" and "xla_dump_to" not in os.environ.get(
+        "XLA_FLAGS", "")
+
+
+_open: set[str] = set()  # capture folders not read yet (a compile that failed has no write to read them)
+_at_exit: list[bool] = []  # whether _remove_open is registered
+
+
+def _remove_open() -> None:
+    for folder in list(_open):
+        shutil.rmtree(folder, ignore_errors=True)
+        _open.discard(folder)
+
+
 def begin_capture(compile_options: Any, platform: str | None) -> str | None:
     """Add XLA's dump (a private temporary folder) to ``compile_options`` (an ``xla_client.CompileOptions``, after
     the cache key was computed from it: JAX leaves dump options out of its key, and the executable is the same)
     where ``platform``'s ``memory_analysis()`` carries no buffer assignment; returns the folder for
     :func:`end_capture`, or None where nothing was added (the assignment is at hand anyway, the capture is turned
-    off with ``XLAKIT_CAPTURE_ASSIGNMENT=0``, or the options cannot take it). Never raises."""
+    not asked for (:func:`capture_enabled`), a dump is asked for already, the temporary folder's disk has less than
+    :data:`CAPTURE_MIN_FREE_BYTES` free, or the options cannot take it). Never raises."""
     from xlakit._jax import platforms
 
-    if os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "1") == "0":
-        return None
-    if platforms.rules(platform).assignment_in_memory_analysis:
+    if not capture_enabled() or platforms.rules(platform).assignment_in_memory_analysis:
         return None
     folder = None
     try:
         overrides = list(compile_options.env_option_overrides)
         if any(name == "xla_dump_to" for name, _value in overrides):
             return None  # a dump asked for already (compile_with_assignment, the user's own): leave it be
+        if shutil.disk_usage(tempfile.gettempdir()).free < CAPTURE_MIN_FREE_BYTES:
+            return None  # a full disk: XLA would log an error per file and keep a cut-short dump
         folder = tempfile.mkdtemp(prefix="xlakit-xla-dump-")
+        if not _at_exit:  # a failed compile's folder, left by a thread that ends: removed at exit at the latest
+            _at_exit.append(True)
+            atexit.register(_remove_open)
+        _open.add(folder)
         compile_options.env_option_overrides = overrides + [
             ("xla_dump_to", folder), ("xla_dump_hlo_as_proto", True)]
     except Exception:  # noqa: BLE001 - no folder, or options without overrides: compile as asked
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+            _open.discard(folder)
         return None
     return folder
 
@@ -130,9 +204,12 @@ def end_capture(folder: str | None, executable: Any, module_name: str | None) ->
         fingerprint = getattr(executable, "fingerprint", None)
         if not isinstance(fingerprint, bytes) or not fingerprint:
             return False
-        remember(read_dump(folder, module_name), fingerprint)
+        hlo_proto = read_dump(folder, module_name)
+        split_hlo_proto(hlo_proto)  # whole, with its assignment (a full disk cuts a dump short)
+        remember(hlo_proto, fingerprint)
         return True
     except Exception:  # noqa: BLE001 - no dump: peak() compiles with one when asked, as without the capture
         return False
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        _open.discard(folder)

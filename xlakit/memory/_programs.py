@@ -118,12 +118,9 @@ def _has_assignment(compiled: Any) -> bool:
 
 def _capturing() -> bool:
     """Whether a compile here goes through an xlakit cache that captures XLA's dump on a miss."""
-    import os
+    from xlakit._jax import dump_memo, hooks
 
-    from xlakit._jax import hooks
-
-    return os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "1") != "0" and hooks.installed() \
-        and hooks.current_handler() is not None
+    return dump_memo.capture_enabled() and hooks.installed() and hooks.current_handler() is not None
 
 
 def with_assignment(compiled: Any, lowered: Any) -> Any:
@@ -144,6 +141,10 @@ def with_assignment(compiled: Any, lowered: Any) -> Any:
         lowered = lowered()
     if lowered is None:
         return compiled
+    kept = compiler_dump.remembered(lowered=lowered) if compiled is not None else None
+    if kept is not None:  # the same program dumped before (a load can give the executable another fingerprint)
+        compiler_dump.remember(kept, compiler_dump._fingerprint(compiled))
+        return compiled
     if compiled is None:
         # where an enabled xlakit cache compiles a miss with XLA's dump (compiler_dump.begin_capture) the plain
         # compile may carry it already: a load from the cache does not, and the dump compile follows
@@ -158,4 +159,6 @@ def with_assignment(compiled: Any, lowered: Any) -> Any:
     except Exception:  # noqa: BLE001 - the largest dump file is then taken
         pass
     dumped = compiler_dump.compile_with_assignment(lowered, name)
+    if compiled is not None:  # asked again for this very executable: found by its own fingerprint
+        compiler_dump.remember(dumped[1], compiler_dump._fingerprint(compiled))
     return dumped[0]
