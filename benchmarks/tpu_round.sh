@@ -6,7 +6,8 @@
 #   3. peak()'s cost next to the compile (benchmarks/memory_attribution.py).
 # Prepare on the development machine first (wheels the TPU image lacks; see ../shared/tpu/README.md):
 #   EXTRA_WHEELS="anywidget psygnal" bash ../shared/tpu/prepare.sh
-# then, with the device tool:  bash benchmarks/tpu_round.sh
+# then, with the device tool:  OUT=$OUT/round bash benchmarks/tpu_round.sh  (the archive lands beside the folder,
+# so inside the tool's $OUT only when the folder is one level below it)
 # STAGES picks the stages (default all three); each has its own time limit (seconds: NB_S, ACC_S, MEM_S) so that a
 # slow stage leaves time for the rest. One device call runs at most 600 s: the defaults fit two calls, e.g.
 #   STAGES="notebooks memory" bash benchmarks/tpu_round.sh ;  STAGES=accelerator bash benchmarks/tpu_round.sh
