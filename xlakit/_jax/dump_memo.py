@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from xlakit._jax.assignment import _varint
+
 __all__ = ["remembered", "remember", "module_key", "read_dump", "split_hlo_proto", "begin_capture", "end_capture",
            "capture_enabled", "MEMO_SIZE", "MEMO_BYTES", "CAPTURE_MIN_FREE_BYTES", "DUMP_SUFFIX"]
 
@@ -128,18 +130,6 @@ def split_hlo_proto(hlo_proto: bytes) -> tuple[bytes, bytes | None]:
     if not assignment:
         raise ValueError("the HloProto carries no buffer assignment")
     return assignment, module
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
 
 
 def capture_enabled() -> bool:

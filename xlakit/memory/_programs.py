@@ -146,7 +146,7 @@ def with_assignment(compiled: Any, lowered: Any) -> Any:
         compiler_dump.remember(kept, compiler_dump._fingerprint(compiled))
         return compiled
     if compiled is None:
-        # where an enabled xlakit cache compiles a miss with XLA's dump (compiler_dump.begin_capture) the plain
+        # where an enabled xlakit cache compiles a miss with XLA's dump (dump_memo.begin_capture) the plain
         # compile may carry it already: a load from the cache does not, and the dump compile follows
         if platforms.rules(compiler_dump.platform_of(lowered)).assignment_in_memory_analysis \
                 or compiler_dump.remembered(lowered=lowered) is not None or _capturing():
