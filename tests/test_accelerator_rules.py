@@ -300,8 +300,8 @@ def test_a_bare_compiled_is_described_where_an_enabled_cache_kept_its_lowering(m
     from xlakit._jax import hooks, lowerings
     from xlakit.memory import _analysis as compiled_module
 
-    monkeypatch.setitem(platforms._TABLE, "cpu",
-                        dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False))
+    monkeypatch.setitem(platforms._TABLE, "cpu", dataclasses.replace(
+        platforms.CPU, assignment_in_memory_analysis=False, capture_assignment_on_miss=True))  # the TPU's rules
     real_analysis = compiled_module.memory_analysis
     monkeypatch.setattr(compiled_module, "memory_analysis", lambda c: types.SimpleNamespace(**{
         **{f: getattr(real_analysis(c), f) for f in dir(real_analysis(c)) if not f.startswith("_")},
@@ -334,8 +334,10 @@ def test_an_enabled_cache_compiles_a_miss_with_the_dump_so_peak_compiles_nothing
     """Where memory_analysis() carries no assignment (TPU, as recorded), peak() of a program compiled in this process
     through an enabled xlakit cache only decodes: the cache's compile of the miss carried XLA's dump (measured on the
     TPU v5e, 2026-12-06: +0.7 % / +5.4 % on the compile, against a second compile of 0.93x for peak() without it).
-    Asked for with XLAKIT_CAPTURE_ASSIGNMENT=1; with 0 it compiles with the dump when asked; no dump folder is left
-    behind; a cut-short dump (a full disk) is not kept, and the memo is bounded in bytes."""
+    On by default where the platform table says the capture was measured harmless (TPU: a capture-made entry loaded
+    in fresh processes at 1.00x with no file written); XLAKIT_CAPTURE_ASSIGNMENT=0 turns it off (peak() then compiles
+    with the dump when asked) and =1 on for a platform the table leaves out; no dump folder is left behind; a
+    cut-short dump (a full disk) is not kept, and the memo is bounded in bytes."""
     import tempfile
 
     import jax
@@ -346,8 +348,8 @@ def test_an_enabled_cache_compiles_a_miss_with_the_dump_so_peak_compiles_nothing
     from xlakit._jax import compiler_dump
     from xlakit.memory import _analysis as compiled_module
 
-    monkeypatch.setitem(platforms._TABLE, "cpu",
-                        dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False))
+    monkeypatch.setitem(platforms._TABLE, "cpu", dataclasses.replace(
+        platforms.CPU, assignment_in_memory_analysis=False, capture_assignment_on_miss=True))  # the TPU's rules
     real_analysis = compiled_module.memory_analysis
     monkeypatch.setattr(compiled_module, "memory_analysis", lambda c: types.SimpleNamespace(**{
         **{f: getattr(real_analysis(c), f) for f in dir(real_analysis(c)) if not f.startswith("_")},
@@ -358,7 +360,7 @@ def test_an_enabled_cache_compiles_a_miss_with_the_dump_so_peak_compiles_nothing
                         lambda *a, **k: dump_compiles.append(a) or dump_compile(*a, **k))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    monkeypatch.setenv("XLAKIT_CAPTURE_ASSIGNMENT", "1")
+    monkeypatch.delenv("XLAKIT_CAPTURE_ASSIGNMENT", raising=False)  # the table's default
     monkeypatch.delenv("XLA_FLAGS", raising=False)
 
     def program(x):
@@ -394,8 +396,15 @@ def test_an_enabled_cache_compiles_a_miss_with_the_dump_so_peak_compiles_nothing
     for i in range(6):
         dump_memo.remember(whole + bytes(i), f"k{i}".encode())
     assert dump_memo._held_bytes() <= 3 * len(whole) + 10 and b"k5" in dump_memo._memo and b"k0" not in dump_memo._memo
+    monkeypatch.delenv("XLAKIT_CAPTURE_ASSIGNMENT")
+    assert dump_memo.capture_enabled("cpu") and not dump_memo.capture_enabled("gpu")  # GPU: in memory_analysis()
+    monkeypatch.setitem(platforms._TABLE, "cpu", dataclasses.replace(
+        platforms.CPU, assignment_in_memory_analysis=False, capture_assignment_on_miss=False))
+    assert not dump_memo.capture_enabled("cpu")  # not measured harmless there: off unless asked
+    monkeypatch.setenv("XLAKIT_CAPTURE_ASSIGNMENT", "1")
+    assert dump_memo.capture_enabled("cpu")
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/somewhere/of/theirs")  # their dump: never taken over
-    assert not dump_memo.capture_enabled()
+    assert not dump_memo.capture_enabled("cpu")
 
 
 # -- the probe ---------------------------------------------------------------------------------------------------

@@ -13,16 +13,19 @@ the allocator reserved when the program ran (``bytes_reserved`` 1,077,346,304). 
 
 Cost: one extra compile per program (a dump needs a compile that no cache answers: JAX leaves dump options out of
 its cache key), none on a rerun: the HloProto is kept per executable fingerprint and per lowered module
-(:func:`remembered`), in this process, bounded to the last :data:`MEMO_SIZE` programs and 256 MiB. Asked for with
-``XLAKIT_CAPTURE_ASSIGNMENT=1`` while an xlakit cache is enabled on such a platform, the compile of a cache miss is
-itself made with the dump (:mod:`xlakit._jax.dump_memo`, called by the hooks), so that ``peak()`` of a program
-compiled in this process only decodes.
-Measured on the TPU v5e (2026-12-06, ``benchmarks/memory_attribution.py``): the dump adds +0.7 % and +5.4 % to the
-compile of a 500- and a 150-layer step (one run each; the transformer's was within noise), and ``peak()`` after it
-took 5.8 % / 6.5 % / 2.0 % of the compile's CPU (500 / 150 layers / transformer), against 0.93x the compile for a
-dump compile of its own. Off by default: the compile options serialized into each stored executable would name
-the temporary folder (not measured on the chip: whether a load there reads them), and XLA_FLAGS' own
-``--xla_dump_to`` turns it off.
+(:func:`remembered`), in this process, bounded to the last :data:`MEMO_SIZE` programs and 256 MiB. While an xlakit
+cache is enabled, the compile of a cache miss is itself made with the dump where the platform table says so
+(:attr:`~xlakit._jax.platforms.Platform.capture_assignment_on_miss`: TPU; ``XLAKIT_CAPTURE_ASSIGNMENT=0``/``1``
+overrides it; :mod:`xlakit._jax.dump_memo`, called by the hooks), so that ``peak()`` of a program compiled in this
+process only decodes. A process that loads the program from the cache has no dump of it: its first ``peak()``
+compiles once with the dump (measured on the TPU v5e: 3.2 s for a step whose load took 0.44 s).
+Measured on the TPU v5e (2026-12-06, ``benchmarks/memory_attribution.py``, ``dump_cost.py``, ``capture_reload.py``):
+the dump adds -3.0 % (150-layer adam step, medians of 3 compiles taking turns with plain ones) and +2.2 % (24-layer
+1024-wide step) to the compile's CPU, within noise; ``peak()`` after it took 5.8 % / 6.5 % / 2.0 % / 3.1 % of the
+compile's CPU (500 / 150 layers / transformer / 24x1024), against 0.93x the compile for a dump compile of its own.
+The executable stored from such a compile names the (removed) dump folder in its compile options; loaded in fresh
+processes it compiled nothing, answered the same, wrote no file and took 0.95x-1.02x the load of one compiled
+without the dump. XLA_FLAGS' own ``--xla_dump_to`` turns the capture off (the user's dump is never taken over).
 
 The folder is private (``tempfile.mkdtemp``: mode 0700) and removed after reading.
 """

@@ -132,13 +132,21 @@ def split_hlo_proto(hlo_proto: bytes) -> tuple[bytes, bytes | None]:
     return assignment, module
 
 
-def capture_enabled() -> bool:
-    """Whether an enabled xlakit cache compiles a miss with XLA's dump where ``memory_analysis()`` carries no buffer
-    assignment: asked for with ``XLAKIT_CAPTURE_ASSIGNMENT=1`` (off by default: the compile options stored in each
-    executable then name the temporary folder, and the dump costs up to ~5 % of a compile), and never while
+def capture_enabled(platform: str | None) -> bool:
+    """Whether an enabled xlakit cache compiles a miss for ``platform`` (``backend.platform``) with XLA's dump: only
+    where ``memory_analysis()`` carries no buffer assignment, by default where the platform table says it was
+    measured harmless (:attr:`~xlakit._jax.platforms.Platform.capture_assignment_on_miss`: TPU), with
+    ``XLAKIT_CAPTURE_ASSIGNMENT=1`` on any such platform, never with ``XLAKIT_CAPTURE_ASSIGNMENT=0``, and never while
     ``XLA_FLAGS`` asks for a dump of the user's own (``--xla_dump_to``), which the capture would take over."""
-    return os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "0") == "1" and "xla_dump_to" not in os.environ.get(
-        "XLA_FLAGS", "")
+    from xlakit._jax import platforms
+
+    rule = platforms.rules(platform)
+    if rule.assignment_in_memory_analysis or "xla_dump_to" in os.environ.get("XLA_FLAGS", ""):
+        return False
+    asked = os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "").strip()
+    if asked in ("0", "1"):
+        return asked == "1"
+    return rule.capture_assignment_on_miss
 
 
 _open: set[str] = set()  # capture folders not read yet (a compile that failed has no write to read them)
@@ -154,13 +162,10 @@ def _remove_open() -> None:
 def begin_capture(compile_options: Any, platform: str | None) -> str | None:
     """Add XLA's dump (a private temporary folder) to ``compile_options`` (an ``xla_client.CompileOptions``, after
     the cache key was computed from it: JAX leaves dump options out of its key, and the executable is the same)
-    where ``platform``'s ``memory_analysis()`` carries no buffer assignment; returns the folder for
-    :func:`end_capture`, or None where nothing was added (the assignment is at hand anyway, the capture is turned
-    not asked for (:func:`capture_enabled`), a dump is asked for already, the temporary folder's disk has less than
-    :data:`CAPTURE_MIN_FREE_BYTES` free, or the options cannot take it). Never raises."""
-    from xlakit._jax import platforms
-
-    if not capture_enabled() or platforms.rules(platform).assignment_in_memory_analysis:
+    where :func:`capture_enabled` says so for ``platform``; returns the folder for :func:`end_capture`, or None where
+    nothing was added (the capture is off there, a dump is asked for already, the temporary folder's disk has less
+    than :data:`CAPTURE_MIN_FREE_BYTES` free, or the options cannot take it). Never raises."""
+    if not capture_enabled(platform):
         return None
     folder = None
     try:

@@ -69,6 +69,12 @@ class Platform:
       assignment_in_memory_analysis: ``memory_analysis().serialized_buffer_assignment_proto`` carries XLA's buffer
         assignment; where it does not (TPU: empty), it comes from a compile with XLA's dump
         (:mod:`xlakit._jax.compiler_dump`). A platform that says True but returns nothing falls back the same way.
+      capture_assignment_on_miss: where the assignment is not in ``memory_analysis()``, an enabled xlakit cache
+        compiles each miss with XLA's dump by default (:mod:`xlakit._jax.dump_memo`), so that ``peak()`` of a
+        program compiled in this process decodes instead of compiling again. True only where measured harmless
+        and cheap: the executable compiled with the dump must load in a fresh process as fast as one without it,
+        with the same answers and no file written (its stored compile options name the removed dump folder).
+        ``XLAKIT_CAPTURE_ASSIGNMENT=0`` / ``1`` turns it off / on whatever the table says.
       code_in_device_memory: the loaded program's generated code occupies device memory, so a budget of device
         memory must hold ``memory_analysis().generated_code_size_in_bytes``.
       code_in_allocator: that code is allocated by the device allocator at the program's first run, so
@@ -89,6 +95,7 @@ class Platform:
     host_code_targets: frozenset[str]
     memory_spaces: Mapping[int, MemorySpace]
     assignment_in_memory_analysis: bool
+    capture_assignment_on_miss: bool
     code_in_device_memory: bool
     code_in_allocator: bool
     scratch_in_reserved_region: bool
@@ -113,8 +120,9 @@ class Platform:
 CPU = Platform(
     name="cpu", custom_calls_compiled_in=False, host_code_targets=frozenset(),
     memory_spaces={0: MemorySpace(0, "default", "host memory (device)", "device"), HOST_COLOR: _HOST},
-    assignment_in_memory_analysis=True, code_in_device_memory=False, code_in_allocator=False,
-    scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False, host_cpu_partitions=True,
+    assignment_in_memory_analysis=True, capture_assignment_on_miss=False, code_in_device_memory=False,
+    code_in_allocator=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
+    host_cpu_partitions=True,
     evidence=("XLA:CPU, jaxlib 0.10.2: LAPACK targets are null until a linalg lowering initialises them "
               "(jax-ml/jax#28908); memory_analysis() carries the buffer assignment; generated code is host code"),
 )
@@ -122,8 +130,9 @@ CPU = Platform(
 GPU = Platform(
     name="gpu", custom_calls_compiled_in=False, host_code_targets=frozenset(),
     memory_spaces={0: _DEVICE, 1: MemorySpace(1, "collective", "collective memory", "device"), HOST_COLOR: _HOST},
-    assignment_in_memory_analysis=True, code_in_device_memory=True, code_in_allocator=False,
-    scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False, host_cpu_partitions=True,
+    assignment_in_memory_analysis=True, capture_assignment_on_miss=False, code_in_device_memory=True,
+    code_in_allocator=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
+    host_cpu_partitions=True,
     evidence=("not measured here (no GPU lent): XLA:GPU looks custom-call targets up in the registry the CUDA "
               "plugin fills at start; allocator keys from recorded memory_stats() dictionaries "
               "(shared/cases/gpu_memory_stats.json); several processes may share a GPU; the host CPU still "
@@ -138,7 +147,8 @@ TPU = Platform(
                    2: MemorySpace(2, "smem", "SMEM (on-chip scalar memory)", "on-chip"),
                    HOST_COLOR: _HOST,
                    6: MemorySpace(6, "sflag", "sync flags (on-chip)", "on-chip")},
-    assignment_in_memory_analysis=False, code_in_device_memory=True, code_in_allocator=True,
+    assignment_in_memory_analysis=False, capture_assignment_on_miss=True, code_in_device_memory=True,
+    code_in_allocator=True,
     scratch_in_reserved_region=True, reservation_granule=64 << 10, exclusive_device=True, host_cpu_partitions=False,
     evidence=(f"{TPU_EVIDENCE}: executables calling AssumeGatherIndicesInBound, ConcatBitcast, "
               "GatherScatterIndicesBitpacked, tpu_custom_call (Pallas) and HostExecute loaded with "
@@ -149,12 +159,17 @@ TPU = Platform(
               "1,077,330,432), kept until the executables are freed; a child process cannot open the chip "
               "(libtpu lockfile); memory colours 0 default, 1 vmem, 2 smem, 5 host, 6 sync flags "
               "(the compiler's memory-usage report); memory_analysis() carries no buffer assignment, the dump's "
-              "after_optimizations HloProto does"),
+              "after_optimizations HloProto does; 2026-12-06: an executable compiled with the dump, stored, loaded "
+              "in fresh processes with and without the capture: 0 compiles, the same loss, no file written, first "
+              "call 1.00x / 1.02x (24x1024 step) and 0.97x / 0.98x (150-layer step) of one compiled without it "
+              "(benchmarks/capture_reload.py); the dump added -3.0 % (150-layer adam step, medians of 3 taking "
+              "turns, benchmarks/dump_cost.py) and +2.2 % (24x1024 step) to the compile's CPU"),
 )
 
 UNKNOWN = Platform(
     name="unknown", custom_calls_compiled_in=False, host_code_targets=frozenset(),
-    memory_spaces={0: _DEVICE, HOST_COLOR: _HOST}, assignment_in_memory_analysis=True, code_in_device_memory=True,
+    memory_spaces={0: _DEVICE, HOST_COLOR: _HOST}, assignment_in_memory_analysis=True,
+    capture_assignment_on_miss=False, code_in_device_memory=True,
     code_in_allocator=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
     host_cpu_partitions=True,
     evidence=("no measurement: the same checks XLA makes (this process's registry), the host CPU partitions, "

@@ -116,11 +116,11 @@ def _has_assignment(compiled: Any) -> bool:
         return False
 
 
-def _capturing() -> bool:
-    """Whether a compile here goes through an xlakit cache that captures XLA's dump on a miss."""
+def _capturing(platform: str | None) -> bool:
+    """Whether a compile for ``platform`` here goes through an xlakit cache that captures XLA's dump on a miss."""
     from xlakit._jax import dump_memo, hooks
 
-    return dump_memo.capture_enabled() and hooks.installed() and hooks.current_handler() is not None
+    return dump_memo.capture_enabled(platform) and hooks.installed() and hooks.current_handler() is not None
 
 
 def with_assignment(compiled: Any, lowered: Any) -> Any:
@@ -148,8 +148,9 @@ def with_assignment(compiled: Any, lowered: Any) -> Any:
     if compiled is None:
         # where an enabled xlakit cache compiles a miss with XLA's dump (dump_memo.begin_capture) the plain
         # compile may carry it already: a load from the cache does not, and the dump compile follows
-        if platforms.rules(compiler_dump.platform_of(lowered)).assignment_in_memory_analysis \
-                or compiler_dump.remembered(lowered=lowered) is not None or _capturing():
+        platform = compiler_dump.platform_of(lowered)
+        if platforms.rules(platform).assignment_in_memory_analysis \
+                or compiler_dump.remembered(lowered=lowered) is not None or _capturing(platform):
             compiled = jax_stage(lowered.compile())
             if _has_assignment(compiled) or compiler_dump.remembered(compiled=compiled):
                 return compiled
