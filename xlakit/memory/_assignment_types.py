@@ -167,14 +167,15 @@ class _Instr:
                  "_op_name", "_frame_id", "_raw")
 
     def __init__(self, name: str, opcode: str, computation_id: int, shape: Message | None,
-                 operands: tuple[int, ...], called: tuple[int, ...], op_name: str = "", frame_id: int = 0,
-                 parameter_number: int = -1) -> None:
+                 operands: tuple[int, ...], called: tuple[int, ...], op_name: str | None = "", frame_id: int = 0,
+                 parameter_number: int = -1,
+                 raw: tuple[bytes, tuple[int, int] | None, tuple[int, int] | None] | None = None) -> None:
         self.name, self.opcode, self.computation_id = name, opcode, computation_id
         self.operands, self.called, self.parameter_number = operands, called, parameter_number
         self._shape: Message | None = shape
         self._op_name: str | None = op_name
         self._frame_id = frame_id
-        self._raw: tuple[bytes, tuple[int, int] | None, tuple[int, int] | None] | None = None
+        self._raw = raw
 
     def _read_metadata(self) -> None:
         """op_name and stack_frame_id from the OpMetadata record (one-byte keys and lengths inline)."""

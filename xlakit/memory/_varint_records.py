@@ -114,14 +114,20 @@ def nested(found: Pairs, opener: Any) -> tuple[Any, Any]:
     return inside, bad
 
 
+_SHORT = 256  # bytes of a packed payload below which the Python loop is faster
+
+
 def packed_ints(data: bytes, start: int, end: int) -> list[int]:
     """A packed ``repeated int64`` payload at ``data[start:end]`` as signed ints, as
     :func:`xlakit.memory._proto.packed` reads it, its varints valued at once (a program's schedule: one instruction
-    id of five to eight bytes per step). Malformed bytes are left to that reader, which says what is wrong."""
+    id of five to eight bytes per step). Malformed bytes are left to that reader, which says what is wrong, and so
+    are short payloads (the schedule of a reduction's few steps), where numpy's fixed cost is more than the loop."""
     import numpy as np
 
     from xlakit.memory._proto import packed
 
+    if end - start < _SHORT:
+        return packed(data, start, end)
     raw = np.frombuffer(data, dtype=np.uint8, count=end - start, offset=start)
     last = np.flatnonzero(raw < 0x80)
     if not len(raw) or not len(last) or last[-1] != len(raw) - 1:
