@@ -3,7 +3,10 @@
 # of its budget), from the project's root, outputs under $OUT (default ./tpu-round):
 #   1. the five teaching notebooks top to bottom on the device (benchmarks/notebooks_on_device.py);
 #   2. issue 33's bars side by side (benchmarks/accelerator.py --repeats 1);
-#   3. peak()'s cost next to the compile (benchmarks/memory_attribution.py).
+#   3. peak()'s cost next to the compile (benchmarks/memory_attribution.py);
+#   4. (stage "capture", not in the default set) whether an executable compiled with the cache's dump capture loads
+#      as fast, compiling nothing and writing nothing (benchmarks/capture_reload.py), and what the dump adds to a
+#      compile, plain and dump compiles taking turns (benchmarks/dump_cost.py).
 # Prepare on the development machine first (wheels the TPU image lacks; see ../shared/tpu/README.md):
 #   EXTRA_WHEELS="anywidget psygnal" bash ../shared/tpu/prepare.sh
 # then, with the device tool:  OUT=$OUT/round bash benchmarks/tpu_round.sh  (the archive lands beside the folder,
@@ -27,7 +30,9 @@ STAGES=${STAGES:-notebooks accelerator memory}
       accelerator) timeout "${ACC_S:-540}" python3 benchmarks/accelerator.py --repeats 1 --budget-s $(( ${ACC_S:-540} - 120 )) \
                      --out "$OUT/accelerator.json" ;;
       memory) timeout "${MEM_S:-240}" python3 benchmarks/memory_attribution.py --layers 150,500 ;;
-      *) echo "unknown stage $stage (notebooks, accelerator, memory)" ;;
+      capture) timeout "${CAP_S:-200}" python3 benchmarks/capture_reload.py --out "$OUT/capture_reload.json"
+               timeout "${DUMP_S:-240}" python3 benchmarks/dump_cost.py --layers 150 --repeats 3 ;;
+      *) echo "unknown stage $stage (notebooks, accelerator, memory, capture)" ;;
     esac
   done
   echo "== $(date -u +%FT%TZ) done"
