@@ -4,13 +4,16 @@ Read at trace time only: JAX reports ``/jax/core/compile/jaxpr_trace_duration`` 
 for ``jit`` because its tracing cache missed (a call JAX's caches answer runs no Python here at all, so the
 hot path is untouched). At that moment JAX's ``pjit._trace_for_jit`` frame is on the stack with the function
 (``fun``), its jit options (``ji``: static argument numbers and names), the argument paths (``dbg.arg_names``),
-the abstract values (``avals``: shape, dtype, weak type) and the call's arguments; the signature built from
-them is compared with every signature of the function traced (and so compiled) before in this process — at
-most :data:`SIGNATURES_KEPT` per function — and the closest one (fewest changes; the latest on a tie) explains
-the retrace. Not the previous call's: a static value already compiled (``n: 7 -> 3`` with 3 compiled before)
-is no cause, the argument that forced the new program is. A change whose new value was compiled before, in
-another combination, says so (``seen: "yes"``). Checked on jax 0.10.2; on a JAX whose frame differs, a retrace
-is still reported, with "the signature could not be read on this JAX version".
+the abstract values (``avals``: shape, dtype, weak type, abstract sharding) and the call's arguments (static
+values, which were passed by keyword, their placement); with JAX's trace context (global settings) and mesh,
+the signature built from them is compared with every signature of the function traced (and so compiled)
+before in this process — at most :data:`SIGNATURES_KEPT` per function — and the closest one (fewest differing
+attributes, counted over all arguments by :func:`xlakit._jax.retrace_changes.distance`; the latest on a tie)
+explains the retrace, naming every attribute that differs from it. Not the previous call's: a static value
+already compiled (``n: 7 -> 3`` with 3 compiled before) is no cause, the argument that forced the new program
+is. A change whose new value was compiled before, in another combination, says so (``seen: "yes"``). Checked
+on jax 0.10.2; on a JAX whose frame differs, a retrace is still reported, with "the signature could not be
+read on this JAX version".
 
 A function is known by where it is defined (qualified name, file, first line), so a function re-created on
 every call (``jax.jit(lambda ...)`` in a loop) is recognised as the same one, with the change "function".
@@ -51,11 +54,14 @@ FIXES = {
               "instead of in static_argnums/static_argnames",
     "structure": "keep the argument's pytree structure fixed (same keys and lengths, no None switching)",
     "sharding": "place the argument with the same sharding every call (jax.device_put)",
+    "passed": "pass the argument the same way every call: always by keyword or always positionally",
     "config": "do not change this global setting between calls",
     "function": "create the jitted function once (outside the loop), not on every call",
     "unknown": "look at JAX's explanation with jax.config.update('jax_explain_cache_misses', True)",
 }
 
+#: The warning's verb for a kind of change that is no attribute of the argument ("b changed how it was passed").
+_CHANGED = {"passed": "changed how it was passed", "function": "is a new function object", "config": "changed value"}
 
 #: Signatures kept per function (the latest ones) to find the closest to a retrace, and in all: a function
 #: traced at many shapes keeps its latest 16; past 4096 in all, the least recently traced functions are dropped.
@@ -101,11 +107,27 @@ def _trace_frame() -> Any:
     return None
 
 
-def _aval(aval: Any) -> tuple[str, str, bool, str]:
+def _aval(aval: Any) -> tuple[str, str, bool, str, str]:
     shape = getattr(aval, "shape", None)
     dtype = str(getattr(aval, "dtype", "?"))
     shape_s = "[" + ",".join(str(d) for d in shape) + "]" if shape is not None else ""
-    return shape_s, dtype, bool(getattr(aval, "weak_type", False)), ""
+    return shape_s, dtype, bool(getattr(aval, "weak_type", False)), "", _placement_key(aval)
+
+
+def _placement_key(aval: Any) -> str:
+    """What JAX's tracing cache compares of a value's placement: the abstract sharding (mesh and spec, not the
+    devices: an array committed to another device is compiled again, not traced again), memory space and
+    varying axes. The spec has one entry per dimension, so its trailing ``None`` entries are dropped: a new
+    rank is a shape change only."""
+    sharding = getattr(aval, "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    dims = list(spec or ())
+    while dims and dims[-1] is None:
+        dims.pop()
+    extra = "".join(f" {a}={v}" for a in ("unreduced", "reduced") if (v := getattr(spec, a, None)))
+    mesh = getattr(sharding, "mesh", sharding)
+    return (f"mesh {mesh}, spec {tuple(dims)}{extra}, memory {getattr(aval, 'memory_space', None)}, "
+            f"varying {getattr(aval, 'vma', None)}")
 
 
 def _text(value: Any, limit: int = 60) -> str:
@@ -116,6 +138,63 @@ def _text(value: Any, limit: int = 60) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def _argument_names(ji: Any) -> tuple[Any, Any]:
+    """Functions naming a positional argument by index and a keyword argument by key as JAX's argument paths
+    do (``a``, ``rest[0]``, ``kw['e']``), from the signature JAX keeps in the jit options."""
+    params = list(getattr(getattr(ji, "fun_signature", None), "parameters", {}).values())
+    kinds = inspect.Parameter
+    positional = [p.name for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    var_pos = next((p.name for p in params if p.kind == kinds.VAR_POSITIONAL), None)
+    var_kw = next((p.name for p in params if p.kind == kinds.VAR_KEYWORD), None)
+    named = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
+
+    def by_index(i: int) -> str:
+        if i < len(positional):
+            return positional[i]
+        return f"{var_pos}[{i - len(positional)}]" if var_pos else f"args[{i}]"
+
+    def by_key(k: str) -> str:
+        return f"{var_kw}[{k!r}]" if var_kw and k not in named else k
+
+    return by_index, by_key
+
+
+def _config() -> dict[str, str]:
+    """The global settings in JAX's trace context (part of its tracing cache key) whose values read the same
+    each time (an object printed with its address would differ on every trace), plus :data:`CONFIG_NAMES`."""
+    import enum
+
+    import jax
+
+    out = {n: str(getattr(jax.config, n, None)) for n in CONFIG_NAMES}
+    try:
+        from jax._src import config as jax_config
+
+        names, values = jax_config.trace_context_names(), jax_config.trace_context()
+    except Exception:  # noqa: BLE001 - an older JAX names no trace context: the listed settings only
+        return out
+    if len(names) != len(values):
+        return out
+    for name, value in zip(names, values, strict=True):
+        text = str(value.value if isinstance(value, enum.Enum) else value)
+        if name not in out and " at 0x" not in text:  # an AxisEnv or similar object prints its address
+            out[name] = text[:120]
+    return out
+
+
+def _mesh(ctx_mesh: Any, config: dict[str, str]) -> str:
+    """The mesh the trace ran under: JAX's ``ctx_mesh`` (``jax.set_mesh``), with those of ``with mesh:`` and
+    ``use_abstract_mesh`` (in the trace context, not in ``ctx_mesh``), taken out of ``config``: one change."""
+    text = str(ctx_mesh if ctx_mesh is not None else "")
+    legacy = config.pop("mesh_context_manager", "()")
+    abstract = config.pop("abstract_mesh_context_manager", "None")
+    if legacy != "()":
+        text += f", with mesh {legacy}"
+    if abstract != "None" and getattr(ctx_mesh, "empty", True):  # jax.set_mesh sets it to ctx_mesh's own
+        text += f", abstract {abstract}"
+    return text
+
+
 def _signature(frame: Any) -> _Signature:
     """What JAX's tracing cache keys a trace on, as comparable text, read from ``_trace_for_jit``'s locals."""
     import jax
@@ -124,40 +203,45 @@ def _signature(frame: Any) -> _Signature:
     fun, ji, dbg, avals = local["fun"], local["ji"], local["dbg"], local["avals"]
     args, kwargs = local.get("args", ()), local.get("kwargs", {})
     names = list(getattr(dbg, "arg_names", None) or ())
-    leaves: dict[str, tuple[str, str, bool, str]] = {}
+    leaves: dict[str, tuple[str, str, bool, str, str]] = {}
     for i, aval in enumerate(avals):
         leaves[names[i] if i < len(names) and names[i] else f"arg{i}"] = _aval(aval)
     static_nums = tuple(getattr(ji, "static_argnums", ()) or ())
     static_names = tuple(getattr(ji, "static_argnames", ()) or ())
-    params = list(getattr(getattr(ji, "fun_signature", None), "parameters", {}) or ())
+    by_index, by_key = _argument_names(ji)
     static: dict[str, str] = {}
+    passed: dict[str, str] = {}  # f(a, b=b) and f(a, b) are two entries of JAX's tracing cache
     dynamic: list[Any] = []
+    dynamic_kw: dict[str, Any] = {}
     for i, a in enumerate(args):
+        passed[by_index(i)] = "positionally"
         if i in static_nums:
-            static[params[i] if i < len(params) else f"args[{i}]"] = _text(a)
+            static[by_index(i)] = _text(a)
         else:
             dynamic.append(a)
     for k, v in kwargs.items():
+        passed[by_key(k)] = "by keyword"
         if k in static_names:
-            static[k] = _text(v)
+            static[by_key(k)] = _text(v)
         else:
-            dynamic.append(v)
-    shardings = []
-    for leaf in jax.tree_util.tree_leaves(dynamic):
-        sharding = getattr(leaf, "sharding", None) if getattr(leaf, "_committed", False) else None
-        shardings.append(str(sharding) if sharding is not None else "")
-    for (path, (shape, dtype, weak, _)), sharding in zip(list(leaves.items()), shardings, strict=False):
-        leaves[path] = (shape, dtype, weak, sharding)
-    structure = str(jax.tree_util.tree_structure(tuple(dynamic))).removeprefix("PyTreeDef(")[:-1]
-    config = {n: str(getattr(jax.config, n, None)) for n in CONFIG_NAMES}
+            dynamic_kw[k] = v
+    # in JAX's order (keywords sorted, as a dict flattens), so the placements line up with the abstract values
+    in_order = (*dynamic, *(v for _, v in sorted(dynamic_kw.items())))
+    placed = jax.tree_util.tree_leaves(in_order)
+    if len(placed) == len(leaves):
+        for (path, (shape, dtype, weak, _, key)), leaf in zip(list(leaves.items()), placed, strict=True):
+            sharding = getattr(leaf, "sharding", None) if getattr(leaf, "_committed", False) else None
+            leaves[path] = (shape, dtype, weak, str(sharding) if sharding is not None else "", key)
+    structure = str(jax.tree_util.tree_structure(in_order)).removeprefix("PyTreeDef(")[:-1]
+    config = _config()
+    mesh = _mesh(local.get("ctx_mesh"), config)
     inner = _unwrap(fun)
     try:
         ref: Any = weakref.ref(inner)
     except TypeError:  # an object without weak references: compare it by identity while it lives
         ref = (lambda obj: lambda: obj)(inner)
     return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
-            "structure": structure, "config": config,
-            "mesh": str(local.get("ctx_mesh", ""))}
+            "passed": passed, "structure": structure, "config": config, "mesh": mesh}
 
 
 class RetraceTracker:
@@ -254,7 +338,8 @@ class RetraceTracker:
         message = (
             f"{name or ident[0]} recompiled {len(recent)} times in {fmt_seconds(now - recent[0])}; the last time "
             f"because "
-            f"{main['path']} changed its {main['what'].replace('_', ' ')} ({describe(changes)}). Usual fix: "
+            f"{main['path']} {_CHANGED.get(main['what'], 'changed its ' + main['what'].replace('_', ' '))} "
+            f"({describe(changes)}). Usual fix: "
             f"{FIXES.get(main['what'], FIXES['unknown'])}. See xlakit.events.recompiles().")
         frame = _user_frame()
         if frame is None:

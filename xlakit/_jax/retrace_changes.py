@@ -1,24 +1,34 @@
 """What changed between two trace signatures of a function, in words (:mod:`xlakit._jax.retrace` builds the
 signatures at trace time and keeps them; this module only compares).
 
-A signature is a dict: ``leaves`` (argument path -> (shape text, dtype text, weak type, sharding text)),
-``static`` (static argument -> value text), ``structure`` (the pytree), ``config`` (global settings that change
-what JAX traces), ``mesh``, and ``ref`` (a weak reference to the function object). A retrace is explained
-against the *closest* signature already compiled (:func:`closest`), never simply the previous call's.
+A signature is a dict: ``leaves`` (argument path -> (shape text, dtype text, weak type, sharding text,
+sharding key): the text shows the placement, ``""`` when uncommitted; the key is the abstract value's sharding
+and memory space, which is what JAX's tracing cache compares), ``static`` (static argument -> value text),
+``passed`` (argument -> ``"positionally"`` or ``"by keyword"``), ``structure`` (the pytree), ``config`` (global
+settings that change what JAX traces), ``mesh``, and ``ref`` (a weak reference to the function object).
+
+A retrace is explained against the *closest* signature already compiled (:func:`closest`), never simply the
+previous call's. Closeness is counted in differing attributes, one change each (:func:`diff`): a leaf whose
+shape and dtype both differ is two changes, a pytree structure change counts each leaf added or removed (at
+least one), and a static value, a way of passing, a config setting, the mesh or the function object one each.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Signature", "diff", "closest", "describe"]
+__all__ = ["Signature", "diff", "distance", "closest", "describe"]
 
 Signature = dict[str, Any]
 
 
-def _leaf_text(leaf: tuple[str, str, bool, str]) -> str:
-    shape, dtype, weak, _ = leaf
+def _leaf_text(leaf: tuple) -> str:
+    shape, dtype, weak = leaf[:3]
     return f"{'weak ' if weak else ''}{dtype}{shape}"
+
+
+def _sharding_key(leaf: tuple) -> str:
+    return leaf[4] if len(leaf) > 4 else leaf[3]
 
 
 def _where_differs(b: str, a: str, width: int = 120) -> tuple[str, str]:
@@ -41,80 +51,128 @@ def _where_differs(b: str, a: str, width: int = 120) -> tuple[str, str]:
     return cut(b), cut(a)
 
 
-def diff(before: Signature, after: Signature) -> list[dict[str, str]]:
-    """The changes from ``before`` to ``after``: dicts with ``what``, ``path``, ``before``, ``after``."""
+def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]], int]:
+    """``(changes, distance)``: one change per differing attribute, and their count (a structure change
+    weighs the number of leaves added or removed, at least one)."""
     out: list[dict[str, str]] = []
+    weight = 0
 
-    def add(what: str, path: str, b: str, a: str) -> None:
+    def add(what: str, path: str, b: str, a: str, w: int = 1) -> None:
+        nonlocal weight
         out.append({"what": what, "path": path, "before": b, "after": a})
+        weight += w
 
     bl, al = before["leaves"], after["leaves"]
+    bp, ap = before.get("passed", {}), after.get("passed", {})
     if list(bl) != list(al) or before["structure"] != after["structure"]:
         gone, new = [p for p in bl if p not in al], [p for p in al if p not in bl]
-        add("structure", (gone or new or ["arguments"])[0], *_where_differs(before["structure"], after["structure"]))
+        named = gone + new + [n for n in bp if n not in ap] + [n for n in ap if n not in bp]
+        b_text, a_text = before["structure"], after["structure"]
+        if b_text == a_text:  # the same tree under other argument names (b= then c=): the names are the change
+            b_text, a_text = ", ".join(bl) or "no arrays", ", ".join(al) or "no arrays"
+        add("structure", (named or ["arguments"])[0], *_where_differs(b_text, a_text), max(1, len(gone) + len(new)))
     for path in (p for p in al if p in bl):
         b, a = bl[path], al[path]
-        if b[0] != a[0]:
-            add("shape", path, _leaf_text(b), _leaf_text(a))
-        elif b[1] != a[1]:
-            add("dtype", path, _leaf_text(b), _leaf_text(a))
-        elif b[2] != a[2]:
-            add("weak_type", path, _leaf_text(b), _leaf_text(a))
-        elif b[3] != a[3]:
-            add("sharding", path, b[3] or "uncommitted", a[3] or "uncommitted")
+        for what, i in (("shape", 0), ("dtype", 1), ("weak_type", 2)):
+            if b[i] != a[i]:  # every attribute that differs is named, not only the first
+                add(what, path, _leaf_text(b), _leaf_text(a))
+        if _sharding_key(b) != _sharding_key(a):
+            shown = (b[3] or "uncommitted", a[3] or "uncommitted")
+            add("sharding", path, *(shown if shown[0] != shown[1] else (_sharding_key(b), _sharding_key(a))))
     bs, as_ = before["static"], after["static"]
     for path in sorted(set(bs) | set(as_)):
         if bs.get(path) != as_.get(path):
             add("static", path, bs.get(path, "absent"), as_.get(path, "absent"))
-    for name, value in after["config"].items():
-        if before["config"].get(name) != value:
-            add("config", name, str(before["config"].get(name)), value)
+    for name in (n for n in ap if n in bp and bp[n] != ap[n]):  # keyword or positional: part of JAX's key
+        add("passed", name, bp[name], ap[name])
+    bc, ac = before["config"], after["config"]
+    for name in [*ac, *(n for n in bc if n not in ac)]:
+        if bc.get(name) != ac.get(name):
+            add("config", name, str(bc.get(name)), str(ac.get(name)))
     if before["mesh"] != after["mesh"]:
-        add("sharding", "mesh", before["mesh"][:120], after["mesh"][:120])
-    if not out and before["ref"]() is not after["ref"]():
+        add("sharding", "mesh", *_where_differs(before["mesh"], after["mesh"]))
+    if before["ref"]() is not after["ref"]():  # JAX keys its cache on the function object itself
         add("function", after.get("qualname") or "function", "an earlier function object",
             "a new function object (same code)")
-    return out
+    return out, weight
 
 
-def _value(sig: Signature, what: str, path: str) -> str | None:
-    """The text :func:`diff` gives for ``path``'s ``what`` in ``sig`` (None: not comparable)."""
+def diff(before: Signature, after: Signature) -> list[dict[str, str]]:
+    """The changes from ``before`` to ``after``, one per differing attribute: dicts with ``what``, ``path``,
+    ``before``, ``after`` (a leaf's shape, dtype and weak type changes each show its whole ``float32[8]``)."""
+    return _compare(before, after)[0]
+
+
+def distance(before: Signature, after: Signature) -> int:
+    """How many attributes differ between ``before`` and ``after`` (0: the same signature)."""
+    return _compare(before, after)[1]
+
+
+def _attribute(sig: Signature, what: str, path: str) -> Any:
+    """What ``sig`` has for the change ``what`` at ``path``, to tell whether a new value was compiled before
+    (None: not comparable). A leaf's shape, dtype or weak type is shown as the whole leaf, so it is compared
+    whole: ``int32[3]`` was compiled before only if exactly that was."""
     leaf = sig["leaves"].get(path)
     if what in ("shape", "dtype", "weak_type"):
-        return _leaf_text(leaf) if leaf is not None else None
+        return leaf[:3] if leaf is not None else None
     if what == "sharding":
-        return sig["mesh"][:120] if path == "mesh" else ((leaf[3] or "uncommitted") if leaf is not None else None)
+        return sig["mesh"] if path == "mesh" else (_sharding_key(leaf) if leaf is not None else None)
     if what == "static":
         return sig["static"].get(path, "absent")
+    if what == "passed":
+        return sig.get("passed", {}).get(path)
     if what == "config":
         return str(sig["config"].get(path))
-    return None
+    if what == "structure":
+        return sig["structure"], tuple(sig["leaves"])
+    return None  # a new function object was never compiled before
 
 
 def closest(history: list[Signature], sig: Signature) -> tuple[list[dict[str, str]], bool]:
     """``(changes, latest)``: the changes from the signature in ``history`` (oldest first) closest to ``sig``
-    (fewest changes, the latest on a tie), and whether that is the latest one. A change whose new value some
-    signature in ``history`` already had gets ``seen: "yes"`` (it was compiled before, in another combination:
-    only together with the other changes is it new)."""
-    best: list[dict[str, str]] | None = None
+    (fewest differing attributes, :func:`distance`; the latest on a tie), and whether that is the latest one.
+    A change whose new value some signature in ``history`` already had gets ``seen: "yes"`` (it was compiled
+    before, in another combination: only together with the other changes is it new)."""
+    best: tuple[list[dict[str, str]], int] | None = None
     latest = True
     for i, before in enumerate(reversed(history)):
-        changes = diff(before, sig)
-        if best is None or len(changes) < len(best):
-            best, latest = changes, i == 0
-    for c in best or ():
-        if any(_value(h, c["what"], c["path"]) == c["after"] for h in history):
+        compared = _compare(before, sig)
+        if best is None or compared[1] < best[1]:
+            best, latest = compared, i == 0
+    changes = best[0] if best is not None else []
+    for c in changes:
+        now = _attribute(sig, c["what"], c["path"])
+        if now is not None and any(_attribute(h, c["what"], c["path"]) == now for h in history):
             c["seen"] = "yes"
-    return best or [], latest
+    return changes, latest
+
+
+def _seen_text(c: dict[str, str]) -> str:
+    if c["what"] == "passed":
+        return f" ({c['path']} was passed {c['after']} before, with other arguments)"
+    if c["what"] == "structure":
+        return " (this structure was compiled before, with other arguments)"
+    return f" ({c['after']} was compiled before, with other arguments)"
 
 
 def describe(changes: list[dict[str, str]], latest: bool = True) -> str:
-    """One line: ``x: shape float32[8] -> float32[16]; n: static 2 -> 3 (3 was compiled before, ...)``;
-    ``latest`` False: the changes are against an earlier compiled signature than the previous trace's."""
+    """One line: ``x: shape float32[8] -> float32[16]; n: static 2 -> 3 (3 was compiled before, ...)``; the
+    attributes of one leaf that changed together read ``x: shape and dtype float32[2] -> int32[3]``; ``b:
+    passed by keyword -> positionally``; ``latest`` False: the changes are against an earlier compiled
+    signature than the previous trace's."""
     if not changes:
         return ("no argument changed: JAX's tracing cache no longer held this signature (a new jax.jit object, "
                 "jax.clear_caches(), or an evicted entry)")
-    text = "; ".join(f"{c['path']}: {c['what']} {c['before']} -> {c['after']}"
-                     + (f" ({c['after']} was compiled before, with other arguments)" if c.get("seen") else "")
-                     for c in changes)
-    return text + ("" if latest else " [against the closest signature compiled before, not the previous call's]")
+    groups: list[tuple[list[str], dict[str, str]]] = []
+    for c in changes:
+        last = groups[-1][1] if groups else None
+        if last is not None and all(last.get(k) == c.get(k) for k in ("path", "before", "after", "seen")):
+            groups[-1][0].append(c["what"])  # one leaf, one before and after text: name its attributes together
+        else:
+            groups.append(([c["what"]], c))
+    parts = []
+    for whats, c in groups:
+        what = whats[0] if len(whats) == 1 else ", ".join(whats[:-1]) + " and " + whats[-1]
+        parts.append(f"{c['path']}: {what} {c['before']} -> {c['after']}" + (_seen_text(c) if c.get("seen") else ""))
+    return "; ".join(parts) + ("" if latest else " [against the closest signature compiled before, not the "
+                                                 "previous call's]")

@@ -61,8 +61,9 @@ class Event:
         unknown (an event from a hook that sees no Python stack). The rule is :mod:`xlakit._sources`'.
       site: the first user frame as text (``train.py:42 (train_step)``, ``cell [7], line 3 (step)``), or None.
       changes: for a ``recompile``, what differs from the closest signature of the function already compiled
-        in this process (fewest changes, the latest on a tie; :mod:`xlakit._jax.retrace`): one dict per change
-        with ``what`` ("shape", "dtype", "weak_type", "sharding", "static", "structure", "config", "function"),
+        in this process (fewest differing attributes, the latest on a tie; :mod:`xlakit._jax.retrace`): one dict
+        per change with ``what`` ("shape", "dtype", "weak_type", "sharding", "static", "structure", "config",
+        "function", "passed": positional vs keyword),
         ``path`` (argument path such as ``x`` or ``batch['image']``, or the config name), ``before`` and
         ``after`` (text), and ``seen: "yes"`` when ``after`` was compiled before with other arguments (only
         the combination is new); None otherwise.
