@@ -48,16 +48,6 @@ def test_a_users_folders_named_like_libraries_are_user_code_and_the_libraries_st
     assert library_package(importlib.__file__) == "python"
 
 
-def test_an_editable_checkout_is_library_code_where_it_is_imported_from_and_nowhere_else(tmp_path, monkeypatch):
-    # A LIBRARY_PACKAGES name that is not installed here, checked out as source on sys.path (pip install -e).
-    assert importlib.util.find_spec("haiku") is None
-    (tmp_path / "checkout" / "haiku").mkdir(parents=True)
-    (tmp_path / "checkout" / "haiku" / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path / "checkout"))
-    assert library_package(str(tmp_path / "checkout" / "haiku" / "basic.py")) == "haiku"
-    assert library_package(str(tmp_path / "elsewhere" / "haiku" / "basic.py")) is None
-
-
 def test_attribution_and_the_timeline_name_the_users_line_inside_a_folder_named_jax(user_package):
     from userpkg.jax.layers import block
 

@@ -5,16 +5,23 @@ Shared by memory attribution (frames decoded from an HloModuleProto's stack fram
 timeline (the Python stack at the moment a program is traced or compiled), so both draw the line between
 "your code" and "library code" in the same place. Pure Python: no JAX import, nothing run at import.
 
-A file is *library* code when it lies where an installed distribution or Python itself really is — decided by
-locations, never by what a folder is called (a user's package with a folder named ``jax/`` is user code):
-- under an installer's package directory: this interpreter's ``site-packages`` (``sysconfig`` purelib /
-  platlib, ``site.getsitepackages()``, the user site), or any path whose ``site-packages`` / ``dist-packages``
-  directory is the installers' (a path recorded by another environment, e.g. in a cached program);
-- Python's own standard library (``sysconfig`` ``stdlib`` / ``platstdlib``) and ``<frozen …>`` modules;
-- xlakit's own package folder (also in a source checkout, where it is not under site-packages);
-- the folder a package of :data:`LIBRARY_PACKAGES` is really imported from (its module's ``__path__``, or
-  where ``importlib.util.find_spec`` finds it): an editable jax or flax checkout.
-Everything else — a script, a test file, a notebook cell, ``<stdin>``, the user's own packages — is *user* code.
+A file is *library* code only when it is provably part of an installed distribution or of Python itself —
+decided by where the file really is (symlinks resolved), never by what a folder is called nor by what
+``importlib`` would import under a name (a user's ``jax/``, ``equinox/`` or ``site-packages/`` folder is user
+code):
+- inside this interpreter's install locations: ``sysconfig`` purelib / platlib / stdlib / platstdlib (also of
+  ``sys.base_prefix``), ``site.getsitepackages()`` and the user site; ``<frozen …>`` modules;
+- xlakit's own package folder (this module's, also in a source checkout);
+- listed in the ``RECORD`` (``installed-files.txt`` for a legacy egg) of a distribution installed beside it
+  (``pip install --target DIR``, another environment on this machine), or, for the scripts and data an installer
+  writes outside site-packages (``../../../bin/tool``), of one installed in this interpreter;
+- a path that does not exist here (recorded by another environment, e.g. in a program compiled elsewhere) whose
+  part after its ``site-packages`` / ``dist-packages`` folder is a file installed in this interpreter's
+  site-packages: the same installed file.
+An editable install's sources (``pip install -e``) are *user* code: its RECORD lists only what the installer
+wrote (a ``.pth``, scripts), not the source folder — that is the code its owner is working on. Everything else
+— a script, a test file, a notebook cell, ``<stdin>``, the user's own packages, a checkout put on ``sys.path`` —
+is *user* code.
 """
 
 from __future__ import annotations
@@ -28,18 +35,12 @@ import sysconfig
 import types
 from collections.abc import Iterable
 
-__all__ = ["LIBRARY_PACKAGES", "Frame", "is_library_file", "library_package", "first_user_frame",
-           "display_file", "describe", "user_stacklevel"]
+__all__ = ["Frame", "is_library_file", "library_package", "first_user_frame", "display_file", "describe",
+           "user_stacklevel"]
 
-#: Top-level packages whose frames are never "the user's line", even from a source checkout (found where this
-#: process imports them from, not by the name of a folder).
-LIBRARY_PACKAGES = frozenset({
-    "jax", "jaxlib", "flax", "optax", "equinox", "haiku", "chex", "orbax", "numpy", "ml_dtypes", "opt_einsum",
-    "penzai", "treescope", "IPython", "ipykernel", "xlakit", "jax_plugins", "jaxtyping", "typeguard",
-})
-
-_XLAKIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_SITE_RE = re.compile(r"[\\/](site|dist)-packages[\\/]([^\\/]+)")
+_XLAKIT_DIR = os.path.normcase(os.path.dirname(os.path.realpath(__file__))) + os.sep
+# Only to read a path recorded elsewhere: where its installer folder ends (the verdict needs the file here).
+_INSTALLER_DIR_RE = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
 _CELL_RE = re.compile(r"ipykernel_\d+[\\/]\d+\.py$")
 
 
@@ -61,18 +62,21 @@ class Frame:
         return describe(self)
 
 
+def _real(path: str) -> str:
+    return os.path.normcase(os.path.realpath(path))
+
+
 def _folders(paths: Iterable[str | None]) -> tuple[str, ...]:
-    """Each path as an absolute folder prefix ending in the separator, also resolved through symlinks."""
-    out = set()
-    for p in paths:
-        if p:
-            out |= {os.path.abspath(p) + os.sep, os.path.realpath(p) + os.sep}
-    return tuple(sorted(out, key=len, reverse=True))  # the innermost root first (a venv inside a prefix)
+    """Each existing path resolved through symlinks, as a folder prefix ending in the separator."""
+    out = {_real(p) + os.sep for p in paths if p and os.path.isdir(p)}
+    return tuple(sorted(out, key=len, reverse=True))  # the innermost root first (site-packages inside stdlib)
 
 
 @functools.cache
 def _stdlib_dirs() -> tuple[str, ...]:
-    return _folders(sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib"))
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    return _folders(paths.get(k) for paths in (sysconfig.get_paths(), sysconfig.get_paths(vars=base))
+                    for k in ("stdlib", "platstdlib"))
 
 
 @functools.cache
@@ -80,7 +84,8 @@ def _site_dirs() -> tuple[str, ...]:
     """This interpreter's installation directories for packages (``site-packages`` by any name)."""
     import site
 
-    paths = [sysconfig.get_paths().get(k) for k in ("purelib", "platlib")]
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    paths = [p.get(k) for p in (sysconfig.get_paths(), sysconfig.get_paths(vars=base)) for k in ("purelib", "platlib")]
     try:
         paths += [*site.getsitepackages(), site.getusersitepackages()]
     except AttributeError:  # a virtualenv's old site.py without them
@@ -88,49 +93,129 @@ def _site_dirs() -> tuple[str, ...]:
     return _folders(paths)
 
 
-def _package_dirs(name: str) -> tuple[str, ...]:
-    """The folders top-level package ``name`` is imported from in this process (its ``__path__``; where
-    ``importlib.util.find_spec`` would find it when not imported yet); () when it is not installed."""
-    module = sys.modules.get(name)
-    paths = list(getattr(module, "__path__", None) or ()) if module is not None else []
-    if module is None:
-        import importlib.util
+@functools.cache
+def _prefixes() -> tuple[str, ...]:
+    """Where an installer writes outside site-packages (scripts, data): this interpreter's prefixes."""
+    import site
 
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        paths = list(spec.submodule_search_locations or ()) if spec is not None else []
-    return _folders(paths)
+    return _folders([sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+                     getattr(site, "USER_BASE", None)])
+
+
+def _top_name(relative: str) -> str:
+    """``jax`` for ``jax/_src/api.py``, ``six`` for ``six.py``, ``_cffi_backend`` for its ``.cpython-….so``."""
+    return relative.replace("\\", "/").split("/", 1)[0].split(".")[0].split("-")[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _metadata_dirs(folder: str) -> tuple[str, ...]:
+    """The ``*.dist-info`` / ``*.egg-info`` folders directly in ``folder`` (a distribution installed there)."""
+    try:
+        with os.scandir(folder) as entries:
+            return tuple(e.path for e in entries if e.name.endswith((".dist-info", ".egg-info")) and e.is_dir())
+    except OSError:
+        return ()
+
+
+@functools.lru_cache(maxsize=1024)
+def _recorded(meta: str) -> frozenset[str]:
+    """The files a distribution's installer wrote, as absolute normalized paths: its ``RECORD`` (relative to the folder
+    holding the ``.dist-info``) or a legacy egg's ``installed-files.txt`` (relative to the ``.egg-info``).
+    Not ``SOURCES.txt``: an ``.egg-info`` inside a project's own checkout (``setup.py develop``) lists the
+    user's sources, which no installer copied anywhere."""
+    import csv
+
+    if meta.endswith(".dist-info"):
+        listing, root = os.path.join(meta, "RECORD"), os.path.dirname(meta)
+    else:
+        listing, root = os.path.join(meta, "installed-files.txt"), meta
+    try:
+        with open(listing, encoding="utf-8", newline="") as f:
+            rows = [row[0] for row in csv.reader(f) if row and row[0]]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return frozenset()
+    return frozenset(os.path.normcase(os.path.normpath(os.path.join(root, r))) for r in rows)
+
+
+@functools.cache
+def _written_outside_site() -> dict[str, str]:
+    """Absolute normalized path -> distribution name of what the distributions installed in this interpreter
+    wrote outside their site-packages (``../../../bin/tool``: console scripts, data). Read once, and only when a
+    file under this interpreter's prefixes but outside its package folders asks; only those lines are parsed."""
+    import csv
+
+    out: dict[str, str] = {}
+    for site_dir in _site_dirs():
+        for meta in _metadata_dirs(site_dir.rstrip(os.sep)):
+            try:
+                with open(os.path.join(meta, "RECORD"), encoding="utf-8", newline="") as f:
+                    lines = [line for line in f if line.startswith(("..", "/", '"'))]
+            except (OSError, UnicodeDecodeError):
+                continue
+            name = _top_name(os.path.basename(meta))
+            for row in csv.reader(lines):
+                if row and row[0]:
+                    out.setdefault(os.path.normcase(os.path.normpath(os.path.join(site_dir, row[0]))), name)
+    return out
+
+
+def _installed(real: str) -> tuple[str | None, int] | None:
+    """``(distribution name or None, where the part inside its install folder starts)`` for the existing file
+    ``real`` (resolved, normcased) when a distribution's record lists it; else None."""
+    folder = os.path.dirname(real)
+    while True:
+        for meta in _metadata_dirs(folder):
+            if real in _recorded(meta):
+                return None, len(folder) + 1
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    if any(real.startswith(p) for p in _prefixes()):
+        name = _written_outside_site().get(real)  # a console script: named by its distribution
+        if name is not None:
+            return name, len(os.path.dirname(real)) + 1
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
-def library_package(path: str) -> str | None:
-    """The library a file belongs to (``"jax"``, ``"flax"``, ``"python"`` for the standard library), or None
-    for user code. See the module docstring for the rule."""
+def _locate(path: str) -> tuple[str, str | None] | None:
+    """``(package, the file's path inside its install folder or None)`` for library code, None for user code.
+    Memoized per path: this runs for every frame of every stack attributed."""
     if not path:
         return None
     if path.startswith("<frozen"):
-        return "python"
+        return "python", None
     if path.startswith("<"):
         return None  # <stdin>, <string>, <ipython-input-…>: typed by the user
-    m = _SITE_RE.search(path)
-    if m:
-        return m.group(2).split(".")[0].split("-")[0]
-    full = os.path.abspath(path)
-    if full.startswith(_XLAKIT_DIR):
-        return "xlakit"
-    site = next((d for d in _site_dirs() if full.startswith(d)), None)
+    resolved = os.path.realpath(path)
+    real = os.path.normcase(resolved)  # same length: only case and separators change
+    if real.startswith(_XLAKIT_DIR):
+        return "xlakit", None
+    site = next((d for d in _site_dirs() if real.startswith(d)), None)
     if site is not None:
-        return full[len(site):].replace("\\", "/").split("/", 1)[0].split(".")[0].split("-")[0]
-    if any(full.startswith(d) for d in _stdlib_dirs()):
-        return "python"
-    parts = full.replace("\\", "/").split("/")
-    for i, part in enumerate(parts[:-1]):
-        if part in LIBRARY_PACKAGES and "/".join(parts[:i + 1]) + "/" in (
-                d.replace("\\", "/") for d in _package_dirs(part)):
-            return part  # the folder this process imports the library from (an editable checkout)
+        return _top_name(resolved[len(site):]), resolved[len(site):]
+    if any(real.startswith(d) for d in _stdlib_dirs()):
+        return "python", None
+    if os.path.exists(real):
+        found = _installed(real)
+        if found is None:
+            return None
+        return found[0] or _top_name(resolved[found[1]:]), resolved[found[1]:]
+    # Recorded by another environment: the same file only if this interpreter installed it at the same place.
+    marks = list(_INSTALLER_DIR_RE.finditer(path))
+    inside = path[marks[-1].end():] if marks else ""
+    parts = re.split(r"[\\/]", inside)  # recorded on Windows or POSIX alike
+    if inside and any(os.path.isfile(os.path.join(d, *parts)) for d in _site_dirs()):
+        return _top_name(inside), inside
     return None
+
+
+def library_package(path: str) -> str | None:
+    """The library a file belongs to (``"jax"``, ``"flax"``, ``"python"`` for the standard library), or None
+    for user code. See the module docstring for the rule."""
+    found = _locate(path)
+    return found[0] if found is not None else None
 
 
 def is_library_file(path: str) -> bool:
@@ -184,9 +269,9 @@ def display_file(path: str) -> str:
         return f"cell [{number}]"
     if _CELL_RE.search(path) or path.startswith("<ipython-input-"):
         return "cell [?]"
-    m = _SITE_RE.search(path)
-    if m:
-        return path[m.start(2):]
+    found = _locate(path)
+    if found is not None and found[1] is not None:
+        return found[1]
     try:
         rel = os.path.relpath(path)
     except ValueError:  # another drive on Windows
