@@ -252,7 +252,8 @@ class _Instr:
 
 @dataclasses.dataclass(frozen=True)
 class _Module:
-    """What is used from the HloModuleProto: instructions by id, computations, schedule, entry."""
+    """What is used from the HloModuleProto: instructions by id, computations, schedule, entry, input/output
+    aliases."""
 
     name: str
     instructions: Mapping[int, _Instr]
@@ -260,6 +261,9 @@ class _Module:
     schedule: Mapping[int, tuple[int, ...]]
     entry_id: int
     stack_frames: Message | None = None  # HloModuleProto.stack_frame_index (decoded by memory._hlo_frames)
+    # HloModuleProto.input_output_alias: (output shape index, parameter number, parameter shape index) per
+    # result XLA writes into an entry parameter's buffer (donation, as the compiled module records it)
+    input_output_alias: tuple[tuple[tuple[int, ...], int, tuple[int, ...]], ...] = ()
 
     def sequential_computations(self) -> list[int]:
         """Ids of the computations whose instructions are program steps: the entry and, through its ``while``,

@@ -1,15 +1,19 @@
 """Donation in the user's terms: which argument became which result, and the bytes that saved.
 
 A result XLA writes into a donated argument's bytes (``jax.jit(..., donate_argnums=...)``) needs no
-allocation of its own: its bytes are the donation's saving. The attribution gives such a result the role
-``aliased``, names the argument in its ``parameter`` column and the result in its ``output`` column
-(``output['w1']``, ``output[0]['w1']``, from ``Compiled.out_tree``), and the argument's row names the result it
-became. From the step the result is written, the shared bytes are charged to it, not to the argument (see
-:mod:`xlakit.memory._charging`), so every byte is still counted once.
+allocation of its own: its bytes are the donation's saving. Which argument became which result is read from
+XLA's own record, the compiled module's ``input_output_alias`` (result shape index -> parameter), and the bytes
+from the argument's allocation, so the savings add up to ``memory_analysis().alias_size_in_bytes`` — also
+where the result has no buffer of its own (an argument returned as it was passed) or is a loop's carry.
+The argument's row names the result it became (``output['w1']``, ``output[0]['w1']``, from
+``Compiled.out_tree``); a result with a buffer of its own in the argument's bytes has the role ``aliased`` and
+names the argument in its ``parameter`` column. From the step the result is written, the shared bytes are
+charged to it, not to the argument (see :mod:`xlakit.memory._charging`), so every byte is still counted once.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes
@@ -21,8 +25,10 @@ except ImportError:  # pragma: no cover - pandas comes with xlakit's memory view
 
 __all__ = ["output_index", "name_donations", "donations", "DONATION_COLUMNS", "donation_summary"]
 
-DONATION_COLUMNS = ["argument", "output", "bytes", "allocation"]
+DONATION_COLUMNS = ["argument", "output", "bytes", "allocation", "reason"]
 _PASS_ON = frozenset({"bitcast", "opt-barrier", "optimization-barrier"})  # share their operand's buffer
+# and a loop's result: an element of the while's tuple (which element, the caller reads from the allocations)
+_RESULT_PASS_ON = _PASS_ON | {"get-tuple-element"}
 
 
 def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[int, str]:
@@ -39,27 +45,24 @@ def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[int, str]:
         while iid is not None and iid not in out:
             out[iid] = name
             ins = mod.instructions.get(iid)
-            iid = ins.operands[0] if ins is not None and ins.opcode in _PASS_ON and ins.operands else None
+            iid = ins.operands[0] if ins is not None and ins.opcode in _RESULT_PASS_ON and ins.operands else None
     return out
 
 
-def donations(buffers: Any):
+def donations(rows: Any):
     """``pandas.DataFrame``, one row per donated argument leaf (columns :data:`DONATION_COLUMNS`): argument
-    (its pytree path), output (the result written into its bytes; None when XLA reused them for none),
-    bytes (saved: the result's bytes, which needed no allocation of their own; 0 when not reused),
-    allocation. From an attribution's buffers frame (roles ``aliased`` and donated parameters)."""
+    (its pytree path), output (the result XLA writes into its bytes; None when it reused them for none), bytes
+    (saved: the size of the argument's allocation, which the result needed no allocation of its own for; 0
+    when not reused; their sum is XLA's ``alias_size_in_bytes``), allocation (the argument's), reason (why a
+    donated argument was not reused, when known; else None). From :func:`name_donations`' rows."""
     import pandas as pd
 
-    aliased = buffers[buffers["role"] == "aliased"]
-    rows = [(_known(r.parameter), _known(r.output), int(r.bytes), r.allocation) for r in aliased.itertuples()]
-    reused = set(aliased["allocation"].dropna().tolist())
-    args = buffers[buffers["role"].isin(["parameter", "optimizer state"]) & buffers["donated"].astype(bool)]
-    rows += [(_known(r.parameter), None, 0, r.allocation) for r in args.itertuples() if r.allocation not in reused]
-    columns = list(zip(*rows, strict=True)) if rows else [(), (), (), ()]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(DONATION_COLUMNS)
     return pd.DataFrame({"argument": pd.Series(columns[0], dtype=object),
                          "output": pd.Series(columns[1], dtype=object),  # None where nothing was reused
                          "bytes": pd.Series(columns[2], dtype="int64"),
-                         "allocation": pd.Series(columns[3], dtype="Int64")})
+                         "allocation": pd.Series(columns[3], dtype="Int64"),
+                         "reason": pd.Series(columns[4], dtype=object)})
 
 
 def _known(value: Any) -> Any:
@@ -75,7 +78,9 @@ def donation_summary(before: Any, after: Any, shown: int = 3) -> str:
     """What donation changed between two programs' :func:`donations` frames: ``"donation: p['w1'] →
     output['w1'] aliased, 2.0 MiB saved"`` for each pair of ``after`` not in ``before`` (the ``shown``
     largest, then a count and the total), the same for pairs ``before`` had and ``after`` lost (``"no
-    longer donated"``), and donated arguments XLA reused for nothing; ``""`` when nothing changed."""
+    longer aliased"``), and donated arguments XLA reused for nothing, each with its reason when known
+    (``"donated but not reused: p['odd'] (no result the size of float32[7,3])"``); ``""`` when nothing
+    changed."""
     a, b = _pairs(before), _pairs(after)
     parts = []
     for pairs, what in ((_new(b, a), "aliased"), (_new(a, b), "no longer aliased")):
@@ -87,9 +92,12 @@ def donation_summary(before: Any, after: Any, shown: int = 3) -> str:
         if len(items) > shown:
             text += f"; {len(items)} pairs, {fmt_bytes(sum(pairs.values()))} in all"
         parts.append("donation: " + text)
+    reasons = {_known(r.argument): _known(getattr(r, "reason", None)) for r in after.itertuples()
+               if _known(r.output) is None}
     unused = [arg for (arg, out), _n in b.items() if out is None and (arg, None) not in a]
     if unused:
-        parts.append(f"donated but not reused: {', '.join(map(str, unused[:shown]))}"
+        parts.append("donated but not reused: " + ", ".join(
+            f"{arg} ({reasons[arg]})" if reasons.get(arg) else str(arg) for arg in unused[:shown])
                      + (f" (+{len(unused) - shown} more)" if len(unused) > shown else ""))
     return "; ".join(parts)
 
@@ -106,17 +114,120 @@ def _new(x: dict[tuple[Any, Any], int], y: dict[tuple[Any, Any], int]) -> dict[t
     return {k: v for k, v in x.items() if k[1] is not None and k not in y}
 
 
-def name_donations(cols: dict[str, list[Any]]) -> None:
-    """An aliased result takes a donated argument's bytes: its ``parameter`` names that argument (grouping by
-    parameter shows the old and the new value of ``params['w']`` together) and the argument's ``output``
-    names the result it became."""
-    argument_of: dict[Any, int] = {}
-    for i, (role, alloc) in enumerate(zip(cols["role"], cols["allocation"], strict=True)):
+def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any = (), paths: list[str] | None = None,
+                   dropped: list[str] | None = None) -> list[tuple[Any, ...]]:
+    """Which argument became which result, from XLA's own record of it: the compiled module's
+    ``input_output_alias`` (result shape index -> entry parameter number and shape index), each parameter's
+    bytes from its allocation. Whether a result has a buffer of its own does not matter: a loop's carry, a
+    result returned as it was passed (its bytes are the argument's, with no buffer of their own) or a result of
+    another leaf of the same size are read as XLA aliased them.
+
+    Names both sides in ``cols`` (the buffers' columns): the argument's row names the result (``output``), and
+    an ``aliased`` result (a buffer of its own in the argument's allocation) names the argument
+    (``parameter``: grouping by parameter shows the old and the new value of ``params['w']`` together).
+
+    Returns the rows of :func:`donations`: one per alias entry, then one per donated argument leaf XLA did not
+    reuse, with the reason when known (``dropped``: the paths of donated leaves the compiled program does not
+    take, JAX having left them out as unused). A donated argument whose allocation XLA marks aliased with an
+    output where the module records no entry (a module decoded without it) counts its bytes, its result
+    named ``"a result"``."""
+    roles, allocs = cols["role"], cols["allocation"]
+    argument_of: dict[Any, int] = {}  # allocation index -> the row of the argument that owns it
+    for i, (role, alloc) in enumerate(zip(roles, allocs, strict=True)):
         if role in ("parameter", "optimizer state") and alloc is not None:
-            argument_of[alloc] = i
-    for i, (role, alloc) in enumerate(zip(cols["role"], cols["allocation"], strict=True)):
-        if role == "aliased" and alloc in argument_of:
-            arg = argument_of[alloc]
+            argument_of.setdefault(alloc, i)
+    by_param = {(a.parameter_number, tuple(a.parameter_shape_index)): a for a in allocations if a.is_parameter}
+    results = _result_shapes(mod)
+    names = _result_names(results, paths or [])
+    rows: list[tuple[Any, ...]] = []
+    reused: set[int] = set()  # argument rows XLA writes a result into
+    taken: set[tuple[int, ...]] = set()  # the results written into an argument's bytes
+    for out_index, number, param_index in getattr(mod, "input_output_alias", ()):
+        alloc = by_param.get((number, tuple(param_index)))
+        row = argument_of.get(alloc.index) if alloc is not None else None
+        output = names.get(tuple(out_index)) or _index_text("output", out_index)
+        size = alloc.size if alloc is not None else 0
+        if row is None:  # no buffer row for the parameter: name it as the attribution names one without a path
+            argument = _index_text(f"parameter {number}", param_index)
+        else:
+            argument = cols["parameter"][row]
+            cols["output"][row] = output
+            reused.add(row)
+        taken.add(tuple(out_index))
+        rows.append((argument, output, int(size), alloc.index if alloc is not None else None, None))
+    for i, role in enumerate(roles):  # an aliased result names the argument whose bytes it was written into
+        arg = argument_of.get(allocs[i])
+        if role == "aliased" and arg is not None:
             cols["parameter"][i] = cols["parameter"][arg]
-            if cols["output"][i] is not None:
-                cols["output"][arg] = cols["output"][i]
+    by_index = {a.index: a for a in allocations}
+    for i, (role, alloc) in enumerate(zip(roles, allocs, strict=True)):
+        if role not in ("parameter", "optimizer state") or not cols["donated"][i] or i in reused:
+            continue
+        shared = by_index.get(alloc)
+        if shared is not None and shared.aliased_with_output:  # XLA's allocation says so, the module not which
+            rows.append((cols["parameter"][i], "a result", int(shared.size), alloc, None))
+            continue
+        rows.append((cols["parameter"][i], None, 0, alloc, _not_reused(cols["shape"][i], cols["dtype"][i], results,
+                                                                       taken)))
+    rows += [(path, None, 0, None, "the program does not read it: JAX left it out") for path in dropped or ()]
+    return rows
+
+
+def _result_shapes(mod: Any) -> dict[tuple[int, ...], tuple[Any, Any]]:
+    """Result shape index -> (dims, dtype) per device, from the entry root's shape as XLA compiled it."""
+    from xlakit.memory._assignment_records import _message_leaf
+    from xlakit.memory._xla_fields import _F
+
+    root = mod.root(mod.entry_id) if mod is not None and hasattr(mod, "root") else None
+    shape = root.shape if root is not None else None
+    if shape is None:
+        return {}
+    parts = shape.messages(_F.SH_TUPLE)
+    if not parts:
+        return {(): _message_leaf(shape, ())}
+    return {(k,): _message_leaf(part, ()) for k, part in enumerate(parts)}
+
+
+def _result_names(results: dict[tuple[int, ...], Any], paths: list[str]) -> dict[tuple[int, ...], str]:
+    """Result shape index -> its pytree path (``output[0]['w']``), when the root has one element per path
+    besides the tokens JAX adds for ordered effects."""
+    arrays = [k for k, (_dims, dtype) in results.items() if dtype != "token"]
+    if len(arrays) != len(paths):
+        return {}
+    return dict(zip(arrays, paths, strict=True))
+
+
+def _index_text(prefix: str, index: Any) -> str:
+    """A position named as the attribution names positions without a path: ``output 1``, ``parameter 0[2]``."""
+    if not index:
+        return prefix
+    head = f"{prefix} {index[0]}" if prefix == "output" else prefix + f"[{index[0]}]"
+    return head + "".join(f"[{i}]" for i in index[1:])
+
+
+def _not_reused(shape: Any, dtype: Any, results: dict[tuple[int, ...], tuple[Any, Any]],
+                taken: set[tuple[int, ...]]) -> str | None:
+    """Why XLA wrote no result into a donated argument, when the shapes say: a result takes an argument's bytes
+    only if it is as large (JAX offers a donated argument to a result with as many elements, XLA aliases
+    equal byte sizes); None when such a result was free (XLA's own choice)."""
+    if shape is None or not results:
+        return None
+    size = _nbytes(shape, dtype)
+    same = [k for k, (dims, kind) in results.items() if dims is not None and _nbytes(dims, kind) == size]
+    what = f"{dtype}[{','.join(map(str, shape))}]"
+    if not same:
+        return f"no result the size of {what}"
+    if all(k in taken for k in same):
+        return f"each result the size of {what} took another argument's bytes"
+    return None
+
+
+def _nbytes(dims: tuple[int, ...], dtype: Any) -> float:
+    """Bytes of an array (its element count where the dtype is unknown to numpy)."""
+    import numpy as np
+
+    try:
+        itemsize = np.dtype(dtype).itemsize
+    except TypeError:
+        return float(math.prod(dims))
+    return float(math.prod(dims) * itemsize)

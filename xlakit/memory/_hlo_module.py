@@ -23,7 +23,7 @@ from typing import Any
 
 from xlakit.memory._assignment_types import _Instr, _Module
 from xlakit.memory._computation_heads import _INSTRUCTION_KEY, _computation_head, _quick_heads
-from xlakit.memory._proto import Message, ProtoDecodeError, _varint, last, packed, scan, spans, text
+from xlakit.memory._proto import Message, ProtoDecodeError, _varint, last, packed, repeated_ints, scan, spans, text
 from xlakit.memory._varint_records import packed_ints
 from xlakit.memory._xla_fields import _F
 
@@ -387,8 +387,8 @@ def decode_module(data: bytes) -> _Module:
     Raises:
       ProtoDecodeError: malformed bytes.
     """
-    top = scan(data, 0, len(data),
-               (_F.MOD_NAME, _F.MOD_COMPUTATIONS, _F.MOD_ENTRY_ID, _F.MOD_SCHEDULE, _F.MOD_STACK_FRAME_INDEX))
+    top = scan(data, 0, len(data), (_F.MOD_NAME, _F.MOD_COMPUTATIONS, _F.MOD_ENTRY_ID, _F.MOD_SCHEDULE,
+                                    _F.MOD_STACK_FRAME_INDEX, _F.MOD_INPUT_OUTPUT_ALIAS))
     comp_spans: dict[int, tuple[str, int, int, int, tuple[int, int] | None]] = {}
     comp_list = top.get(_F.MOD_COMPUTATIONS, [])
     for (start, end), quick in zip(comp_list, _quick_heads(data, comp_list), strict=True):
@@ -413,4 +413,17 @@ def decode_module(data: bytes) -> _Module:
     stack_frames = Message(data[frames[-1][0]:frames[-1][1]], lazy=True) if frames else None
     module_name = top.get(_F.MOD_NAME)
     return _Module(text(data, module_name[-1]) if module_name else "", Instructions(index), Computations(index),
-                   schedule, entry_id, stack_frames)
+                   schedule, entry_id, stack_frames, _input_output_alias(data, top.get(_F.MOD_INPUT_OUTPUT_ALIAS)))
+
+
+def _input_output_alias(data: bytes, found: list[Any] | None
+                        ) -> tuple[tuple[tuple[int, ...], int, tuple[int, ...]], ...]:
+    """``(output shape index, parameter number, parameter shape index)`` of each entry of the module's
+    ``HloInputOutputAliasProto``: the results XLA writes into an entry parameter's buffer."""
+    out = []
+    for span in (found or [])[-1:]:
+        for entry in scan(data, span[0], span[1], (_F.IOA_ENTRIES,)).get(_F.IOA_ENTRIES, ()):
+            f = scan(data, entry[0], entry[1], (_F.IOA_OUTPUT_INDEX, _F.IOA_PARAMETER, _F.IOA_PARAMETER_INDEX))
+            out.append((tuple(repeated_ints(data, f.get(_F.IOA_OUTPUT_INDEX))), last(f, _F.IOA_PARAMETER),
+                        tuple(repeated_ints(data, f.get(_F.IOA_PARAMETER_INDEX)))))
+    return tuple(out)

@@ -45,6 +45,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from xlakit._jax.call_options import DEFAULT
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._hlo_frames import FrameTable, layer_of, parse_op_name, source_of, stack_text, user_frame
 from xlakit.memory._speaking import CARRIERS, fused_frame, metadata_source, readers_line, stacked_value
@@ -94,15 +95,18 @@ class Attribution:
     memory: Any = dataclasses.field(repr=False)
     assignment: Any = dataclasses.field(repr=False)
     method: str = ""
+    _donation_rows: tuple[tuple[Any, ...], ...] = dataclasses.field(default=(), repr=False)
 
     @property
     def donations(self):
         """``pandas.DataFrame``, one row per donated argument leaf: argument, output (the result XLA wrote into its
-        bytes, None when it reused them for none), bytes (saved by the donation: the result needed no
-        allocation of its own), allocation. Empty without donation."""
+        bytes, as the compiled module's ``input_output_alias`` records it; None when it reused them for none),
+        bytes (saved by the donation: the argument's allocation, which the result needed none of its own for;
+        they add up to ``memory_analysis().alias_size_in_bytes``), allocation, reason (why a donated argument
+        was not reused, when known). Empty without donation."""
         from xlakit.memory._donation import donations
 
-        return donations(self.buffers)
+        return donations(self._donation_rows)
 
     def by(self, column: str):
         """Bytes of all logical buffers grouped by ``column`` (role, scope, source, layer, parameter...):
@@ -181,11 +185,13 @@ _SHARING = frozenset({"bitcast", "tuple", "opt-barrier", "optimization-barrier"}
 
 def _results(mod: Any, root_id: int) -> set[int]:
     """The entry's root and what it passes on without a buffer of its own (a root ``tuple``'s elements, a
-    ``bitcast``'s operand, followed down): a buffer at one of these positions is a result of the program."""
+    ``bitcast``'s operand, a ``get-tuple-element``'s tuple — a loop's result is an element of the ``while``'s —
+    followed down): a buffer at one of these positions may be a result of the program; which one is, the caller
+    reads from its allocation (live out, or a donated argument's)."""
     out, stack = {root_id}, [root_id]
     while stack:
         ins = mod.instructions.get(stack.pop())
-        if ins is not None and ins.opcode in _SHARING:
+        if ins is not None and (ins.opcode in _SHARING or ins.opcode == "get-tuple-element"):
             for op in ins.operands:
                 if op not in out:
                     out.add(op)
@@ -215,27 +221,41 @@ def _frame(cols: dict[str, list[Any]]) -> Any:
     return pd.DataFrame(typed, columns=BUFFER_COLUMNS)
 
 
-def attribute(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Attribution:
+def attribute(x: Any, /, *args: Any, cache: Any = DEFAULT, **kwargs: Any) -> Attribution:
     """Attribute every logical buffer of a compiled program (see the module docstring for the sources).
 
     Args:
       x: a ``jax.stages.Compiled``; a jitted (or plain) function followed by example arguments (compiled
         with ``jax.jit(...).lower(...).compile()``, or through ``cache`` when given); a cache entry or key
-        (with ``cache=``); or a ``LoadedBundle`` (``batch=``, ``variant=`` pick the program).
-      *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``), only with a function.
-      cache: an :class:`~xlakit.cache.ExecutableCache` to compile through or load from.
+        (with ``cache=``); or a ``LoadedBundle`` (``batch=``, ``variant=`` pick the program). Positional only.
+      *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``), only with a function; every
+        keyword but ``cache`` goes to the function as ``jax.jit(fn)(*args, **kwargs)`` passes it (``x=``,
+        ``batch=`` included; ``batch=`` / ``variant=`` are xlakit's only with a bundle, which takes no
+        arguments).
+      cache: keyword only: an :class:`~xlakit.cache.ExecutableCache` (or the cache ``xlakit.enable_cache()``
+        returned) to compile through or load from; not passed: none.
 
     Returns:
       :class:`Attribution`.
 
     Raises:
-      TypeError: unsupported input, or a function without example arguments.
+      TypeError: unsupported input, a function without example arguments, ``cache=`` that is no cache, or
+        ``cache=`` passed for a function that takes an argument named ``cache`` itself (ambiguous: pass the
+        function's positionally, or wrap the function; :mod:`xlakit._jax.call_options`).
       ValueError: the backend reports no buffer assignment, or the program's HLO module is unavailable
         (liveness needs its schedule).
     """
+    return attribute_program("attribute", x, args, kwargs, cache)
+
+
+def attribute_program(where: str, x: Any, args: tuple, kwargs: dict, cache: Any) -> Attribution:
+    """:func:`attribute` called as ``where`` (the name its errors give): ``cache`` is the option as passed
+    (:data:`~xlakit._jax.call_options.DEFAULT` where it was not)."""
+    from xlakit._jax.call_options import program_cache
     from xlakit.memory._programs import resolve_program
 
-    compiled, fn = resolve_program(x, args, kwargs, cache)
+    kwargs = dict(kwargs)  # a bundle's batch=/variant= are taken out of it: the caller's dict stays whole
+    compiled, fn = resolve_program(x, args, kwargs, program_cache(where, x, args, cache))
     return attribute_compiled(compiled, fn, (args, kwargs) if fn is not None else None)
 
 
@@ -272,7 +292,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     param_ids = {iid: num for num, iid in params.items()}
     root_id = mod.computations[mod.entry_id][2]
     results = _results(mod, root_id)
-    outputs = output_index(mod, root_id, output_paths(compiled, fn, example))
+    out_paths = output_paths(compiled, fn, example)
+    outputs = output_index(mod, root_id, out_paths)
     shown_files: dict[str, str] = {}
     by_frame: dict[int, tuple[Any, Any]] = {}  # frame id -> (stack, first user frame)
     texts: dict[tuple[int, int], tuple[str, str, str]] = {}  # ids of (stack, user) -> (source, layer, stack)
@@ -373,6 +394,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 role = "residual"
             elif names.recomputed:
                 role = "recomputed"
+            if role not in ("output", "aliased"):  # another element of a result's tuple (a loop's counter)
+                output = None
         start, end = ranges.get(b.id, (-1, -1))
         rows.append((b.id, b.instruction, b.opcode, b.size, b.shape, b.dtype, role, scope, names.phase, layer,
                      source, user.file if user else None, user.line if user else None, parameter, output, donated,
@@ -380,7 +403,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         seen_as.append((positions, stacked is not None))
     cols = {c: list(v) for c, v in zip(BUFFER_COLUMNS, zip(*rows, strict=True), strict=True)} if rows else \
         {c: [] for c in BUFFER_COLUMNS}
-    name_donations(cols)
+    donation_rows = name_donations(cols, mod, ba.allocations, out_paths, _dropped_donations(
+        compiled, fn, example, leaves, donated_flags))
     add_blocks(cols, seen_as, mod, param_paths, phase)
     buffers = _frame(cols)
     liveness = liveness_frame(order, mod, cols, ROLES)
@@ -389,4 +413,22 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         method += " (XLA's heap simulator trace also shipped; Peak uses it for the step)"
     memory = ba.reported
     return Attribution(buffers=buffers, liveness=liveness, steps=len(order), name=ba.name,
-                       platform=getattr(memory, "platform", None), memory=memory, assignment=ba, method=method)
+                       platform=getattr(memory, "platform", None), memory=memory, assignment=ba, method=method,
+                       _donation_rows=tuple(donation_rows))
+
+
+def _dropped_donations(compiled: Any, fn: Any, example: tuple[tuple, dict] | None, leaves: dict[int, Any],
+                       donated: list[bool]) -> list[str]:
+    """The paths of donated argument leaves the compiled program does not take (JAX leaves unused ones out):
+    donated, so listed, but nothing can be written into them."""
+    import types
+
+    from xlakit._jax.arguments import argument_leaves
+
+    kept = {leaf.index for leaf in leaves.values()}
+    if not leaves or not any(d for i, d in enumerate(donated) if i not in kept):
+        return []
+    # the whole argument tree, kept or not: argument_leaves reads the kept record from _executable
+    every = argument_leaves(types.SimpleNamespace(in_tree=getattr(compiled, "in_tree", None)), fn, example)
+    return [leaf.path for leaf in every.values() if leaf.index not in kept and leaf.index < len(donated)
+            and donated[leaf.index]]

@@ -76,7 +76,9 @@ class Comparison:
           a 4-block flax.nnx transformer on CPU: per-block ``nnx.remat`` in a Python loop 90.1 MiB, as without
           remat; ``nnx.scan`` over the blocks with ``nnx.remat`` inside 36.2 MiB).
         * donation: results written into donated arguments saved bytes, but the peak fell by less: those results
-          are made after the peak (the footprint, what one run occupies, falls by the saving)."""
+          are made after the peak (the footprint, what one run occupies, falls by the saving), and/or the peak
+          holds more temporaries (XLA may copy an argument still read, or make a result apart and copy it into
+          the donated bytes: it says how the copies changed)."""
         return " ".join(t for t in (self._remat_why(), self._donation_why()) if t)
 
     def _moved(self) -> str:
@@ -118,12 +120,27 @@ class Comparison:
         fa, fb = self.footprint_a, self.footprint_b
         footprint = (f"; one run occupies {fmt_bytes(fa)} → {fmt_bytes(fb)} (the footprint)"
                      if fa is not None and fb is not None and fa != fb else "")
+        head = f"Donation saved {fmt_bytes(saved)}: results are written into their arguments' bytes{footprint}."
+        reasons = []
         outputs_a = self._role_delta("output")[0]
-        made = ("none of them exists at the first program's peak" if not outputs_a else
-                f"at the first program's peak only {fmt_bytes(outputs_a)} of results exist")
-        return (f"Donation saved {fmt_bytes(saved)}: results are written into their arguments' bytes{footprint}. "
-                f"The peak {self._moved()}: it comes before those results are made ({made}), so what donation "
-                "saves is not at the peak.")
+        if outputs_a < saved:  # the results donation saves are (mostly) made after the first program's peak
+            made = ("none of them exists at the first program's peak" if not outputs_a else
+                    f"at the first program's peak only {fmt_bytes(outputs_a)} of results exist")
+            reasons.append(f"it comes before those results are made ({made}), so what donation saves is not at "
+                           "the peak")
+        temp_a, temp_b = self._role_delta("temporary")
+        if temp_b > temp_a:  # the second schedule holds more scratch at its peak
+            copies = self._copies(self.b) - self._copies(self.a)
+            reasons.append(f"it holds {fmt_bytes(temp_b - temp_a)} more of temporaries"
+                           + (f" (copies {_signed(copies)})" if copies else ""))
+        return f"{head} The peak {self._moved()}" + (f": {'; and '.join(reasons)}." if reasons else ".")
+
+    @staticmethod
+    def _copies(p: Any) -> int:
+        """Bytes of ``copy`` temporaries live at a peak (as the peak charges them)."""
+        b, every = p.buffers, p.attribution.buffers
+        copies = set(every.loc[every["opcode"] == "copy", "buffer_id"].tolist())
+        return int(b.loc[(b["role"] == "temporary") & b["buffer_id"].isin(copies), "bytes"].sum())
 
     @property
     def donations(self):
