@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from xlakit._jax.call_options import DEFAULT, Default
 from xlakit.cache import entry as _entry
 from xlakit.cache.decision import Decision
 from xlakit.cache.handler import StoreHandler, _Capture
@@ -123,15 +124,18 @@ class ExecutableCache(StoreHandler):
             raise TypeError(f"cache.jit() needs a function to jit, got {type(fn).__name__} {fn!r}")
         return jax.jit(hooks.mark(fn, self), **jit_kwargs)
 
-    def compile(self, lowered_or_jitted: Any, *args: Any, devices: Sequence[Any] | None = None,
+    def compile(self, lowered_or_jitted: Any, /, *args: Any, devices: Sequence[Any] | None | Default = DEFAULT,
                 **kwargs: Any) -> tuple[Any, Decision]:
         """Compile through this cache: load on a hit, compile and store on a miss.
 
         Args:
           lowered_or_jitted: a ``jax.stages.Lowered``, a ``jax.jit`` object, or a plain function (jitted here).
-          *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``) unless already lowered.
-          devices: place the compiled program on these devices instead (same count and kind as the
-            devices it was lowered for; a permutation works). Checked before anything reaches XLA.
+            Positional only.
+          *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``) unless already lowered, passed
+            as ``jax.jit(f)(*args, **kwargs)`` would pass them: every keyword but ``devices`` is the function's.
+          devices: keyword only; place the compiled program on these devices instead (same count and kind as the
+            devices it was lowered for; a permutation works). Checked before anything reaches XLA. Not passed
+            (or None): where it was lowered for.
 
         Returns:
           ``(jax.stages.Compiled, decision)``; ``decision`` (:class:`~xlakit.cache.decision.Decision`) is
@@ -140,13 +144,18 @@ class ExecutableCache(StoreHandler):
 
         Raises:
           TypeError: ``lowered_or_jitted`` is a ``jax.stages.Compiled`` (already compiled: pass the function,
-            its ``jax.jit`` with the example arguments, or ``jax.jit(f).lower(x)``), or is not callable.
+            its ``jax.jit`` with the example arguments, or ``jax.jit(f).lower(x)``), or is not callable; or
+            ``devices=`` passed for a function that takes an argument named ``devices`` itself (ambiguous: pass
+            the function's positionally, or wrap the function; :mod:`xlakit._jax.call_options`).
           xlakit.DevicePlacementError: ``devices`` do not match the program's placement.
         """
         import jax
 
         from xlakit._jax import fresh, hooks
+        from xlakit._jax.call_options import refuse_clashes
 
+        refuse_clashes("compile", lowered_or_jitted, args, {"devices": (devices, "the devices to place it on")})
+        devices = None if devices is DEFAULT else devices
         lowered = self._lower(lowered_or_jitted, *args, **kwargs)
         with self.capture(defer=True) as capture, hooks.route(self):
             compiled = lowered.compile()
@@ -237,20 +246,20 @@ class ExecutableCache(StoreHandler):
         return compiled
 
     # -- explanations -----------------------------------------------------------------------------------
-    def explain(self, fn_or_lowered: Any, *args: Any, **kwargs: Any):
+    def explain(self, fn_or_lowered: Any, /, *args: Any, **kwargs: Any):
         """Would this program hit? If not, which parts differ from the nearest entry of the same function.
 
         Computes the key exactly as a compile would (JAX's own key code) but stops before compiling.
         Compares JAX's per-part key hashes, the environment (versions, XLA flags, devices, CPU), the
         entry signature (shape, dtype, sharding, donation per argument) and the module text. Returns an
-        :class:`xlakit.Explanation`.
+        :class:`xlakit.Explanation`. ``fn_or_lowered`` is positional only: every keyword is the function's.
         """
         from xlakit.cache.explaining import explain_lowered
 
         return explain_lowered(self.store, self._lower(fn_or_lowered, *args, **kwargs))
 
     # -- internals --------------------------------------------------------------------------------------
-    def _lower(self, x: Any, *args: Any, **kwargs: Any):
+    def _lower(self, x: Any, /, *args: Any, **kwargs: Any):
         from xlakit.cache.explaining import lower_program
 
         return lower_program(x, *args, **kwargs)

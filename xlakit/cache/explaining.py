@@ -52,9 +52,9 @@ def signature_distance(now: list | None, entry: list | None) -> int:
     return total
 
 
-def lower_program(x: Any, *args: Any, **kwargs: Any):
+def lower_program(x: Any, /, *args: Any, **kwargs: Any):
     """``x`` as a ``jax.stages.Lowered``: a Lowered as is, a ``jax.jit`` object or a plain function (jitted here)
-    lowered with the example arguments.
+    lowered with the example arguments (``x`` positional only: every keyword is the function's).
 
     Raises:
       TypeError: example arguments with a Lowered, ``x`` is a ``jax.stages.Compiled`` (already compiled: it

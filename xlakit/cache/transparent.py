@@ -43,7 +43,7 @@ class TransparentCache(StoreHandler):
         hooks.set_default(self)
         self._unwatch = retrace.watch(self.log.emit)
 
-    def compile(self, lowered_or_jitted: Any, *args: Any, **kwargs: Any) -> tuple[Any, Decision]:
+    def compile(self, lowered_or_jitted: Any, /, *args: Any, **kwargs: Any) -> tuple[Any, Decision]:
         """Compile a program as JAX would with this cache enabled (a hit loads, a miss compiles and stores), and
         say what the cache did: the same ``(jax.stages.Compiled, decision)`` as
         :meth:`xlakit.ExecutableCache.compile`, so ``memory.sweep``, ``memory.max_batch`` and ``MemoryExplorer``
@@ -51,7 +51,9 @@ class TransparentCache(StoreHandler):
 
         Args:
           lowered_or_jitted: a ``jax.stages.Lowered``, a ``jax.jit`` object or a plain function (jitted here).
-          *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``) unless already lowered.
+            Positional only.
+          *args, **kwargs: example arguments (arrays or ``jax.ShapeDtypeStruct``) unless already lowered, passed
+            as ``jax.jit(f)(*args, **kwargs)`` would pass them (every keyword is the function's).
 
         Returns:
           ``(compiled, decision)``: ``decision`` is the last one this cache made for the program on this thread
@@ -75,7 +77,7 @@ class TransparentCache(StoreHandler):
         return compiled, Decision("hit", reason="answered by JAX's in-process cache: this program was compiled "
                                   "earlier in this process, so nothing reached the store", folder=str(self.path))
 
-    def explain(self, fn_or_lowered: Any, *args: Any, **kwargs: Any):
+    def explain(self, fn_or_lowered: Any, /, *args: Any, **kwargs: Any):
         """Would this program hit this cache? :meth:`xlakit.ExecutableCache.explain`, for transparent mode.
 
         Raises:

@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Iterable
 
-from xlakit._units import check_int
+from xlakit._units import _shown, check_int, check_number
 from xlakit.memory._display import fmt_bytes, html_table
 
 __all__ = ["Budget", "weight_budget", "DEFAULT_FRACTION", "DEFAULT_WIGGLE"]
@@ -65,7 +65,12 @@ class Budget:
                              pinned_bytes=pinned_bytes)
 
     def fits(self, nbytes: int) -> bool:
-        """True when ``nbytes`` more weights fit in the available pool."""
+        """True when ``nbytes`` more weights fit in the available pool.
+
+        Raises:
+          TypeError / ValueError: ``nbytes`` is not an int from 0 to 2**63-1.
+        """
+        nbytes = check_int(nbytes, "nbytes")  # checked even when overcommitted: a wrong value is never ignored
         return not self.overcommitted and nbytes <= self.available_bytes
 
     def to_dict(self) -> dict:
@@ -92,10 +97,14 @@ class Budget:
 
 
 def _max_scratch(scratch: int | Iterable[int]) -> int:
+    # None or a string is not an iterable of byte counts: said here, not as "'NoneType' object is not iterable"
+    if not isinstance(scratch, (int, Iterable)) or isinstance(scratch, (str, bytes)):
+        raise TypeError(f"scratch_bytes must be an int number of bytes or an iterable of them, got "
+                        f"{type(scratch).__name__} {_shown(scratch)}")
     values = [scratch] if isinstance(scratch, int) else list(scratch)
     for v in values:
         if not isinstance(v, int) or isinstance(v, bool):
-            raise TypeError(f"scratch must be bytes as int (or ints), got {type(v).__name__}")
+            raise TypeError(f"scratch_bytes must be bytes as int (or ints), got {type(v).__name__} {_shown(v)}")
         if v < 0:
             raise ValueError(f"scratch bytes must be >= 0, got {v}")
         check_int(v, "scratch_bytes")
@@ -118,8 +127,8 @@ def weight_budget(arena_bytes: int, scratch_bytes: int | Iterable[int], fraction
       :class:`Budget`; ``overcommitted`` is set when the pool is <= 0 or the pinned bytes exceed it.
 
     Raises:
-      ValueError: a value out of range, a byte count over 2**63-1 included (the message says which). TypeError: a
-        byte count that is not int.
+      ValueError: a value out of range, a byte count over 2**63-1 and a NaN included (the message says which).
+        TypeError: a byte count that is not int, a ``fraction`` or ``wiggle`` that is not a number.
     """
     for label, value in (("arena_bytes", arena_bytes), ("pinned_bytes", pinned_bytes)):
         if not isinstance(value, int) or isinstance(value, bool):
@@ -130,10 +139,8 @@ def weight_budget(arena_bytes: int, scratch_bytes: int | Iterable[int], fraction
         raise ValueError(f"pinned_bytes must be >= 0, got {pinned_bytes}")
     check_int(arena_bytes, "arena_bytes", minimum=1)  # 400 digits: "int too large to convert to float" below, not named
     check_int(pinned_bytes, "pinned_bytes")
-    if not (0 < fraction <= 1) or math.isnan(fraction):
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    if not (0 <= wiggle < 1) or math.isnan(wiggle):
-        raise ValueError(f"wiggle must be in [0, 1), got {wiggle}")
+    fraction = check_number(fraction, "fraction", 0, 1, low_open=True)  # '0.9' or None: named, not a bare TypeError
+    wiggle = check_number(wiggle, "wiggle", 0, 1, high_open=True)
     scratch = _max_scratch(scratch_bytes)
     by_fraction = math.floor(fraction * arena_bytes)
     by_scratch = math.floor((1 - wiggle) * arena_bytes) - scratch

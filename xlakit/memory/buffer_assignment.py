@@ -356,14 +356,16 @@ def _apart_on_chip(parts: dict[str, Any], platform: str | None) -> dict[str, Any
             "on_chip": tuple(chip)}
 
 
-def buffer_assignment(compiled: Any, *args: Any, **kwargs: Any) -> BufferAssignment:
+def buffer_assignment(compiled: Any, /, *args: Any, **kwargs: Any) -> BufferAssignment:
     """Decode the buffer assignment of a compiled program.
 
     Args:
       compiled: a ``jax.stages.Compiled`` (best: names, shapes, dtypes and the schedule come from its HLO
         module), a jitted function followed by example arguments (compiled here), or a
         :class:`~xlakit.memory.CompiledMemory` that carries the proto (ids, sizes and dtypes only).
-      *args, **kwargs: example arguments, only with a function.
+        Positional only, so that every keyword is the function's.
+      *args, **kwargs: example arguments, only with a function, passed as ``jax.jit(f)(*args, **kwargs)``
+        would pass them.
 
     Returns:
       :class:`BufferAssignment`; its :meth:`~BufferAssignment.compare` checks the decoded totals against

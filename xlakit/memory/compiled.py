@@ -354,7 +354,7 @@ def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
                     f"entry (EntryInfo) or its header dict; got {type(x).__name__}")
 
 
-def compiled_memory(x: Any, *args: Any, **kwargs: Any) -> CompiledMemory:
+def compiled_memory(x: Any, /, *args: Any, **kwargs: Any) -> CompiledMemory:
     """The memory breakdown of one compiled program.
 
     Args:
@@ -365,7 +365,10 @@ def compiled_memory(x: Any, *args: Any, **kwargs: Any) -> CompiledMemory:
         * a cache entry (``xlakit.store.LocalStore.entries()`` item) or its header dict: the stats stored at
           compile time, no load; or a dict of XLA-named fields (``argument_size_in_bytes``...);
         * a ``CompiledMemory`` (returned as is).
-      *args, **kwargs: example arguments, only with a function.
+
+        Positional only, so that every keyword is the function's (``compiled_memory(f, w, x=x)``).
+      *args, **kwargs: example arguments, only with a function, passed as ``jax.jit(f)(*args, **kwargs)``
+        would pass them.
 
     Returns:
       :class:`CompiledMemory`. Source: ``Compiled.memory_analysis()`` or the entry header.

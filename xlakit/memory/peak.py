@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from xlakit._jax.call_options import DEFAULT
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._grouping import GROUPS, UNKNOWN_LABELS, group_frame, group_text, grouped, role_note, top_groups
 from xlakit.memory._hlo_frames import parse_op_name
@@ -230,25 +231,31 @@ def _reserved_for_the_run(attribution: Any) -> Peak | None:
                         f"order; {REGION_REST} is what the region holds beyond them there"))
 
 
-def peak(x: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Peak:
+def peak(x: Any, /, *args: Any, cache: Any = DEFAULT, **kwargs: Any) -> Peak:
     """Where a compiled program's live bytes peak, and what holds them.
 
     Args:
       x, *args, **kwargs, cache: as for :func:`xlakit.memory.attribute` (a ``Compiled``, a function and its
-        example arguments, a cache entry with ``cache=``, a bundle with ``batch=``) — or an
-        :class:`~xlakit.memory.Attribution` already made.
+        example arguments — every keyword but ``cache`` is the function's —, a cache entry with ``cache=``, a
+        bundle with ``batch=``) — or an :class:`~xlakit.memory.Attribution` already made (alone). ``x`` is
+        positional only, ``cache`` keyword only.
 
     Returns:
       :class:`Peak`: ``step``, ``total_bytes`` (bytes), ``buffers`` live there, ``by(...)`` grouping.
 
     Raises:
-      TypeError / ValueError: as :func:`~xlakit.memory.attribute`; ValueError for a program with no steps.
+      TypeError / ValueError: as :func:`~xlakit.memory.attribute` (``cache=`` for a function that takes a
+      ``cache`` argument itself included), TypeError for arguments given with an ``Attribution``; ValueError
+      for a program with no steps.
     """
     from xlakit.memory._decoding import without_gc
-    from xlakit.memory.attribution import Attribution, attribute
+    from xlakit.memory.attribution import Attribution, attribute_program
+
+    if isinstance(x, Attribution) and (args or kwargs or cache is not DEFAULT):
+        raise TypeError("peak() of an Attribution takes nothing else: its program is already attributed")
 
     def run() -> Peak:
-        attribution = x if isinstance(x, Attribution) else attribute(x, *args, cache=cache, **kwargs)
+        attribution = x if isinstance(x, Attribution) else attribute_program("peak", x, args, kwargs, cache)
         return peak_of(attribution)
 
     return without_gc(run)

@@ -70,6 +70,7 @@ import gc
 import time
 from typing import Any
 
+from xlakit._jax.call_options import DEFAULT, Default, refuse_clashes
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._probe_accounting import accounting, judge, measured_how, runtime_calls
 
@@ -167,11 +168,23 @@ def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, 
     if callable(fn_or_compiled):
         fn = fn_or_compiled if hasattr(fn_or_compiled, "lower") else jax.jit(fn_or_compiled)
         stage = fn.lower(*args, **kwargs)
-        args, kwargs = program_arguments(stage, args, kwargs)  # nnx.jit: graph nodes as the program takes them
+        args, kwargs = _dynamic(fn, *program_arguments(stage, args, kwargs))  # nnx.jit: graph nodes as it takes them
         lowered = jax_stage(stage)
         return with_assignment(None, lowered), lowered, args, kwargs
     raise TypeError(f"probe() needs a jax.stages.Compiled or a function with example arguments, got "
                     f"{type(fn_or_compiled).__name__}")
+
+def _dynamic(fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments a compiled program is called with: JAX bakes the static ones (``static_argnums`` /
+    ``static_argnames``, by position or by keyword) into the program, and its ``Compiled`` takes the rest."""
+    from xlakit._jax.static_args import static_positions
+
+    info = getattr(fn, "_jit_info", None)
+    names = set(getattr(info, "static_argnames", None) or getattr(fn, "static_argnames", None) or ())
+    positions = static_positions(fn, len(args))
+    return (tuple(a for i, a in enumerate(args) if i not in positions),
+            {k: v for k, v in kwargs.items() if k not in names})
+
 
 def _materialize(compiled: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Place arguments on the program's input shardings; zero-fill ShapeDtypeStructs; copy donated arrays
@@ -363,39 +376,55 @@ def _reserved_result(m: dict[str, Any], where: str, name: str | None, notes: lis
                        runtime_calls=(), first_run_scratch_bytes=m.get("first_scratch"))
 
 
-def probe(fn_or_compiled: Any, *args: Any, isolate: bool | str = False, warmup: bool = True, timeout_s: float = 300.0,
-          **kwargs: Any) -> ProbeResult:
+def probe(fn_or_compiled: Any, /, *args: Any, isolate: bool | str | Default = DEFAULT,
+          warmup: bool | Default = DEFAULT, timeout_s: float | Default = DEFAULT, **kwargs: Any) -> ProbeResult:
     """Measure the peak memory of one run of a program.
 
     Args:
       fn_or_compiled: a ``jax.stages.Compiled`` or ``Lowered`` (arguments optional: zero-filled from its
         signature) or a jitted/plain function followed by example arguments (arrays or
-        ``jax.ShapeDtypeStruct``).
-      *args, **kwargs: the arguments. Donated arrays are copied first, so yours stay valid.
-      isolate: run in a fresh subprocess that loads the serialized executable (see the module docstring);
-        ``"auto"``: isolate where a second process can open the device (not on a TPU, which one process at a time
-        may open: :attr:`xlakit._jax.platforms.Platform.exclusive_device`), else measure in this process.
-      warmup: run once before the measured run (its scratch is ``first_run_scratch_bytes``), so the result is
-        what every run needs, not the one-time state of a first execution (~17 MiB for the demo transformer
-        train step in a fresh process). False: one run, measured.
-      timeout_s: seconds the subprocess may take (``isolate=True``): finite, > 0, at most 10**9.
+        ``jax.ShapeDtypeStruct``). Positional only.
+      *args, **kwargs: the arguments, passed as ``jax.jit(fn)(*args, **kwargs)`` would pass them: every keyword
+        but ``isolate``, ``warmup`` and ``timeout_s`` (xlakit's, keyword only) is the function's. Donated arrays
+        are copied first, so yours stay valid.
+      isolate: default False. Run in a fresh subprocess that loads the serialized executable (see the module
+        docstring); ``"auto"``: isolate where a second process can open the device (not on a TPU, which one
+        process at a time may open: :attr:`xlakit._jax.platforms.Platform.exclusive_device`), else measure in
+        this process.
+      warmup: default True. Run once before the measured run (its scratch is ``first_run_scratch_bytes``), so
+        the result is what every run needs, not the one-time state of a first execution (~17 MiB for the demo
+        transformer train step in a fresh process). False: one run, measured.
+      timeout_s: default 300. Seconds the subprocess may take (``isolate=True``): an int or float, finite, > 0,
+        at most 10**9 (checked whether or not the probe is isolated).
 
     Returns:
       :class:`ProbeResult`: bytes measured (``method`` names the reset and where it ran), XLA's own account
       of the same run, and whether the two agree (``exact``, ``reason``).
 
     Raises:
-      TypeError: unsupported input. ValueError: ``isolate=True`` with a multi-device program, or one that
+      TypeError: unsupported input, or one of xlakit's options passed for a function that takes an argument of
+      that name itself (ambiguous: pass the function's positionally, or wrap the function;
+      :mod:`xlakit._jax.call_options`). ValueError: ``isolate=True`` with a multi-device program, or one that
       cannot be serialized even freshly compiled (host callbacks), or a ``Compiled`` that has run and cannot
       be serialized any more (pass the function and its arguments instead), or a ``timeout_s`` that is not a
-      finite number of seconds > 0 (NaN, inf, 0, -1, 400 digits). RuntimeError: the subprocess
-      failed (its stderr is included).
+      finite number of seconds > 0 (NaN, inf, 0, -1, 400 digits; a string such as ' 5 ' is a TypeError).
+      RuntimeError: the subprocess failed (its stderr is included).
     """
     import jax
 
     from xlakit._jax.platforms import rules
+    from xlakit._units import check_seconds
     from xlakit.memory.compiled import _runtime_info
 
+    refuse_clashes("probe", fn_or_compiled, args, {
+        "isolate": (isolate, "run in a fresh process"), "warmup": (warmup, "run once before the measured run"),
+        "timeout_s": (timeout_s, "seconds an isolated run may take")})
+    isolate = False if isolate is DEFAULT else isolate
+    warmup = True if warmup is DEFAULT else warmup
+    timeout_s = 300.0 if timeout_s is DEFAULT else timeout_s
+    # Checked first, isolated or not: NaN, inf and 400 digits failed inside subprocess, 0 and -1 started a child
+    # "that ran past -1 s", and the string ' 5 ' was read as 5 s
+    timeout_s = check_seconds(timeout_s, "timeout_s", positive=True)
     compiled, lowered, args, kwargs = _program(fn_or_compiled, args, kwargs)
     name, _platform = _runtime_info(compiled)
     devices = _device_of(compiled)
@@ -404,10 +433,6 @@ def probe(fn_or_compiled: Any, *args: Any, isolate: bool | str = False, warmup: 
         isolate = not exclusive
     elif not isinstance(isolate, bool):
         raise ValueError(f"isolate must be True, False or 'auto', not {isolate!r}")
-    if isolate:  # NaN, inf and 400 digits failed inside subprocess; 0 and -1 started a child "that ran past -1 s"
-        from xlakit._units import finite_seconds
-
-        timeout_s = finite_seconds(timeout_s, "timeout_s")
     if isolate and exclusive:
         raise ValueError(f"isolate=True runs the program in a fresh process, but this process holds the "
                          f"{devices[0].platform.upper()} and only one process at a time can open it; call probe() "

@@ -3,7 +3,11 @@ budget (jax-ml/jax#31292: ``memory_analysis()`` as a basis for automatic batch s
 
 Every number comes from compiling, never running: ``Compiled.memory_analysis()`` per batch size (through an
 :class:`~xlakit.cache.ExecutableCache` when given, so a second sweep loads every program instead of compiling
-it), plus the peak of the attributed liveness (:func:`xlakit.memory.peak`). ``probe=True`` also runs each
+it), plus the peak of the attributed liveness (:func:`xlakit.memory.peak`). The program compiled is the one the
+user runs: ``make_args``'s arrays keep their sharding, memory kind and weak type
+(:mod:`xlakit.memory._abstract_args`), so an argument sharded over 4 devices is compiled as XLA's SPMD program,
+and every byte count here is bytes per device (``memory_analysis()`` of an SPMD program describes one device's
+share; each device holds that much). ``probe=True`` also runs each
 program once (:func:`xlakit.memory.probe`) and reports whether the measurement agrees with XLA's account
 within the probe's tolerance — where it does not (work XLA hands to libraries that allocate outside its
 buffer assignment, e.g. YNNPACK fusions on CPU), the compile-only estimate is not to be trusted.
@@ -16,6 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from xlakit._units import MAX_BYTES, _shown, check_int
+from xlakit.memory._abstract_args import abstract_args as _abstract_args
 from xlakit.memory._display import fmt_bytes, html_table, term_words
 
 __all__ = ["Sweep", "MaxBatch", "sweep", "max_batch", "TERMS"]
@@ -47,6 +52,7 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
     from xlakit.memory.compiled import compiled_memory
     from xlakit.memory.peak import peak
 
+    # The signature of the program the user runs (shardings, memory kinds, weak types), no batch allocated
     args = make_args(batch) if probe else _abstract_args(fn, make_args, batch)
     args = args if isinstance(args, tuple) else (args,)
     decision = None
@@ -77,48 +83,6 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
     return row
 
 
-def _abstract_args(fn: Any, make_args: Callable[[int], Any], batch: int) -> tuple:
-    """``make_args(batch)`` with its array leaves as shapes and dtypes (``jax.ShapeDtypeStruct``, via
-    ``jax.eval_shape``): a compile-only measurement needs no data, so no batch's arrays are allocated and
-    nothing that builds them (``jnp.ones``, an initialiser) is compiled for each size tried. Everything else
-    stays as ``make_args`` made it: the arguments ``fn`` takes as static (``static_argnums`` /
-    ``static_argnames``: its ``if train:`` needs the value), Python scalars, strings and other objects (a
-    Python scalar is no batch's array; ``jit`` makes it a weakly typed scalar itself), and
-    ``ShapeDtypeStruct`` leaves. Arguments that cannot be made under ``eval_shape`` (a function that needs
-    concrete values) are made concretely instead."""
-    import jax
-    import numpy as np
-
-    from xlakit._jax.static_args import static_positions
-
-    kept: list[tuple[bool, Any, list[Any], list[bool]]] = []  # per argument: static?, treedef, leaves, is_array
-
-    def arrays() -> list[Any]:
-        made = make_args(batch)
-        made = made if isinstance(made, tuple) else (made,)
-        static = static_positions(fn, len(made))
-        out: list[Any] = []
-        kept.clear()
-        for i, arg in enumerate(made):
-            if i in static:  # hashable and compared by value: kept whole, never flattened
-                kept.append((True, arg, [], []))
-                continue
-            leaves, treedef = jax.tree.flatten(arg)
-            is_array = [isinstance(v, (jax.Array, np.ndarray, np.generic)) for v in leaves]
-            out += [v for v, a in zip(leaves, is_array, strict=True) if a]
-            kept.append((False, treedef, [None if a else v for v, a in zip(leaves, is_array, strict=True)], is_array))
-        return out
-
-    try:
-        shapes = iter(jax.eval_shape(arrays))
-    except Exception:  # noqa: BLE001 - e.g. a concrete-value branch in make_args: build the real arguments
-        made = make_args(batch)
-        return made if isinstance(made, tuple) else (made,)
-    return tuple(whole if static else jax.tree.unflatten(
-        whole, [next(shapes) if a else v for v, a in zip(leaves, is_array, strict=True)])
-        for static, whole, leaves, is_array in kept)
-
-
 _TERMS = "_terms"  # a row's footprint terms (footprint_terms), kept for the limiting term, not a column
 
 
@@ -135,7 +99,7 @@ def _frame(rows: list[dict[str, Any]]):
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
-    """Compile-only memory per batch size.
+    """Compile-only memory per batch size, in bytes per device (see the module docstring).
 
     frame: ``pandas.DataFrame``, one row per batch size, columns batch, argument_bytes, output_bytes,
     alias_bytes, temp_bytes, code_bytes (XLA's fields; <NA> = not reported), constant_bytes (the program's
@@ -160,9 +124,10 @@ class Sweep:
 
 @dataclasses.dataclass(frozen=True)
 class MaxBatch:
-    """The largest batch size whose compiled footprint fits a budget.
+    """The largest batch size whose compiled footprint fits a budget (bytes per device).
 
-    batch: that size (None when even ``lo`` does not fit). bytes: its ``total_bytes``. budget_bytes: the budget.
+    batch: that size (None when even ``lo`` does not fit). bytes: its ``total_bytes`` (per device).
+    budget_bytes: the budget (per device).
     limiting_term: the term of ``total_bytes`` that grew most from ``batch`` to the smallest size that did not
     fit (what crosses the budget first); with nothing over the budget tried (``hi`` fits), None.
     frame: the tried sizes (columns as :class:`Sweep`'s, plus fits). notes: caveats (a footprint that is not
@@ -191,16 +156,28 @@ def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] =
     Args:
       fn: a jitted (or plain) function.
       make_args: ``batch -> args``: the example arguments for that batch size (a tuple, or one value), arrays
-        or ``jax.ShapeDtypeStruct`` (the probe zero-fills the program's own signature, so either works).
+        or ``jax.ShapeDtypeStruct`` (the probe zero-fills the program's own signature, so either works). Its
+        arrays are traced, not made (``probe=True`` makes them); their placement is kept: an array sharded
+        over several devices (``jax.device_put(x, NamedSharding(...))``) makes the SPMD program, whose bytes
+        are per device.
       batch_sizes: positive ints.
-      cache: an :class:`~xlakit.cache.ExecutableCache` to compile through (a rerun then loads every program).
+      cache: an :class:`~xlakit.cache.ExecutableCache` (or the cache ``xlakit.enable_cache()`` returned) to
+        compile through (a rerun then loads every program).
       probe: also measure one run of each (see the module docstring).
 
     Raises:
-      ValueError: a batch size that is not a positive int.
+      ValueError: a batch size that is not a positive int. TypeError: ``cache`` that is no xlakit cache.
     """
     sizes = _sizes(batch_sizes)
+    cache = _cache(cache, "sweep")
     return Sweep(_frame([_row(fn, make_args, b, cache, probe) for b in sizes]))
+
+
+def _cache(cache: Any, where: str) -> Any:
+    """``cache`` where it is an xlakit cache (or None); TypeError before anything compiles otherwise."""
+    from xlakit._jax.call_options import program_cache
+
+    return program_cache(where, None, (), cache)
 
 
 def _sizes(batch_sizes: Iterable[int]) -> list[int]:
@@ -214,20 +191,23 @@ def _sizes(batch_sizes: Iterable[int]) -> list[int]:
 def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: int = 1, hi: int | None = None,
               cache: Any = None) -> MaxBatch:
     """The largest batch size in ``[lo, hi]`` whose ``total_bytes`` (see :class:`Sweep`: XLA's
-    ``memory_analysis()`` of that size's compiled program, with its constants and, on accelerators, its code)
-    and attributed peak are at most ``budget_bytes``, found by compiling: doubling from ``lo`` until a size
-    does not fit (or reaches ``hi``), then bisecting, so ``batch`` fits and ``batch + 1`` was compiled too
+    ``memory_analysis()`` of that size's compiled program, with its constants and, on accelerators, its code;
+    bytes per device) and attributed peak are at most ``budget_bytes``, found by compiling: doubling from ``lo``
+    until a size does not fit (or reaches ``hi``), then bisecting, so ``batch`` fits and ``batch + 1`` was compiled too
     and does not (both rows are in ``frame``; unless ``batch`` is ``hi``). The footprint need not grow monotonically
     (XLA tiles some sizes better: measured 65.7 MB at 4001 rows, 50.5 MB at 4016); when the sizes tried show
     a drop, ``notes`` says so.
 
     Args:
       fn, make_args, cache: as for :func:`sweep`.
-      budget_bytes: bytes available to one run (e.g. a device's ``bytes_limit`` minus what stays resident).
+      budget_bytes: bytes available to one run on each device (e.g. a device's ``bytes_limit`` minus what
+        stays resident there). For arguments sharded over several devices the program compared is the SPMD
+        program, whose footprint is one device's share, so the budget is one device's too, not the sum.
       lo, hi: the range searched; ``hi=None``: no upper bound (doubling stops at 2**20 rows).
 
     Raises:
       ValueError: a budget or bound that is not a positive int (or is over 2**63-1), or ``hi < lo``.
+      TypeError: ``cache`` that is no xlakit cache.
     """
     for name, v in (("budget_bytes", budget_bytes), ("lo", lo)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -239,6 +219,7 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
     check_int(lo, "lo", minimum=1, what="batch size")
     if hi is not None:
         check_int(hi, "hi", minimum=1, what="batch size")
+    cache = _cache(cache, "max_batch")
     tried: dict[int, dict[str, Any]] = {}
 
     def fits(b: int) -> bool:

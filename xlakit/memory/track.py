@@ -125,8 +125,9 @@ class Tracker:
             self._unsubscribe()
         self.after = allocator_stats()
 
-    def add(self, program: Any, *args: Any, **kwargs: Any) -> CompiledMemory:
-        """Attach the compiled memory of ``program`` (anything :func:`~xlakit.memory.compiled_memory` takes)."""
+    def add(self, program: Any, /, *args: Any, **kwargs: Any) -> CompiledMemory:
+        """Attach the compiled memory of ``program`` (anything :func:`~xlakit.memory.compiled_memory` takes;
+        positional only: every keyword is the function's)."""
         memory = compiled_memory(program, *args, **kwargs)
         with self._lock:
             self._added.append(TrackedProgram(memory.name, "added", None, None, memory))

@@ -241,7 +241,7 @@ class CacheBrowser(View, widgets.VBox):
         self.last_action = ("explain", explanations)
         return explanations
 
-    def explain(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def explain(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         """:meth:`ExecutableCache.explain` for a function and example arguments; shows and returns it (an
         ``ExecutableCache`` over the folder is made for the call and closed after, unless the browser shows
         one already)."""
