@@ -7,12 +7,14 @@ it, so a bad ``max_bytes`` gets the same answer everywhere.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import re
+from collections.abc import Collection, Mapping
 from typing import Any
 
 __all__ = ["MAX_BYTES", "MAX_SECONDS", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds",
-           "check_int", "wait_timeout"]
+           "check_int", "check_number", "check_choice", "check_options", "wait_timeout"]
 
 #: The largest byte count xlakit accepts anywhere (a size, a cap): 2**63 - 1 bytes (8 EiB), what an int64 holds
 #: and what headers and listings may say (:data:`xlakit.store.safejson.MAX_INT`). Larger is a ValueError naming
@@ -102,33 +104,99 @@ def check_max_bytes(value: Any, name: str = "max_bytes") -> int | None:
     return value
 
 
-def check_int(value: Any, name: str, *, minimum: int = 0, what: str = "number of bytes") -> int:
-    """``value`` if it is an int (not a bool) from ``minimum`` to :data:`MAX_BYTES` (what an int64 holds: byte
-    counts, batch sizes). A 400-digit budget raised "OverflowError: int too large to convert to float" from deep in
-    the arithmetic; a 400-digit batch size an MLIR type error.
+def check_int(value: Any, name: str, *, minimum: int = 0, what: str = "number of bytes",
+              maximum: int = MAX_BYTES) -> int:
+    """``value`` if it is an int (not a bool) from ``minimum`` to ``maximum`` (default :data:`MAX_BYTES`, what an
+    int64 holds: byte counts, batch sizes, bounds of a ``collections.deque``). A 400-digit budget raised
+    "OverflowError: int too large to convert to float" from deep in the arithmetic; a 400-digit batch size an MLIR
+    type error; ``EventLog(maxlen=2**64)`` "Python int too large to convert to C ssize_t".
 
     Raises:
-      TypeError: not an int (a float or a bool included), naming ``name``.
-      ValueError: below ``minimum`` or over :data:`MAX_BYTES`, naming ``name``.
+      TypeError: not an int (a float, a numeric string or a bool included), naming ``name``.
+      ValueError: below ``minimum`` or over ``maximum``, naming ``name``.
     """
+    top = "(2**63-1)" if maximum == MAX_BYTES else ""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int {what}, got {type(value).__name__} {_shown(value)}")
-    if not minimum <= value <= MAX_BYTES:
-        raise ValueError(f"{name} must be an int {what} from {minimum} to {MAX_BYTES} (2**63-1), got {_shown(value)}")
+        raise TypeError(f"{name} must be an int {what} from {minimum} to {maximum}{' ' + top if top else ''}, got "
+                        f"{type(value).__name__} {_shown(value)}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be an int {what} from {minimum} to {maximum}{' ' + top if top else ''}, got "
+                         f"{_shown(value)}")
     return value
 
 
-def check_seconds(value: Any, name: str = "min_compile_time_s") -> float:
-    """``value`` as a float number of seconds: a finite int or float >= 0 (bool refused).
+def check_number(value: Any, name: str, low: float, high: float, *, low_open: bool = False,
+                 high_open: bool = False) -> float:
+    """``value`` as a float if it is a real number (int, float or a numpy scalar; not a bool, not a string) in the
+    interval from ``low`` to ``high`` (``low_open`` / ``high_open``: that end excluded). NaN is refused (it fails
+    every comparison, so ``not 0 < nan <= 1`` let it through some checks), and so is an int too large for a float.
+
+    Raises:
+      TypeError: not a real number, naming ``name`` and the interval.
+      ValueError: NaN or outside the interval, naming ``name`` and the interval.
+    """
+    interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number in {interval}, got {type(value).__name__} {_shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int of hundreds of digits: out of any interval a float can bound
+        number = -math.inf if value < 0 else math.inf
+    inside = (low < number if low_open else low <= number) and (number < high if high_open else number <= high)
+    if not inside:  # NaN included
+        raise ValueError(f"{name} must be a number in {interval}, got {_shown(value)}")
+    return number
+
+
+def check_choice(value: Any, name: str, choices: Collection[str], *, optional: bool = True) -> str | None:
+    """``value`` if it is one of the strings ``choices`` (or None, when ``optional``). A list passed where a name
+    belongs raised "unhashable type" from a dict lookup; a misspelt name matched nothing and filtered silently.
+
+    Raises:
+      TypeError: not a string (nor None when ``optional``), naming ``name`` and the choices.
+      ValueError: a string not among ``choices``, naming ``name`` and the choices.
+    """
+    if (value is None and optional) or (isinstance(value, str) and value in choices):
+        return value
+    allowed = ", ".join(repr(c) for c in choices) + (" or None" if optional else "")
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {allowed}, got {type(value).__name__} {_shown(value)}")
+    raise ValueError(f"{name} must be one of {allowed}, got {_shown(value)}")
+
+
+def check_options(value: Any, name: str) -> dict[str, Any]:
+    """``value`` (None -> ``{}``) as a dict, if it is a mapping with string keys: options that end up as keyword
+    arguments (fsspec storage options). ``remote_options=0`` raised "'int' object is not iterable" and an int key
+    "keywords must be strings", naming neither the setting nor what to pass.
+
+    Raises:
+      TypeError: not a mapping, or a key that is not a string, naming ``name``.
+    """
+    if value is None:
+        return {}
+    example = '{"endpoint_url": "http://host:9000"}'
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict of fsspec storage options such as {example}, or None; got "
+                        f"{type(value).__name__} {_shown(value)}")
+    bad = next((k for k in value if not isinstance(k, str)), None)
+    if bad is not None:
+        raise TypeError(f"{name}: every option name must be a string (they are passed as keyword arguments), got "
+                        f"{type(bad).__name__} {_shown(bad)}")
+    return dict(value)
+
+
+def check_seconds(value: Any, name: str = "min_compile_time_s", *, positive: bool = False) -> float:
+    """``value`` as a float number of seconds: a finite int or float >= 0 (> 0 when ``positive``), at most
+    :data:`MAX_SECONDS` (bool and strings refused: ``" 5 "`` is not a number of seconds in an API).
 
     Raises:
       TypeError: not an int or float (a string such as "1s" included); pass a number of seconds, e.g. 0.5.
-      ValueError: negative, NaN or infinite.
+      ValueError: negative (or 0 when ``positive``), NaN, infinite, or over :data:`MAX_SECONDS`.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds (int or float, e.g. 0.5), "
                         f"got {type(value).__name__} {_shown(value)}")
-    return finite_seconds(value, name, positive=False)
+    return finite_seconds(value, name, positive=positive)
 
 
 def finite_seconds(value: Any, name: str, *, positive: bool = True) -> float:

@@ -14,22 +14,17 @@ rewritten (a weights-only update touches only ``weights.safetensors``, so a watc
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlakit.bundle.errors import BundleError
-from xlakit.bundle.files import read_regular, remove_stale_temps, write_atomic
+from xlakit.bundle.folder_write import write_bundle_files as _write
 from xlakit.bundle.manifest import (
     BATCH,
     DEFAULT_VARIANT,
     MANIFEST,
-    MODULE_SUFFIX,
     WEIGHTS,
     Manifest,
     TensorSpec,
@@ -39,7 +34,6 @@ from xlakit.bundle.manifest import (
 from xlakit.bundle.rows import establish_rows
 from xlakit.bundle.trees import encode_tree
 from xlakit.bundle.weights import as_traced, flatten_params, host_param, weights_file_bytes
-from xlakit.store import safejson
 
 __all__ = ["export_bundle"]
 
@@ -100,15 +94,18 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         folder that is not a bundle and ``overwrite`` is False or one of the bundle's file names is taken
         there; nothing was written. The message says what differs.
       ValueError: bad ``batch_sizes``/``variants``/inputs, parameters that are not arrays, two parameter
-        paths with the same name, an output dict key that is not plain data, or outputs whose leading axis
-        does not follow the batch size consistently.
-      TypeError: ``fn`` or a variant is not callable.
+        paths with the same name, a parameter path that is not UTF-8 text, an output dict key that is not plain
+        data, outputs whose leading axis does not follow the batch size consistently, or an input or output of a
+        dtype ``jax.export`` cannot serialize (``int2``, ``uint2``; the message names it). Nothing is written.
+      TypeError: ``fn`` or a variant is not callable; ``path``, ``name``, ``overwrite`` or ``platforms`` of the
+        wrong type (``platforms`` a single string included).
       Errors from tracing ``fn`` pass through.
     """
     import jax
 
     from xlakit._version import __version__
 
+    _check_settings(path, name, overwrite, platforms)
     path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     sizes = _batch_sizes(batch_sizes)
     functions = {DEFAULT_VARIANT: fn, **_variants(variants)}
@@ -147,7 +144,11 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
             except (TypeError, ValueError) as e:
                 _explain_batch_axis(e, vname, b, input_names, input_avals, wrapped, weight_avals)
                 raise
-            modules[module_file(vname, b)] = bytes(exp.serialize())  # a bytearray
+            try:
+                modules[module_file(vname, b)] = bytes(exp.serialize())  # a bytearray
+            except KeyError as e:  # jax.export's serializer has no code for this dtype (int2, uint2)
+                _refuse_unserializable(e, vname, input_names, input_avals, wrapped.out_paths, exp.out_avals)
+                raise
             exported_platforms = tuple(exp.platforms)
             per_size[b] = (wrapped.out_paths, exp.out_avals)
             trees[vname] = wrapped.out_tree
@@ -200,6 +201,34 @@ def _explain_batch_axis(error: Exception, variant: str, batch: int, names, avals
         f"to each batch size; the function traces at the examples' own shapes ({shapes}) but not with axis 0 set "
         f"to {batch} ({brief_error(error)}). If an example holds one item without a batch axis, give "
         "it one: x[None] (batch size 1).") from error
+
+
+def _refuse_unserializable(error: KeyError, variant: str, input_names, input_avals, out_paths, out_avals) -> None:
+    """``jax.export``'s serializer raised ``KeyError: dtype(int2)``: it has no code for a dtype. Raise a ValueError
+    naming the input or output of that dtype and what to do instead (nothing has been written yet). Returns when
+    the KeyError is about something else."""
+    import jax
+    import numpy as np
+
+    from xlakit.bundle.weights import _path_name
+
+    dtype = error.args[0] if error.args else None
+    if not isinstance(dtype, np.dtype):
+        return
+    why = f"has dtype {dtype.name}, which jax.export (jax {jax.__version__}) cannot serialize"
+    wide = "uint8" if dtype.name.startswith("uint") else "int8" if dtype.name.startswith("int") else "float32"
+    for path, aval in zip(out_paths, out_avals, strict=False):
+        if aval.dtype == dtype:
+            raise ValueError(f"variant {variant!r}: output {_path_name(path) if path else 'output'!r} {why}; return "
+                             f"it in a wider dtype (e.g. out.astype(jnp.{wide})) and convert it after the call"
+                             ) from None
+    for name, aval in zip(input_names, input_avals, strict=False):
+        if aval.dtype == dtype:
+            raise ValueError(f"variant {variant!r}: input {name!r} {why}; pass it in a wider dtype (e.g. "
+                             f"x.astype(jnp.{wide})) and convert it inside the function") from None
+    raise ValueError(f"variant {variant!r}: a value of dtype {dtype.name} reaches the exported program's "
+                     f"signature and jax.export (jax {jax.__version__}) cannot serialize that dtype; use a "
+                     f"wider one there (e.g. {wide})") from None
 
 
 def _input_values(example_inputs) -> list[Any]:
@@ -269,7 +298,28 @@ def _no_source_locations():
     return no_source_locations()
 
 
+def _check_settings(path, name, overwrite, platforms) -> None:
+    """The plain settings of :func:`export_bundle`, checked before anything is traced: ``platforms="cpu"`` was
+    taken as the platforms 'c', 'p', 'u' and written into the manifest, ``name=5`` and ``overwrite="no"`` (true)
+    were accepted, ``path=5`` failed inside ``os.path``."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be the bundle folder (a str or pathlib.Path), got {type(path).__name__}")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise (ValueError if isinstance(name, str) else TypeError)(
+            f"name must be a non-empty string or None (the folder's name), got {type(name).__name__} {name!r:.60}")
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite must be True or False, got {type(overwrite).__name__} {overwrite!r:.60}")
+    if platforms is not None and (isinstance(platforms, str) or not isinstance(platforms, Sequence)
+                                  or not platforms or not all(isinstance(p, str) and p for p in platforms)):
+        raise TypeError(f"platforms must be a non-empty list of platform names such as ['cpu', 'cuda'] (not one "
+                        f"string), or None for the default backend's; got {platforms!r:.80}")
+
+
 def _batch_sizes(batch_sizes) -> tuple[int, ...]:
+    from xlakit._units import check_int
+
+    if isinstance(batch_sizes, str):  # "8" was read as the sequence of characters
+        raise TypeError(f"batch_sizes must be a sequence of positive integers such as (1, 8), got {batch_sizes!r:.60}")
     try:
         sizes = list(batch_sizes)
     except TypeError:
@@ -277,8 +327,9 @@ def _batch_sizes(batch_sizes) -> tuple[int, ...]:
     if not sizes:
         raise ValueError("batch_sizes is empty: give at least one batch size")
     for b in sizes:
-        if not (isinstance(b, int) and not isinstance(b, bool) and b > 0):
-            raise ValueError(f"batch_sizes must be positive integers, got {b!r}")
+        if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+            raise ValueError(f"batch_sizes must be positive integers, got {b!r:.60}")
+        check_int(b, "batch_sizes", minimum=1, what="batch size")  # 2**70 failed deep in tracing, misexplained
     if len(set(sizes)) != len(sizes):
         raise ValueError(f"batch_sizes has duplicates: {sizes}")
     return tuple(sorted(sizes))
@@ -345,107 +396,3 @@ def _output_specs(variant: str, per_size: dict) -> tuple[TensorSpec, ...]:
 
 def _ident(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text) or "bundle"
-
-
-MARKER = ".xlakit-export.json"  # the files an export in progress writes; removed when it completes
-
-
-def _write(path: Path, files: dict[str, bytes], overwrite: bool) -> None:
-    """Write only what changed, modules first and the manifest last; refuse to replace another bundle or
-    any file that is not the bundle's; remove only files the old manifest names; remove stale temps.
-
-    A file is the bundle's when the old manifest names it, or when a killed export's marker
-    (:data:`MARKER`, written before the files and removed after the manifest) names it."""
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{path} exists and is not a folder")
-    remove_stale_temps(path)  # a killed export's temps (writer gone, or older than the bound)
-    visible = _visible(path)
-    old, why_not = _old_manifest(path, visible)
-    marked = _marked(path)
-    # An old manifest may be foreign (copied in, hand-edited, planted): it can name any file, e.g. a
-    # "weights.file" of "thesis.tex". Only names an export itself would write count as the bundle's.
-    owned = {n for n in (old.files if old else ()) if _bundle_name(n)} | marked
-    partial = old is None and bool(marked) and visible <= marked  # a killed export's files only
-    differs = [n for n in files if not _same_bytes(path / n, files[n])]
-    stale = sorted(n for n in owned if n not in files and n in visible)
-    if visible and old is None and not partial and not overwrite:
-        raise FileExistsError(f"{path} is a non-empty folder that is not a bundle ({why_not}); pass "
-                              "overwrite=True to write a bundle beside its files, or choose another path")
-    if old is not None and (differs or stale) and not overwrite:
-        what = ", ".join(differs + [f"{n} (no longer exported)" for n in stale])
-        raise FileExistsError(f"{path} holds a different bundle ({what} differ); pass overwrite=True to replace it")
-    taken = sorted(n for n in differs if n in visible and n not in owned)
-    if taken:
-        whose = "its manifest does not name" if old else why_not
-        raise FileExistsError(f"{path} already holds {taken[:5]}, which {whose}"
-                              ": they are not this bundle's files, so export_bundle will not replace them even "
-                              "with overwrite=True; move them or choose another path")
-    if not differs and not stale:
-        if marked:
-            with contextlib.suppress(OSError):
-                os.unlink(path / MARKER)
-        return
-    path.mkdir(parents=True, exist_ok=True)
-    write_atomic(path / MARKER, json.dumps({"pid": os.getpid(), "files": sorted(files)}).encode("utf-8"))
-    order = sorted(n for n in differs if n != MANIFEST) + ([MANIFEST] if MANIFEST in differs else [])
-    for n in order:
-        write_atomic(path / n, files[n])
-    for n in stale:  # named by the old manifest and no longer exported; unlink never follows a link
-        try:
-            os.unlink(path / n)
-        except (FileNotFoundError, IsADirectoryError, PermissionError):
-            pass
-    try:
-        os.unlink(path / MARKER)
-    except OSError:
-        pass
-
-
-_OWN_NAME = re.compile(r"^model(\.[A-Za-z0-9_-]{1,64})?\.b(poly|[0-9]{1,9})" + re.escape(MODULE_SUFFIX) + "$")
-
-
-def _bundle_name(name: str) -> bool:
-    """True for a name an export writes: ``manifest.json``, ``weights.safetensors`` or a module file
-    (:func:`xlakit.bundle.manifest.module_file`). Any other name a manifest lists is never replaced or
-    removed by an export."""
-    return name in (MANIFEST, WEIGHTS) or bool(_OWN_NAME.match(name))
-
-
-def _marked(path: Path) -> set[str]:
-    """File names a killed export's marker says it was writing (empty when there is no usable marker)."""
-    try:
-        data = safejson.loads(read_regular(path / MARKER, 1 << 20, follow_symlinks=False), max_depth=4)
-    except (OSError, ValueError):
-        return set()
-    names = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(names, list):
-        return set()
-    return {n for n in names if isinstance(n, str) and "/" not in n and not n.startswith(".")}
-
-
-def _visible(path: Path) -> set[str]:
-    """Names in ``path`` that are not hidden (``.cache`` and temps are hidden)."""
-    try:
-        return {e.name for e in os.scandir(path) if not e.name.startswith(".")}
-    except FileNotFoundError:
-        return set()
-
-
-def _old_manifest(path: Path, visible: set[str]) -> tuple[Manifest | None, str]:
-    if MANIFEST not in visible:
-        return None, f"no {MANIFEST}"
-    try:
-        return Manifest.read(path), ""
-    except BundleError as e:
-        return None, f"its {MANIFEST} is not valid: {e.problem}"
-
-
-def _same_bytes(file: Path, data: bytes) -> bool:
-    """True when ``file`` is a regular file holding exactly ``data`` (read only when the sizes agree)."""
-    try:
-        st = os.lstat(file)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data):
-            return False
-        return read_regular(file, max(len(data), 0), follow_symlinks=False) == data
-    except OSError:
-        return False

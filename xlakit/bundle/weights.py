@@ -13,8 +13,10 @@ C-ordered. What the file cannot hold as such travels beside it: a weak type (a P
 with ``weak_type=True``) and a typed PRNG key's implementation are restored inside the exported function
 (:func:`as_traced`), and a dtype safetensors has no code for (``int4``, ``float8_e3m4``, ``complex128``...) is
 stored as its raw bytes (``U8``) with the real dtype and shape in the file's ``__metadata__``
-(``"xlakit.raw_dtypes"``), which :func:`read_weights` applies. A sub-byte dtype (``int4``...) is stored in a
-byte-wide one that holds its values exactly and converted back inside the program (:class:`HostParam`).
+(``"xlakit.raw_dtypes"``), which :func:`read_weights` applies; so is a parameter named ``__metadata__`` (the
+format's own header key), stored under another name mapped back there (``"xlakit.renamed"``). A sub-byte dtype
+(``int4``...) is stored in a byte-wide one that holds its values exactly and converted back inside the program
+(:class:`HostParam`).
 
 Reading needs no JAX; arrays come back as NumPy arrays (``bfloat16``, ``float8_*``, ``int4`` through
 ``ml_dtypes``).
@@ -43,8 +45,9 @@ def flatten_params(params: Any) -> tuple[list[str], list[Any], Any]:
     """``(names, leaves, treedef)`` of any pytree (dicts, lists, dataclasses, ``flax.nnx.State``...).
 
     Leaves are returned as given (device arrays stay on their devices). Raises ``ValueError`` when two
-    paths render to the same name (e.g. a key ``"a.b"`` beside a nested ``a`` -> ``b``) or a leaf is not
-    array-like.
+    paths render to the same name (e.g. a key ``"a.b"`` beside a nested ``a`` -> ``b``), a name is not UTF-8 text
+    (a lone surrogate: neither safetensors nor a reader can store it), or a leaf is not array-like. A name the
+    file format reserves (``__metadata__``) is fine: :func:`weights_file_bytes` stores it under another name.
     """
     import jax
 
@@ -58,6 +61,12 @@ def flatten_params(params: Any) -> tuple[list[str], list[Any], Any]:
             raise ValueError(f"two parameter paths flatten to the same tensor name {name!r}: {seen[name]} and "
                              f"{jax.tree_util.keystr(path)}; rename one of the keys")
         seen[name] = jax.tree_util.keystr(path)
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"parameter {jax.tree_util.keystr(path)} has a name that is not UTF-8 text "
+                             f"({name[:60]!r}); a bundle stores tensor names as UTF-8 (safetensors, manifest.json): "
+                             "rename the key") from None
         if not hasattr(leaf, "shape") and not isinstance(leaf, (int, float, complex, bool, np.generic)):
             raise ValueError(f"parameter {name!r} is a {type(leaf).__name__}, not an array; bundles store arrays "
                              "only (split non-array state off, e.g. nnx.split(model, nnx.Param, ...))")
@@ -179,20 +188,30 @@ def _storable(dtype: np.dtype) -> bool:
 def weights_file_bytes(tensors: dict[str, np.ndarray]) -> bytes:
     """The safetensors file holding ``tensors`` (name -> C-ordered host array), names sorted. A dtype safetensors
     has no code for is stored as raw bytes (``U8``, one axis) and named with its shape in ``__metadata__``
-    (:data:`RAW_DTYPES_KEY`). Raises ValueError when safetensors refuses the arrays."""
+    (:data:`RAW_DTYPES_KEY`). A name the format reserves (``__metadata__``, the header's own key: a tensor under it
+    was silently lost) is stored under a free name and mapped back in ``__metadata__`` (:data:`RENAMED_KEY`), which
+    :func:`read_weights` undoes. Raises ValueError when safetensors refuses the arrays."""
     from safetensors.numpy import save
 
     native = set(_DTYPES.values())
-    stored, raw = {}, {}
+    stored, raw, renamed = {}, {}, {}
     for name, arr in sorted(tensors.items()):
+        key = name
+        if name in _RESERVED_NAMES:
+            key = f"{RENAMED_KEY}.{name}"
+            while key in tensors or key in stored:  # never onto a real parameter's name
+                key += "_"
+            renamed[key] = name
         if arr.dtype.name in native:
-            stored[name] = arr
+            stored[key] = arr
         else:  # C-ordered (host_param), so its bytes are its values in order
-            stored[name] = arr.reshape(-1).view(np.uint8)
-            raw[name] = {"dtype": arr.dtype.name, "shape": list(arr.shape)}
+            stored[key] = arr.reshape(-1).view(np.uint8)
+            raw[key] = {"dtype": arr.dtype.name, "shape": list(arr.shape)}
     metadata = {"format": "xlakit.bundle"}
     if raw:
         metadata[RAW_DTYPES_KEY] = json.dumps(raw, sort_keys=True)
+    if renamed:
+        metadata[RENAMED_KEY] = json.dumps(renamed, sort_keys=True)
     try:
         return save(stored, metadata=metadata)
     except (TypeError, ValueError, AttributeError) as e:
@@ -200,6 +219,8 @@ def weights_file_bytes(tensors: dict[str, np.ndarray]) -> bytes:
 
 
 RAW_DTYPES_KEY = "xlakit.raw_dtypes"  # __metadata__ key: {tensor name: {"dtype": name, "shape": [...]}}
+RENAMED_KEY = "xlakit.renamed"  # __metadata__ key: {name in the file: parameter name the format reserves}
+_RESERVED_NAMES = ("__metadata__",)  # safetensors' header key: a tensor of that name cannot be stored under it
 # Dtypes safetensors has no code for, stored as raw bytes; only these names are read back from __metadata__.
 _RAW_DTYPES = ("complex128", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz")
 
@@ -286,7 +307,28 @@ def _header(path: Path, f, size: int) -> tuple[dict[str, tuple[np.dtype, tuple[i
                       f"within the file's {data_bytes} data bytes")
         out[str(name)] = (dtype, shape, begin, end)
     _apply_raw_dtypes(out, meta.get("__metadata__"), bad)
+    _apply_renames(out, meta.get("__metadata__"), bad)
     return out, 8 + n
+
+
+def _apply_renames(tensors: dict, metadata: Any, bad) -> None:
+    """Give the tensors named in ``__metadata__[RENAMED_KEY]`` their parameter names back (only names the format
+    reserves: nothing else can be renamed by a file)."""
+    from xlakit.store import safejson
+
+    if not isinstance(metadata, dict) or RENAMED_KEY not in metadata:
+        return
+    try:
+        renamed = safejson.loads(metadata[RENAMED_KEY], max_depth=2)
+    except (TypeError, ValueError) as e:
+        raise bad(f"__metadata__[{RENAMED_KEY!r}] is not JSON ({e})") from None
+    if not isinstance(renamed, dict):
+        raise bad(f"__metadata__[{RENAMED_KEY!r}] is not an object")
+    for stored, name in renamed.items():
+        if name not in _RESERVED_NAMES or stored not in tensors or name in tensors:
+            raise bad(f"__metadata__[{RENAMED_KEY!r}]: {str(stored)[:60]!r} -> {str(name)[:60]!r} renames no stored "
+                      f"tensor to a name the format reserves ({', '.join(_RESERVED_NAMES)})")
+        tensors[name] = tensors.pop(stored)
 
 
 def _apply_raw_dtypes(tensors: dict, metadata: Any, bad) -> None:

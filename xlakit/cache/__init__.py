@@ -60,7 +60,9 @@ def open_store(path: Any = None, *, max_bytes: int | None = None, secret: bytes 
     :func:`xlakit.store.remote.remote_settings`), else a plain :class:`~xlakit.store.LocalStore`.
 
     Raises:
-      ValueError: a bad mode, URL or options (the message names the setting). ImportError: a missing fsspec
+      ValueError: a bad mode, URL (an unsupported scheme: s3, gs, file and memory are) or options (the message
+        names the setting). TypeError: ``remote`` not a string or ``remote_options`` not a mapping with string
+        keys. ImportError: a missing fsspec
         package for the URL (the message names the extra, e.g. ``pip install 'xlakit[s3]'``).
     """
     from xlakit.store import LocalStore

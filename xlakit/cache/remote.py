@@ -61,7 +61,9 @@ class SharedStore(LocalStore):
       remote: the :class:`~xlakit.store.remote.RemoteStore`.
 
     Raises:
-      ValueError: a bad URL or mode. ImportError: the URL's fsspec package is missing (names the extra).
+      ValueError: a bad URL (an unsupported scheme: s3, gs, file and memory are) or mode. TypeError: ``remote``
+        not a string or ``storage_options`` not a mapping. ImportError: the URL's fsspec package is missing (names
+        the extra).
     """
 
     def __init__(self, root: Any = None, *, remote: str, mode: str = "rw", storage_options: dict | None = None,

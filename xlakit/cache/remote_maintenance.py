@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RemoteReport", "PruneResult", "open_remote", "survey", "listing", "totals", "verify", "prune",
+__all__ = ["RemoteReport", "PruneResult", "open_remote", "survey", "listing", "entries", "totals", "verify", "prune",
            "parse_age", "authenticate", "TEMP_MAX_AGE_S", "NOT_XLAKIT", "HEAD_BYTES"]
 
 TEMP_MAX_AGE_S = 3600.0  # an upload temp this old belongs to a killed writer (uploads take seconds)
@@ -89,6 +89,33 @@ def listing(remote, partition: str | None = None, scan=None) -> list:
 
     found = survey(remote, partition) if scan is None else scan
     return sorted((ObjectStat(*o) for o in found.objects), key=lambda o: (o.mtime, o.partition, o.key))
+
+
+def entries(remote, secret: bytes, partition: str | None = None, scan=None) -> list[RemoteReport]:
+    """Every listed object, oldest first, with ``reason`` None when :func:`authenticate` proves it this key's entry
+    at its name and listed length, else why not (``"<kind>: <why>"``: ``not-xlakit``, ``foreign``, ``stale``,
+    ``unauthenticated``, ``misplaced``, ``absent``; ``error`` when its header could not be read). What ``ls
+    --remote`` lists: a name in the bucket proves nothing (anyone who can write it can put 3,000 random files
+    named like entries there). Cost as :func:`prune`'s: one ranged read of the header per object, never a payload.
+
+    Raises:
+      TimeoutError: the remote missed its deadline (one for the command, not one per object). OSError: listing.
+    """
+    from xlakit.store.base import ObjectRefused
+
+    found = survey(remote, partition) if scan is None else scan
+    out = []
+    for o in listing(remote, partition, found):
+        try:
+            reason = authenticate(_head(remote, o, quiet=False), o.partition, o.key, o.size_bytes, secret)
+        except ObjectRefused as e:
+            reason = f"error: {e.reason}"
+        except TimeoutError:
+            raise
+        except OSError as e:
+            reason = f"error: {e.strerror or e}"
+        out.append(RemoteReport(o.partition, o.key, o.size_bytes, o.mtime, reason))
+    return out
 
 
 def _is_envelope(head: bytes | None) -> bool:

@@ -240,6 +240,8 @@ def stats(args: argparse.Namespace) -> int:
 
 def verify(args: argparse.Namespace) -> int:
     """``xlakit cache verify``: open every entry fully; bad ones go to the quarantine (exit 1)."""
+    from xlakit.store.quarantine import NOTE_MISSING
+
     if getattr(args, "remote", None):
         from xlakit.cli import remote
 
@@ -272,6 +274,10 @@ def verify(args: argparse.Namespace) -> int:
         stuck = [r for i, r in bad if str(i.path) not in moved]
         line = (f"{len(bad)} of {len(results)} entries failed verification and will not be loaded; "
                 f"{len(moved)} moved to {quarantine}")
+        noteless = [r for i, r in bad if str(i.path) in moved and NOTE_MISSING in r]
+        if noteless:  # a full quarantine took the entry (a link or rename needs no space) but not its note
+            why = noteless[0].partition(NOTE_MISSING)[2].rstrip("]")
+            line += f" ({len(noteless)} without the reason note beside it, which could not be written: {why})"
         if stuck:  # e.g. a quarantine on another filesystem that refused the copy, a read-only folder
             why = next((r.partition(" [not quarantined: ")[2].rstrip("]") for r in stuck if "[not quarantined: " in r),
                        "gone or replaced while verifying")

@@ -50,10 +50,15 @@ def _by_reason(reports, label) -> list[tuple[str, str]]:
     return [((r.reason or "").partition(":")[0], label(r)) for r in reports]
 
 def _remote(args: argparse.Namespace):
-    """(RemoteStore, mode) for ``--remote`` with ``--remote-options`` / ``--remote-mode`` or their variables."""
+    """(RemoteStore, mode) for ``--remote`` with ``--remote-options`` / ``--remote-mode`` or their variables. A URL
+    xlakit cannot use is a CliError naming --remote and the schemes it supports, before fsspec is asked."""
     from xlakit.cache import remote_maintenance
-    from xlakit.store.remote import parse_options, remote_settings
+    from xlakit.store.remote import check_url, parse_options, remote_settings
 
+    try:
+        check_url(args.remote, "--remote")
+    except (TypeError, ValueError) as e:
+        raise CliError(str(e)) from None
     try:
         options = parse_options(args.remote_options) if args.remote_options else None
         if options is not None and not isinstance(options, dict):
@@ -64,32 +69,57 @@ def _remote(args: argparse.Namespace):
     try:
         url, mode, options = remote_settings(args.remote, args.remote_mode, options)  # type: ignore[misc]
         return remote_maintenance.open_remote(url, options), mode
-    except (ValueError, ImportError) as e:
+    except (ValueError, TypeError, ImportError) as e:
+        raise CliError(str(e)) from None
+
+
+def _secret() -> bytes:
+    """This machine's cache secret; one that cannot be read or made is a CliError saying how to provide one."""
+    from xlakit.store import load_secret
+    from xlakit.store.secret import SecretUnavailable
+
+    try:
+        return load_secret()
+    except SecretUnavailable as e:
         raise CliError(str(e)) from None
 
 
 def ls(args: argparse.Namespace) -> int:
+    """``xlakit cache ls --remote URL``: the objects whose header authenticates with this machine's secret as the
+    entry at their name, newest first (one ranged read of each header, as ``prune``). The others are counted by
+    kind with a few examples (:func:`~xlakit.cli._common.print_bounded`): a bucket anyone can write may hold any
+    number of files named like entries. ``--json`` lists every object, with ``reason`` null for the listed ones."""
     from xlakit.cache import remote_maintenance as rm
 
     remote, _ = _remote(args)
     scan = _scan(remote, args.partition)
-    objects = rm.listing(remote, args.partition, scan)
-    objects.reverse()  # newest first
-    total = sum(o.size_bytes for o in objects)
+    found = rm.entries(remote, _secret(), args.partition, scan)
+    found.reverse()  # newest first
+    total = sum(r.size_bytes for r in found)
     if args.json:
-        emit_json({"remote": remote.url, "count": len(objects), "total_bytes": total,
-                    "objects": [{"partition": o.partition, "key": o.key, "size_bytes": o.size_bytes,
-                                 "created": o.mtime} for o in objects], "left_alone": _left_alone(scan)})
+        emit_json({"remote": remote.url, "count": len(found), "total_bytes": total,
+                   "listed": sum(r.reason is None for r in found),
+                   "objects": [{"partition": r.partition, "key": r.key, "size_bytes": r.size_bytes,
+                                "created": r.created, "reason": r.reason} for r in found],
+                   "left_alone": _left_alone(scan)})
         return 0
-    if not objects:
+    if not found:
         print(f"No objects in {remote.url}")
         return 0
-    columns = [Column("name", "name"), Column("partition", "partition"), Column("size_bytes", "size", "bytes"),
-               Column("created", "created")]
-    rows = [{"name": o.key.rpartition("-")[0] or o.key, "partition": o.partition, "size_bytes": o.size_bytes,
-             "created": local_time(o.mtime)} for o in objects]
-    print_table(remote.url, columns, rows)
-    print(f"{len(objects)} objects, {human(total)} ({total} bytes)")
+    listed = [r for r in found if r.reason is None]
+    others = [r for r in found if r.reason is not None]
+    if listed:
+        columns = [Column("name", "name"), Column("partition", "partition"), Column("size_bytes", "size", "bytes"),
+                   Column("created", "created")]
+        rows = [{"name": r.key.rpartition("-")[0] or r.key, "partition": r.partition, "size_bytes": r.size_bytes,
+                 "created": local_time(r.created)} for r in listed]
+        print_table(remote.url, columns, rows)
+    print_bounded([((r.reason or "").partition(":")[0], f"{r.partition} [{r.key}] ({human(r.size_bytes)}): "
+                    f"{r.reason}") for r in others],
+                  "objects whose header does not authenticate with this key as the entry at their name",
+                  "--json lists them all", prefix="not listed ")
+    print(f"{len(found)} objects, {human(total)} ({total} bytes)"
+          + (f"; {len(others)} of them not listed (another key's, or not provably entries)" if others else ""))
     return 0
 
 
@@ -122,12 +152,12 @@ def stats(args: argparse.Namespace) -> int:
 
 def verify(args: argparse.Namespace) -> int:
     from xlakit.cache import remote_maintenance as rm
-    from xlakit.store import load_secret
 
     remote, mode = _remote(args)
     scan = _scan(remote, args.partition)
+    secret = _secret()
     try:
-        found = rm.verify(remote, load_secret(), fix=args.fix, mode=mode, partition=args.partition, scan=scan)
+        found = rm.verify(remote, secret, fix=args.fix, mode=mode, partition=args.partition, scan=scan)
     except PermissionError as e:
         raise CliError(str(e)) from None
     skipped = [r for r in found if r.reason and r.reason.startswith(rm.SKIPPED_KINDS)]
@@ -164,12 +194,11 @@ def prune(args: argparse.Namespace) -> int:
         limit = parse_size(args.max_bytes) if args.max_bytes else None
     except ValueError as e:
         raise CliError(f"--max-bytes: {e}") from None
-    from xlakit.store import load_secret
-
     remote, mode = _remote(args)
     scan = _scan(remote)
+    secret = _secret()
     try:
-        result = rm.prune(remote, load_secret(), older_than_s=older, max_bytes=limit, mode=mode,
+        result = rm.prune(remote, secret, older_than_s=older, max_bytes=limit, mode=mode,
                           dry_run=args.dry_run, scan=scan)
     except (PermissionError, ValueError) as e:
         raise CliError(str(e)) from None

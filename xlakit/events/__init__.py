@@ -33,7 +33,8 @@ wait        this process waited for another's compile; ``duration_s`` = seconds 
             when the wait ended without a program (timeout, claimant failed) and this process compiled
 recompile   JAX retraced a function it had traced before in this process (``source="jit"``); ``changes``
             lists what differs from the closest signature already compiled for it (argument path, shape,
-            dtype, weak type, static value, pytree structure, sharding, global config; ``seen`` when the new
+            dtype, weak type, static value, pytree structure, sharding, global config, positional vs keyword;
+            the closest = fewest differing attributes; ``seen`` when the new
             value was compiled before in another combination), ``reason`` says it in one line. Recorded
             while the JAX listeners are installed (:func:`record`, :func:`install_listeners`)
 set_aside   ``enable_cache`` set aside JAX's own configured persistent cache (``source="jax-persistent"``,
@@ -79,6 +80,7 @@ __all__ = ["KINDS", "FLEET_KINDS", "SOURCES", "CACHE_SOURCES", "FAILURE_KINDS", 
            "uninstall_listeners", "prometheus_collector"]
 
 _LOG = EventLog()
+_MAX_AFTER = 10**9  # warn_recompiles(after=...): more recompiles than any program makes
 
 
 def log() -> EventLog:
@@ -91,6 +93,9 @@ def cache_stats(source: str | None = None) -> CacheStats:
 
     Args:
       source: one layer (:data:`SOURCES`), or None for all sources together.
+
+    Raises:
+      ValueError: an unknown source. TypeError: a source that is not a string.
     """
     return _LOG.stats(source)
 
@@ -136,15 +141,22 @@ def warn_recompiles(after: int | None = 5, window_s: float = 60.0) -> None:
     times within ``window_s`` seconds (default 5 in 60 s); ``after=None`` turns the warning off.
 
     Raises:
-      ValueError: ``after`` < 1 or ``window_s`` <= 0.
+      TypeError: ``after`` is not an int (1.5, NaN: a count, never compared as a float) nor None, or ``window_s``
+        is not a number. ValueError: ``after`` outside 1..10**9, or ``window_s`` not a finite number of seconds
+        > 0 and at most 10**9.
     """
+    from xlakit._units import check_int, check_seconds
+
+    if isinstance(after, int) and not isinstance(after, bool) and after < 1:
+        raise ValueError(f"after must be at least 1 recompile (or None to turn the warning off), got {after}")
+    if after is not None:
+        # an int: after=nan compared False with every count, so no warning was ever issued; the bound keeps the
+        # tracker's deque of after + 1 times within what a deque holds
+        check_int(after, "after", minimum=1, maximum=_MAX_AFTER, what="number of recompiles (or None: no warning)")
+    window = check_seconds(window_s, "window_s", positive=True)
     from xlakit._jax.retrace import TRACKER
 
-    if after is not None and after < 1:
-        raise ValueError(f"after must be at least 1 recompile (or None to turn the warning off), got {after}")
-    if not window_s > 0:
-        raise ValueError(f"window_s must be a positive number of seconds, got {window_s}")
-    TRACKER.warn_after, TRACKER.window_s = after, float(window_s)
+    TRACKER.warn_after, TRACKER.window_s = after, window
 
 
 def __getattr__(name: str) -> Any:
@@ -156,7 +168,8 @@ def __getattr__(name: str) -> Any:
 
 
 def load(path: str | os.PathLike, maxlen: int | None = None) -> EventLog:
-    """:meth:`EventLog.load`: a new log from a JSON-lines file written by :meth:`EventLog.save`."""
+    """:meth:`EventLog.load`: a new log from a JSON-lines file written by :meth:`EventLog.save` (``maxlen``: an
+    int >= 1, or None for every event in the file)."""
     return EventLog.load(path, maxlen=maxlen)
 
 
@@ -177,7 +190,8 @@ def record(*, jax_signals: bool = True, maxlen: int = 100_000) -> Iterator[Event
       jax_signals: also capture JAX's own signals, by installing the JAX listeners for the block if they are
         not installed already (this imports JAX). They are removed at the end unless they were installed
         before or another ``record`` block still uses them.
-      maxlen: bound of the returned log.
+      maxlen: bound of the returned log (an int from 1 to 2**63-1; else TypeError / ValueError naming it, before
+        anything is installed).
     """
     captured = EventLog(maxlen=maxlen)
     release = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import numbers
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -11,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from xlakit._text.untrusted import html_text
+from xlakit._units import _shown, check_choice, check_int
 from xlakit.events import _calls, _jsonl
 from xlakit.events._calls import CallDecision
-from xlakit.events._model import SOURCES, Event, _cell
+from xlakit.events._model import KINDS, SOURCES, Event, _cell
 from xlakit.events._origin import PROGRAM_KINDS, attribute
 from xlakit.events._stats import CacheStats, Summary, Totals
 
@@ -22,6 +24,22 @@ __all__ = ["EventLog", "Observer"]
 Observer = Callable[[Event], None]
 
 _MAX_OBSERVER_ERRORS = 100
+
+
+def _check_maxlen(maxlen: Any) -> int:
+    """``maxlen`` if it is an int from 1 to 2**63-1 (a deque's largest bound; 2**64 raised a bare OverflowError)."""
+    return check_int(maxlen, "maxlen", minimum=1, what="number of events")
+
+
+def _check_time(t: Any, name: str, *, optional: bool = True) -> None:
+    """A clock reading (seconds; None allowed when ``optional``): a real number, not NaN (which no event matches)."""
+    if t is None and optional:
+        return
+    if isinstance(t, bool) or not isinstance(t, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds (e.g. time.monotonic()){' or None' if optional else ''}, "
+                        f"got {type(t).__name__} {_shown(t)}")
+    if t != t:  # NaN (math.isnan would overflow on a 400-digit int, which is a valid if odd time)
+        raise ValueError(f"{name} must be a number of seconds (e.g. time.monotonic()), got nan")
 
 
 class EventLog:
@@ -41,13 +59,11 @@ class EventLog:
         An observer that raises is neither removed nor allowed to break the program that appended.
 
     Raises:
-      ValueError: ``maxlen`` < 1.
+      TypeError: ``maxlen`` is not an int. ValueError: ``maxlen`` < 1 or over 2**63-1 (what a deque holds).
     """
 
     def __init__(self, maxlen: int = 100_000) -> None:
-        if maxlen < 1:
-            raise ValueError(f"maxlen must be at least 1 event, got {maxlen}")
-        self._events: collections.deque[Event] = collections.deque(maxlen=maxlen)
+        self._events: collections.deque[Event] = collections.deque(maxlen=_check_maxlen(maxlen))
         self._lock = threading.Lock()
         self._observers: list[Observer] = []
         self._totals = Totals()
@@ -129,10 +145,17 @@ class EventLog:
         """A snapshot of the kept events, oldest first.
 
         Args:
-          kind: only events of this kind.
+          kind: only events of this kind (see :data:`~xlakit.events.KINDS`).
           since: only events with ``monotonic >= since`` (seconds of ``time.monotonic()``).
           source: only events from this layer (see :data:`~xlakit.events.SOURCES`).
+
+        Raises:
+          TypeError / ValueError: a ``kind`` or ``source`` outside those sets (a misspelt one matched nothing), a
+            ``since`` that is not a number.
         """
+        check_choice(kind, "kind", KINDS)
+        check_choice(source, "source", SOURCES)
+        _check_time(since, "since")
         with self._lock:
             snapshot = list(self._events)
         return [e for e in snapshot
@@ -148,8 +171,10 @@ class EventLog:
             (``time.time()``; use it for logs loaded from another process).
 
         Raises:
-          ValueError: an unknown ``clock``.
+          ValueError: an unknown ``clock``, a NaN ``t``. TypeError: a ``t`` that is not a number.
         """
+        check_choice(clock, "clock", ("monotonic", "wall"), optional=False)
+        _check_time(t, "t", optional=False)
         if clock == "monotonic":
             picked = [e for e in self.events() if e.monotonic >= t]
         elif clock == "wall":
@@ -180,8 +205,10 @@ class EventLog:
             so pass a source to look at one cache.
 
         Raises:
-          ValueError: an unknown source.
+          ValueError: an unknown source. TypeError: a source that is not a string (``[1]`` was "unhashable type").
         """
+        if source is not None and not isinstance(source, str):
+            check_choice(source, "source", SOURCES)  # the TypeError; an unknown name is the snapshot's ValueError
         with self._lock:
             return self._totals.snapshot(source)
 
@@ -213,8 +240,9 @@ class EventLog:
           The decision, or None when the log holds no event of ``fn`` (since ``since``).
 
         Raises:
-          TypeError: ``fn`` is neither a name nor a callable.
+          TypeError: ``fn`` is neither a name nor a callable, or ``since`` is not a number.
         """
+        _check_time(since, "since")
         return _calls.last(self.events(), fn, since)
 
     def recompiles(self):
@@ -271,14 +299,18 @@ class EventLog:
         A truncated last line (a crashed writer) is skipped with a :class:`RuntimeWarning`.
 
         Args:
-          maxlen: the new log's bound; default: large enough for every event in the file (at least 100,000).
+          maxlen: the new log's bound (an int >= 1); default (None): large enough for every event in the file (at
+            least 100,000).
 
         Raises:
           OSError: the file cannot be read.
-          ValueError: a line other than the last is not an event (the message names ``path:line``).
+          ValueError: a line other than the last is not an event (the message names ``path:line``); a ``maxlen``
+            < 1 or over 2**63-1. TypeError: a ``maxlen`` that is not an int.
         """
+        if maxlen is not None:
+            _check_maxlen(maxlen)  # before reading: a bad bound must not cost a read of the whole file
         events = _jsonl.read(path)
-        log = cls(maxlen=maxlen or max(100_000, len(events)))
+        log = cls(maxlen=max(100_000, len(events)) if maxlen is None else maxlen)
         log.extend(events)
         return log
 

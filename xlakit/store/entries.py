@@ -88,6 +88,7 @@ class GetResult:
     path: Path | None
     quarantined_to: Path | None
     left_why: str | None = None  # why a rejected object stayed where it was (read-only folder, vanished...)
+    note_problem: str | None = None  # moved, but its reason note could not be written (why)
 
     @property
     def hit(self) -> bool:
@@ -95,11 +96,14 @@ class GetResult:
 
     @property
     def disposition(self) -> str:
-        """What happened to a rejected object, for messages: ``"moved to <path>"`` or
+        """What happened to a rejected object, for messages: ``"moved to <path>"`` (followed by "without its reason
+        note, which could not be written (<why>)" when the quarantine was too full for it) or
         ``"left in place: <why>"`` (a read-only cache, an object that changed or vanished, a tier that
         deletes instead: ``"deleted"``)."""
         if self.quarantined_to is not None:
-            return f"moved to {self.quarantined_to}"
+            missing = f" without its reason note, which could not be written ({self.note_problem})" \
+                if self.note_problem else ""
+            return f"moved to {self.quarantined_to}{missing}"
         return f"left in place: {self.left_why or 'nothing was moved'}"
 
 
@@ -207,10 +211,12 @@ class EntryLayer:
                header: dict | None) -> GetResult:
         """Quarantine (or delete) the object and return the result saying so."""
         quarantine = getattr(self.store, "quarantine_object", None)
-        moved, why = None, None
+        moved, why, note = None, None, None
         try:
             if quarantine is not None:
-                moved = quarantine(partition, key, f"{status}: {reason}")
+                went = quarantine(partition, key, f"{status}: {reason}")
+                # a Quarantined (the local folder's hook) or a plain path (another store's)
+                moved, note = getattr(went, "path", went), getattr(went, "note_problem", None)
                 if moved is None:
                     why = ("it could not be moved to the quarantine (a read-only or full folder, or the file "
                            "changed or vanished since it was read)")
@@ -219,7 +225,7 @@ class EntryLayer:
                 why = "deleted (this tier has no quarantine)"
         except OSError as e:
             why = f"it could not be moved: {e}"  # the reader still gets its miss; the next reader tries again
-        return GetResult(status, header, None, reason, path, moved, why)
+        return GetResult(status, header, None, reason, path, moved, why, note)
 
     def seal(self, partition: str, key: str, header: dict, raw_payload: bytes) -> tuple[bytes, dict]:
         """The envelope for one entry and the header it carries (with key, partition, created set).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import warnings
 from pathlib import Path
 
 import filelock
@@ -43,7 +44,7 @@ from .layout import (
     resolve_root,
     validate_partition,
 )
-from .quarantine import move_to_quarantine, quarantine_file, quarantine_reported
+from .quarantine import Quarantined, move_to_quarantine, quarantine_file, quarantine_reported
 from .safejson import UnsafeJson
 from .safejson import loads as safe_loads
 from .secret import check_secret_outside, load_secret
@@ -80,7 +81,7 @@ def _os_reason(e: BaseException) -> str:
 class _LocalObjects(FolderStore):
     """The folder tier plus quarantine of the exact file last read (the entry layer's reject hook)."""
 
-    def quarantine_object(self, partition: str, key: str, reason: str) -> Path | None:
+    def quarantine_object(self, partition: str, key: str, reason: str) -> Quarantined | None:
         """:func:`~xlakit.store.quarantine.move_to_quarantine` of the entry just read (raises QuarantineError)."""
         return move_to_quarantine(self.root, partition, file_stem(key) + ENTRY_SUFFIX, reason,
                                   self.last_read_identity(partition, key))
@@ -313,10 +314,15 @@ class LocalStore:
     def quarantine(self, path: Path, reason: str) -> Path | None:
         """Move an entry to quarantine/<partition>/<stem>.<unix_ms>.xlk with a .reason.txt beside it.
 
-        Returns the new path, or None if the file was gone or could not be moved.
+        Returns the new path, or None if the file was gone or could not be moved. A note that could not be written
+        (a full quarantine) is said with a RuntimeWarning; the entry is moved all the same.
         """
         path = Path(path)
-        return quarantine_file(self.root, path.parent.name, path.name, reason)
+        moved = quarantine_file(self.root, path.parent.name, path.name, reason)
+        if moved is not None and moved.note_problem:
+            warnings.warn(f"{path} moved to {moved.path} without its reason note, which could not be written "
+                          f"({moved.note_problem}); the reason: {reason}", RuntimeWarning, stacklevel=2)
+        return None if moved is None else moved.path
 
     # -- listing --------------------------------------------------------------
 

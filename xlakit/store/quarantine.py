@@ -4,8 +4,13 @@
 rename, both relative to folder descriptors opened without following links; when the quarantine is on another
 filesystem, where neither works (``EXDEV``), by a copy — a new file, fsynced — and an unlink of the original) and
 ``<stem>.<unix_ms>.reason.txt`` says why (created with ``O_EXCL | O_NOFOLLOW``: a name that exists, even as
-a planted symlink, is never written through; another free name is chosen). Clearing removes only these two
-kinds of names, one level deep, and never enters a link.
+a planted symlink, is never written through; another free name is chosen). The note is written *before* the
+entry moves, and removed again when the entry cannot follow, so no note is left without its entry. A quarantine
+too full for the note is, on another filesystem, too full for the entry's copy as well: the entry stays in place,
+said. On the same filesystem the entry still moves (a link or rename needs no space) and the note is missing,
+never empty and never silently: the result says why (:attr:`Quarantined.note_problem`), and so do verify's
+report and the reader's event. Clearing removes only these two kinds of names, one level deep, and never enters
+a link.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import secrets
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import _fs
@@ -28,8 +34,8 @@ from .layout import (
     validate_partition,
 )
 
-__all__ = ["QuarantineError", "clear_quarantine", "move_to_quarantine", "quarantine_file", "quarantine_reported",
-           "quarantined_files"]
+__all__ = ["QuarantineError", "Quarantined", "clear_quarantine", "move_to_quarantine", "quarantine_file",
+           "quarantine_reported", "quarantined_files"]
 
 
 class QuarantineError(OSError):
@@ -38,6 +44,39 @@ class QuarantineError(OSError):
 
     def __str__(self) -> str:
         return str(self.strerror)
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """Where a rejected entry went: ``path``, its new name in the quarantine; ``note_problem``: None when its
+    ``.reason.txt`` note was written beside it, else why it could not be (the entry moved without one)."""
+
+    path: Path
+    note_problem: str | None = None
+
+
+def _write_note(name: str, at: int, text: str) -> tuple[bool, str | None]:
+    """Create the note ``name`` (``O_EXCL | O_NOFOLLOW``, 0600) holding ``text``: ``(taken, problem)``. ``taken``:
+    the name exists (even as a link: never written through), nothing written. ``problem``: why it could not be
+    written whole (a full or read-only quarantine); a partial note is removed, never left empty."""
+    data = text.encode("utf-8", errors="replace")
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=at)
+    except FileExistsError:
+        return True, None
+    except OSError as e:
+        return False, e.strerror or str(e)
+    try:
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write part of it; ENOSPC comes from here on a full filesystem
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except OSError as e:
+        _fs.unlink_at(name, at)
+        return False, e.strerror or str(e)
+    return False, None
 
 
 def _subdir(name: str, at: int) -> int:
@@ -118,14 +157,15 @@ def _copy_across(name: str, src: int, dest: str, dst: int) -> bool:
 
 
 def move_to_quarantine(root: Path, partition: str, name: str, reason: str,
-                       identity: tuple[int, int] | None = None) -> Path | None:
-    """Move ``<root>/<partition>/<name>`` (an entry file) to the quarantine with a reason note; the new path, or
-    None when the file is gone or is not the one read (``identity``: (st_dev, st_ino); a writer may have
-    replaced a bad entry with a good one since it was read).
+                       identity: tuple[int, int] | None = None) -> Quarantined | None:
+    """Move ``<root>/<partition>/<name>`` (an entry file) to the quarantine with a reason note written first;
+    where it went (:class:`Quarantined`: its ``note_problem`` says why the note is missing, when it is), or None
+    when the file is gone or is not the one read (``identity``: (st_dev, st_ino); a writer may have replaced a bad
+    entry with a good one since it was read).
 
     Raises:
       QuarantineError: it could not be moved (the message says why: a read-only folder, a full quarantine on
-        another filesystem, a link or FIFO that cannot cross filesystems); it stays where it was.
+        another filesystem, a link or FIFO that cannot cross filesystems); it stays where it was, its note removed.
     """
     try:
         part = validate_partition(partition)
@@ -144,24 +184,26 @@ def move_to_quarantine(root: Path, partition: str, name: str, reason: str,
                 os.close(qfd)
             try:
                 base = f"{stem}.{int(time.time() * 1000)}"
+                when = time.strftime('%Y-%m-%dT%H:%M:%S%z')
+                note = f"{reason}\noriginal: {root / part / name}\nquarantined: {when}\n"
                 for attempt in range(8):
                     candidate = base if attempt == 0 else f"{base}-{secrets.token_hex(4)}"
                     if _fs.lstat(candidate + REASON_SUFFIX, at=qpfd) is not None:
                         continue  # something holds the note's name: never write through it
-                    if _move(name, pfd, candidate + ENTRY_SUFFIX, qpfd):
+                    taken, note_problem = _write_note(candidate + REASON_SUFFIX, qpfd, note)
+                    if taken:
+                        continue
+                    try:
+                        moved = _move(name, pfd, candidate + ENTRY_SUFFIX, qpfd)
+                    except OSError:
+                        _fs.unlink_at(candidate + REASON_SUFFIX, qpfd)  # no note without its entry
+                        raise
+                    if moved:
                         break
+                    _fs.unlink_at(candidate + REASON_SUFFIX, qpfd)
                 else:
                     raise QuarantineError(errno.EEXIST, "no free name in the quarantine after 8 tries; left in place")
                 _fs.unlink_at(stem + USED_SUFFIX, pfd)
-                when = time.strftime('%Y-%m-%dT%H:%M:%S%z')
-                note = f"{reason}\noriginal: {root / part / name}\nquarantined: {when}\n"
-                try:
-                    fd = os.open(candidate + REASON_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                                 0o600, dir_fd=qpfd)
-                    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
-                        f.write(note)
-                except OSError:
-                    pass  # the move is what protects readers; the note is a courtesy
             finally:
                 os.close(qpfd)
     except FileNotFoundError:
@@ -172,11 +214,11 @@ def move_to_quarantine(root: Path, partition: str, name: str, reason: str,
         raise QuarantineError(e.errno or errno.EIO, f"the quarantine {root / QUARANTINE} could not take it "
                               f"({e.strerror or e}); left in place, and every read rejects it again until it is "
                               "removed (xlakit cache clear, or delete the file)") from None
-    return root / QUARANTINE / part / (candidate + ENTRY_SUFFIX)
+    return Quarantined(root / QUARANTINE / part / (candidate + ENTRY_SUFFIX), note_problem)
 
 
 def quarantine_file(root: Path, partition: str, name: str, reason: str,
-                    identity: tuple[int, int] | None = None) -> Path | None:
+                    identity: tuple[int, int] | None = None) -> Quarantined | None:
     """:func:`move_to_quarantine`, or None when the file was gone, changed, or could not be moved. Never raises
     OSError."""
     try:
@@ -185,14 +227,21 @@ def quarantine_file(root: Path, partition: str, name: str, reason: str,
         return None
 
 
+#: How :func:`quarantine_reported` marks an entry that moved without its reason note.
+NOTE_MISSING = " [quarantined without its reason note: "
+
+
 def quarantine_reported(root: Path, partition: str, name: str, problem: str,
                         identity: tuple[int, int] | None = None) -> str:
     """Quarantine a file ``verify`` rejected for ``problem``; ``problem`` as it stands then: unchanged when the
-    file moved (or was gone meanwhile), ending ``" [not quarantined: <why>]"`` when it stayed in place."""
+    file moved with its note (or was gone meanwhile), ending ``" [not quarantined: <why>]"`` when it stayed in
+    place, ``" [quarantined without its reason note: <why>]"`` when it moved but its note could not be written."""
     try:
-        move_to_quarantine(root, partition, name, problem, identity)
+        moved = move_to_quarantine(root, partition, name, problem, identity)
     except QuarantineError as e:
         return f"{problem} [not quarantined: {e}]"
+    if moved is not None and moved.note_problem:
+        return f"{problem}{NOTE_MISSING}{moved.note_problem}]"
     return problem
 
 

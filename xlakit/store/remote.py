@@ -14,7 +14,10 @@ URLs (``RemoteStore("s3://bucket/prefix")``):
   :mod:`xlakit.store._remote_file`). Done with ``os`` calls because fsspec's local filesystem checks
   existence and then writes, which two writers can interleave.
 - ``memory://`` (fsspec's in-process filesystem) for tests and demos.
-- Any other fsspec protocol is accepted when its ``pipe_file`` takes ``mode="create"``.
+- Any other scheme is refused (:func:`check_url`), naming the setting and these four: fsspec's other
+  filesystems do not write create-only, and their own errors (FTP's "missing argument 'host'", ``zip://`` opening
+  the working folder) named neither the URL nor the setting. A test may still hand :class:`RemoteStore` any
+  filesystem whose ``pipe_file`` takes ``mode="create"`` through ``fs=``.
 
 Contract details (see :mod:`xlakit.store.base`): ``get`` is one ranged GET of at most ``max_bytes + 1`` bytes
 (no HEAD first, no write, no access-time touch); absent = ``None``. ``put`` is create-only and returns
@@ -43,9 +46,9 @@ from ._remote_fsspec import FsspecBackend as _FsspecBackend
 from .base import ObjectRefused, ObjectStat
 from .layout import valid_partition
 
-__all__ = ["verify_object", "RemoteStore", "LAYOUT", "validate_name", "remote_settings", "plan_prune", "Scan",
-           "temp_age", "is_upload_temp", "remote_timeout_s", "parse_options", "DeadlineExceeded", "ENV_TIMEOUT_S",
-           "DEFAULT_TIMEOUT_S"]
+__all__ = ["verify_object", "RemoteStore", "LAYOUT", "SCHEMES", "check_url", "validate_name", "remote_settings",
+           "plan_prune", "Scan", "temp_age", "is_upload_temp", "remote_timeout_s", "parse_options", "DeadlineExceeded",
+           "ENV_TIMEOUT_S", "DEFAULT_TIMEOUT_S"]
 
 LAYOUT = "v1"
 _NAME = re.compile(r"[A-Za-z0-9_.=-]{1,255}")
@@ -56,6 +59,9 @@ _S3_DEFAULTS: dict[str, Any] = {
     "config_kwargs": {"connect_timeout": 3, "read_timeout": 15, "retries": {"total_max_attempts": 2}},
 }
 _PROTOCOL_EXTRA = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+#: The URL schemes a remote may have (README "Sharing a cache"; s3a and gcs are fsspec's aliases of s3 and gs).
+SCHEMES = ("s3", "s3a", "gs", "gcs", "file", "memory")
+_USE = "use s3://bucket/prefix, gs://bucket/prefix, file:///shared/folder or memory://name"
 #: One deadline per remote operation (connect + request + whole body, reads and uploads alike), seconds.
 ENV_TIMEOUT_S = "XLAKIT_CACHE_REMOTE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 30.0
@@ -69,6 +75,30 @@ def remote_timeout_s(value: float | None = None, environ: Mapping[str, str] = os
     source = "timeout_s" if value is not None else ENV_TIMEOUT_S
     text = value if value is not None else (environ.get(ENV_TIMEOUT_S) or DEFAULT_TIMEOUT_S)
     return finite_seconds(text, source)  # 10**400 too: a ValueError naming the setting, not an OverflowError
+
+
+def check_url(url: object, setting: str = "remote") -> str:
+    """``url`` if xlakit can keep a shared cache there: a str ``<scheme>://<bucket or folder>`` with a scheme of
+    :data:`SCHEMES`. ``setting`` names where the URL came from (``remote``, ``--remote``, ``XLAKIT_CACHE_REMOTE``),
+    so the message says what to change.
+
+    Raises:
+      TypeError: not a str. ValueError: no ``://``, no bucket or folder, or another scheme (the message lists
+        the supported ones).
+    """
+    from xlakit._units import _shown
+
+    if not isinstance(url, str):
+        raise TypeError(f"{setting} must be a URL string ({_USE}), got {type(url).__name__} {_shown(url)}")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"{setting}={_shown(url, 200)} is not a URL: {_USE}")
+    if scheme.lower() not in SCHEMES:
+        raise ValueError(f"{setting}={_shown(url, 200)}: xlakit cannot keep a cache at {_shown(scheme)[1:-1]}:// "
+                         f"URLs; {_USE} (the schemes it supports: {', '.join(s + '://' for s in SCHEMES)})")
+    if not rest.strip("/"):
+        raise ValueError(f"{setting}={_shown(url, 200)} names no bucket or folder: {_USE}")
+    return url
 
 
 def validate_name(name: str, what: str) -> str:
@@ -93,7 +123,9 @@ class RemoteStore:
         has no deadline of its own (the tiered store bounds the caller's wait).
 
     Raises:
-      ValueError: a URL without a protocol or bucket, or a protocol fsspec does not know.
+      ValueError: a URL without a protocol or bucket, or a scheme outside :data:`SCHEMES` (unless ``fs`` is
+        given), or ``storage_options`` the scheme's filesystem does not take. TypeError: a ``url`` that is not a
+        str, ``storage_options`` that are not a dict with str keys.
       ImportError: the protocol's package is missing; the message names the extra to install.
 
     Every method raises :class:`OSError` for errors of the medium (unreachable server, denied access) and
@@ -102,14 +134,16 @@ class RemoteStore:
 
     def __init__(self, url: str, *, storage_options: dict | None = None, fs=None,
                  timeout_s: float | None = None) -> None:
-        if not isinstance(url, str) or "://" not in url:
-            raise ValueError(f"remote {url!r} is not a URL: use s3://bucket/prefix, gs://bucket/prefix, "
-                             "file:///shared/folder or memory://name")
+        from xlakit._units import check_options
+
+        if fs is None:
+            check_url(url)
+        elif not isinstance(url, str) or "://" not in url or not url.partition("://")[2].strip("/"):
+            raise ValueError(f"remote {url!r} is not a URL with a bucket or folder: {_USE}")
+        storage_options = check_options(storage_options, "storage_options")
         self.url = url.rstrip("/")
         protocol, _, rest = self.url.partition("://")
         self.protocol = protocol.lower()
-        if not rest.strip("/"):
-            raise ValueError(f"remote {url!r} names no bucket or folder")
         self.timeout_s = remote_timeout_s(timeout_s)
         self._backend: _FileBackend | _FsspecBackend
         if self.protocol == "file" and fs is None:
@@ -128,7 +162,12 @@ class RemoteStore:
         if self.protocol in ("s3", "s3a"):
             for name, value in _S3_DEFAULTS.items():
                 if isinstance(value, dict):
-                    options[name] = {**value, **options.get(name, {})}
+                    given = options.get(name, {})
+                    if not isinstance(given, Mapping):  # {**defaults, **5} said only "'int' object is not a mapping"
+                        raise TypeError(f"storage option {name!r} must be a dict (merged over xlakit's defaults "
+                                        f"{value}), got {type(given).__name__}; fix remote_options, --remote-options "
+                                        "or XLAKIT_CACHE_REMOTE_OPTIONS")
+                    options[name] = {**value, **given}
                 else:
                     options.setdefault(name, value)
         options.setdefault("use_listings_cache", False)
@@ -141,6 +180,10 @@ class RemoteStore:
             raise ImportError(f"the remote {self.url!r} needs a package that is missing ({e}); {hint}") from e
         except ValueError as e:
             raise ValueError(f"fsspec does not know the protocol of {self.url!r}: {e}") from e
+        except TypeError as e:  # an option the filesystem's constructor does not take
+            raise ValueError(f"the storage options {sorted(options)} are not accepted by the {self.protocol}:// "
+                             f"filesystem ({e}); fix remote_options, --remote-options or XLAKIT_CACHE_REMOTE_OPTIONS"
+                             ) from e
         if retries is not None:
             fs.retries = retries
         return fs
@@ -250,11 +293,27 @@ def remote_settings(url: str | None = None, mode: str | None = None, storage_opt
     An empty ``XLAKIT_CACHE_REMOTE`` means no remote.
 
     Raises:
-      ValueError: a mode other than rw/ro, or options that are not a JSON object; the message names the setting.
+      ValueError: a URL xlakit cannot use (:func:`check_url`: a scheme other than s3, gs, file, memory), a mode
+        other than rw/ro, or options that are not a JSON object; the message names the setting (``remote``,
+        ``remote_mode``, ``remote_options`` or the variable). TypeError: a ``url``, ``mode`` or
+        ``storage_options`` of the wrong type (not a str, not a dict), naming it.
     """
-    url = url if url is not None else (environ.get("XLAKIT_CACHE_REMOTE") or None)
-    if not url:
-        return None
+    from xlakit._units import _shown, check_options
+
+    if storage_options is not None:  # checked even without a remote: a wrong value is never ignored silently
+        storage_options = check_options(storage_options, "remote_options")
+    if url is not None:
+        if url == "":
+            return None  # no remote, as an empty XLAKIT_CACHE_REMOTE
+        check_url(url, "remote")
+    else:
+        url = environ.get("XLAKIT_CACHE_REMOTE") or None
+        if not url:
+            return None
+        check_url(url, "XLAKIT_CACHE_REMOTE")
+    if mode is not None and not isinstance(mode, str):
+        raise TypeError(f"remote_mode must be 'rw' or 'ro' (or None: $XLAKIT_CACHE_REMOTE_MODE, else rw), got "
+                        f"{type(mode).__name__} {_shown(mode)}")
     source = "remote_mode" if mode is not None else "XLAKIT_CACHE_REMOTE_MODE"
     mode = mode if mode is not None else (environ.get("XLAKIT_CACHE_REMOTE_MODE") or "rw")
     if mode not in ("rw", "ro"):

@@ -41,7 +41,8 @@ from typing import Any, TypeVar
 
 from xlakit._sources import user_stacklevel
 
-from .base import DeadlineExceeded, ObjectRefused, ObjectStat, Store
+from ._deadline import _describe, _timed_out, _with_deadline
+from .base import ObjectRefused, ObjectStat, Store
 
 __all__ = ["TieredStore", "TierEvent", "RemoteUnavailableWarning"]
 
@@ -100,48 +101,6 @@ def _unregister_exit_hook(hook: Callable[[], None]) -> None:
             pass
 
 
-def _with_deadline(call: Callable[[], _T], timeout_s: float | None) -> _T:
-    """``call()`` in a daemon thread, waiting at most ``timeout_s`` seconds; raises DeadlineExceeded after that
-    (the call is abandoned, not cancelled: a daemon thread never delays interpreter exit)."""
-    if timeout_s is None:
-        return call()
-    box: dict = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as e:  # handed to the caller below
-            box["error"] = e
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="xlakit-remote-read", daemon=True).start()
-    if not done.wait(timeout_s):
-        raise DeadlineExceeded(f"no answer from the remote store within {timeout_s} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-def _timed_out(e: BaseException) -> bool:
-    """Whether ``e`` (or what caused it) is a timeout of any layer: Python's TimeoutError (asyncio, sockets,
-    aiohttp, the deadline) or a library's own timeout class (botocore's ``ReadTimeoutError`` and
-    ``ConnectTimeoutError`` derive from no TimeoutError, only from classes named ``...Timeout``)."""
-    seen: BaseException | None = e
-    for _ in range(6):
-        if seen is None:
-            return False
-        if isinstance(seen, TimeoutError) or any("Timeout" in k.__name__ for k in type(seen).__mro__):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _describe(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e) or type(e).__name__}"[:300]
-
-
 class TieredStore:
     """``local`` in front of ``remote`` (both :class:`~xlakit.store.base.Store`).
 
@@ -167,7 +126,8 @@ class TieredStore:
         entry has (see ``RemoteStore.connect``), so the first real read does not pay for opening the connection.
 
     Raises:
-      ValueError: an unknown mode or a negative bound.
+      ValueError: an unknown mode, a bound out of range (a count < 1, negative, NaN or infinite seconds).
+        TypeError: a count or a number of seconds that is not a number (a string included).
     """
 
     def __init__(self, local: Store, remote: Store, *, mode: str = "rw",
@@ -176,10 +136,18 @@ class TieredStore:
                  min_upload_compile_s: float = 0.0, max_upload_bytes: int = 1 << 30,
                  drain_timeout_s: float = 10.0, max_pending: int = 256, timeout_s: float | None = 30.0,
                  probe_on_start: bool = False, reader: Callable[[str, str, int], bytes | None] | None = None) -> None:
+        from xlakit._units import check_int, check_seconds
+
         if mode not in ("rw", "ro"):
             raise ValueError(f"remote mode {mode!r} is not 'rw' or 'ro'")
-        if max_failures < 1 or drain_timeout_s < 0 or max_pending < 1 or max_upload_bytes < 0:
-            raise ValueError("max_failures and max_pending must be >= 1; drain_timeout_s, max_upload_bytes >= 0")
+        # each by name: '3' raised "'<' not supported", NaN seconds passed every comparison
+        check_int(max_failures, "max_failures", minimum=1, what="number of errors")
+        check_int(max_pending, "max_pending", minimum=1, what="number of uploads")
+        check_int(max_upload_bytes, "max_upload_bytes")
+        min_upload_compile_s = check_seconds(min_upload_compile_s, "min_upload_compile_s")
+        drain_timeout_s = check_seconds(drain_timeout_s, "drain_timeout_s")
+        if timeout_s is not None:
+            timeout_s = check_seconds(timeout_s, "timeout_s", positive=True)
         self.local, self.remote, self.mode = local, remote, mode
         self.verify, self.on_event = verify, on_event
         self.max_failures, self.min_upload_compile_s = max_failures, min_upload_compile_s
@@ -438,8 +406,12 @@ class TieredStore:
     def drain(self, timeout_s: float | None = None) -> int:
         """Wait until no upload is pending, at most ``timeout_s`` seconds (None: ``drain_timeout_s``).
 
-        Returns the number of uploads still pending (0 when all finished)."""
-        deadline = time.monotonic() + (self.drain_timeout_s if timeout_s is None else timeout_s)
+        Returns the number of uploads still pending (0 when all finished). Raises TypeError / ValueError for a
+        ``timeout_s`` that is not a finite number of seconds >= 0 (inf overflowed the wait)."""
+        from xlakit._units import check_seconds
+
+        wait = self.drain_timeout_s if timeout_s is None else check_seconds(timeout_s, "timeout_s")
+        deadline = time.monotonic() + wait
         with self._idle:
             while self._pending:
                 left = deadline - time.monotonic()
