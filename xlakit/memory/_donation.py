@@ -137,12 +137,14 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
         if role in ("parameter", "optimizer state") and alloc is not None:
             argument_of.setdefault(alloc, i)
     by_param = {(a.parameter_number, tuple(a.parameter_shape_index)): a for a in allocations if a.is_parameter}
-    results = _result_shapes(mod)
+    aliases = getattr(mod, "input_output_alias", ())
+    # the root's shapes only where a donation is to be named (902 results of a 150-layer adam step: 13 ms)
+    results = _result_shapes(mod) if aliases or any(cols["donated"]) else {}
     names = _result_names(results, paths or [])
     rows: list[tuple[Any, ...]] = []
     reused: set[int] = set()  # argument rows XLA writes a result into
     taken: set[tuple[int, ...]] = set()  # the results written into an argument's bytes
-    for out_index, number, param_index in getattr(mod, "input_output_alias", ()):
+    for out_index, number, param_index in aliases:
         alloc = by_param.get((number, tuple(param_index)))
         row = argument_of.get(alloc.index) if alloc is not None else None
         output = names.get(tuple(out_index)) or _index_text("output", out_index)
