@@ -76,7 +76,10 @@ def make_args(n):
             jax.nn.relu(x),                        # a custom derivative on a placed value: compiled alone
             jax.device_put(jnp.ones(n), jax.memory.Space.Host),  # a memory space alone
             x * 2,                                 # elementwise: keeps x's placement
-            jax.jit(lambda: jnp.zeros((n, 4)), out_shardings=rows)())  # a builder's declared placement
+            jax.jit(lambda: jnp.zeros((n, 4)), out_shardings=rows)(),  # a builder's declared placement
+            # a creation op's device= and zeros_like of a placed array trace to a broadcast with no placement:
+            # checked against the arguments built once for real
+            jnp.zeros((4 * n, 8), device=rows), jnp.zeros_like(x))
 
 def describe(leaf):
     s = getattr(leaf, "sharding", None)
@@ -105,6 +108,7 @@ def test_traced_arguments_keep_sharding_memory_kind_and_weak_type_like_the_real_
     assert "memory_kind=pinned_host" in shardings[4] and "CpuDevice(id=2)" in shardings[5]
     assert "P(None, 'd')" in shardings[6] and "P('d',)" in shardings[7] and "pinned_host" in shardings[8]
     assert "P('d',)" in shardings[9] and "P('d',)" in shardings[10]
+    assert "P('d',)" in shardings[11] and "P('d',)" in shardings[12]
     assert out["same_program"] == [out["xla"]]
 
 
@@ -295,3 +299,21 @@ def test_probe_runs_a_step_whose_flag_is_static_by_position_by_name_or_by_keywor
     ma = by_number.lower(w, x, True).compile().memory_analysis()
     expected = ma.temp_size_in_bytes + ma.output_size_in_bytes - ma.alias_size_in_bytes
     assert [r.xla_bytes for r in results] == [expected] * 3 and expected >= 32 * 64 * 4
+
+
+def test_a_users_kv_cache_with_a_load_method_is_not_taken_for_xlakits_cache():
+    """cache= was recognised by shape (a callable compile or load), so peak(decode, x, cache=KVCache()) for a
+    function taking **kwargs failed deep inside ("no attribute 'compile'"); now by class, the documented error."""
+    import jax.numpy as jnp
+
+    from xlakit import memory
+
+    class KVCache:
+        def load(self, path):
+            return path
+
+    def decode(x, **kwargs):
+        return x * 2
+
+    with pytest.raises(TypeError, match="cache= is xlakit's own option.*got KVCache"):
+        memory.peak(decode, jnp.ones(4), cache=KVCache())

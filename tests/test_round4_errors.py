@@ -456,3 +456,23 @@ def test_export_settings_are_checked_before_tracing(tmp_path):
     with pytest.raises(TypeError, match="^path must be the bundle folder"):
         xlakit.export_bundle(*args, 5)
     assert not (tmp_path / "b").exists()
+
+
+def test_yes_no_options_take_only_true_or_false():
+    """probe(warmup="false") ran the warm-up ("false" is truthy), warmup=<array> and sweep(probe=<array>) raised
+    numpy's "truth value ... is ambiguous" naming no setting, sweep(probe="no") probed: each now a TypeError
+    naming the option."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit import memory
+
+    f = jax.jit(lambda x: x * 2)
+    x = jnp.ones(4)
+    for bad in ("false", jnp.ones(3), float("nan"), None):
+        with pytest.raises(TypeError, match="warmup must be True or False"):
+            memory.probe(f, x, warmup=bad)
+    for bad in ("no", jnp.ones(2)):
+        with pytest.raises(TypeError, match="probe must be True or False"):
+            memory.sweep(f, lambda n: (jnp.ones(n),), [2], probe=bad)
+    assert memory.sweep(f, lambda n: (jnp.ones(n),), [2], probe=False).frame["batch"].tolist() == [2]

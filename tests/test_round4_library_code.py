@@ -159,3 +159,15 @@ def test_an_installers_console_script_is_its_distributions_code():
     if not scripts:
         pytest.skip("pytest's RECORD lists no script here")
     assert library_package(os.path.normpath(str(scripts[0].locate()))) == "pytest"
+
+
+def test_code_run_under_a_made_up_name_inside_site_packages_is_the_users():
+    """Code exec'd with a file name inside this interpreter's site-packages that no file has (a generated model)
+    was taken for library code by its folder alone; only a file that is there (or inside an archive that is) is
+    installed code."""
+    import sysconfig
+
+    made_up = os.path.join(sysconfig.get_paths()["purelib"], "generated_user_model_xlakit_test.py")
+    assert not os.path.exists(made_up)
+    assert library_package(made_up) is None
+    assert library_package(importlib.util.find_spec("numpy").origin) == "numpy"

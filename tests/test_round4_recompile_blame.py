@@ -253,3 +253,27 @@ def test_placement_on_two_devices_counts_its_abstract_sharding_not_the_device():
     assert got["jit_keywords"] == [f"b: sharding uncommitted -> {split}; c: sharding {split} -> uncommitted"]
     (mesh_change,) = got["jit_meshes"]
     assert mesh_change.startswith("mesh: sharding Mesh() -> Mesh(), with mesh (Mesh(axis_sizes=(2,)"), mesh_change
+
+
+def test_a_partial_made_anew_each_call_is_blamed_on_the_new_function_object():
+    """``jax.jit(functools.partial(f, k=2.0))(x)`` in a loop retraces because JAX keys its cache on the partial,
+    a new object each time; the reason said "no argument changed" while the same loop with a lambda named the
+    function. Both now name it."""
+    import jax
+
+    def f(a, k):
+        return a * k
+
+    kept = []
+
+    def step():
+        p = functools.partial(f, k=2.0)
+        kept.append(p)  # alive: a new object, not a recycled id
+        return jax.jit(p)(jnp.ones(3))
+
+    with events.record() as log:
+        step()
+        step()
+    reasons = [e.reason for e in log.events() if e.kind == "recompile"]
+    assert len(reasons) == 1 and reasons[0].endswith(
+        ".<locals>.f: function an earlier function object -> a new function object (same code)")

@@ -193,9 +193,9 @@ def _locate(path: str) -> tuple[str, str | None] | None:
     if real.startswith(_XLAKIT_DIR):
         return "xlakit", None
     site = next((d for d in _site_dirs() if real.startswith(d)), None)
-    if site is not None:
+    if site is not None and _present(real):  # code exec'd under a made-up name there is the user's
         return _top_name(resolved[len(site):]), resolved[len(site):]
-    if any(real.startswith(d) for d in _stdlib_dirs()):
+    if any(real.startswith(d) for d in _stdlib_dirs()) and _present(real):
         return "python", None
     if os.path.exists(real):
         found = _installed(real)
@@ -209,6 +209,18 @@ def _locate(path: str) -> tuple[str, str | None] | None:
     if inside and any(os.path.isfile(os.path.join(d, *parts)) for d in _site_dirs()):
         return _top_name(inside), inside
     return None
+
+
+def _present(real: str) -> bool:
+    """Whether the file exists, or sits inside an archive that does (a zipped egg, ``python311.zip``)."""
+    head = real
+    while True:
+        if os.path.exists(head):
+            return os.path.isfile(head) or head == real
+        parent = os.path.dirname(head)
+        if parent == head:
+            return False
+        head = parent
 
 
 def library_package(path: str) -> str | None:

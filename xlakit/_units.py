@@ -164,6 +164,18 @@ def check_choice(value: Any, name: str, choices: Collection[str], *, optional: b
     raise ValueError(f"{name} must be one of {allowed}, got {_shown(value)}")
 
 
+def check_flag(value: Any, name: str) -> bool:
+    """``value`` if it is a bool (``numpy.bool_`` too): a string such as ``"false"`` is truthy and an array has no
+    single truth value, so neither is read as a yes or no.
+
+    Raises:
+      TypeError: anything else, naming ``name``.
+    """
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {_shown(value)}")
+
+
 def check_options(value: Any, name: str) -> dict[str, Any]:
     """``value`` (None -> ``{}``) as a dict, if it is a mapping with string keys: options that end up as keyword
     arguments (fsspec storage options). ``remote_options=0`` raised "'int' object is not iterable" and an int key

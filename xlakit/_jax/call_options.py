@@ -90,7 +90,11 @@ def refuse_clashes(where: str, program: Any, args: tuple, options: Mapping[str, 
 
 
 def _is_cache(value: Any) -> bool:
-    return callable(getattr(value, "compile", None)) or callable(getattr(value, "load", None))
+    """An xlakit cache (``ExecutableCache``, ``TransparentCache``): by class, not by shape — a user's KV cache with
+    a ``load()`` method is not one."""
+    from xlakit.cache.handler import StoreHandler
+
+    return isinstance(value, StoreHandler)
 
 
 def program_cache(where: str, program: Any, args: tuple, cache: Any) -> Any:

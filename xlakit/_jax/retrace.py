@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import inspect
 import sys
 import threading
@@ -236,10 +237,11 @@ def _signature(frame: Any) -> _Signature:
     config = _config()
     mesh = _mesh(local.get("ctx_mesh"), config)
     inner = _unwrap(fun)
+    keyed = fun if isinstance(fun, functools.partial) else inner  # JAX keys on the partial: a new one retraces
     try:
-        ref: Any = weakref.ref(inner)
+        ref: Any = weakref.ref(keyed)
     except TypeError:  # an object without weak references: compare it by identity while it lives
-        ref = (lambda obj: lambda: obj)(inner)
+        ref = (lambda obj: lambda: obj)(keyed)
     return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
             "passed": passed, "structure": structure, "config": config, "mesh": mesh}
 
@@ -299,8 +301,7 @@ class RetraceTracker:
             self._maybe_warn(ident, name, changes)  # JAX's own helpers (jit__normal) recompile by design
 
     def _remember(self, ident: tuple, sig: _Signature | None) -> None:
-        """Add ``sig`` to the function's signatures (the latest :data:`SIGNATURES_KEPT`; one traced again moves
-        to the end). Under the lock."""
+        """Add ``sig`` to the function's signatures (latest :data:`SIGNATURES_KEPT`, retraced ones last); locked."""
         kept = self._seen.setdefault(ident, [])
         self._seen.move_to_end(ident)
         if sig is not None:

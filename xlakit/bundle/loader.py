@@ -125,13 +125,17 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       xlakit.bundle.WeightsError: the weights file is missing, unreadable, or its tensor names, shapes or
         dtypes disagree with the manifest.
       xlakit._jax.serialize.DevicePlacementError: ``devices`` is not exactly one addressable device.
-      TypeError: ``max_workers`` is not an int (a bool, a float or a str included).
+      TypeError: ``max_workers`` is not an int (a bool, a float or a str included); ``progress``, ``background``
+        or ``warmup`` is not True or False.
       ValueError: ``max_workers`` < 1.
     """
     from xlakit._jax.environment import current_environment
+    from xlakit._units import check_flag
     from xlakit.cache import open_store
 
     start = time.perf_counter()
+    for flag, value in (("progress", progress), ("background", background), ("warmup", warmup)):
+        check_flag(value, flag)  # "false" is truthy
     path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
         # "3" raised "'<' not supported between str and int"; 2.5 and True were taken as thread counts

@@ -14,6 +14,9 @@ device). Elementwise arithmetic keeps its operand's placement, as it does when r
 placed values (a transpose, a jitted builder that places inside, a ``device_put`` to a memory space alone) is
 compiled alone from its operands' placements, as JAX runs it eagerly, and its output shardings read: JAX's own
 answer, one small compile of that operation per size. Where even that fails, the arguments are made for real.
+On several devices, a leaf the trace leaves unplaced is checked against ``make_args(1)`` built for real, once: a
+creation op's ``device=`` (``jnp.zeros(shape, device=sharding)``, ``zeros_like`` of a sharded array) traces to a
+``broadcast_in_dim`` that carries no placement.
 """
 
 from __future__ import annotations
@@ -76,11 +79,66 @@ def abstract_args(fn: Any, make_args: Callable[[int], Any], batch: int) -> tuple
         placements = _placements(closed)
     except Exception:  # noqa: BLE001 - e.g. a concrete-value branch in make_args: build the real arguments
         return concrete()
+    if jax.device_count() > 1 and any(p is None for p in placements):
+        placements = _with_eager(placements, fn, make_args, batch)
     shapes = iter([jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=p, weak_type=aval.weak_type)
                    for aval, p in zip(closed.out_avals, placements, strict=True)])
     return tuple(whole if static else jax.tree.unflatten(
         whole, [next(shapes) if a else v for v, a in zip(leaves, is_array, strict=True)])
         for static, whole, leaves, is_array in kept)
+
+
+_EAGER: Any = None  # make_args -> placements of its leaves built for real at batch 1 (a WeakKeyDictionary)
+
+
+def _with_eager(placements: list[Any], fn: Any, make_args: Callable[[int], Any], batch: int) -> list[Any]:
+    """``placements`` with each leaf the trace left unplaced taken from ``make_args(1)`` built for real, where that
+    leaf is committed: a creation op's ``device=`` (``jnp.zeros(..., device=s)``, ``zeros_like`` of a sharded
+    array) traces to a ``broadcast_in_dim`` that carries no placement, and runs placed. Built once per
+    ``make_args``, at batch 1 (the parameters at full size, the batch at its smallest), else at ``batch`` (a
+    placement that cannot split one row); a build that fails, or whose leaves do not line up, changes nothing."""
+    import weakref
+
+    global _EAGER
+    if _EAGER is None:
+        _EAGER = weakref.WeakKeyDictionary()
+    try:
+        eager = _EAGER.get(make_args)
+    except TypeError:  # not weakly referenceable: built every time
+        eager = None
+    if eager is None:
+        eager = _eager_placements(fn, make_args, 1) or _eager_placements(fn, make_args, batch)
+        try:
+            _EAGER[make_args] = eager
+        except TypeError:
+            pass
+    if len(eager) != len(placements):
+        return placements
+    return [e if p is None else p for p, e in zip(placements, eager, strict=True)]
+
+
+def _eager_placements(fn: Any, make_args: Callable[[int], Any], batch: int) -> list[Any]:
+    """Per array leaf of ``make_args(batch)`` (static arguments left out, as :func:`abstract_args` leaves them): its
+    sharding where committed, else None; ``[]`` when the build fails."""
+    import jax
+    import numpy as np
+
+    from xlakit._jax.static_args import static_positions
+
+    try:
+        made = make_args(batch)
+    except Exception:  # noqa: BLE001 - e.g. a size the placement cannot split: keep what the trace said
+        return []
+    made = made if isinstance(made, tuple) else (made,)
+    static = static_positions(fn, len(made))
+    out: list[Any] = []
+    for i, arg in enumerate(made):
+        if i in static:
+            continue
+        for leaf in jax.tree.leaves(arg):
+            if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+                out.append(_of_value(leaf))
+    return out
 
 
 def _concrete(sharding: Any) -> Any:

@@ -407,20 +407,21 @@ def probe(fn_or_compiled: Any, /, *args: Any, isolate: bool | str | Default = DE
       :mod:`xlakit._jax.call_options`). ValueError: ``isolate=True`` with a multi-device program, or one that
       cannot be serialized even freshly compiled (host callbacks), or a ``Compiled`` that has run and cannot
       be serialized any more (pass the function and its arguments instead), or a ``timeout_s`` that is not a
-      finite number of seconds > 0 (NaN, inf, 0, -1, 400 digits; a string such as ' 5 ' is a TypeError).
+      finite number of seconds > 0 (NaN, inf, 0, -1, 400 digits; a string such as ' 5 ' is a TypeError, and so is a
+      ``warmup`` that is not True or False).
       RuntimeError: the subprocess failed (its stderr is included).
     """
     import jax
 
     from xlakit._jax.platforms import rules
-    from xlakit._units import check_seconds
+    from xlakit._units import check_flag, check_seconds
     from xlakit.memory.compiled import _runtime_info
 
     refuse_clashes("probe", fn_or_compiled, args, {
         "isolate": (isolate, "run in a fresh process"), "warmup": (warmup, "run once before the measured run"),
         "timeout_s": (timeout_s, "seconds an isolated run may take")})
     isolate = False if isolate is DEFAULT else isolate
-    warmup = True if warmup is DEFAULT else warmup
+    warmup = True if warmup is DEFAULT else check_flag(warmup, "warmup")  # "false" is truthy, an array ambiguous
     timeout_s = 300.0 if timeout_s is DEFAULT else timeout_s
     # Checked first, isolated or not: NaN, inf and 400 digits failed inside subprocess, 0 and -1 started a child
     # "that ran past -1 s", and the string ' 5 ' was read as 5 s

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from xlakit._units import MAX_BYTES, _shown, check_int
+from xlakit._units import MAX_BYTES, _shown, check_flag, check_int
 from xlakit.memory._abstract_args import abstract_args as _abstract_args
 from xlakit.memory._display import fmt_bytes, html_table, term_words
 
@@ -166,10 +166,12 @@ def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] =
       probe: also measure one run of each (see the module docstring).
 
     Raises:
-      ValueError: a batch size that is not a positive int. TypeError: ``cache`` that is no xlakit cache.
+      ValueError: a batch size that is not a positive int. TypeError: ``cache`` that is no xlakit cache, or a
+        ``probe`` that is not True or False.
     """
     sizes = _sizes(batch_sizes)
     cache = _cache(cache, "sweep")
+    probe = check_flag(probe, "probe")  # probe="no" is truthy, an array has no single truth value
     return Sweep(_frame([_row(fn, make_args, b, cache, probe) for b in sizes]))
 
 
