@@ -90,11 +90,10 @@ def refuse_clashes(where: str, program: Any, args: tuple, options: Mapping[str, 
 
 
 def _is_cache(value: Any) -> bool:
-    """An xlakit cache (``ExecutableCache``, ``TransparentCache``): by class, not by shape — a user's KV cache with
-    a ``load()`` method is not one."""
-    from xlakit.cache.handler import StoreHandler
-
-    return isinstance(value, StoreHandler)
+    """An xlakit cache (``ExecutableCache``, ``TransparentCache``): by the mark its class carries
+    (``StoreHandler.xlakit_cache``; this layer imports no feature), not by shape — a user's KV cache with a
+    ``load()`` method is not one."""
+    return getattr(type(value), "xlakit_cache", False) is True
 
 
 def program_cache(where: str, program: Any, args: tuple, cache: Any) -> Any:

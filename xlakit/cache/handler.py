@@ -55,6 +55,8 @@ class StoreHandler(CacheFolder):
     :class:`~xlakit.cache.folder.CacheFolder`.
     """
 
+    xlakit_cache = True  # what the memory functions' cache= option recognises (xlakit._jax.call_options)
+
     def __init__(self, store: Any, min_compile_time_s: float = 0.0, log: Any = None) -> None:
         if min_compile_time_s < 0:
             raise ValueError(f"min_compile_time_s must be >= 0 seconds, got {min_compile_time_s}")
