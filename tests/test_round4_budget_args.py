@@ -317,3 +317,56 @@ def test_a_users_kv_cache_with_a_load_method_is_not_taken_for_xlakits_cache():
 
     with pytest.raises(TypeError, match="cache= is xlakit's own option.*got KVCache"):
         memory.peak(decode, jnp.ones(4), cache=KVCache())
+
+
+UNSPLIT = r"""
+import json
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from xlakit import memory as xm
+
+mesh = Mesh(np.array(jax.devices()), ("d",))
+placement = {"now": NamedSharding(mesh, P())}
+def rows(n):  # n rows sharded 4 ways: only multiples of 4 can be made, as in the user's own run
+    return jnp.zeros((n, 1024), jnp.float32, device=NamedSharding(mesh, P("d")))
+def placed(n):  # reads a sharding the notebook changes between two sweeps
+    return jax.device_put(jnp.ones((8 * n, 256)), placement["now"])
+f = jax.jit(lambda x: jnp.tanh(x) * 2)
+r = xm.max_batch(f, rows, budget_bytes=2 * 2**20)
+first = int(xm.sweep(f, placed, [64]).frame["argument_bytes"].iat[0])
+placement["now"] = NamedSharding(mesh, P("d"))
+second = int(xm.sweep(f, placed, [64]).frame["argument_bytes"].iat[0])
+print(json.dumps({"batch": r.batch, "bytes": r.bytes, "notes": list(r.notes), "first": first, "second": second}))
+"""
+
+
+def test_sizes_a_sharding_cannot_split_are_passed_over_and_each_call_reads_the_placement_anew():
+    """With rows sharded over 4 devices, batch 1 cannot be made (the user's own make_args(1) raises): max_batch
+    took its failed real build as 'nothing placed' and answered for the one-device program (256 where 1024 fits,
+    2 MiB per device: in and out, 1024 x 1024 float32 / 4 each); and a second sweep reused the first one's
+    placements after the notebook changed the sharding make_args reads."""
+    out = json.loads(run_python(UNSPLIT, env=FOUR))
+    assert out["batch"] == 1024 and out["bytes"] == 2 * 2**20
+    assert any("could not be made" in n for n in out["notes"])
+    assert out["first"] == 8 * 64 * 256 * 4 and out["second"] == 8 * 64 * 256 * 4 // 4
+
+
+def test_a_builder_that_keeps_what_it_made_keeps_arrays_not_tracers():
+    """make_args that builds its parameters once into a dict (or an lru_cache'd initialiser) kept the trace's
+    tracer after sweep, and the user's next real run raised UnexpectedTracerError: it is built for real first."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit import memory
+
+    made: dict = {}
+
+    def make_args(n):
+        if "w" not in made:
+            made["w"] = jnp.ones((16, 16))
+        return made["w"], jnp.ones((n, 16))
+
+    f = jax.jit(lambda w, x: jnp.tanh(x @ w))
+    rows = memory.sweep(f, make_args, [1, 8]).frame
+    assert rows["argument_bytes"].tolist() == [(256 + 16) * 4, (256 + 128) * 4]
+    assert isinstance(made["w"], jax.Array) and float(f(*make_args(4)).sum()) == float(jnp.tanh(16.0) * 64)

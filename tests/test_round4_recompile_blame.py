@@ -277,3 +277,20 @@ def test_a_partial_made_anew_each_call_is_blamed_on_the_new_function_object():
     reasons = [e.reason for e in log.events() if e.kind == "recompile"]
     assert len(reasons) == 1 and reasons[0].endswith(
         ".<locals>.f: function an earlier function object -> a new function object (same code)")
+
+
+def test_static_values_alike_in_their_first_characters_are_told_apart():
+    """A static value's text is cut for display; two tuples of layer sizes that differ only at their end were the
+    same text, so the recompile read "no argument changed" and the older signature was dropped."""
+    import jax
+
+    def mlp(x, sizes):
+        return x * len(sizes)
+
+    step = jax.jit(mlp, static_argnames="sizes")
+    with events.record() as log:
+        step(jnp.ones(3), sizes=(784,) + (512,) * 30 + (10,))
+        step(jnp.ones(3), sizes=(784,) + (512,) * 30 + (12,))
+    reasons = [e.reason for e in log.events() if e.kind == "recompile"]
+    assert len(reasons) == 1 and reasons[0].startswith("sizes: static (784, 512") and "10) #" in reasons[0] \
+        and "12) #" in reasons[0]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import hashlib
 import inspect
 import sys
 import threading
@@ -136,7 +137,9 @@ def _text(value: Any, limit: int = 60) -> str:
         s = repr(value)
     except Exception:  # noqa: BLE001 - any object may be a static argument
         s = f"<{type(value).__name__}>"
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    if len(s) <= limit:
+        return s  # else head, tail and a digest of the whole: two values cut to the same head are told apart
+    return f"{s[:limit - 24]}…{s[-12:]} #{hashlib.sha1(s.encode(errors='replace')).hexdigest()[:6]}"
 
 
 def _argument_names(ji: Any) -> tuple[Any, Any]:
@@ -338,8 +341,7 @@ class RetraceTracker:
 
         message = (
             f"{name or ident[0]} recompiled {len(recent)} times in {fmt_seconds(now - recent[0])}; the last time "
-            f"because "
-            f"{main['path']} {_CHANGED.get(main['what'], 'changed its ' + main['what'].replace('_', ' '))} "
+            f"because {main['path']} {_CHANGED.get(main['what'], 'changed its ' + main['what'].replace('_', ' '))} "
             f"({describe(changes)}). Usual fix: "
             f"{FIXES.get(main['what'], FIXES['unknown'])}. See xlakit.events.recompiles().")
         frame = _user_frame()
@@ -348,12 +350,10 @@ class RetraceTracker:
             return
         from xlakit._sources import display_file
 
-        # a notebook cell reads "cell [12]", as everywhere else in xlakit, not ipykernel's temporary file name
         where = frame.f_code.co_filename
-        shown = display_file(where)
+        shown = display_file(where)  # a notebook cell reads "cell [12]", not ipykernel's temporary file name
         warnings.warn_explicit(message, RecompileWarning, shown if shown.startswith("cell [") else where,
-                               frame.f_lineno,
-                               module=frame.f_globals.get("__name__") or "__main__",  # None: never shown
+                               frame.f_lineno, module=frame.f_globals.get("__name__") or "__main__",  # None: unshown
                                registry=frame.f_globals.setdefault("__warningregistry__", {}))
 
 

@@ -14,9 +14,12 @@ device). Elementwise arithmetic keeps its operand's placement, as it does when r
 placed values (a transpose, a jitted builder that places inside, a ``device_put`` to a memory space alone) is
 compiled alone from its operands' placements, as JAX runs it eagerly, and its output shardings read: JAX's own
 answer, one small compile of that operation per size. Where even that fails, the arguments are made for real.
-On several devices, a leaf the trace leaves unplaced is checked against ``make_args(1)`` built for real, once: a
-creation op's ``device=`` (``jnp.zeros(shape, device=sharding)``, ``zeros_like`` of a sharded array) traces to a
-``broadcast_in_dim`` that carries no placement.
+Before the first trace of a ``sweep`` or ``max_batch`` call, ``make_args`` is built for real once, at the first
+size that builds (:class:`Builder`): a builder that keeps what it made (parameters in a dict, an ``lru_cache``'d
+initialiser) then keeps arrays, not tracers, and a leaf the trace leaves unplaced takes that build's placement (a
+creation op's ``device=``, ``jnp.zeros(shape, device=sharding)`` or ``zeros_like`` of a sharded array, traces to a
+``broadcast_in_dim`` that carries no placement). Limit: a placement that differs by batch size is read at that
+first size.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["abstract_args"]
+__all__ = ["abstract_args", "Builder"]
 
 _UNKNOWN = object()  # a placement the trace does not tell
 
@@ -74,13 +77,20 @@ def abstract_args(fn: Any, make_args: Callable[[int], Any], batch: int) -> tuple
         made = make_args(batch)
         return made if isinstance(made, tuple) else (made,)
 
+    builder = make_args if isinstance(make_args, Builder) else Builder(make_args)
+    if builder.placements is None:
+        # built for real once, first: a builder that keeps what it made (params in a dict, an lru_cache'd init)
+        # keeps arrays, not the trace's tracers; and a creation op's device= (jnp.zeros(..., device=s), zeros_like
+        # of a sharded array) traces to a broadcast that carries no placement, but runs placed
+        builder.placements = _eager_placements(fn, builder.make_args, batch) or None
     try:
         closed = jax.make_jaxpr(arrays)()
         placements = _placements(closed)
     except Exception:  # noqa: BLE001 - e.g. a concrete-value branch in make_args: build the real arguments
         return concrete()
-    if jax.device_count() > 1 and any(p is None for p in placements):
-        placements = _with_eager(placements, fn, make_args, batch)
+    eager = builder.placements
+    if eager is not None and len(eager) == len(placements):
+        placements = [e if p is None else p for p, e in zip(placements, eager, strict=True)]
     shapes = iter([jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=p, weak_type=aval.weak_type)
                    for aval, p in zip(closed.out_avals, placements, strict=True)])
     return tuple(whole if static else jax.tree.unflatten(
@@ -88,33 +98,17 @@ def abstract_args(fn: Any, make_args: Callable[[int], Any], batch: int) -> tuple
         for static, whole, leaves, is_array in kept)
 
 
-_EAGER: Any = None  # make_args -> placements of its leaves built for real at batch 1 (a WeakKeyDictionary)
+class Builder:
+    """``make_args`` for one ``sweep`` or ``max_batch`` call, with the placements of its array leaves as one real
+    build showed them (None until a build succeeds). Made per call, never kept: a notebook may change the
+    sharding ``make_args`` reads between two sweeps."""
 
+    def __init__(self, make_args: Callable[[int], Any]) -> None:
+        self.make_args = make_args
+        self.placements: list[Any] | None = None
 
-def _with_eager(placements: list[Any], fn: Any, make_args: Callable[[int], Any], batch: int) -> list[Any]:
-    """``placements`` with each leaf the trace left unplaced taken from ``make_args(1)`` built for real, where that
-    leaf is committed: a creation op's ``device=`` (``jnp.zeros(..., device=s)``, ``zeros_like`` of a sharded
-    array) traces to a ``broadcast_in_dim`` that carries no placement, and runs placed. Built once per
-    ``make_args``, at batch 1 (the parameters at full size, the batch at its smallest), else at ``batch`` (a
-    placement that cannot split one row); a build that fails, or whose leaves do not line up, changes nothing."""
-    import weakref
-
-    global _EAGER
-    if _EAGER is None:
-        _EAGER = weakref.WeakKeyDictionary()
-    try:
-        eager = _EAGER.get(make_args)
-    except TypeError:  # not weakly referenceable: built every time
-        eager = None
-    if eager is None:
-        eager = _eager_placements(fn, make_args, 1) or _eager_placements(fn, make_args, batch)
-        try:
-            _EAGER[make_args] = eager
-        except TypeError:
-            pass
-    if len(eager) != len(placements):
-        return placements
-    return [e if p is None else p for p, e in zip(placements, eager, strict=True)]
+    def __call__(self, batch: int) -> Any:
+        return self.make_args(batch)
 
 
 def _eager_placements(fn: Any, make_args: Callable[[int], Any], batch: int) -> list[Any]:

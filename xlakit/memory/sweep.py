@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from xlakit._units import MAX_BYTES, _shown, check_flag, check_int
+from xlakit.memory._abstract_args import Builder as _Builder
 from xlakit.memory._abstract_args import abstract_args as _abstract_args
 from xlakit.memory._display import fmt_bytes, html_table, term_words
 
@@ -83,6 +84,7 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
     return row
 
 
+_STEPS_DOWN = 64  # sizes tried below one that cannot be made (a sharding over up to 64 devices)
 _TERMS = "_terms"  # a row's footprint terms (footprint_terms), kept for the limiting term, not a column
 
 
@@ -172,6 +174,7 @@ def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] =
     sizes = _sizes(batch_sizes)
     cache = _cache(cache, "sweep")
     probe = check_flag(probe, "probe")  # probe="no" is truthy, an array has no single truth value
+    make_args = _Builder(make_args)  # one real build for this call (see xlakit.memory._abstract_args)
     return Sweep(_frame([_row(fn, make_args, b, cache, probe) for b in sizes]))
 
 
@@ -196,7 +199,10 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
     ``memory_analysis()`` of that size's compiled program, with its constants and, on accelerators, its code;
     bytes per device) and attributed peak are at most ``budget_bytes``, found by compiling: doubling from ``lo``
     until a size does not fit (or reaches ``hi``), then bisecting, so ``batch`` fits and ``batch + 1`` was compiled too
-    and does not (both rows are in ``frame``; unless ``batch`` is ``hi``). The footprint need not grow monotonically
+    and does not (both rows are in ``frame``; unless ``batch`` is ``hi``) — or could not be made: a size whose
+    arguments or program cannot be made (a batch sharded by rows over 4 devices is made of multiples of 4, as the
+    user's own run is) is passed over, the largest size below it that can be made answers for it, and ``notes``
+    names the sizes passed over and why. The footprint need not grow monotonically
     (XLA tiles some sizes better: measured 65.7 MB at 4001 rows, 50.5 MB at 4016); when the sizes tried show
     a drop, ``notes`` says so.
 
@@ -208,7 +214,8 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
       lo, hi: the range searched; ``hi=None``: no upper bound (doubling stops at 2**20 rows).
 
     Raises:
-      ValueError: a budget or bound that is not a positive int (or is over 2**63-1), or ``hi < lo``.
+      ValueError: a budget or bound that is not a positive int (or is over 2**63-1), or ``hi < lo``; no size in
+        the range could be made and compiled (the first error is quoted).
       TypeError: ``cache`` that is no xlakit cache.
     """
     for name, v in (("budget_bytes", budget_bytes), ("lo", lo)):
@@ -222,36 +229,64 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
     if hi is not None:
         check_int(hi, "hi", minimum=1, what="batch size")
     cache = _cache(cache, "max_batch")
+    make_args = _Builder(make_args)  # one real build for this call (see xlakit.memory._abstract_args)
     tried: dict[int, dict[str, Any]] = {}
+    unbuilt: dict[int, str] = {}  # sizes whose program cannot be made (a sharding that does not split the rows)
 
-    def fits(b: int) -> bool:
-        if b not in tried:
-            tried[b] = _row(fn, make_args, b, cache, False)
-            tried[b]["fits"] = max(tried[b]["total_bytes"], tried[b]["peak_bytes"]) <= budget_bytes
-        return bool(tried[b]["fits"])
+    def built(b: int, floor: int) -> int | None:
+        """The largest size in ``(floor, b]`` whose program can be made and compiled (its row in ``tried``):
+        over 4 devices a batch sharded by rows is made of multiples of 4 only, as the user's own run is."""
+        for size in range(b, max(floor, b - _STEPS_DOWN), -1):
+            if size in tried:
+                return size
+            if size in unbuilt:
+                continue
+            try:
+                row = _row(fn, make_args, size, cache, False)
+            except Exception as exc:  # noqa: BLE001 - make_args(size) or its program cannot be made: skip the size
+                unbuilt[size] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                continue
+            row["fits"] = max(row["total_bytes"], row["peak_bytes"]) <= budget_bytes
+            tried[size] = row
+            return size
+        return None
 
     limit = hi if hi is not None else 1 << 20
     good, bad = None, None
     b = lo
-    while True:
-        if fits(b):
-            good = b
-            if b >= limit:
-                break
-            b = min(b * 2, limit)
-        else:
-            bad = b
+    while True:  # doubling; a size that cannot be made is passed over
+        size = built(b, good if good is not None else lo - 1)
+        if size is not None and not tried[size]["fits"]:
+            bad = size
             break
-    if good is not None and bad is not None:
-        while bad - good > 1:
-            mid = (good + bad) // 2
-            good, bad = (mid, bad) if fits(mid) else (good, mid)
+        if size is not None:
+            good = size
+        if b >= limit:
+            break
+        b = min(b * 2, limit)
+    if good is None and bad is None and unbuilt:
+        raise ValueError(f"no batch size in [{lo}, {limit}] could be made and compiled; at {min(unbuilt)}: "
+                         f"{unbuilt[min(unbuilt)]}")
+    low = good
+    if low is not None and bad is not None:
+        while bad - low > 1:  # bisecting (low, bad): every size up to low fits or cannot be made
+            mid = (low + bad) // 2
+            size = built(mid, low)
+            if size is None or tried[size]["fits"]:
+                good, low = (size or good), mid
+            else:
+                bad = size
     frame = _frame(list(tried.values()))
     notes: tuple[str, ...] = ()
     if not frame["total_bytes"].is_monotonic_increasing:
         dips = [int(b) for b, d in zip(frame["batch"], frame["total_bytes"].diff(), strict=True) if d < 0]
         notes = (f"the footprint is not monotonic in the batch size (it drops at {dips}: XLA tiles some sizes "
                  "better), so a larger size than the one found may fit too; sweep() around it to see",)
+    if unbuilt:
+        sizes = sorted(unbuilt)
+        shown = ", ".join(map(str, sizes[:6])) + (f" and {len(sizes) - 6} more" if len(sizes) > 6 else "")
+        notes += (f"sizes {shown} could not be made ({unbuilt[sizes[0]]}); the answer is the largest size that "
+                  "could be made and fits",)
     term = None
     if bad is not None:
         over = tried[bad]
