@@ -159,9 +159,9 @@ def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] =
       fn: a jitted (or plain) function.
       make_args: ``batch -> args``: the example arguments for that batch size (a tuple, or one value), arrays
         or ``jax.ShapeDtypeStruct`` (the probe zero-fills the program's own signature, so either works). Its
-        arrays are traced, not made (``probe=True`` makes them); their placement is kept: an array sharded
-        over several devices (``jax.device_put(x, NamedSharding(...))``) makes the SPMD program, whose bytes
-        are per device.
+        arrays are traced per size and made once per call (``probe=True`` makes each); their placement is kept:
+        an array sharded over several devices (``jax.device_put(x, NamedSharding(...))``) makes the SPMD
+        program, whose bytes are per device.
       batch_sizes: positive ints.
       cache: an :class:`~xlakit.cache.ExecutableCache` (or the cache ``xlakit.enable_cache()`` returned) to
         compile through (a rerun then loads every program).
