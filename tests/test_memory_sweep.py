@@ -80,8 +80,10 @@ def test_the_probe_at_the_max_batch_boundary_agrees_within_its_tolerance():
 def test_a_search_compiles_only_the_users_program_and_allocates_no_batch():
     """Fault: each size max_batch tried showed three compile events in the timeline: the user's program, JAX's
     ``broadcast_in_dim`` helper that ``jnp.ones`` in make_args compiled for that size (and the arrays it
-    allocated, up to the largest size tried), plus a recompile. Arguments are now made as shapes only, and the
-    search's own retraces are no recompiles of the user's function."""
+    allocated, up to the largest size tried), plus a recompile. Arguments are now made as shapes per size — and
+    for real once per call, at the first size (lo): a builder that keeps what it made must keep arrays, not the
+    trace's tracers, and a creation op's device= shows only when run — and the search's own retraces are no
+    recompiles of the user's function."""
     def fresh_step(w, x):  # a function of its own: no earlier test's compiles are in JAX's in-memory caches
         return _step(w, x)
 
@@ -93,8 +95,12 @@ def test_a_search_compiles_only_the_users_program_and_allocates_no_batch():
     with xlakit.events.record() as log:
         found = max_batch(fn, concrete_args, 400_000, lo=16, hi=1024)
     compiled = [e.name for e in log if e.kind == "compile"]
-    assert found.batch is not None and len(compiled) == len(found.frame) >= 4
-    assert set(compiled) == {"jit_fresh_step"}, compiled  # no jit_broadcast_in_dim: nothing was built per size
+    mine = [n for n in compiled if n == "jit_fresh_step"]
+    assert found.batch is not None and len(mine) == len(found.frame) >= 4
+    # the one real build at lo: jnp.ones of its two shapes (none where JAX compiled them before in this process),
+    # nothing built per size
+    helpers = [n for n in compiled if n != "jit_fresh_step"]
+    assert set(helpers) <= {"jit_broadcast_in_dim"} and len(helpers) <= 2, compiled
     assert not [e for e in log if e.kind == "recompile"]  # the search's retraces are not the user's recompiles
 
 
