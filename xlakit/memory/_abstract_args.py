@@ -1,4 +1,4 @@
-"""``make_args(batch)`` as the signature of the program the user runs, without making a batch.
+"""``make_args(batch)`` as the signature of the program the user runs, without making a batch per size.
 
 ``sweep`` and ``max_batch`` compile a program per batch size from ``jax.ShapeDtypeStruct`` arguments, so no
 batch is allocated and what builds one (``jnp.ones``, an initialiser) is not compiled per size. A shape and
