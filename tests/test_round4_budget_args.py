@@ -370,3 +370,29 @@ def test_a_builder_that_keeps_what_it_made_keeps_arrays_not_tracers():
     rows = memory.sweep(f, make_args, [1, 8]).frame
     assert rows["argument_bytes"].tolist() == [(256 + 16) * 4, (256 + 128) * 4]
     assert isinstance(made["w"], jax.Array) and float(f(*make_args(4)).sum()) == float(jnp.tanh(16.0) * 64)
+
+
+def test_with_a_cache_every_keyword_still_goes_to_the_function_devices_too(cache):
+    """peak(g, a, devices=d, cache=cache) handed the keywords to ExecutableCache.compile, whose own option
+    devices= took the value: g never saw it and a program built without it was measured (524,288 B where g with
+    devices makes 1,048,576 B); a function taking devices was refused naming compile(), an option peak lacks."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit import memory
+
+    def g(a, **kw):
+        return jnp.concatenate([a] * (3 if "devices" in kw else 1)) * 2
+
+    a = jnp.ones((256, 256))
+    step = jax.jit(g, static_argnames=("devices",))
+    devs = tuple(jax.devices())
+    plain = memory.peak(step, a, devices=devs)
+    cached = memory.peak(step, a, devices=devs, cache=cache)
+    assert cached.total_bytes == plain.total_bytes == 256 * 256 * 4 * (1 + 3)
+
+    def f(a, devices):
+        return a * len(devices)
+
+    assert memory.attribute(jax.jit(f, static_argnames="devices"), a, devices=devs, cache=cache).buffers[
+        "bytes"].sum() > 0

@@ -215,3 +215,35 @@ def test_a_loops_result_is_an_output_or_aliased_and_its_counter_is_not():
         assert big["role"].tolist() == [role] and big["output"].tolist() == ["output"]
         small = loop[loop["bytes"] < 256 * 256 * 4]
         assert len(small) >= 1 and set(small["role"]) == {"temporary"} and small["output"].isna().all()
+
+
+def test_a_small_loop_xla_cpu_wraps_in_a_call_returns_an_output():
+    """XLA:CPU wraps a while with a small carry in a call (xla_cpu_small_call): the program's only result, in
+    the live-out allocation, read as a temporary with no output named."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit import memory
+
+    f = jax.jit(lambda x: jax.lax.fori_loop(0, 5, lambda i, c: c * 1.5 + 1.0, x))
+    b = memory.attribute(f, jnp.ones(64)).buffers
+    out = b[b["role"] == "output"]  # the loop's values in the live-out allocation: its bytes, counted once
+    assert len(out) >= 1 and set(out["bytes"]) == {256} and out["allocation"].nunique() == 1
+    assert set(out["output"]) == {"output"}
+
+
+def test_a_scan_returning_carry_and_stacked_values_names_no_output_wrongly():
+    """A scan's carry and its stacked ys are elements of one while tuple; which is which needs the tuple index,
+    which is not decoded, so neither is named after an output rather than one named after the other's."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit import memory
+
+    def f(c):
+        return jax.lax.scan(lambda c, _: (c + 1.0, c * 2.0), c, None, length=8)
+
+    b = memory.attribute(jax.jit(f), jnp.ones((64, 32))).buffers
+    loop = b[b["opcode"] == "while"]
+    ys = loop[loop["bytes"] == 8 * 64 * 32 * 4]
+    assert len(ys) == 1 and ys["role"].tolist() == ["output"] and ys["output"].isna().all()

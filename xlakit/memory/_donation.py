@@ -41,11 +41,23 @@ def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[int, str]:
     elements = list(root.operands) if root.opcode == "tuple" else [root_id]
     names = paths if len(paths) == len(elements) else [f"output {k}" for k in range(len(elements))]
     out: dict[int, str] = {}
+    tuples: dict[int, set[str]] = {}  # reached through a get-tuple-element: which element is which is unknown
     for iid, name in zip(elements, names, strict=True):
-        while iid is not None and iid not in out:
-            out[iid] = name
+        through = False
+        while iid is not None and iid not in out and not (through and iid in tuples and name in tuples[iid]):
+            if through:
+                tuples.setdefault(iid, set()).add(name)
+            else:
+                out[iid] = name
             ins = mod.instructions.get(iid)
+            if ins is not None and ins.opcode == "call":  # XLA:CPU's wrapper of a small loop: its root
+                iid = next((mod.computations[c][2] for c in ins.called if c in mod.computations), None)
+                continue
+            through = through or (ins is not None and ins.opcode == "get-tuple-element")
             iid = ins.operands[0] if ins is not None and ins.opcode in _RESULT_PASS_ON and ins.operands else None
+    # a loop whose tuple holds one result is named by it; one holding several (a scan's carry and its stacked
+    # ys) is not: the tuple index that tells them apart is not decoded
+    out.update({i: next(iter(n)) for i, n in tuples.items() if len(n) == 1 and i not in out})
     return out
 
 

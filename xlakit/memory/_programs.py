@@ -91,10 +91,11 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
     if not args and not kwargs and _needs_arguments(x):
         raise TypeError(f"got the function {getattr(x, '__name__', x)!r} without example arguments; pass them "
                         "after it (arrays or jax.ShapeDtypeStruct), e.g. peak(step, params, x)")
+    lowered = lower(x, args, kwargs)  # every keyword is the function's, devices= too (compile's own option)
     if cache is not None:
-        compiled, _decision = cache.compile(x, *args, **kwargs)
-        return with_assignment(compiled, lambda: lower(x, args, kwargs)), x
-    return with_assignment(None, lower(x, args, kwargs)), x
+        compiled, _decision = cache.compile(lowered)
+        return with_assignment(compiled, lowered), x
+    return with_assignment(None, lowered), x
 
 
 def lower(fn: Any, args: tuple, kwargs: dict) -> Any:

@@ -185,17 +185,22 @@ _SHARING = frozenset({"bitcast", "tuple", "opt-barrier", "optimization-barrier"}
 
 def _results(mod: Any, root_id: int) -> set[int]:
     """The entry's root and what it passes on without a buffer of its own (a root ``tuple``'s elements, a
-    ``bitcast``'s operand, a ``get-tuple-element``'s tuple — a loop's result is an element of the ``while``'s —
-    followed down): a buffer at one of these positions may be a result of the program; which one is, the caller
-    reads from its allocation (live out, or a donated argument's)."""
+    ``bitcast``'s operand, a ``get-tuple-element``'s tuple — a loop's result is an element of the ``while``'s —,
+    a ``call``'s computation's root, followed down): a buffer at one of these positions may be a result of the
+    program; which one is, the caller reads from its allocation (live out, or a donated argument's)."""
     out, stack = {root_id}, [root_id]
     while stack:
         ins = mod.instructions.get(stack.pop())
         if ins is not None and (ins.opcode in _SHARING or ins.opcode == "get-tuple-element"):
-            for op in ins.operands:
-                if op not in out:
-                    out.add(op)
-                    stack.append(op)
+            nxt = list(ins.operands)
+        elif ins is not None and ins.opcode == "call":  # XLA:CPU wraps a small loop in a call: its root's
+            nxt = [mod.computations[c][2] for c in ins.called if c in mod.computations]
+        else:
+            nxt = []
+        for op in nxt:
+            if op not in out:
+                out.add(op)
+                stack.append(op)
     return out
 
 

@@ -426,6 +426,9 @@ def probe(fn_or_compiled: Any, /, *args: Any, isolate: bool | str | Default = DE
     # Checked first, isolated or not: NaN, inf and 400 digits failed inside subprocess, 0 and -1 started a child
     # "that ran past -1 s", and the string ' 5 ' was read as 5 s
     timeout_s = check_seconds(timeout_s, "timeout_s", positive=True)
+    if "self" in kwargs:  # JAX's Compiled.__call__(self, *args, **kwargs) takes it as its own
+        raise TypeError("probe() runs the compiled program, and JAX's Compiled cannot be called with a keyword "
+                        "named 'self'; pass your function's 'self' positionally, or wrap the function")
     compiled, lowered, args, kwargs = _program(fn_or_compiled, args, kwargs)
     name, _platform = _runtime_info(compiled)
     devices = _device_of(compiled)
