@@ -169,7 +169,7 @@ def test_instructions_read_at_once_are_read_as_one_by_one_even_when_damaged(prog
 
     def seen(pairs):
         return [(iid, ins.name, ins.opcode, ins.computation_id, ins.operands, ins.called, ins.parameter_number,
-                 ins._raw[1:], ins.op_name, ins.frame_id) for iid, ins in pairs]
+                 ins.tuple_index, ins._raw[1:], ins.op_name, ins.frame_id) for iid, ins in pairs]
 
     def outcome(read, data, records):
         try:
@@ -245,9 +245,9 @@ def test_a_module_decoded_on_demand_equals_one_decoded_in_full(programs):
             assert lazy.root_opcode(cid) == root.opcode
         for iid in sorted(everything, reverse=True):  # fusion bodies first: read from their last record
             a, b = everything[iid], lazy.instructions[iid]
-            assert (a.name, a.opcode, a.computation_id, a.operands, a.called, a.parameter_number, a.op_name,
-                    a.frame_id) == (b.name, b.opcode, b.computation_id, b.operands, b.called, b.parameter_number,
-                                    b.op_name, b.frame_id)
+            assert (a.name, a.opcode, a.computation_id, a.operands, a.called, a.parameter_number, a.tuple_index,
+                    a.op_name, a.frame_id) == (b.name, b.opcode, b.computation_id, b.operands, b.called,
+                                               b.parameter_number, b.tuple_index, b.op_name, b.frame_id)
         assert {c: lazy.computations[c] for c in lazy.computations} == dict(full.computations.items())
         assert lazy.sequential_computations() == full.sequential_computations()
 

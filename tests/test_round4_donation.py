@@ -232,18 +232,24 @@ def test_a_small_loop_xla_cpu_wraps_in_a_call_returns_an_output():
     assert set(out["output"]) == {"output"}
 
 
-def test_a_scan_returning_carry_and_stacked_values_names_no_output_wrongly():
-    """A scan's carry and its stacked ys are elements of one while tuple; which is which needs the tuple index,
-    which is not decoded, so neither is named after an output rather than one named after the other's."""
+def test_a_scan_returning_carry_and_stacked_values_names_each_after_its_output():
+    """A scan's carry and its stacked ys are elements of one while tuple, returned through get-tuple-element
+    (index 1 and 2): each buffer is named by the tuple index, not by whichever result reached the while first
+    (the ys read output[0] before)."""
     import jax
     import jax.numpy as jnp
 
     from xlakit import memory
 
-    def f(c):
-        return jax.lax.scan(lambda c, _: (c + 1.0, c * 2.0), c, None, length=8)
+    def f(x):
+        def body(c, xi):
+            c = c + xi.sum()
+            return c, jnp.tanh(xi * c)
+        return jax.lax.scan(body, 0.0, x)
 
-    b = memory.attribute(jax.jit(f), jnp.ones((64, 32))).buffers
+    b = memory.attribute(jax.jit(f), jnp.ones((8, 64, 32))).buffers
     loop = b[b["opcode"] == "while"]
-    ys = loop[loop["bytes"] == 8 * 64 * 32 * 4]
-    assert len(ys) == 1 and ys["role"].tolist() == ["output"] and ys["output"].isna().all()
+    named = {(tuple(s), o) for s, o in zip(loop["shape"], loop["output"], strict=True) if isinstance(o, str)}
+    assert named == {((), "output[0]"), ((8, 64, 32), "output[1]")}
+    counter = loop[loop["dtype"] == "int32"]
+    assert counter["output"].isna().all() and set(counter["role"]) == {"temporary"}

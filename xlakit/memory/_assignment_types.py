@@ -157,21 +157,23 @@ class HeapEvent:
 
 class _Instr:
     """One HLO instruction: name, opcode, its computation's id, operand and called-computation ids, parameter
-    number (for a ``parameter``; else -1), and from its ``OpMetadata``: ``op_name`` (JAX's name stack,
-    ``"jit(f)/transpose(jvp())/dot_general"``) and ``frame_id`` (``stack_frame_id`` into the module's stack frame
-    index, 0 = none); ``shape``: its ShapeProto. Made by :mod:`xlakit.memory._hlo_module`, which leaves the
-    metadata and the shape in the proto until they are first read (``_raw``: the module's bytes and their
-    spans)."""
+    number (for a ``parameter``; else -1), tuple index (for a ``get-tuple-element``; else -1), and from its
+    ``OpMetadata``: ``op_name`` (JAX's name stack, ``"jit(f)/transpose(jvp())/dot_general"``) and ``frame_id``
+    (``stack_frame_id`` into the module's stack frame index, 0 = none); ``shape``: its ShapeProto. Made by
+    :mod:`xlakit.memory._hlo_module`, which leaves the metadata and the shape in the proto until they are first
+    read (``_raw``: the module's bytes and their spans)."""
 
-    __slots__ = ("name", "opcode", "computation_id", "operands", "called", "parameter_number", "_shape",
-                 "_op_name", "_frame_id", "_raw")
+    __slots__ = ("name", "opcode", "computation_id", "operands", "called", "parameter_number", "tuple_index",
+                 "_shape", "_op_name", "_frame_id", "_raw")
 
     def __init__(self, name: str, opcode: str, computation_id: int, shape: Message | None,
                  operands: tuple[int, ...], called: tuple[int, ...], op_name: str | None = "", frame_id: int = 0,
                  parameter_number: int = -1,
-                 raw: tuple[bytes, tuple[int, int] | None, tuple[int, int] | None] | None = None) -> None:
+                 raw: tuple[bytes, tuple[int, int] | None, tuple[int, int] | None] | None = None,
+                 tuple_index: int = -1) -> None:
         self.name, self.opcode, self.computation_id = name, opcode, computation_id
         self.operands, self.called, self.parameter_number = operands, called, parameter_number
+        self.tuple_index = tuple_index
         self._shape: Message | None = shape
         self._op_name: str | None = op_name
         self._frame_id = frame_id

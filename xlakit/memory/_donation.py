@@ -27,37 +27,38 @@ __all__ = ["output_index", "name_donations", "donations", "DONATION_COLUMNS", "d
 
 DONATION_COLUMNS = ["argument", "output", "bytes", "allocation", "reason"]
 _PASS_ON = frozenset({"bitcast", "opt-barrier", "optimization-barrier"})  # share their operand's buffer
-# and a loop's result: an element of the while's tuple (which element, the caller reads from the allocations)
-_RESULT_PASS_ON = _PASS_ON | {"get-tuple-element"}
 
 
-def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[int, str]:
-    """Instruction id -> the result it holds: the entry root's element ``k`` (or the root itself for one
-    result), and what it passes on without a buffer of its own (a ``bitcast``'s operand), named
-    ``paths[k]`` when the root has one element per path, else ``output k``."""
+def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[Any, str]:
+    """Position -> the result it holds: the entry root's element ``k`` (or the root itself for one result), and
+    what it passes on without a buffer of its own (a ``bitcast``'s operand; a ``call``'s computation's root,
+    XLA:CPU's wrapper of a small loop), keyed by instruction id; through a ``get-tuple-element`` (a loop's
+    result is an element of the ``while``'s tuple) keyed by ``(instruction id, shape index)``, the element the
+    tuple index names. Named ``paths[k]`` when the root has one element per path, else ``output k``."""
     root = mod.instructions.get(root_id)
     if root is None:
         return {}
     elements = list(root.operands) if root.opcode == "tuple" else [root_id]
     names = paths if len(paths) == len(elements) else [f"output {k}" for k in range(len(elements))]
-    out: dict[int, str] = {}
-    tuples: dict[int, set[str]] = {}  # reached through a get-tuple-element: which element is which is unknown
+    out: dict[Any, str] = {}
     for iid, name in zip(elements, names, strict=True):
-        through = False
-        while iid is not None and iid not in out and not (through and iid in tuples and name in tuples[iid]):
-            if through:
-                tuples.setdefault(iid, set()).add(name)
-            else:
-                out[iid] = name
+        index: tuple[int, ...] = ()  # the element of iid's tuple that holds the result
+        for _ in range(64):  # a chain of pass-throughs is short; a malformed module's cycle ends here
+            key = (iid, index) if index else iid
+            if iid is None or key in out:
+                break
+            out[key] = name
             ins = mod.instructions.get(iid)
-            if ins is not None and ins.opcode == "call":  # XLA:CPU's wrapper of a small loop: its root
+            if ins is None:
+                break
+            if ins.opcode == "call":
                 iid = next((mod.computations[c][2] for c in ins.called if c in mod.computations), None)
-                continue
-            through = through or (ins is not None and ins.opcode == "get-tuple-element")
-            iid = ins.operands[0] if ins is not None and ins.opcode in _RESULT_PASS_ON and ins.operands else None
-    # a loop whose tuple holds one result is named by it; one holding several (a scan's carry and its stacked
-    # ys) is not: the tuple index that tells them apart is not decoded
-    out.update({i: next(iter(n)) for i, n in tuples.items() if len(n) == 1 and i not in out})
+            elif ins.opcode == "get-tuple-element" and ins.operands and getattr(ins, "tuple_index", -1) >= 0:
+                iid, index = ins.operands[0], (ins.tuple_index, *index)
+            elif ins.opcode in _PASS_ON and ins.operands:
+                iid = ins.operands[0]
+            else:
+                break
     return out
 
 

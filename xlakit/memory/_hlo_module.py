@@ -33,6 +33,7 @@ __all__ = ["decode_module", "Instructions", "Computations"]
 _NAME_KEY, _OPCODE_KEY, _SHAPE_KEY, _METADATA_KEY = (f << 3 | 2 for f in (_F.INS_NAME, _F.INS_OPCODE, _F.INS_SHAPE,
                                                                          _F.INS_METADATA))
 _ID, _OPERANDS, _CALLED, _PARAMETER_NUMBER = _F.INS_ID, _F.INS_OPERANDS, _F.INS_CALLED, _F.INS_PARAMETER_NUMBER
+_TUPLE_INDEX = _F.INS_TUPLE_INDEX
 
 
 _OPCODES: dict[bytes, str] = {}  # an opcode's bytes -> its name: a program has a few dozen opcodes
@@ -43,7 +44,7 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
     computations, parameter number; the spans of its shape and metadata, read later. Keys of one or two bytes and
     varints of any length are read inline (a large module has ~10^5 instruction records)."""
     name = opcode = ""
-    iid = pnum = 0  # proto3 leaves out fields equal to 0
+    iid = pnum = tidx = 0  # proto3 leaves out fields equal to 0
     operands: list[int] = []
     called: list[int] = []
     shape = meta = None
@@ -103,13 +104,16 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
                 iid = value
             elif field == _PARAMETER_NUMBER:
                 pnum = value
+            elif field == _TUPLE_INDEX:
+                tidx = value
             elif field == _OPERANDS:  # an unpacked repeated field
                 operands.append(value)
             elif field == _CALLED:
                 called.append(value)
     if pos > end:
         raise ProtoDecodeError("an instruction's record runs past its end")
-    ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called), "", 0, pnum if opcode == "parameter" else -1)
+    ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called), "", 0, pnum if opcode == "parameter" else -1,
+                 None, tidx if opcode == "get-tuple-element" else -1)
     ins._raw = (data, meta, shape)
     ins._op_name = None
     return iid, ins
@@ -160,7 +164,9 @@ def _instructions(data: bytes, records: list[tuple[int, int]], cid: int) -> list
                     itertools.repeat(None, n), groups(f.operands, f.operands_at), groups(f.called, f.called_at),
                     op_names, f.frame_id.tolist(), np.where(parameter, f.parameter_number, -1).tolist(),
                     zip(itertools.repeat(data, n), spans(f.metadata_start, f.metadata_end),
-                        spans(f.shape_start, f.shape_end), strict=True)))
+                        spans(f.shape_start, f.shape_end), strict=True),
+                    np.where(np.fromiter(map(b"get-tuple-element".__eq__, raw_opcodes), dtype=bool, count=n),
+                             np.maximum(f.tuple_index, 0), -1).tolist()))
     out = list(zip(f.id.tolist(), made, strict=True))
     for k in np.flatnonzero(f.bad).tolist():
         out[k] = _instruction(data, *records[k], cid)

@@ -20,7 +20,7 @@ from xlakit.memory._xla_fields import _F
 __all__ = ["instruction_fields", "InstructionColumns"]
 
 _NAME, _OPCODE, _SHAPE, _METADATA = (f << 3 | 2 for f in (_F.INS_NAME, _F.INS_OPCODE, _F.INS_SHAPE, _F.INS_METADATA))
-_ID, _PARAMETER_NUMBER = _F.INS_ID << 3, _F.INS_PARAMETER_NUMBER << 3
+_ID, _PARAMETER_NUMBER, _TUPLE_INDEX = _F.INS_ID << 3, _F.INS_PARAMETER_NUMBER << 3, _F.INS_TUPLE_INDEX << 3
 _OPERANDS, _CALLED = _F.INS_OPERANDS << 3 | 2, _F.INS_CALLED << 3 | 2
 _UNPACKED = (_F.INS_OPERANDS << 3, _F.INS_CALLED << 3)  # a repeated field written unpacked: the per-record reader
 _OP_NAME_KEY, _FRAME_KEY = _F.MD_OP_NAME << 3 | 2, _F.MD_STACK_FRAME_ID << 3  # OpMetadata's keys
@@ -56,7 +56,8 @@ class InstructionColumns(NamedTuple):
     the spans ``name``, ``opcode``, ``shape``, ``metadata`` as start and end arrays (-1 where the field is absent);
     ``parameter_number`` (0 where absent); ``operands`` and ``called``: all records' ids in one array, record ``r``'s
     at ``[at[r]:at[r + 1]]`` of ``operands_at`` / ``called_at``; ``op_name`` start and end and ``frame_id`` where
-    ``op_name_read`` (the metadata's common encoding); ``bad``: records left to the per-record reader."""
+    ``op_name_read`` (the metadata's common encoding); ``bad``: records left to the per-record reader;
+    ``tuple_index`` (-1 where absent)."""
 
     id: Any
     name_start: Any
@@ -77,6 +78,7 @@ class InstructionColumns(NamedTuple):
     op_name_end: Any
     frame_id: Any
     bad: Any
+    tuple_index: Any = None  # a get-tuple-element's element (-1 where absent)
 
 
 def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> InstructionColumns:
@@ -169,4 +171,4 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     frame = np.where(read & frame1, f1, np.where(read & frame2, (f1 & 0x7F) | (f2 << 7), 0))
     return InstructionColumns(column(_ID, value, 0), *name, *opcode, *shape, *meta, column(_PARAMETER_NUMBER, value, 0),
                               operands, operands_at, called, called_at, read, np.where(read, m0 + 2 + lo, 0),
-                              np.where(read, stop + lo, 0), frame, bad)
+                              np.where(read, stop + lo, 0), frame, bad, column(_TUPLE_INDEX, value, -1))

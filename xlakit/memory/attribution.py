@@ -204,6 +204,15 @@ def _results(mod: Any, root_id: int) -> set[int]:
     return out
 
 
+def _output_of(outputs: dict[Any, str], iid: Any, index: Any, more: Any, positions: list[int]) -> str | None:
+    """The result a buffer holds (:func:`~xlakit.memory._donation.output_index`'s names): by the element of a
+    tuple it is (``(instruction, shape index)``: a loop's result), else by an instruction that holds it whole."""
+    for key in ((iid, tuple(index)) if index else None, *(((i, tuple(x)) if x else None) for i, x in more or ())):
+        if key is not None and key in outputs:
+            return outputs[key]
+    return next((outputs[i] for i in positions if i in outputs), None)
+
+
 def _optimizer_path(path: str) -> bool:
     return "opt_state" in path
 
@@ -359,7 +368,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         for i in positions:
             if i in results:
                 is_result = True
-                output = next((outputs[i] for i in positions if i in outputs), None)
+                output = _output_of(outputs, iid, b.shape_index, more, positions)
                 break
         if iid in param_ids:
             num = param_ids[iid]
