@@ -311,19 +311,29 @@ def _header(path: Path, f, size: int) -> tuple[dict[str, tuple[np.dtype, tuple[i
     return out, 8 + n
 
 
+def _metadata_object(metadata: Any, key: str, depth: int, bad) -> dict:
+    """The JSON object the file's ``__metadata__[key]`` holds (``{}`` where absent), read with bounded depth.
+
+    Raises:
+      ``bad``: not JSON, or not an object.
+    """
+    from xlakit.store import safejson
+
+    if not isinstance(metadata, dict) or key not in metadata:
+        return {}
+    try:
+        found = safejson.loads(metadata[key], max_depth=depth)
+    except (TypeError, ValueError) as e:
+        raise bad(f"__metadata__[{key!r}] is not JSON ({e})") from None
+    if not isinstance(found, dict):
+        raise bad(f"__metadata__[{key!r}] is not an object")
+    return found
+
+
 def _apply_renames(tensors: dict, metadata: Any, bad) -> None:
     """Give the tensors named in ``__metadata__[RENAMED_KEY]`` their parameter names back (only names the format
     reserves: nothing else can be renamed by a file)."""
-    from xlakit.store import safejson
-
-    if not isinstance(metadata, dict) or RENAMED_KEY not in metadata:
-        return
-    try:
-        renamed = safejson.loads(metadata[RENAMED_KEY], max_depth=2)
-    except (TypeError, ValueError) as e:
-        raise bad(f"__metadata__[{RENAMED_KEY!r}] is not JSON ({e})") from None
-    if not isinstance(renamed, dict):
-        raise bad(f"__metadata__[{RENAMED_KEY!r}] is not an object")
+    renamed = _metadata_object(metadata, RENAMED_KEY, 2, bad)
     for stored, name in renamed.items():
         if name not in _RESERVED_NAMES or stored not in tensors or name in tensors:
             raise bad(f"__metadata__[{RENAMED_KEY!r}]: {str(stored)[:60]!r} -> {str(name)[:60]!r} renames no stored "
@@ -334,16 +344,7 @@ def _apply_renames(tensors: dict, metadata: Any, bad) -> None:
 def _apply_raw_dtypes(tensors: dict, metadata: Any, bad) -> None:
     """Give the tensors named in ``__metadata__[RAW_DTYPES_KEY]`` their real dtype and shape, checked: the
     stored tensor is one axis of ``uint8`` holding exactly ``prod(shape) * itemsize`` bytes of a known dtype."""
-    from xlakit.store import safejson
-
-    if not isinstance(metadata, dict) or RAW_DTYPES_KEY not in metadata:
-        return
-    try:
-        raw = safejson.loads(metadata[RAW_DTYPES_KEY], max_depth=4)
-    except (TypeError, ValueError) as e:
-        raise bad(f"__metadata__[{RAW_DTYPES_KEY!r}] is not JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise bad(f"__metadata__[{RAW_DTYPES_KEY!r}] is not an object")
+    raw = _metadata_object(metadata, RAW_DTYPES_KEY, 4, bad)
     for name, spec in raw.items():
         try:
             dtype_name, shape = spec["dtype"], tuple(int(d) for d in spec["shape"])
