@@ -24,23 +24,28 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def tanh_step(ws, x):
+    """One SGD step of a plain ``tanh`` MLP (``ws``: square weight matrices; ``x``: a batch): ``(new ws, loss)``.
+    Also the train step of ``benchmarks/capture_reload.py``."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(ws):
+        h = x
+        for w in ws:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(h ** 2)
+    value, g = jax.value_and_grad(loss)(ws)
+    return [w - 0.01 * gw for w, gw in zip(ws, g, strict=True)], value
+
+
 def _wide():
     import jax
     import jax.numpy as jnp
 
     layers, width = 24, 1024
-
-    def step(ws, x):
-        def loss(ws):
-            h = x
-            for w in ws:
-                h = jnp.tanh(h @ w)
-            return jnp.mean(h ** 2)
-        value, g = jax.value_and_grad(loss)(ws)
-        return [w - 0.01 * gw for w, gw in zip(ws, g, strict=True)], value
-
     ws = [jax.ShapeDtypeStruct((width, width), jnp.float32) for _ in range(layers)]
-    return jax.jit(step), (ws, jax.ShapeDtypeStruct((256, width), jnp.float32))
+    return jax.jit(tanh_step), (ws, jax.ShapeDtypeStruct((256, width), jnp.float32))
 
 
 def _timed(fn):
