@@ -178,6 +178,9 @@ def run_case(params, folder: Path) -> list[str]:
         for key, want in reference.items():
             if (problem := _same(out[key], want)) is not None:
                 findings.append(f"output {key!r}: {problem}")
+            elif getattr(out[key], "weak_type", False) != getattr(want, "weak_type", False):  # dtype of later math
+                findings.append(f"output {key!r}: weak_type {getattr(out[key], 'weak_type', False)} where jax.jit "
+                                f"gives {getattr(want, 'weak_type', False)}")
     except Exception as e:  # noqa: BLE001 - the finding
         findings.append(f"{type(e).__name__}: {str(e)[:300]}")
     return findings

@@ -21,9 +21,10 @@
 
 Modules: :mod:`~xlakit.bundle.manifest` (format), :mod:`~xlakit.bundle.files` (bounded reads, bounded
 JSON, temps, ``.cache`` symlinks), :mod:`~xlakit.bundle.weights` (safetensors), :mod:`~xlakit.bundle.trees`
-(output pytrees as data), :mod:`~xlakit.bundle.rows` (how row independence is established; padding),
-:mod:`~xlakit.bundle.row_proof` and :mod:`~xlakit.bundle.row_rules` (the proof), :mod:`~xlakit.bundle.export`,
-:mod:`~xlakit.bundle.hashes` (module-hash record),
+(output pytrees as data), :mod:`~xlakit.bundle.output_types` (outputs' batch axes and weak types),
+:mod:`~xlakit.bundle.rows` (how row independence is established; padding), :mod:`~xlakit.bundle.row_proof`
+and :mod:`~xlakit.bundle.row_rules` (the proof), :mod:`~xlakit.bundle.export`, :mod:`~xlakit.bundle.hashes`
+(module-hash record),
 :mod:`~xlakit.bundle.loader`, :mod:`~xlakit.bundle.programs` (one module: load or compile),
 :mod:`~xlakit.bundle.background` (the ranked loading threads), :mod:`~xlakit.bundle.usage` (first-call order),
 :mod:`~xlakit.bundle.loaded` (calling), :mod:`~xlakit.bundle.reports`, :mod:`~xlakit.bundle.progress` (the

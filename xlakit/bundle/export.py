@@ -31,6 +31,7 @@ from xlakit.bundle.manifest import (
     dtype_name,
     module_file,
 )
+from xlakit.bundle.output_types import output_specs, probe_shapes, traced_weak_types
 from xlakit.bundle.rows import establish_rows
 from xlakit.bundle.trees import encode_tree
 from xlakit.bundle.weights import as_traced, flatten_params, host_param, weights_file_bytes
@@ -95,8 +96,9 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         there; nothing was written. The message says what differs.
       ValueError: bad ``batch_sizes``/``variants``/inputs, parameters that are not arrays, two parameter
         paths with the same name, a parameter path that is not UTF-8 text, an output dict key that is not plain
-        data, outputs whose leading axis does not follow the batch size consistently, or an input or output of a
-        dtype ``jax.export`` cannot serialize (``int2``, ``uint2``; the message names it). Nothing is written.
+        data, outputs whose leading axis does not follow the batch size consistently or whose weak type changes
+        with it, or an input or output of a dtype ``jax.export`` cannot serialize (``int2``, ``uint2``; the
+        message names it). Nothing is written.
       TypeError: ``fn`` or a variant is not callable; ``path``, ``name``, ``overwrite`` or ``platforms`` of the
         wrong type (``platforms`` a single string included).
       Errors from tracing ``fn`` pass through.
@@ -135,12 +137,14 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         # Named after the function (as jax.jit names it), never after the folder: a renamed or re-exported
         # bundle keeps byte-identical modules, and with them its compiled programs.
         wrapped = _bundle_fn(f, stored, treedef, input_names, by_keyword, _ident(getattr(f, "__name__", "fn")))
+        probe = probe_shapes(wrapped, weight_avals, input_avals, sizes)  # first: the exports set the output tree
+        jitted = jax.jit(wrapped)
         per_size = {}
         for b in sizes:
             avals = [jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype) for a in input_avals]
             try:
                 with _no_source_locations():
-                    exp = jax.export.export(jax.jit(wrapped), platforms=platforms)(weight_avals, *avals)
+                    exp = jax.export.export(jitted, platforms=platforms)(weight_avals, *avals)
             except (TypeError, ValueError) as e:
                 _explain_batch_axis(e, vname, b, input_names, input_avals, wrapped, weight_avals)
                 raise
@@ -150,9 +154,10 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
                 _refuse_unserializable(e, vname, input_names, input_avals, wrapped.out_paths, exp.out_avals)
                 raise
             exported_platforms = tuple(exp.platforms)
-            per_size[b] = (wrapped.out_paths, exp.out_avals)
+            weak = traced_weak_types(jitted, weight_avals, *avals)  # exp.out_avals have no weak type
+            per_size[b] = (wrapped.out_paths, exp.out_avals, weak)
             trees[vname] = wrapped.out_tree
-        outputs[vname] = _output_specs(vname, per_size)
+        outputs[vname] = output_specs(vname, per_size, probe)
         record = establish_rows(wrapped, host, input_avals, _input_values(example_inputs), sizes,
                                 [spec.batched for spec in outputs[vname]], platforms, declared.get(vname), BATCH)
         independent[vname] = record.independent
@@ -368,30 +373,6 @@ def _inputs(example_inputs) -> tuple[list[str], list[Any], bool]:
             raise ValueError(f"input {n!r} is a scalar: every input needs a batch axis (axis 0)")
         avals.append(v)
     return names, avals, by_keyword
-
-
-def _output_specs(variant: str, per_size: dict) -> tuple[TensorSpec, ...]:
-    """Output leaf specs with the batch axis named, checked to be consistent across batch sizes.
-
-    ``per_size``: batch size -> (leaf key paths, leaf avals) from the trace at that size."""
-    from xlakit.bundle.weights import _path_name
-
-    leaves_by_size = {b: [(_path_name(p) if p else "output", aval) for p, aval in zip(paths, avals, strict=False)]
-                      for b, (paths, avals) in per_size.items()}
-    first_b, first = next(iter(leaves_by_size.items()))
-    specs = []
-    for i, (oname, aval) in enumerate(first):
-        batched = all(len(leaves[i][1].shape) > 0 and leaves[i][1].shape[0] == b
-                      for b, leaves in leaves_by_size.items())
-        rest = tuple(aval.shape[1:]) if batched else tuple(aval.shape)
-        for b, leaves in leaves_by_size.items():
-            other = tuple(leaves[i][1].shape[1:]) if batched else tuple(leaves[i][1].shape)
-            if other != rest:
-                raise ValueError(f"variant {variant!r}: output {oname!r} has shape {list(leaves[i][1].shape)} at batch "
-                                 f"size {b} but {list(aval.shape)} at batch size {first_b}; only axis 0 may follow "
-                                 "the batch size")
-        specs.append(TensorSpec(oname, (BATCH, *rest) if batched else rest, dtype_name(aval.dtype)))
-    return tuple(specs)
 
 
 def _ident(text: str) -> str:

@@ -290,6 +290,11 @@ class LoadedBundle:
                 for i, leaf in enumerate(parts[0])]
 
     def _rebuild(self, variant: str, leaves: list) -> Any:
+        """The output pytree, each leaf weakly typed where ``jax.jit`` returned it so (the manifest's record: the
+        programs drop weak types; :mod:`xlakit.bundle.output_types`)."""
+        from xlakit.bundle.output_types import restore_weak
+
+        leaves = restore_weak(leaves, self.manifest.outputs[variant])
         treedef = self._treedefs.get(variant) or self._treedefs.get(("v1", variant))
         return treedef.unflatten(leaves) if treedef is not None else leaves
 

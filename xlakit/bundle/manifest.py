@@ -31,8 +31,9 @@ with a symbolic batch, for every batch size), ``declared`` (the exporter's overr
 ``size-dependent``, with the reason. A call may pad a batch or split it into chunks only when it is proven or
 declared independent; a manifest without ``row_independence`` (an older xlakit's row *test*) is never padded.
 A coupled variant keeps a shape-polymorphic module (batch axis symbolic), from which the exact batch size of
-a call is compiled. Dtypes are NumPy names, or JAX's extended dtype names such as ``key<fry>``
-(typed PRNG keys).
+a call is compiled. An output spec may add ``"weak_type": true`` (written only when true): ``jax.jit``
+returns that output weakly typed (:mod:`xlakit.bundle.output_types`). Dtypes are NumPy names, or JAX's
+extended dtype names such as ``key<fry>`` (typed PRNG keys).
 
 Shapes name their batch axis ``"batch"``; only axis 0 can be the batch axis. Every input is batched; an
 output whose leading size does not follow the batch size (a scalar, a per-model statistic) has plain
@@ -100,11 +101,14 @@ class TensorSpec(Record):
       shape: dimensions; axis 0 may be the string ``"batch"`` (the batch axis), all others are ints >= 0.
       dtype: NumPy dtype name (``"float32"``, ``"bfloat16"``, ``"int32"``...) or a JAX extended dtype name
         (``"key<fry>"`` for a typed PRNG key array made by ``jax.random.key``).
+      weak_type: an output ``jax.jit`` returns weakly typed (:mod:`xlakit.bundle.output_types`); written only
+        when true (``"weak_type": true``), absent means false.
     """
 
     name: str
     shape: tuple[int | str, ...]
     dtype: str
+    weak_type: bool = False
 
     @property
     def batched(self) -> bool:
@@ -122,6 +126,8 @@ class TensorSpec(Record):
     def to_dict(self, with_name: bool = True) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name} if with_name else {}
         d.update(shape=list(self.shape), dtype=self.dtype)
+        if self.weak_type:  # only then: every other spec keeps the bytes it had before the field existed
+            d["weak_type"] = True
         return d
 
     @classmethod
@@ -147,7 +153,10 @@ class TensorSpec(Record):
         dtype = d.get("dtype")
         if not isinstance(dtype, str) or not dtype:
             raise ManifestError(file, f"{where}.dtype", "missing or not a dtype name such as 'float32'")
-        return cls(name, tuple(shape), dtype)
+        weak = d.get("weak_type", False)
+        if not isinstance(weak, bool):
+            raise ManifestError(file, f"{where}.weak_type", f"expected true or false, got {weak!r:.60}")
+        return cls(name, tuple(shape), dtype, weak)
 
 
 class ModuleSpec(Record):

@@ -207,7 +207,9 @@ def _symbolic_export(fn, weight_avals, avals, batched, platforms) -> tuple[bytes
         for i, (want, aval) in enumerate(zip(batched, exp.out_avals, strict=True)):
             dims = tuple(aval.shape)
             if want != (bool(dims) and not isinstance(dims[0], int)) or any(not isinstance(d, int) for d in dims[1:]):
-                return None, f"output {i} has shape {dims} with a symbolic batch axis"
+                was = "axis 0 following the batch size" if want else "no axis following the batch size"
+                return None, (f"output {i} has shape {dims} when traced with a symbolic batch size, but "
+                              f"{was} at the exported sizes")
         return bytes(exp.serialize()), None
     except Exception as e:  # noqa: BLE001 - shape polymorphism has many limits
         return None, f"it cannot be exported with a symbolic batch axis ({brief_error(e)})"
