@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 __all__ = ["MAX_BYTES", "MAX_SECONDS", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds",
-           "check_int", "check_number", "check_choice", "check_options", "wait_timeout"]
+           "check_int", "is_int", "check_number", "check_choice", "check_options", "wait_timeout"]
 
 #: The largest byte count xlakit accepts anywhere (a size, a cap): 2**63 - 1 bytes (8 EiB), what an int64 holds
 #: and what headers and listings may say (:data:`xlakit.store.safejson.MAX_INT`). Larger is a ValueError naming
@@ -30,31 +30,50 @@ MAX_SECONDS = 10**9
 _UNITS = {
     "": 1, "b": 1,
     "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "p": 10**15, "pb": 10**15, "e": 10**18, "eb": 10**18,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60,
 }
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+# ASCII only: Python's int(), float() and Fraction() (and re's \d) also read "١٠" and full-width "１０" as 10
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$", re.ASCII)
+_SIZE_FORMS = ("use a whole number of bytes, optionally with a unit (k, MB, GB, TB, PB, EB = powers of 1000; "
+               "KiB, MiB, GiB, TiB, PiB, EiB = powers of 1024), in ASCII digits, e.g. 500MB or 2GiB")
 
 
-def parse_size(text: str) -> int:
-    """Bytes from ``"1048576"``, ``"500MB"``, ``"2GiB"``, ``"10k"``, ``"1.5G"``.
+def parse_size(text: str, *, minimum: int = 0) -> int:
+    """Bytes (an int) from ``"1048576"``, ``"500MB"``, ``"2GiB"``, ``"10k"``, ``"1.5G"``, ``"7EiB"``.
 
-    k/KB/M/MB/G/GB/T/TB are powers of 1000; KiB/MiB/GiB/TiB powers of 1024 (case-insensitive).
-    Raises ValueError for anything else, including negative numbers.
+    k/KB/M/MB/G/GB/T/TB/P/PB/E/EB are powers of 1000; KiB/MiB/GiB/TiB/PiB/EiB powers of 1024 (case-insensitive).
+    The number is read exactly (no float rounding) and must come to a whole number of bytes: ``"1.5k"`` is 1500,
+    but ``"1.5"`` (1.5 bytes) and ``"0.0001k"`` (0.1 bytes) are refused, never rounded down (``--max-bytes 0.4``
+    once read as a limit of 0 bytes and evicted every entry). Digits must be ASCII.
+
+    Args:
+      text: the size.
+      minimum: the smallest byte count accepted (default 0; 1 for a cap, where 0 makes no sense).
+
+    Raises:
+      ValueError: anything else: not a size, negative, a fraction of a byte, below ``minimum``, or over
+        :data:`MAX_BYTES` (2**63-1 bytes, just under 8 EiB); the message says what to pass.
     """
     from fractions import Fraction
 
-    m = _SIZE_RE.match(text) if isinstance(text, str) else None
+    m = _SIZE_RE.match(text) if isinstance(text, str) and text.isascii() else None
     unit = m.group(2).lower() if m else None
     if not m or unit is None or unit not in _UNITS:
-        raise ValueError(f"invalid size {_shown(text)}: use a number of bytes, optionally with a unit "
-                         "(k, MB, GiB, ...), e.g. 500MB or 2GiB")
+        raise ValueError(f"invalid size {_shown(text)}: {_SIZE_FORMS}")
     number = m.group(1)
     whole = number.partition(".")[0].lstrip("0")
     # exact arithmetic (a float turned 400 digits into inf, and int(inf) raised OverflowError); digits counted
     # first, so a huge number is refused before Python converts it
-    if len(whole) > _MAX_INT_DIGITS or (size := int(Fraction(number) * _UNITS[unit])) > MAX_BYTES:
-        raise ValueError(f"size {_shown(text)} is more than the largest xlakit accepts, {MAX_BYTES} bytes (8 EiB)")
-    return size
+    if len(whole) > _MAX_INT_DIGITS or (size := Fraction(number) * _UNITS[unit]) > MAX_BYTES:
+        raise ValueError(f"size {_shown(text)} is more than the largest xlakit accepts, {MAX_BYTES} bytes (2**63-1, "
+                         "just under 8 EiB): give a smaller size, e.g. 7EiB or 9223PB")
+    if size.denominator != 1:
+        raise ValueError(f"size {_shown(text)} is {float(size):g} bytes, not a whole number of bytes: {_SIZE_FORMS}")
+    if size < minimum:
+        raise ValueError(f"size {_shown(text)} is {int(size)} bytes; give at least {minimum} byte"
+                         f"{'s' if minimum != 1 else ''}")
+    return int(size)
 
 
 def _shown(value: Any, limit: int = 40) -> str:
@@ -78,9 +97,21 @@ def check_path(path: Any, name: str = "path") -> str | os.PathLike | None:
                     f"got {type(path).__name__} {path!r}")
 
 
+def _numpy_bool(value: Any) -> bool:
+    """True for a ``numpy.bool_`` (whose type is named ``bool`` since NumPy 2, ``bool_`` before), without NumPy."""
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+
+
+def is_int(value: Any) -> bool:
+    """True for an integer a count or byte number may be: a Python int or a NumPy integer (``np.int64(8)``, what
+    ``np.array([1, 2])`` holds; any :class:`numbers.Integral`), never a bool (``True`` is no count) nor a
+    ``numpy.bool_``."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and not _numpy_bool(value)
+
+
 def check_max_bytes(value: Any, name: str = "max_bytes") -> int | None:
-    """A byte cap as an int: None (no cap), a positive int, or a size string parsed by :func:`parse_size`
-    (``"2GB"`` = 2*10**9 bytes, ``"2GiB"`` = 2*2**30 bytes).
+    """A byte cap as an int: None (no cap), a positive int (a NumPy integer too), or a size string parsed by
+    :func:`parse_size` (``"2GB"`` = 2*10**9 bytes, ``"2GiB"`` = 2*2**30 bytes; a fraction of a byte is refused).
 
     Raises:
       TypeError: a bool, a float or any other type (pass an int number of bytes or a string such as "2GB").
@@ -93,36 +124,38 @@ def check_max_bytes(value: Any, name: str = "max_bytes") -> int | None:
             value = parse_size(value)
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
-    elif isinstance(value, bool) or not (value is None or isinstance(value, int)):
+    elif not (value is None or is_int(value)):
         raise TypeError(f"{name} must be an int number of bytes, a size string such as '2GB' or '500MiB', or "
                         f"None for no cap; got {type(given).__name__} {given!r}")
+    value = None if value is None else int(value)
     if value is not None and value <= 0:
         raise ValueError(f"{name} must be a positive number of bytes or None for no cap, got {_shown(given)}")
     if value is not None and value > MAX_BYTES:
         raise ValueError(f"{name}: {_shown(given)} is more than the largest cap xlakit accepts, {MAX_BYTES} bytes "
-                         "(8 EiB); pass None for no cap")
+                         "(just under 8 EiB); pass None for no cap")
     return value
 
 
 def check_int(value: Any, name: str, *, minimum: int = 0, what: str = "number of bytes",
               maximum: int = MAX_BYTES) -> int:
-    """``value`` if it is an int (not a bool) from ``minimum`` to ``maximum`` (default :data:`MAX_BYTES`, what an
-    int64 holds: byte counts, batch sizes, bounds of a ``collections.deque``). A 400-digit budget raised
-    "OverflowError: int too large to convert to float" from deep in the arithmetic; a 400-digit batch size an MLIR
-    type error; ``EventLog(maxlen=2**64)`` "Python int too large to convert to C ssize_t".
+    """``int(value)`` if it is an integer (:func:`is_int`: an int or a NumPy integer, not a bool) from ``minimum``
+    to ``maximum`` (default :data:`MAX_BYTES`, what an int64 holds: byte counts, batch sizes, bounds of a
+    ``collections.deque``). A 400-digit budget raised "OverflowError: int too large to convert to float" from deep
+    in the arithmetic; a 400-digit batch size an MLIR type error; ``EventLog(maxlen=2**64)`` "Python int too large
+    to convert to C ssize_t".
 
     Raises:
-      TypeError: not an int (a float, a numeric string or a bool included), naming ``name``.
+      TypeError: not an integer (a float, a numeric string or a bool included), naming ``name``.
       ValueError: below ``minimum`` or over ``maximum``, naming ``name``.
     """
     top = "(2**63-1)" if maximum == MAX_BYTES else ""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int {what} from {minimum} to {maximum}{' ' + top if top else ''}, got "
                         f"{type(value).__name__} {_shown(value)}")
-    if not minimum <= value <= maximum:
+    if not minimum <= int(value) <= maximum:
         raise ValueError(f"{name} must be an int {what} from {minimum} to {maximum}{' ' + top if top else ''}, got "
                          f"{_shown(value)}")
-    return value
+    return int(value)
 
 
 def check_number(value: Any, name: str, low: float, high: float, *, low_open: bool = False,
@@ -171,7 +204,7 @@ def check_flag(value: Any, name: str) -> bool:
     Raises:
       TypeError: anything else, naming ``name``.
     """
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool) or _numpy_bool(value):  # NumPy 2 names the type "bool": not its name alone
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {type(value).__name__} {_shown(value)}")
 
@@ -198,14 +231,14 @@ def check_options(value: Any, name: str) -> dict[str, Any]:
 
 
 def check_seconds(value: Any, name: str = "min_compile_time_s", *, positive: bool = False) -> float:
-    """``value`` as a float number of seconds: a finite int or float >= 0 (> 0 when ``positive``), at most
-    :data:`MAX_SECONDS` (bool and strings refused: ``" 5 "`` is not a number of seconds in an API).
+    """``value`` as a float number of seconds: a finite int or float (or NumPy number) >= 0 (> 0 when ``positive``),
+    at most :data:`MAX_SECONDS` (bool and strings refused: ``" 5 "`` is not a number of seconds in an API).
 
     Raises:
       TypeError: not an int or float (a string such as "1s" included); pass a number of seconds, e.g. 0.5.
       ValueError: negative (or 0 when ``positive``), NaN, infinite, or over :data:`MAX_SECONDS`.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # NumPy numbers too; numpy.bool_ is no Real
         raise TypeError(f"{name} must be a number of seconds (int or float, e.g. 0.5), "
                         f"got {type(value).__name__} {_shown(value)}")
     return finite_seconds(value, name, positive=positive)

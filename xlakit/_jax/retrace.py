@@ -215,22 +215,23 @@ def _signature(frame: Any) -> _Signature:
     by_index, by_key = _argument_names(ji)
     static: dict[str, str] = {}
     passed: dict[str, str] = {}  # f(a, b=b) and f(a, b) are two entries of JAX's tracing cache
-    dynamic: list[Any] = []
-    dynamic_kw: dict[str, Any] = {}
+    dynamic: list[tuple[str, Any]] = []  # (argument name, value)
+    dynamic_kw: list[tuple[str, Any]] = []
     for i, a in enumerate(args):
         passed[by_index(i)] = "positionally"
         if i in static_nums:
             static[by_index(i)] = _text(a)
         else:
-            dynamic.append(a)
+            dynamic.append((by_index(i), a))
     for k, v in kwargs.items():
         passed[by_key(k)] = "by keyword"
         if k in static_names:
             static[by_key(k)] = _text(v)
         else:
-            dynamic_kw[k] = v
+            dynamic_kw.append((k, v))
     # in JAX's order (keywords sorted, as a dict flattens), so the placements line up with the abstract values
-    in_order = (*dynamic, *(v for _, v in sorted(dynamic_kw.items())))
+    named = [*dynamic, *((by_key(k), v) for k, v in sorted(dynamic_kw, key=lambda kv: kv[0]))]
+    in_order = tuple(v for _, v in named)
     placed = jax.tree_util.tree_leaves(in_order)
     if len(placed) == len(leaves):
         for (path, (shape, dtype, weak, _, key)), leaf in zip(list(leaves.items()), placed, strict=True):
@@ -246,7 +247,8 @@ def _signature(frame: Any) -> _Signature:
     except TypeError:  # an object without weak references: compare it by identity while it lives
         ref = (lambda obj: lambda: obj)(keyed)
     return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
-            "passed": passed, "structure": structure, "config": config, "mesh": mesh}
+            "passed": passed, "structure": structure, "config": config, "mesh": mesh,
+            "trees": {n: jax.tree_util.tree_structure(v) for n, v in named}}
 
 
 class RetraceTracker:
@@ -308,7 +310,7 @@ class RetraceTracker:
         kept = self._seen.setdefault(ident, [])
         self._seen.move_to_end(ident)
         if sig is not None:
-            same = next((i for i, k in enumerate(kept) if not _differs(k, sig)), None)
+            same = next((i for i, k in enumerate(kept) if not diff(k, sig)), None)
             if same is not None:
                 kept.pop(same)
                 self._kept -= 1
@@ -411,10 +413,6 @@ def _user_frame() -> Any:
             return frame
         frame = frame.f_back
     return None
-
-
-def _differs(a: _Signature, b: _Signature) -> bool:
-    return bool(diff(a, b))
 
 
 #: The process's tracker, used by the JAX listeners.

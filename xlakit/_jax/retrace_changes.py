@@ -15,6 +15,7 @@ least one), and a static value, a way of passing, a config setting, the mesh or 
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 __all__ = ["Signature", "diff", "distance", "closest", "describe"]
@@ -51,6 +52,61 @@ def _where_differs(b: str, a: str, width: int = 120) -> tuple[str, str]:
     return cut(b), cut(a)
 
 
+def _tree_text(tree: Any) -> str:
+    return str(tree).removeprefix("PyTreeDef(")[:-1]
+
+
+def _child_keys(tree: Any) -> list[str]:
+    """How JAX's argument paths name the children of ``tree``'s root: ``['k']`` in a dict, ``.field`` in a
+    namedtuple, ``[i]`` in a list, a tuple or any other node."""
+    kind, aux = tree.node_data()
+    n = len(tree.children())
+    if issubclass(kind, dict):
+        keys = aux[1] if issubclass(kind, collections.defaultdict) else aux  # defaultdict: (factory, keys)
+        if isinstance(keys, (list, tuple)) and len(keys) == n:
+            return [f"[{k!r}]" for k in keys]
+    fields = getattr(kind, "_fields", None) if issubclass(kind, tuple) else None
+    if fields is not None and len(fields) == n:
+        return [f".{f}" for f in fields]
+    return [f"[{i}]" for i in range(n)]
+
+
+def _kind(tree: Any) -> Any:
+    """The root node's type (None for a leaf)."""
+    data = tree.node_data()
+    return None if data is None else data[0]
+
+
+def _walk(b: Any, a: Any, path: str) -> list[tuple[str, str, str, bool]]:
+    """``(path, before, after, kind changed)`` at the deepest nodes where trees ``b`` and ``a`` differ: a node whose
+    type, keys or number of children differ is one place (its subtrees shown); one that matches is compared child by
+    child, so ``{'a': [x]}`` -> ``{'a': (x,)}`` is ``x['a']: [*] -> (*,)``, not the whole argument."""
+    if b == a:
+        return []
+    kb, ka = _kind(b), _kind(a)
+    same = kb is ka and kb is not None and len(b.children()) == len(a.children()) \
+        and (b.node_data()[1] == a.node_data()[1]) is True
+    if not same:
+        return [(path, _tree_text(b), _tree_text(a), kb is not ka)]
+    out = [w for key, cb, ca in zip(_child_keys(b), b.children(), a.children(), strict=True)
+           for w in _walk(cb, ca, path + key)]
+    return out or [(path, _tree_text(b), _tree_text(a), False)]
+
+
+def _tree_places(before: Signature, after: Signature, leaves_named: bool) -> list[tuple[str, str, str]]:
+    """Where the arguments' pytrees differ (:func:`_walk`), for a structure change: every place where a container
+    changed kind (a list became a tuple, a leaf a dict, at any depth); with none, the places where keys or
+    auxiliary data changed, unless leaves were added or removed (those leaves name the change). Empty when the
+    signatures keep no trees (another JAX's frame) or comparing them raises (auxiliary data of any type)."""
+    bt, at = before.get("trees") or {}, after.get("trees") or {}
+    try:
+        walked = [w for name in at if name in bt for w in _walk(bt[name], at[name], name)]
+    except Exception:  # noqa: BLE001 - a custom node's auxiliary data may refuse ==; the whole structure is shown
+        return []
+    kinds = [w[:3] for w in walked if w[3]]
+    return kinds or ([] if leaves_named else [w[:3] for w in walked])
+
+
 def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]], int]:
     """``(changes, distance)``: one change per differing attribute, and their count (a structure change
     weighs the number of leaves added or removed, at least one)."""
@@ -67,10 +123,15 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
     if list(bl) != list(al) or before["structure"] != after["structure"]:
         gone, new = [p for p in bl if p not in al], [p for p in al if p not in bl]
         named = gone + new + [n for n in bp if n not in ap] + [n for n in ap if n not in bp]
-        b_text, a_text = before["structure"], after["structure"]
-        if b_text == a_text:  # the same tree under other argument names (b= then c=): the names are the change
-            b_text, a_text = ", ".join(bl) or "no arrays", ", ".join(al) or "no arrays"
-        add("structure", (named or ["arguments"])[0], *_where_differs(b_text, a_text), max(1, len(gone) + len(new)))
+        weight = max(1, len(gone) + len(new))
+        places = _tree_places(before, after, bool(named))
+        for i, (path, b_text, a_text) in enumerate(places):  # where a container changed kind: named there
+            add("structure", path, *_where_differs(b_text, a_text), weight if i == 0 else 1)
+        if not places:
+            b_text, a_text = before["structure"], after["structure"]
+            if b_text == a_text:  # the same tree under other argument names (b= then c=): the names are the change
+                b_text, a_text = ", ".join(bl) or "no arrays", ", ".join(al) or "no arrays"
+            add("structure", (named or ["arguments"])[0], *_where_differs(b_text, a_text), weight)
     for path in (p for p in al if p in bl):
         b, a = bl[path], al[path]
         for what, i in (("shape", 0), ("dtype", 1), ("weak_type", 2)):

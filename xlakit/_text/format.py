@@ -1,6 +1,6 @@
 """One formatter for bytes, seconds and counts, used by every table, chart axis, tooltip, repr, report and the CLI.
 
-Bytes use binary units (KiB = 1024 bytes, MiB, GiB, TiB), as allocators and XLA count; seconds pick µs, ms,
+Bytes use binary units (KiB = 1024 bytes, MiB, GiB, TiB, PiB, EiB), as allocators and XLA count; seconds pick µs, ms,
 s or min so that three significant digits show. No dependencies (not even on the rest of xlakit): the memory
 reprs, the widgets, the report and the CLI all import it.
 
@@ -20,8 +20,8 @@ __all__ = ["fmt_bytes", "fmt_seconds", "fmt_count", "fmt_value", "byte_ticks", "
 #: What a missing number reads as, everywhere.
 NOT_REPORTED = "not reported"
 #: (unit, bytes) from the largest down.
-BINARY_UNITS: tuple[tuple[str, int], ...] = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10),
-                                             ("B", 1))
+BINARY_UNITS: tuple[tuple[str, int], ...] = (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30),
+                                             ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 
 
 def _missing(v: object) -> bool:

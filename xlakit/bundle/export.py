@@ -321,7 +321,7 @@ def _check_settings(path, name, overwrite, platforms) -> None:
 
 
 def _batch_sizes(batch_sizes) -> tuple[int, ...]:
-    from xlakit._units import check_int
+    from xlakit._units import check_int, is_int
 
     if isinstance(batch_sizes, str):  # "8" was read as the sequence of characters
         raise TypeError(f"batch_sizes must be a sequence of positive integers such as (1, 8), got {batch_sizes!r:.60}")
@@ -332,12 +332,12 @@ def _batch_sizes(batch_sizes) -> tuple[int, ...]:
     if not sizes:
         raise ValueError("batch_sizes is empty: give at least one batch size")
     for b in sizes:
-        if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+        if not is_int(b) or b <= 0:  # np.array([1, 2])'s np.int64 is a batch size; True is not
             raise ValueError(f"batch_sizes must be positive integers, got {b!r:.60}")
         check_int(b, "batch_sizes", minimum=1, what="batch size")  # 2**70 failed deep in tracing, misexplained
     if len(set(sizes)) != len(sizes):
         raise ValueError(f"batch_sizes has duplicates: {sizes}")
-    return tuple(sorted(sizes))
+    return tuple(sorted(int(b) for b in sizes))
 
 
 def _variants(variants) -> dict[str, Callable]:

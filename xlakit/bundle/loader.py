@@ -130,14 +130,14 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       ValueError: ``max_workers`` < 1.
     """
     from xlakit._jax.environment import current_environment
-    from xlakit._units import check_flag
+    from xlakit._units import check_flag, is_int
     from xlakit.cache import open_store
 
     start = time.perf_counter()
     for flag, value in (("progress", progress), ("background", background), ("warmup", warmup)):
         check_flag(value, flag)  # "false" is truthy
     path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
-    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int)):
+    if max_workers is not None and not is_int(max_workers):
         # "3" raised "'<' not supported between str and int"; 2.5 and True were taken as thread counts
         raise TypeError(f"max_workers must be an int number of threads (>= 1) or None, got "
                         f"{type(max_workers).__name__} {max_workers!r:.40}")

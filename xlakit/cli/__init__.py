@@ -36,7 +36,7 @@ from xlakit._text.untrusted import TerminalStream
 from xlakit.cli import bundle as bundle_cmd
 from xlakit.cli import cache as cache_cmd
 from xlakit.cli import report as report_cli
-from xlakit.cli._common import PROG, CliError, Parser, emit_json, parse_size
+from xlakit.cli._common import PROG, CliError, Parser, emit_json, nonempty, parse_size
 
 # ``_emit_json`` is the old private name (tests and notes use it).
 _emit_json = emit_json
@@ -89,9 +89,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        "ago (30d, 12h, 90m, 2w)")
     prune.add_argument("--dry-run", action="store_true", help="with --remote: list what would be deleted "
                        "(refused for the local folder)")
-    prune.add_argument("--max-bytes", metavar="N",
-                       help="target size: bytes, or with a unit: 10k, 500MB, 2GiB "
-                       "(k/MB/GB = 1000s, KiB/MiB/GiB = 1024s)")
+    prune.add_argument("--max-bytes", metavar="N", type=str,  # '' too is read (and refused) by size_option
+                       help="target size: a whole number of bytes, or with a unit: 10k, 500MB, 2GiB, 7EiB "
+                       "(k/MB/GB/TB/PB/EB = 1000s, KiB/MiB/GiB/TiB/PiB/EiB = 1024s; 0 evicts every entry)")
     prune.set_defaults(func=cache_cmd.prune)
 
     clear = cache_cmds.add_parser("clear", parents=[common], help="remove entries")
@@ -135,7 +135,19 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(_help=parser)
     cache.set_defaults(_help=cache)
     bundle.set_defaults(_help=bundle)
+    _refuse_empty(parser)
     return parser
+
+
+def _refuse_empty(parser: argparse.ArgumentParser) -> None:
+    """Every option or argument that takes a string, in every subcommand, refuses ``''`` (:func:`nonempty`):
+    ``--remote ''`` listed the local folder, ``--max-bytes ''`` pruned with no size limit."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                _refuse_empty(sub)
+        elif isinstance(action, argparse._StoreAction) and action.type is None and action.choices is None:
+            action.type = nonempty(str(action.metavar or "value"), bool(action.option_strings))
 
 
 def main(argv: list[str] | None = None) -> int:

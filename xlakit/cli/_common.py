@@ -19,8 +19,8 @@ from xlakit._text.table import Column, Table
 from xlakit._text.untrusted import terminal_text
 from xlakit._units import parse_size  # re-exported: the CLI and the API read sizes alike
 
-__all__ = ["PROG", "CliError", "Parser", "parse_size", "human", "local_time", "seconds", "emit_json",
-           "print_table", "print_bounded", "Column", "SHOW_ALL", "EXAMPLES", "SHOW_ROWS", "largest_first"]
+__all__ = ["PROG", "CliError", "Parser", "parse_size", "size_option", "nonempty", "human", "local_time", "seconds",
+           "emit_json", "print_table", "print_bounded", "Column", "SHOW_ALL", "EXAMPLES", "SHOW_ROWS", "largest_first"]
 
 PROG = "xlakit"
 
@@ -37,8 +37,40 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def nonempty(what: str = "value", optional: bool = True) -> Any:
+    """An argparse ``type`` refusing an empty string, for every string option and argument: an empty value
+    (``--remote ''``, an unset variable in a script) read as "not given" and acted on the default (the local
+    folder, no size limit). ``what``: the metavar (URL, DIR, N), named in the message; ``optional``: an option,
+    which may be left out."""
+
+    def check(text: str) -> str:
+        if text == "":
+            raise argparse.ArgumentTypeError(f"an empty {what}; give one"
+                                             + (", or leave the option out for its default" if optional else ""))
+        return text
+
+    check.__name__ = what  # what argparse names in its own messages
+    return check
+
+
+def size_option(text: str, option: str = "--max-bytes") -> int:
+    """Bytes from a size option (:func:`xlakit._units.parse_size`, the API's parser: ``500MB``, ``2GiB``, ``7EiB``;
+    a fraction of a byte, ``0.4``, is refused, never rounded down to a limit of 0); a CliError naming ``option``."""
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise CliError(f"{option}: {e}") from None
+
+
+_BIG_UNITS = (("EiB", 2**60), ("PiB", 2**50))
+
+
 def human(n: int | float | None) -> str:
-    """Bytes in binary units (:func:`xlakit._text.format.fmt_bytes`); "-" when not known."""
+    """Bytes in binary units (:func:`xlakit._text.format.fmt_bytes`, up to TiB; PiB and EiB past 1024 TiB, so a
+    limit of ``7EiB`` reads "7.0 EiB", not "7340032.0 TiB"); "-" when not known."""
+    for unit, size in _BIG_UNITS:
+        if isinstance(n, (int, float)) and math.isfinite(n) and abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
     return fmt_bytes(n, missing="-")
 
 

@@ -21,9 +21,9 @@ from xlakit.cli._common import (
     human,
     largest_first,
     local_time,
-    parse_size,
     print_bounded,
     print_table,
+    size_option,
 )
 
 __all__ = ["SORT_KEYS", "open_store", "ls", "stats", "verify", "prune", "clear", "where"]
@@ -34,6 +34,33 @@ SORT_KEYS = ("last_used", "size", "name", "created")
 def _finite(x: float | None) -> float | None:
     """``x``, or None when it is not a finite number (a corrupt header may record NaN or Infinity)."""
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+#: Options that act on a bucket only, with what the local folder does instead: given without ``--remote`` they
+#: were accepted and ignored (``verify --fix`` did nothing more; ``prune --older-than 30d --max-bytes 1G`` evicted
+#: entries of any age; ``--remote-mode ro`` let a local prune delete), so each is refused, naming it.
+_REMOTE_ONLY = {
+    "fix": ("--fix", "the local verify always moves bad entries to the quarantine; run it without --fix"),
+    "dry_run": ("--dry-run", "for the local folder, `xlakit cache ls --sort last_used` lists entries least "
+                "recently used first (what prune would evict first); nothing was removed"),  # a dry run that deletes
+    "older_than": ("--older-than", "the local prune evicts least-recently-used entries down to --max-bytes N"),
+    "remote_mode": ("--remote-mode", "the local folder has no read-only mode"),
+    "remote_options": ("--remote-options", "the local folder takes no storage options"),
+}
+
+
+def _on_remote(args: argparse.Namespace, command: str) -> int | None:
+    """The exit status of ``command`` run on the bucket when ``--remote URL`` is given, else None (the local
+    folder's turn) after refusing an option of :data:`_REMOTE_ONLY`: a CliError naming it; nothing is done."""
+    if getattr(args, "remote", None) is not None:
+        from xlakit.cli import remote
+
+        return getattr(remote, command)(args)
+    for dest, (option, instead) in _REMOTE_ONLY.items():
+        if getattr(args, dest, None) not in (None, False):
+            done = "" if "nothing was" in instead else "; nothing was done"
+            raise CliError(f"{option} is for --remote URL only; {instead}{done}")
+    return None
 
 
 def open_store(args: argparse.Namespace, *, missing_ok: bool = False):
@@ -105,10 +132,8 @@ def _label(info) -> str:
 
 def ls(args: argparse.Namespace) -> int:
     """``xlakit cache ls``: one line per entry, most recently used first (``--sort``)."""
-    if getattr(args, "remote", None):
-        from xlakit.cli import remote
-
-        return remote.ls(args)
+    if (code := _on_remote(args, "ls")) is not None:
+        return code
     store = open_store(args)
     _check_partition(store, args.partition)
     entries = store.entries(args.partition)
@@ -184,10 +209,8 @@ def _quarantined(root: Path) -> tuple[int, int]:
 
 def stats(args: argparse.Namespace) -> int:
     """``xlakit cache stats``: totals on disk, the quarantine, and one line per partition."""
-    if getattr(args, "remote", None):
-        from xlakit.cli import remote
-
-        return remote.stats(args)
+    if (code := _on_remote(args, "stats")) is not None:
+        return code
     store = open_store(args)  # a mistyped --path is an error here too, not an empty report
     exists = store.root.is_dir()
     entries = store.entries() if exists else []
@@ -242,10 +265,8 @@ def verify(args: argparse.Namespace) -> int:
     """``xlakit cache verify``: open every entry fully; bad ones go to the quarantine (exit 1)."""
     from xlakit.store.quarantine import NOTE_MISSING
 
-    if getattr(args, "remote", None):
-        from xlakit.cli import remote
-
-        return remote.verify(args)
+    if (code := _on_remote(args, "verify")) is not None:
+        return code
     store = open_store(args)
     _check_partition(store, args.partition)
     if not store.root.is_dir():
@@ -291,19 +312,11 @@ def verify(args: argparse.Namespace) -> int:
 
 def prune(args: argparse.Namespace) -> int:
     """``xlakit cache prune --max-bytes N``: evict least-recently-used entries down to N bytes."""
-    if getattr(args, "remote", None):
-        from xlakit.cli import remote
-
-        return remote.prune(args)
+    if (code := _on_remote(args, "prune")) is not None:
+        return code
     if args.max_bytes is None:
         raise CliError("prune needs --max-bytes N for the local folder (--older-than is for --remote URL)")
-    if getattr(args, "dry_run", False):  # a dry run that deleted would be the worst surprise: refuse it
-        raise CliError("--dry-run is for --remote URL; for the local folder, `xlakit cache ls --sort last_used` "
-                       "lists entries least recently used first (what prune would evict first); nothing was removed")
-    try:
-        limit = parse_size(args.max_bytes)
-    except ValueError as e:
-        raise CliError(f"--max-bytes: {e}") from None
+    limit = size_option(args.max_bytes)
     store = open_store(args)
     before = store.total_bytes() if store.root.is_dir() else 0
     evicted = _destructive(store.prune, limit)

@@ -16,9 +16,9 @@ from xlakit.cli._common import (
     human,
     largest_first,
     local_time,
-    parse_size,
     print_bounded,
     print_table,
+    size_option,
 )
 
 __all__ = ["ls", "stats", "verify", "prune"]
@@ -60,7 +60,7 @@ def _remote(args: argparse.Namespace):
     except (TypeError, ValueError) as e:
         raise CliError(str(e)) from None
     try:
-        options = parse_options(args.remote_options) if args.remote_options else None
+        options = parse_options(args.remote_options) if args.remote_options is not None else None
         if options is not None and not isinstance(options, dict):
             raise ValueError("not a JSON object")
     except ValueError as e:
@@ -187,13 +187,10 @@ def prune(args: argparse.Namespace) -> int:
     from xlakit.cache import remote_maintenance as rm
 
     try:
-        older = rm.parse_age(args.older_than) if args.older_than else None
+        older = rm.parse_age(args.older_than) if args.older_than is not None else None
     except ValueError as e:
         raise CliError(f"--older-than: {e}") from None
-    try:
-        limit = parse_size(args.max_bytes) if args.max_bytes else None
-    except ValueError as e:
-        raise CliError(f"--max-bytes: {e}") from None
+    limit = size_option(args.max_bytes) if args.max_bytes is not None else None
     remote, mode = _remote(args)
     scan = _scan(remote)
     secret = _secret()

@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
+from typing import Any
 
-from xlakit._units import _shown, check_int, check_number
+from xlakit._units import _shown, check_int, check_number, is_int
 from xlakit.memory._display import fmt_bytes, html_table
 
 __all__ = ["Budget", "weight_budget", "DEFAULT_FRACTION", "DEFAULT_WIGGLE"]
@@ -97,18 +98,18 @@ class Budget:
 
 
 def _max_scratch(scratch: int | Iterable[int]) -> int:
+    """The largest of ``scratch`` (bytes: an int, a NumPy integer, or an iterable of them), as a Python int."""
     # None or a string is not an iterable of byte counts: said here, not as "'NoneType' object is not iterable"
-    if not isinstance(scratch, (int, Iterable)) or isinstance(scratch, (str, bytes)):
+    if not (is_int(scratch) or isinstance(scratch, Iterable)) or isinstance(scratch, (str, bytes)):
         raise TypeError(f"scratch_bytes must be an int number of bytes or an iterable of them, got "
                         f"{type(scratch).__name__} {_shown(scratch)}")
-    values = [scratch] if isinstance(scratch, int) else list(scratch)
+    values: list[Any] = [scratch] if is_int(scratch) else list(scratch)  # type: ignore[arg-type]
     for v in values:
-        if not isinstance(v, int) or isinstance(v, bool):
+        if not is_int(v):
             raise TypeError(f"scratch_bytes must be bytes as int (or ints), got {type(v).__name__} {_shown(v)}")
         if v < 0:
             raise ValueError(f"scratch bytes must be >= 0, got {v}")
-        check_int(v, "scratch_bytes")
-    return max(values, default=0)
+    return max((check_int(v, "scratch_bytes") for v in values), default=0)
 
 
 def weight_budget(arena_bytes: int, scratch_bytes: int | Iterable[int], fraction: float = DEFAULT_FRACTION,
@@ -116,7 +117,8 @@ def weight_budget(arena_bytes: int, scratch_bytes: int | Iterable[int], fraction
     """Resolve ``pool = min(fraction * arena, (1 - wiggle) * arena - max_scratch)`` minus pinned bytes.
 
     Args:
-      arena_bytes: bytes the budget divides (> 0), e.g. ``allocator_stats(d).bytes_limit``.
+      arena_bytes: bytes the budget divides (> 0), e.g. ``allocator_stats(d).bytes_limit``. Every byte count
+        here is an int or a NumPy integer (not a bool).
       scratch_bytes: the largest scratch of the programs that may run, or an iterable of scratches (the max
         is taken), e.g. ``[probe(f, x).scratch_bytes for f in programs]``.
       fraction: the weights' largest share of the arena, in (0, 1]. Default 0.9.
@@ -131,14 +133,15 @@ def weight_budget(arena_bytes: int, scratch_bytes: int | Iterable[int], fraction
         TypeError: a byte count that is not int, a ``fraction`` or ``wiggle`` that is not a number.
     """
     for label, value in (("arena_bytes", arena_bytes), ("pinned_bytes", pinned_bytes)):
-        if not isinstance(value, int) or isinstance(value, bool):
+        if not is_int(value):  # an int or a NumPy integer (np.int64 from an array's nbytes); not a bool
             raise TypeError(f"{label} must be an int number of bytes, got {type(value).__name__}")
     if arena_bytes <= 0:
         raise ValueError(f"arena_bytes must be > 0, got {arena_bytes}")
     if pinned_bytes < 0:
         raise ValueError(f"pinned_bytes must be >= 0, got {pinned_bytes}")
-    check_int(arena_bytes, "arena_bytes", minimum=1)  # 400 digits: "int too large to convert to float" below, not named
-    check_int(pinned_bytes, "pinned_bytes")
+    # 400 digits: "int too large to convert to float" below, not named; a NumPy integer becomes a Python int
+    arena_bytes = check_int(arena_bytes, "arena_bytes", minimum=1)
+    pinned_bytes = check_int(pinned_bytes, "pinned_bytes")
     fraction = check_number(fraction, "fraction", 0, 1, low_open=True)  # '0.9' or None: named, not a bare TypeError
     wiggle = check_number(wiggle, "wiggle", 0, 1, high_open=True)
     scratch = _max_scratch(scratch_bytes)

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from xlakit._units import MAX_BYTES, _shown, check_flag, check_int
+from xlakit._units import MAX_BYTES, _shown, check_flag, check_int, is_int
 from xlakit.memory._abstract_args import Builder as _Builder
 from xlakit.memory._abstract_args import abstract_args as _abstract_args
 from xlakit.memory._display import fmt_bytes, html_table, term_words
@@ -128,12 +128,14 @@ class Sweep:
 class MaxBatch:
     """The largest batch size whose compiled footprint fits a budget (bytes per device).
 
-    batch: that size (None when even ``lo`` does not fit). bytes: its ``total_bytes`` (per device).
+    batch: that size (None when no size tried fits: ``lo``, the round sizes above it and ``hi``; see
+    :func:`max_batch`). bytes: its ``total_bytes`` (per device).
     budget_bytes: the budget (per device).
     limiting_term: the term of ``total_bytes`` that grew most from ``batch`` to the smallest size that did not
     fit (what crosses the budget first); with nothing over the budget tried (``hi`` fits), None.
-    frame: the tried sizes (columns as :class:`Sweep`'s, plus fits). notes: caveats (a footprint that is not
-    monotonic in the batch size: ``batch`` fits and ``batch + 1`` does not, but a larger size might).
+    frame: the tried sizes (columns as :class:`Sweep`'s, plus fits). notes: what else was checked and caveats: the
+    round sizes checked beyond the bisection (and which fit), a footprint that is not monotonic in the batch
+    size (``batch`` fits and ``batch + 1`` does not, but a larger size might), sizes that could not be made.
     """
 
     batch: int | None
@@ -145,10 +147,19 @@ class MaxBatch:
 
     def __repr__(self) -> str:
         if self.batch is None:
-            return (f"MaxBatch(nothing fits {fmt_bytes(self.budget_bytes)}: the smallest size tried needs "
-                    f"{fmt_bytes(int(self.frame['total_bytes'].min()))}, mostly {term_words(self.limiting_term)})")
+            sizes = [int(b) for b in self.frame["batch"]]
+            least = self.frame.loc[self.frame["total_bytes"].idxmin()]
+            return (f"MaxBatch(none of the {len(sizes)} sizes tried ({_listed(sizes)}) fits "
+                    f"{fmt_bytes(self.budget_bytes)}: the least any needs is {fmt_bytes(int(least['total_bytes']))} "
+                    f"(batch {int(least['batch'])}), mostly {term_words(self.limiting_term)})")
         limit = f"; what grows past the budget first: {term_words(self.limiting_term)}" if self.limiting_term else ""
         return f"MaxBatch({self.batch}: {fmt_bytes(self.bytes)} of {fmt_bytes(self.budget_bytes)}{limit})"
+
+
+def _listed(sizes: list[int], shown: int = 8) -> str:
+    """``"4001, 4008, 4016"``; past ``shown`` sizes, the first ones and how many more."""
+    more = f" and {len(sizes) - shown} more" if len(sizes) > shown else ""
+    return ", ".join(map(str, sizes[:shown])) + more
 
 
 def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] = (1, 8, 32, 128),
@@ -162,7 +173,7 @@ def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] =
         arrays are traced per size and made once per call (``probe=True`` makes each); their placement is kept:
         an array sharded over several devices (``jax.device_put(x, NamedSharding(...))``) makes the SPMD
         program, whose bytes are per device.
-      batch_sizes: positive ints.
+      batch_sizes: positive ints (Python ints or NumPy integers: ``np.array([1, 8, 32])`` works).
       cache: an :class:`~xlakit.cache.ExecutableCache` (or the cache ``xlakit.enable_cache()`` returned) to
         compile through (a rerun then loads every program).
       probe: also measure one run of each (see the module docstring).
@@ -186,11 +197,142 @@ def _cache(cache: Any, where: str) -> Any:
 
 
 def _sizes(batch_sizes: Iterable[int]) -> list[int]:
-    sizes = list(batch_sizes)
-    bad = [b for b in sizes if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BYTES]
+    """``batch_sizes`` as sorted distinct Python ints: each an int or a NumPy integer (``np.array([1, 2, 4])``
+    holds ``np.int64``) from 1 to 2**63-1; a bool is no size."""
+    try:
+        sizes: list[Any] = list(batch_sizes)
+    except TypeError:  # one int, None: not a collection of sizes
+        sizes = [batch_sizes]
+    bad = [b for b in sizes if not is_int(b) or not 1 <= int(b) <= MAX_BYTES]
     if bad or not sizes:
-        raise ValueError(f"batch sizes must be positive ints (at most 2**63-1), got {_shown(bad or sizes)}")
-    return sorted(set(sizes))
+        raise ValueError(f"batch sizes must be positive ints (at most 2**63-1), Python or NumPy, e.g. [1, 8, 32]; "
+                         f"got {_shown(bad or sizes)}")
+    return sorted({int(b) for b in sizes})
+
+
+#: The smallest power-of-two step whose multiples :func:`_round_sizes` checks, and the largest.
+_ROUND_STEPS = (8, 256)
+
+
+def _round_sizes(n: int, limit: int) -> list[int]:
+    """The "round" batch sizes above ``n`` that XLA may lay out in less memory than ``n + 1`` (its layouts and
+    tiles favour multiples of 8, 16, 128...: f32 (n, 1024) cumsum needs 65.7 MB at 4001 rows, 50.5 MB at 4016):
+    the next multiple of 8, 16, 32, ..., 256 above ``n`` and the next power of two, all in ``(n, 2n]``, at most
+    ``limit``. Seven sizes at most, whatever ``n``."""
+    out = {1 << n.bit_length()}  # the next power of two above n
+    step = _ROUND_STEPS[0]
+    while step <= min(_ROUND_STEPS[1], 2 * n):
+        out.add((n // step + 1) * step)
+        step *= 2
+    return sorted(s for s in out if n < s <= limit)
+
+
+class _Search:
+    """The sizes one :func:`max_batch` call compiled (``tried``: size -> row with ``fits``), those whose program
+    could not be made (``unbuilt``: size -> the error), and the moves of the search over them."""
+
+    def __init__(self, fn: Any, make_args: Any, budget_bytes: int, cache: Any, limit: int) -> None:
+        self.fn, self.make_args, self.budget_bytes, self.cache, self.limit = fn, make_args, budget_bytes, cache, limit
+        self.tried: dict[int, dict[str, Any]] = {}
+        self.unbuilt: dict[int, str] = {}  # a sharding that does not split the rows, a make_args that raises
+
+    def fits(self, size: int) -> bool:
+        return bool(self.tried[size]["fits"])
+
+    def built(self, b: int, floor: int) -> int | None:
+        """The largest size in ``(floor, b]`` whose program can be made and compiled (its row in ``tried``),
+        at most :data:`_STEPS_DOWN` sizes down: over 4 devices a batch sharded by rows is made of multiples of 4
+        only, as the user's own run is."""
+        for size in range(b, max(floor, b - _STEPS_DOWN), -1):
+            if size in self.tried:
+                return size
+            if size in self.unbuilt:
+                continue
+            try:
+                row = _row(self.fn, self.make_args, size, self.cache, False)
+            except Exception as exc:  # noqa: BLE001 - make_args(size) or its program cannot be made: skip the size
+                self.unbuilt[size] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+                continue
+            row["fits"] = max(row["total_bytes"], row["peak_bytes"]) <= self.budget_bytes
+            self.tried[size] = row
+            return size
+        return None
+
+    def climb(self, start: int, good: int | None) -> tuple[int | None, int | None]:
+        """``(good, bad)`` doubling from ``start`` until a size does not fit (``bad``) or ``limit`` is reached
+        (``bad`` None); ``good``: the largest size that fit on the way (or the ``good`` given)."""
+        b = start
+        while True:
+            size = self.built(b, good if good is not None else start - 1)
+            if size is not None and not self.fits(size):
+                return good, size
+            good = size if size is not None else good
+            if b >= self.limit:
+                return good, None
+            b = min(b * 2, self.limit)
+
+    def bisect(self, good: int, bad: int) -> int:
+        """The largest size in ``[good, bad)`` that fits, such that the next size up does not fit or cannot be
+        made (``good`` fits, ``bad`` does not)."""
+        low = good
+        while bad - low > 1:
+            mid = (low + bad) // 2
+            size = self.built(mid, low)
+            if size is None or self.fits(size):
+                good, low = (size or good), mid
+            else:
+                bad = size
+        return good
+
+    def check(self, sizes: Iterable[int]) -> list[int]:
+        """Compile each of ``sizes`` not tried yet (no stepping down); the sizes compiled now, ascending."""
+        new = sorted({s for s in sizes if s not in self.tried and s not in self.unbuilt})
+        for size in new:
+            self.built(size, size - 1)
+        return [s for s in new if s in self.tried]
+
+    def answer(self, checked: list[int]) -> int | None:
+        """The largest size tried that fits, after establishing that the next size up does not fit (doubling
+        and bisecting above it) and that no round size above it (:func:`_round_sizes`) fits: a round size that
+        fits restarts the search from there. ``checked`` gets the round sizes compiled (now or before)."""
+        while (good := max((s for s in self.tried if self.fits(s)), default=None)) is not None:
+            bad = min((s for s in self.tried if s > good and not self.fits(s)), default=None)
+            if bad is None and good < self.limit:
+                good, bad = self.climb(min(good * 2, self.limit), good)
+            if bad is not None and good is not None:
+                good = self.bisect(good, bad)
+            rounds = _round_sizes(good, self.limit) if good is not None else []
+            new = self.check(rounds)
+            checked += [s for s in rounds if s in self.tried and s not in checked]
+            if not any(self.fits(s) for s in new):
+                return good
+        return None
+
+    def limiting_term(self, good: int | None) -> str | None:
+        """The term that grew most from ``good`` to the smallest size above it that does not fit (with ``good``
+        None: the largest term of the smallest size tried); None when nothing tried above ``good`` misses."""
+        over = min((s for s in self.tried if (good is None or s > good) and not self.fits(s)), default=None)
+        if over is None:
+            return None
+        grown = self.tried[over][_TERMS]
+        if good is not None:
+            grown = {t: grown[t] - self.tried[good][_TERMS][t] for t in TERMS}
+        return max(TERMS, key=grown.__getitem__)
+
+
+def _check_range(budget_bytes: Any, lo: Any, hi: Any) -> tuple[int, int, int | None]:
+    """``(budget_bytes, lo, hi)`` as Python ints (NumPy integers accepted), or a ValueError naming the bad one
+    (a bool or a float is no count; 400 digits raised "int too large to convert to float" from the comparison and
+    an MLIR type error from the shape)."""
+    for name, v in (("budget_bytes", budget_bytes), ("lo", lo)):
+        if not is_int(v) or v < 1:
+            raise ValueError(f"{name} must be a positive int (Python or NumPy), got {_shown(v)}")
+    if hi is not None and (not is_int(hi) or hi < lo):
+        raise ValueError(f"hi must be an int >= lo ({_shown(lo)}), or None; got {_shown(hi)}")
+    budget_bytes = check_int(budget_bytes, "budget_bytes", minimum=1)
+    lo = check_int(lo, "lo", minimum=1, what="batch size")
+    hi = check_int(hi, "hi", minimum=1, what="batch size") if hi is not None else None
+    return budget_bytes, lo, hi
 
 
 def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: int = 1, hi: int | None = None,
@@ -198,102 +340,79 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
     """The largest batch size in ``[lo, hi]`` whose ``total_bytes`` (see :class:`Sweep`: XLA's
     ``memory_analysis()`` of that size's compiled program, with its constants and, on accelerators, its code;
     bytes per device) and attributed peak are at most ``budget_bytes``, found by compiling: doubling from ``lo``
-    until a size does not fit (or reaches ``hi``), then bisecting, so ``batch`` fits and ``batch + 1`` was compiled too
-    and does not (both rows are in ``frame``; unless ``batch`` is ``hi``) — or could not be made: a size whose
+    until a size does not fit (or reaches ``hi``), then bisecting, so ``batch`` fits and ``batch + 1`` was compiled
+    too and does not (both rows are in ``frame``; unless ``batch`` is ``hi``) — or could not be made: a size whose
     arguments or program cannot be made (a batch sharded by rows over 4 devices is made of multiples of 4, as the
     user's own run is) is passed over, the largest size below it that can be made answers for it, and ``notes``
-    names the sizes passed over and why. The footprint need not grow monotonically
-    (XLA tiles some sizes better: measured 65.7 MB at 4001 rows, 50.5 MB at 4016); when the sizes tried show
-    a drop, ``notes`` says so.
+    names the sizes passed over and why.
+
+    XLA's footprint is not monotonic in the batch size: its layouts and tiles favour multiples of 8, 16, 128...
+    (f32 (n, 1024) cumsum: 50.3 MB at 4000 rows, 65.7 MB at 4001, 50.5 MB at 4016, 51.4 MB at 4096). So the
+    search also compiles the *round* sizes above its answer — the next multiple of 8, 16, ..., 256 and the next
+    power of two, all within twice the answer and at most ``hi``, seven programs at most — and where one fits, searches
+    on from there; where ``lo`` itself does not fit, the round sizes above ``lo`` and ``hi`` are compiled before
+    anything is said not to fit. ``notes`` names the round sizes checked and which fit, and says when the sizes
+    tried show the footprint dropping (another size above the answer, not round, may still fit).
 
     Args:
       fn, make_args, cache: as for :func:`sweep`.
       budget_bytes: bytes available to one run on each device (e.g. a device's ``bytes_limit`` minus what
-        stays resident there). For arguments sharded over several devices the program compared is the SPMD
-        program, whose footprint is one device's share, so the budget is one device's too, not the sum.
-      lo, hi: the range searched; ``hi=None``: no upper bound (doubling stops at 2**20 rows).
+        stays resident there); an int or a NumPy integer. For arguments sharded over several devices the program
+        compared is the SPMD program, whose footprint is one device's share, so the budget is one device's too,
+        not the sum.
+      lo, hi: the range of batch sizes searched (ints or NumPy integers); ``hi=None``: no upper bound (doubling
+        stops at 2**20 rows).
 
     Raises:
       ValueError: a budget or bound that is not a positive int (or is over 2**63-1), or ``hi < lo``; no size in
         the range could be made and compiled (the first error is quoted).
       TypeError: ``cache`` that is no xlakit cache.
     """
-    for name, v in (("budget_bytes", budget_bytes), ("lo", lo)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {_shown(v)}")
-    if hi is not None and (isinstance(hi, bool) or not isinstance(hi, int) or hi < lo):
-        raise ValueError(f"hi must be an int >= lo ({_shown(lo)}), or None; got {_shown(hi)}")
-    # 400 digits: "int too large to convert to float" from the comparison, an MLIR type error from the shape
-    check_int(budget_bytes, "budget_bytes", minimum=1)
-    check_int(lo, "lo", minimum=1, what="batch size")
-    if hi is not None:
-        check_int(hi, "hi", minimum=1, what="batch size")
+    budget_bytes, lo, hi = _check_range(budget_bytes, lo, hi)
     cache = _cache(cache, "max_batch")
-    make_args = _Builder(make_args)  # one real build for this call (see xlakit.memory._abstract_args)
-    tried: dict[int, dict[str, Any]] = {}
-    unbuilt: dict[int, str] = {}  # sizes whose program cannot be made (a sharding that does not split the rows)
-
-    def built(b: int, floor: int) -> int | None:
-        """The largest size in ``(floor, b]`` whose program can be made and compiled (its row in ``tried``):
-        over 4 devices a batch sharded by rows is made of multiples of 4 only, as the user's own run is."""
-        for size in range(b, max(floor, b - _STEPS_DOWN), -1):
-            if size in tried:
-                return size
-            if size in unbuilt:
-                continue
-            try:
-                row = _row(fn, make_args, size, cache, False)
-            except Exception as exc:  # noqa: BLE001 - make_args(size) or its program cannot be made: skip the size
-                unbuilt[size] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-                continue
-            row["fits"] = max(row["total_bytes"], row["peak_bytes"]) <= budget_bytes
-            tried[size] = row
-            return size
-        return None
-
     limit = hi if hi is not None else 1 << 20
-    good, bad = None, None
-    b = lo
-    while True:  # doubling; a size that cannot be made is passed over
-        size = built(b, good if good is not None else lo - 1)
-        if size is not None and not tried[size]["fits"]:
-            bad = size
-            break
-        if size is not None:
-            good = size
-        if b >= limit:
-            break
-        b = min(b * 2, limit)
-    if good is None and bad is None and unbuilt:
-        raise ValueError(f"no batch size in [{lo}, {limit}] could be made and compiled; at {min(unbuilt)}: "
-                         f"{unbuilt[min(unbuilt)]}")
-    low = good
-    if low is not None and bad is not None:
-        while bad - low > 1:  # bisecting (low, bad): every size up to low fits or cannot be made
-            mid = (low + bad) // 2
-            size = built(mid, low)
-            if size is None or tried[size]["fits"]:
-                good, low = (size or good), mid
-            else:
-                bad = size
-    frame = _frame(list(tried.values()))
-    notes: tuple[str, ...] = ()
+    search = _Search(fn, _Builder(make_args), budget_bytes, cache, limit)  # one real build for this call
+    good, _ = search.climb(lo, None)
+    rescued: list[int] = []
+    if good is None:  # lo does not fit (or cannot be made): never "nothing fits" from one size
+        rescued = search.check([*_round_sizes(lo, limit), *([hi] if hi is not None else [])])
+    if not search.tried and search.unbuilt:
+        first = min(search.unbuilt)
+        raise ValueError(f"no batch size in [{lo}, {limit}] could be made and compiled; at {first}: "
+                         f"{search.unbuilt[first]}")
+    checked: list[int] = []
+    good = search.answer(checked)
+    return MaxBatch(batch=good, bytes=int(search.tried[good]["total_bytes"]) if good is not None else None,
+                    budget_bytes=budget_bytes, limiting_term=search.limiting_term(good),
+                    frame=_frame(list(search.tried.values())), notes=_notes(search, lo, rescued, checked, good))
+
+
+def _fit_words(search: _Search, sizes: list[int]) -> str:
+    """``"4008 (no), 4016 (fits)"``: each size checked and whether it fits."""
+    return ", ".join(f"{s} ({'fits' if search.fits(s) else 'no'})" for s in sizes)
+
+
+def _notes(search: _Search, lo: int, rescued: list[int], checked: list[int], good: int | None) -> tuple[str, ...]:
+    """What :func:`max_batch` says beside its answer: the round sizes checked, a footprint that drops, sizes that
+    could not be made."""
+    notes: list[str] = []
+    if rescued:
+        notes.append(f"no size doubled from lo={lo} fits, so the round sizes above lo (XLA lays some out in less "
+                     f"memory) and hi were compiled too: {_fit_words(search, rescued)}")
+    if checked:
+        notes.append(f"round sizes past the bisection's answer compiled too (multiples of 8 to 256 and powers of "
+                     f"two, up to twice it: XLA may need less there than at batch + 1): "
+                     f"{_fit_words(search, sorted(checked))}")
+    frame = _frame(list(search.tried.values()))
     if not frame["total_bytes"].is_monotonic_increasing:
         dips = [int(b) for b, d in zip(frame["batch"], frame["total_bytes"].diff(), strict=True) if d < 0]
-        notes = (f"the footprint is not monotonic in the batch size (it drops at {dips}: XLA tiles some sizes "
-                 "better), so a larger size than the one found may fit too; sweep() around it to see",)
-    if unbuilt:
-        sizes = sorted(unbuilt)
-        shown = ", ".join(map(str, sizes[:6])) + (f" and {len(sizes) - 6} more" if len(sizes) > 6 else "")
-        notes += (f"sizes {shown} could not be made ({unbuilt[sizes[0]]}); the answer is the largest size that "
-                  "could be made and fits",)
-    term = None
-    if bad is not None:
-        over = tried[bad]
-        grown = over[_TERMS]
-        if good is not None:
-            grown = {t: grown[t] - tried[good][_TERMS][t] for t in TERMS}
-        term = max(TERMS, key=grown.__getitem__)
-    return MaxBatch(batch=good, bytes=int(tried[good]["total_bytes"]) if good is not None else None,
-                    budget_bytes=budget_bytes, limiting_term=term, frame=frame, notes=notes)
-
+        found = "" if good is None else (
+            f"; {good} fits, {good + 1} does not" if good + 1 in search.tried else f"; {good} fits")
+        notes.append(f"the footprint is not monotonic in the batch size: it drops at {_listed(dips)} (XLA lays some "
+                     f"sizes out in less memory){found}, and the round sizes checked are named above, but another "
+                     "size might fit; sweep() around it to see")
+    if search.unbuilt:
+        sizes = sorted(search.unbuilt)
+        notes.append(f"sizes {_listed(sizes, 6)} could not be made ({search.unbuilt[sizes[0]]}); the answer is the "
+                     "largest size that could be made and fits")
+    return tuple(notes)
