@@ -299,3 +299,43 @@ def test_code_outside_the_buffer_assignment_is_found_as_a_full_search_finds_it()
     assert runtime_calls(text, "cpu") == ("1 convolution run by Eigen", "1 custom call to my_target",
                                           "1 fused operation run by YNNPACK (__ynn_fusion)",
                                           "1 matrix product run by Eigen")  # not the dot inside the fusion
+
+
+def _fresh_compiled():
+    spec = jax.ShapeDtypeStruct
+    return jax.jit(jax.grad(_mlp_loss)).lower([spec((32, 32), F32)] * 2, spec((4, 32), F32)).compile()
+
+
+def test_the_module_made_while_xla_computes_the_analysis_is_the_one_decoded(monkeypatch):
+    """peak()'s first call asks XLA for memory_analysis() in a second thread while this one serializes and decodes
+    the module (xlakit.memory._analysis): the decoder takes that module instead of asking again, and the decoded
+    assignment equals one decoded the plain way, buffer for buffer."""
+    from xlakit.memory import _analysis, attribute
+    from xlakit.memory.buffer_assignment import decode_buffer_assignment
+
+    overlapped = _fresh_compiled()
+    threads: list[str] = []
+    real = _analysis.memory_analysis
+    monkeypatch.setattr(_analysis, "memory_analysis",
+                        lambda c: threads.append(__import__("threading").current_thread().name) or real(c))
+    got = attribute(overlapped)
+    assert threads[0] == "xlakit-memory-analysis"
+    assert _analysis.take_module(overlapped) is None  # handed over once, to the decoder
+    plain = _fresh_compiled()
+    data = plain.memory_analysis().serialized_buffer_assignment_proto
+    module = plain.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+    want = decode_buffer_assignment(data, module)
+    assert [(b.id, b.size, b.instruction, b.shape, b.dtype) for b in got.assignment.logical_buffers] == \
+        [(b.id, b.size, b.instruction, b.shape, b.dtype) for b in want.logical_buffers]
+    assert buffer_assignment(overlapped) is got.assignment
+
+
+def test_an_error_of_the_analysis_in_its_thread_reaches_the_caller(monkeypatch):
+    from xlakit.memory import _analysis
+
+    def refuse(compiled):
+        raise RuntimeError("XLA said no")
+
+    monkeypatch.setattr(_analysis, "memory_analysis", refuse)
+    with pytest.raises(RuntimeError, match="XLA said no"):
+        _analysis.analysis_and_module(_fresh_compiled())
