@@ -52,7 +52,7 @@ from xlakit.memory._assignment_records import (  # noqa: F401 - the per-record r
 )
 
 
-def decode_parts(data: bytes, hlo_module: bytes | None = None, module: Any = None) -> dict[str, Any]:
+def decode_parts(data: bytes, hlo_module: bytes | None = None) -> dict[str, Any]:
     """Decode serialized ``BufferAssignmentProto`` bytes into the fields of a
     :class:`~xlakit.memory.BufferAssignment` (``BufferAssignment(**parts, reported=...)``).
 
@@ -60,7 +60,6 @@ def decode_parts(data: bytes, hlo_module: bytes | None = None, module: Any = Non
       data: ``memory_analysis().serialized_buffer_assignment_proto``.
       hlo_module: the program's serialized ``HloModuleProto`` (for names, shapes, dtypes, the schedule), or
         None — then only ids, sizes and slice dtypes are known.
-      module: ``hlo_module`` already decoded by :func:`~xlakit.memory._hlo_module.decode_module`, or None.
 
     Raises:
       ValueError (``ProtoDecodeError``): the bytes are empty or malformed.
@@ -69,8 +68,7 @@ def decode_parts(data: bytes, hlo_module: bytes | None = None, module: Any = Non
         raise ValueError("empty buffer assignment: this backend does not report one (memory_analysis() "
                          "returned no serialized_buffer_assignment_proto)")
     data = bytes(data)
-    if module is None and hlo_module:
-        module = decode_module(bytes(hlo_module))
+    module = decode_module(bytes(hlo_module)) if hlo_module else None
     try:
         return _decode(data, module)
     except IndexError:

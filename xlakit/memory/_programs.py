@@ -109,16 +109,10 @@ def lower(fn: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _has_assignment(compiled: Any) -> bool:
-    from xlakit._jax.platforms import rules
-    from xlakit.memory._analysis import analysis_and_module
+    from xlakit.memory._analysis import memory_analysis
 
-    try:  # where the platform's analysis carries the assignment, its module is made meanwhile (for the decoder)
-        platform = compiled.runtime_executable().client.platform
-    except Exception:  # noqa: BLE001 - unknown: the table's default rule
-        platform = None
     try:
-        return bool(analysis_and_module(compiled, rules(platform).assignment_in_memory_analysis)
-                    .serialized_buffer_assignment_proto)
+        return bool(memory_analysis(compiled).serialized_buffer_assignment_proto)
     except Exception:  # noqa: BLE001 - no analysis: the dump is the only source
         return False
 

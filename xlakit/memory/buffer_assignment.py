@@ -254,11 +254,8 @@ class BufferAssignment:
         """
         import pandas as pd
 
-        from xlakit._units import is_int
-
-        if not is_int(n):  # a NumPy integer is a count; a bool is not
+        if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int count of buffers (e.g. largest(5)), got {type(n).__name__} {n!r}")
-        n = int(n)
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         placed = self.allocation_of()
@@ -319,7 +316,7 @@ class BufferAssignment:
 
 
 def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, reported: Any = None,
-                             platform: str | None = None, module: Any = None) -> BufferAssignment:
+                             platform: str | None = None) -> BufferAssignment:
     """Decode serialized ``BufferAssignmentProto`` bytes (by :mod:`xlakit.memory._assignment_decode`).
 
     Args:
@@ -330,7 +327,6 @@ def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, re
         :meth:`~BufferAssignment.compare`.
       platform: the platform compiled for (default: ``reported.platform``): its memory spaces decide which
         allocations are on-chip (kept apart in ``on_chip``).
-      module: ``hlo_module`` already decoded (:func:`xlakit.memory._hlo_module.decode_module`), or None.
 
     Raises:
       ValueError (``ProtoDecodeError``): the bytes are empty or malformed.
@@ -338,7 +334,7 @@ def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, re
     from xlakit.memory._decoding import without_gc
 
     platform = platform or getattr(reported, "platform", None)
-    return BufferAssignment(**_apart_on_chip(without_gc(decode_parts, data, hlo_module, module), platform),
+    return BufferAssignment(**_apart_on_chip(without_gc(decode_parts, data, hlo_module), platform),
                             reported=reported, platform=platform)
 
 
@@ -397,7 +393,6 @@ def buffer_assignment(compiled: Any, /, *args: Any, **kwargs: Any) -> BufferAssi
 
     from xlakit._jax import compiler_dump, lowerings
     from xlakit._jax.stages import jax_stage
-    from xlakit.memory._analysis import take_module
     from xlakit.memory._programs import lower, with_assignment
 
     compiled = jax_stage(compiled)
@@ -428,14 +423,11 @@ def buffer_assignment(compiled: Any, /, *args: Any, **kwargs: Any) -> BufferAssi
     if known is not None:
         return known
     memory = compiled_memory(program)
-    module_bytes = module = None
+    module_bytes = None
     data = memory.serialized_buffer_assignment
     dumped = None if data else compiler_dump.remembered(compiled=program)
-    made = take_module(program)  # serialized and decoded while XLA computed the analysis (:mod:`._analysis`)
     if dumped is not None:  # XLA's dump of this executable: assignment and optimized module in one HloProto
         data, module_bytes = compiler_dump.split_hlo_proto(dumped)
-    elif made is not None:
-        module_bytes, module = made
     if module_bytes is None:
         try:
             module_bytes = program.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
@@ -449,7 +441,7 @@ def buffer_assignment(compiled: Any, /, *args: Any, **kwargs: Any) -> BufferAssi
                          "Compiled made by Lowered.compile() while an xlakit cache is enabled also works: xlakit "
                          "keeps its Lowered.)")
     try:
-        decoded = decode_buffer_assignment(data, module_bytes, reported=memory, module=module)
+        decoded = decode_buffer_assignment(data, module_bytes, reported=memory)
     except ProtoDecodeError as exc:
         raise ValueError(f"could not decode the buffer assignment of {memory.name}: {exc}") from exc
     try:
