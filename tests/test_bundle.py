@@ -440,8 +440,8 @@ def test_call_picks_smallest_fitting_batch_and_validates_inputs(tmp_path):
     np.testing.assert_allclose(float(out["total"]), x.sum(), rtol=1e-5)  # a sum over rows: 5 compiled exactly
     assert loaded.manifest.rows("default")[0] == "coupled" and "reduce_sum" in loaded.manifest.rows("default")[1]
     assert loaded(x[:2], s[:2])["y"].shape == (2, 3)
-    with pytest.raises(TypeError, match="dtype float64, the bundle takes float32"):
-        loaded(x.astype(np.float64), s)
+    with pytest.raises(TypeError, match="dtype float16, the bundle takes float32"):  # float64: taken as jit takes it
+        loaded(x.astype(np.float16), s)
     with pytest.raises(ValueError, match=r"shape \[5, 5\], the bundle takes \['batch', 4\]"):
         loaded(np.ones((5, 5), np.float32), s)
     with pytest.raises(TypeError, match="takes 2 input"):

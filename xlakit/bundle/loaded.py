@@ -361,6 +361,7 @@ class LoadedBundle:
             raise TypeError(f"bundle {self.manifest.name!r} takes {len(specs)} input(s) "
                             f"({', '.join(s.name for s in specs)}), got {len(inputs)}")
         batch = None
+        inputs = tuple(_as_jit_takes(x, spec.dtype) for spec, x in zip(specs, inputs, strict=True))
         for spec, x in zip(specs, inputs, strict=True):
             shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
             if shape is None or dtype is None:
@@ -413,3 +414,20 @@ class LoadedBundle:
             f"<td>{'' if r.compile_s is None else f'{r.compile_s:.3f}'}</td><td>{html_text(r.reason or '')}</td></tr>"
             for r in self.reports)
         return f"<p>{html_text(repr(self))}</p><table><tr>{head}</tr>{rows}</table>"
+
+
+def _as_jit_takes(x: Any, want: str) -> Any:
+    """``x`` as ``jax.jit`` would take it where that is the dtype the bundle takes: a host array (numpy) whose dtype
+    JAX canonicalizes to ``want`` (float64 -> float32, int64 -> int32 while ``jax_enable_x64`` is off: NumPy's
+    default dtypes) converted to it, as ``jax.jit`` converts it; anything else as it is (checked by the caller)."""
+    import jax
+    import numpy as np
+
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or isinstance(x, jax.Array) or dtype_name(dtype) == want:
+        return x
+    try:
+        canonical = jax.dtypes.canonicalize_dtype(dtype)
+    except (TypeError, ValueError):
+        return x
+    return np.asarray(x, dtype=canonical) if dtype_name(canonical) == want else x

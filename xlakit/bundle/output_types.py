@@ -29,21 +29,22 @@ __all__ = ["probe_shapes", "traced_weak_types", "output_specs", "restore_weak"]
 def probe_shapes(fn: Callable[..., Any], weight_avals: Any, input_avals: Sequence[Any],
                  sizes: Sequence[int]) -> tuple[int, list[tuple]] | None:
     """``(probe size, output leaf shapes)`` of ``fn(weights, *inputs)`` traced by ``jax.eval_shape`` at a batch
-    size that is not exported, when only one size is (two exported sizes already tell a constant length from the
-    batch). None when not needed, or when ``fn`` cannot be traced at that size (then the exported size is the
-    only evidence, and the variant depends on the batch size anyway). Call it before the exports: ``fn`` keeps
+    size that is not exported (the next one, else twice the exported one), when only one size is (two exported
+    sizes already tell a constant length from the batch). None when not needed, or when ``fn`` traces at neither
+    (then the exported size is the only evidence, and the variant depends on the batch size anyway). Call it before the exports: ``fn`` keeps
     the output tree of its latest trace."""
     import jax
 
     if len(sizes) > 1:
         return None
-    probe = sizes[0] + 1
-    avals = [jax.ShapeDtypeStruct((probe, *a.shape[1:]), a.dtype) for a in input_avals]
-    try:
-        out = jax.eval_shape(fn, weight_avals, *avals)
-    except Exception:  # noqa: BLE001 - no second size to compare with: the exported one decides alone
-        return None
-    return probe, [tuple(leaf.shape) for leaf in out]
+    for probe in dict.fromkeys((sizes[0] + 1, 2 * sizes[0])):  # the next size, else an even one (paired rows)
+        avals = [jax.ShapeDtypeStruct((probe, *a.shape[1:]), a.dtype) for a in input_avals]
+        try:
+            out = jax.eval_shape(fn, weight_avals, *avals)
+        except Exception:  # noqa: BLE001 - no second size to compare with: try the next, else the exported decides
+            continue
+        return probe, [tuple(leaf.shape) for leaf in out]
+    return None
 
 
 def traced_weak_types(jitted: Callable[..., Any], *args: Any) -> list[bool]:
