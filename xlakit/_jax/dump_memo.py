@@ -12,11 +12,12 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from xlakit._jax.assignment import _varint
 
-__all__ = ["remembered", "remember", "module_key", "read_dump", "split_hlo_proto", "begin_capture", "end_capture",
+__all__ = ["remembered", "remember", "remember_later", "of_executable", "module_key", "read_dump", "split_hlo_proto", "begin_capture", "end_capture",
            "capture_enabled", "MEMO_SIZE", "MEMO_BYTES", "CAPTURE_MIN_FREE_BYTES", "DUMP_SUFFIX"]
 
 DUMP_SUFFIX = "after_optimizations.hlo.pb"  # TPU: <module>.after_..., XLA:CPU: <module>.cpu_after_...
@@ -66,8 +67,33 @@ def remember(hlo_proto: bytes, *keys: Any) -> None:
             _memo.popitem(last=False)
 
 
+class _Later:
+    """An HloProto not read yet: ``read()`` gives it or None (a cache entry's compressed copy, see
+    :func:`remember_later`); ``size`` counts what it holds now."""
+
+    __slots__ = ("read", "size")
+
+    def __init__(self, read: Callable[[], bytes | None], size: int):
+        self.read, self.size = read, size
+
+
+def remember_later(fingerprint: Any, read: Callable[[], bytes | None], size: int = 0) -> None:
+    """Keep ``read`` (a callable giving the HloProto, or None) under an executable fingerprint: called the first time
+    :func:`remembered` is asked for that executable (a program loaded from a cache entry that carries XLA's dump:
+    decompressed only if ``xlakit.memory`` asks). ``size``: bytes it holds meanwhile."""
+    if isinstance(fingerprint, bytes) and fingerprint:
+        remember(_Later(read, size), fingerprint)  # type: ignore[arg-type]
+
+
 def _held_bytes() -> int:
-    return sum(len(b) for b in {id(b): b for b in _memo.values()}.values())
+    return sum(b.size if isinstance(b, _Later) else len(b) for b in {id(b): b for b in _memo.values()}.values())
+
+
+def of_executable(executable: Any) -> bytes | None:
+    """The HloProto kept under a ``LoadedExecutable``'s own fingerprint (what :func:`end_capture` kept for it),
+    else None."""
+    fingerprint = getattr(executable, "fingerprint", None)
+    return _lookup([fingerprint] if isinstance(fingerprint, bytes) and fingerprint else [])
 
 
 def remembered(compiled: Any = None, lowered: Any = None) -> bytes | None:
@@ -77,12 +103,30 @@ def remembered(compiled: Any = None, lowered: Any = None) -> bytes | None:
         keys.append(_fingerprint(compiled))
     if lowered is not None:
         keys.append(module_key(lowered))
+    return _lookup(keys)
+
+
+def _lookup(keys: list[bytes | str | None]) -> bytes | None:
     with _lock:
         for key in keys:
             if key is not None and key in _memo:
                 _memo.move_to_end(key)
-                return _memo[key]
-    return None
+                found = _memo[key]
+                break
+        else:
+            return None
+    if not isinstance(found, _Later):
+        return found
+    try:
+        data = found.read()  # outside the lock: a decompression
+    except Exception:  # noqa: BLE001 - unreadable: as if never kept
+        data = None
+    with _lock:
+        if data is None:
+            _memo.pop(key, None)
+        elif _memo.get(key) is found:
+            _memo[key] = data
+    return data
 
 
 def read_dump(folder: str | os.PathLike, module_name: str | None = None) -> bytes:

@@ -17,7 +17,10 @@ Header fields written for every program, whichever mode stored it (besides the s
 (JAX's per-part key hashes), ``memory`` (compiled memory, bytes), ``signature`` (per-argument shape, dtype,
 sharding, donation of ``@main``) and ``module_text_zstd`` (base64 of the zstd-compressed module text without
 debug locations, at most :data:`MAX_PACKED_TEXT` bytes; read back only from an authenticated header, and
-decompressed to at most :data:`MAX_TEXT` bytes).
+decompressed to at most :data:`MAX_TEXT` bytes). Where the compile captured XLA's dump (TPU: the only source of
+the buffer assignment), ``assignment_zstd``: base64 of the zstd-compressed ``HloProto`` (optimized module and
+buffer assignment, at most :data:`MAX_PACKED_ASSIGNMENT` bytes), which a process loading the entry hands to
+``xlakit.memory`` instead of compiling the program again with the dump (:func:`keep_assignment`).
 
 Entries named ``<key>-aot`` come from xlakit 0.1's separate loadable copies; they are not programs of their own
 and :data:`LEGACY_SUFFIX` lets the folder listing leave them out (one place).
@@ -33,13 +36,15 @@ from typing import Any
 
 __all__ = ["KIND_XLA", "KIND_JAX", "LEGACY_SUFFIX", "MAX_PACKED_TEXT", "MAX_TEXT", "program_header", "loadable",
            "loadable_fields",
-           "pack_text", "unpack_text", "xla_payload", "runtime_fields", "unrunnable_reason"]
+           "pack_text", "unpack_text", "pack_assignment", "unpack_assignment", "assignment_fields", "keep_assignment", "xla_payload", "runtime_fields", "unrunnable_reason"]
 
 KIND_XLA = "pjrt-executable"
 KIND_JAX = "jax-compiled-pickle"
 LEGACY_SUFFIX = "-aot"
 MAX_PACKED_TEXT = 4 << 20  # bytes of compressed module text kept per entry
 MAX_TEXT = 64 << 20  # bytes a module text may decompress to when read back
+MAX_PACKED_ASSIGNMENT = 8 << 20  # bytes of compressed XLA dump (module + buffer assignment) kept per entry
+MAX_ASSIGNMENT = 256 << 20  # bytes it may decompress to (the in-process memo's own bound)
 
 
 def loadable(header: Mapping[str, Any] | None) -> bool:
@@ -106,6 +111,63 @@ def unpack_text(packed: Any, limit: int = MAX_TEXT) -> str | None:
         return data.decode()
     except Exception:  # noqa: BLE001 - an unreadable explanation aid is not an error
         return None
+
+
+def pack_assignment(hlo_proto: bytes | None) -> str | None:
+    """XLA's dump of a program (an ``HloProto``: its optimized module and buffer assignment, see
+    :mod:`xlakit._jax.compiler_dump`) -> base64 of its zstd compression, or None when absent or over
+    :data:`MAX_PACKED_ASSIGNMENT` (a program closing over large weights: its constants are in the dump)."""
+    if not hlo_proto:
+        return None
+    import zstandard
+
+    packed = zstandard.ZstdCompressor(level=3).compress(hlo_proto)
+    return base64.b64encode(packed).decode("ascii") if len(packed) <= MAX_PACKED_ASSIGNMENT else None
+
+
+def unpack_assignment(packed: Any) -> bytes | None:
+    """The inverse of :func:`pack_assignment`, at most :data:`MAX_ASSIGNMENT` bytes (more, or an unreadable frame:
+    None). Only call it on an authenticated header."""
+    if not isinstance(packed, str) or not packed or len(packed) > 2 * MAX_PACKED_ASSIGNMENT:
+        return None
+    import zstandard
+
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(base64.b64decode(packed))) as reader:
+            data = reader.read(MAX_ASSIGNMENT + 1)
+    except Exception:  # noqa: BLE001 - without it peak() compiles with the dump, as before it was kept
+        return None
+    return data if 0 < len(data) <= MAX_ASSIGNMENT else None
+
+
+def assignment_fields(executable: Any) -> dict[str, Any]:
+    """``{"assignment_zstd": ...}`` for a new entry's header where this process captured XLA's dump of
+    ``executable`` while compiling it (:func:`xlakit._jax.dump_memo.begin_capture`: TPU, where
+    ``memory_analysis()`` carries no buffer assignment), so that a process loading it need not compile it again
+    with the dump for ``xlakit.memory.peak``; else ``{}``. Never raises."""
+    from xlakit._jax import dump_memo
+
+    try:
+        packed = pack_assignment(dump_memo.of_executable(executable))
+    except Exception:  # noqa: BLE001 - an entry without it is an entry as before
+        return {}
+    return {"assignment_zstd": packed} if packed else {}
+
+
+def keep_assignment(header: Mapping[str, Any], executable: Any) -> None:
+    """Where an (authenticated) entry's header carries ``assignment_zstd``, let ``xlakit.memory`` find it for the
+    executable just loaded from it (by that executable's fingerprint; decompressed when first asked). ``executable``:
+    the ``LoadedExecutable``, or a ``jax.stages.Compiled`` of it. Never raises."""
+    packed = header.get("assignment_zstd") if isinstance(header, Mapping) else None
+    if not isinstance(packed, str):
+        return
+    from xlakit._jax import dump_memo
+
+    try:
+        loaded = executable.runtime_executable() if hasattr(executable, "runtime_executable") else executable
+        dump_memo.remember_later(loaded.fingerprint, lambda: unpack_assignment(packed))
+    except Exception:  # noqa: BLE001 - no fingerprint: peak() compiles with the dump when asked
+        return
 
 
 def program_header(*, name: str | None, compile_s: float, environment: dict, key_parts: dict | None,

@@ -230,7 +230,9 @@ class ExecutableCache(StoreHandler):
         def place(header, payload):
             if not _entry.loadable(header):
                 raise _NotLoadable(key)
-            return serialize.load_compiled(payload, serialize.Placement.from_dict(header["placement"]), devices)
+            compiled = serialize.load_compiled(payload, serialize.Placement.from_dict(header["placement"]), devices)
+            _entry.keep_assignment(header, compiled)  # XLA's dump kept with the entry (TPU): peak() decodes it
+            return compiled
 
         try:
             compiled, decision = self.io.fetch(partition, key, name=None, load=place, expect=expectations(env),

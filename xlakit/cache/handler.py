@@ -96,7 +96,9 @@ class StoreHandler(CacheFolder):
             # loaded program on the caller's devices.
             xla_bytes = _entry.xla_payload(header, payload)
             keys.check_loadable(xla_bytes, compile_options, executable_devices)
-            return executables.deserialize(backend, xla_bytes, executable_devices, compile_options, host_callbacks)
+            loaded = executables.deserialize(backend, xla_bytes, executable_devices, compile_options, host_callbacks)
+            _entry.keep_assignment(header, loaded)  # XLA's dump kept with the entry (TPU): peak() decodes it
+            return loaded
 
         executable, decision = self.io.fetch(partition, ctx.key, name=ctx.module_name, load=load, expect=expect)
         if executable is None and decision.kind == "miss":
@@ -137,6 +139,7 @@ class StoreHandler(CacheFolder):
                                            key_parts=ctx.parts(), memory=executables.memory_stats(executable),
                                            module_text=module_text(ctx.module),
                                            runtime=_entry.runtime_fields(executable, env, payload))
+            header.update(_entry.assignment_fields(executable))
             cache_signals.writing(name, key)  # JAX's signals of a write, given where JAX gives them: before the put
             capture = self._capture_now()
             if capture is not None and capture.defer and not claimed:

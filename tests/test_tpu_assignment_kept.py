@@ -1,0 +1,102 @@
+"""On a platform whose ``memory_analysis()`` carries no buffer assignment (TPU), an entry the cache compiled with
+XLA's dump keeps that dump in its authenticated header (``assignment_zstd``), so a fresh process that LOADS the
+program answers ``memory.peak`` by decoding, without compiling it again with the dump (measured on the TPU v5e,
+2026-12-06, before this was kept: the warm process's first ``peak()`` compiled for 3.2 s a step that loaded in
+0.44 s). Here on CPU with the TPU's rules from the platform table and ``memory_analysis()`` without its assignment,
+as recorded on the TPU; each process is a fresh one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import fresh_process
+
+_CHILD = r'''
+import dataclasses, json, sys, types, warnings
+import jax, jax.numpy as jnp
+import xlakit
+from xlakit import memory
+from xlakit._jax import compiler_dump, platforms
+from xlakit.memory import _analysis
+
+platforms._TABLE["cpu"] = dataclasses.replace(platforms.CPU, assignment_in_memory_analysis=False,
+                                              capture_assignment_on_miss=True)  # the TPU's rules
+real = _analysis.memory_analysis
+_analysis.memory_analysis = lambda c: types.SimpleNamespace(**{
+    **{f: getattr(real(c), f) for f in dir(real(c)) if not f.startswith("_")},
+    "serialized_buffer_assignment_proto": b""})  # as the TPU answers
+dumps = []
+dump_compile = compiler_dump.compile_with_assignment
+compiler_dump.compile_with_assignment = lambda *a, **k: dumps.append(1) or dump_compile(*a, **k)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    xlakit.enable_cache(sys.argv[1])
+
+def program(w, x):
+    return jnp.tanh(x @ w).sum(0) * 3.0
+
+compiled = jax.jit(program).lower(jnp.ones((64, 64)), jnp.ones((16, 64))).compile()
+p = memory.peak(compiled)
+print(json.dumps({"events": [e.kind for e in xlakit.events.log().events() if e.kind in ("hit", "miss", "store")
+                             and e.source == "xlakit"],
+                  "dump_compiles": len(dumps), "peak": p.total_bytes, "step": p.step,
+                  "rows": len(p.buffers)}))
+'''
+
+
+def _run(folder: Path, code: str = _CHILD) -> dict:
+    done = fresh_process.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True,
+                             timeout=240, env=None)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_loaded_program_answers_peak_from_the_dump_kept_with_its_entry(tmp_path):
+    cold = _run(tmp_path / "cache")
+    assert "miss" in cold["events"] and "store" in cold["events"] and cold["dump_compiles"] == 0
+    warm = _run(tmp_path / "cache")
+    assert warm["events"] and set(warm["events"]) == {"hit"}  # every program loaded, none compiled
+    assert warm["dump_compiles"] == 0  # decoded from the entry's header, not compiled again with the dump
+    assert (warm["peak"], warm["step"], warm["rows"]) == (cold["peak"], cold["step"], cold["rows"])
+
+
+def test_a_header_without_the_dump_or_with_a_damaged_one_compiles_with_the_dump_as_before(tmp_path):
+    """Entries of xlakit before this field, and a field that does not decompress (it is authenticated, so only a
+    writer holding the key could make one) fall back to the compile with the dump."""
+    from xlakit._jax import dump_memo
+    from xlakit.cache import entry
+
+    proto = bytes(range(256)) * 40
+    packed = entry.pack_assignment(proto)
+    assert entry.unpack_assignment(packed) == proto
+    assert entry.unpack_assignment(packed[:-8] + "AAAAAAAA") is None and entry.unpack_assignment(None) is None
+    assert entry.pack_assignment(None) is None and entry.assignment_fields(object()) == {}
+
+    class Loaded:
+        fingerprint = b"fp-later"
+
+    entry.keep_assignment({"assignment_zstd": packed}, Loaded())
+    assert dump_memo.of_executable(Loaded()) == proto  # decompressed when first asked
+    entry.keep_assignment({"assignment_zstd": "not base64 zstd"}, type("L", (), {"fingerprint": b"fp-bad"})())
+    assert dump_memo._memo.get(b"fp-bad") is not None  # kept unread ...
+    assert dump_memo._lookup([b"fp-bad"]) is None and b"fp-bad" not in dump_memo._memo  # ... and dropped once read
+
+
+@pytest.mark.parametrize("size", [0, 5])
+def test_an_entry_keeps_the_dump_only_when_the_compile_captured_one(size, tmp_path):
+    from xlakit._jax import dump_memo
+    from xlakit.cache import entry
+
+    class Executable:
+        fingerprint = f"fp-{size}".encode()
+
+    if size:
+        dump_memo.remember(b"\x1a\x03abc" * size, Executable.fingerprint)
+    fields = entry.assignment_fields(Executable())
+    assert bool(fields) == bool(size)
+    if size:
+        assert entry.unpack_assignment(fields["assignment_zstd"]) == b"\x1a\x03abc" * size
