@@ -22,6 +22,7 @@ from typing import Any
 from xlakit._units import MAX_BYTES, _shown, check_flag, check_int, is_int
 from xlakit.memory._abstract_args import Builder as _Builder
 from xlakit.memory._abstract_args import abstract_args as _abstract_args
+from xlakit.memory._batch_search import listed as _listed
 from xlakit.memory._display import fmt_bytes, html_table, term_words
 
 __all__ = ["Sweep", "MaxBatch", "sweep", "max_batch", "TERMS"]
@@ -84,7 +85,6 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
     return row
 
 
-_STEPS_DOWN = 64  # sizes tried below one that cannot be made (a sharding over up to 64 devices)
 _TERMS = "_terms"  # a row's footprint terms (footprint_terms), kept for the limiting term, not a column
 
 
@@ -133,9 +133,10 @@ class MaxBatch:
     budget_bytes: the budget (per device).
     limiting_term: the term of ``total_bytes`` that grew most from ``batch`` to the smallest size that did not
     fit (what crosses the budget first); with nothing over the budget tried (``hi`` fits), None.
-    frame: the tried sizes (columns as :class:`Sweep`'s, plus fits). notes: what else was checked and caveats: the
-    round sizes checked beyond the bisection (and which fit), a footprint that is not monotonic in the batch
-    size (``batch`` fits and ``batch + 1`` does not, but a larger size might), sizes that could not be made.
+    frame: the tried sizes (columns as :class:`Sweep`'s, plus fits). notes: what was compiled past the search
+    from ``lo``, each size once with whether it fits (the round sizes above its answer, the sizes tried above
+    the largest of them that fits), a footprint that is not monotonic in the batch size (``batch`` fits and
+    ``batch + 1`` does not, but a size not tried might), sizes that could not be made.
     """
 
     batch: int | None
@@ -154,12 +155,6 @@ class MaxBatch:
                     f"(batch {int(least['batch'])}), mostly {term_words(self.limiting_term)})")
         limit = f"; what grows past the budget first: {term_words(self.limiting_term)}" if self.limiting_term else ""
         return f"MaxBatch({self.batch}: {fmt_bytes(self.bytes)} of {fmt_bytes(self.budget_bytes)}{limit})"
-
-
-def _listed(sizes: list[int], shown: int = 8) -> str:
-    """``"4001, 4008, 4016"``; past ``shown`` sizes, the first ones and how many more."""
-    more = f" and {len(sizes) - shown} more" if len(sizes) > shown else ""
-    return ", ".join(map(str, sizes[:shown])) + more
 
 
 def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] = (1, 8, 32, 128),
@@ -210,114 +205,16 @@ def _sizes(batch_sizes: Iterable[int]) -> list[int]:
     return sorted({int(b) for b in sizes})
 
 
-#: The smallest power-of-two step whose multiples :func:`_round_sizes` checks, and the largest.
-_ROUND_STEPS = (8, 256)
-
-
-def _round_sizes(n: int, limit: int) -> list[int]:
-    """The "round" batch sizes above ``n`` that XLA may lay out in less memory than ``n + 1`` (its layouts and
-    tiles favour multiples of 8, 16, 128...: f32 (n, 1024) cumsum needs 65.7 MB at 4001 rows, 50.5 MB at 4016):
-    the next multiple of 8, 16, 32, ..., 256 above ``n`` and the next power of two, all in ``(n, 2n]``, at most
-    ``limit``. Seven sizes at most, whatever ``n``."""
-    out = {1 << n.bit_length()}  # the next power of two above n
-    step = _ROUND_STEPS[0]
-    while step <= min(_ROUND_STEPS[1], 2 * n):
-        out.add((n // step + 1) * step)
-        step *= 2
-    return sorted(s for s in out if n < s <= limit)
-
-
-class _Search:
-    """The sizes one :func:`max_batch` call compiled (``tried``: size -> row with ``fits``), those whose program
-    could not be made (``unbuilt``: size -> the error), and the moves of the search over them."""
-
-    def __init__(self, fn: Any, make_args: Any, budget_bytes: int, cache: Any, limit: int) -> None:
-        self.fn, self.make_args, self.budget_bytes, self.cache, self.limit = fn, make_args, budget_bytes, cache, limit
-        self.tried: dict[int, dict[str, Any]] = {}
-        self.unbuilt: dict[int, str] = {}  # a sharding that does not split the rows, a make_args that raises
-
-    def fits(self, size: int) -> bool:
-        return bool(self.tried[size]["fits"])
-
-    def built(self, b: int, floor: int) -> int | None:
-        """The largest size in ``(floor, b]`` whose program can be made and compiled (its row in ``tried``),
-        at most :data:`_STEPS_DOWN` sizes down: over 4 devices a batch sharded by rows is made of multiples of 4
-        only, as the user's own run is."""
-        for size in range(b, max(floor, b - _STEPS_DOWN), -1):
-            if size in self.tried:
-                return size
-            if size in self.unbuilt:
-                continue
-            try:
-                row = _row(self.fn, self.make_args, size, self.cache, False)
-            except Exception as exc:  # noqa: BLE001 - make_args(size) or its program cannot be made: skip the size
-                self.unbuilt[size] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-                continue
-            row["fits"] = max(row["total_bytes"], row["peak_bytes"]) <= self.budget_bytes
-            self.tried[size] = row
-            return size
+def _limiting_term(found: Any, good: int | None) -> str | None:
+    """The term that grew most from ``good`` to the smallest size above it that does not fit (with ``good``
+    None: the largest term of the smallest size tried); None when nothing tried above ``good`` misses."""
+    over = min((s for s in found.tried if (good is None or s > good) and not found.fits(s)), default=None)
+    if over is None:
         return None
-
-    def climb(self, start: int, good: int | None) -> tuple[int | None, int | None]:
-        """``(good, bad)`` doubling from ``start`` until a size does not fit (``bad``) or ``limit`` is reached
-        (``bad`` None); ``good``: the largest size that fit on the way (or the ``good`` given)."""
-        b = start
-        while True:
-            size = self.built(b, good if good is not None else start - 1)
-            if size is not None and not self.fits(size):
-                return good, size
-            good = size if size is not None else good
-            if b >= self.limit:
-                return good, None
-            b = min(b * 2, self.limit)
-
-    def bisect(self, good: int, bad: int) -> int:
-        """The largest size in ``[good, bad)`` that fits, such that the next size up does not fit or cannot be
-        made (``good`` fits, ``bad`` does not)."""
-        low = good
-        while bad - low > 1:
-            mid = (low + bad) // 2
-            size = self.built(mid, low)
-            if size is None or self.fits(size):
-                good, low = (size or good), mid
-            else:
-                bad = size
-        return good
-
-    def check(self, sizes: Iterable[int]) -> list[int]:
-        """Compile each of ``sizes`` not tried yet (no stepping down); the sizes compiled now, ascending."""
-        new = sorted({s for s in sizes if s not in self.tried and s not in self.unbuilt})
-        for size in new:
-            self.built(size, size - 1)
-        return [s for s in new if s in self.tried]
-
-    def answer(self, checked: list[int]) -> int | None:
-        """The largest size tried that fits, after establishing that the next size up does not fit (doubling
-        and bisecting above it) and that no round size above it (:func:`_round_sizes`) fits: a round size that
-        fits restarts the search from there. ``checked`` gets the round sizes compiled (now or before)."""
-        while (good := max((s for s in self.tried if self.fits(s)), default=None)) is not None:
-            bad = min((s for s in self.tried if s > good and not self.fits(s)), default=None)
-            if bad is None and good < self.limit:
-                good, bad = self.climb(min(good * 2, self.limit), good)
-            if bad is not None and good is not None:
-                good = self.bisect(good, bad)
-            rounds = _round_sizes(good, self.limit) if good is not None else []
-            new = self.check(rounds)
-            checked += [s for s in rounds if s in self.tried and s not in checked]
-            if not any(self.fits(s) for s in new):
-                return good
-        return None
-
-    def limiting_term(self, good: int | None) -> str | None:
-        """The term that grew most from ``good`` to the smallest size above it that does not fit (with ``good``
-        None: the largest term of the smallest size tried); None when nothing tried above ``good`` misses."""
-        over = min((s for s in self.tried if (good is None or s > good) and not self.fits(s)), default=None)
-        if over is None:
-            return None
-        grown = self.tried[over][_TERMS]
-        if good is not None:
-            grown = {t: grown[t] - self.tried[good][_TERMS][t] for t in TERMS}
-        return max(TERMS, key=grown.__getitem__)
+    grown = found.tried[over][_TERMS]
+    if good is not None:
+        grown = {t: grown[t] - found.tried[good][_TERMS][t] for t in TERMS}
+    return max(TERMS, key=grown.__getitem__)
 
 
 def _check_range(budget_bytes: Any, lo: Any, hi: Any) -> tuple[int, int, int | None]:
@@ -348,11 +245,15 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
 
     XLA's footprint is not monotonic in the batch size: its layouts and tiles favour multiples of 8, 16, 128...
     (f32 (n, 1024) cumsum: 50.3 MB at 4000 rows, 65.7 MB at 4001, 50.5 MB at 4016, 51.4 MB at 4096). So the
-    search also compiles the *round* sizes above its answer — the next multiple of 8, 16, ..., 256 and the next
-    power of two, all within twice the answer and at most ``hi``, seven programs at most — and where one fits, searches
-    on from there; where ``lo`` itself does not fit, the round sizes above ``lo`` and ``hi`` are compiled before
-    anything is said not to fit. ``notes`` names the round sizes checked and which fit, and says when the sizes
-    tried show the footprint dropping (another size above the answer, not round, may still fit).
+    search then compiles, once, the *round* sizes above its answer — the next multiple of 8, 16, ..., 256 and the
+    next power of two, within twice the answer and at most ``hi``: seven programs at most (where ``lo`` itself
+    does not fit, those above ``lo`` and ``hi``: eight) — and where one fits, halves the gap from the largest
+    that fits to the next multiple of the round sizes' step (16 where 4016 fits) known not to fit, on those
+    multiples first, then on every size: at most ``ceil(log2(gap))`` programs more (doubling first where no such
+    multiple is known; :mod:`xlakit.memory._batch_search`). No round sizes are checked after that, and
+    ``batch`` still fits and ``batch + 1`` does not. ``notes`` names every size compiled past the search from
+    ``lo`` and whether it fits, and says when the sizes tried show the footprint dropping (a size not tried may
+    still fit: ``sweep()`` around the answer).
 
     Args:
       fn, make_args, cache: as for :func:`sweep`.
@@ -368,51 +269,18 @@ def max_batch(fn: Any, make_args: Callable[[int], Any], budget_bytes: int, lo: i
         the range could be made and compiled (the first error is quoted).
       TypeError: ``cache`` that is no xlakit cache.
     """
+    from xlakit.memory import _batch_search
+
     budget_bytes, lo, hi = _check_range(budget_bytes, lo, hi)
     cache = _cache(cache, "max_batch")
     limit = hi if hi is not None else 1 << 20
-    search = _Search(fn, _Builder(make_args), budget_bytes, cache, limit)  # one real build for this call
-    good, _ = search.climb(lo, None)
-    rescued: list[int] = []
-    if good is None:  # lo does not fit (or cannot be made): never "nothing fits" from one size
-        rescued = search.check([*_round_sizes(lo, limit), *([hi] if hi is not None else [])])
-    if not search.tried and search.unbuilt:
-        first = min(search.unbuilt)
+    found = _batch_search.Search(_row, fn, _Builder(make_args), budget_bytes, cache, limit)  # one real build
+    good, passes = _batch_search.search(found, lo, hi)
+    if not found.tried and found.unbuilt:
+        first = min(found.unbuilt)
         raise ValueError(f"no batch size in [{lo}, {limit}] could be made and compiled; at {first}: "
-                         f"{search.unbuilt[first]}")
-    checked: list[int] = []
-    good = search.answer(checked)
-    return MaxBatch(batch=good, bytes=int(search.tried[good]["total_bytes"]) if good is not None else None,
-                    budget_bytes=budget_bytes, limiting_term=search.limiting_term(good),
-                    frame=_frame(list(search.tried.values())), notes=_notes(search, lo, rescued, checked, good))
-
-
-def _fit_words(search: _Search, sizes: list[int]) -> str:
-    """``"4008 (no), 4016 (fits)"``: each size checked and whether it fits."""
-    return ", ".join(f"{s} ({'fits' if search.fits(s) else 'no'})" for s in sizes)
-
-
-def _notes(search: _Search, lo: int, rescued: list[int], checked: list[int], good: int | None) -> tuple[str, ...]:
-    """What :func:`max_batch` says beside its answer: the round sizes checked, a footprint that drops, sizes that
-    could not be made."""
-    notes: list[str] = []
-    if rescued:
-        notes.append(f"no size doubled from lo={lo} fits, so the round sizes above lo (XLA lays some out in less "
-                     f"memory) and hi were compiled too: {_fit_words(search, rescued)}")
-    if checked:
-        notes.append(f"round sizes past the bisection's answer compiled too (multiples of 8 to 256 and powers of "
-                     f"two, up to twice it: XLA may need less there than at batch + 1): "
-                     f"{_fit_words(search, sorted(checked))}")
-    frame = _frame(list(search.tried.values()))
-    if not frame["total_bytes"].is_monotonic_increasing:
-        dips = [int(b) for b, d in zip(frame["batch"], frame["total_bytes"].diff(), strict=True) if d < 0]
-        found = "" if good is None else (
-            f"; {good} fits, {good + 1} does not" if good + 1 in search.tried else f"; {good} fits")
-        notes.append(f"the footprint is not monotonic in the batch size: it drops at {_listed(dips)} (XLA lays some "
-                     f"sizes out in less memory){found}, and the round sizes checked are named above, but another "
-                     "size might fit; sweep() around it to see")
-    if search.unbuilt:
-        sizes = sorted(search.unbuilt)
-        notes.append(f"sizes {_listed(sizes, 6)} could not be made ({search.unbuilt[sizes[0]]}); the answer is the "
-                     "largest size that could be made and fits")
-    return tuple(notes)
+                         f"{found.unbuilt[first]}")
+    return MaxBatch(batch=good, bytes=int(found.tried[good]["total_bytes"]) if good is not None else None,
+                    budget_bytes=budget_bytes, limiting_term=_limiting_term(found, good),
+                    frame=_frame(list(found.tried.values())),
+                    notes=_batch_search.notes(found, passes, good, lo, hi))
