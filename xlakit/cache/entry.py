@@ -43,7 +43,8 @@ KIND_JAX = "jax-compiled-pickle"
 LEGACY_SUFFIX = "-aot"
 MAX_PACKED_TEXT = 4 << 20  # bytes of compressed module text kept per entry
 MAX_TEXT = 64 << 20  # bytes a module text may decompress to when read back
-MAX_PACKED_ASSIGNMENT = 8 << 20  # bytes of compressed XLA dump (module + buffer assignment) kept per entry
+MAX_PACKED_ASSIGNMENT = 6 << 20  # compressed XLA dump kept per entry: 8 MiB as base64, beside at most 5.3 MiB of
+# module text, under the envelope's 16 MiB header
 MAX_ASSIGNMENT = 256 << 20  # bytes it may decompress to (the in-process memo's own bound)
 
 
