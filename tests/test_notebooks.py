@@ -89,6 +89,17 @@ def _check_01(text: str) -> None:
     # A recompile is shown with the argument that changed and its successive shapes.
     assert re.search(r"jit_normalize recompiled 2 times: x changed shape: float32\[32\], float32\[64\], "
                      r"float32\[128\]", text), text[-2000:]
+    # The recompiles' seconds are said to be theirs, and the first length's compile not among them.
+    assert re.search(r"compile_s: XLA compiled those 2 recompiles in \d+\.\d{3} s together \(the first call's "
+                     r"compile, for float32\[32\], is not counted\)", text), text[-2000:]
+    # The warm run's jax row (zeros in every count) is explained under the table, with the seconds it does hold:
+    # the same tracing and lowering seconds as the warm call's breakdown.
+    m = re.search(r"jit_cnn_train_step \(warm\), source jax: 0 in every count \(the cache's lookups, compiles and "
+                  r"stores are on the xlakit row\); JAX traced the call in ([\d.]+) s and lowered it in ([\d.]+) s",
+                  text)
+    assert m, text[-3000:]
+    breakdown = re.search(r"= trace ([\d.]+) s \+ lower to StableHLO ([\d.]+) s", text)
+    assert breakdown and m.groups() == breakdown.groups(), (m.group(0), breakdown.group(0))
 
 
 def _check_02(text: str) -> None:
@@ -129,6 +140,8 @@ def _check_03(text: str) -> None:
     assert verdicts["this"].startswith("matches XLA's figure") or verdicts["this"] == verdicts["a fresh"], verdicts
     assert re.search(r"why: measured [\d.]+ MiB", text), text[-3000:]
     assert "models that fit" in text
+    # The copies column divides what the three models' weights leave of the pool, and says so.
+    assert "more copies that fit in what is left" in text and "copies that fit in the pool" not in text
     # The weight budget's figure is recomputed by hand from the written-out defaults: both agree.
     m = re.search(r"\) = ([\d.]+) MiB\npool ([\d.]+) MiB", text)
     assert m, text[-2000:]
@@ -150,7 +163,19 @@ def _check_05(text: str) -> None:
     assert "repaired: True" in text
     assert "evicted under the cap: True" in text
     # Counted per layer: the cache's own layer looked up and stored each of the 8 programs once.
-    assert "xlakit's store, 8 programs looked up: 8 stored" in text, text[-2000:]
+    assert "xlakit's store, 8 programs looked up: 8 stored, 5 evicted" in text, text[-2000:]
+    # The cap is the store's own files (named) plus room for three entries, from sizes measured in this run, and
+    # the folder then holds three entries plus those same files: the text above the cell says "three".
+    m = re.search(r"cap ([\d,]+) bytes = the store's own files, ([\d,]+) bytes \((.+?)\), \+ room for 3 entries of "
+                  r"([\d,]+) bytes \+ half an entry to spare", text)
+    assert m, text[-2000:]
+    cap, own, entry = (int(m.group(i).replace(",", "")) for i in (1, 2, 4))
+    assert cap == own + 3 * entry + entry // 2 and "CACHEDIR.TAG" in m.group(3) and "partition.json" in m.group(3)
+    kept = re.search(r"kept 3 entries, ([\d,]+) bytes, \+ the store's own files, ([\d,]+) bytes = ([\d,]+) bytes on "
+                     r"disk; the 3 used last, for x of shape 6x16, 7x16, 8x16", text)
+    assert kept, text[-2000:]
+    k, o, total = (int(kept.group(i).replace(",", "")) for i in (1, 2, 3))
+    assert k + o == total <= cap and o == own, kept.group(0)
     assert "CacheBrowser(" in text
 
 

@@ -100,3 +100,18 @@ def test_an_entry_keeps_the_dump_only_when_the_compile_captured_one(size, tmp_pa
     assert bool(fields) == bool(size)
     if size:
         assert entry.unpack_assignment(fields["assignment_zstd"]) == b"\x1a\x03abc" * size
+
+
+def test_the_dump_is_left_out_where_it_would_take_the_header_past_the_envelopes_limit(monkeypatch):
+    from xlakit._jax import dump_memo
+    from xlakit.cache import entry
+    from xlakit.store import envelope
+
+    class Executable:
+        fingerprint = b"fp-big-header"
+
+    dump_memo.remember(bytes(range(256)) * 64, Executable.fingerprint)
+    small = entry.assignment_fields(Executable(), {"name": "f"})
+    assert small and envelope.seal({"name": "f", **small}, b"x", b"k" * 32)
+    big = {"name": "f", "module_text_zstd": "A" * (envelope.MAX_HEADER_BYTES - len(small["assignment_zstd"]))}
+    assert entry.assignment_fields(Executable(), big) == {}

@@ -11,13 +11,14 @@ import os
 import shutil
 import tempfile
 import threading
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from xlakit._jax.assignment import _varint
 
-__all__ = ["remembered", "remember", "remember_later", "of_executable", "module_key", "read_dump", "split_hlo_proto", "begin_capture", "end_capture",
+__all__ = ["remembered", "remember", "remember_later", "of_executable", "module_key", "read_dump", "split_hlo_proto",
+           "begin_capture", "end_capture",
            "capture_enabled", "MEMO_SIZE", "MEMO_BYTES", "CAPTURE_MIN_FREE_BYTES", "DUMP_SUFFIX"]
 
 DUMP_SUFFIX = "after_optimizations.hlo.pb"  # TPU: <module>.after_..., XLA:CPU: <module>.cpu_after_...

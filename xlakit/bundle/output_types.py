@@ -31,8 +31,8 @@ def probe_shapes(fn: Callable[..., Any], weight_avals: Any, input_avals: Sequenc
     """``(probe size, output leaf shapes)`` of ``fn(weights, *inputs)`` traced by ``jax.eval_shape`` at a batch
     size that is not exported (the next one, else twice the exported one), when only one size is (two exported
     sizes already tell a constant length from the batch). None when not needed, or when ``fn`` traces at neither
-    (then the exported size is the only evidence, and the variant depends on the batch size anyway). Call it before the exports: ``fn`` keeps
-    the output tree of its latest trace."""
+    (then the exported size is the only evidence, and the variant depends on the batch size anyway). Call it
+    before the exports: ``fn`` keeps the output tree of its latest trace."""
     import jax
 
     if len(sizes) > 1:

@@ -36,7 +36,8 @@ from typing import Any
 
 __all__ = ["KIND_XLA", "KIND_JAX", "LEGACY_SUFFIX", "MAX_PACKED_TEXT", "MAX_TEXT", "program_header", "loadable",
            "loadable_fields",
-           "pack_text", "unpack_text", "pack_assignment", "unpack_assignment", "assignment_fields", "keep_assignment", "xla_payload", "runtime_fields", "unrunnable_reason"]
+           "pack_text", "unpack_text", "pack_assignment", "unpack_assignment", "assignment_fields",
+           "keep_assignment", "xla_payload", "runtime_fields", "unrunnable_reason"]
 
 KIND_XLA = "pjrt-executable"
 KIND_JAX = "jax-compiled-pickle"
@@ -141,18 +142,25 @@ def unpack_assignment(packed: Any) -> bytes | None:
     return data if 0 < len(data) <= MAX_ASSIGNMENT else None
 
 
-def assignment_fields(executable: Any) -> dict[str, Any]:
-    """``{"assignment_zstd": ...}`` for a new entry's header where this process captured XLA's dump of
+def assignment_fields(executable: Any, header: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{"assignment_zstd": ...}`` for a new entry's ``header`` where this process captured XLA's dump of
     ``executable`` while compiling it (:func:`xlakit._jax.dump_memo.begin_capture`: TPU, where
     ``memory_analysis()`` carries no buffer assignment), so that a process loading it need not compile it again
-    with the dump for ``xlakit.memory.peak``; else ``{}``. Never raises."""
+    with the dump for ``xlakit.memory.peak``; else ``{}`` (also where it would take the encoded header past the
+    envelope's :data:`~xlakit.store.envelope.MAX_HEADER_BYTES`: the entry matters more). Never raises."""
+    import json
+
     from xlakit._jax import dump_memo
+    from xlakit.store.envelope import MAX_HEADER_BYTES
 
     try:
         packed = pack_assignment(dump_memo.of_executable(executable))
+        if not packed:
+            return {}
+        used = len(json.dumps(dict(header or {}), sort_keys=True, separators=(",", ":")).encode())
     except Exception:  # noqa: BLE001 - an entry without it is an entry as before
         return {}
-    return {"assignment_zstd": packed} if packed else {}
+    return {"assignment_zstd": packed} if used + len(packed) + 64 <= MAX_HEADER_BYTES else {}
 
 
 def keep_assignment(header: Mapping[str, Any], executable: Any) -> None:

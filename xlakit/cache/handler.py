@@ -139,7 +139,7 @@ class StoreHandler(CacheFolder):
                                            key_parts=ctx.parts(), memory=executables.memory_stats(executable),
                                            module_text=module_text(ctx.module),
                                            runtime=_entry.runtime_fields(executable, env, payload))
-            header.update(_entry.assignment_fields(executable))
+            header.update(_entry.assignment_fields(executable, header))
             cache_signals.writing(name, key)  # JAX's signals of a write, given where JAX gives them: before the put
             capture = self._capture_now()
             if capture is not None and capture.defer and not claimed:

@@ -132,11 +132,20 @@ def _build_parser() -> argparse.ArgumentParser:
                             help="link plotly.js from its CDN instead of inlining it (smaller file, needs network)")
     report_cmd.set_defaults(func=report_cli.report)
 
-    parser.set_defaults(_help=parser)
-    cache.set_defaults(_help=cache)
-    bundle.set_defaults(_help=bundle)
+    _help_is_own(parser)
     _refuse_empty(parser)
     return parser
+
+
+def _help_is_own(parser: argparse.ArgumentParser) -> None:
+    """Every parser, the top level and each (sub)command's, sets ``_help`` to itself; the deepest one given wins
+    (a subcommand's defaults overwrite its parent's): the help printed for ``xlakit cache`` alone, and the one
+    a usage error points to (``unrecognized arguments: '' (see 'xlakit cache verify --help')``)."""
+    parser.set_defaults(_help=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                _help_is_own(sub)
 
 
 def _refuse_empty(parser: argparse.ArgumentParser) -> None:

@@ -36,6 +36,19 @@ class Parser(argparse.ArgumentParser):
         print(f"{PROG}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
         raise SystemExit(2)
 
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """As argparse's, but arguments no parser took are written with ``repr`` (an empty argument, ``--json ''``,
+        printed as nothing at all) and the message points at the help of the (sub)command that was given
+        (``xlakit cache verify --help``): the namespace's ``_help``, which every subcommand's parser sets to
+        itself, else this parser."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            where = getattr(parsed, "_help", None)
+            (where if isinstance(where, Parser) else self).error(
+                "unrecognized arguments: " + " ".join(repr(a) for a in extras))
+        return parsed
+
 
 def nonempty(what: str = "value", optional: bool = True) -> Any:
     """An argparse ``type`` refusing an empty string, for every string option and argument: an empty value

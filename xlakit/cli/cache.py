@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xlakit.cli._common import (
+    EXAMPLES,
     PROG,
     CliError,
     Column,
@@ -334,9 +335,70 @@ def prune(args: argparse.Namespace) -> int:
     print(f"Evicted {len(evicted)} entries; {store.root} now holds {human(after)} ({after} bytes), "
           f"limit {human(limit)} ({limit} bytes)")
     if after > limit:
-        print(f"{PROG}: warning: still over the limit: the remaining {after} bytes are not evictable entries "
-              "(partition descriptions, foreign files, entries being written)", file=sys.stderr)
+        print(f"{PROG}: warning: still over the limit: the remaining {after} bytes on disk are what prune does not "
+              f"remove: {_what_remains(store)}", file=sys.stderr)
     return 0
+
+
+def _what_remains(store) -> str:
+    """What a prune left in the folder, by kind, with bytes on disk (:func:`xlakit.store.evict.counted_files`):
+    the store's own files named one by one, entries (another key's, or ones still being written or that could not
+    be removed), quarantined files, and files that are not xlakit's with a few of their names."""
+    from xlakit.store.evict import OWN_ROOT_FILES, counted_files, removable
+    from xlakit.store.layout import ENTRY_SUFFIX, PARTITION_INFO, USED_SUFFIX
+
+    files = counted_files(store.root)
+    try:
+        secret: bytes | None = store.secret
+    except OSError:  # no secret: another key's entries cannot be told apart, and prune removed none
+        secret = None
+
+    def total(group: list[tuple[str, str, int]]) -> int:
+        return sum(size for _, _, size in group)
+
+    def files_of(n: int, one: str, many: str) -> str:
+        return f"{n} {one if n == 1 else many}"
+
+    parts = []
+    own = [f for f in files if f[0] == "own"]
+    if own:
+        named = [f"{name} {total([f for f in own if f[1] == name])} bytes" for name in OWN_ROOT_FILES
+                 if any(f[1] == name for f in own)]
+        infos = [f for f in own if f[1].endswith("/" + PARTITION_INFO)]
+        if infos:
+            named.append(f"{PARTITION_INFO} {total(infos)} bytes"
+                         + (f" (in {files_of(len(infos), 'partition', 'partitions')})" if len(infos) > 1 else ""))
+        marks = [f for f in own if f not in infos and f[1] not in OWN_ROOT_FILES]
+        if marks:
+            named.append(f"{files_of(len(marks), 'last-use mark', 'last-use marks')} whose entry is gone "
+                         f"{total(marks)} bytes")
+        parts.append(f"the store's own files, {total(own)} bytes ({', '.join(named)})")
+    entries = [f for f in files if f[0] == "entry"]
+    theirs = [f for f in entries if f[1].endswith(ENTRY_SUFFIX) and (
+        secret is None or not removable(store.root / f[1], secret))]
+    if theirs:
+        # their .used marks go with them
+        stems = {f[1].removesuffix(ENTRY_SUFFIX) for f in theirs}
+        group = [f for f in entries if f[1].removesuffix(ENTRY_SUFFIX).removesuffix(USED_SUFFIX) in stems]
+        them = "it" if len(theirs) == 1 else "them"
+        why = (f"signed with another key: only that key's owner may evict {them}" if secret is not None
+               else "no secret to tell this key's entries from another's, so none are evicted")
+        parts.append(f"{files_of(len(theirs), 'entry', 'entries')}, {total(group)} bytes ({why})")
+        entries = [f for f in entries if f not in group]
+    if entries:
+        n = sum(f[1].endswith(ENTRY_SUFFIX) for f in entries)
+        parts.append(f"{files_of(n, 'entry', 'entries')}, {total(entries)} bytes (written while pruning, or "
+                     "could not be removed)")
+    quarantined = [f for f in files if f[0] == "quarantined"]
+    if quarantined:
+        parts.append(f"{files_of(len(quarantined), 'quarantined file', 'quarantined files')}, {total(quarantined)} "
+                     "bytes (could not be removed)")
+    foreign = sorted(f for f in files if f[0] == "foreign")
+    if foreign:
+        shown = ", ".join(f[1] for f in foreign[:EXAMPLES]) + (", ..." if len(foreign) > EXAMPLES else "")
+        parts.append(f"{files_of(len(foreign), 'file', 'files')} that are not xlakit's, {total(foreign)} bytes "
+                     f"({shown})")
+    return "; ".join(parts) or "nothing now (the folder changed while pruning)"
 
 
 def _destructive(operation, *args):

@@ -19,11 +19,14 @@ from typing import Any
 
 from . import _fs
 from .layout import (
+    BUNDLE_RECORD,
     ENTRY_SUFFIX,
+    FINGERPRINT_MEMO,
     LOCK_NAME,
     PARTITION_INFO,
     QUARANTINE,
     STALE_TEMP_S,
+    TAG_NAME,
     USED_SUFFIX,
     is_stale_temp,
     is_temp_name,
@@ -32,8 +35,13 @@ from .layout import (
 )
 from .quarantine import quarantined_files, remove_quarantined
 
-__all__ = ["Candidate", "Scan", "clear_partition", "evict_to", "is_partition", "removable", "remove_stale_temps",
-           "scan", "touch_used"]
+__all__ = ["Candidate", "Scan", "clear_partition", "counted_files", "evict_to", "is_partition", "removable",
+           "remove_stale_temps", "scan", "touch_used", "COUNTED_KINDS", "OWN_ROOT_FILES"]
+
+#: The store's own files in the root folder (beside the partitions), counted against the cap, never evicted.
+OWN_ROOT_FILES = (TAG_NAME, FINGERPRINT_MEMO, BUNDLE_RECORD)
+#: The kinds :func:`counted_files` sorts every counted byte into.
+COUNTED_KINDS = ("entry", "own", "quarantined", "foreign")
 
 
 @dataclass
@@ -96,6 +104,65 @@ def scan(root: Path, now: float | None = None) -> Scan:
             continue
         _scan_partition(Path(top.path), result, now)
     return result
+
+
+def counted_files(root: Path) -> list[tuple[str, str, int]]:
+    """Every file :func:`scan` counts against the cap, as ``(kind, path relative to root, disk bytes)``; the
+    bytes add up to ``scan(root).total`` (when nothing changes in between). For saying what a prune left.
+
+    kind (:data:`COUNTED_KINDS`): ``"entry"``, an entry's ``.xlk`` and its ``.used`` mark; ``"own"``, the store's
+    own bookkeeping, never evicted: ``CACHEDIR.TAG``, the jaxlib fingerprint memo and a bundle's module-hash
+    record in the root (:data:`OWN_ROOT_FILES`), each partition's ``partition.json``, and a ``.used`` mark whose
+    entry is gone; ``"quarantined"``, the quarantine's entries and reason notes; ``"foreign"``, files that are not
+    xlakit's: other names in the root or in a partition, files under a folder that is not a partition or inside
+    one. Links are never followed."""
+    files: list[tuple[str, str, int]] = []
+    for top in _fs.scandir(root):
+        if top.name == LOCK_NAME:
+            continue
+        st = _fs.lstat(top.path)
+        if st is None:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            if not is_temp_name(top.name) and stat.S_ISREG(st.st_mode):
+                files.append(("own" if top.name in OWN_ROOT_FILES else "foreign", top.name, _fs.disk_bytes(st)))
+            continue
+        if top.name == QUARANTINE:
+            files += [("quarantined", os.path.relpath(path, root), size) for _, size, path in quarantined_files(root)]
+            continue
+        if not valid_partition(top.name):
+            files += [("foreign", rel, size) for rel, size in _walk_files(root, top.path)]
+            continue
+        found = [(d, _fs.lstat(d.path)) for d in _fs.scandir(top.path)]
+        stems = {d.name[: -len(ENTRY_SUFFIX)] for d, st in found if st is not None and d.name.endswith(ENTRY_SUFFIX)}
+        for d, st in found:
+            if st is None or is_temp_name(d.name):
+                continue
+            rel = f"{top.name}/{d.name}"
+            if stat.S_ISDIR(st.st_mode):
+                files += [("foreign", r, size) for r, size in _walk_files(root, d.path)]
+            elif not stat.S_ISREG(st.st_mode):
+                continue
+            elif d.name.endswith(ENTRY_SUFFIX):
+                files.append(("entry", rel, _fs.disk_bytes(st)))
+            elif d.name.endswith(USED_SUFFIX):
+                kind = "entry" if d.name[: -len(USED_SUFFIX)] in stems else "own"
+                files.append((kind, rel, _fs.disk_bytes(st)))
+            else:
+                files.append(("own" if d.name == PARTITION_INFO else "foreign", rel, _fs.disk_bytes(st)))
+    return files
+
+
+def _walk_files(root: Path, path: str) -> list[tuple[str, int]]:
+    """(path relative to root, disk bytes) of every regular file under ``path``, as :func:`_walk_bytes` counts."""
+    found = []
+    for dirpath, _, names in os.walk(path):  # os.walk does not enter links to folders
+        for name in names:
+            full = os.path.join(dirpath, name)
+            st = _fs.lstat(full)
+            if st is not None and stat.S_ISREG(st.st_mode):
+                found.append((os.path.relpath(full, root), _fs.disk_bytes(st)))
+    return found
 
 
 def _scan_partition(pdir: Path, result: Scan, now: float) -> None:
