@@ -234,7 +234,8 @@ def test_the_dump_route_on_cpu_gives_the_same_program_and_assignment(monkeypatch
     monkeypatch.setitem(platforms._TABLE, "cpu", no_assignment)
     calls = []
     real = compiler_dump.compile_with_assignment
-    monkeypatch.setattr(compiler_dump, "compile_with_assignment", lambda lo, name=None: calls.append(1) or real(lo))
+    monkeypatch.setattr(compiler_dump, "compile_with_assignment",
+                        lambda lo, name=None, options=None: calls.append(1) or real(lo, name, options))
     other = jax.jit(lambda x: jnp.cos(x) * 3).lower(jnp.ones((8,)))
     with_assignment(None, other)
     with_assignment(None, other)  # remembered: no second dump
@@ -267,7 +268,7 @@ def test_lowered_programs_and_the_explorer_get_their_assignment_where_memory_ana
     dumps = []
     real_dump = compiler_dump.compile_with_assignment
     monkeypatch.setattr(compiler_dump, "compile_with_assignment",
-                        lambda lo, name=None: dumps.append(1) or real_dump(lo, name))
+                        lambda lo, name=None, options=None: dumps.append(1) or real_dump(lo, name, options))
 
     def step(w, x):
         return jnp.tanh(x @ w).sum()

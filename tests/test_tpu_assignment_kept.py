@@ -70,7 +70,7 @@ def test_a_header_without_the_dump_or_with_a_damaged_one_compiles_with_the_dump_
     from xlakit._jax import dump_memo
     from xlakit.cache import entry
 
-    proto = bytes(range(256)) * 40
+    proto = b"\x0a\x00" + b"\x1a\x02\x08\x01" * 1000  # an HloProto: a module and a buffer assignment
     packed = entry.pack_assignment(proto)
     assert entry.unpack_assignment(packed) == proto
     assert entry.unpack_assignment(packed[:-8] + "AAAAAAAA") is None and entry.unpack_assignment(None) is None
@@ -80,10 +80,15 @@ def test_a_header_without_the_dump_or_with_a_damaged_one_compiles_with_the_dump_
         fingerprint = b"fp-later"
 
     entry.keep_assignment({"assignment_zstd": packed}, Loaded())
-    assert dump_memo.of_executable(Loaded()) == proto  # decompressed when first asked
+    assert dump_memo._lookup([Loaded.fingerprint]) == proto  # decompressed when first asked
+    assert dump_memo.of_executable(Loaded()) is None  # not captured here: a new entry never carries it on
     entry.keep_assignment({"assignment_zstd": "not base64 zstd"}, type("L", (), {"fingerprint": b"fp-bad"})())
     assert dump_memo._memo.get(b"fp-bad") is not None  # kept unread ...
     assert dump_memo._lookup([b"fp-bad"]) is None and b"fp-bad" not in dump_memo._memo  # ... and dropped once read
+    # decompresses, but holds no buffer assignment (only a writer with the key could make it): dropped the same way
+    entry.keep_assignment({"assignment_zstd": entry.pack_assignment(bytes(range(256)) * 40)},
+                          type("L", (), {"fingerprint": b"fp-junk"})())
+    assert dump_memo._lookup([b"fp-junk"]) is None and b"fp-junk" not in dump_memo._memo
 
 
 @pytest.mark.parametrize("size", [0, 5])
@@ -94,8 +99,9 @@ def test_an_entry_keeps_the_dump_only_when_the_compile_captured_one(size, tmp_pa
     class Executable:
         fingerprint = f"fp-{size}".encode()
 
+    dump_memo.remember(b"\x1a\x03xyz", Executable.fingerprint)  # filed from elsewhere (a Lowered's compile): never kept
     if size:
-        dump_memo.remember(b"\x1a\x03abc" * size, Executable.fingerprint)
+        dump_memo.remember(b"\x1a\x03abc" * size, Executable.fingerprint, ("captured", Executable.fingerprint))
     fields = entry.assignment_fields(Executable())
     assert bool(fields) == bool(size)
     if size:
@@ -110,8 +116,65 @@ def test_the_dump_is_left_out_where_it_would_take_the_header_past_the_envelopes_
     class Executable:
         fingerprint = b"fp-big-header"
 
-    dump_memo.remember(bytes(range(256)) * 64, Executable.fingerprint)
+    dump_memo.remember(bytes(range(256)) * 64, ("captured", Executable.fingerprint))
     small = entry.assignment_fields(Executable(), {"name": "f"})
     assert small and envelope.seal({"name": "f", **small}, b"x", b"k" * 32)
-    big = {"name": "f", "module_text_zstd": "A" * (envelope.MAX_HEADER_BYTES - len(small["assignment_zstd"]))}
+    big = {"name": "f", "module_text_zstd": "A" * (envelope.MAX_HEADER_BYTES - entry.HEADER_ROOM
+                                                   - len(small["assignment_zstd"]))}
     assert entry.assignment_fields(Executable(), big) == {}
+
+
+def test_the_memo_counts_a_kept_dump_once_decompressed(monkeypatch):
+    """A kept dump counts only its compressed text until read; decompressed, the memo's byte bound applies."""
+    from xlakit._jax import dump_memo
+    from xlakit.cache import entry
+
+    monkeypatch.setattr(dump_memo, "_memo", type(dump_memo._memo)())
+    monkeypatch.setattr(dump_memo, "MEMO_BYTES", 3_000_000)
+    proto = b"\x0a\x00" + b"\x1a\x02\x08\x01" * 250_000  # 1 MB, compresses to a few KB
+    for i in range(5):
+        entry.keep_assignment({"assignment_zstd": entry.pack_assignment(proto)},
+                              type("L", (), {"fingerprint": f"fp-{i}".encode()})())
+    assert dump_memo._held_bytes() < 100_000
+    found = []
+    for i in range(5):
+        found.append(dump_memo._lookup([f"fp-{i}".encode()]))
+        assert dump_memo._held_bytes() <= 3_000_000  # the oldest go, read or not
+    assert found[:2] == [proto, proto] and set(found) <= {proto, None}
+
+
+_OPTIONS_CHILD = _CHILD.split("def program")[0] + r'''
+def f(x):
+    for i in range(4):
+        x = jnp.tanh(x * 1.5 + i) @ x
+    return x.sum()
+
+lowered = jax.jit(f).lower(jnp.ones((256, 256)))
+plain, other = lowered.compile(), lowered.compile(compiler_options={"xla_disable_all_hlo_passes": True})
+print(json.dumps({"plain": memory.peak(plain).total_bytes, "other": memory.peak(other).total_bytes}))
+'''
+
+
+@pytest.mark.parametrize("capture", ["0", "1"])
+def test_a_program_compiled_with_its_own_compiler_options_is_described_as_compiled(capture, tmp_path, monkeypatch):
+    """``Lowered.compile(compiler_options=...)`` makes another program (here: 1.8 MB at the peak, not 262 kB); the
+    compile with the dump repeats those options, and no dump of the plain program is filed under the other one's
+    fingerprint (a red team found the plain program's answer given for both, and carried into the cache entry).
+    The answers equal those from CPU's own assignment (memory_analysis() carries it)."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit import memory
+
+    def f(x):
+        for i in range(4):
+            x = jnp.tanh(x * 1.5 + i) @ x
+        return x.sum()
+
+    lowered = jax.jit(f).lower(jnp.ones((256, 256)))
+    want = {"plain": memory.peak(lowered.compile()).total_bytes,
+            "other": memory.peak(lowered.compile(compiler_options={"xla_disable_all_hlo_passes": True})).total_bytes}
+    assert want["other"] > 2 * want["plain"]
+    monkeypatch.setenv("XLAKIT_CAPTURE_ASSIGNMENT", capture)
+    assert _run(tmp_path / "cache", _OPTIONS_CHILD) == want
+    assert _run(tmp_path / "cache", _OPTIONS_CHILD) == want  # loaded from the entries

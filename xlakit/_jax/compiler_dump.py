@@ -63,9 +63,10 @@ class DumpedAssignment(tuple):
         return super().__new__(cls, (compiled, hlo_proto))
 
 
-def compile_with_assignment(lowered: Any, module_name: str | None = None) -> DumpedAssignment:
+def compile_with_assignment(lowered: Any, module_name: str | None = None, options: Any = None) -> DumpedAssignment:
     """Compile ``lowered`` (a ``jax.stages.Lowered``) with XLA's dump of the optimized module and its buffer
     assignment, bypassing every cache (:func:`xlakit._jax.fresh.compile_fresh`); remember the HloProto.
+    ``options``: the ``compiler_options`` the program was compiled with (they change the program), kept.
 
     Returns:
       :class:`DumpedAssignment` ``(compiled, hlo_proto)``.
@@ -77,9 +78,10 @@ def compile_with_assignment(lowered: Any, module_name: str | None = None) -> Dum
 
     folder = tempfile.mkdtemp(prefix="xlakit-xla-dump-")
     try:
-        compiled = compile_fresh(lowered, compiler_options={"xla_dump_to": folder, "xla_dump_hlo_as_proto": True})
+        compiled = compile_fresh(lowered, compiler_options={**dict(options or {}), "xla_dump_to": folder,
+                                                            "xla_dump_hlo_as_proto": True})
         hlo_proto = read_dump(folder, module_name)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    remember(hlo_proto, _fingerprint(compiled), module_key(lowered))
+    remember(hlo_proto, _fingerprint(compiled), module_key(lowered, options))
     return DumpedAssignment(compiled, hlo_proto)

@@ -25,7 +25,7 @@ DUMP_SUFFIX = "after_optimizations.hlo.pb"  # TPU: <module>.after_..., XLA:CPU: 
 MEMO_SIZE = 16
 MEMO_BYTES = 256 << 20  # a dump holds the program's constants: bound the bytes too (a model closing over weights)
 CAPTURE_MIN_FREE_BYTES = 1 << 30  # below this free in the temp folder XLA's dump would fail, one error line per file
-_memo: collections.OrderedDict[bytes | str, bytes] = collections.OrderedDict()
+_memo: collections.OrderedDict[Any, Any] = collections.OrderedDict()  # key -> HloProto bytes or _Later
 _lock = threading.Lock()
 
 
@@ -37,9 +37,10 @@ def _fingerprint(compiled: Any) -> bytes | None:
     return fp if isinstance(fp, bytes) and fp else None
 
 
-def module_key(lowered: Any) -> str | None:
-    """SHA-256 of a lowered module's text without debug info plus its compile args (platform, devices), the
-    in-process memo's key for a program not compiled yet; None when the text cannot be had."""
+def module_key(lowered: Any, options: Any = None) -> str | None:
+    """SHA-256 of a lowered module's text without debug info plus its compile args (platform, devices) and the
+    ``compiler_options`` it is compiled with (``Lowered.compile(compiler_options=...)``: they change the program),
+    the in-process memo's key for a program not compiled yet; None when the text cannot be had."""
     try:
         text = lowered.as_text(debug_info=False)
     except TypeError:  # older JAX: as_text() without the keyword
@@ -52,6 +53,8 @@ def module_key(lowered: Any) -> str | None:
         digest.update(repr([(d.platform, d.id) for d in devices or ()]).encode())
     except Exception:  # noqa: BLE001 - the platform is in the module's text where it matters
         pass
+    if options:
+        digest.update(repr(sorted((str(k), repr(v)) for k, v in dict(options).items())).encode())
     return "module:" + digest.hexdigest()
 
 
@@ -64,8 +67,14 @@ def remember(hlo_proto: bytes, *keys: Any) -> None:
                 continue
             _memo[key] = hlo_proto
             _memo.move_to_end(key)
-        while len(_memo) > MEMO_SIZE * 2 or (len(_memo) > 1 and _held_bytes() > MEMO_BYTES):  # two keys a program
-            _memo.popitem(last=False)
+        _trim()
+
+
+def _trim() -> None:
+    """Drop the oldest beyond the bounds (three keys a program at most: fingerprint, module, captured); under the
+    lock."""
+    while len(_memo) > MEMO_SIZE * 3 or (len(_memo) > 1 and _held_bytes() > MEMO_BYTES):
+        _memo.popitem(last=False)
 
 
 class _Later:
@@ -91,19 +100,21 @@ def _held_bytes() -> int:
 
 
 def of_executable(executable: Any) -> bytes | None:
-    """The HloProto kept under a ``LoadedExecutable``'s own fingerprint (what :func:`end_capture` kept for it),
-    else None."""
+    """The HloProto :func:`end_capture` read from the dump of the very compile that made this ``LoadedExecutable``
+    (by its fingerprint), else None: never one filed under its fingerprint from elsewhere (a compile of its
+    ``Lowered`` with the dump, a cache entry), which is what a new cache entry may carry on."""
     fingerprint = getattr(executable, "fingerprint", None)
-    return _lookup([fingerprint] if isinstance(fingerprint, bytes) and fingerprint else [])
+    return _lookup([("captured", fingerprint)] if isinstance(fingerprint, bytes) and fingerprint else [])
 
 
-def remembered(compiled: Any = None, lowered: Any = None) -> bytes | None:
-    """The HloProto kept for this executable (by fingerprint) or lowered module, else None."""
-    keys: list[bytes | str | None] = []
+def remembered(compiled: Any = None, lowered: Any = None, options: Any = None) -> bytes | None:
+    """The HloProto kept for this executable (by fingerprint) or lowered module (compiled with ``options``), else
+    None."""
+    keys: list[Any] = []
     if compiled is not None:
         keys.append(_fingerprint(compiled))
     if lowered is not None:
-        keys.append(module_key(lowered))
+        keys.append(module_key(lowered, options))
     return _lookup(keys)
 
 
@@ -120,13 +131,17 @@ def _lookup(keys: list[bytes | str | None]) -> bytes | None:
         return found
     try:
         data = found.read()  # outside the lock: a decompression
+        if data is not None:
+            split_hlo_proto(data)  # a dump with its assignment, or as if never kept (peak() compiles with one)
     except Exception:  # noqa: BLE001 - unreadable: as if never kept
         data = None
     with _lock:
-        if data is None:
-            _memo.pop(key, None)
-        elif _memo.get(key) is found:
-            _memo[key] = data
+        if _memo.get(key) is found:  # not replaced meanwhile by another thread
+            if data is None:
+                del _memo[key]
+            else:
+                _memo[key] = data
+                _trim()  # the bytes count now
     return data
 
 
@@ -246,7 +261,7 @@ def end_capture(folder: str | None, executable: Any, module_name: str | None) ->
             return False
         hlo_proto = read_dump(folder, module_name)
         split_hlo_proto(hlo_proto)  # whole, with its assignment (a full disk cuts a dump short)
-        remember(hlo_proto, fingerprint)
+        remember(hlo_proto, fingerprint, ("captured", fingerprint))  # the latter: this compile's own dump
         return True
     except Exception:  # noqa: BLE001 - no dump: peak() compiles with one when asked, as without the capture
         return False

@@ -235,7 +235,7 @@ def _lowered_compile(self, *args, **kwargs):
     compiled = _saved["lowered_compile"](self, *args, **kwargs)
     from xlakit._jax import lowerings
 
-    lowerings.note_lowering(compiled, self)
+    lowerings.note_lowering(compiled, self, kwargs.get("compiler_options", args[0] if args else None))
     return compiled
 
 

@@ -10,7 +10,7 @@ import threading
 import weakref
 from typing import Any
 
-__all__ = ["note_lowering", "lowering_of", "platform_of"]
+__all__ = ["note_lowering", "lowering_of", "options_of", "platform_of"]
 
 _lock = threading.Lock()
 # Compiled -> the Lowered it was compiled from, for programs of a platform whose memory_analysis() holds no buffer
@@ -20,8 +20,9 @@ _lock = threading.Lock()
 _lowerings: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
-def note_lowering(compiled: Any, lowered: Any) -> None:
-    """Keep ``lowered`` beside ``compiled`` when their platform's ``memory_analysis()`` carries no buffer assignment
+def note_lowering(compiled: Any, lowered: Any, options: Any = None) -> None:
+    """Keep ``lowered`` (and the ``compiler_options`` it was compiled with, which change the program) beside
+    ``compiled`` when their platform's ``memory_analysis()`` carries no buffer assignment
     (:attr:`xlakit._jax.platforms.Platform.assignment_in_memory_analysis`); nothing elsewhere. Never raises."""
     from xlakit._jax import platforms
 
@@ -29,18 +30,27 @@ def note_lowering(compiled: Any, lowered: Any) -> None:
         if platforms.rules(platform_of(lowered)).assignment_in_memory_analysis:
             return
         with _lock:
-            _lowerings[compiled] = lowered
+            _lowerings[compiled] = (lowered, dict(options) if options else None)
     except Exception:  # noqa: BLE001 - a program that cannot be weakly referenced: only its own Lowered helps
         pass
 
 
 def lowering_of(compiled: Any) -> Any:
     """The ``Lowered`` :func:`note_lowering` kept for ``compiled``, else None."""
+    return _kept(compiled)[0]
+
+
+def options_of(compiled: Any) -> dict | None:
+    """The ``compiler_options`` ``compiled`` was compiled with, as :func:`note_lowering` kept them, else None."""
+    return _kept(compiled)[1]
+
+
+def _kept(compiled: Any) -> tuple[Any, Any]:
     with _lock:
         try:
-            return _lowerings.get(compiled)
+            return _lowerings.get(compiled) or (None, None)
         except TypeError:
-            return None
+            return None, None
 
 
 def platform_of(lowered: Any) -> str | None:

@@ -44,9 +44,11 @@ KIND_JAX = "jax-compiled-pickle"
 LEGACY_SUFFIX = "-aot"
 MAX_PACKED_TEXT = 4 << 20  # bytes of compressed module text kept per entry
 MAX_TEXT = 64 << 20  # bytes a module text may decompress to when read back
-MAX_PACKED_ASSIGNMENT = 6 << 20  # compressed XLA dump kept per entry: 8 MiB as base64, beside at most 5.3 MiB of
-# module text, under the envelope's 16 MiB header
+# compressed XLA dump kept per entry: every listing reads whole headers (``cache ls --remote`` too), so a bigger
+# dump is left out (its program's peak() compiles with the dump once per process, as without the field)
+MAX_PACKED_ASSIGNMENT = 1 << 20
 MAX_ASSIGNMENT = 256 << 20  # bytes it may decompress to (the in-process memo's own bound)
+HEADER_ROOM = 1 << 20  # header bytes left free beside it for fields added later (integrity, key, placement)
 
 
 def loadable(header: Mapping[str, Any] | None) -> bool:
@@ -160,7 +162,8 @@ def assignment_fields(executable: Any, header: Mapping[str, Any] | None = None) 
         used = len(json.dumps(dict(header or {}), sort_keys=True, separators=(",", ":")).encode())
     except Exception:  # noqa: BLE001 - an entry without it is an entry as before
         return {}
-    return {"assignment_zstd": packed} if used + len(packed) + 64 <= MAX_HEADER_BYTES else {}
+    # room for what is added after this: the store's integrity fields and key, a loadable entry's placement
+    return {"assignment_zstd": packed} if used + len(packed) + HEADER_ROOM <= MAX_HEADER_BYTES else {}
 
 
 def keep_assignment(header: Mapping[str, Any], executable: Any) -> None:
@@ -174,7 +177,7 @@ def keep_assignment(header: Mapping[str, Any], executable: Any) -> None:
 
     try:
         loaded = executable.runtime_executable() if hasattr(executable, "runtime_executable") else executable
-        dump_memo.remember_later(loaded.fingerprint, lambda: unpack_assignment(packed))
+        dump_memo.remember_later(loaded.fingerprint, lambda: unpack_assignment(packed), len(packed))
     except Exception:  # noqa: BLE001 - no fingerprint: peak() compiles with the dump when asked
         return
 

@@ -133,16 +133,19 @@ def with_assignment(compiled: Any, lowered: Any) -> Any:
     same program: equal fingerprints, measured on TPU and CPU). Without ``lowered`` ``compiled`` is returned as is
     (``buffer_assignment`` then says what to pass).
     """
-    from xlakit._jax import compiler_dump, platforms
+    from xlakit._jax import compiler_dump, lowerings, platforms
     from xlakit._jax.stages import jax_stage
 
     if compiled is not None and (_has_assignment(compiled) or compiler_dump.remembered(compiled=compiled)):
         return compiled
+    # the compiler_options the program was compiled with, where xlakit saw its Lowered.compile(): a compile of its
+    # Lowered without them is another program (its dump would describe that one)
+    options = lowerings.options_of(compiled) if compiled is not None else None
     if callable(lowered) and not hasattr(lowered, "compile"):
         lowered = lowered()
     if lowered is None:
         return compiled
-    kept = compiler_dump.remembered(lowered=lowered) if compiled is not None else None
+    kept = compiler_dump.remembered(lowered=lowered, options=options) if compiled is not None else None
     if kept is not None:  # the same program dumped before (a load can give the executable another fingerprint)
         compiler_dump.remember(kept, compiler_dump._fingerprint(compiled))
         return compiled
@@ -151,7 +154,7 @@ def with_assignment(compiled: Any, lowered: Any) -> Any:
         # compile may carry it already: a load from the cache does not, and the dump compile follows
         platform = compiler_dump.platform_of(lowered)
         if platforms.rules(platform).assignment_in_memory_analysis \
-                or compiler_dump.remembered(lowered=lowered) is not None or _capturing(platform):
+                or compiler_dump.remembered(lowered=lowered, options=options) is not None or _capturing(platform):
             compiled = jax_stage(lowered.compile())
             if _has_assignment(compiled) or compiler_dump.remembered(compiled=compiled):
                 return compiled
@@ -160,7 +163,7 @@ def with_assignment(compiled: Any, lowered: Any) -> Any:
         name = compiled.runtime_executable().hlo_modules()[0].name if compiled is not None else None
     except Exception:  # noqa: BLE001 - the largest dump file is then taken
         pass
-    dumped = compiler_dump.compile_with_assignment(lowered, name)
+    dumped = compiler_dump.compile_with_assignment(lowered, name, options)
     if compiled is not None:  # asked again for this very executable: found by its own fingerprint
         compiler_dump.remember(dumped[1], compiler_dump._fingerprint(compiled))
     return dumped[0]
