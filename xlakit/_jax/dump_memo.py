@@ -118,7 +118,7 @@ def remembered(compiled: Any = None, lowered: Any = None, options: Any = None) -
     return _lookup(keys)
 
 
-def _lookup(keys: list[bytes | str | None]) -> bytes | None:
+def _lookup(keys: list[Any]) -> bytes | None:
     with _lock:
         for key in keys:
             if key is not None and key in _memo:

@@ -66,6 +66,7 @@ FORMAT_GLOBALS: dict[tuple[str, str], tuple[str, frozenset[str]]] = {
        for r in ("_UniqueAllResult", "_UniqueCountsResult", "_UniqueInverseResult")},
     **{("jax._src.random.threefry2x32", f"threefry_{f}"): (VALUE, _BOTH)
        for f in ("seed", "split", "fold_in", "random_bits")},
+    ("jax._src.random.threefry2x32", "threefry_raw_bits"): (VALUE, frozenset({"0.12.1"})),  # from JAX 0.12.1 on
     **{("jax._src.random.rbg", f"_rbg_{f}"): (VALUE, _BOTH) for f in ("seed", "split", "fold_in", "random_bits")},
     **{("jax._src.random.rbg", f"_unsafe_rbg_{f}"): (VALUE, _BOTH) for f in ("split", "fold_in")},
     **{("ml_dtypes", t): (VALUE, _BOTH) for t in (
@@ -82,9 +83,22 @@ _FACTORY_BUILTINS = frozenset({"list", "dict", "set", "tuple", "int", "float", "
 
 def format_globals(jax_version: str) -> dict[tuple[str, str], str]:
     """``{(module, qualname): CALL | VALUE}`` of the format entries written by JAX ``jax_version`` (e.g.
-    ``"0.10.2"``; the minor version decides)."""
-    minor = ".".join(jax_version.split(".")[:2])
-    return {name: how for name, (how, versions) in FORMAT_GLOBALS.items() if minor in versions}
+    ``"0.10.2"``): a tag ``"0.12"`` is the whole minor version, a tag ``"0.12.1"`` that release and the later ones
+    of its minor version (an entry a patch release added)."""
+    return {name: how for name, (how, versions) in FORMAT_GLOBALS.items()
+            if any(_written_by(jax_version, tag) for tag in versions)}
+
+
+def _written_by(jax_version: str, tag: str) -> bool:
+    version, wanted = jax_version.split("."), tag.split(".")
+    if version[:2] != wanted[:2]:
+        return False
+    if len(wanted) == 2:
+        return True
+    try:
+        return int(version[2]) >= int(wanted[2])
+    except (IndexError, ValueError):  # "0.12" or "0.12.dev..": the minor version's first release
+        return False
 
 
 def _top(module: str) -> str:
