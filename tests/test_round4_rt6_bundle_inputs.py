@@ -60,3 +60,47 @@ def test_a_model_that_traces_only_at_even_sizes_still_tells_its_bias_from_the_ba
     outputs = {spec.name: spec.shape for spec in xlakit.load_bundle(tmp_path / "p", progress=False,
                                                                     background=False).manifest.outputs["default"]}
     assert outputs["b"] == (2,) and outputs["y"][0] == "batch"
+
+
+def test_a_numpy_float64_example_input_records_the_dtype_the_module_takes(tmp_path):
+    """``export_bundle`` with NumPy's default float64 / int64 example (x64 off) recorded float64 while the module
+    took float32: no input could call the bundle. The manifest records what jax.jit takes, and a float64 call
+    answers as jax.jit does."""
+    params = {"w": np.float32(2)}
+    xlakit.export_bundle(lambda p, x: x * p["w"], params, np.ones((2, 3)), tmp_path / "f", batch_sizes=(2,))
+    bundle = xlakit.load_bundle(tmp_path / "f", progress=False, background=False)
+    assert bundle.manifest.inputs[0].dtype == "float32"
+    x = np.arange(6.0).reshape(2, 3)
+    assert np.asarray(bundle(x)).tobytes() == np.asarray(jax.jit(lambda p, x: x * p["w"])(params, x)).tobytes()
+    xlakit.export_bundle(lambda p, x: x + p["w"].astype(x.dtype), params, np.arange(4).reshape(2, 2),
+                         tmp_path / "i", batch_sizes=(2,))
+    assert xlakit.load_bundle(tmp_path / "i", progress=False, background=False).manifest.inputs[0].dtype == "int32"
+
+
+@pytest.mark.parametrize("order", [">i8", ">f8", ">i4"])
+def test_a_big_endian_parameter_is_stored_as_jax_would_hold_it(order, tmp_path):
+    """A big-endian int64 / float64 parameter was stored as int64 / float64 (JAX's dtype table knows only native
+    orders) and the bundle could never load ("exported with jax_enable_x64 on"): stored in native order at the
+    dtype JAX canonicalizes it to, same values."""
+    params = {"w": np.array([1, 2, 3], dtype=order)}
+    xlakit.export_bundle(lambda p, x: x * p["w"].astype(jnp.float32), params, np.ones((2, 3), np.float32),
+                         tmp_path / "b", batch_sizes=(2,))
+    bundle = xlakit.load_bundle(tmp_path / "b", progress=False, background=False)
+    assert np.asarray(bundle(np.ones((2, 3), np.float32))).tolist() == [[1.0, 2.0, 3.0]] * 2
+
+
+def test_a_weak_type_flag_on_a_dtype_jax_never_makes_weak_is_refused(tmp_path):
+    import json
+
+    from xlakit.bundle.manifest import ManifestError
+
+    xlakit.export_bundle(lambda p, x: {"y": x * p["w"], "m": x > 0}, {"w": np.float32(2)},
+                         np.ones((2, 3), np.float32), tmp_path / "w", batch_sizes=(2,))
+    path = tmp_path / "w" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for spec in next(iter(manifest["outputs"].values())):
+        if spec["dtype"] == "bool":
+            spec["weak_type"] = True
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="never weakly typed"):
+        xlakit.load_bundle(tmp_path / "w", progress=False, background=False)

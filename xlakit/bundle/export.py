@@ -371,8 +371,23 @@ def _inputs(example_inputs) -> tuple[list[str], list[Any], bool]:
             raise ValueError(f"input {n!r}: expected an array or jax.ShapeDtypeStruct, got {type(v).__name__}")
         if len(shape) == 0:
             raise ValueError(f"input {n!r} is a scalar: every input needs a batch axis (axis 0)")
-        avals.append(v)
+        avals.append(_as_jit_sees(v))
     return names, avals, by_keyword
+
+
+def _as_jit_sees(value: Any) -> Any:
+    """An example input as ``jax.jit`` takes it: a NumPy float64 / int64 (or big-endian) array is float32 / int32
+    (native order) while ``jax_enable_x64`` is off, so the manifest records the dtype the module takes (a float64
+    record made a bundle no input could call); anything else as given."""
+    import jax
+    import numpy as np
+
+    try:
+        dtype = np.dtype(value.dtype)
+        canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype.newbyteorder("=")))
+    except TypeError:  # an extended dtype (a typed PRNG key): JAX's own
+        return value
+    return value if canonical == dtype else jax.ShapeDtypeStruct(tuple(value.shape), canonical)
 
 
 def _ident(text: str) -> str:

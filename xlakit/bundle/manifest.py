@@ -156,6 +156,9 @@ class TensorSpec(Record):
         weak = d.get("weak_type", False)
         if not isinstance(weak, bool):
             raise ManifestError(file, f"{where}.weak_type", f"expected true or false, got {weak!r:.60}")
+        if weak and (dtype == "bool" or dtype.startswith("uint")):  # what a Python bool / int never makes weak
+            raise ManifestError(file, f"{where}.weak_type", f"a {dtype} value is never weakly typed in JAX (a weak "
+                                "type comes from a Python int, float or complex); the field was edited")
         return cls(name, tuple(shape), dtype, weak)
 
 

@@ -141,7 +141,8 @@ def host_param(name: str, leaf: Any) -> HostParam:
     if not _storable(arr.dtype):
         raise ValueError(f"parameter {name!r} has dtype {arr.dtype}, which is not a number type; bundles store "
                          "numeric arrays only")
-    canonical = np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype)).newbyteorder("=")
+    # native order first: JAX's table knows only native dtypes (a big-endian int64 stayed int64 without x64)
+    canonical = np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype.newbyteorder("="))).newbyteorder("=")
     if arr.dtype != canonical:  # float64 without x64, a big-endian array: converted on the host, as jax.jit does
         arr = arr.astype(canonical)
     sub_byte = None
