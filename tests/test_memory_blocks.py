@@ -133,8 +133,8 @@ def test_compare_says_why_per_block_remat_and_donation_left_the_peak_where_it_wa
     donated = compare(peak(jax.jit(sgd), state, x), peak(jax.jit(sgd, donate_argnums=0), state, x))
     saved = int(donated.b.attribution.donations["bytes"].sum())
     assert saved > 0 and donated.peak_delta >= 0 and donated.footprint_b < donated.footprint_a, donated
-    assert donated.why.startswith(f"Donation saved {saved / 2**10:.1f} KiB: results are written into their "
+    assert donated.why.startswith(f"Donation reuses {saved / 2**10:.1f} KiB: results are written into their "
                                   "arguments' bytes; one run occupies"), donated.why
     assert "none of them exists at the first program's peak" in donated.why
     html = donated._repr_html_()
-    assert "footprint (what one run occupies)" in html and "donation</td>" in html and "aliased, 16.0 KiB saved" in html
+    assert "footprint (what one run occupies)" in html and "donation</td>" in html and "aliased, 16.0 KiB reused" in html

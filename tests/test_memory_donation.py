@@ -69,8 +69,8 @@ def test_the_aliased_result_takes_the_bytes_over_and_each_byte_is_charged_once(p
 def test_compare_says_which_argument_became_which_result(pair):
     plain, donated = pair
     text = compare(plain, donated).summary()
-    assert "donation: p['w1'] → output[0]['w1'] aliased, 8.0 KiB saved" in text, text
-    assert "p['w2'] → output[0]['w2'] aliased, 8.0 KiB saved" in text
+    assert "donation: p['w1'] → output[0]['w1'] aliased, 8.0 KiB reused" in text, text
+    assert "p['w2'] → output[0]['w2'] aliased, 8.0 KiB reused" in text
     assert "donated but not reused: p['odd']" in text
     back = compare(donated, plain).summary()
     assert "donation: p['w1'] → output[0]['w1'] no longer aliased" in back, back
@@ -94,4 +94,4 @@ def test_sgd_with_donation_reports_aliased_bytes_at_its_peak():
     assert sorted(aliased["parameter"]) == ["p['w1']", "p['w2']"]
     assert sorted(aliased["output"]) == ["output['w1']", "output['w2']"]
     summary = compare(a, b).summary()
-    assert "aliased outputs +256.0 KiB" in summary and "p['w1'] → output['w1'] aliased, 128.0 KiB saved" in summary
+    assert "aliased outputs +256.0 KiB" in summary and "p['w1'] → output['w1'] aliased, 128.0 KiB reused" in summary

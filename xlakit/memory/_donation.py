@@ -1,4 +1,5 @@
-"""Donation in the user's terms: which argument became which result, and the bytes that saved.
+"""Donation in the user's terms: which argument became which result, and the bytes it reused (what that saved is
+the footprint's change: XLA may hold a copy of the argument among the temporaries).
 
 A result XLA writes into a donated argument's bytes (``jax.jit(..., donate_argnums=...)``) needs no
 allocation of its own: its bytes are the donation's saving. Which argument became which result is read from
@@ -65,8 +66,9 @@ def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[Any, str]:
 def donations(rows: Any):
     """``pandas.DataFrame``, one row per donated argument leaf (columns :data:`DONATION_COLUMNS`): argument
     (its pytree path), output (the result XLA writes into its bytes; None when it reused them for none), bytes
-    (saved: the size of the argument's allocation, which the result needed no allocation of its own for; 0
-    when not reused; their sum is XLA's ``alias_size_in_bytes``), allocation (the argument's), reason (why a
+    (reused: the size of the argument's allocation, which the result needed no allocation of its own for; 0
+    when not reused; their sum is XLA's ``alias_size_in_bytes``; what that saved is the footprint's change, less
+    where XLA holds a copy of the argument among the temporaries), allocation (the argument's), reason (why a
     donated argument was not reused, when known; else None). From :func:`name_donations`' rows."""
     import pandas as pd
 
@@ -89,7 +91,8 @@ def _pairs(frame: Any) -> dict[tuple[Any, Any], int]:
 
 def donation_summary(before: Any, after: Any, shown: int = 3) -> str:
     """What donation changed between two programs' :func:`donations` frames: ``"donation: p['w1'] →
-    output['w1'] aliased, 2.0 MiB saved"`` for each pair of ``after`` not in ``before`` (the ``shown``
+    output['w1'] aliased, 2.0 MiB reused"`` (the argument's bytes the result is written into; what that saves is
+    the footprint's change, which a copy XLA adds can cancel) for each pair of ``after`` not in ``before`` (the ``shown``
     largest, then a count and the total), the same for pairs ``before`` had and ``after`` lost (``"no
     longer aliased"``), and donated arguments XLA reused for nothing, each with its reason when known
     (``"donated but not reused: p['odd'] (no result the size of float32[7,3])"``); ``""`` when nothing
@@ -100,7 +103,7 @@ def donation_summary(before: Any, after: Any, shown: int = 3) -> str:
         if not pairs:
             continue
         items = sorted(pairs.items(), key=lambda kv: -kv[1])
-        text = ", ".join(_pair_text(arg, out, what) + (f", {fmt_bytes(n)} saved" if what == "aliased" else "")
+        text = ", ".join(_pair_text(arg, out, what) + (f", {fmt_bytes(n)} reused" if what == "aliased" else "")
                          for (arg, out), n in items[:shown])
         if len(items) > shown:
             text += f"; {len(items)} pairs, {fmt_bytes(sum(pairs.values()))} in all"

@@ -1,7 +1,7 @@
 """What a change did to memory: two compiled programs (with and without donation, a remat policy, another
 dtype or batch) diffed at their peaks by role, scope and source — "residuals −2.0 MiB (model.py:76),
 temporaries +256 KiB" — not just two totals; and what donation changed, pair by pair — "donation: p['w1'] →
-output['w1'] aliased, 2.0 MiB saved"."""
+output['w1'] aliased, 2.0 MiB reused (one run occupies 6.0 MiB → 4.0 MiB)"."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ class Comparison:
         at the new peak), or ``""``.
       footprint_a, footprint_b: bytes XLA reserves for one run (``CompiledMemory.footprint_bytes``; None
         when not reported).
-      donations: which argument became which result in each program, and the bytes saved.
+      donations: which argument became which result in each program, and the bytes reused (what one run
+        occupies, XLA's footprint, says what that saved).
     """
 
     frame: Any
@@ -75,8 +76,9 @@ class Comparison:
           them all before the backward pass used the first, and a loop (``lax.scan``) would not (measured on
           a 4-block flax.nnx transformer on CPU: per-block ``nnx.remat`` in a Python loop 90.1 MiB, as without
           remat; ``nnx.scan`` over the blocks with ``nnx.remat`` inside 36.2 MiB).
-        * donation: results written into donated arguments saved bytes, but the peak fell by less: those results
-          are made after the peak (the footprint, what one run occupies, falls by the saving), and/or the peak
+        * donation: results written into donated arguments reuse their bytes, but the peak fell by less: what one
+          run occupies (the footprint, XLA's figure) says what that saved — nothing where XLA copies the argument
+          first (a transpose, a roll) —, and those results may be made after the peak, and/or the peak
           holds more temporaries (XLA may copy an argument still read, or make a result apart and copy it into
           the donated bytes: it says how the copies changed)."""
         return " ".join(t for t in (self._remat_why(), self._donation_why()) if t)
@@ -117,10 +119,7 @@ class Comparison:
         saved = int(self.b.attribution.donations["bytes"].sum() - self.a.attribution.donations["bytes"].sum())
         if saved <= 0 or -self.peak_delta >= saved // 2:
             return ""
-        fa, fb = self.footprint_a, self.footprint_b
-        footprint = (f"; one run occupies {fmt_bytes(fa)} → {fmt_bytes(fb)} (the footprint)"
-                     if fa is not None and fb is not None and fa != fb else "")
-        head = f"Donation saved {fmt_bytes(saved)}: results are written into their arguments' bytes{footprint}."
+        head = f"Donation reuses {fmt_bytes(saved)}: results are written into their arguments' bytes{self._net()}."
         reasons = []
         outputs_a = self._role_delta("output")[0]
         if outputs_a < saved:  # the results donation saves are (mostly) made after the first program's peak
@@ -135,6 +134,18 @@ class Comparison:
                            + (f" (copies {_signed(copies)})" if copies else ""))
         return f"{head} The peak {self._moved()}" + (f": {'; and '.join(reasons)}." if reasons else ".")
 
+    def _net(self) -> str:
+        """What one run occupies before and after, XLA's figures (the footprint): what donation really saved, which
+        is less than the bytes reused where XLA copies a donated argument before writing into it (a transpose, a
+        roll: the copy is a temporary of the same size)."""
+        fa, fb = self.footprint_a, self.footprint_b
+        if fa is None or fb is None:
+            return ""
+        if fb < fa:
+            return f"; one run occupies {fmt_bytes(fa)} → {fmt_bytes(fb)} (the footprint): {fmt_bytes(fa - fb)} saved"
+        return (f"; but one run occupies {fmt_bytes(fa)} → {fmt_bytes(fb)} (the footprint): XLA holds a copy among "
+                "the temporaries where a result cannot be written in place, so nothing is saved")
+
     @staticmethod
     def _copies(p: Any) -> int:
         """Bytes of ``copy`` temporaries live at a peak (as the peak charges them)."""
@@ -145,7 +156,7 @@ class Comparison:
     @property
     def donations(self):
         """``pandas.DataFrame`` of both programs' donations (:attr:`xlakit.memory.Attribution.donations`) with a
-        column ``program`` (``"a"`` / ``"b"``): which argument became which result, and the bytes saved."""
+        column ``program`` (``"a"`` / ``"b"``): which argument became which result, and the bytes reused."""
         import pandas as pd
 
         frames = [p.attribution.donations.assign(program=name) for name, p in (("a", self.a), ("b", self.b))]
@@ -154,11 +165,15 @@ class Comparison:
     def summary(self) -> str:
         """``"residuals −2.0 MiB (model.py:76 (loss)), temporaries +256.0 KiB"``: each role that changed, with
         the source whose change is largest within it; then what donation changed: ``"donation: p['w1'] →
-        output['w1'] aliased, 2.0 MiB saved"`` (see :func:`xlakit.memory._donation.donation_summary`)."""
+        output['w1'] aliased, 2.0 MiB reused (one run occupies 6.0 MiB → 4.0 MiB)"``, the footprint being XLA's figure
+        of what donation saved (see :func:`xlakit.memory._donation.donation_summary`)."""
         from xlakit.memory._donation import donation_summary
 
         roles = self._roles_summary()
         donation = donation_summary(self.a.attribution.donations, self.b.attribution.donations)
+        fa, fb = self.footprint_a, self.footprint_b
+        if donation.startswith("donation:") and fa is not None and fb is not None:  # what the reuse saved: XLA's
+            donation += f" (one run occupies {fmt_bytes(fa)} → {fmt_bytes(fb)})"
         if donation:
             return f"{roles}; {donation}" if roles != "no change at the peak" else donation
         return roles
