@@ -42,6 +42,7 @@ _XLAKIT_DIR = os.path.normcase(os.path.dirname(os.path.realpath(__file__))) + os
 # Only to read a path recorded elsewhere: where its installer folder ends (the verdict needs the file here).
 _INSTALLER_DIR_RE = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
 _CELL_RE = re.compile(r"ipykernel_\d+[\\/]\d+\.py$")
+_OLD_CELL_RE = re.compile(r"<ipython-input-(\d+)-[0-9a-f]+>$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,6 +280,9 @@ def display_file(path: str) -> str:
     number = _cell_number(path)
     if number is not None:
         return f"cell [{number}]"
+    old_style = _OLD_CELL_RE.match(path)  # IPython before 8 named a cell by its execution count
+    if old_style:
+        return f"cell [{old_style.group(1)}]"
     if _CELL_RE.search(path) or path.startswith("<ipython-input-"):
         return "cell [?]"
     found = _locate(path)

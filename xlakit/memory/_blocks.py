@@ -28,7 +28,10 @@ from typing import Any
 
 __all__ = ["block_of_path", "name_blocks", "add_blocks"]
 
-_PAIR = re.compile(r"\['([^'\]]+)'\]\[(\d+)\]|\.([A-Za-z_]\w*)\[(\d+)\]")
+_PAIR = re.compile(r"\['([^'\]]+)'\]\[(\d+)\]|\.([A-Za-z_]\w*)\[(\d+)\]|^([A-Za-z_]\w*)\[(\d+)\]")
+# A leading ``name[i]`` is an argument that is itself the layer list (``blocks[0].w1`` of ``loss(blocks, x)``),
+# except JAX's names for positional arguments and results, whose index is no layer.
+_NOT_LAYER_LISTS = frozenset({"args", "output"})
 _OPTIMIZER_CONTAINERS = frozenset({"opt_state"})  # optax's state tuple: not a layer list
 # Ops that pass a parameter on unchanged in meaning (a broadcast scale, a bitcast kernel): looked through.
 _CARRIERS = frozenset({"bitcast", "broadcast", "convert", "reshape", "copy", "transpose", "get-tuple-element",
@@ -41,8 +44,9 @@ def block_of_path(path: str | None) -> str | None:
     first (``"stages[1]/blocks[0]"``), optax's ``opt_state[0]`` skipped; None without one."""
     if not path:
         return None
-    pairs = [(m[0] or m[2], m[1] or m[3]) for m in _PAIR.findall(path)]
-    shown = [f"{name}[{index}]" for name, index in pairs if name not in _OPTIMIZER_CONTAINERS]
+    pairs = [(m[0] or m[2] or m[4], m[1] or m[3] or m[5]) for m in _PAIR.findall(path)]
+    shown = [f"{name}[{index}]" for name, index in pairs
+             if name not in _OPTIMIZER_CONTAINERS and name not in _NOT_LAYER_LISTS]
     return "/".join(shown) or None
 
 
