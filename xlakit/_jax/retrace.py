@@ -7,16 +7,19 @@ hot path is untouched). At that moment JAX's ``pjit._trace_for_jit`` frame is on
 the abstract values (``avals``: shape, dtype, weak type, abstract sharding) and the call's arguments (static
 values, which were passed by keyword, their placement); with JAX's trace context (global settings) and mesh,
 the signature built from them is compared with every signature of the function traced (and so compiled)
-before in this process — at most :data:`SIGNATURES_KEPT` per function — and the closest one (fewest differing
-attributes, counted over all arguments by :func:`xlakit._jax.retrace_changes.distance`; the latest on a tie)
-explains the retrace, naming every attribute that differs from it. Not the previous call's: a static value
+before in this process — at most :data:`SIGNATURES_KEPT` per function — by the same function object (JAX keys
+its cache per object; another object's only when this one has none), and the closest one (fewest differing
+attributes, counted over all arguments by :func:`xlakit._jax.retrace_changes.distance`; on a tie a static value
+changed in type only, ``2`` -> ``2.0``, then the latest) explains the retrace, naming every attribute that
+differs from it. Not the previous call's: a static value
 already compiled (``n: 7 -> 3`` with 3 compiled before) is no cause, the argument that forced the new program
 is. A change whose new value was compiled before, in another combination, says so (``seen: "yes"``). Checked
 on jax 0.10.2; on a JAX whose frame differs, a retrace is still reported, with "the signature could not be
 read on this JAX version".
 
 A function is known by where it is defined (qualified name, file, first line), so a function re-created on
-every call (``jax.jit(lambda ...)`` in a loop) is recognised as the same one, with the change "function".
+every call (``jax.jit(lambda ...)`` in a loop) is recognised as the same one, with the change "function" when
+this object has compiled nothing yet.
 The first trace of a function is not a recompile.
 
 Who reports: the JAX listeners (:mod:`xlakit._jax.listeners`, installed by ``events.record()`` and
@@ -29,7 +32,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import hashlib
 import inspect
 import sys
 import threading
@@ -39,7 +41,7 @@ import weakref
 from typing import Any
 
 from xlakit._jax.retrace_changes import Signature as _Signature
-from xlakit._jax.retrace_changes import closest, describe, diff
+from xlakit._jax.retrace_changes import closest, describe, diff, static_value
 
 __all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER", "watch", "quiet_recompiles"]
 
@@ -132,16 +134,6 @@ def _placement_key(aval: Any) -> str:
             f"varying {getattr(aval, 'vma', None)}")
 
 
-def _text(value: Any, limit: int = 60) -> str:
-    try:
-        s = repr(value)
-    except Exception:  # noqa: BLE001 - any object may be a static argument
-        s = f"<{type(value).__name__}>"
-    if len(s) <= limit:
-        return s  # else head, tail and a digest of the whole: two values cut to the same head are told apart
-    return f"{s[:limit - 24]}…{s[-12:]} #{hashlib.sha1(s.encode(errors='replace')).hexdigest()[:6]}"
-
-
 def _argument_names(ji: Any) -> tuple[Any, Any]:
     """Functions naming a positional argument by index and a keyword argument by key as JAX's argument paths
     do (``a``, ``rest[0]``, ``kw['e']``), from the signature JAX keeps in the jit options."""
@@ -214,19 +206,20 @@ def _signature(frame: Any) -> _Signature:
     static_names = tuple(getattr(ji, "static_argnames", ()) or ())
     by_index, by_key = _argument_names(ji)
     static: dict[str, str] = {}
+    typed: dict[str, tuple[str, Any]] = {}  # JAX compares a static value with its type: 2 and 2.0 are two programs
     passed: dict[str, str] = {}  # f(a, b=b) and f(a, b) are two entries of JAX's tracing cache
     dynamic: list[tuple[str, Any]] = []  # (argument name, value)
     dynamic_kw: list[tuple[str, Any]] = []
     for i, a in enumerate(args):
         passed[by_index(i)] = "positionally"
         if i in static_nums:
-            static[by_index(i)] = _text(a)
+            static[by_index(i)], typed[by_index(i)] = static_value(a)
         else:
             dynamic.append((by_index(i), a))
     for k, v in kwargs.items():
         passed[by_key(k)] = "by keyword"
         if k in static_names:
-            static[by_key(k)] = _text(v)
+            static[by_key(k)], typed[by_key(k)] = static_value(v)
         else:
             dynamic_kw.append((k, v))
     # in JAX's order (keywords sorted, as a dict flattens), so the placements line up with the abstract values
@@ -247,7 +240,7 @@ def _signature(frame: Any) -> _Signature:
     except TypeError:  # an object without weak references: compare it by identity while it lives
         ref = (lambda obj: lambda: obj)(keyed)
     return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
-            "passed": passed, "structure": structure, "config": config, "mesh": mesh,
+            "static_types": typed, "passed": passed, "structure": structure, "config": config, "mesh": mesh,
             "trees": {n: jax.tree_util.tree_structure(v) for n, v in named}}
 
 

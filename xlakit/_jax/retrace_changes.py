@@ -4,23 +4,63 @@ signatures at trace time and keeps them; this module only compares).
 A signature is a dict: ``leaves`` (argument path -> (shape text, dtype text, weak type, sharding text,
 sharding key): the text shows the placement, ``""`` when uncommitted; the key is the abstract value's sharding
 and memory space, which is what JAX's tracing cache compares), ``static`` (static argument -> value text),
-``passed`` (argument -> ``"positionally"`` or ``"by keyword"``), ``structure`` (the pytree), ``config`` (global
-settings that change what JAX traces), ``mesh``, and ``ref`` (a weak reference to the function object).
+``static_types`` (static argument -> its type's name and, for a number or string, the value itself: JAX compares
+static values with their type, so ``2`` and ``2.0`` are two programs), ``passed`` (argument -> ``"positionally"``
+or ``"by keyword"``), ``structure`` (the pytree), ``trees`` (argument -> its pytree), ``config`` (global settings
+that change what JAX traces), ``mesh``, and ``ref`` (a weak reference to the function object).
 
-A retrace is explained against the *closest* signature already compiled (:func:`closest`), never simply the
-previous call's. Closeness is counted in differing attributes, one change each (:func:`diff`): a leaf whose
-shape and dtype both differ is two changes, a pytree structure change counts each leaf added or removed (at
-least one), and a static value, a way of passing, a config setting, the mesh or the function object one each.
+A retrace is explained against the *closest* signature already compiled (:func:`closest`) for the same function
+object (JAX keys its cache per object; another object's signatures only when this one has none, and then the new
+object is a change), never simply the previous call's. Closeness is counted in differing attributes, one change
+each (:func:`diff`): a leaf whose shape and dtype both differ is two changes, a pytree structure change counts
+each leaf added or removed (at least one) and each container that changed kind once (its leaves, renamed from
+``d[0]`` to ``d.a``, are compared one to one), and a static value, a way of passing, a config setting, the mesh
+or the function object one each. On a tie, a static value changed in type only (``2`` -> ``2.0``) is preferred.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
+import itertools
+import numbers
 from typing import Any
 
-__all__ = ["Signature", "diff", "distance", "closest", "describe"]
+__all__ = ["Signature", "diff", "distance", "closest", "describe", "static_value"]
 
 Signature = dict[str, Any]
+
+
+def _text(value: Any, limit: int = 60) -> str:
+    try:
+        s = repr(value)
+    except Exception:  # noqa: BLE001 - any object may be a static argument
+        s = f"<{type(value).__name__}>"
+    if len(s) <= limit:
+        return s  # else head, tail and a digest of the whole: two values cut to the same head are told apart
+    return f"{s[:limit - 24]}…{s[-12:]} #{hashlib.sha1(s.encode(errors='replace')).hexdigest()[:6]}"
+
+
+def static_value(value: Any) -> tuple[str, tuple[str, Any]]:
+    """A static argument as ``(text, (type name, value))``: the value is kept only for a number or a string (small,
+    and equal across types: ``2 == 2.0``), to tell a change of type only; None for anything else."""
+    try:
+        shape = getattr(value, "shape", None)  # a numpy scalar's is ()
+        scalar = isinstance(value, (numbers.Number, str, bytes)) or (isinstance(shape, tuple) and shape == ())
+    except Exception:  # noqa: BLE001 - any object may be a static argument
+        scalar = False
+    kept = value if scalar else None
+    return _text(value), (type(value).__name__, kept)
+
+
+def _same_value(b: tuple[str, Any] | None, a: tuple[str, Any] | None) -> bool:
+    """Whether two static values of different types are equal in value (``2`` and ``2.0``, ``1`` and ``True``)."""
+    if b is None or a is None or b[1] is None or a[1] is None:
+        return False
+    try:
+        return bool(b[1] == a[1])
+    except Exception:  # noqa: BLE001 - an odd __eq__: not equal
+        return False
 
 
 def _leaf_text(leaf: tuple) -> str:
@@ -107,11 +147,58 @@ def _tree_places(before: Signature, after: Signature, leaves_named: bool) -> lis
     return kinds or ([] if leaves_named else [w[:3] for w in walked])
 
 
-def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]], int]:
-    """``(changes, distance)``: one change per differing attribute, and their count (a structure change
-    weighs the number of leaves added or removed, at least one)."""
+def _align(b: Any, a: Any, ib: int, ia: int, out: dict[str, Any]) -> None:
+    """Pair the leaves of trees ``b`` and ``a`` (offsets ``ib``, ``ia`` into their arguments' leaves) into
+    ``out["pairs"]``: children of a node of one kind by their keys (a dict's key, a tuple's index); of a container
+    that changed kind (a tuple became a namedtuple), by position, counting the change once in ``out["kinds"]``.
+    A leaf that became a container (or an empty one) pairs nothing: its leaves are removed and added."""
+    if b == a:
+        out["pairs"].extend((ib + i, ia + i) for i in range(b.num_leaves))
+        return
+    kb, ka, cb, ca = _kind(b), _kind(a), b.children(), a.children()
+    if kb is None or ka is None or not cb or not ca:
+        return
+    if kb is ka:
+        keys = {k: i for i, k in enumerate(_child_keys(b))}
+        matched = [(keys[k], j) for j, k in enumerate(_child_keys(a)) if k in keys]
+    else:
+        out["kinds"] += 1
+        matched = [(j, j) for j in range(min(len(cb), len(ca)))]
+    starts_b = list(itertools.accumulate((c.num_leaves for c in cb[:-1]), initial=ib))  # a wide dict: linear
+    starts_a = list(itertools.accumulate((c.num_leaves for c in ca[:-1]), initial=ia))
+    for i, j in matched:
+        _align(cb[i], ca[j], starts_b[i], starts_a[j], out)
+
+
+def _pairing(before: Signature, after: Signature) -> tuple[dict[str, str], int] | None:
+    """``({after path: before path}, containers that changed kind)`` for the leaves of the two signatures that are
+    one argument's same leaf (renamed where a container changed kind: ``d[0]`` -> ``d.a``); None when the trees are
+    not kept or do not line up with the leaves (another JAX's frame)."""
+    bt, at = before.get("trees") or {}, after.get("trees") or {}
+    bl, al = list(before["leaves"]), list(after["leaves"])
+    try:
+        if not bt or not at or sum(t.num_leaves for t in bt.values()) != len(bl) \
+                or sum(t.num_leaves for t in at.values()) != len(al):
+            return None
+        starts_b = dict(zip(bt, itertools.accumulate((t.num_leaves for t in bt.values()), initial=0), strict=False))
+        out: dict[str, Any] = {"pairs": [], "kinds": 0}
+        ia = 0
+        for name, tree in at.items():
+            if name in bt:
+                _align(bt[name], tree, starts_b[name], ia, out)
+            ia += tree.num_leaves
+    except Exception:  # noqa: BLE001 - a custom node's auxiliary data may refuse ==: compared by path
+        return None
+    return {al[j]: bl[i] for i, j in out["pairs"]}, out["kinds"]
+
+
+def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]], int, int]:
+    """``(changes, distance, type-only static changes)``: one change per differing attribute, and their count (a
+    structure change weighs the number of leaves added or removed plus the containers that changed kind, at least
+    one); the last breaks a tie (:func:`closest`)."""
     out: list[dict[str, str]] = []
     weight = 0
+    type_only = 0
 
     def add(what: str, path: str, b: str, a: str, w: int = 1) -> None:
         nonlocal weight
@@ -120,10 +207,14 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
 
     bl, al = before["leaves"], after["leaves"]
     bp, ap = before.get("passed", {}), after.get("passed", {})
-    if list(bl) != list(al) or before["structure"] != after["structure"]:
-        gone, new = [p for p in bl if p not in al], [p for p in al if p not in bl]
+    reshaped = list(bl) != list(al) or before["structure"] != after["structure"]
+    paired = _pairing(before, after) if reshaped else None
+    pairs, kinds = paired if paired is not None else ({p: p for p in al if p in bl}, 0)
+    if reshaped:
+        kept = set(pairs.values())
+        gone, new = [p for p in bl if p not in kept], [p for p in al if p not in pairs]
         named = gone + new + [n for n in bp if n not in ap] + [n for n in ap if n not in bp]
-        weight = max(1, len(gone) + len(new))
+        weight = max(1, len(gone) + len(new) + kinds)
         places = _tree_places(before, after, bool(named))
         for i, (path, b_text, a_text) in enumerate(places):  # where a container changed kind: named there
             add("structure", path, *_where_differs(b_text, a_text), weight if i == 0 else 1)
@@ -132,8 +223,8 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
             if b_text == a_text:  # the same tree under other argument names (b= then c=): the names are the change
                 b_text, a_text = ", ".join(bl) or "no arrays", ", ".join(al) or "no arrays"
             add("structure", (named or ["arguments"])[0], *_where_differs(b_text, a_text), weight)
-    for path in (p for p in al if p in bl):
-        b, a = bl[path], al[path]
+    for path in (p for p in al if p in pairs):  # a leaf renamed by a container's change of kind: by its new path
+        b, a = bl[pairs[path]], al[path]
         for what, i in (("shape", 0), ("dtype", 1), ("weak_type", 2)):
             if b[i] != a[i]:  # every attribute that differs is named, not only the first
                 add(what, path, _leaf_text(b), _leaf_text(a))
@@ -141,9 +232,16 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
             shown = (b[3] or "uncommitted", a[3] or "uncommitted")
             add("sharding", path, *(shown if shown[0] != shown[1] else (_sharding_key(b), _sharding_key(a))))
     bs, as_ = before["static"], after["static"]
+    btypes, atypes = before.get("static_types", {}), after.get("static_types", {})
     for path in sorted(set(bs) | set(as_)):
-        if bs.get(path) != as_.get(path):
-            add("static", path, bs.get(path, "absent"), as_.get(path, "absent"))
+        tb, ta = btypes.get(path), atypes.get(path)
+        retyped = tb is not None and ta is not None and tb[0] != ta[0]
+        if bs.get(path) != as_.get(path) or retyped:
+            b_text, a_text = bs.get(path, "absent"), as_.get(path, "absent")
+            if retyped and (b_text == a_text or _same_value(tb, ta)):  # JAX compares the type too: say which
+                b_text, a_text = f"{b_text} ({tb[0]})", f"{a_text} ({ta[0]})"  # type: ignore[index]
+                type_only += _same_value(tb, ta)
+            add("static", path, b_text, a_text)
     for name in (n for n in ap if n in bp and bp[n] != ap[n]):  # keyword or positional: part of JAX's key
         add("passed", name, bp[name], ap[name])
     bc, ac = before["config"], after["config"]
@@ -155,7 +253,7 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
     if before["ref"]() is not after["ref"]():  # JAX keys its cache on the function object itself
         add("function", after.get("qualname") or "function", "an earlier function object",
             "a new function object (same code)")
-    return out, weight
+    return out, weight, type_only
 
 
 def diff(before: Signature, after: Signature) -> list[dict[str, str]]:
@@ -179,7 +277,7 @@ def _attribute(sig: Signature, what: str, path: str) -> Any:
     if what == "sharding":
         return sig["mesh"] if path == "mesh" else (_sharding_key(leaf) if leaf is not None else None)
     if what == "static":
-        return sig["static"].get(path, "absent")
+        return sig["static"].get(path, "absent"), (sig.get("static_types", {}).get(path) or ("",))[0]
     if what == "passed":
         return sig.get("passed", {}).get(path)
     if what == "config":
@@ -190,20 +288,25 @@ def _attribute(sig: Signature, what: str, path: str) -> Any:
 
 
 def closest(history: list[Signature], sig: Signature) -> tuple[list[dict[str, str]], bool]:
-    """``(changes, latest)``: the changes from the signature in ``history`` (oldest first) closest to ``sig``
-    (fewest differing attributes, :func:`distance`; the latest on a tie), and whether that is the latest one.
-    A change whose new value some signature in ``history`` already had gets ``seen: "yes"`` (it was compiled
-    before, in another combination: only together with the other changes is it new)."""
-    best: tuple[list[dict[str, str]], int] | None = None
+    """``(changes, latest)``: the changes from the signature closest to ``sig`` (fewest differing attributes,
+    :func:`distance`; on a tie, the one with more static values changed in type only, then the latest) among those
+    in ``history`` (oldest first) of the same function object (JAX keys its tracing cache per object: another
+    object's signatures are compared only when this object has none, and then the new object is one change), and
+    whether that is the latest of them. A change whose new value one of them already had gets ``seen: "yes"`` (it
+    was compiled before, in another combination: only together with the other changes is it new)."""
+    this = sig["ref"]()
+    own = [h for h in history if this is not None and h["ref"]() is this]
+    pool = own or history
+    best: tuple[list[dict[str, str]], int, int] | None = None
     latest = True
-    for i, before in enumerate(reversed(history)):
+    for i, before in enumerate(reversed(pool)):
         compared = _compare(before, sig)
-        if best is None or compared[1] < best[1]:
+        if best is None or (compared[1], -compared[2]) < (best[1], -best[2]):
             best, latest = compared, i == 0
     changes = best[0] if best is not None else []
     for c in changes:
         now = _attribute(sig, c["what"], c["path"])
-        if now is not None and any(_attribute(h, c["what"], c["path"]) == now for h in history):
+        if now is not None and any(_attribute(h, c["what"], c["path"]) == now for h in pool):
             c["seen"] = "yes"
     return changes, latest
 
