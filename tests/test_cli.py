@@ -307,10 +307,14 @@ def test_a_folder_flooded_with_junk_lists_verifies_and_prunes_in_a_few_lines(cac
     assert code == 0 and data["verified"] == 2 and data["ok"] == 1 and len(data["skipped"]) == 1
     for i in range(30):
         Path(cache.root, PA, f"junk{i}.xlk").write_bytes(b"not an envelope")  # verify quarantined none of PA
-    code, out, _ = run(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", "1")
+    code, out, err = run(capsys, "cache", "prune", "--path", str(cache.root), "--max-bytes", "1")
     lines = out.splitlines()
-    assert code == 0 and len(lines) < 15, lines
-    assert lines[0] == "evicted 33 entries evicted: 30 unreadable, 3 least recently used; --json lists them all"
+    assert code == 0 and len(lines) < 15 and len(err.splitlines()) < 10, (lines, err)
+    # files that are not provably the store's (no entry name, no magic, no use mark) are never deleted, even in a
+    # partition: a user's notes.xlk is lost otherwise (a red team's finding); they are named, a few, and counted
+    assert sum(line.startswith("evicted ") for line in lines) == 3 and "jit_alpha" in lines[0], lines
+    assert "30 files named like entries left alone" in err, err
+    assert all(Path(cache.root, PA, f"junk{i}.xlk").exists() for i in range(30))
 
 
 def test_where(cache, capsys, tmp_path):

@@ -13,7 +13,8 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_SECONDS", "parse_size", "check_path", "check_max_bytes", "check_seconds", "finite_seconds",
+__all__ = ["MAX_BYTES", "MAX_SECONDS", "parse_age", "parse_int", "parse_size",
+           "check_path", "check_max_bytes", "check_seconds", "finite_seconds",
            "check_int", "is_int", "check_number", "check_choice", "check_options", "wait_timeout"]
 
 #: The largest byte count xlakit accepts anywhere (a size, a cap): 2**63 - 1 bytes (8 EiB), what an int64 holds
@@ -74,6 +75,39 @@ def parse_size(text: str, *, minimum: int = 0) -> int:
         raise ValueError(f"size {_shown(text)} is {int(size)} bytes; give at least {minimum} byte"
                          f"{'s' if minimum != 1 else ''}")
     return int(size)
+
+
+_AGE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([smhdw]?)\s*$", re.ASCII | re.IGNORECASE)
+_AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE_FORMS = "use a number in ASCII digits with s, m, h, d or w, e.g. 30d or 12h"
+
+
+def parse_age(text: str) -> float:
+    """Seconds (a float) from an age: ``"30d"``, ``"12h"``, ``"90m"``, ``"2w"``, ``"3600"`` (a plain number:
+    seconds). Digits must be ASCII, as :func:`parse_size`'s: Python's ``float()`` and ``re``'s ``\\d`` also read
+    full-width ``"３"`` and Arabic-Indic ``"٣"`` as 3, so ``prune --older-than ３s`` deleted what was 3 s old.
+
+    Raises:
+      ValueError: not an age, or over :data:`MAX_SECONDS`; the message says what to pass.
+    """
+    m = _AGE_RE.match(text) if isinstance(text, str) and text.isascii() else None
+    if not m:
+        raise ValueError(f"invalid age {_shown(text)}: {_AGE_FORMS}")
+    seconds = float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]  # 400 digits: inf, refused below
+    if not math.isfinite(seconds) or seconds > MAX_SECONDS:
+        raise ValueError(f"age {_shown(text)} is too large (at most {MAX_SECONDS:.0e} s, about 31 years): {_AGE_FORMS}")
+    return seconds
+
+
+_INT_RE = re.compile(r"^\s*[+-]?[0-9]{1,18}\s*$", re.ASCII)
+
+
+def parse_int(text: str, name: str) -> int:
+    """A whole number written in ASCII digits (a command line's ``--workers 4``), at most 18 of them: ``int()`` also
+    reads full-width ``"３"`` and Arabic-Indic ``"٣"`` as 3. Raises ValueError naming ``name``."""
+    if not (isinstance(text, str) and text.isascii() and _INT_RE.match(text)):
+        raise ValueError(f"{name}: {_shown(text)} is not a whole number in ASCII digits")
+    return int(text)
 
 
 def _shown(value: Any, limit: int = 40) -> str:

@@ -36,7 +36,7 @@ from xlakit._text.untrusted import TerminalStream
 from xlakit.cli import bundle as bundle_cmd
 from xlakit.cli import cache as cache_cmd
 from xlakit.cli import report as report_cli
-from xlakit.cli._common import PROG, CliError, Parser, emit_json, nonempty, parse_size
+from xlakit.cli._common import PROG, CliError, Parser, emit_json, int_option, nonempty, parse_size
 
 # ``_emit_json`` is the old private name (tests and notes use it).
 _emit_json = emit_json
@@ -111,7 +111,8 @@ def _build_parser() -> argparse.ArgumentParser:
     bundle_cmds = bundle.add_subparsers(dest="bundle_command", metavar="SUBCOMMAND", parser_class=Parser)
     warm = bundle_cmds.add_parser("warm", help="load a bundle, compiling what its .cache lacks; print the report")
     warm.add_argument("bundle", metavar="PATH", help="bundle folder")
-    warm.add_argument("--workers", type=int, metavar="N", help="modules loaded at once (default: measured best)")
+    warm.add_argument("--workers", type=int_option("N"), metavar="N",
+                      help="modules loaded at once (default: measured best)")
     warm.add_argument("--no-progress", action="store_true", help="no progress bar")
     warm.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     warm.set_defaults(func=bundle_cmd.warm)

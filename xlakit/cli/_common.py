@@ -17,10 +17,11 @@ from typing import Any, NoReturn
 from xlakit._text.format import fmt_bytes, fmt_seconds
 from xlakit._text.table import Column, Table
 from xlakit._text.untrusted import terminal_text
-from xlakit._units import parse_size  # re-exported: the CLI and the API read sizes alike
+from xlakit._units import parse_int, parse_size  # parse_size re-exported: the CLI and the API read sizes alike
 
-__all__ = ["PROG", "CliError", "Parser", "parse_size", "size_option", "nonempty", "human", "local_time", "seconds",
-           "emit_json", "print_table", "print_bounded", "Column", "SHOW_ALL", "EXAMPLES", "SHOW_ROWS", "largest_first"]
+__all__ = ["PROG", "CliError", "Parser", "parse_size", "size_option", "int_option", "nonempty", "human", "local_time",
+           "seconds", "emit_json", "print_table", "print_bounded", "Column", "SHOW_ALL", "EXAMPLES", "SHOW_ROWS",
+           "largest_first"]
 
 PROG = "xlakit"
 
@@ -29,8 +30,34 @@ class CliError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
 
 
+class _StoreOnce(argparse._StoreAction):
+    """argparse's ``store``, refusing an option given twice: argparse kept the last value silently, so
+    ``prune --max-bytes 100MB --max-bytes 0`` evicted every entry (and ``--path A --path B`` acted on B). No option
+    of xlakit's takes several values; a repeat is a mistake (a pasted line, a script's default then the user's)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        given = vars(namespace).setdefault(_GIVEN, {})
+        if self.option_strings and self.dest in given:
+            # storage options may hold credentials: never echoed
+            both = "" if "options" in self.dest else f" ({given[self.dest]!r}, then {values!r})"
+            parser.error(f"argument {'/'.join(self.option_strings)}: given more than once{both}; give it once; "
+                         "nothing was done")
+        given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
+_GIVEN = "_options_given"  # where _StoreOnce remembers, per parse, the options already given (removed after)
+
+
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose usage errors are one line on stderr (exit 2)."""
+    """ArgumentParser whose usage errors are one line on stderr (exit 2), and which refuses an option that takes a
+    value given twice (:class:`_StoreOnce`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
 
     def error(self, message: str) -> NoReturn:
         print(f"{PROG}: error: {message} (see '{self.prog} --help')", file=sys.stderr)
@@ -43,6 +70,7 @@ class Parser(argparse.ArgumentParser):
         (``xlakit cache verify --help``): the namespace's ``_help``, which every subcommand's parser sets to
         itself, else this parser."""
         parsed, extras = self.parse_known_args(args, namespace)
+        vars(parsed).pop(_GIVEN, None)
         if extras:
             where = getattr(parsed, "_help", None)
             (where if isinstance(where, Parser) else self).error(
@@ -63,6 +91,20 @@ def nonempty(what: str = "value", optional: bool = True) -> Any:
         return text
 
     check.__name__ = what  # what argparse names in its own messages
+    return check
+
+
+def int_option(what: str) -> Any:
+    """An argparse ``type`` for a whole number in ASCII digits (:func:`xlakit._units.parse_int`): ``type=int`` also
+    took ``--workers ３``. ``what``: the metavar, named in argparse's message."""
+
+    def check(text: str) -> int:
+        try:
+            return parse_int(text, "value")
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in ASCII digits") from None
+
+    check.__name__ = what
     return check
 
 

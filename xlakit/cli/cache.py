@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from xlakit.cli._cache_notes import left_alone as _left_alone
+from xlakit.cli._cache_notes import what_remains as _what_remains
 from xlakit.cli._common import (
-    EXAMPLES,
     PROG,
     CliError,
     Column,
@@ -281,11 +282,12 @@ def verify(args: argparse.Namespace) -> int:
            if reason is not None and not reason.startswith(("foreign:", "stale:"))]
     moved = {str(info.path) for info, _ in bad if not info.path.exists()}
     quarantine = store.root / "quarantine"
+    left = _left_alone(store, args.json)
     if args.json:
         emit_json({"folder": str(store.root), "verified": len(results), "ok": len(results) - len(bad) - len(skipped),
                    "bad": [dict(_entry_dict(i), reason=r, quarantined=str(i.path) in moved) for i, r in bad],
                    "skipped": [dict(_entry_dict(i), reason=r) for i, r in skipped],
-                   "quarantine": str(quarantine)})
+                   "quarantine": str(quarantine), "left_alone": left})
         return 1 if bad else 0
     everyone = "--json lists them all"
     print_bounded([(r.partition(":")[0], f"{i.partition} [{i.key}]: {r} (left in place)") for i, r in skipped],
@@ -322,10 +324,11 @@ def prune(args: argparse.Namespace) -> int:
     before = store.total_bytes() if store.root.is_dir() else 0
     evicted = _destructive(store.prune, limit)
     after = store.total_bytes() if store.root.is_dir() else 0
+    left = _left_alone(store, args.json)
     if args.json:
         emit_json({"folder": str(store.root), "max_bytes": limit, "bytes_before": before, "bytes_after": after,
                    "within_limit": after <= limit,
-                   "evicted": [_entry_dict(i) for i in evicted]})
+                   "evicted": [_entry_dict(i) for i in evicted], "left_alone": left})
         return 0
     # One line each up to ten, then counts and examples: a folder holding 20,000 junk files printed 20,000 lines.
     lines = [("unreadable" if "error" in info.header else "least recently used",
@@ -338,67 +341,6 @@ def prune(args: argparse.Namespace) -> int:
         print(f"{PROG}: warning: still over the limit: the remaining {after} bytes on disk are what prune does not "
               f"remove: {_what_remains(store)}", file=sys.stderr)
     return 0
-
-
-def _what_remains(store) -> str:
-    """What a prune left in the folder, by kind, with bytes on disk (:func:`xlakit.store.evict.counted_files`):
-    the store's own files named one by one, entries (another key's, or ones still being written or that could not
-    be removed), quarantined files, and files that are not xlakit's with a few of their names."""
-    from xlakit.store.evict import OWN_ROOT_FILES, counted_files, removable
-    from xlakit.store.layout import ENTRY_SUFFIX, PARTITION_INFO, USED_SUFFIX
-
-    files = counted_files(store.root)
-    try:
-        secret: bytes | None = store.secret
-    except OSError:  # no secret: another key's entries cannot be told apart, and prune removed none
-        secret = None
-
-    def total(group: list[tuple[str, str, int]]) -> int:
-        return sum(size for _, _, size in group)
-
-    def files_of(n: int, one: str, many: str) -> str:
-        return f"{n} {one if n == 1 else many}"
-
-    parts = []
-    own = [f for f in files if f[0] == "own"]
-    if own:
-        named = [f"{name} {total([f for f in own if f[1] == name])} bytes" for name in OWN_ROOT_FILES
-                 if any(f[1] == name for f in own)]
-        infos = [f for f in own if f[1].endswith("/" + PARTITION_INFO)]
-        if infos:
-            named.append(f"{PARTITION_INFO} {total(infos)} bytes"
-                         + (f" (in {files_of(len(infos), 'partition', 'partitions')})" if len(infos) > 1 else ""))
-        marks = [f for f in own if f not in infos and f[1] not in OWN_ROOT_FILES]
-        if marks:
-            named.append(f"{files_of(len(marks), 'last-use mark', 'last-use marks')} whose entry is gone "
-                         f"{total(marks)} bytes")
-        parts.append(f"the store's own files, {total(own)} bytes ({', '.join(named)})")
-    entries = [f for f in files if f[0] == "entry"]
-    theirs = [f for f in entries if f[1].endswith(ENTRY_SUFFIX) and (
-        secret is None or not removable(store.root / f[1], secret))]
-    if theirs:
-        # their .used marks go with them
-        stems = {f[1].removesuffix(ENTRY_SUFFIX) for f in theirs}
-        group = [f for f in entries if f[1].removesuffix(ENTRY_SUFFIX).removesuffix(USED_SUFFIX) in stems]
-        them = "it" if len(theirs) == 1 else "them"
-        why = (f"signed with another key: only that key's owner may evict {them}" if secret is not None
-               else "no secret to tell this key's entries from another's, so none are evicted")
-        parts.append(f"{files_of(len(theirs), 'entry', 'entries')}, {total(group)} bytes ({why})")
-        entries = [f for f in entries if f not in group]
-    if entries:
-        n = sum(f[1].endswith(ENTRY_SUFFIX) for f in entries)
-        parts.append(f"{files_of(n, 'entry', 'entries')}, {total(entries)} bytes (written while pruning, or "
-                     "could not be removed)")
-    quarantined = [f for f in files if f[0] == "quarantined"]
-    if quarantined:
-        parts.append(f"{files_of(len(quarantined), 'quarantined file', 'quarantined files')}, {total(quarantined)} "
-                     "bytes (could not be removed)")
-    foreign = sorted(f for f in files if f[0] == "foreign")
-    if foreign:
-        shown = ", ".join(f[1] for f in foreign[:EXAMPLES]) + (", ..." if len(foreign) > EXAMPLES else "")
-        parts.append(f"{files_of(len(foreign), 'file', 'files')} that are not xlakit's, {total(foreign)} bytes "
-                     f"({shown})")
-    return "; ".join(parts) or "nothing now (the folder changed while pruning)"
 
 
 def _destructive(operation, *args):
@@ -433,8 +375,9 @@ def clear(args: argparse.Namespace) -> int:
             print("Aborted; nothing removed.", file=sys.stderr)
             return 1
     removed = _destructive(store.clear, args.partition)
+    left = _left_alone(store, args.json)
     if args.json:
-        emit_json({"folder": str(store.root), "partition": args.partition, "removed": removed})
+        emit_json({"folder": str(store.root), "partition": args.partition, "removed": removed, "left_alone": left})
     else:
         print(f"Removed {removed} entries ({what}) from {store.root}")
     return 0

@@ -7,7 +7,10 @@ and prints. See :mod:`xlakit.cli` for the rest of the command line.
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import sys
+from collections.abc import Callable
 
 from xlakit.cli._common import (
     CliError,
@@ -70,7 +73,47 @@ def _remote(args: argparse.Namespace):
         url, mode, options = remote_settings(args.remote, args.remote_mode, options)  # type: ignore[misc]
         return remote_maintenance.open_remote(url, options), mode
     except (ValueError, TypeError, ImportError) as e:
-        raise CliError(str(e)) from None
+        # an option of the wrong type ('endpoint_url': 5) or one the filesystem does not take: the option first
+        lead = f"{_options_source(args)}: " if "storage option" in str(e) else ""
+        raise CliError(f"{lead}{e}") from None
+
+
+def _options_source(args: argparse.Namespace) -> str:
+    """Where the storage options came from: ``--remote-options``, else ``$XLAKIT_CACHE_REMOTE_OPTIONS`` when it is
+    set, else ``--remote-options`` (what to pass)."""
+    if getattr(args, "remote_options", None) is None and os.environ.get("XLAKIT_CACHE_REMOTE_OPTIONS"):
+        return "$XLAKIT_CACHE_REMOTE_OPTIONS"
+    return "--remote-options"
+
+
+def _names_the_setting(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a ``--remote`` command; the medium's failure (an OSError the remote store raised, in a library's words)
+    becomes a CliError naming the setting to fix: ``--remote-options`` (or ``$XLAKIT_CACHE_REMOTE_OPTIONS``) when
+    the filesystem refused the storage options (a TypeError or ValueError beneath: an unknown option, an
+    ``endpoint_url`` it cannot use), else ``--remote`` and the options (a bucket that does not exist, credentials
+    refused, an endpoint that does not answer). It said "cannot access: TypeError: 'int' object is not iterable;
+    check the folder's permissions or pass --path DIR". A deadline missed (TimeoutError) is left to the caller."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except TimeoutError:
+            raise
+        except OSError as e:
+            cause = e.__cause__ if e.__cause__ is not None else e.__context__
+            what = e.strerror or str(e)
+            options = _options_source(args)
+            scheme = str(args.remote).partition("://")[0]
+            done = "; nothing was deleted after the failing request" if command.__name__ in ("prune", "verify") else ""
+            if isinstance(cause, (TypeError, ValueError)):
+                raise CliError(f"{options}: the {scheme}:// filesystem did not accept the storage options ({what}); "
+                               f"give only options it takes, e.g. '{{\"endpoint_url\": \"http://host:9000\"}}'"
+                               f"{done}") from None
+            raise CliError(f"--remote {args.remote}: {what}; check the bucket and prefix in --remote, and the endpoint "
+                           f"and credentials in {options} (or the provider's usual variables){done}") from None
+
+    return run
 
 
 def _secret() -> bytes:
@@ -84,6 +127,7 @@ def _secret() -> bytes:
         raise CliError(str(e)) from None
 
 
+@_names_the_setting
 def ls(args: argparse.Namespace) -> int:
     """``xlakit cache ls --remote URL``: the objects whose header authenticates with this machine's secret as the
     entry at their name, newest first (one ranged read of each header, as ``prune``). The others are counted by
@@ -123,6 +167,7 @@ def ls(args: argparse.Namespace) -> int:
     return 0
 
 
+@_names_the_setting
 def stats(args: argparse.Namespace) -> int:
     from xlakit.cache import remote_maintenance as rm
 
@@ -150,6 +195,7 @@ def stats(args: argparse.Namespace) -> int:
     return 0
 
 
+@_names_the_setting
 def verify(args: argparse.Namespace) -> int:
     from xlakit.cache import remote_maintenance as rm
 
@@ -183,11 +229,13 @@ def verify(args: argparse.Namespace) -> int:
     return 0
 
 
+@_names_the_setting
 def prune(args: argparse.Namespace) -> int:
+    from xlakit._units import parse_age  # ASCII digits only (rm.parse_age's \d took "３s" for 3 s)
     from xlakit.cache import remote_maintenance as rm
 
     try:
-        older = rm.parse_age(args.older_than) if args.older_than is not None else None
+        older = parse_age(args.older_than) if args.older_than is not None else None
     except ValueError as e:
         raise CliError(f"--older-than: {e}") from None
     limit = size_option(args.max_bytes) if args.max_bytes is not None else None

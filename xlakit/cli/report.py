@@ -31,6 +31,8 @@ def report(args: argparse.Namespace) -> int:
     trace = getattr(args, "trace", None)
     if not args.out and not trace:
         raise CliError("report needs --out FILE (HTML) or --trace PATH (with --events FILE)")
+    if args.out:
+        _check_out("--out", args.out, "report.html")  # before any work: a folder given for the file is said at once
     if trace:
         _trace(args.events, trace)
         if not args.out:
@@ -47,11 +49,8 @@ def report(args: argparse.Namespace) -> int:
 
         try:
             log = events.load(args.events)
-        except ValueError as e:
-            raise CliError(f"--events {args.events}: {e}") from None
-    out_dir = Path(args.out).expanduser().resolve().parent
-    if not out_dir.is_dir():
-        raise CliError(f"--out {args.out}: the folder {out_dir} does not exist; create it first")
+        except (OSError, ValueError) as e:
+            raise CliError(f"--events {args.events}: {_reason(e)}") from None
     from xlakit.cli.cache import open_store
 
     store = open_store(args)
@@ -60,7 +59,11 @@ def report(args: argparse.Namespace) -> int:
         from xlakit.cache import CacheFolder
 
         folder = CacheFolder(store=store)
-    out = html_report.write(args.out, cache=folder, log=log, include_plotlyjs="cdn" if args.cdn else True)
+    try:
+        out = html_report.write(args.out, cache=folder, log=log, include_plotlyjs="cdn" if args.cdn else True)
+    except OSError as e:  # said as the temp's /proc/self/fd/3/... path and "pass --path DIR"
+        raise CliError(f"--out {args.out}: cannot write it ({_reason(e)}); give a file in a folder you can "
+                       "write") from None
     print(f"wrote {out} ({out.stat().st_size:,} bytes): cache {store.root}"
           f"{'' if folder is not None else ' (no such folder)'}, {len(log) if log is not None else 0} events"
           + ("" if log is not None else " (no timeline: pass --events FILE, a log saved with events.log().save)"))
@@ -75,10 +78,28 @@ def _trace(events_path: str | None, trace: str) -> None:
     try:
         log = events.load(events_path)
     except (OSError, ValueError) as e:
-        raise CliError(f"--events {events_path}: {e}") from None
-    out_dir = Path(trace).expanduser().resolve().parent
-    if not out_dir.is_dir():
-        raise CliError(f"--trace {trace}: the folder {out_dir} does not exist; create it first")
-    out = log.save_trace(trace, process_name=f"xlakit events from {Path(events_path).name}")
+        raise CliError(f"--events {events_path}: {_reason(e)}") from None
+    _check_out("--trace", trace, "run.trace.json")
+    try:
+        out = log.save_trace(trace, process_name=f"xlakit events from {Path(events_path).name}")
+    except OSError as e:
+        raise CliError(f"--trace {trace}: cannot write it ({_reason(e)}); give a file in a folder you can "
+                       "write") from None
     print(f"wrote {out} ({out.stat().st_size:,} bytes): {len(log)} events as Chrome trace-event JSON "
           "(open it in ui.perfetto.dev or chrome://tracing)")
+
+
+def _check_out(option: str, path: str, example: str) -> None:
+    """A file to write, given with ``option``: a CliError naming the option when it is a folder (the write failed
+    as "cannot access /proc/self/fd/3/.<name>.<pid>.tmp: Is a directory; ... pass --path DIR") or its folder is
+    missing."""
+    given = Path(path).expanduser()
+    if given.is_dir():
+        raise CliError(f"{option} {path} is a folder; give the file to write, e.g. {option} {given / example}")
+    out_dir = given.resolve().parent
+    if not out_dir.is_dir():
+        raise CliError(f"{option} {path}: the folder {out_dir} does not exist; create it first")
+
+
+def _reason(e: BaseException) -> str:
+    return (e.strerror or str(e)) if isinstance(e, OSError) else str(e)

@@ -91,9 +91,9 @@ def _pairs(frame: Any) -> dict[tuple[Any, Any], int]:
 
 def donation_summary(before: Any, after: Any, shown: int = 3) -> str:
     """What donation changed between two programs' :func:`donations` frames: ``"donation: p['w1'] →
-    output['w1'] aliased, 2.0 MiB reused"`` (the argument's bytes the result is written into; what that saves is
-    the footprint's change, which a copy XLA adds can cancel) for each pair of ``after`` not in ``before`` (the ``shown``
-    largest, then a count and the total), the same for pairs ``before`` had and ``after`` lost (``"no
+    output['w1'] aliased, 2.0 MiB reused"`` (the argument's bytes the result is written into; what that saves
+    is the footprint's change, which a copy XLA adds can cancel) for each pair of ``after`` not in ``before`` (the
+    ``shown`` largest, then a count and the total), the same for pairs ``before`` had and ``after`` lost (``"no
     longer aliased"``), and donated arguments XLA reused for nothing, each with its reason when known
     (``"donated but not reused: p['odd'] (no result the size of float32[7,3])"``); ``""`` when nothing
     changed."""

@@ -6,7 +6,9 @@
 - :mod:`.secret`: the HMAC secret (env or a private file outside the cache).
 - :mod:`.entries`: entries over any Store (seal, open, expectations, quarantine): :class:`EntryLayer`.
 - :mod:`.layout`, :mod:`.folder`, :mod:`.quarantine`, :mod:`.evict`: the local folder, its raw Store,
-  quarantine and byte cap; :mod:`.local`: :class:`LocalStore`, which composes them.
+  quarantine and byte cap; :mod:`.owned`: which folders are partitions and which files their entries (nothing
+  else is ever evicted, quarantined or cleared); :mod:`.verifying`: the local verify; :mod:`.local`:
+  :class:`LocalStore`, which composes them.
 - :mod:`.remote`: :class:`RemoteStore` (object storage through fsspec, create-only), :func:`verify_object`,
   :func:`remote_settings`; :mod:`.tiered`: :class:`TieredStore` (local in front of remote, failing open).
   Neither imports fsspec until a store is built.

@@ -252,15 +252,16 @@ def read_header(blob_or_prefix: bytes, secret: bytes | None = None) -> dict:
     return _authenticated_header(memoryview(blob_or_prefix), length, secret)
 
 
-def read_header_file(path: str | os.PathLike, secret: bytes | None = None) -> dict:
-    """Like :func:`read_header`, reading only the 52+H-byte prefix of ``path``.
+def read_header_file(path: str | os.PathLike, secret: bytes | None = None, *, at: int | None = None) -> dict:
+    """Like :func:`read_header`, reading only the 52+H-byte prefix of ``path`` (relative to the folder descriptor
+    ``at`` when given).
 
     The file is opened without following a symlink and without blocking (a FIFO is refused), and must be a
     regular file. Raises EntryError, or OSError (including FileNotFoundError) from reading.
     """
     from ._fs import open_regular
 
-    with open_regular(path) as f:
+    with open_regular(path, at=at) as f:
         prefix = f.read(20)
         length = _check_prefix(prefix, secret)
         rest = f.read(PREFIX_BYTES - 20 + length)

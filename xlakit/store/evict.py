@@ -5,6 +5,14 @@ entry. Temp files never count against the cap: a live writer's temp becomes an e
 dead writer's temp (pid gone, or older than ``STALE_TEMP_S``) is removed by the next capped writer,
 ``prune``, ``verify`` and ``clear``. Every removal is of a name the store produces, in a folder opened
 without following a link; nothing outside the root is ever touched.
+
+What may go: only files in a *partition* (:func:`is_partition`: a folder made for an environment, by the shape of
+its name or a valid ``partition.json``, or one holding an entry that authenticates with this key as the entry at
+its very name) that are the store's entries (:func:`is_store_entry`: exactly the names xlakit's cache and bundles
+write, ``<program>-<64 hex>.xlk``, or a name a caller's key gives with proof the store wrote it: its ``.used`` mark
+beside it, or xlakit's magic bytes), with their ``.used`` marks and the store's temps. A folder of a user's own
+beside the partitions (``logs/`` holding a ``notes.xlk``) is counted against the cap as foreign bytes and never
+evicted, quarantined or cleared; nor is a ``notes.xlk`` of the user's inside a partition.
 """
 
 from __future__ import annotations
@@ -28,15 +36,18 @@ from .layout import (
     STALE_TEMP_S,
     TAG_NAME,
     USED_SUFFIX,
+    is_environment_partition,
     is_stale_temp,
     is_temp_name,
     valid_partition,
     validate_partition,
 )
+from .owned import is_partition, is_store_entry, left_alone, store_entries
 from .quarantine import quarantined_files, remove_quarantined
 
-__all__ = ["Candidate", "Scan", "clear_partition", "counted_files", "evict_to", "is_partition", "removable",
-           "remove_stale_temps", "scan", "touch_used", "COUNTED_KINDS", "OWN_ROOT_FILES"]
+__all__ = ["Candidate", "Scan", "clear_partition", "counted_files", "evict_to", "is_partition", "is_store_entry",
+           "left_alone", "removable", "remove_stale_temps", "scan", "store_entries", "touch_used", "COUNTED_KINDS",
+           "OWN_ROOT_FILES"]
 
 #: The store's own files in the root folder (beside the partitions), counted against the cap, never evicted.
 OWN_ROOT_FILES = (TAG_NAME, FINGERPRINT_MEMO, BUNDLE_RECORD)
@@ -76,11 +87,21 @@ def _walk_bytes(path: str) -> int:
     return total
 
 
-def scan(root: Path, now: float | None = None) -> Scan:
+def _default_partition(root: Path) -> Callable[[str], bool]:
+    return lambda name: is_environment_partition(root, name)
+
+
+def scan(root: Path, now: float | None = None, is_partition: Callable[[str], bool] | None = None) -> Scan:
     """Count every regular file under ``root`` except the lock and temps (the tag counts: it occupies a block);
     list entries, quarantined files and stale temps. Files that vanish mid-scan are skipped; links are never
-    followed."""
+    followed.
+
+    Entries and stale temps are listed only in partitions (``is_partition(name)``; default
+    :func:`~xlakit.store.layout.is_environment_partition`) and only at the store's entry names
+    (:func:`is_store_entry`); a folder that is not a partition is counted file by file as a partition is (so the
+    total does not depend on the test) and nothing in it is ever listed for removal."""
     now = time.time() if now is None else now
+    partition_ok = is_partition or _default_partition(root)
     result = Scan()
     for top in _fs.scandir(root):
         if top.name == LOCK_NAME:
@@ -102,11 +123,12 @@ def scan(root: Path, now: float | None = None) -> Scan:
         if not valid_partition(top.name):  # e.g. a folder moved out of the way: counted, never evicted from
             result.total += _walk_bytes(top.path)
             continue
-        _scan_partition(Path(top.path), result, now)
+        # a user's own folder (logs/ with a notes.xlk) is counted alike, and nothing in it is a candidate
+        _scan_partition(Path(top.path), result, now, candidates=partition_ok(top.name))
     return result
 
 
-def counted_files(root: Path) -> list[tuple[str, str, int]]:
+def counted_files(root: Path, is_partition: Callable[[str], bool] | None = None) -> list[tuple[str, str, int]]:
     """Every file :func:`scan` counts against the cap, as ``(kind, path relative to root, disk bytes)``; the
     bytes add up to ``scan(root).total`` (when nothing changes in between). For saying what a prune left.
 
@@ -114,8 +136,10 @@ def counted_files(root: Path) -> list[tuple[str, str, int]]:
     own bookkeeping, never evicted: ``CACHEDIR.TAG``, the jaxlib fingerprint memo and a bundle's module-hash
     record in the root (:data:`OWN_ROOT_FILES`), each partition's ``partition.json``, and a ``.used`` mark whose
     entry is gone; ``"quarantined"``, the quarantine's entries and reason notes; ``"foreign"``, files that are not
-    xlakit's: other names in the root or in a partition, files under a folder that is not a partition or inside
-    one. Links are never followed."""
+    xlakit's: other names in the root or in a partition (a ``notes.xlk`` that is no entry of the store's:
+    :func:`is_store_entry`), files under a folder that is not a partition (``is_partition``, as for :func:`scan`)
+    or inside one. Links are never followed."""
+    partition_ok = is_partition or _default_partition(root)
     files: list[tuple[str, str, int]] = []
     for top in _fs.scandir(root):
         if top.name == LOCK_NAME:
@@ -134,7 +158,10 @@ def counted_files(root: Path) -> list[tuple[str, str, int]]:
             files += [("foreign", rel, size) for rel, size in _walk_files(root, top.path)]
             continue
         found = [(d, _fs.lstat(d.path)) for d in _fs.scandir(top.path)]
-        stems = {d.name[: -len(ENTRY_SUFFIX)] for d, st in found if st is not None and d.name.endswith(ENTRY_SUFFIX)}
+        ours = partition_ok(top.name)
+        names = {d.name for d, st in found if st is not None}
+        stems = {d.name[: -len(ENTRY_SUFFIX)] for d, st in found
+                 if st is not None and ours and is_store_entry(d.name, names, path=d.path)}
         for d, st in found:
             if st is None or is_temp_name(d.name):
                 continue
@@ -143,8 +170,11 @@ def counted_files(root: Path) -> list[tuple[str, str, int]]:
                 files += [("foreign", r, size) for r, size in _walk_files(root, d.path)]
             elif not stat.S_ISREG(st.st_mode):
                 continue
+            elif not ours:
+                files.append(("foreign", rel, _fs.disk_bytes(st)))
             elif d.name.endswith(ENTRY_SUFFIX):
-                files.append(("entry", rel, _fs.disk_bytes(st)))
+                kind = "entry" if d.name[: -len(ENTRY_SUFFIX)] in stems else "foreign"
+                files.append((kind, rel, _fs.disk_bytes(st)))
             elif d.name.endswith(USED_SUFFIX):
                 kind = "entry" if d.name[: -len(USED_SUFFIX)] in stems else "own"
                 files.append((kind, rel, _fs.disk_bytes(st)))
@@ -165,10 +195,14 @@ def _walk_files(root: Path, path: str) -> list[tuple[str, int]]:
     return found
 
 
-def _scan_partition(pdir: Path, result: Scan, now: float) -> None:
+def _scan_partition(pdir: Path, result: Scan, now: float, candidates: bool = True) -> None:
+    """Count the folder's files into ``result``; with ``candidates`` (a partition) also list its entries and stale
+    temps. Counted alike either way: regular files and subfolders, never temps."""
     entries: dict[str, tuple[Path, os.stat_result]] = {}
     used: dict[str, os.stat_result] = {}
-    for d in _fs.scandir(pdir):
+    found = _fs.scandir(pdir)
+    names = {d.name for d in found}
+    for d in found:
         st = _fs.lstat(d.path)
         if st is None:
             continue
@@ -177,10 +211,10 @@ def _scan_partition(pdir: Path, result: Scan, now: float) -> None:
             continue
         name = d.name
         if is_temp_name(name):
-            if is_stale_temp(name, st, now):
+            if candidates and is_stale_temp(name, st, now):
                 result.temps.append((st.st_mtime, _fs.disk_bytes(st), Path(d.path)))
             continue
-        if name.endswith(ENTRY_SUFFIX):
+        if candidates and is_store_entry(name, names, path=d.path):
             # Any kind of file under an entry's name is evictable (a planted FIFO or link is removed).
             entries[name[: -len(ENTRY_SUFFIX)]] = (Path(d.path), st)
             if stat.S_ISREG(st.st_mode):
@@ -248,26 +282,6 @@ def remove_stale_temps(root: Path, partitions: list[str], older_than_s: float = 
     return removed
 
 
-def is_partition(root: Path, name: str, secret: Callable[[], bytes]) -> bool:
-    """Whether folder ``name`` of cache ``root`` is a partition, for a clear of all partitions: made for an
-    environment (its name's shape, or a ``partition.json``), holding only names the store writes, or holding an
-    entry whose header authenticates with ``secret()`` (an OSError there: no such proof). A user's own folder
-    beside the partitions (``logs/`` with a ``notes.xlk`` in it) is none of these, and is left alone."""
-    from .envelope import EntryError, read_header_file
-    from .layout import holds_only_store_names, is_environment_partition
-
-    if is_environment_partition(root, name) or holds_only_store_names(root, name):
-        return True
-    for d in _fs.scandir(root / name):
-        if d.name.endswith(ENTRY_SUFFIX):
-            try:
-                read_header_file(d.path, secret())
-                return True
-            except (EntryError, OSError):
-                continue
-    return False
-
-
 def removable(path: Path, secret: bytes) -> bool:
     """Whether eviction and clear may remove this entry file: not when it is signed with another key (a folder
     shared by users or teams with different secrets: their entries are theirs). An entry whose header
@@ -286,9 +300,11 @@ def removable(path: Path, secret: bytes) -> bool:
 
 def clear_partition(root: Path, partition: str, notes: list[str] | None = None,
                     owned: Callable[[Path], bool] | None = None) -> int:
-    """Remove the partition's entries, .used files, temps and partition.json (only those names), then the
-    folder if empty; returns the number of entries removed. A partition that is a link is left alone. A
-    folder at one of those names is removed if empty, else moved out of the way, never entered
+    """Remove the partition's entries (:func:`is_store_entry`: the store's entry names only, never a user's
+    ``notes.xlk``), their ``.used`` marks and empty orphaned ones, temps and ``partition.json``, then the folder if
+    empty; returns the number of entries removed. The caller has checked that ``partition`` is a partition
+    (:func:`is_partition`). A partition that is a link is left alone. A folder at an entry's name (or its
+    ``.used``, or ``partition.json``) is removed if empty, else moved out of the way, never entered
     (:func:`_fs.clear_way`); the sentence saying so is appended to ``notes``. ``owned(path)``: whether an entry
     may be removed; entries it refuses (another key's) are left with their ``.used``."""
     removed = 0
@@ -298,24 +314,39 @@ def clear_partition(root: Path, partition: str, notes: list[str] | None = None,
                 pfd = _fs.open_dir(validate_partition(partition), at=rfd)
             except OSError:
                 return 0
-            kept: set[str] = set()
             try:
-                for d in sorted(_fs.scandir(pfd), key=lambda d: not d.name.endswith(ENTRY_SUFFIX)):
+                found = _fs.scandir(pfd)
+                names = {d.name for d in found}
+                entries = {d.name for d in found if is_store_entry(d.name, names, at=pfd)}
+                stems = {n.removesuffix(ENTRY_SUFFIX) for n in entries}
+                kept: set[str] = set()
+                for d in sorted(found, key=lambda d: not d.name.endswith(ENTRY_SUFFIX)):
                     name = d.name  # entries first, so a kept entry's .used is known to be kept
-                    ours = is_temp_name(name) or name.endswith((USED_SUFFIX, ENTRY_SUFFIX)) or name == PARTITION_INFO
-                    if not ours:
-                        continue
-                    if d.is_dir(follow_symlinks=False):
-                        if not is_temp_name(name):
-                            note = _fs.clear_way(name, pfd)
-                            if note is not None and notes is not None:
-                                notes.append(f"{partition}/: {note}")
-                    elif name.endswith(ENTRY_SUFFIX) and not name.startswith("."):
+                    if name in entries:
+                        if d.is_dir(follow_symlinks=False):
+                            _note(notes, partition, _fs.clear_way(name, pfd))
+                            continue
                         if owned is not None and not owned(root / partition / name):
                             kept.add(name.removesuffix(ENTRY_SUFFIX))
                             continue
                         removed += _fs.unlink_at(name, pfd)
-                    elif not (name.endswith(USED_SUFFIX) and name.removesuffix(USED_SUFFIX) in kept):
+                    elif name.endswith(USED_SUFFIX) and not name.startswith("."):
+                        stem = name.removesuffix(USED_SUFFIX)
+                        if stem in kept:
+                            continue
+                        if stem in stems:  # its entry's mark (or a folder in its place)
+                            if d.is_dir(follow_symlinks=False):
+                                _note(notes, partition, _fs.clear_way(name, pfd))
+                            else:
+                                _fs.unlink_at(name, pfd)
+                        elif stem + ENTRY_SUFFIX not in names and _empty_mark(name, pfd):
+                            _fs.unlink_at(name, pfd)  # an orphaned mark: the store's are empty
+                    elif name == PARTITION_INFO:
+                        if d.is_dir(follow_symlinks=False):
+                            _note(notes, partition, _fs.clear_way(name, pfd))
+                        else:
+                            _fs.unlink_at(name, pfd)
+                    elif is_temp_name(name) and not d.is_dir(follow_symlinks=False):
                         _fs.unlink_at(name, pfd)
             finally:
                 os.close(pfd)
@@ -326,6 +357,18 @@ def clear_partition(root: Path, partition: str, notes: list[str] | None = None,
     except OSError:
         return removed
     return removed
+
+
+def _note(notes: list[str] | None, partition: str, note: str | None) -> None:
+    if note is not None and notes is not None:
+        notes.append(f"{partition}/: {note}")
+
+
+def _empty_mark(name: str, at: int) -> bool:
+    """An empty regular file (what the store's ``.used`` marks are), or a planted link or FIFO at a mark's name
+    (removed as a name, never followed)."""
+    st = _fs.lstat(name, at=at)
+    return st is not None and not stat.S_ISDIR(st.st_mode) and (not stat.S_ISREG(st.st_mode) or st.st_size == 0)
 
 
 def touch_used(root: Path, entry: Path) -> str | None:
@@ -363,7 +406,8 @@ def touch_used(root: Path, entry: Path) -> str | None:
 
 def evict_to(root: Path, budget: int, evicted: list, info: Callable[[str, Path], Any], *,
              replacing: Path | None = None, protect: Path | None = None,
-             owned: Callable[[Path], bool] | None = None) -> int:
+             owned: Callable[[Path], bool] | None = None,
+             is_partition: Callable[[str], bool] | None = None) -> int:
     """Delete stale temps and the quarantine, then least recently used entries, until the counted total is
     <= ``budget`` bytes. Call under the folder's lock.
 
@@ -371,10 +415,11 @@ def evict_to(root: Path, budget: int, evicted: list, info: Callable[[str, Path],
     is just not evicted. ``info(partition, path)`` describes an entry before it goes; those descriptions
     are appended to ``evicted``. ``owned(path)``: whether an entry may be evicted; one it refuses (another
     key's, in a folder shared with different secrets) is never evicted and not counted against this cap
-    (checked lazily, in eviction order: one header read per candidate reached).
+    (checked lazily, in eviction order: one header read per candidate reached). ``is_partition(name)``: which
+    folders are partitions (:func:`scan`); nothing in any other folder is evicted.
     Returns the total bytes remaining (as counted).
     """
-    result = scan(root)
+    result = scan(root, is_partition=is_partition)
     for _, _, path in result.temps:  # never counted; a dead writer's leftovers go at once
         remove_scanned(root, path)
     total = result.total

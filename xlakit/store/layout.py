@@ -28,6 +28,9 @@ raises :class:`NotACacheFolder` and nothing is deleted. A first *write* tags a f
 existing empty folder, or a provable cache; it writes into any other folder untagged, so clear/prune will
 still refuse it.
 
+What destructive operations act on, within a cache folder: only the store's entries in partitions (:mod:`.owned`);
+a user's own folder beside the partitions (``logs/`` holding a ``notes.xlk``) is never a partition.
+
 Folders where the store expects its own file (``.lock``, an entry's ``.xlk``, its ``.used``): the store
 never enters them. An empty one is removed; a non-empty one is renamed out of the way to
 ``.<name>.<unix_ms>.<rand>.in-the-way`` beside it (a rename of the folder itself, never recursing into it or
@@ -243,26 +246,36 @@ def valid_partition(name: str) -> bool:
         return False
 
 
-# Environment.partition_name(): {platform}[-sm{cc}]-jaxlib{version}-{machine}-{cpu_level}-{digest[:8]}
-_ENV_PARTITION = re.compile(r"[a-z0-9]+(?:-[A-Za-z0-9_.]+)+-[0-9a-f]{8}")
+# Environment.partition_name(): {platform}[-sm{cc}]-jaxlib{version}-{machine}-{cpu_level}-{digest[:8]}, or with the
+# device kinds in place of the CPU level; every one holds a "-jaxlib" part (a user's "my-run-20240101" does not)
+_ENV_PARTITION = re.compile(r"[a-z0-9]+-(?:[A-Za-z0-9_.-]+-)?jaxlib[A-Za-z0-9_.-]*-[0-9a-f]{8}", re.ASCII)
+_MAX_INFO_BYTES = 1024 * 1024
 
 
 def is_environment_partition(root: Path, name: str) -> bool:
-    """Whether folder ``name`` of cache ``root`` is a partition xlakit made for an environment: its name has
-    the shape of an environment's partition name, or it holds a ``partition.json`` (a plain file, not through
-    a link). A user's ``logs/`` or ``checkpoints/`` beside the entries is neither, so no listing counts it as
-    another environment and ``cache clear`` leaves it alone."""
+    """Whether folder ``name`` of cache ``root`` is a partition xlakit made for an environment: its name has the
+    shape of an environment's partition name (:meth:`xlakit._jax.environment.Environment.partition_name`, which
+    always holds a ``-jaxlib<version>`` part and ends in 8 hex digits), or it holds a valid ``partition.json``
+    (a plain file, not through a link, at most 1 MiB, holding a JSON object). A user's ``logs/`` or
+    ``checkpoints/`` beside the entries is neither, so no listing counts it as another environment, and no
+    eviction, verify, prune or clear ever removes, evicts or quarantines a file in it (see :mod:`.owned`)."""
     if not valid_partition(name):
         return False
     if _ENV_PARTITION.fullmatch(name):
         return True
-    st = _fs.lstat(Path(root) / name / PARTITION_INFO)
-    return st is not None and stat.S_ISREG(st.st_mode)
+    from . import safejson
+
+    try:
+        with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(name, at=rfd) as fd:
+            return isinstance(safejson.load_file(PARTITION_INFO, _MAX_INFO_BYTES, at=fd), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def holds_only_store_names(root: Path, name: str) -> bool:
     """Whether folder ``name`` of cache ``root`` holds nothing but plain files at names the store writes
-    (entries, ``.used``, temps, ``partition.json``): a partition the store made, whatever its name."""
+    (entries, ``.used``, temps, ``partition.json``). Shape only: a user's ``logs/`` holding nothing but a
+    ``notes.xlk`` fits it, so it is never taken as proof that a folder is a partition (nothing is removed on it)."""
     try:
         with _fs.dir_fd(os.path.realpath(root)) as rfd, _fs.dir_fd(name, at=rfd) as fd:
             return _partition_shaped(fd) is None
@@ -371,7 +384,6 @@ def is_xlakit_shaped(root: Path) -> str | None:
 
 
 _MAGIC_STEM = b"XLAKIT\x00"  # the envelope's magic without its version byte (see envelope.py)
-_MAX_INFO_BYTES = 1024 * 1024
 
 
 def _partition_proof(fd: int, name: str) -> str | None:

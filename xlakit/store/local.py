@@ -27,7 +27,6 @@ from .envelope import (
     READ_VERSIONS,
     EntryError,
     key_id,
-    open_envelope,
     read_header_file,
 )
 from .folder import FolderStore
@@ -44,7 +43,7 @@ from .layout import (
     resolve_root,
     validate_partition,
 )
-from .quarantine import Quarantined, move_to_quarantine, quarantine_file, quarantine_reported
+from .quarantine import Quarantined, move_to_quarantine, quarantine_file
 from .safejson import UnsafeJson
 from .safejson import loads as safe_loads
 from .secret import check_secret_outside, load_secret
@@ -366,13 +365,35 @@ class LocalStore:
         cap: all but .lock and temp files."""
         return evict.scan(self.root).total
 
+    # -- which folders and files are the store's --------------------------------
+
+    def is_partition(self, name: str) -> bool:
+        """Whether folder ``name`` is a partition, where eviction, verify and clear act on the store's entries
+        (:func:`xlakit.store.evict.is_partition`: made for an environment, or holding an entry that authenticates
+        with this key as the entry at its name). A user's own folder beside the partitions is not."""
+        return evict.is_partition(self.root, name, lambda: self.secret)
+
+    def store_partitions(self) -> list[str]:
+        """The partition folders (:meth:`is_partition`), sorted; a user's own folders beside them left out."""
+        return [p for p in self.partitions() if self.is_partition(p)]
+
+    def left_alone(self) -> list[str]:
+        """Files named like entries (``*.xlk``) that eviction, verify and clear leave alone, relative to the root:
+        in a folder that is not a partition (``logs/notes.xlk``), or in a partition but not the store's entries
+        (:func:`xlakit.store.evict.is_store_entry`). For saying so; nothing is done to them."""
+        return evict.left_alone(self.root, self.is_partition)
+
+    def counted_files(self) -> list[tuple[str, str, int]]:
+        """:func:`xlakit.store.evict.counted_files` with this store's partitions (:meth:`is_partition`)."""
+        return evict.counted_files(self.root, self.is_partition)
+
     # -- eviction -------------------------------------------------------------
 
     def _evict(self, budget: int, evicted: list[EntryInfo], *, replacing: Path | None = None,
                protect: Path | None = None) -> int:
         """See :func:`xlakit.store.evict.evict_to`; call under the lock."""
         return evict.evict_to(self.root, budget, evicted, self._info, replacing=replacing, protect=protect,
-                              owned=self._owned)
+                              owned=self._owned, is_partition=self.is_partition)
 
     def _owned(self, path: Path) -> bool:
         try:
@@ -383,6 +404,8 @@ class LocalStore:
 
     def prune(self, max_bytes: int) -> list[EntryInfo]:
         """Remove stale temps, then evict (quarantine first, then LRU entries) until total_bytes() <= max_bytes.
+        Only the store's entries in partitions are evicted (:meth:`is_partition`); a user's files elsewhere in the
+        folder count against ``max_bytes`` and stay (:meth:`left_alone`).
 
         Returns the evicted entries. Raises NotACacheFolder (a ValueError) for a folder that is not an
         xlakit cache, filelock.Timeout (a TimeoutError) if the lock isn't free within lock_timeout_s.
@@ -400,14 +423,17 @@ class LocalStore:
         produces are removed, and no link is followed.
 
         A folder at a store name (an entry, ``.used``, ``partition.json``) is removed if empty, else renamed
-        out of the way (never entered) and named in :attr:`displaced`. Raises NotACacheFolder (a ValueError)
-        for a folder that is not an xlakit cache, filelock.Timeout if the lock isn't free within lock_timeout_s.
+        out of the way (never entered) and named in :attr:`displaced`. Only partitions are cleared
+        (:meth:`is_partition`): a ``partition`` that names a user's own folder (``logs``) removes nothing, and
+        within a partition only the store's entries go (:func:`xlakit.store.evict.is_store_entry`). Raises
+        NotACacheFolder (a ValueError) for a folder that is not an xlakit cache, filelock.Timeout if the lock
+        isn't free within lock_timeout_s.
         """
         parts = [validate_partition(partition)] if partition is not None else None
         if not require_cache_folder(self.root):
             return 0
-        # all: the partitions, not a user's own folder beside them (evict.is_partition)
-        parts = parts or [p for p in self.partitions() if evict.is_partition(self.root, p, lambda: self.secret)]
+        # the partitions, never a user's own folder beside them (evict.is_partition)
+        parts = [p for p in parts if self.is_partition(p)] if parts is not None else self.store_partitions()
         removed = 0
         with self._lockfile():
             notes: list[str] = []
@@ -424,47 +450,20 @@ class LocalStore:
 
     def cleanup_temp(self, older_than_s: float = STALE_TEMP_S) -> int:
         """Delete temp files (".*.tmp") whose writer is gone (its pid, from the name, no longer runs) or
-        older than ``older_than_s`` seconds; returns how many."""
-        return evict.remove_stale_temps(self.root, self.partitions(), older_than_s)
+        older than ``older_than_s`` seconds, in the root and the partitions (:meth:`is_partition`); returns how
+        many."""
+        return evict.remove_stale_temps(self.root, self.store_partitions(), older_than_s)
 
     def verify(self, partition: str | None = None) -> list[tuple[EntryInfo, str | None]]:
         """Fully open every entry; quarantine bad ones; remove dead writers' temps.
 
         Returns (info, None or "<kind>: reason"). Entries signed with another key ("foreign") or written by
         another format ("stale") are reported and left in place; a bad entry that could not be moved stays,
-        its reason ending ``" [not quarantined: <why>]"``. Raises NotACacheFolder (a ValueError) for a folder
-        that is not an xlakit cache.
+        its reason ending ``" [not quarantined: <why>]"``. Only the store's entries in partitions are opened
+        (:meth:`is_partition`, :func:`xlakit.store.evict.is_store_entry`): a user's ``logs/notes.xlk`` is neither
+        verified nor quarantined (:meth:`left_alone` lists such files). Raises NotACacheFolder (a ValueError)
+        for a folder that is not an xlakit cache.
         """
-        if not require_cache_folder(self.root):
-            return []
-        self.cleanup_temp()
-        results: list[tuple[EntryInfo, str | None]] = []
-        for part, path in sorted(self._entry_files(partition)):
-            info = self._info(part, path)
-            if info is None:
-                continue
-            stem = path.name.removesuffix(ENTRY_SUFFIX)
-            problem, st = None, None
-            try:
-                blob, st = _fs.read_bounded(path, self.layer.max_entry_bytes)
-                header, _ = open_envelope(blob, self.secret)
-                key = header.get("key")
-                if header.get("partition") != part:
-                    problem = f"mismatch: entry belongs to partition {header.get('partition')!r}, not {part!r}"
-                elif not isinstance(key, str) or not key or file_stem(key) != stem:
-                    problem = f"corrupt: header names key {key!r}"
-            except FileNotFoundError:
-                continue
-            except EntryError as e:
-                problem = f"{e.kind}: {e.reason}"
-            except (OSError, MemoryError) as e:
-                reason = getattr(e, "reason", None)
-                if reason is None:  # SecretUnavailable or a read error: nothing can be decided
-                    results.append((info, _os_reason(e)))
-                    continue
-                problem, st = f"corrupt: {reason}", None  # ObjectRefused: a link, FIFO or oversized file
-            if problem is not None and not problem.startswith(("foreign:", "stale:")):
-                identity = (st.st_dev, st.st_ino) if st is not None else None
-                problem = quarantine_reported(self.root, part, path.name, problem, identity)
-            results.append((info, problem))
-        return results
+        from .verifying import verify_entries
+
+        return verify_entries(self, partition)

@@ -61,6 +61,13 @@ _S3_DEFAULTS: dict[str, Any] = {
 _PROTOCOL_EXTRA = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 #: The URL schemes a remote may have (README "Sharing a cache"; s3a and gcs are fsspec's aliases of s3 and gs).
 SCHEMES = ("s3", "s3a", "gs", "gcs", "file", "memory")
+_BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs")
+#: Storage options of s3fs whose type xlakit checks before the filesystem is made: a wrong one failed later, at the
+#: first request, in the library's words ("'int' object is not iterable" for an endpoint_url of 5).
+_S3_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "endpoint_url": (str,), "key": (str,), "secret": (str,), "token": (str,), "profile": (str,), "anon": (bool,),
+    "client_kwargs": (Mapping,), "s3_additional_kwargs": (Mapping,),
+}
 _USE = "use s3://bucket/prefix, gs://bucket/prefix, file:///shared/folder or memory://name"
 #: One deadline per remote operation (connect + request + whole body, reads and uploads alike), seconds.
 ENV_TIMEOUT_S = "XLAKIT_CACHE_REMOTE_TIMEOUT_S"
@@ -98,6 +105,11 @@ def check_url(url: object, setting: str = "remote") -> str:
                          f"URLs; {_USE} (the schemes it supports: {', '.join(s + '://' for s in SCHEMES)})")
     if not rest.strip("/"):
         raise ValueError(f"{setting}={_shown(url, 200)} names no bucket or folder: {_USE}")
+    if scheme.lower() in _BUCKET_SCHEMES and any(part in (".", "..") for part in rest.split("/")):
+        # a bucket's object names are not paths: S3 answered "Bad Request" to every request, named as neither
+        raise ValueError(f"{setting}={_shown(url, 200)}: a '.' or '..' segment cannot be part of a bucket or prefix "
+                         "(object names do not go up or stay at a level); give the bucket and prefix as they are, "
+                         f"e.g. {scheme}://bucket/xlakit")
     return url
 
 
@@ -160,6 +172,14 @@ class RemoteStore:
 
         options = dict(storage_options or {})
         if self.protocol in ("s3", "s3a"):
+            for name, kinds in _S3_OPTION_TYPES.items():
+                given = options.get(name)
+                if given is not None and not isinstance(given, kinds):
+                    want = {str: "a string", bool: "true or false", Mapping: "a JSON object"}[kinds[0]]
+                    raise TypeError(f"storage option {name!r} must be {want}"
+                                    + (" (a URL such as 'http://host:9000')" if name == "endpoint_url" else "")
+                                    + f", got {type(given).__name__}"  # the value unsaid: it may be a credential
+                                    + "; fix remote_options, --remote-options or XLAKIT_CACHE_REMOTE_OPTIONS")
             for name, value in _S3_DEFAULTS.items():
                 if isinstance(value, dict):
                     given = options.get(name, {})
