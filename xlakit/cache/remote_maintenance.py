@@ -16,7 +16,6 @@ exactly the names xlakit's ``file://`` writer makes.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,26 +27,15 @@ TEMP_MAX_AGE_S = 3600.0  # an upload temp this old belongs to a killed writer (u
 NOT_XLAKIT = "not-xlakit: not an xlakit object (left alone)"
 HEAD_BYTES = 64 * 1024  # one ranged read holds the prefix and the header of every entry xlakit writes
 
-_AGE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
-_AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
 
 def parse_age(text: str) -> float:
-    """Seconds from ``"30d"``, ``"12h"``, ``"90m"``, ``"2w"``, ``"3600"`` (plain number: seconds).
+    """Seconds from ``"30d"``, ``"12h"``, ``"90m"``, ``"2w"``, ``"3600"`` (plain number: seconds): the one age
+    parser, :func:`xlakit._units.parse_age` (ASCII digits only; at most :data:`xlakit._units.MAX_SECONDS`).
 
-    Raises ValueError naming the accepted forms, also for an age over :data:`xlakit._units.MAX_SECONDS`."""
-    import math
+    Raises ValueError naming the accepted forms."""
+    from xlakit._units import parse_age as parse
 
-    m = _AGE.match(text or "")
-    if not m:
-        raise ValueError(f"invalid age {text!r}: use a number with s, m, h, d or w, e.g. 30d or 12h")
-    from xlakit._units import MAX_SECONDS
-
-    seconds = float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]  # 400 digits: inf, refused below
-    if not math.isfinite(seconds) or seconds > MAX_SECONDS:
-        raise ValueError(f"age {text[:40]!r}{'...' if len(text) > 40 else ''} is too large (at most "
-                         f"{MAX_SECONDS:.0e} s, about 31 years): use a number with s, m, h, d or w, e.g. 30d or 12h")
-    return seconds
+    return parse(text)
 
 
 @dataclass(frozen=True)
