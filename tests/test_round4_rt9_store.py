@@ -217,7 +217,24 @@ def test_inside_a_partition_a_name_alone_proves_nothing_but_a_mark_or_the_magic_
     assert store.prune(0) and (pdir / "notes.xlk").read_bytes() == b"keep\n"
     assert not (pdir / "k3.xlk").exists() and not (pdir / "k1.xlk").exists()
     store.clear()
-    assert _files(pdir) == {"notes.xlk": b"keep\n"}  # partition.json went with the entries; the folder stays
+    files = _files(pdir)  # the description stays while a file not the store's is beside it (a user's folder?)
+    assert files.pop("notes.xlk") == b"keep\n" and set(files) == {"partition.json"}
+
+
+def test_a_users_folder_with_a_partition_json_of_theirs_keeps_its_files(store):
+    """A red team's finding: a user's ``settings/`` holding their own ``partition.json`` (any JSON object) and a
+    ``run-<64 hex>.xlk`` of plain text lost the file to prune / verify / eviction, and clear removed the folder.
+    The name alone proves nothing (the store's entries start with its magic), and the description is removed
+    only when nothing else is left."""
+    settings = store.root / "settings"
+    settings.mkdir()
+    (settings / "partition.json").write_text('{"theme": "dark"}')
+    mine = settings / f"run-{'ab' * 32}.xlk"
+    mine.write_bytes(b"my data\n")
+    store.verify()
+    assert store.prune(0) is not None
+    store.clear()
+    assert mine.read_bytes() == b"my data\n" and (settings / "partition.json").read_text() == '{"theme": "dark"}'
 
 
 def test_the_total_is_the_same_whoever_counts_a_folder_as_a_partition(store):

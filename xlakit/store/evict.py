@@ -301,8 +301,8 @@ def removable(path: Path, secret: bytes) -> bool:
 def clear_partition(root: Path, partition: str, notes: list[str] | None = None,
                     owned: Callable[[Path], bool] | None = None) -> int:
     """Remove the partition's entries (:func:`is_store_entry`: the store's entry names only, never a user's
-    ``notes.xlk``), their ``.used`` marks and empty orphaned ones, temps and ``partition.json``, then the folder if
-    empty; returns the number of entries removed. The caller has checked that ``partition`` is a partition
+    ``notes.xlk``), their ``.used`` marks and empty orphaned ones, temps, and ``partition.json`` when nothing else
+    is left (then the folder); returns the number of entries removed. The caller has checked that ``partition`` is a partition
     (:func:`is_partition`). A partition that is a link is left alone. A folder at an entry's name (or its
     ``.used``, or ``partition.json``) is removed if empty, else moved out of the way, never entered
     (:func:`_fs.clear_way`); the sentence saying so is appended to ``notes``. ``owned(path)``: whether an entry
@@ -341,13 +341,14 @@ def clear_partition(root: Path, partition: str, notes: list[str] | None = None,
                                 _fs.unlink_at(name, pfd)
                         elif stem + ENTRY_SUFFIX not in names and _empty_mark(name, pfd):
                             _fs.unlink_at(name, pfd)  # an orphaned mark: the store's are empty
-                    elif name == PARTITION_INFO:
-                        if d.is_dir(follow_symlinks=False):
-                            _note(notes, partition, _fs.clear_way(name, pfd))
-                        else:
-                            _fs.unlink_at(name, pfd)
+                    elif name == PARTITION_INFO and d.is_dir(follow_symlinks=False):
+                        _note(notes, partition, _fs.clear_way(name, pfd))
                     elif is_temp_name(name) and not d.is_dir(follow_symlinks=False):
                         _fs.unlink_at(name, pfd)
+                # the description goes last, and only with nothing else left: a folder that still holds files
+                # not the store's may be a user's own with a partition.json of theirs
+                if {d.name for d in _fs.scandir(pfd)} == {PARTITION_INFO}:
+                    _fs.unlink_at(PARTITION_INFO, pfd)
             finally:
                 os.close(pfd)
             try:

@@ -63,18 +63,17 @@ _MAGIC_STEM = b"XLAKIT\x00"  # the envelope's magic without its version byte (se
 def is_store_entry(name: str, siblings: Collection[str], *, path: str | os.PathLike | None = None,
                    at: int | None = None) -> bool:
     """Whether the file ``name`` in a partition folder is one of the store's entries, which eviction, verify and
-    clear may remove or quarantine: exactly an entry name xlakit's cache and bundles write
-    (:func:`is_entry_name`: ``<program>-<64 hex>.xlk``), or a name ``file_stem`` gives a key of
-    a :class:`~xlakit.store.LocalStore` caller's choosing (``k1.xlk``) with proof the store wrote it: its
+    clear may remove or quarantine: an entry name xlakit's cache and bundles write
+    (:func:`is_entry_name`: ``<program>-<64 hex>.xlk``) or one ``file_stem`` gives a key of a
+    :class:`~xlakit.store.LocalStore` caller's choosing (``k1.xlk``), with proof the store wrote it: its
     ``<stem>.used`` mark among ``siblings`` (the names in that folder), or xlakit's magic bytes at its start (read
     from ``path``, or ``name`` relative to the folder descriptor ``at``; never through a link). A user's
     ``notes.xlk`` holding their own text is neither, and is left alone."""
     if name.startswith(".") or not name.endswith(ENTRY_SUFFIX):
         return False
-    if is_entry_name(name):
-        return True
-    if not is_store_name(name):
+    if not is_entry_name(name) and not is_store_name(name):
         return False
+    # the name alone is no proof: a user's own folder may hold a partition.json and a "run-<64 hex>.xlk" of theirs
     if name[: -len(ENTRY_SUFFIX)] + USED_SUFFIX in siblings:
         return True
     try:
