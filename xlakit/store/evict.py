@@ -302,8 +302,8 @@ def clear_partition(root: Path, partition: str, notes: list[str] | None = None,
                     owned: Callable[[Path], bool] | None = None) -> int:
     """Remove the partition's entries (:func:`is_store_entry`: the store's entry names only, never a user's
     ``notes.xlk``), their ``.used`` marks and empty orphaned ones, temps, and ``partition.json`` when nothing else
-    is left (then the folder); returns the number of entries removed. The caller has checked that ``partition`` is a partition
-    (:func:`is_partition`). A partition that is a link is left alone. A folder at an entry's name (or its
+    is left (then the folder); returns the number of entries removed. The caller has checked that ``partition``
+    is a partition (:func:`is_partition`). A partition that is a link is left alone. A folder at an entry's name (or its
     ``.used``, or ``partition.json``) is removed if empty, else moved out of the way, never entered
     (:func:`_fs.clear_way`); the sentence saying so is appended to ``notes``. ``owned(path)``: whether an entry
     may be removed; entries it refuses (another key's) are left with their ``.used``."""
