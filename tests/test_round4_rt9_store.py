@@ -264,3 +264,16 @@ def test_enable_cache_max_bytes_evicts_entries_and_no_file_of_the_users(tmp_path
     assert not any("logs" in str(e.get("partition")) for e in report["events"] if e["kind"] == "evict")
     store = LocalStore(cache)
     assert 0 < len(store.entries()) - 3 < 12 and store.total_bytes() <= 80_000  # entries() lists logs' three
+
+
+def test_a_renamed_copy_of_an_entry_inside_a_partition_is_left_alone(store):
+    """A copy of an entry under a plain name (``copy.xlk``) starts with the magic bytes but names another key in
+    its header: not the store's file, so prune, verify and clear leave it (a red team's finding)."""
+    pdir = store.root / PART
+    _put(store, "k1")
+    copy = pdir / "copy.xlk"
+    copy.write_bytes((pdir / "k1.xlk").read_bytes())
+    store.verify()
+    store.prune(0)
+    store.clear()
+    assert copy.exists() and not (pdir / "k1.xlk").exists()

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any
 
 from . import _fs
 from .layout import (
@@ -76,11 +77,29 @@ def is_store_entry(name: str, siblings: Collection[str], *, path: str | os.PathL
     # the name alone is no proof: a user's own folder may hold a partition.json and a "run-<64 hex>.xlk" of theirs
     if name[: -len(ENTRY_SUFFIX)] + USED_SUFFIX in siblings:
         return True
+    where, fd = (path, None) if path is not None else (name, at)
     try:
-        with _fs.open_regular(path if path is not None else name, at=None if path is not None else at) as f:
-            return f.read(len(_MAGIC_STEM)) == _MAGIC_STEM
+        with _fs.open_regular(where, at=fd) as f:
+            if f.read(len(_MAGIC_STEM)) != _MAGIC_STEM:
+                return False
     except OSError:
         return False
+    return is_entry_name(name) or _names_itself(name, where, fd)
+
+
+def _names_itself(name: str, where: Any, fd: int | None) -> bool:
+    """Whether an envelope under a key's name of the caller's choosing (``k1.xlk``) names that key in its header:
+    a copy of another entry renamed (``copy.xlk``) names another and is left alone. The header is read without
+    its MAC (only to spare a file, never to remove one); one that cannot be read stays the store's (a damaged
+    entry of its own is quarantined or evicted as before)."""
+    from .envelope import read_header_file
+    from .layout import file_stem
+
+    try:
+        key = read_header_file(where, None, at=fd).get("key")
+    except Exception:  # noqa: BLE001 - damaged: the magic bytes are the proof
+        return True
+    return not isinstance(key, str) or not key or file_stem(key) + ENTRY_SUFFIX == name
 
 
 #: How many of a folder's entry-named files :func:`is_partition` reads a header of, at most, for its proof.
