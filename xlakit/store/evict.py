@@ -103,12 +103,7 @@ def scan(root: Path, now: float | None = None, is_partition: Callable[[str], boo
     now = time.time() if now is None else now
     partition_ok = is_partition or _default_partition(root)
     result = Scan()
-    for top in _fs.scandir(root):
-        if top.name == LOCK_NAME:
-            continue
-        st = _fs.lstat(top.path)
-        if st is None:
-            continue
+    for top, st in _root_names(root):
         if not stat.S_ISDIR(st.st_mode):
             if is_temp_name(top.name):
                 if is_stale_temp(top.name, st, now):
@@ -128,6 +123,17 @@ def scan(root: Path, now: float | None = None, is_partition: Callable[[str], boo
     return result
 
 
+def _root_names(root: Path):
+    """``(entry, lstat)`` of each name in the cache root but the lock (never counted), skipping what vanished
+    mid-scan: what :func:`scan` and :func:`counted_files` both walk."""
+    for top in _fs.scandir(root):
+        if top.name == LOCK_NAME:
+            continue
+        st = _fs.lstat(top.path)
+        if st is not None:
+            yield top, st
+
+
 def counted_files(root: Path, is_partition: Callable[[str], bool] | None = None) -> list[tuple[str, str, int]]:
     """Every file :func:`scan` counts against the cap, as ``(kind, path relative to root, disk bytes)``; the
     bytes add up to ``scan(root).total`` (when nothing changes in between). For saying what a prune left.
@@ -141,12 +147,7 @@ def counted_files(root: Path, is_partition: Callable[[str], bool] | None = None)
     or inside one. Links are never followed."""
     partition_ok = is_partition or _default_partition(root)
     files: list[tuple[str, str, int]] = []
-    for top in _fs.scandir(root):
-        if top.name == LOCK_NAME:
-            continue
-        st = _fs.lstat(top.path)
-        if st is None:
-            continue
+    for top, st in _root_names(root):
         if not stat.S_ISDIR(st.st_mode):
             if not is_temp_name(top.name) and stat.S_ISREG(st.st_mode):
                 files.append(("own" if top.name in OWN_ROOT_FILES else "foreign", top.name, _fs.disk_bytes(st)))
