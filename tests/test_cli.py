@@ -11,8 +11,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+from cli_helpers import run, run_json
 
-from xlakit.cli import main, parse_size
+from xlakit.cli import parse_size
 from xlakit.store import LocalStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,17 +42,6 @@ def cache(tmp_path, monkeypatch):
         os.utime(store.entry_path(part, key).with_suffix(".used"), (t, t))
     store.write_partition_info(PA, ENV_A)
     return store
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def run_json(capsys, *argv: str) -> tuple[int, dict]:
-    code, out, _err = run(capsys, *argv, "--json")
-    return code, json.loads(out)
 
 
 def test_ls_json_lists_every_entry_with_sizes(cache, capsys):

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from xlakit.cli import main
+from cli_helpers import run, run_json
 
 SECRET = b"test-secret-of-32-bytes-length!!"
 PART = "cpu-jaxlib0.10.2-x86_64-avx512-3f2a9c1e"
@@ -25,12 +24,6 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("XLAKIT_CACHE_SECRET", SECRET.decode())
     monkeypatch.delenv("XLAKIT_CACHE_REMOTE", raising=False)
     monkeypatch.delenv("XLAKIT_CACHE_REMOTE_OPTIONS", raising=False)
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # -- 1. `cache ls --remote` lists only what authenticates ----------------------------------------------------
@@ -90,11 +83,6 @@ def test_remote_ls_of_a_bucket_holding_only_junk_says_so_in_a_few_lines(junk_buc
     code, out, _ = run(capsys, "cache", "ls", "--remote", junk_bucket)
     assert code == 0 and "jit_step " not in out and len(out.splitlines()) <= 12
     assert out.splitlines()[-1].startswith("306 objects") and "306 of them not listed" in out
-
-
-def run_json(capsys, *argv: str):
-    code, out, _ = run(capsys, *argv, "--json")
-    return code, json.loads(out)
 
 
 # -- 2. every public setting checked at the boundary, by name ------------------------------------------------

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from cli_helpers import run
 
-from xlakit.cli import main
 from xlakit.store import LocalStore
 
 PART = "cpu-jaxlib0.0.0-x86_64-avx2-aaaaaaaa"
@@ -28,12 +28,6 @@ def folder(tmp_path, monkeypatch):
               "key_parts": {"module": "f"}}
     assert store.put(PART, "key-0", header, os.urandom(2000)).stored
     return store
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("argv,option", [

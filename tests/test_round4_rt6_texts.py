@@ -21,8 +21,8 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_helpers import run
 
-from xlakit.cli import main
 from xlakit.store import LocalStore, _fs
 from xlakit.store.evict import COUNTED_KINDS, counted_files, scan
 
@@ -48,12 +48,6 @@ def folder(tmp_path, monkeypatch):
     store.write_partition_info(PART, ENV)
     (store.root / "jaxlib_fingerprints.json").write_text(json.dumps({"memo": "x" * 5000}))
     return store
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _disk(path: Path) -> int:

@@ -16,9 +16,9 @@ import json
 import os
 
 import pytest
+from cli_helpers import run
 
 from xlakit._units import parse_age, parse_int
-from xlakit.cli import main
 from xlakit.store import LocalStore
 from xlakit.store.remote import RemoteStore, check_url
 
@@ -36,12 +36,6 @@ def folder(tmp_path, monkeypatch):
         header = {"name": "jit_f", "compile_s": 1.0, "environment": {}}
         assert store.put(PART, f"jit_f-{i:064x}", header, os.urandom(3000)).stored
     return store
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _one_error(err: str) -> str:

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import run
 
-from xlakit.cli import main
 from xlakit.store import LocalStore
 from xlakit.store.evict import counted_files, scan
 from xlakit.store.layout import is_environment_partition
@@ -74,12 +74,6 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def _entries(store: LocalStore) -> set[str]:
     return {p.name for p in (store.root / PART).glob("*.xlk")}
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # -- the four operations the red team named ----------------------------------------------------------------------
