@@ -85,11 +85,9 @@ _PANEL_DRAWN_JS = """() => {
   const el = document.querySelector('.xlakit-peak-0 .xlakit-bytes');
   return Boolean(el && el.offsetParent !== null && el.getAttribute('data-bytes'));
 }"""
-_STATE_JS = """() => {
-  if ((%s)()) return 'ready';
-  if (document.body && document.body.innerText.includes('model not found')) return 'model not found';
-  return '';
-}""" % _PANEL_DRAWN_JS
+_STATE_JS = ("() => {\n  if ((" + _PANEL_DRAWN_JS + ")()) return 'ready';\n"
+             "  if (document.body && document.body.innerText.includes('model not found')) return 'model not found';\n"
+             "  return '';\n}")
 
 
 def _page_state(page, timeout: float) -> str:

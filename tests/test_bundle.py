@@ -115,7 +115,7 @@ def test_nnx_state_round_trip_cold_then_warm(bundle):
                                                       "l2.kernel.value", "norm.bias.value", "norm.scale.value"]
     assert manifest["weights"]["tensors"]["l1.kernel.value"] == {"shape": [4, 8], "dtype": "float32"}
     assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "model.b1.jaxexp", "model.b4.jaxexp",
-                                                      "weights.safetensors"]
+                                                      "model.bpoly.jaxexp", "weights.safetensors"]
 
     with events.record() as cold_log:
         cold = load(path)
@@ -270,7 +270,8 @@ def test_changed_module_drops_only_its_own_programs_everywhere(bundle, tmp_path)
     shutil.copy(tmp_path / "plus" / "model.b4.jaxexp", path / "model.b4.jaxexp")
 
     check = check_bundle(path)
-    assert {m.file: m.state for m in check.modules} == {"model.b1.jaxexp": "unchanged", "model.b4.jaxexp": "changed"}
+    assert {m.file: m.state for m in check.modules} == {"model.b1.jaxexp": "unchanged", "model.b4.jaxexp": "changed",
+                                                         "model.bpoly.jaxexp": "unchanged"}
     assert sorted((d.partition, d.key) for d in check.drops) == sorted(
         (p, program_key("model.b4.jaxexp", old["model.b4.jaxexp"])) for p in (other.name, _partition(path)))
 
@@ -320,7 +321,8 @@ def test_unreadable_record_is_rewritten_reported_and_not_trusted(bundle):
     assert not store.entry_path(_partition(path), stale_key).exists()
     assert "corrupt" in kinds(log)
     record = read_record(path / ".cache")
-    assert record.status == "ok" and set(record.hashes) == {"model.b1.jaxexp", "model.b4.jaxexp"}
+    assert record.status == "ok" and set(record.hashes) == {"model.b1.jaxexp", "model.b4.jaxexp",
+                                                                 "model.bpoly.jaxexp"}
 
 
 # -- bad input ------------------------------------------------------------------------------------------------
@@ -412,7 +414,7 @@ def test_export_refuses_to_overwrite_a_different_bundle(tmp_path):
     with pytest.raises(FileExistsError, match="different bundle"):
         export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(2, 8))
     export_bundle(affine, AFFINE, xs(2), path, batch_sizes=(2, 8), overwrite=True)
-    assert sorted(p.name for p in path.glob("*.jaxexp")) == ["model.b2.jaxexp", "model.b8.jaxexp"]
+    assert sorted(p.name for p in path.glob("*.jaxexp")) == ["model.b2.jaxexp", "model.b8.jaxexp", "model.bpoly.jaxexp"]
 
     other = tmp_path / "notes"
     other.mkdir()

@@ -78,7 +78,8 @@ def test_planted_module_fails_alone_at_once(bundle, plant):
     start = time.monotonic()
     check = check_bundle(bundle)
     assert [p for p in check.problems if "model.b2.jaxexp" in p], check.problems
-    assert {m.file: m.state for m in check.modules} == {"model.b1.jaxexp": "new", "model.b2.jaxexp": "missing"}
+    assert {m.file: m.state for m in check.modules} == {"model.b1.jaxexp": "new", "model.b2.jaxexp": "missing",
+                                                         "model.bpoly.jaxexp": "new"}
     with pytest.warns(RuntimeWarning, match="1 of 2 modules failed"):
         loaded = load(bundle)
     assert time.monotonic() - start < 30
@@ -244,7 +245,7 @@ def test_overwrite_never_replaces_a_users_files(tmp_path):
     export_bundle(affine, P, X, proj, overwrite=True)     # written beside the user's files, nothing deleted
     assert (proj / "encoder_v3.jaxexp").read_bytes() == b"the user's own jax.export artifact"
     export_bundle(affine, P, X, proj, batch_sizes=(2,), overwrite=True)
-    assert sorted(p.name for p in proj.glob("*.jaxexp")) == ["encoder_v3.jaxexp", "model.b2.jaxexp"]
+    assert sorted(p.name for p in proj.glob("*.jaxexp")) == ["encoder_v3.jaxexp", "model.b2.jaxexp", "model.bpoly.jaxexp"]
 
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -269,7 +270,7 @@ def test_foreign_manifest_cannot_get_a_users_file_deleted(pristine, tmp_path):
     export_bundle(affine, P, X, folder, batch_sizes=(1, 2), overwrite=True)
     assert (folder / "thesis.tex").read_text() == "my thesis"
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "model.b1.jaxexp", "model.b2.jaxexp",
-                                                        "thesis.tex", "weights.safetensors"]
+                                                        "model.bpoly.jaxexp", "thesis.tex", "weights.safetensors"]
     np.testing.assert_array_equal(np.asarray(load(folder)(X)), affine(P, X))
 
 

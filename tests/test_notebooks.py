@@ -159,7 +159,7 @@ def _check_04(text: str) -> None:
 def _check_05(text: str) -> None:
     assert "explain:" in text and "shape" in text, text[-3000:]
     # The nearest entry is whatever explain ranks nearest; the notebook prints it (no hard-coded shape).
-    assert "nearest entry's arguments:" in text and "differs: shape of argument 0: now 8x5" in text
+    assert "nearest entry's arguments:" in text and "differs: shape of argument x: now 8x5" in text
     assert "repaired: True" in text
     assert "evicted under the cap: True" in text
     # Counted per layer: the cache's own layer looked up and stored each of the 8 programs once.

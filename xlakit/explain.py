@@ -124,16 +124,21 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _signature_differences(now: list | None, entry: list | None) -> list[Difference]:
+def _signature_differences(now: list | None, entry: list | None, paths: list[str] | None = None
+                           ) -> list[Difference]:
+    """Per ``@main`` argument, what differs; ``paths``: the function's argument path of each ``@main`` argument
+    (JAX leaves unused arguments out and flattens pytrees, so the position is not the function's argument)."""
     if now is None or entry is None:
         return []
     if len(now) != len(entry):
         return [Difference("shape", "arguments", f"{len(now)} arguments", f"{len(entry)} arguments")]
+    named = paths if paths is not None and len(paths) == len(now) else None
     out = []
     for i, (a, b) in enumerate(zip(now, entry, strict=True)):
         for field in ("shape", "dtype", "sharding", "donation"):
             if a.get(field) != b.get(field):
-                out.append(Difference(field, f"argument {i}", a.get(field), b.get(field)))
+                out.append(Difference(field, f"argument {named[i]}" if named else f"argument {i}", a.get(field),
+                                      b.get(field)))
     return out
 
 
@@ -141,11 +146,11 @@ def compare(now: dict[str, Any], entry_header: dict[str, Any]) -> tuple[list[Dif
     """Differences between the parts of a lookup now and an entry's header.
 
     ``now`` has ``key_parts`` (JAX's per-part hashes), ``environment`` (dict), ``signature`` (list of
-    argument records) and ``module_text`` (str or None); the header has the same fields
-    (``module_text`` decoded by the caller).
+    argument records), ``module_text`` (str or None) and optionally ``paths`` (the function's argument path of each
+    ``@main`` argument, to name them); the header has the same fields (``module_text`` decoded by the caller).
     """
     diffs: list[Difference] = []
-    signature = _signature_differences(now.get("signature"), entry_header.get("signature"))
+    signature = _signature_differences(now.get("signature"), entry_header.get("signature"), now.get("paths"))
     diffs += signature
     now_parts, old_parts = now.get("key_parts") or {}, entry_header.get("key_parts") or {}
     module_diff = None

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import inspect
 import sys
 import threading
@@ -202,7 +201,8 @@ def _signature(frame: Any) -> _Signature:
     leaves: dict[str, tuple[str, str, bool, str, str]] = {}
     for i, aval in enumerate(avals):
         leaves[names[i] if i < len(names) and names[i] else f"arg{i}"] = _aval(aval)
-    static_nums = tuple(getattr(ji, "static_argnums", ()) or ())
+    count = len(args)  # a negative static_argnums counts from the end of this call's positional arguments
+    static_nums = {p % count for p in (getattr(ji, "static_argnums", ()) or ()) if -count <= p < count}
     static_names = tuple(getattr(ji, "static_argnames", ()) or ())
     by_index, by_key = _argument_names(ji)
     static: dict[str, str] = {}
@@ -234,11 +234,12 @@ def _signature(frame: Any) -> _Signature:
     config = _config()
     mesh = _mesh(local.get("ctx_mesh"), config)
     inner = _unwrap(fun)
-    keyed = fun if isinstance(fun, functools.partial) else inner  # JAX keys on the partial: a new one retraces
+    # JAX keys its tracing cache on the object jax.jit wraps (a partial, jax.grad's or a decorator's wrapper: a new
+    # one each time retraces even when the code underneath is the same), never on what it wraps
     try:
-        ref: Any = weakref.ref(keyed)
+        ref: Any = weakref.ref(fun)
     except TypeError:  # an object without weak references: compare it by identity while it lives
-        ref = (lambda obj: lambda: obj)(keyed)
+        ref = (lambda obj: lambda: obj)(fun)
     return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
             "static_types": typed, "passed": passed, "structure": structure, "config": config, "mesh": mesh,
             "trees": {n: jax.tree_util.tree_structure(v) for n, v in named}}

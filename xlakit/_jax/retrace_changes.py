@@ -4,8 +4,8 @@ signatures at trace time and keeps them; this module only compares).
 A signature is a dict: ``leaves`` (argument path -> (shape text, dtype text, weak type, sharding text,
 sharding key): the text shows the placement, ``""`` when uncommitted; the key is the abstract value's sharding
 and memory space, which is what JAX's tracing cache compares), ``static`` (static argument -> value text),
-``static_types`` (static argument -> its type's name and, for a number or string, the value itself: JAX compares
-static values with their type, so ``2`` and ``2.0`` are two programs), ``passed`` (argument -> ``"positionally"``
+``static_types`` (static argument -> its type's name and the value itself: JAX compares static values by type,
+hash and ``==``, so ``2`` and ``2.0`` are two programs, and so are two values that print alike but are unequal), ``passed`` (argument -> ``"positionally"``
 or ``"by keyword"``), ``structure`` (the pytree), ``trees`` (argument -> its pytree), ``config`` (global settings
 that change what JAX traces), ``mesh``, and ``ref`` (a weak reference to the function object).
 
@@ -42,15 +42,23 @@ def _text(value: Any, limit: int = 60) -> str:
 
 
 def static_value(value: Any) -> tuple[str, tuple[str, Any]]:
-    """A static argument as ``(text, (type name, value))``: the value is kept only for a number or a string (small,
-    and equal across types: ``2 == 2.0``), to tell a change of type only; None for anything else."""
+    """A static argument as ``(text, (type name, value))``. The value itself is kept (JAX's own cache keeps it too):
+    JAX tells static values apart by type and ``==``, not by how they print — a ``Mesh`` with its devices in another
+    order, or a dataclass whose changed field is left out of its ``repr``, prints the same and is another program."""
+    return _text(value), (type(value).__name__, value)
+
+
+def _jax_equal(b: tuple[str, Any] | None, a: tuple[str, Any] | None) -> bool:
+    """Whether JAX's tracing cache takes two static values as one: the same type and ``==`` (a value not equal to
+    itself, a NaN, never is: every call with it traces again)."""
+    if b is None or a is None:
+        return b is a
+    if type(b[1]) is not type(a[1]):
+        return False
     try:
-        shape = getattr(value, "shape", None)  # a numpy scalar's is ()
-        scalar = isinstance(value, (numbers.Number, str, bytes)) or (isinstance(shape, tuple) and shape == ())
-    except Exception:  # noqa: BLE001 - any object may be a static argument
-        scalar = False
-    kept = value if scalar else None
-    return _text(value), (type(value).__name__, kept)
+        return hash(b[1]) == hash(a[1]) and bool(b[1] == a[1])  # JAX's cache is a dict: hash, then ==
+    except Exception:  # noqa: BLE001 - an odd __eq__ or __hash__: compared by how they print
+        return _text(b[1]) == _text(a[1])
 
 
 def _same_value(b: tuple[str, Any] | None, a: tuple[str, Any] | None) -> bool:
@@ -61,6 +69,18 @@ def _same_value(b: tuple[str, Any] | None, a: tuple[str, Any] | None) -> bool:
         return bool(b[1] == a[1])
     except Exception:  # noqa: BLE001 - an odd __eq__: not equal
         return False
+
+
+class _StaticKey:
+    """A static value as JAX's cache compares it (:func:`_jax_equal`), for telling whether it was compiled before."""
+
+    def __init__(self, typed: tuple[str, Any] | None) -> None:
+        self.typed = typed
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _StaticKey) and _jax_equal(self.typed, other.typed)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _leaf_text(leaf: tuple) -> str:
@@ -200,9 +220,9 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
     weight = 0
     type_only = 0
 
-    def add(what: str, path: str, b: str, a: str, w: int = 1) -> None:
+    def add(what: str, path: str, b: str, a: str, w: int = 1, note: str = "") -> None:
         nonlocal weight
-        out.append({"what": what, "path": path, "before": b, "after": a})
+        out.append({"what": what, "path": path, "before": b, "after": a, **({"note": note} if note else {})})
         weight += w
 
     bl, al = before["leaves"], after["leaves"]
@@ -236,12 +256,17 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
     for path in sorted(set(bs) | set(as_)):
         tb, ta = btypes.get(path), atypes.get(path)
         retyped = tb is not None and ta is not None and tb[0] != ta[0]
-        if bs.get(path) != as_.get(path) or retyped:
+        if not _jax_equal(tb, ta) if tb is not None and ta is not None else bs.get(path) != as_.get(path):
             b_text, a_text = bs.get(path, "absent"), as_.get(path, "absent")
             if retyped and (b_text == a_text or _same_value(tb, ta)):  # JAX compares the type too: say which
                 b_text, a_text = f"{b_text} ({tb[0]})", f"{a_text} ({ta[0]})"  # type: ignore[index]
                 type_only += _same_value(tb, ta)
-            add("static", path, b_text, a_text)
+            note = ""
+            if b_text == a_text and ta is not None and not _jax_equal(ta, ta):
+                note = "not equal to itself: JAX traces again on every call with it"
+            elif b_text == a_text and not retyped:  # printed alike, unequal to JAX (==): or it reads as no change
+                note = "prints the same but is not == the earlier value"
+            add("static", path, b_text, a_text, note=note)
     for name in (n for n in ap if n in bp and bp[n] != ap[n]):  # keyword or positional: part of JAX's key
         add("passed", name, bp[name], ap[name])
     bc, ac = before["config"], after["config"]
@@ -277,7 +302,8 @@ def _attribute(sig: Signature, what: str, path: str) -> Any:
     if what == "sharding":
         return sig["mesh"] if path == "mesh" else (_sharding_key(leaf) if leaf is not None else None)
     if what == "static":
-        return sig["static"].get(path, "absent"), (sig.get("static_types", {}).get(path) or ("",))[0]
+        typed = sig.get("static_types", {}).get(path)
+        return _StaticKey(typed) if typed is not None else sig["static"].get(path, "absent")
     if what == "passed":
         return sig.get("passed", {}).get(path)
     if what == "config":
@@ -312,6 +338,8 @@ def closest(history: list[Signature], sig: Signature) -> tuple[list[dict[str, st
 
 
 def _seen_text(c: dict[str, str]) -> str:
+    if c.get("note"):
+        return f" ({c['note']}; an equal value was compiled before, with other arguments)"
     if c["what"] == "passed":
         return f" ({c['path']} was passed {c['after']} before, with other arguments)"
     if c["what"] == "structure":
@@ -330,13 +358,14 @@ def describe(changes: list[dict[str, str]], latest: bool = True) -> str:
     groups: list[tuple[list[str], dict[str, str]]] = []
     for c in changes:
         last = groups[-1][1] if groups else None
-        if last is not None and all(last.get(k) == c.get(k) for k in ("path", "before", "after", "seen")):
+        if last is not None and all(last.get(k) == c.get(k) for k in ("path", "before", "after", "seen", "note")):
             groups[-1][0].append(c["what"])  # one leaf, one before and after text: name its attributes together
         else:
             groups.append(([c["what"]], c))
     parts = []
     for whats, c in groups:
         what = whats[0] if len(whats) == 1 else ", ".join(whats[:-1]) + " and " + whats[-1]
-        parts.append(f"{c['path']}: {what} {c['before']} -> {c['after']}" + (_seen_text(c) if c.get("seen") else ""))
+        told = _seen_text(c) if c.get("seen") else f" ({c['note']})" if c.get("note") else ""
+        parts.append(f"{c['path']}: {what} {c['before']} -> {c['after']}{told}")
     return "; ".join(parts) + ("" if latest else " [against the closest signature compiled before, not the "
                                                  "previous call's]")

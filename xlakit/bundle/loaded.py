@@ -6,7 +6,11 @@ How a call with a batch of ``n`` rows runs (``variant``'s programs were loaded f
 * ``n`` is an exported size: that program, as is.
 * rows proven or declared independent (``manifest.independent(variant)``, see :mod:`xlakit.bundle.rows`):
   padded up to the smallest exported size that fits, batched outputs cut back to ``n``; above the largest
-  size, split into chunks of the largest size (the last one padded) and the batched outputs concatenated.
+  size, split into chunks of the largest size (the last one padded) and the batched outputs concatenated. The
+  rows' values are the same function of their inputs, but not always the same bits as ``jax.jit`` at ``n`` rows:
+  XLA picks its kernels per batch size (on XLA:CPU a matrix product of 1 row and of 4 rows round differently,
+  as ``jax.jit`` itself does at two batch sizes). Loaded with ``exact=True``, such a call compiles exactly
+  ``n`` rows from the variant's shape-polymorphic module instead, as for coupled rows.
 * rows coupled, or not proven: never padded. A program for exactly ``n`` rows is compiled from the
   variant's shape-polymorphic module (or loaded from ``.cache``, where it is stored like the others), for any
   ``n``. Without one (the function depends on the batch size, or the bundle predates the proof) a
@@ -70,8 +74,9 @@ class LoadedBundle:
                  specs: tuple[ModuleSpec, ...], dropped: tuple, record_problem: str | None, weights_s: float,
                  started: float, ready_s: float, context: Any = None, poly: dict | None = None,
                  treedefs: dict | None = None, tree_notes: tuple[str, ...] = (), cache_problem: str | None = None,
-                 usage: Any = None) -> None:
+                 usage: Any = None, exact: bool = False) -> None:
         self.path = path
+        self.exact = exact
         self.manifest = manifest
         self.device = device
         self.weights = weights
@@ -216,7 +221,7 @@ class LoadedBundle:
 
     def _route(self, variant: str, arrays: list, n: int) -> list:
         """``n`` is not an exported size that loaded: pad, chunk or compile the exact size."""
-        if not self.manifest.independent(variant):
+        if self.exact or not self.manifest.independent(variant):
             # Any size can be compiled exactly from a shape-polymorphic module, even an exported size whose own
             # program failed to load; without one, only loaded programs serve.
             if variant not in self._poly:
@@ -310,6 +315,13 @@ class LoadedBundle:
             if variant not in self._poly or self._context is None:
                 sizes = list(self.batch_sizes(variant))
                 how, reason = self.manifest.rows(variant)
+                if self.exact and self.manifest.independent(variant):
+                    raise ValueError(f"batch of {n} is not an exported batch size of variant {variant!r} ({sizes}) "
+                                     "and the bundle was loaded with exact=True, but it keeps no shape-polymorphic "
+                                     "module to compile that size from (exported by an older xlakit, or its "
+                                     "symbolic program could not be exported): call with one of those sizes, load "
+                                     "without exact=True (padded rows: the same answer up to rounding), or export "
+                                     "again")
                 raise ValueError(f"batch of {n} is not an exported batch size of variant {variant!r} ({sizes}), and "
                                  f"padding or chunking could change the answer: rows {how} ({reason}). It has no "
                                  "shape-polymorphic module to compile the exact size from, so it is served only at "

@@ -85,7 +85,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
                 progress: bool = True, *, secret: bytes | None = None,
                 log: _events.EventLog | None = None, remote: str | None = None, remote_mode: str | None = None,
                 remote_options: dict | None = None, background: bool = True,
-                warmup: bool = False) -> LoadedBundle:
+                warmup: bool = False, exact: bool = False) -> LoadedBundle:
     """Load a bundle's programs and weights onto a device, compiling only what ``.cache`` lacks.
 
     Args:
@@ -114,6 +114,11 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
         (:func:`xlakit._jax.warmup.warm_up`), so a call does not pay XLA:CPU's first-run cost (measured in
         ``benchmarks/first_execution.py``: ~5x a later run); costs about one run per program loaded whether or
         not it is called. Skipped for a program a call already used. A failed warm-up is only reported.
+      exact: (default False) a batch size that was not exported is compiled exactly (from the variant's
+        shape-polymorphic module; stored in ``.cache`` like the others) even where rows are proven independent,
+        so every call gives the bits ``jax.jit`` gives at that size. False: such calls are padded up to an
+        exported size or chunked (no compile; the same values up to the rounding of XLA's kernels at the
+        other size, measured in ``benchmarks/bundle_padding.py``).
 
     Returns:
       A :class:`LoadedBundle`; modules that failed are in its ``errors`` and ``reports``, and one
@@ -125,8 +130,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       xlakit.bundle.WeightsError: the weights file is missing, unreadable, or its tensor names, shapes or
         dtypes disagree with the manifest.
       xlakit._jax.serialize.DevicePlacementError: ``devices`` is not exactly one addressable device.
-      TypeError: ``max_workers`` is not an int (a bool, a float or a str included); ``progress``, ``background``
-        or ``warmup`` is not True or False.
+      TypeError: ``max_workers`` is not an int (a bool, a float or a str included); ``progress``, ``background``,
+        ``warmup`` or ``exact`` is not True or False.
       ValueError: ``max_workers`` < 1.
     """
     from xlakit._jax.environment import current_environment
@@ -134,7 +139,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     from xlakit.cache import open_store
 
     start = time.perf_counter()
-    for flag, value in (("progress", progress), ("background", background), ("warmup", warmup)):
+    for flag, value in (("progress", progress), ("background", background), ("warmup", warmup), ("exact", exact)):
         check_flag(value, flag)  # "false" is truthy
     path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     if max_workers is not None and not is_int(max_workers):
@@ -206,7 +211,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
                           record_problem=record.reason if record.status == "unreadable" else None,
                           weights_s=weights_s, started=start, ready_s=time.perf_counter() - start, context=ctx,
                           poly=poly, treedefs=treedefs, tree_notes=tuple(notes), cache_problem=unusable,
-                          usage=None if unusable else _UsageRecorder(cache_dir, usage or []))
+                          usage=None if unusable else _UsageRecorder(cache_dir, usage or []), exact=exact)
     if not background:
         loaded.wait()
     else:

@@ -128,8 +128,9 @@ class RowRecord(Record):
       independent: whether calls may be padded and chunked (proven, or declared True).
       reason: what was proven, what couples the rows (primitive and source line), or why the function
         depends on the batch size.
-      poly: the serialized shape-polymorphic module, kept for a variant that is not padded and whose
-        symbolic program agrees with its exports (exact batch sizes are compiled from it); else None.
+      poly: the serialized shape-polymorphic module, kept for a variant whose symbolic program agrees with its
+        exports (exact batch sizes are compiled from it: always where rows couple, with ``load_bundle(exact=True)``
+        where they are proven independent); else None.
     """
 
     how: str
@@ -190,8 +191,8 @@ def establish_rows(fn: Callable[..., Any], weights: dict[str, Any], input_avals:
     if problem is not None:
         return RowRecord("size-dependent", False, problem)
     assert verdict is not None
-    if verdict.proven:
-        return RowRecord("proven", True, verdict.reason)
+    if verdict.proven:  # the module is kept too: load_bundle(exact=True) compiles each size called from it
+        return RowRecord("proven", True, verdict.reason, poly)
     return RowRecord("coupled", False, verdict.reason, poly)
 
 

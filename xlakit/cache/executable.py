@@ -258,7 +258,7 @@ class ExecutableCache(StoreHandler):
         """
         from xlakit.cache.explaining import explain_lowered
 
-        return explain_lowered(self.store, self._lower(fn_or_lowered, *args, **kwargs))
+        return explain_lowered(self.store, self._lower(fn_or_lowered, *args, **kwargs), fn_or_lowered)
 
     # -- internals --------------------------------------------------------------------------------------
     def _lower(self, x: Any, /, *args: Any, **kwargs: Any):

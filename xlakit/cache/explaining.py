@@ -82,8 +82,33 @@ def lower_program(x: Any, /, *args: Any, **kwargs: Any):
     return jax_stage(x.lower(*args, **kwargs))
 
 
-def explain_lowered(store: Any, lowered: Any) -> Explanation:
-    """The :class:`~xlakit.explain.Explanation` of a lookup of ``lowered`` in ``store`` (hooks must be installed).
+def _parameter_paths(lowered: Any, fn: Any) -> list[str] | None:
+    """The argument path (``z``, ``params['w']``) of each ``@main`` argument of ``lowered``, in order: JAX keeps
+    only the leaves the program uses (``Lowered._lowering.compile_args["kept_var_idx"]``, checked on jax 0.10.2);
+    None when that record or the argument tree is unavailable."""
+    import types
+
+    from xlakit._jax.arguments import argument_leaves
+
+    try:
+        kept = lowered._lowering.compile_args.get("kept_var_idx")
+        tree = lowered.in_tree
+    except Exception:  # noqa: BLE001 - another JAX keeps them elsewhere: positions only
+        return None
+    if kept is None:
+        return None
+    view = types.SimpleNamespace(in_tree=tree, _executable=types.SimpleNamespace(_kept_var_idx=kept))
+    try:
+        leaves = argument_leaves(view, fn if callable(fn) else None)
+    except Exception:  # noqa: BLE001 - an explanation never fails for want of names
+        return None
+    paths = [leaves[p].path if p in leaves else None for p in range(len(kept))]
+    return None if None in paths else paths
+
+
+def explain_lowered(store: Any, lowered: Any, fn: Any = None) -> Explanation:
+    """The :class:`~xlakit.explain.Explanation` of a lookup of ``lowered`` in ``store`` (hooks must be installed);
+    ``fn``: the function it was lowered from, to name arguments by its parameter names.
 
     Raises:
       RuntimeError: JAX computed no key (its compilation cache is disabled).
@@ -98,7 +123,7 @@ def explain_lowered(store: Any, lowered: Any) -> Explanation:
     text = module_text(ctx.module)
     signature = main_signature(text)
     now: dict[str, Any] = {"key_parts": ctx.parts(), "environment": env.to_dict(), "signature": signature,
-                           "module_text": text}
+                           "module_text": text, "paths": _parameter_paths(lowered, fn)}
     expected = expectations(env)
     best = None
     for info in store.entries():  # headers only: explaining loads nothing

@@ -87,7 +87,7 @@ class TransparentCache(StoreHandler):
 
         if self._saved_config is None:
             raise RuntimeError("this transparent cache is not enabled; call xlakit.enable_cache() first")
-        return explain_lowered(self.store, lower_program(fn_or_lowered, *args, **kwargs))
+        return explain_lowered(self.store, lower_program(fn_or_lowered, *args, **kwargs), fn_or_lowered)
 
     def uninstall(self) -> None:
         """Restore JAX's functions, settings and logger exactly as :meth:`install` found them."""

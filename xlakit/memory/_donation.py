@@ -40,7 +40,7 @@ def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[Any, str]:
     if root is None:
         return {}
     elements = list(root.operands) if root.opcode == "tuple" else [root_id]
-    names = paths if len(paths) == len(elements) else [f"output {k}" for k in range(len(elements))]
+    names = paths if len(paths) == len(elements) else _element_names(mod, paths, len(elements))
     out: dict[Any, str] = {}
     for iid, name in zip(elements, names, strict=True):
         index: tuple[int, ...] = ()  # the element of iid's tuple that holds the result
@@ -204,6 +204,16 @@ def _result_shapes(mod: Any) -> dict[tuple[int, ...], tuple[Any, Any]]:
     if not parts:
         return {(): _message_leaf(shape, ())}
     return {(k,): _message_leaf(part, ()) for k, part in enumerate(parts)}
+
+
+def _element_names(mod: Any, paths: list[str], count: int) -> list[str]:
+    """The name of each of the entry root's ``count`` elements when they are not one per path: the paths in order
+    beside the tokens JAX adds for ordered effects (named ``token``), else ``output k``."""
+    results = _result_shapes(mod) if paths else {}
+    by_index = _result_names(results, paths) if len(results) == count else {}
+    if by_index:
+        return [by_index.get((k,), "token (ordered effects)") for k in range(count)]
+    return [f"output {k}" for k in range(count)]
 
 
 def _result_names(results: dict[tuple[int, ...], Any], paths: list[str]) -> dict[tuple[int, ...], str]:
