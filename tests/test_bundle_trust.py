@@ -245,7 +245,8 @@ def test_overwrite_never_replaces_a_users_files(tmp_path):
     export_bundle(affine, P, X, proj, overwrite=True)     # written beside the user's files, nothing deleted
     assert (proj / "encoder_v3.jaxexp").read_bytes() == b"the user's own jax.export artifact"
     export_bundle(affine, P, X, proj, batch_sizes=(2,), overwrite=True)
-    assert sorted(p.name for p in proj.glob("*.jaxexp")) == ["encoder_v3.jaxexp", "model.b2.jaxexp", "model.bpoly.jaxexp"]
+    assert sorted(p.name for p in proj.glob("*.jaxexp")) == ["encoder_v3.jaxexp", "model.b2.jaxexp",
+                                                            "model.bpoly.jaxexp"]
 
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -5,8 +5,8 @@ A signature is a dict: ``leaves`` (argument path -> (shape text, dtype text, wea
 sharding key): the text shows the placement, ``""`` when uncommitted; the key is the abstract value's sharding
 and memory space, which is what JAX's tracing cache compares), ``static`` (static argument -> value text),
 ``static_types`` (static argument -> its type's name and the value itself: JAX compares static values by type,
-hash and ``==``, so ``2`` and ``2.0`` are two programs, and so are two values that print alike but are unequal), ``passed`` (argument -> ``"positionally"``
-or ``"by keyword"``), ``structure`` (the pytree), ``trees`` (argument -> its pytree), ``config`` (global settings
+hash and ``==``, so ``2`` and ``2.0`` are two programs, and so are two values that print alike but are unequal),
+``passed`` (argument -> ``"positionally"`` or ``"by keyword"``), ``structure`` (the pytree), ``trees`` (argument -> its pytree), ``config`` (global settings
 that change what JAX traces), ``mesh``, and ``ref`` (a weak reference to the function object).
 
 A retrace is explained against the *closest* signature already compiled (:func:`closest`) for the same function
@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import itertools
-import numbers
 from typing import Any
 
 __all__ = ["Signature", "diff", "distance", "closest", "describe", "static_value"]
