@@ -1,9 +1,10 @@
 """What padding a bundle's call costs in bits, and what ``exact=True`` costs in time, side by side with ``jax.jit``.
 
 Per width (``--widths``, default 16 and 64), one bundle: a row-wise MLP (``softmax(tanh(x @ W1 + b1) @ W2)``,
-float32), exported at batch sizes 4 and 8, its rows proven independent. It is loaded twice in this process, as
-the default does (non-exported sizes padded up to 4 or 8, or chunked by 8) and with ``exact=True`` (each new size compiled from the
-shape-polymorphic module, then stored in ``.cache``). For each batch size ``n`` (1, 3, 9, 20; random inputs):
+float32), exported at batch sizes 4 and 8, its rows proven independent. It is loaded twice in this process, as the
+default does (non-exported sizes padded up to 4 or 8, or chunked by 8) and with ``exact=True`` (each new size
+compiled from the shape-polymorphic module, then stored in ``.cache``). For each batch size ``n`` (1, 3, 9, 20;
+random inputs):
 
 * elements differing from ``jax.jit(mlp)(params, x)`` at ``n`` rows (bitwise), and the largest difference in
   units in the last place (ULP: ``|a - b| / spacing(|b|)``), for the padded call and the exact one;

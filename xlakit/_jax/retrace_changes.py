@@ -1,13 +1,13 @@
 """What changed between two trace signatures of a function, in words (:mod:`xlakit._jax.retrace` builds the
 signatures at trace time and keeps them; this module only compares).
 
-A signature is a dict: ``leaves`` (argument path -> (shape text, dtype text, weak type, sharding text,
-sharding key): the text shows the placement, ``""`` when uncommitted; the key is the abstract value's sharding
-and memory space, which is what JAX's tracing cache compares), ``static`` (static argument -> value text),
-``static_types`` (static argument -> its type's name and the value itself: JAX compares static values by type,
-hash and ``==``, so ``2`` and ``2.0`` are two programs, and so are two values that print alike but are unequal),
-``passed`` (argument -> ``"positionally"`` or ``"by keyword"``), ``structure`` (the pytree), ``trees`` (argument -> its pytree), ``config`` (global settings
-that change what JAX traces), ``mesh``, and ``ref`` (a weak reference to the function object).
+A signature is a dict: ``leaves`` (argument path -> (shape text, dtype text, weak type, sharding text, sharding
+key): the text shows the placement, ``""`` when uncommitted; the key is the abstract value's sharding and memory
+space, which is what JAX's tracing cache compares), ``static`` (static argument -> value text), ``static_types``
+(static argument -> its type's name and the value itself: JAX compares static values by type, hash and ``==``, so
+``2`` and ``2.0`` are two programs, and so are two values that print alike but are unequal), ``passed`` (argument ->
+``"positionally"`` or ``"by keyword"``), ``structure`` (the pytree), ``trees`` (argument -> its pytree), ``config``
+(global settings that change what JAX traces), ``mesh``, and ``ref`` (a weak reference to the function object).
 
 A retrace is explained against the *closest* signature already compiled (:func:`closest`) for the same function
 object (JAX keys its cache per object; another object's signatures only when this one has none, and then the new
