@@ -196,7 +196,26 @@ def _key_get(module, devices, *args, **kwargs):
     except Exception:  # noqa: BLE001 - a JAX whose helpers changed: its own (placement-bound) key is still right
         return _saved["key_get"](module, devices, *args, **kwargs)
     _local.key_parts = key  # the parts are computed only if a miss or an explanation asks (CompileContext.parts)
+    _tell_jax_cache_dir(_current())
     return key
+
+
+def _tell_jax_cache_dir(handler: Handler | None) -> None:
+    """``jax_compilation_cache_dir`` set while a handler that sets JAX's own cache aside is installed (a library or
+    a later notebook cell called ``jax.config.update`` after ``enable_cache()``): the handler is told
+    (``jax_cache_dir_set(folder)``), after this compile's key, which leaves the folder's paths out
+    (:func:`xlakit._jax.keys.placement_free_key`). Never fails a compile."""
+    told = getattr(handler, "jax_cache_dir_set", None)
+    if told is None:
+        return
+    try:
+        import jax
+
+        folder = jax.config.jax_compilation_cache_dir
+        if folder:
+            told(str(folder))
+    except Exception:  # noqa: BLE001 - telling is best effort; the compile goes on
+        pass
 
 
 _level_lock = threading.Lock()

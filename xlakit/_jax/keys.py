@@ -126,6 +126,25 @@ def _bound(jax_get: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     return dict(bound.arguments)
 
 
+def _without_cache_paths(options: Any) -> Any:
+    """``options``, or a copy without the paths JAX adds when its own persistent cache folder is set (the XLA:GPU
+    kernel cache file and autotune folder below ``jax_compilation_cache_dir``, and the LLVM module parallelism the
+    kernel cache switches on): where a cache lives never enters a key (a folder set after ``enable_cache()`` made
+    every stored program miss)."""
+    import copy
+
+    debug = options.executable_build_options.debug_options
+    if not (debug.xla_gpu_kernel_cache_file or debug.xla_gpu_per_fusion_autotune_cache_dir):
+        return options
+    options = copy.deepcopy(options)
+    debug = options.executable_build_options.debug_options
+    if debug.xla_gpu_kernel_cache_file:
+        debug.xla_gpu_kernel_cache_file = ""
+        debug.xla_gpu_enable_llvm_module_compilation_parallelism = False
+    debug.xla_gpu_per_fusion_autotune_cache_dir = ""
+    return options
+
+
 def placement_free_key(jax_get: Any, args: tuple, kwargs: dict, *,
                        with_parts: bool = True) -> tuple[str, dict[str, str]]:
     """``(key, parts)`` for a call ``jax_get(*args, **kwargs)`` of JAX's ``cache_key.get``.
@@ -167,7 +186,7 @@ def placement_free_key(jax_get: Any, args: tuple, kwargs: dict, *,
         ("jax_lib version", lambda h: h.update(version_str.encode("utf-8"))),
         ("backend version", lambda h: ck._hash_platform(h, backend)),
         ("XLA flags", lambda h: ck._hash_xla_flags(h, ck.get_flag_prefixes())),
-        ("compile_options", lambda h: ck._hash_serialized_compile_options(h, compile_options,
+        ("compile_options", lambda h: ck._hash_serialized_compile_options(h, _without_cache_paths(compile_options),
                                                                            strip_device_assignment=strip)),
         ("accelerator_config", accelerator),
         ("compression", lambda h: ck._hash_string(h, compression)),

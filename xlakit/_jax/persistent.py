@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CONFIG", "apply_config", "restore_config", "compiles_so_far"]
+__all__ = ["CONFIG", "apply_config", "restore_config", "set_aside_cache_dir", "compiles_so_far"]
 
 CONFIG = {
     "jax_enable_compilation_cache": True,
@@ -38,6 +38,15 @@ def apply_config() -> dict[str, Any]:
         jax.config.update(name, value)
     compilation_cache.reset_cache()  # forget a memoised "cache unused" answer
     return saved
+
+
+def set_aside_cache_dir() -> None:
+    """Set ``jax_compilation_cache_dir`` back to None (set again while transparent mode is enabled)."""
+    import jax
+    from jax._src import compilation_cache
+
+    jax.config.update("jax_compilation_cache_dir", None)
+    compilation_cache.reset_cache()
 
 
 def restore_config(saved: dict[str, Any]) -> None:

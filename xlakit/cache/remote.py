@@ -84,6 +84,7 @@ class SharedStore(LocalStore):
         self.mode = mode
         self._sync = threading.local()
         self._warned = False
+        self._upload_warned = False
         self.tier = TieredStore(self.objects, self.remote, mode=mode, verify=self._verify, on_event=self._on_event,
                                 min_upload_compile_s=min_upload_compile_s,
                                 max_upload_bytes=max_upload_bytes or self.layer.max_entry_bytes, probe_on_start=True,
@@ -159,11 +160,28 @@ class SharedStore(LocalStore):
                                   "not used; `xlakit cache verify --remote URL` lists such objects.",
                                   RefusedObjectWarning, stacklevel=user_stacklevel())
         elif kind == "upload":
-            reason = None if ev.created else "already existed (another process uploaded it first)"
+            held = None if ev.created else self.tier.refused().get((ev.partition, ev.key))
+            if held is not None:  # the name is taken by the object this process refused: it can never be shared
+                kind = "upload_error"
+                reason = (f"not uploaded: the name is held by an object this process refused ({held}); every "
+                          f"process compiles this program until `xlakit cache verify --remote {self.remote_url} --fix` "
+                          "removes it")
+            else:
+                reason = None if ev.created else "already existed (another process uploaded it first)"
         elif kind in ("remote_error", "remote_off"):
             kind, reason = "load_error", f"remote {self.remote_url}: {reason}"
         elif kind == "upload_skip":
             if not (reason or "").startswith(tuple("0123456789")):  # thresholds and ro mode are not failures
                 return
             kind = "upload_error"  # uploads abandoned at exit
+        # The bucket refused the write (not there, credentials refused, a name held by a refused object): said
+        # once, then events. An outage is not: three errors in a row turn the remote off with a warning of its own.
+        refused = (reason or "").startswith(("PermissionError", "FileNotFoundError", "not uploaded: the name is held"))
+        if kind == "upload_error" and refused and not self._upload_warned:
+            self._upload_warned = True
+            why = (reason or "?").rstrip(".")
+            warnings.warn(f"xlakit could not upload a program to {self.remote_url}: {why}. Programs compiled here "
+                          "still run and are kept in the local folder; other machines compile them again. Each "
+                          "failure is an 'upload_error' event; this is the only warning.", RuntimeWarning,
+                          stacklevel=user_stacklevel())
         self.log.emit(kind, reason=reason, **fields)

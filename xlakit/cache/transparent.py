@@ -43,6 +43,17 @@ class TransparentCache(StoreHandler):
         hooks.set_default(self)
         self._unwatch = retrace.watch(self.log.emit)
 
+    def jax_cache_dir_set(self, folder: str) -> None:
+        """``jax_compilation_cache_dir`` was set after :func:`enable` (called by :mod:`xlakit._jax.hooks` after a
+        compile's key): set aside like one set before — back to None, a ``set_aside`` event, one warning per folder
+        — and handed back by :func:`disable`."""
+        from xlakit._jax.persistent import set_aside_cache_dir
+
+        set_aside_cache_dir()
+        if self._saved_config is not None:
+            self._saved_config["jax_compilation_cache_dir"] = folder
+        _tell_set_aside(self)
+
     def compile(self, lowered_or_jitted: Any, /, *args: Any, **kwargs: Any) -> tuple[Any, Decision]:
         """Compile a program as JAX would with this cache enabled (a hit loads, a miss compiles and stores), and
         say what the cache did: the same ``(jax.stages.Compiled, decision)`` as
@@ -171,9 +182,16 @@ def _tell_set_aside(cache: TransparentCache) -> None:
     if not folder:
         return
     folder = str(folder)
+    try:
+        same = Path(folder).expanduser().resolve() == Path(cache.path).resolve()
+    except (OSError, RuntimeError):
+        same = False
+    written = ("xlakit keeps its own entries in this folder too, in partition subfolders beside JAX's files (which "
+               "it never reads, changes or deletes); xlakit's maintenance commands refuse a folder holding other "
+               "files, so give enable_cache() a folder of its own" if same else "nothing is written there")
     reason = (f"JAX's own compilation cache at {folder} (jax_compilation_cache_dir / JAX_COMPILATION_CACHE_DIR) "
-              f"is set aside while xlakit's cache at {cache.path} is enabled: its entries are not read and nothing "
-              "is written there, so programs it held compile once more and are then stored by xlakit. "
+              f"is set aside while xlakit's cache at {cache.path} is enabled: its entries are not read and {written}, "
+              "so programs it held compile once more and are then stored by xlakit. "
               "xlakit.disable_cache() hands the folder back to JAX; to stop this warning, unset "
               "JAX_COMPILATION_CACHE_DIR in processes that enable xlakit's cache (README: 'JAX's own cache')")
     cache.log.emit("set_aside", source="jax-persistent", folder=folder, reason=reason)

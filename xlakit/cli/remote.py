@@ -64,7 +64,7 @@ def _remote(args: argparse.Namespace):
         raise CliError(str(e)) from None
     try:
         options = parse_options(args.remote_options) if args.remote_options is not None else None
-        if options is not None and not isinstance(options, dict):
+        if args.remote_options is not None and not isinstance(options, dict):  # 'null' too: never "not given"
             raise ValueError("not a JSON object")
     except ValueError as e:
         example = '{"endpoint_url": "http://host:9000"}'
@@ -260,8 +260,10 @@ def prune(args: argparse.Namespace) -> int:
                     "left_alone": _left_alone(scan)})
         return 0
     verb = "would delete" if args.dry_run else "deleted"
-    for r in gone:
-        print(f"{verb} {r.partition} [{r.key}] ({human(r.size_bytes)}, created {local_time(r.created)})")
+    # One line each up to ten, then counts by partition and examples (a bucket of 20,000 old objects printed 20,000)
+    print_bounded([(r.partition, f"{r.partition} [{r.key}] ({human(r.size_bytes)}, created {local_time(r.created)})")
+                   for r in gone], "objects", "--json lists them all",
+                  prefix=f"{verb} ")
     print(f"{verb.capitalize()} {len(gone)} objects, {human(sum(r.size_bytes for r in gone))} from {remote.url}")
     if result.other_key:
         print(f"Left {result.other_key} objects ({human(result.other_key_bytes)}) signed with another key "

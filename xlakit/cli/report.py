@@ -98,6 +98,10 @@ def _check_out(option: str, path: str, example: str) -> None:
         raise CliError(f"{option} {path} is a folder; give the file to write, e.g. {option} {given / example}")
     out_dir = given.resolve().parent
     if not out_dir.is_dir():
+        above = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
+        if above is not None and not above.is_dir():  # report --out notes.txt/x.html
+            raise CliError(f"{option} {path}: {above} is a file, not a folder; give a file in a folder, e.g. "
+                           f"{option} {above.parent / example}")
         raise CliError(f"{option} {path}: the folder {out_dir} does not exist; create it first")
 
 

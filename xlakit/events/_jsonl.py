@@ -52,7 +52,8 @@ def read(path: str | os.PathLike) -> list[Event]:
 
     Raises:
       OSError: the file cannot be read.
-      ValueError: a line other than the last is not a JSON event; the message names ``path:line``.
+      ValueError: a line other than the last is not a JSON event, or no line is (a file of one line that is
+        not an event); the message names ``path:line``.
     """
     path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -74,7 +75,7 @@ def read(path: str | os.PathLike) -> list[Event]:
                 data = {k: v for k, v in data.items() if k in _FIELD_NAMES}
             events.append(Event.from_dict(data))
         except (ValueError, TypeError, RecursionError) as exc:
-            if number == len(lines):
+            if number == len(lines) and events:  # a file whose only line is not an event is no events file
                 warnings.warn(f"{path}:{number}: skipped an incomplete last line (a writer stopped mid-line?): "
                               f"{exc}", RuntimeWarning, stacklevel=3)
                 break

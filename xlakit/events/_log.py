@@ -304,8 +304,8 @@ class EventLog:
 
         Raises:
           OSError: the file cannot be read.
-          ValueError: a line other than the last is not an event (the message names ``path:line``); a ``maxlen``
-            < 1 or over 2**63-1. TypeError: a ``maxlen`` that is not an int.
+          ValueError: a line other than the last is not an event, or no line is (the message names ``path:line``);
+            a ``maxlen`` < 1 or over 2**63-1. TypeError: a ``maxlen`` that is not an int.
         """
         if maxlen is not None:
             _check_maxlen(maxlen)  # before reading: a bad bound must not cost a read of the whole file

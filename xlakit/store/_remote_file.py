@@ -236,6 +236,10 @@ class FileBackend:
         try:
             top = self._root_fd()
         except FileNotFoundError:
+            parent = os.path.dirname(self.root.rstrip("/"))
+            if parent and not os.path.isdir(parent):  # file:///nonexistent/x: a missing mount or a typo, not empty
+                raise FileNotFoundError(errno.ENOENT, f"the folder {parent} above the remote prefix does not "
+                                                      "exist") from None
             return out
         except NotADirectoryError:
             raise NotADirectoryError(errno.ENOTDIR, f"the remote prefix {self.root} is a file, not a folder") from None

@@ -232,11 +232,27 @@ class FsspecBackend:
                 out.objects.append((parts[0], parts[1], size, mtime))
         return out
 
+    def _check_bucket(self) -> None:
+        """Raise FileNotFoundError naming the bucket when the root's bucket does not exist (S3, GCS: a mistyped
+        bucket read as an empty cache, "Deleted 0 objects"). A failed check says nothing: the listing stands."""
+        bucket = self._root.split("/", 1)[0]
+        if not self._server_checked or not bucket:
+            return
+        try:
+            self.fs.invalidate_cache(bucket)
+            there = self._call("exists", bucket)
+        except OSError:
+            return
+        if not there:
+            raise FileNotFoundError(errno.ENOENT, f"the bucket {bucket!r} does not exist (or these credentials "
+                                                  "cannot see it)")
+
     def find(self, base: str) -> Iterator[tuple[str, int, float]]:
         self.fs.invalidate_cache()
         try:
             found = self._call("find", base, detail=True)
         except FileNotFoundError:
+            self._check_bucket()  # a prefix not written yet is an empty cache; a bucket that is not there is an error
             return
         prefix = base.rstrip("/") + "/"
         for name in sorted(found):
