@@ -152,11 +152,11 @@ print(json.dumps({{'big': [[d.kind, d.part, d.now, d.entry] for d in big.differe
                                            "XLAKIT_FINGERPRINT_MEMO_DIR": ""}))  # unset: the memo goes beside
     assert (tmp_path / "c" / "jaxlib_fingerprints.json").is_file()
     assert not (tmp_path / "default").exists()
-    assert out["big"] == [["shape", "argument 0", "300x256", "256x256"]]
+    assert out["big"] == [["shape", "argument a", "300x256", "256x256"]]  # f(a): named by its parameter
     assert out["own"] == ["shape"]  # the TransparentCache itself explains, lists and totals its entries
     assert out["listed"] == out["entries"] == 3 and out["signatures"] == ["jit_f"] * 3
     assert "shape" in out["text"] and "differs in: shape" in out["text"]
-    assert out["near"] == [["shape", "argument 0", "8x5", "8x4"]]
+    assert out["near"] == [["shape", "argument a", "8x5", "8x4"]]
     assert out["edited"] == ["module"] and "stablehlo.cosine" in out["diff"] and "stablehlo.sine" in out["diff"]
 
 

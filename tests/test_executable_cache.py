@@ -94,8 +94,8 @@ def test_explain_names_module_shape_dtype_and_donation(cache):
     assert cache.explain(f, x, x).status == "hit"
     shape = cache.explain(f, np.ones((8, 5), np.float32), np.ones((8, 5), np.float32))
     assert shape.status == "miss" and shape.kinds == ["shape"]
-    assert [(d.part, d.now, d.entry) for d in shape.differences] == [("argument 0", "8x5", "8x4"),
-                                                                     ("argument 1", "8x5", "8x4")]
+    assert [(d.part, d.now, d.entry) for d in shape.differences] == [("argument a", "8x5", "8x4"),
+                                                                     ("argument b", "8x5", "8x4")]
     dtype = cache.explain(f, x.astype(np.float16), x.astype(np.float16))
     assert dtype.kinds == ["dtype"] and dtype.differences[0].now == "f16" and dtype.differences[0].entry == "f32"
     donation = cache.explain(jax.jit(f, donate_argnums=0), x, x)

@@ -23,6 +23,7 @@ type defined in ``optax`` (``ScaleByAdamState``, ``EmptyState``...) or is flax's
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 __all__ = ["ArgumentLeaf", "argument_leaves", "donated_leaves", "output_paths"]
@@ -80,8 +81,9 @@ def _key_text(key: Any) -> str:
     return found
 
 
-def _names(fn: Any, count: int) -> list[str] | None:
-    """The positional parameter names of the function a jit wraps, when they can be read."""
+def _names(fn: Any, count: int, static: frozenset[int] = frozenset()) -> list[str] | None:
+    """The names of the positional parameters of the function a jit wraps that are not static (JAX leaves static
+    arguments out of ``in_tree``), when they can be read."""
     import inspect
 
     target = getattr(fn, "__wrapped__", fn)
@@ -90,7 +92,32 @@ def _names(fn: Any, count: int) -> list[str] | None:
     except (TypeError, ValueError):
         return None
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [n for i, n in enumerate(names) if i not in static]
     return names[:count] if len(names) >= count else None
+
+
+def _static(fn: Any, example: tuple[tuple, dict] | None) -> frozenset[int]:
+    """Positions of ``fn``'s static positional arguments (:func:`xlakit._jax.static_args.static_positions`),
+    counted against the example call's arguments when given, else against the signature's positional
+    parameters."""
+    if fn is None:
+        return frozenset()
+    import inspect
+
+    from xlakit._jax.static_args import static_positions
+
+    if example is not None:
+        return static_positions(fn, len(example[0]))
+    try:
+        params = inspect.signature(getattr(fn, "__wrapped__", fn)).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    return static_positions(fn, sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params))
+
+
+def _dynamic(args: tuple, static: frozenset[int]) -> tuple:
+    """``args`` without the static ones (as ``in_tree`` holds them)."""
+    return tuple(a for i, a in enumerate(args) if i not in static) if static else args
 
 
 def _graph_paths(node: Any, value: Any) -> list[str] | None:
@@ -129,12 +156,23 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     tree = getattr(compiled, "in_tree", None)
     if tree is None:
         return {}
+    counter = None  # placeholders are their flat index; else JAX's ArgInfo leaves, counted in flat order
     try:
         skeleton = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
-    except Exception:  # noqa: BLE001 - a custom node that cannot be rebuilt from placeholders: no paths
-        return {}
+    except Exception:  # noqa: BLE001 - a node that validates its fields (a flax.struct checking shapes) refuses ints
+        skeleton = getattr(compiled, "args_info", None)  # the same tree, built by JAX with ArgInfo leaves
+        if skeleton is None:
+            return {}
+        counter = itertools.count()
+
+    def flat_index(leaf: Any) -> int | None:
+        if counter is None:
+            return leaf if isinstance(leaf, int) and not isinstance(leaf, bool) else None
+        return next(counter) if hasattr(leaf, "donated") and not _is_optimizer_node(leaf) else None
+
     args, kwargs = skeleton if isinstance(skeleton, tuple) and len(skeleton) == 2 else (skeleton, {})
-    names = _names(fn, len(args)) if fn is not None and isinstance(args, tuple) else None
+    static = _static(fn, example)
+    names = _names(fn, len(args), static) if fn is not None and isinstance(args, tuple) else None
     leaves: list[ArgumentLeaf] = []
 
     def walk(node: Any, prefix: str, under_optimizer: bool) -> None:
@@ -143,17 +181,20 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
             parts = [_key_text(k) for k in path]  # keystr(path) is their concatenation
             text = prefix + "".join(parts)
             inside = under_optimizer or any(part.strip("[]'.\"") in _OPTIMIZER_KEYS for part in parts)
-            if isinstance(leaf, int) and not isinstance(leaf, bool):
-                leaves.append(ArgumentLeaf(leaf, text, inside))
+            index = flat_index(leaf)
+            if index is not None:
+                leaves.append(ArgumentLeaf(index, text, inside))
             else:  # an optimizer node: its leaves are optimizer state
                 walk(leaf, text, True)
 
     top = [(names[i] if names else f"args[{i}]", a) for i, a in enumerate(args)] if isinstance(args, tuple) else []
-    given = example[0] if example is not None and len(example[0]) == len(top) else None
+    dynamic = _dynamic(example[0], static) if example is not None else None
+    given = dynamic if dynamic is not None and len(dynamic) == len(top) else None
     for i, (prefix, arg) in enumerate(top):
-        graph = _graph_paths(arg, given[i]) if given is not None else None
-        if isinstance(arg, int) and not isinstance(arg, bool):
-            leaves.append(ArgumentLeaf(arg, prefix, False))
+        graph = _graph_paths(arg, given[i]) if given is not None and counter is None else None
+        index = flat_index(arg)
+        if index is not None:
+            leaves.append(ArgumentLeaf(index, prefix, False))
         elif graph is not None:
             optimizer = _is_optimizer_node(given[i]) if given is not None else False
             leaves += [ArgumentLeaf(index, prefix + path, optimizer or "['opt_state']" in path, graph=True)
@@ -161,8 +202,9 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
         else:
             walk(arg, prefix, _is_optimizer_node(arg))
     for key, arg in (kwargs.items() if isinstance(kwargs, dict) else ()):
-        if isinstance(arg, int) and not isinstance(arg, bool):
-            leaves.append(ArgumentLeaf(arg, str(key), False))
+        index = flat_index(arg)
+        if index is not None:
+            leaves.append(ArgumentLeaf(index, str(key), False))
         else:
             walk(arg, str(key), _is_optimizer_node(arg))
     leaves.sort(key=lambda leaf: leaf.index)
@@ -191,15 +233,23 @@ def output_paths(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | No
     try:
         skeleton = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
         flat, _ = jax.tree_util.tree_flatten_with_path(skeleton)
-    except Exception:  # noqa: BLE001 - a custom node that cannot be rebuilt from placeholders: no paths
-        return []
+    except Exception:  # noqa: BLE001 - a node that validates its fields refuses int placeholders: JAX's own tree
+        try:
+            flat = [(path, i) for i, (path, _leaf) in
+                    enumerate(jax.tree_util.tree_flatten_with_path(compiled.out_info)[0])]
+            skeleton = None
+        except Exception:  # noqa: BLE001 - no out_info either: no paths
+            return []
+        if len(flat) != tree.num_leaves:
+            return []
     names = {leaf: "output" + "".join(_key_text(k) for k in path) for path, leaf in flat}
-    if example is not None and hasattr(fn, "_get_pure_args_kwargs"):
-        names.update(_nnx_output_names(skeleton, fn, example[0]))
+    if example is not None and skeleton is not None and hasattr(fn, "_get_pure_args_kwargs"):
+        static = _static(fn, example)
+        names.update(_nnx_output_names(skeleton, fn, _dynamic(example[0], static), static))
     return [names[leaf] for _path, leaf in flat]
 
 
-def _nnx_output_names(skeleton: Any, fn: Any, args: tuple) -> dict[int, str]:
+def _nnx_output_names(skeleton: Any, fn: Any, args: tuple, static: frozenset[int] = frozenset()) -> dict[int, str]:
     """Flat result index -> name, for the ``(args_out, kwargs_out, out)`` an ``nnx.jit`` program returns;
     ``{}`` when the results do not have that shape."""
     import jax
@@ -208,7 +258,7 @@ def _nnx_output_names(skeleton: Any, fn: Any, args: tuple) -> dict[int, str]:
             and len(skeleton[0]) == len(args)):
         return {}
     names: dict[int, str] = {}
-    arg_names = _names(fn, len(args))
+    arg_names = _names(fn, len(args), static)
     for i, node in enumerate(skeleton[0]):
         graph = _graph_paths(node, args[i])
         if graph is not None:

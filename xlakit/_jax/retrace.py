@@ -60,11 +60,14 @@ FIXES = {
     "passed": "pass the argument the same way every call: always by keyword or always positionally",
     "config": "do not change this global setting between calls",
     "function": "create the jitted function once (outside the loop), not on every call",
+    "option": "create the jitted function once with the options you mean: another jax.jit option (donation, "
+              "shardings, static arguments) makes another program",
     "unknown": "look at JAX's explanation with jax.config.update('jax_explain_cache_misses', True)",
 }
 
 #: The warning's verb for a kind of change that is no attribute of the argument ("b changed how it was passed").
-_CHANGED = {"passed": "changed how it was passed", "function": "is a new function object", "config": "changed value"}
+_CHANGED = {"passed": "changed how it was passed", "function": "is a new function object", "config": "changed value",
+            "option": "is another jax.jit option"}
 
 #: Signatures kept per function (the latest ones) to find the closest to a retrace, and in all: a function
 #: traced at many shapes keeps its latest 16; past 4096 in all, the least recently traced functions are dropped.
@@ -170,10 +173,17 @@ def _config() -> dict[str, str]:
         return out
     if len(names) != len(values):
         return out
+    seen: collections.Counter[str] = collections.Counter()
     for name, value in zip(names, values, strict=True):
+        seen[name] += 1
+        if name in CONFIG_NAMES:
+            continue
         text = str(value.value if isinstance(value, enum.Enum) else value)
-        if name not in out and " at 0x" not in text:  # an AxisEnv or similar object prints its address
-            out[name] = text[:120]
+        if " at 0x" in text and hasattr(value, "val"):  # XlaMetadata prints its address; its value is .val
+            text = f"{type(value).__name__}({value.val!r})"
+        if " at 0x" not in text:  # an AxisEnv or similar object prints its address
+            # JAX names every jax.make_user_context "user_context" (and keeps one of its own): one key each
+            out[name if seen[name] == 1 else f"{name} #{seen[name]}"] = text[:120]
     return out
 
 
@@ -242,7 +252,35 @@ def _signature(frame: Any) -> _Signature:
         ref = (lambda obj: lambda: obj)(fun)
     return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
             "static_types": typed, "passed": passed, "structure": structure, "config": config, "mesh": mesh,
-            "trees": {n: jax.tree_util.tree_structure(v) for n, v in named}}
+            "trees": {n: jax.tree_util.tree_structure(v) for n, v in named}, "options": _options(ji)}
+
+
+#: The jax.jit options of JAX's ``PjitInfo`` a trace depends on (its tracing cache keys on them).
+_OPTIONS = ("keep_unused", "inline", "device", "backend", "compiler_options_kvs")
+#: Options JAX resolves into each other (names to positions and back): one change each.
+_PAIRED = {"donation": ("donate_argnums", "donate_argnames"), "static arguments": ("static_argnums", "static_argnames")}
+_TREE_OPTIONS = ("in_shardings", "out_shardings", "in_layouts", "out_layouts")
+
+
+def _options(ji: Any) -> dict[str, str]:
+    """The jax.jit options of ``ji`` as comparable text (an object that prints its address: its type only)."""
+    out: dict[str, str] = {}
+
+    def text(value: Any) -> str:
+        shown = repr(value)
+        return type(value).__name__ if " at 0x" in shown else shown[:300]
+
+    for label, names in _PAIRED.items():
+        if all(hasattr(ji, n) for n in names):
+            out[label] = ", ".join(f"{n}={text(getattr(ji, n))}" for n in names)
+    for name in _OPTIONS:
+        if hasattr(ji, name):
+            out[name] = text(getattr(ji, name))
+    for name in _TREE_OPTIONS:
+        leaves = getattr(ji, f"{name}_leaves", None)
+        if leaves is not None:
+            out[name] = text(tuple(leaves))
+    return out
 
 
 class RetraceTracker:

@@ -70,6 +70,24 @@ def _same_value(b: tuple[str, Any] | None, a: tuple[str, Any] | None) -> bool:
         return False
 
 
+class _TreesKey:
+    """The arguments' pytrees as JAX's cache compares them (``==``, aux data included)."""
+
+    def __init__(self, trees: dict[str, Any] | None) -> None:
+        self.trees = trees
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _TreesKey) or self.trees is None or other.trees is None:
+            return isinstance(other, _TreesKey) and self.trees is other.trees
+        try:
+            return self.trees.keys() == other.trees.keys() and all(
+                bool(self.trees[k] == other.trees[k]) for k in self.trees)
+        except Exception:  # noqa: BLE001 - an aux data whose == raises: not the same
+            return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class _StaticKey:
     """A static value as JAX's cache compares it (:func:`_jax_equal`), for telling whether it was compiled before."""
 
@@ -227,6 +245,10 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
     bl, al = before["leaves"], after["leaves"]
     bp, ap = before.get("passed", {}), after.get("passed", {})
     reshaped = list(bl) != list(al) or before["structure"] != after["structure"]
+    if not reshaped:  # the same text; JAX compares the trees with ==, their metadata (a node's aux data) included
+        for name in _unequal_trees(before, after):
+            add("structure", name, _tree_text(after, name), _tree_text(after, name),
+                note="its pytree metadata (a node's aux data) prints the same but is not == the earlier one")
     paired = _pairing(before, after) if reshaped else None
     pairs, kinds = paired if paired is not None else ({p: p for p in al if p in bl}, 0)
     if reshaped:
@@ -274,10 +296,30 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
             add("config", name, str(bc.get(name)), str(ac.get(name)))
     if before["mesh"] != after["mesh"]:
         add("sharding", "mesh", *_where_differs(before["mesh"], after["mesh"]))
+    bo, ao = before.get("options") or {}, after.get("options") or {}
+    for name in (n for n in ao if n in bo and bo[n] != ao[n]):  # another jax.jit of the function, other options
+        add("option", f"jax.jit {name}", bo[name], ao[name])
     if before["ref"]() is not after["ref"]():  # JAX keys its cache on the function object itself
         add("function", after.get("qualname") or "function", "an earlier function object",
             "a new function object (same code)")
     return out, weight, type_only
+
+
+def _unequal_trees(before: Signature, after: Signature) -> list[str]:
+    """The arguments whose pytree is not ``==`` the earlier one's (JAX's tracing cache compares them so)."""
+    bt, at = before.get("trees") or {}, after.get("trees") or {}
+    out = []
+    for name, tree in at.items():
+        try:
+            if name in bt and not bool(bt[name] == tree):
+                out.append(name)
+        except Exception:  # noqa: BLE001 - an aux data whose == raises: JAX would raise too
+            continue
+    return out
+
+
+def _tree_text(sig: Signature, name: str) -> str:
+    return str((sig.get("trees") or {}).get(name)).removeprefix("PyTreeDef(")[:-1][:80]
 
 
 def diff(before: Signature, after: Signature) -> list[dict[str, str]]:
@@ -308,7 +350,9 @@ def _attribute(sig: Signature, what: str, path: str) -> Any:
     if what == "config":
         return str(sig["config"].get(path))
     if what == "structure":
-        return sig["structure"], tuple(sig["leaves"])
+        return sig["structure"], tuple(sig["leaves"]), _TreesKey(sig.get("trees"))
+    if what == "option":
+        return (sig.get("options") or {}).get(path.removeprefix("jax.jit "))
     return None  # a new function object was never compiled before
 
 

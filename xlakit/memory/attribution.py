@@ -140,6 +140,22 @@ def _entry_parameters(mod: Any) -> dict[int, Any]:
     return out
 
 
+def _beside_tokens(mod: Any, params: dict[int, Any], leaves: dict[int, Any]) -> dict[int, Any]:
+    """Entry parameter number -> argument leaf when the parameters are the leaves plus the tokens JAX adds for
+    ordered effects (``jax.debug.print(..., ordered=True)``, ``io_callback``); else ``{}`` (tupled arguments: op
+    names only)."""
+    from xlakit.memory._assignment_records import _message_leaf
+
+    def token(iid: Any) -> bool:
+        ins = mod.instructions.get(iid)
+        return ins is not None and _message_leaf(ins.shape, ())[1] == "token"
+
+    arrays = [num for num in sorted(params) if not token(params[num])]
+    if len(arrays) != len(leaves):
+        return {}
+    return {num: leaves[k] for k, num in enumerate(arrays)}
+
+
 def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[int, str]]:
     """(instruction id -> its phase, read when first asked; instruction id -> its users; the phases read so far,
     which a caller that has read an instruction's op name may fill) over the computations that run in sequence
@@ -298,7 +314,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     params = _entry_parameters(mod)
     leaves = argument_leaves(compiled, fn, example)
     if len(leaves) != len(params):
-        leaves = {}  # the tree does not match the parameters (tokens, tupled arguments): use op names only
+        leaves = _beside_tokens(mod, params, leaves)
     donated_flags = donated_leaves(compiled) or []
     phase, users, phases = _phases(mod)
     placed = ba._placement()
