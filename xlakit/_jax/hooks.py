@@ -211,7 +211,7 @@ def _tell_jax_cache_dir(handler: Handler | None) -> None:
     try:
         import jax
 
-        folder = jax.config.jax_compilation_cache_dir
+        folder = getattr(jax.config, "jax_compilation_cache_dir", None)
         if folder:
             told(str(folder))
     except Exception:  # noqa: BLE001 - telling is best effort; the compile goes on

@@ -247,7 +247,8 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
     reshaped = list(bl) != list(al) or before["structure"] != after["structure"]
     if not reshaped:  # the same text; JAX compares the trees with ==, their metadata (a node's aux data) included
         for name in _unequal_trees(before, after):
-            add("structure", name, _tree_text(after, name), _tree_text(after, name),
+            tree_shown = _tree_text(after["trees"][name])[:80]
+            add("structure", name, tree_shown, tree_shown,
                 note="its pytree metadata (a node's aux data) prints the same but is not == the earlier one")
     paired = _pairing(before, after) if reshaped else None
     pairs, kinds = paired if paired is not None else ({p: p for p in al if p in bl}, 0)
@@ -316,10 +317,6 @@ def _unequal_trees(before: Signature, after: Signature) -> list[str]:
         except Exception:  # noqa: BLE001 - an aux data whose == raises: JAX would raise too
             continue
     return out
-
-
-def _tree_text(sig: Signature, name: str) -> str:
-    return str((sig.get("trees") or {}).get(name)).removeprefix("PyTreeDef(")[:-1][:80]
 
 
 def diff(before: Signature, after: Signature) -> list[dict[str, str]]:

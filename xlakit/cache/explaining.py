@@ -102,8 +102,9 @@ def _parameter_paths(lowered: Any, fn: Any) -> list[str] | None:
         leaves = argument_leaves(view, fn if callable(fn) else None)
     except Exception:  # noqa: BLE001 - an explanation never fails for want of names
         return None
-    paths = [leaves[p].path if p in leaves else None for p in range(len(kept))]
-    return None if None in paths else paths
+    if any(p not in leaves for p in range(len(kept))):
+        return None
+    return [leaves[p].path for p in range(len(kept))]
 
 
 def explain_lowered(store: Any, lowered: Any, fn: Any = None) -> Explanation:
