@@ -303,12 +303,18 @@ def _no_source_locations():
     return no_source_locations()
 
 
+#: The platform names ``jax.export`` lowers for (``jax.export.export(..., platforms=...)``, jax 0.10).
+EXPORT_PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
 def _check_settings(path, name, overwrite, platforms) -> None:
     """The plain settings of :func:`export_bundle`, checked before anything is traced: ``platforms="cpu"`` was
     taken as the platforms 'c', 'p', 'u' and written into the manifest, ``name=5`` and ``overwrite="no"`` (true)
     were accepted, ``path=5`` failed inside ``os.path``."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be the bundle folder (a str or pathlib.Path), got {type(path).__name__}")
+    if not str(os.fspath(path)).strip():  # "" wrote the bundle into the current folder
+        raise ValueError("path is empty: give the bundle's folder, e.g. 'my_model'")
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise (ValueError if isinstance(name, str) else TypeError)(
             f"name must be a non-empty string or None (the folder's name), got {type(name).__name__} {name!r:.60}")
@@ -318,6 +324,10 @@ def _check_settings(path, name, overwrite, platforms) -> None:
                                   or not platforms or not all(isinstance(p, str) and p for p in platforms)):
         raise TypeError(f"platforms must be a non-empty list of platform names such as ['cpu', 'cuda'] (not one "
                         f"string), or None for the default backend's; got {platforms!r:.80}")
+    unknown = [p for p in platforms or () if p not in EXPORT_PLATFORMS]
+    if unknown:  # "CPU" or a typo wrote a bundle no device can load
+        raise ValueError(f"platforms: {unknown} {'is' if len(unknown) == 1 else 'are'} not a jax.export platform; "
+                         f"use lower-case names of {list(EXPORT_PLATFORMS)}")
 
 
 def _batch_sizes(batch_sizes) -> tuple[int, ...]:

@@ -131,8 +131,9 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
         dtypes disagree with the manifest.
       xlakit._jax.serialize.DevicePlacementError: ``devices`` is not exactly one addressable device.
       TypeError: ``max_workers`` is not an int (a bool, a float or a str included); ``progress``, ``background``,
-        ``warmup`` or ``exact`` is not True or False.
-      ValueError: ``max_workers`` < 1.
+        ``warmup`` or ``exact`` is not True or False; ``path`` not a str or path, ``log`` not an EventLog,
+        ``secret`` not bytes.
+      ValueError: ``max_workers`` < 1; an empty ``path``; a ``secret`` shorter than 16 bytes.
     """
     from xlakit._jax.environment import current_environment
     from xlakit._units import check_flag, is_int
@@ -141,6 +142,16 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     start = time.perf_counter()
     for flag, value in (("progress", progress), ("background", background), ("warmup", warmup), ("exact", exact)):
         check_flag(value, flag)  # "false" is truthy
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be the bundle folder (a str or pathlib.Path), got {type(path).__name__}")
+    if not str(os.fspath(path)).strip():  # "" loaded whatever bundle the current folder holds
+        raise ValueError("path is empty: give the bundle's folder, e.g. 'my_model'")
+    if log is not None and not callable(getattr(log, "emit", None)):
+        raise TypeError(f"log must be an xlakit.events.EventLog (or None: the process-wide log), got "
+                        f"{type(log).__name__}")
+    from xlakit.store.secret import check_secret
+
+    secret = check_secret(secret)
     path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
     if max_workers is not None and not is_int(max_workers):
         # "3" raised "'<' not supported between str and int"; 2.5 and True were taken as thread counts

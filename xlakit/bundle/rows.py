@@ -158,8 +158,6 @@ def establish_rows(fn: Callable[..., Any], weights: dict[str, Any], input_avals:
     from xlakit._jax.symbolic import trace_symbolic
     from xlakit.bundle.row_proof import prove_rows
 
-    if declared is True:
-        return RowRecord("declared", True, "declared rows_independent=True at export (not analysed)")
     weight_avals = {n: jax.ShapeDtypeStruct(a.shape, a.dtype) for n, a in weights.items()}
     (batch,) = jax.export.symbolic_shape(batch_name)
     avals = [jax.ShapeDtypeStruct((batch, *a.shape[1:]), a.dtype) for a in input_avals]
@@ -170,7 +168,10 @@ def establish_rows(fn: Callable[..., Any], weights: dict[str, Any], input_avals:
         problem = f"its code decides on the batch size ({trace.guesses[0]})"
     else:
         problem = None
-    verdict = prove_rows(trace.jaxpr, len(weight_avals), batched) if problem is None else None
+    # Declared independent: not analysed, but the symbolic module is still kept where it agrees with the exports
+    # (load_bundle(exact=True) compiles each size called from it)
+    verdict = prove_rows(trace.jaxpr, len(weight_avals), batched) if problem is None and declared is not True \
+        else None
     poly = None
     try:
         if problem is None:
@@ -184,6 +185,9 @@ def establish_rows(fn: Callable[..., Any], weights: dict[str, Any], input_avals:
     except Exception as e:  # noqa: BLE001 - whatever failed, the symbolic program is not known to agree
         poly, problem = None, f"its symbolic program could not be checked ({brief_error(e)})"
 
+    if declared is True:
+        return RowRecord("declared", True, "declared rows_independent=True at export (not analysed)",
+                         poly if problem is None else None)
     if declared is False:
         found = problem or (verdict.reason if verdict else "")
         return RowRecord("declared", False, f"declared rows_independent=False at export; the analysis: {found}",

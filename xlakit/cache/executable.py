@@ -85,6 +85,9 @@ class ExecutableCache(StoreHandler):
         check_path(path)
         max_bytes = check_max_bytes(max_bytes)
         min_compile_time_s = check_seconds(min_compile_time_s)
+        if log is not None and not callable(getattr(log, "emit", None)):  # "x" failed at the first compile
+            raise TypeError(f"log must be an xlakit.events.EventLog (or None: the process-wide log), got "
+                            f"{type(log).__name__}")
         if not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
             raise RuntimeError("ExecutableCache needs JAX to compute cache keys: set "
                                "jax.config.update('jax_enable_compilation_cache', True) first.")

@@ -22,7 +22,12 @@ def demo(args: argparse.Namespace) -> int:
         if (e.name or "").startswith("xlakit"):
             raise CliError(f"the demo is not part of this xlakit install ({e})") from None
         raise CliError(f"the demo needs {e.name or e}: pip install 'xlakit[demo]'") from None
-    return int(run_demo(keep_cache=args.keep_cache, quick=args.quick) or 0)
+    try:
+        return int(run_demo(keep_cache=args.keep_cache, quick=args.quick) or 0)
+    except ValueError as e:
+        if str(e).startswith("--keep-cache"):
+            raise CliError(str(e)) from None
+        raise
 
 
 def report(args: argparse.Namespace) -> int:
@@ -33,6 +38,9 @@ def report(args: argparse.Namespace) -> int:
         raise CliError("report needs --out FILE (HTML) or --trace PATH (with --events FILE)")
     if args.out:
         _check_out("--out", args.out, "report.html")  # before any work: a folder given for the file is said at once
+    for option, out in (("--out", args.out), ("--trace", trace)):
+        if out and args.events and _same_file(out, args.events):  # the log would be replaced by what it makes
+            raise CliError(f"{option} {out} is the --events file; give another file to write (nothing was written)")
     if trace:
         _trace(args.events, trace)
         if not args.out:
@@ -103,6 +111,13 @@ def _check_out(option: str, path: str, example: str) -> None:
             raise CliError(f"{option} {path}: {above} is a file, not a folder; give a file in a folder, e.g. "
                            f"{option} {above.parent / example}")
         raise CliError(f"{option} {path}: the folder {out_dir} does not exist; create it first")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return False
 
 
 def _reason(e: BaseException) -> str:

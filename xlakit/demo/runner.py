@@ -125,12 +125,28 @@ def describe_device(device: dict[str, Any]) -> str:
                          f"(platform {device.get('platform', '?')})")
 
 
+def check_keep_cache(folder: Path) -> None:
+    """The ``--keep-cache`` folder may be emptied: it is missing, empty, or an xlakit cache folder (its
+    ``CACHEDIR.TAG`` is xlakit's). Raises ValueError naming ``--keep-cache`` otherwise: ``--keep-cache ~`` emptied
+    the home folder."""
+    from xlakit.store.layout import has_tag
+
+    folder = folder.expanduser()
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ValueError(f"--keep-cache {folder}: not a folder; give a new or empty folder for the demo's cache")
+    if folder.is_dir() and any(folder.iterdir()) and not has_tag(folder):
+        raise ValueError(f"--keep-cache {folder}: the folder holds files and is not an xlakit cache (no xlakit "
+                         "CACHEDIR.TAG); the demo empties its cache folder first, so give a new or empty folder "
+                         "(nothing was deleted)")
+
+
 def run_demo(keep_cache: str | None = None, quick: bool = False) -> int:
     """Run the demo; print a table; return 0 when every warm process loaded its program from the cache and every
     warm output is bit-identical to the cold one, else 1.
 
     Args:
-      keep_cache: folder to use (and keep) as the cache; it is emptied first. Default: a temporary folder.
+      keep_cache: folder to use (and keep) as the cache; it is emptied first, so it must be missing, empty or an
+        xlakit cache folder (ValueError otherwise: :func:`check_keep_cache`). Default: a temporary folder.
       quick: only ``cnn_train_step`` and ``mlp_infer_b1``.
     """
     from rich.console import Console
@@ -142,8 +158,10 @@ def run_demo(keep_cache: str | None = None, quick: bool = False) -> int:
     console = Console(file=getattr(sys.stdout, "wrapped", sys.stdout))
     if console.width < 140:  # the table has ten columns; fold less on narrow or piped terminals
         console.width = 140
+    if keep_cache:
+        check_keep_cache(Path(keep_cache))
     work = Path(tempfile.mkdtemp(prefix="xlakit-demo-"))
-    cache = Path(keep_cache) if keep_cache else work / "cache"
+    cache = Path(keep_cache).expanduser() if keep_cache else work / "cache"
     if cache.exists():
         shutil.rmtree(cache)
     names = QUICK if quick else ()

@@ -193,6 +193,9 @@ def record(*, jax_signals: bool = True, maxlen: int = 100_000) -> Iterator[Event
       maxlen: bound of the returned log (an int from 1 to 2**63-1; else TypeError / ValueError naming it, before
         anything is installed).
     """
+    from xlakit._units import check_flag
+
+    check_flag(jax_signals, "jax_signals")  # "no" is truthy
     captured = EventLog(maxlen=maxlen)
     release = None
     if jax_signals:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import numbers
 import os
 import threading
@@ -225,7 +226,9 @@ class EventLog:
             ``Event.origin == "library"``) into one ``"library helpers"`` row per layer, counts and seconds
             kept; False lists every function.
         """
-        return Summary.of(self.events(), fold_library=fold_library)
+        from xlakit._units import check_flag
+
+        return Summary.of(self.events(), fold_library=check_flag(fold_library, "fold_library"))
 
     def last(self, fn: Any, since: float | None = None) -> CallDecision | None:
         """The latest decision for a jitted function: ``hit``, ``miss`` (with reason), ``compiled`` or
@@ -264,9 +267,24 @@ class EventLog:
         Without ``append`` the file is replaced atomically; with it the events are added to its end.
 
         Raises:
-          OSError: the folder is missing or not writable.
+          OSError: the folder is missing or not writable (naming ``path``). IsADirectoryError: ``path`` is a
+          folder. ValueError: an empty ``path``. TypeError: ``append`` not True or False.
         """
-        return _jsonl.write(path, self.events(), append=append)
+        from xlakit._units import check_flag
+
+        check_flag(append, "append")  # "no" appended
+        if not str(os.fspath(path)).strip():
+            raise ValueError("save(path): the path is empty; give a file such as 'events.jsonl'")
+        target = Path(os.path.expanduser(os.fspath(path)))
+        if target.is_dir():  # the failure named the temp (/proc/self/fd/3/...), not the folder given
+            raise IsADirectoryError(errno.EISDIR, f"{target} is a folder; give a file in it, e.g. "
+                                                  f"{target / 'events.jsonl'}")
+        try:
+            return _jsonl.write(path, self.events(), append=append)
+        except OSError as e:
+            if str(target) in str(e):
+                raise
+            raise type(e)(e.errno, f"cannot write {target}: {e.strerror or e}") from e
 
     def save_trace(self, path: str | os.PathLike, *, pid: int | None = None,
                    process_name: str | None = None) -> Path:

@@ -125,11 +125,29 @@ def live_bytes(device: Any = None, memory_kind: str | None = "default", *, backe
       device: a ``jax.Device`` or device id; None for all devices of the backend.
       memory_kind: count only shards in this memory kind; ``"default"`` = each device's default memory
         (``device.default_memory().kind``); None for every kind.
+
+    Raises:
+      ValueError: ``device`` is an id no device of the backend has, or ``memory_kind`` is no memory kind of its
+        devices (a typo counted 0 bytes). TypeError: ``device`` neither a ``jax.Device``, an int nor None.
     """
     import jax
 
+    from xlakit._units import is_int
+
+    devices = jax.devices(backend) if backend else jax.devices()
+    if device is not None and not is_int(device) and not hasattr(device, "id"):
+        raise TypeError(f"live_bytes(device=...): expected a jax.Device, a device id (int) or None, got "
+                        f"{type(device).__name__}")
+    if is_int(device) and int(device) not in {d.id for d in devices}:
+        raise ValueError(f"live_bytes(device={device}): no device of this backend has that id; ids: "
+                         f"{sorted(d.id for d in devices)}")
+    if memory_kind not in (None, "default"):
+        kinds = {m.kind for d in devices for m in _memories(d)}
+        if kinds and memory_kind not in kinds:
+            raise ValueError(f"live_bytes(memory_kind={memory_kind!r}): not a memory kind of these devices; "
+                             f"kinds: {sorted(kinds)}, 'default' or None (every kind)")
     total = 0
-    want_id = device if isinstance(device, int) or device is None else device.id
+    want_id = int(device) if is_int(device) else None if device is None else device.id
     for row in _rows(jax.live_arrays(backend), with_origin=False):
         if want_id is not None and row["device_id"] != want_id:
             continue
@@ -141,6 +159,13 @@ def live_bytes(device: Any = None, memory_kind: str | None = "default", *, backe
                 continue
         total += row["bytes"]
     return total
+
+
+def _memories(device: Any) -> list[Any]:
+    try:
+        return list(device.addressable_memories())
+    except Exception:  # noqa: BLE001 - a backend without memory spaces: every kind is allowed
+        return []
 
 
 _DEFAULT_KIND: dict[tuple[str | None, int], str] = {}
@@ -201,10 +226,14 @@ def move(arrays: Any, memory_kind: str = "pinned_host", *, donate: bool = False)
 
     Raises:
       ValueError: a device does not offer ``memory_kind`` (checked before any transfer; the message lists
-        the kinds it offers).
+        the kinds it offers). TypeError: ``donate`` is not True or False (``"no"`` is truthy: it deleted the
+        arrays).
     """
     import jax
 
+    from xlakit._units import check_flag
+
+    check_flag(donate, "donate")
     leaves, treedef = jax.tree_util.tree_flatten(arrays)
     for leaf in leaves:
         if isinstance(leaf, jax.Array):

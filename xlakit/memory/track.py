@@ -267,4 +267,6 @@ def track(*, reset: bool = True) -> Tracker:
     Returns:
       A :class:`Tracker` (use it in a ``with`` statement).
     """
-    return Tracker(reset=reset)
+    from xlakit._units import check_flag
+
+    return Tracker(reset=check_flag(reset, "reset"))

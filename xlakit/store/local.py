@@ -46,7 +46,7 @@ from .layout import (
 from .quarantine import Quarantined, move_to_quarantine, quarantine_file
 from .safejson import UnsafeJson
 from .safejson import loads as safe_loads
-from .secret import check_secret_outside, load_secret
+from .secret import check_secret, check_secret_outside, load_secret
 
 __all__ = [
     "ENV_CACHE_DIR",
@@ -113,7 +113,7 @@ class LocalStore:
         self.root = resolve_root(root)
         self.max_bytes = max_bytes
         self.lock_timeout_s = lock_timeout_s
-        self._secret = secret
+        self._secret = check_secret(secret)
         self._config_dir = config_dir
         self._lock: filelock.FileLock | None = None
         self.objects = _LocalObjects(self.root)

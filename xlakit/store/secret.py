@@ -24,6 +24,7 @@ import secrets
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -32,6 +33,7 @@ __all__ = [
     "ENV_SECRET",
     "MIN_SECRET_BYTES",
     "SecretUnavailable",
+    "check_secret",
     "check_secret_outside",
     "load_secret",
     "secret_location",
@@ -172,6 +174,21 @@ def _make_private_dir(path: Path) -> None:
         os.fchmod(fd, 0o700)  # makedirs' mode is filtered by the umask
     finally:
         os.close(fd)
+
+
+def check_secret(secret: Any, name: str = "secret") -> bytes | None:
+    """An explicit ``secret=`` argument: None (the variable or the secret file decides), or bytes of at least
+    :data:`MIN_SECRET_BYTES` — the rule the variable and the file follow (``b""`` signed every entry with an empty
+    key). Raises TypeError (not bytes: a str is refused, encode it) or ValueError (too short), naming ``name``."""
+    if secret is None:
+        return None
+    if not isinstance(secret, (bytes, bytearray)):
+        raise TypeError(f"{name} must be bytes (e.g. bytes.fromhex(...) or 'text'.encode()), got "
+                        f"{type(secret).__name__}")
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(f"{name} is {len(secret)} bytes long, fewer than {MIN_SECRET_BYTES}: an HMAC key that "
+                         f"short is guessable; use at least {MIN_SECRET_BYTES} random bytes (e.g. os.urandom(32))")
+    return bytes(secret)
 
 
 def load_secret(config_dir: str | os.PathLike | None = None) -> bytes:

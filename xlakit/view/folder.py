@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 __all__ = ["as_folder", "entries_frame", "evict", "explainer", "current_environment", "NO_SIGNATURE"]
@@ -35,7 +36,7 @@ def as_folder(cache: Any = None, *, who: str = "this view") -> Any:
       who: the caller's name, for error messages.
 
     Raises:
-      ValueError: ``cache`` is None and no transparent cache is enabled.
+      ValueError: ``cache`` is None and no transparent cache is enabled, or a path that is missing or a file.
       TypeError: ``cache`` is none of the above.
     """
     from xlakit.cache import CacheFolder, active
@@ -49,6 +50,12 @@ def as_folder(cache: Any = None, *, who: str = "this view") -> Any:
     if isinstance(cache, CacheFolder):
         return cache
     if isinstance(cache, (str, os.PathLike)):
+        folder = Path(os.path.expanduser(os.fspath(cache)))
+        if not folder.exists():  # a typo showed "0 entries, 0 B" as if the cache were empty
+            raise ValueError(f"{who}: no cache folder at {folder} (a typo?); 'xlakit cache where' prints the "
+                             "default one")
+        if not folder.is_dir():
+            raise ValueError(f"{who}: {folder} is a file, not a cache folder")
         return CacheFolder(cache)
     if all(hasattr(cache, a) for a in ("entries", "root", "partitions", "remove")):
         return CacheFolder(store=cache)  # a LocalStore

@@ -109,8 +109,9 @@ class AllocatorPanel(View, widgets.VBox):
 
     def __init__(self, devices: Any = None, refresh_s: float = 1.0, *, auto_refresh: bool = True,
                  history_len: int = 120, layout: widgets.Layout | None = None) -> None:
-        if refresh_s is None or refresh_s <= 0:
-            raise ValueError(f"refresh_s must be > 0 seconds, got {refresh_s}")
+        from xlakit._units import check_seconds
+
+        refresh_s = check_seconds(refresh_s, "refresh_s", positive=True)  # NaN spun the thread, "1" a bare error
         self._setup_view()
         self.devices = _resolve_devices(devices)
         #: the latest readings, one :class:`~xlakit.memory.AllocatorStats` per device (tuple).
@@ -163,9 +164,12 @@ class AllocatorPanel(View, widgets.VBox):
     # -- state ------------------------------------------------------------------------------------------
     @traitlets.validate("refresh_s")
     def _check_interval(self, proposal: Any) -> float:
-        if proposal["value"] <= 0:
-            raise traitlets.TraitError(f"refresh_s must be > 0 seconds, got {proposal['value']}")
-        return proposal["value"]
+        from xlakit._units import check_seconds
+
+        try:
+            return check_seconds(proposal["value"], "refresh_s", positive=True)
+        except (TypeError, ValueError) as e:
+            raise traitlets.TraitError(str(e)) from None
 
     @property
     def history(self) -> dict[str, list[tuple[float, int | None]]]:

@@ -73,9 +73,13 @@ class LiveArrays(View, widgets.VBox):
 
     @traitlets.validate("refresh_s")
     def _check_interval(self, proposal: Any) -> float | None:
-        if proposal["value"] is not None and proposal["value"] <= 0:
-            raise traitlets.TraitError(f"refresh_s must be > 0 seconds or None, got {proposal['value']}")
-        return proposal["value"]
+        from xlakit._units import check_seconds
+
+        value = proposal["value"]
+        try:  # NaN spun the refresh thread; 1e10 killed it with an OverflowError
+            return None if value is None else check_seconds(value, "refresh_s", positive=True)
+        except (TypeError, ValueError) as e:
+            raise traitlets.TraitError(f"{e} (or None: refresh on demand)") from None
 
     @property
     def figure(self) -> Any:

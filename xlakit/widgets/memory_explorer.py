@@ -154,10 +154,13 @@ class MemoryExplorer(View, widgets.VBox):
         if not callable(fn) or not callable(make_args):
             raise TypeError("MemoryExplorer(fn, make_args): both must be callable; make_args(batch) returns the "
                             "arguments of fn for that batch size")
-        sizes = [int(b) for b in batch_sizes]
+        from xlakit._units import check_int
+
+        # 1.5 became 1, "8" and True were counts: each must be a positive integer
+        sizes = [check_int(b, "batch_sizes", minimum=1, what="batch size") for b in batch_sizes]
         if not sizes or any(b < 1 for b in sizes):
             raise ValueError(f"batch_sizes must be batch sizes >= 1, got {list(batch_sizes)}")
-        batch = sizes[0] if batch is None else int(batch)
+        batch = sizes[0] if batch is None else check_int(batch, "batch", minimum=1, what="batch size")
         if batch not in sizes:
             raise ValueError(f"batch {batch} is not one of batch_sizes {sizes}")
         self._policies = dict(DEFAULT_REMAT if remat is None else remat)
