@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from bundle_helpers import forget_module_hashes
 from conftest import run_python
 from flax import nnx
 
@@ -268,6 +269,7 @@ def test_changed_module_drops_only_its_own_programs_everywhere(bundle, tmp_path)
 
     export_bundle(fn_plus, state, xs(2), tmp_path / "plus", batch_sizes=(4,))
     shutil.copy(tmp_path / "plus" / "model.b4.jaxexp", path / "model.b4.jaxexp")
+    forget_module_hashes(path)  # a bundle from before module hashes: a changed module is compiled, not refused
 
     check = check_bundle(path)
     assert {m.file: m.state for m in check.modules} == {"model.b1.jaxexp": "unchanged", "model.b4.jaxexp": "changed",
@@ -349,6 +351,7 @@ def test_manifest_missing_field_names_file_and_field(bundle):
 def test_module_that_is_not_an_export_fails_alone(bundle):
     path, fn, state = bundle
     (path / "model.b1.jaxexp").write_bytes(b"\x00not a jax.export artifact" * 10)
+    forget_module_hashes(path)  # past the hash check: jax.export's own refusal
     with pytest.warns(RuntimeWarning, match="1 of 2 modules failed"):
         loaded = load(path)
     err = loaded.errors["model.b1.jaxexp"]
@@ -363,6 +366,7 @@ def test_module_exported_for_another_platform(bundle, tmp_path):
     path, fn, state = bundle
     export_bundle(fn, state, xs(2), tmp_path / "tpu", batch_sizes=(4,), platforms=["tpu"])
     shutil.copy(tmp_path / "tpu" / "model.b4.jaxexp", path / "model.b4.jaxexp")
+    forget_module_hashes(path)  # past the hash check: the platform's refusal
     with pytest.warns(RuntimeWarning):
         loaded = load(path)
     err = loaded.errors["model.b4.jaxexp"]
@@ -481,7 +485,8 @@ def test_cli_check_and_warm(bundle, tmp_path, capsys):
     assert cli_main(["bundle", "check", str(path)]) == 0
     out = capsys.readouterr().out
     assert "model.b1.jaxexp" in out and "new" in out and "no compiled programs yet" in out
-    assert "rows of default: proven (padded and chunked): proven for every batch size" in out
+    assert ("rows of default: proven (padded and chunked; with load_bundle(exact=True) exact sizes from "
+            "model.bpoly): proven for every batch size") in out
 
     assert cli_main(["bundle", "warm", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -491,19 +496,20 @@ def test_cli_check_and_warm(bundle, tmp_path, capsys):
     assert "2 loaded from .cache, 0 compiled, 0 failed" in out
 
     (path / "model.b4.jaxexp").write_bytes(b"changed")
-    assert cli_main(["bundle", "check", str(path)]) == 0  # a changed module is not a problem, just news
+    assert cli_main(["bundle", "check", str(path)]) == 1  # not the bytes the manifest recorded: a problem
     out = capsys.readouterr().out
-    assert "changed" in out and "a load would drop model.b4-" in out
+    assert "changed" in out and "a load would drop model.b4-" in out and "not the bytes manifest.json" in out
     assert cli_main(["bundle", "warm", str(path), "--no-progress"]) == 1  # the module now fails: exit 1
-    assert "not a jax.export artifact" in capsys.readouterr().out
+    assert "SHA-256" in capsys.readouterr().out  # not the bytes the manifest recorded (the reason wraps)
     assert cli_main(["bundle", "check", str(tmp_path / "nope")]) == 2
     assert "not a folder" in capsys.readouterr().err
 
-    # Fault: with the weights gone, check said "a load would drop nothing" and then named the problem
+    # Fault: with the weights gone, check said "a load would drop nothing" and then named the problem (the other:
+    # model.b4.jaxexp above is not the bytes manifest.json recorded)
     (path / "weights.safetensors").rename(tmp_path / "weights.away")
     assert cli_main(["bundle", "check", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "drop nothing" not in out and out.rstrip().endswith("a load would fail (1 problem above)"), out
+    assert "drop nothing" not in out and out.rstrip().endswith("a load would fail (2 problems above)"), out
     assert "weights.safetensors: missing; copy the bundle's weights file back" in out
 
 

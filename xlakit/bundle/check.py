@@ -41,7 +41,9 @@ class ModuleCheck:
       state: ``"unchanged"``, ``"changed"`` (its programs will be dropped), ``"new"`` (not recorded yet) or
         ``"missing"`` (the file is gone).
       partitions: partitions of ``.cache`` holding a program compiled from the current bytes.
-      batch_size is None for a shape-polymorphic module (``model.bpoly.jaxexp``).
+      batch_size is None for a shape-polymorphic module (``model.bpoly.jaxexp``); its ``partitions`` hold
+      programs compiled from it at ``exact_sizes`` (the batch sizes a call asked for that were not exported, or
+      every new size with ``load_bundle(exact=True)``).
     """
 
     file: str
@@ -52,6 +54,15 @@ class ModuleCheck:
     recorded: str | None
     state: str
     partitions: tuple[str, ...]
+    exact_sizes: tuple[int, ...] = ()
+
+
+def _keys(store: Any, partition: str) -> list[str]:
+    """The entry keys of one partition of the bundle's ``.cache`` (headers are not verified here)."""
+    try:
+        return [str(info.key) for info in store.entries(partition)]
+    except OSError:
+        return []
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,10 @@ def check_bundle(path: str | os.PathLike) -> BundleCheck:
             problems.append(f"{path / spec.file}: {'missing' if isinstance(e, FileNotFoundError) else e}")
             continue
         current[spec.file], sizes[spec.file] = sha256_hex(data), len(data)
+        want = manifest.module_sha256.get(spec.file)
+        if want is not None and current[spec.file] != want:
+            problems.append(f"{path / spec.file}: not the bytes manifest.json recorded at export (replaced or edited "
+                            "since): a load refuses it; export the bundle again")
 
     partitions = [p for p in store.partitions() if cache_problem(cache_dir, p) is None] if store else []
     modules = []
@@ -154,10 +169,18 @@ def check_bundle(path: str | os.PathLike) -> BundleCheck:
             state = "new"
         else:
             state = "unchanged" if recorded == sha else "changed"
-        held = tuple(p for p in partitions if sha and store is not None
-                     and _is_entry(store.entry_path(p, program_key(spec.file, sha))))
+        exact: set[int] = set()
+        if spec.batch_size is None and sha and store is not None:  # programs at the sizes calls asked for
+            base = program_key(spec.file, sha) + "-b"
+            found = {p: {int(k[len(base):]) for k in _keys(store, p) if k.startswith(base) and k[len(base):].isdigit()}
+                     for p in partitions}
+            held = tuple(p for p in partitions if found[p])
+            exact = set().union(*found.values()) if found else set()
+        else:
+            held = tuple(p for p in partitions if sha and store is not None
+                         and _is_entry(store.entry_path(p, program_key(spec.file, sha))))
         modules.append(ModuleCheck(spec.file, spec.variant, spec.batch_size, sizes[spec.file], sha, recorded, state,
-                                   held))
+                                   held, tuple(sorted(exact))))
     counts = {p: len(store.entries(p)) for p in partitions} if store is not None else {}
     drops = tuple(plan_drops(store, record, current)) if store else ()
     return BundleCheck(path, manifest, tuple(modules), record.status, record.reason, counts, drops,

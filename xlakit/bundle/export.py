@@ -14,6 +14,7 @@ rewritten (a weights-only update touches only ``weights.safetensors``, so a watc
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -177,7 +178,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
                              key=lambda s: s.name)),
         platforms=exported_platforms, created_with={"jax": jax.__version__, "xlakit": __version__},
         output_trees=trees, rows_independent=independent, polymorphic=polymorphic,
-        row_independence=established)
+        row_independence=established, module_sha256={f: hashlib.sha256(b).hexdigest() for f, b in modules.items()})
     weights_bytes = weights_file_bytes(host)
     files = {**modules, WEIGHTS: weights_bytes, MANIFEST: manifest.to_json().encode("utf-8")}
     _write(path, files, overwrite)

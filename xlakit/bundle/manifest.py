@@ -197,6 +197,9 @@ class Manifest(Record):
       polymorphic: variant -> file name of its shape-polymorphic module (coupled variants only).
       row_independence: variant -> ``{"how": ..., "reason": ...}`` (see the module docstring); empty for a
         bundle exported before it was recorded.
+      module_sha256: module file -> the SHA-256 (hex) of the bytes the export wrote; a module whose bytes differ
+        at load (replaced, edited, another bundle's) is refused. Empty for a bundle exported before it was
+        recorded (not checked). The manifest itself is not authenticated: this catches a module changed alone.
       format_version: the file's version (1 or 2).
     """
 
@@ -213,6 +216,7 @@ class Manifest(Record):
     rows_independent: Mapping[str, bool] = _NO_ENTRIES
     polymorphic: Mapping[str, str] = _NO_ENTRIES
     row_independence: Mapping[str, Mapping[str, str]] = _NO_ENTRIES
+    module_sha256: Mapping[str, str] = _NO_ENTRIES
     format_version: int = FORMAT_VERSION
 
     @property
@@ -262,6 +266,7 @@ class Manifest(Record):
             "output_trees": dict(self.output_trees), "rows_independent": dict(self.rows_independent),
             "polymorphic": dict(self.polymorphic),
             "row_independence": {v: dict(e) for v, e in self.row_independence.items()},
+            "module_sha256": dict(self.module_sha256),
         }
 
     def to_json(self) -> str:
@@ -347,12 +352,17 @@ class Manifest(Record):
         created = d.get("created_with", {})
         trees, independent, poly = _v2_fields(d, file, variants, outputs, version)
         established = parse_row_independence(d, file, variants) if version >= 2 else {}
+        hashes = d.get("module_sha256", {})
+        if not isinstance(hashes, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and len(v) == 64 and _HEX.issuperset(v)
+                for k, v in hashes.items()):
+            raise ManifestError(file, "module_sha256", "expected an object module file -> 64 hex digits")
         return cls(name=name, inputs=inputs, outputs=outputs, batch_sizes=tuple(sorted(sizes)),
                    variants=tuple(variants), weights=tuple(sorted(wspecs, key=lambda s: s.name)),
                    weights_file=wfile, platforms=tuple(platforms),
                    created_with=dict(created) if isinstance(created, Mapping) else {}, output_trees=trees,
                    rows_independent=independent, polymorphic=poly, row_independence=established,
-                   format_version=version)
+                   module_sha256=dict(hashes), format_version=version)
 
     @classmethod
     def read(cls, bundle: str | os.PathLike) -> Manifest:
@@ -450,6 +460,9 @@ def _v2_fields(d: Mapping[str, Any], file: Path, variants: list, outputs: Mappin
             raise ManifestError(file, f"polymorphic.{v}", f"expected {module_file(v, None)!r}, got {fname!r}")
         poly[v] = fname
     return trees, independent, poly
+
+
+_HEX = frozenset("0123456789abcdef")
 
 
 def _kind(x: Any) -> str:

@@ -52,12 +52,16 @@ def warm(args: argparse.Namespace) -> int:
     except BundleError as e:
         raise CliError(str(e)) from None
     counts = loaded.counts()
+    # a shape-polymorphic module is compiled only when a size is called: one that cannot be used is said here
+    poly = {spec.file for spec in loaded.manifest.poly_modules}
+    poly_errors = {f: str(e) for f, e in loaded.errors.items() if f in poly}
+    failed = 1 if counts["error"] or poly_errors else 0
     if args.json:
         emit_json({"bundle": loaded.manifest.name, "path": str(path), "total_s": loaded.total_s,
                    "jax_start_s": jax_start_s, "weights_s": loaded.weights_s, "counts": counts,
                    "dropped": [d.__dict__ for d in loaded.dropped], "record_problem": loaded.record_problem,
-                   "modules": [r.to_dict() for r in loaded.reports]})
-        return 1 if counts["error"] else 0
+                   "modules": [r.to_dict() for r in loaded.reports], "polymorphic_errors": poly_errors})
+        return failed
     columns = [Column("module", "module"), Column("status", "status"), Column("load_s", "load", "seconds"),
                Column("compile_s", "compile"), Column("module_bytes", "module", "bytes"),
                Column("program_bytes", "program", "bytes"), Column("footprint_bytes", "memory/run", "bytes"),
@@ -73,7 +77,9 @@ def warm(args: argparse.Namespace) -> int:
                   "programs dropped", "--json lists them all", prefix="dropped ")
     if loaded.record_problem:
         print(f"module_hashes.json was unreadable ({loaded.record_problem}); rewritten")
-    return 1 if counts["error"] else 0
+    for file, error in poly_errors.items():
+        print(f"{file} (compiled for batch sizes that were not exported) cannot be used: {error}")
+    return failed
 
 
 def check(args: argparse.Namespace) -> int:
@@ -92,13 +98,15 @@ def check(args: argparse.Namespace) -> int:
               f"{len(m.weights)} weight tensors; exported for {', '.join(m.platforms) or '?'}")
         for v in m.variants:
             how, reason = m.rows(v)
-            served = "padded and chunked" if m.independent(v) else (
+            exact = "; with load_bundle(exact=True) exact sizes from model.bpoly" if v in m.polymorphic else ""
+            served = f"padded and chunked{exact}" if m.independent(v) else (
                 "exact sizes compiled from model.bpoly" if v in m.polymorphic else "only the exported sizes")
             print(f"rows of {v}: {how} ({served}): {reason}")
         columns = [Column("file", "module"), Column("state", "vs record"), Column("size_bytes", "size", "bytes"),
                    Column("sha256", "sha256"), Column("partitions", "compiled in partitions")]
         rows = [{"file": c.file, "state": c.state, "size_bytes": c.size_bytes, "sha256": (c.sha256 or "-")[:12],
-                 "partitions": ", ".join(c.partitions) or "-"} for c in result.modules]
+                 "partitions": ", ".join(c.partitions) + (f" (batch {', '.join(map(str, c.exact_sizes))})"
+                                                          if c.exact_sizes else "") or "-"} for c in result.modules]
         print_table("Modules", columns, rows)
         reason = f" ({result.record_reason})" if result.record_reason else ""
         print(f"module_hashes.json: {result.record_status}{reason}")
