@@ -179,8 +179,9 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
     blobs = {spec.file: _read_module(path, spec) for spec in manifest.modules + manifest.poly_modules}
     current = {f: (None if isinstance(b, BundleError) else sha256_hex(b)) for f, b in blobs.items()}
     for f, want in manifest.module_sha256.items():  # a module replaced or edited alone is never used
-        if current.get(f) is not None and current[f] != want:
-            blobs[f] = ModuleError(path / f, None, f"its SHA-256 {current[f][:12]}... is not the one manifest.json "
+        got = current.get(f)
+        if got is not None and got != want:
+            blobs[f] = ModuleError(path / f, None, f"its SHA-256 {got[:12]}... is not the one manifest.json "
                                                    f"recorded at export ({want[:12]}...): the file was replaced or "
                                                    "edited after export, so it is not used; export the bundle again")
     record = RecordState("missing", {}, None, cache_dir / RECORD) if unusable else read_record(cache_dir)
