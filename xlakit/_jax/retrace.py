@@ -39,14 +39,11 @@ import warnings
 import weakref
 from typing import Any
 
+from xlakit._jax import trace_context
 from xlakit._jax.retrace_changes import Signature as _Signature
 from xlakit._jax.retrace_changes import closest, describe, diff, static_value
 
 __all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER", "watch", "quiet_recompiles"]
-
-#: Global settings that change what JAX traces (part of its trace context), compared between traces.
-CONFIG_NAMES = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_rank_promotion",
-                "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_debug_nans", "jax_disable_jit")
 
 #: The usual fix, per kind of change.
 FIXES = {
@@ -157,49 +154,6 @@ def _argument_names(ji: Any) -> tuple[Any, Any]:
     return by_index, by_key
 
 
-def _config() -> dict[str, str]:
-    """The global settings in JAX's trace context (part of its tracing cache key) whose values read the same
-    each time (an object printed with its address would differ on every trace), plus :data:`CONFIG_NAMES`."""
-    import enum
-
-    import jax
-
-    out = {n: str(getattr(jax.config, n, None)) for n in CONFIG_NAMES}
-    try:
-        from jax._src import config as jax_config
-
-        names, values = jax_config.trace_context_names(), jax_config.trace_context()
-    except Exception:  # noqa: BLE001 - an older JAX names no trace context: the listed settings only
-        return out
-    if len(names) != len(values):
-        return out
-    seen: collections.Counter[str] = collections.Counter()
-    for name, value in zip(names, values, strict=True):
-        seen[name] += 1
-        if name in CONFIG_NAMES:
-            continue
-        text = str(value.value if isinstance(value, enum.Enum) else value)
-        if " at 0x" in text and hasattr(value, "val"):  # XlaMetadata prints its address; its value is .val
-            text = f"{type(value).__name__}({value.val!r})"
-        if " at 0x" not in text:  # an AxisEnv or similar object prints its address
-            # JAX names every jax.make_user_context "user_context" (and keeps one of its own): one key each
-            out[name if seen[name] == 1 else f"{name} #{seen[name]}"] = text[:120]
-    return out
-
-
-def _mesh(ctx_mesh: Any, config: dict[str, str]) -> str:
-    """The mesh the trace ran under: JAX's ``ctx_mesh`` (``jax.set_mesh``), with those of ``with mesh:`` and
-    ``use_abstract_mesh`` (in the trace context, not in ``ctx_mesh``), taken out of ``config``: one change."""
-    text = str(ctx_mesh if ctx_mesh is not None else "")
-    legacy = config.pop("mesh_context_manager", "()")
-    abstract = config.pop("abstract_mesh_context_manager", "None")
-    if legacy != "()":
-        text += f", with mesh {legacy}"
-    if abstract != "None" and getattr(ctx_mesh, "empty", True):  # jax.set_mesh sets it to ctx_mesh's own
-        text += f", abstract {abstract}"
-    return text
-
-
 def _signature(frame: Any) -> _Signature:
     """What JAX's tracing cache keys a trace on, as comparable text, read from ``_trace_for_jit``'s locals."""
     import jax
@@ -241,8 +195,8 @@ def _signature(frame: Any) -> _Signature:
             sharding = getattr(leaf, "sharding", None) if getattr(leaf, "_committed", False) else None
             leaves[path] = (shape, dtype, weak, str(sharding) if sharding is not None else "", key)
     structure = str(jax.tree_util.tree_structure(in_order)).removeprefix("PyTreeDef(")[:-1]
-    config = _config()
-    mesh = _mesh(local.get("ctx_mesh"), config)
+    config = trace_context.config()
+    mesh = trace_context.mesh(local.get("ctx_mesh"), config)
     inner = _unwrap(fun)
     # JAX keys its tracing cache on the object jax.jit wraps (a partial, jax.grad's or a decorator's wrapper: a new
     # one each time retraces even when the code underneath is the same), never on what it wraps
@@ -252,35 +206,7 @@ def _signature(frame: Any) -> _Signature:
         ref = (lambda obj: lambda: obj)(fun)
     return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
             "static_types": typed, "passed": passed, "structure": structure, "config": config, "mesh": mesh,
-            "trees": {n: jax.tree_util.tree_structure(v) for n, v in named}, "options": _options(ji)}
-
-
-#: The jax.jit options of JAX's ``PjitInfo`` a trace depends on (its tracing cache keys on them).
-_OPTIONS = ("keep_unused", "inline", "device", "backend", "compiler_options_kvs")
-#: Options JAX resolves into each other (names to positions and back): one change each.
-_PAIRED = {"donation": ("donate_argnums", "donate_argnames"), "static arguments": ("static_argnums", "static_argnames")}
-_TREE_OPTIONS = ("in_shardings", "out_shardings", "in_layouts", "out_layouts")
-
-
-def _options(ji: Any) -> dict[str, str]:
-    """The jax.jit options of ``ji`` as comparable text (an object that prints its address: its type only)."""
-    out: dict[str, str] = {}
-
-    def text(value: Any) -> str:
-        shown = repr(value)
-        return type(value).__name__ if " at 0x" in shown else shown[:300]
-
-    for label, names in _PAIRED.items():
-        if all(hasattr(ji, n) for n in names):
-            out[label] = ", ".join(f"{n}={text(getattr(ji, n))}" for n in names)
-    for name in _OPTIONS:
-        if hasattr(ji, name):
-            out[name] = text(getattr(ji, name))
-    for name in _TREE_OPTIONS:
-        leaves = getattr(ji, f"{name}_leaves", None)
-        if leaves is not None:
-            out[name] = text(tuple(leaves))
-    return out
+            "trees": {n: jax.tree_util.tree_structure(v) for n, v in named}, "options": trace_context.options(ji)}
 
 
 class RetraceTracker:
