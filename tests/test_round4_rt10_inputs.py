@@ -16,6 +16,7 @@ showed none of the programs compiled from it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -41,7 +42,8 @@ def test_demo_keep_cache_refuses_a_folder_of_the_users_files(tmp_path):
     with pytest.raises(ValueError, match="not a folder"):
         check_keep_cache(tmp_path / "mine.txt")
     check_keep_cache(tmp_path / "new")  # missing: fine
-    xlakit.ExecutableCache(tmp_path / "cache").compile(jax.jit(lambda x: x + 1), jnp.ones(2))
+    with contextlib.closing(xlakit.ExecutableCache(tmp_path / "cache")) as cache:  # hooks released at the end
+        cache.compile(jax.jit(lambda x: x + 1), jnp.ones(2))
     check_keep_cache(tmp_path / "cache")  # an xlakit cache: fine
 
 
@@ -85,7 +87,7 @@ def test_explicit_secrets_are_bytes_of_16_or_more(tmp_path):
     for bad, error in ((b"", ValueError), (b"short", ValueError), ("text secret long enough", TypeError)):
         with pytest.raises(error, match="secret"):
             xlakit.ExecutableCache(tmp_path / "c", secret=bad)
-    xlakit.ExecutableCache(tmp_path / "c", secret=b"0123456789abcdef")
+    xlakit.ExecutableCache(tmp_path / "c", secret=b"0123456789abcdef").close()
 
 
 def test_widget_and_explorer_numbers_are_checked():

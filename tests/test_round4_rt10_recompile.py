@@ -101,6 +101,7 @@ def test_explain_names_the_functions_argument_not_its_position_among_kept_ones(t
 
     cache.compile(jax.jit(f), jnp.ones(3), jnp.ones(2), jnp.ones(3))
     found = cache.explain(jax.jit(f), jnp.ones(3), jnp.ones(2), jnp.ones((2, 3)))
+    cache.close()  # xlakit's hooks released: later tests of this worker see JAX as it was
     assert [(d.kind, d.part, d.now, d.entry) for d in found.differences if d.kind == "shape"] == [
         ("shape", "argument z", "2x3", "3")]
 
@@ -116,3 +117,4 @@ def test_explain_names_a_pytree_leaf_by_its_path(tmp_path):
     assert [d.part for d in found.differences if d.kind == "shape"] == ["argument d['b']"]
     lowered = jax.jit(f).lower({"a": jnp.ones(3), "b": jnp.ones(4)})  # a Lowered: no parameter names
     assert [d.part for d in cache.explain(lowered).differences if d.kind == "shape"] == ["argument args[0]['b']"]
+    cache.close()
