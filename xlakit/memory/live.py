@@ -101,7 +101,8 @@ def live_arrays(group_by: str | Iterable[str] | None = None, *, backend: str | N
     creation traceback; None when JAX kept no traceback).
 
     Raises:
-      KeyError: ``group_by`` names an unknown column (the message lists them).
+      KeyError: ``group_by`` names an unknown column (the message lists them). TypeError / ValueError:
+        ``group_by`` neither a name, a list of names nor None; an empty list.
     """
     import jax
     import pandas as pd
@@ -109,8 +110,15 @@ def live_arrays(group_by: str | Iterable[str] | None = None, *, backend: str | N
     frame = pd.DataFrame(_rows(jax.live_arrays(backend)), columns=list(COLUMNS))
     if group_by is None:
         return frame
-    keys = [group_by] if isinstance(group_by, str) else list(group_by)
-    unknown = [k for k in keys if k not in COLUMNS]
+    try:
+        keys = [group_by] if isinstance(group_by, str) else list(group_by)
+    except TypeError:  # 5 said "'int' object is not iterable"
+        raise TypeError(f"group_by must be a column name or a list of them (from {list(COLUMNS)}), or None, got "
+                        f"{type(group_by).__name__}") from None
+    if not keys:  # [] reached pandas' "No group keys passed!"
+        raise ValueError(f"group_by is empty: give a column name or a list of them (from {list(COLUMNS)}), or None "
+                         "for one row per shard")
+    unknown = [k for k in keys if not isinstance(k, str) or k not in COLUMNS]
     if unknown:
         raise KeyError(f"unknown group_by column(s) {unknown}; choose from {list(COLUMNS)}")
     if frame.empty:

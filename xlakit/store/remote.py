@@ -314,9 +314,9 @@ def remote_settings(url: str | None = None, mode: str | None = None, storage_opt
 
     Raises:
       ValueError: a URL xlakit cannot use (:func:`check_url`: a scheme other than s3, gs, file, memory), a mode
-        other than rw/ro, or options that are not a JSON object; the message names the setting (``remote``,
-        ``remote_mode``, ``remote_options`` or the variable). TypeError: a ``url``, ``mode`` or
-        ``storage_options`` of the wrong type (not a str, not a dict), naming it.
+        other than rw/ro (or a mode given with no remote at all), or options that are not a JSON object; the
+        message names the setting (``remote``, ``remote_mode``, ``remote_options`` or the variable). TypeError: a
+        ``url``, ``mode`` or ``storage_options`` of the wrong type (not a str, not a dict), naming it.
     """
     from xlakit._units import _shown, check_options
 
@@ -329,6 +329,9 @@ def remote_settings(url: str | None = None, mode: str | None = None, storage_opt
     else:
         url = environ.get("XLAKIT_CACHE_REMOTE") or None
         if not url:
+            if mode is not None:  # remote_mode="ro" without a remote was taken silently (the CLI refuses it)
+                raise ValueError(f"remote_mode={mode!r} without a remote: pass remote= (or set XLAKIT_CACHE_REMOTE), "
+                                 "or leave remote_mode out")
             return None
         check_url(url, "XLAKIT_CACHE_REMOTE")
     if mode is not None and not isinstance(mode, str):

@@ -198,6 +198,15 @@ class CacheTimeline(View, widgets.VBox):
             raise traitlets.TraitError(f"unknown source {proposal['value']!r}; expected one of {SOURCES} or None")
         return proposal["value"]
 
+    @traitlets.validate("throttle_s")
+    def _check_throttle(self, proposal: Any) -> float:
+        from xlakit._units import check_seconds
+
+        try:  # -1 and NaN were taken: the redraw thread's wait
+            return check_seconds(proposal["value"], "throttle_s")
+        except (TypeError, ValueError) as e:
+            raise traitlets.TraitError(str(e)) from None
+
     @traitlets.validate("max_points")
     def _check_points(self, proposal: Any) -> int:
         if proposal["value"] < 100:

@@ -71,6 +71,12 @@ class LiveArrays(View, widgets.VBox):
         self.refresh()
         self._on_interval(None)
 
+    @traitlets.validate("top")
+    def _check_top(self, proposal: Any) -> int:
+        if proposal["value"] < 1:  # -1 dropped the last row (a Python slice), 0 showed nothing
+            raise traitlets.TraitError(f"top must be at least 1 (groups shown), got {proposal['value']}")
+        return proposal["value"]
+
     @traitlets.validate("refresh_s")
     def _check_interval(self, proposal: Any) -> float | None:
         from xlakit._units import check_seconds

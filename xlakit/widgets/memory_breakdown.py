@@ -149,6 +149,12 @@ class MemoryBreakdown(View, widgets.VBox):
         """label -> :class:`~xlakit.memory.CompiledMemory` of every program shown."""
         return dict(self._programs.memories)
 
+    @traitlets.validate("top")
+    def _check_top(self, proposal: Any) -> int:
+        if proposal["value"] < 1:  # -1 dropped the last row (a Python slice), 0 showed nothing
+            raise traitlets.TraitError(f"top must be at least 1 (rows shown), got {proposal['value']}")
+        return proposal["value"]
+
     @traitlets.validate("selected")
     def _check_selected(self, proposal: Any) -> Any:
         value = proposal["value"]
