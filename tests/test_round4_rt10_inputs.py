@@ -161,3 +161,19 @@ def test_declared_variants_serve_exact_sizes_and_check_lists_them(capsys, tmp_pa
     code, out, _err = run(capsys, "bundle", "check", str(tmp_path / "d"), "--json")
     poly = next(m for m in json.loads(out)["modules"] if m["file"] == "model.bpoly.jaxexp")
     assert code == 0 and poly["exact_sizes"] == [3, 5] and poly["partitions"]
+
+
+def test_group_by_top_throttle_and_remote_mode_are_checked(tmp_path):
+    with pytest.raises(TypeError, match="group_by must be a column name"):
+        memory.live_arrays(group_by=5)
+    with pytest.raises(ValueError, match="group_by is empty"):
+        memory.live_arrays(group_by=[])
+    with pytest.raises(ValueError, match="remote_mode='ro' without a remote"):
+        xlakit.enable_cache(tmp_path / "c", remote_mode="ro")
+    widgets = pytest.importorskip("xlakit.widgets")
+    traitlets = pytest.importorskip("traitlets")
+    for bad in (-1, 0):
+        with pytest.raises(traitlets.TraitError, match="top must be at least 1"):
+            widgets.LiveArrays(top=bad)
+    with pytest.raises(traitlets.TraitError, match="throttle_s must be a finite number of seconds"):
+        widgets.CacheTimeline(throttle_s=math.nan)
