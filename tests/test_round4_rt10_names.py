@@ -150,3 +150,20 @@ def test_aux_data_that_prints_alike_and_another_jit_option_are_named():
     assert first.startswith("layer: structure CustomNode(Layer[Config(name='dense')], [*]) -> ")
     assert second == ("jax.jit donation: option donate_argnums=(), donate_argnames=() -> donate_argnums=(0,), "
                       "donate_argnames=('x',)")
+
+
+def test_var_positional_and_var_keyword_arguments_are_named_as_recompiles_name_them():
+    cache = xlakit.ExecutableCache(tempfile.mkdtemp() + "/cache")
+
+    def h(x, **kw):
+        return x + kw["e"].sum()
+
+    def g(x, *rest):
+        return x + rest[0].sum()
+
+    cache.compile(jax.jit(h), jnp.ones(3), e=jnp.ones(2))
+    assert [d.part for d in cache.explain(jax.jit(h), jnp.ones(3), e=jnp.ones(4)).differences] == ["argument kw['e']"]
+    cache.compile(jax.jit(g), jnp.ones(3), jnp.ones(2))
+    assert [d.part for d in cache.explain(jax.jit(g), jnp.ones(3), jnp.ones(5)).differences] == ["argument rest[0]"]
+    cache.close()
+    assert set(memory.attribute(jax.jit(h), jnp.ones(3), e=jnp.ones(2)).buffers.parameter.dropna()) == {"x", "kw['e']"}

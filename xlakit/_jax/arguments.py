@@ -92,8 +92,26 @@ def _names(fn: Any, count: int, static: frozenset[int] = frozenset()) -> list[st
     except (TypeError, ValueError):
         return None
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    named = len(names)
+    var_pos = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+    if var_pos is not None:  # f(x, *rest): the extra positional arguments are rest[0], rest[1]... (as recompiles say)
+        names += [f"{var_pos}[{i}]" for i in range(max(0, count + len(static) - named))]
     names = [n for i, n in enumerate(names) if i not in static]
     return names[:count] if len(names) >= count else None
+
+
+def _keyword_name(fn: Any, key: Any) -> str:
+    """A keyword argument's name as JAX's argument paths give it: ``kw['e']`` when it lands in ``**kw``."""
+    import inspect
+
+    try:
+        params = inspect.signature(getattr(fn, "__wrapped__", fn)).parameters
+    except (TypeError, ValueError):
+        return str(key)
+    var_kw = next((p.name for p in params.values() if p.kind == p.VAR_KEYWORD), None)
+    named = key in params and params[key].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                    inspect.Parameter.KEYWORD_ONLY)
+    return f"{var_kw}[{key!r}]" if var_kw is not None and not named else str(key)
 
 
 def _static(fn: Any, example: tuple[tuple, dict] | None) -> frozenset[int]:
@@ -203,10 +221,11 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
             walk(arg, prefix, _is_optimizer_node(arg))
     for key, arg in (kwargs.items() if isinstance(kwargs, dict) else ()):
         index = flat_index(arg)
+        name = _keyword_name(fn, key) if fn is not None else str(key)
         if index is not None:
-            leaves.append(ArgumentLeaf(index, str(key), False))
+            leaves.append(ArgumentLeaf(index, name, False))
         else:
-            walk(arg, str(key), _is_optimizer_node(arg))
+            walk(arg, name, _is_optimizer_node(arg))
     leaves.sort(key=lambda leaf: leaf.index)
     kept = getattr(getattr(compiled, "_executable", None), "_kept_var_idx", None)
     if kept is None:
