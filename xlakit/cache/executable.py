@@ -159,6 +159,7 @@ class ExecutableCache(StoreHandler):
 
         refuse_clashes("compile", lowered_or_jitted, args, {"devices": (devices, "the devices to place it on")})
         devices = None if devices is DEFAULT else devices
+        _check_devices(devices)
         lowered = self._lower(lowered_or_jitted, *args, **kwargs)
         with self.capture(defer=True) as capture, hooks.route(self):
             compiled = lowered.compile()
@@ -217,7 +218,8 @@ class ExecutableCache(StoreHandler):
             same kind works). Default: the devices it was compiled for.
 
         Raises:
-          TypeError: ``entry`` is none of an EntryInfo, a key string or a row with ``"key"``.
+          TypeError: ``entry`` is none of an EntryInfo, a key string or a row with ``"key"``; ``devices`` is not a
+            list of ``jax.Device`` (nothing is read or removed).
           KeyError: no loadable entry with that key (entries stored by ``jit`` or transparent mode keep only
             the XLA executable until :meth:`compile` of the same program makes them loadable).
           xlakit.DevicePlacementError: ``devices`` do not match; raised before XLA is called.
@@ -227,6 +229,7 @@ class ExecutableCache(StoreHandler):
 
         key = _entry_key(entry)
         key = key.removesuffix(_entry.LEGACY_SUFFIX)
+        _check_devices(devices)  # before the entry is read: a wrong argument once removed a good entry as unloadable
         env = current_environment()
         partition = env.partition_name()
 
@@ -301,3 +304,14 @@ def _detach(folder: Path, close: Callable[[], Any] | None = None) -> None:
 
 # Fields the store and the envelope set when sealing; an upgraded entry gets fresh ones.
 _SEALED_FIELDS = frozenset({"key", "partition", "format_version", "payload_sha256", "payload_bytes", "raw_bytes"})
+
+
+def _check_devices(devices: Any) -> None:
+    """``devices`` is None or a non-empty list/tuple of ``jax.Device``; else TypeError naming it ("cpu", 5, one
+    Device alone or ``[None]`` failed inside the load, which removed the good entry as unloadable)."""
+    if devices is None:
+        return
+    if not isinstance(devices, (list, tuple)) or not devices or not all(
+            hasattr(d, "platform") and hasattr(d, "id") for d in devices):
+        raise TypeError(f"devices must be a list of jax.Device (e.g. jax.devices()[::-1]) or None, got "
+                        f"{type(devices).__name__} {devices!r:.60}")

@@ -64,6 +64,9 @@ def lower_program(x: Any, /, *args: Any, **kwargs: Any):
 
     from xlakit._jax.stages import jax_stage
 
+    if isinstance(x, (str, bytes, bytearray)):  # str.lower made "f" look like a jax.jit object
+        raise TypeError(f"expected a jax.stages.Lowered, a jax.jit object or a function, got {type(x).__name__} "
+                        f"{x!r:.40}; pass the function itself, not its name")
     x = jax_stage(x)  # flax.nnx's Lowered / Compiled hold JAX's
     if isinstance(x, jax.stages.Compiled):
         # A Compiled is callable, so JAX would try to trace it and fail with a tracer error.

@@ -97,8 +97,20 @@ class CacheFolder:
                 "compile_s": sum(i.compile_s or 0.0 for i in infos), "partitions": self.store.partitions(),
                 "max_bytes": self.store.max_bytes}
 
-    def prune(self, max_bytes: int) -> list:
-        """Evict least-recently-used entries until the folder holds at most ``max_bytes``; each is an event."""
+    def prune(self, max_bytes: int | str) -> list:
+        """Evict least-recently-used entries until the folder holds at most ``max_bytes`` (an int number of bytes
+        or a size string such as ``"2GB"``); each is an event.
+
+        Raises:
+          TypeError / ValueError: ``max_bytes`` is not a positive number of bytes (``-1`` and ``True`` evicted every
+            entry; a string reached a bare comparison error); nothing is evicted.
+        """
+        from xlakit._units import check_max_bytes
+
+        limit = check_max_bytes(max_bytes)
+        if limit is None:
+            raise TypeError("prune(max_bytes): give the number of bytes the folder may keep (e.g. '2GB'), not None")
+        max_bytes = limit
         evicted = self.store.prune(max_bytes)
         for gone in evicted:
             self.log.emit("evict", name=gone.name, key=gone.key, partition=gone.partition, bytes=gone.size_bytes,

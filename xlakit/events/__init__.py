@@ -115,7 +115,7 @@ def last(fn: Any, since: float | None = None, log: EventLog | None = None) -> Ca
     Raises:
       TypeError: ``fn`` is neither a name nor a callable.
     """
-    return (log if log is not None else _LOG).last(fn, since=since)
+    return _log_arg(log, "log").last(fn, since=since)
 
 
 def recompiles(log: EventLog | None = None):
@@ -133,7 +133,7 @@ def recompiles(log: EventLog | None = None):
     :class:`RecompileWarning` is issued once per function that recompiles more than 5 times within 60 s
     (:func:`warn_recompiles` changes or turns off the threshold).
     """
-    return (log if log is not None else _LOG).recompiles()
+    return _log_arg(log, "log").recompiles()
 
 
 def warn_recompiles(after: int | None = 5, window_s: float = 60.0) -> None:
@@ -167,9 +167,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'xlakit.events' has no attribute {name!r}")
 
 
+def _log_arg(log: Any, name: str) -> EventLog:
+    """``log``, or the process-wide log for None; anything but an :class:`EventLog` is a TypeError naming ``name``
+    (an int raised a bare AttributeError, or failed only when a Prometheus server scraped it)."""
+    if log is None:
+        return _LOG
+    if not isinstance(log, EventLog):
+        raise TypeError(f"{name} must be an xlakit.events.EventLog (or None: the process-wide log), got "
+                        f"{type(log).__name__}")
+    return log
+
+
 def load(path: str | os.PathLike, maxlen: int | None = None) -> EventLog:
     """:meth:`EventLog.load`: a new log from a JSON-lines file written by :meth:`EventLog.save` (``maxlen``: an
     int >= 1, or None for every event in the file)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be the events file (a str or pathlib.Path) written by EventLog.save, got "
+                        f"{type(path).__name__}")
     return EventLog.load(path, maxlen=maxlen)
 
 
@@ -223,7 +237,7 @@ def install_listeners(target: EventLog | None = None) -> JaxListeners:
     """
     from xlakit._jax import listeners
 
-    return listeners.install(target if target is not None else _LOG)
+    return listeners.install(_log_arg(target, "target"))
 
 
 def uninstall_listeners() -> bool:
@@ -251,4 +265,4 @@ def prometheus_collector(target: EventLog | None = None):
     """
     from xlakit.events import _prometheus
 
-    return _prometheus.collector(target if target is not None else _LOG)
+    return _prometheus.collector(_log_arg(target, "target"))

@@ -8,6 +8,7 @@ import errno
 import numbers
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -243,9 +244,13 @@ class EventLog:
           The decision, or None when the log holds no event of ``fn`` (since ``since``).
 
         Raises:
-          TypeError: ``fn`` is neither a name nor a callable, or ``since`` is not a number.
+          TypeError: ``fn`` is neither a name nor a callable, or ``since`` is not a number. ValueError: ``since``
+            ahead of ``time.monotonic()`` (a ``time.time()`` reading).
         """
         _check_time(since, "since")
+        if since is not None and since > time.monotonic() + 1.0:  # time.time() passed: nothing would ever match
+            raise ValueError(f"since={since!r} is ahead of time.monotonic() ({time.monotonic():.1f}): pass a "
+                             "time.monotonic() reading taken before the call (not time.time())")
         return _calls.last(self.events(), fn, since)
 
     def recompiles(self):

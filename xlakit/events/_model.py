@@ -98,6 +98,16 @@ class Event:
             raise ValueError(f"unknown event kind {self.kind!r}; expected one of {', '.join(KINDS)}")
         if self.source not in _SOURCE_SET:
             raise ValueError(f"unknown event source {self.source!r}; expected one of {', '.join(SOURCES)}")
+        # Appended first, a string failed in the log's totals: refused; a NaN or infinity is "not measured" (None)
+        for field in ("duration_s", "saved_s", "bytes"):
+            value = getattr(self, field)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, _FIELD_TYPES[field]):
+                raise TypeError(f"event field {field!r} must be {' or '.join(t.__name__ for t in _FIELD_TYPES[field])} "
+                                f"or None, got {type(value).__name__}")
+            if value != value or value in (float("inf"), float("-inf")):  # NaN ended the log's load total for good
+                object.__setattr__(self, field, None)  # not measured (a producer's NaN never fails its caller)
 
     def to_dict(self) -> dict[str, Any]:
         """All fields as a plain dict (JSON-serialisable)."""

@@ -324,6 +324,9 @@ def remote_settings(url: str | None = None, mode: str | None = None, storage_opt
         storage_options = check_options(storage_options, "remote_options")
     if url is not None:
         if url == "":
+            if mode is not None:
+                raise ValueError(f"remote_mode={mode!r} with remote='' (no remote): give a remote URL, or leave "
+                                 "remote_mode out")
             return None  # no remote, as an empty XLAKIT_CACHE_REMOTE
         check_url(url, "remote")
     else:
