@@ -40,8 +40,8 @@ def group_frame(frame: Any, column: str, value: str = "bytes"):
     descending (missing groups, e.g. a temporary's ``parameter``, shown as ``"—"``)."""
     import pandas as pd
 
-    if column not in frame.columns:
-        raise ValueError(f"cannot group by {column!r}: use one of {', '.join(GROUPS)}")
+    if not isinstance(column, str) or column not in frame.columns:  # ["role"] raised "unhashable type: 'list'"
+        raise ValueError(f"cannot group by {column!r}: use one of {', '.join(GROUPS)} (one column name)")
     keys = frame[column].astype(object).where(frame[column].notna(), "—")
     grouped = frame.assign(_g=keys).groupby("_g", sort=False)[value].agg(["sum", "count"]).reset_index()
     grouped.columns = ["group", "bytes", "count"]

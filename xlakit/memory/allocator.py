@@ -408,7 +408,10 @@ def _resolve(device: Any) -> list[Any]:
 
     if device is None:
         return list(jax.local_devices())
-    if isinstance(device, int) and not isinstance(device, bool):
+    from xlakit._units import is_int
+
+    if is_int(device):  # np.int64(0) from an array of ids is an id too
+        device = int(device)
         for d in jax.devices():
             if d.id == device:
                 return [d]

@@ -349,7 +349,17 @@ def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
         return x.compile()
     if callable(x):
         fn = x if hasattr(x, "lower") else jax.jit(x)
-        return jax_stage(jax_stage(fn.lower(*args, **kwargs)).compile())
+        try:
+            lowered = fn.lower(*args, **kwargs)
+        except TypeError as exc:
+            if args or kwargs:
+                raise
+            # "f() missing 1 required positional argument" in the user's words: say what is needed instead
+            raise TypeError(f"got the function {getattr(x, '__name__', x)!r} without example arguments and could "
+                            "not lower it; pass a jax.stages.Compiled (jax.jit(f).lower(x).compile()) or Lowered, or "
+                            f"the function followed by example arguments (arrays or jax.ShapeDtypeStruct). JAX said: "
+                            f"{exc}") from exc
+        return jax_stage(jax_stage(lowered).compile())
     raise TypeError(f"expected a jax.stages.Compiled, a Lowered, a function with example arguments, a cache "
                     f"entry (EntryInfo) or its header dict; got {type(x).__name__}")
 

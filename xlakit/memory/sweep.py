@@ -177,6 +177,9 @@ def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] =
       ValueError: a batch size that is not a positive int. TypeError: ``cache`` that is no xlakit cache, or a
         ``probe`` that is not True or False.
     """
+    if not callable(make_args):  # sweep(f, 5, ...) failed with "'int' object is not callable"
+        raise TypeError(f"make_args must be a function of the batch size returning fn's arguments "
+                        f"(make_args(8) -> (x,)), got {type(make_args).__name__}")
     sizes = _sizes(batch_sizes)
     cache = _cache(cache, "sweep")
     probe = check_flag(probe, "probe")  # probe="no" is truthy, an array has no single truth value

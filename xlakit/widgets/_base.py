@@ -39,6 +39,19 @@ log = logging.getLogger("xlakit.widgets")
 _MAX_ERRORS = 50
 
 
+def checked_count(value: Any, name: str, what: str) -> int:
+    """A count trait's value (``top``, ``max_rows``, ``history_len``): an int >= 1, not a bool; else a
+    ``traitlets.TraitError`` naming it (-1 dropped the last row, True read as 1, 1.5 reached a bare error)."""
+    import traitlets
+
+    from xlakit._units import is_int
+
+    if not is_int(value) or value < 1:
+        raise traitlets.TraitError(f"{name} must be an int of at least 1 ({what}), got {type(value).__name__} "
+                                   f"{value!r:.40}")
+    return int(value)
+
+
 def _stop_live_workers() -> None:
     """At interpreter exit, stop every worker before Python tears down: a daemon thread still inside JAX (reading
     allocator stats, compiling for the explorer) while the interpreter finalizes ended a kernel with "terminate

@@ -110,8 +110,10 @@ class AllocatorPanel(View, widgets.VBox):
     def __init__(self, devices: Any = None, refresh_s: float = 1.0, *, auto_refresh: bool = True,
                  history_len: int = 120, layout: widgets.Layout | None = None) -> None:
         from xlakit._units import check_seconds
+        from xlakit.widgets._base import checked_count
 
         refresh_s = check_seconds(refresh_s, "refresh_s", positive=True)  # NaN spun the thread, "1" a bare error
+        history_len = checked_count(history_len, "history_len", "samples kept per device")
         self._setup_view()
         self.devices = _resolve_devices(devices)
         #: the latest readings, one :class:`~xlakit.memory.AllocatorStats` per device (tuple).
@@ -162,6 +164,12 @@ class AllocatorPanel(View, widgets.VBox):
         self._on_auto(None)
 
     # -- state ------------------------------------------------------------------------------------------
+    @traitlets.validate("history_len")
+    def _check_history(self, proposal: Any) -> int:
+        from xlakit.widgets._base import checked_count
+
+        return checked_count(proposal["value"], "history_len", "samples kept per device")
+
     @traitlets.validate("refresh_s")
     def _check_interval(self, proposal: Any) -> float:
         from xlakit._units import check_seconds

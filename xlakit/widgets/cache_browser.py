@@ -66,8 +66,17 @@ class CacheBrowser(View, widgets.VBox):
     #: into one "library helpers" line under the table (bool, default True); the checkbox toggles it.
     fold_library = traitlets.Bool(True)
 
+    @traitlets.validate("max_rows")
+    def _check_max_rows(self, proposal: Any) -> int:
+        from xlakit.widgets._base import checked_count
+
+        return checked_count(proposal["value"], "max_rows", "entries listed")
+
     def __init__(self, cache: Any = None, *, name_filter: str = "", partition: str = "", max_rows: int = 200,
                  fold_library: bool = True, layout: widgets.Layout | None = None) -> None:
+        for name, value in (("name_filter", name_filter), ("partition", partition)):
+            if not isinstance(value, str):  # the text box refused 5 without naming the argument
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         self._setup_view()
         #: the :class:`~xlakit.cache.CacheFolder` shown (``cache`` itself when it is one).
         self.cache = _folder.as_folder(cache, who="CacheBrowser")

@@ -109,10 +109,29 @@ class CacheTimeline(View, widgets.VBox):
             log = _events.log()
         self.event_log = log if isinstance(log, EventLog) else None
         if self.event_log is None:
-            fixed = list(log)
+            try:
+                fixed = list(log)
+            except TypeError:  # 5 raised "'int' object is not iterable"
+                fixed = [None]
             if not all(isinstance(e, Event) for e in fixed):
                 raise TypeError(f"log must be an EventLog or an iterable of Event, got {type(log).__name__}")
-        self.columns = _data.EventColumns(maxlen or (self.event_log.maxlen if self.event_log is not None else 100_000))
+        from xlakit._units import check_choice, check_flag, check_seconds
+
+        throttle_s = check_seconds(throttle_s, "throttle_s")  # True read as 1.0 once the trait cast it
+        check_flag(live, "live")  # the checkbox refused "no" without naming it
+        if not isinstance(name_filter, str):
+            raise TypeError(f"name_filter must be a str (a substring of names), got {type(name_filter).__name__}")
+        try:  # the menu refused an unknown kind as "Invalid selection: value not found"
+            for kind in kinds if kinds is not None and not isinstance(kinds, str) else [kinds] if kinds else ():
+                check_choice(kind, "kinds", KINDS, optional=False)
+        except (TypeError, ValueError) as e:
+            raise traitlets.TraitError(str(e)) from None
+        if maxlen is not None:  # 0 became the default (``maxlen or ...``), 1.5 and True were kept
+            from xlakit._units import check_int
+
+            maxlen = check_int(maxlen, "maxlen", minimum=1, what="number of events")
+        self.columns = _data.EventColumns(maxlen if maxlen is not None else (
+            self.event_log.maxlen if self.event_log is not None else 100_000))
         self._pending: list[Event] = []
         self._pending_lock = threading.Lock()
         self._unsubscribe: Callable[[], None] | None = None

@@ -38,11 +38,17 @@ class Dashboard(View, widgets.Tab):
 
         # The folder API (no JAX hooks): a path or a store is opened as a CacheFolder, None is the enabled cache.
         cache = as_folder(cache, who="dashboard") if cache is not None else active()
-        self.breakdown = MemoryBreakdown(programs if programs is not None else cache)
-        self.allocator = AllocatorPanel(devices, refresh_s)
-        self.timeline = CacheTimeline(log)
-        self.browser = CacheBrowser(cache) if cache is not None else None
-        self.live = LiveArrays()
+        built: list[Any] = []  # closed again if a later view refuses its argument: no refresh thread left running
+        try:
+            self.breakdown = _built(built, MemoryBreakdown(programs if programs is not None else cache))
+            self.timeline = _built(built, CacheTimeline(log))
+            self.allocator = _built(built, AllocatorPanel(devices, refresh_s))
+            self.browser = _built(built, CacheBrowser(cache)) if cache is not None else None
+            self.live = _built(built, LiveArrays())
+        except BaseException:
+            for view in built:
+                view.close()
+            raise
         no_cache = widgets.HTML("<p>No cache: call <code>xlakit.enable_cache()</code> or pass "
                                 "<code>dashboard(cache=PATH)</code>.</p>")
         self.views = [v for v in (self.breakdown, self.allocator, self.timeline, self.browser, self.live) if v]
@@ -106,3 +112,8 @@ def dashboard(*, log: Any = None, cache: Any = None, programs: Any = None, devic
       TypeError: an unknown keyword argument, or ``cache`` is not a cache.
     """
     return Dashboard(log=log, cache=cache, programs=programs, devices=devices, refresh_s=refresh_s)
+
+
+def _built(views: list[Any], view: Any) -> Any:
+    views.append(view)
+    return view

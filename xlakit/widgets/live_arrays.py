@@ -73,9 +73,9 @@ class LiveArrays(View, widgets.VBox):
 
     @traitlets.validate("top")
     def _check_top(self, proposal: Any) -> int:
-        if proposal["value"] < 1:  # -1 dropped the last row (a Python slice), 0 showed nothing
-            raise traitlets.TraitError(f"top must be at least 1 (groups shown), got {proposal['value']}")
-        return proposal["value"]
+        from xlakit.widgets._base import checked_count
+
+        return checked_count(proposal["value"], "top", "groups shown")
 
     @traitlets.validate("refresh_s")
     def _check_interval(self, proposal: Any) -> float | None:

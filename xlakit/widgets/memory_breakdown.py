@@ -63,6 +63,14 @@ class MemoryBreakdown(View, widgets.VBox):
     def __init__(self, programs: Any = None, *, unit: str = "bytes", sort: str = "name",
                  selected: str | None = None, top: int = 10, fold_library: bool = True,
                  layout: widgets.Layout | None = None) -> None:
+        from xlakit._units import check_choice
+
+        # named here: the toggle and the menu refused them as "Invalid selection: value not found"
+        try:
+            check_choice(unit, "unit", _data.UNITS, optional=False)
+            check_choice(sort, "sort", _data.SORT_KEYS, optional=False)
+        except (TypeError, ValueError) as e:
+            raise traitlets.TraitError(str(e)) from None
         self._setup_view()
         self._source = programs
         #: leave out a cache's programs called only from inside jax/flax/optax (as the cache's or this process's
@@ -151,9 +159,9 @@ class MemoryBreakdown(View, widgets.VBox):
 
     @traitlets.validate("top")
     def _check_top(self, proposal: Any) -> int:
-        if proposal["value"] < 1:  # -1 dropped the last row (a Python slice), 0 showed nothing
-            raise traitlets.TraitError(f"top must be at least 1 (rows shown), got {proposal['value']}")
-        return proposal["value"]
+        from xlakit.widgets._base import checked_count
+
+        return checked_count(proposal["value"], "top", "rows shown")
 
     @traitlets.validate("selected")
     def _check_selected(self, proposal: Any) -> Any:
