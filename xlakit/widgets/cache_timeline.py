@@ -110,7 +110,7 @@ class CacheTimeline(View, widgets.VBox):
         self.event_log = log if isinstance(log, EventLog) else None
         if self.event_log is None:
             try:
-                fixed = list(log)
+                fixed: list[Any] = list(log)
             except TypeError:  # 5 raised "'int' object is not iterable"
                 fixed = [None]
             if not all(isinstance(e, Event) for e in fixed):
