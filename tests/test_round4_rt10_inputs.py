@@ -173,7 +173,7 @@ def test_group_by_top_throttle_and_remote_mode_are_checked(tmp_path):
     widgets = pytest.importorskip("xlakit.widgets")
     traitlets = pytest.importorskip("traitlets")
     for bad in (-1, 0):
-        with pytest.raises(traitlets.TraitError, match="top must be at least 1"):
+        with pytest.raises(traitlets.TraitError, match="top must be an int of at least 1"):
             widgets.LiveArrays(top=bad)
     with pytest.raises(traitlets.TraitError, match="throttle_s must be a finite number of seconds"):
         widgets.CacheTimeline(throttle_s=math.nan)
