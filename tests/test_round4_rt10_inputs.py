@@ -175,5 +175,5 @@ def test_group_by_top_throttle_and_remote_mode_are_checked(tmp_path):
     for bad in (-1, 0):
         with pytest.raises(traitlets.TraitError, match="top must be an int of at least 1"):
             widgets.LiveArrays(top=bad)
-    with pytest.raises(traitlets.TraitError, match="throttle_s must be a finite number of seconds"):
+    with pytest.raises((ValueError, traitlets.TraitError), match="throttle_s must be a finite number of seconds"):
         widgets.CacheTimeline(throttle_s=math.nan)
