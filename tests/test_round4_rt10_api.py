@@ -103,3 +103,29 @@ def test_widget_arguments_are_named_and_a_failed_dashboard_leaves_no_thread(tmp_
         widgets.dashboard(log=[1])
     time.sleep(0.2)
     assert not [t.name for t in threading.enumerate() if "auto-refresh" in t.name and t.name not in before]
+
+
+def test_numpy_flags_and_ids_for_bundles_and_a_prune_that_meets_a_deleted_object(tmp_path, monkeypatch):
+    path = tmp_path / "b"
+    manifest = xlakit.export_bundle(lambda p, x: x @ p["w"], {"w": np.ones((3, 2), np.float32)},
+                                    np.ones((2, 3), np.float32), path, rows_independent=np.bool_(True))
+    assert manifest.rows("default")[0] == "declared"
+    for bad in (True, "cpu"):
+        with pytest.raises(TypeError, match="devices must be a jax.Device, a device id, or a list"):
+            xlakit.load_bundle(path, devices=bad, progress=False)
+    assert xlakit.load_bundle(path, devices=np.int64(jax.devices()[0].id), progress=False, background=False)
+
+    from xlakit.cache import remote_maintenance as rm
+    from xlakit.store.envelope import seal
+    from xlakit.store.remote import RemoteStore
+
+    secret = b"0123456789abcdef-rt10"
+    remote = RemoteStore((tmp_path / "bucket").as_uri())
+    part = "cpu-jaxlib0.10.2-x86_64-avx512-e59573ea"
+    for i in range(3):
+        key = f"jit_s{i}-{i:064x}"
+        assert remote.put(part, key, seal({"partition": part, "key": key, "name": f"jit_s{i}"}, b"x" * 64, secret))
+    real_peek = remote.peek
+    monkeypatch.setattr(remote, "peek", lambda p, k, n: None if k.startswith("jit_s1-") else real_peek(p, k, n))
+    result = rm.prune(remote, secret, older_than_s=0.0, dry_run=True)
+    assert result.vanished == 1 and result.unreadable == 0 and len(result.deleted) == 2

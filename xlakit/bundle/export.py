@@ -247,10 +247,12 @@ def _input_values(example_inputs) -> list[Any]:
 
 
 def _declared(rows_independent, functions) -> dict[str, bool]:
+    from xlakit._units import _numpy_bool
+
     if rows_independent is None:
         return {}
-    if isinstance(rows_independent, bool):
-        return {v: rows_independent for v in functions}
+    if isinstance(rows_independent, bool) or _numpy_bool(rows_independent):  # np.bool_(True) is a yes too
+        return {v: bool(rows_independent) for v in functions}
     if not isinstance(rows_independent, Mapping):
         raise ValueError(f"rows_independent must be None, a bool or a dict variant -> bool, got "
                          f"{type(rows_independent).__name__}")
@@ -258,9 +260,9 @@ def _declared(rows_independent, functions) -> dict[str, bool]:
     if unknown:
         raise ValueError(f"rows_independent names unknown variants {unknown}; variants are {list(functions)}")
     for v, flag in rows_independent.items():
-        if not isinstance(flag, bool):
+        if not (isinstance(flag, bool) or _numpy_bool(flag)):
             raise ValueError(f"rows_independent[{v!r}] must be True or False, got {flag!r}")
-    return dict(rows_independent)
+    return {v: bool(flag) for v, flag in rows_independent.items()}
 
 
 def _bundle_fn(f, stored, treedef, input_names, by_keyword, fun_name):

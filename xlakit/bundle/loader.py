@@ -360,14 +360,20 @@ def _resolve_device(devices):
 
     if devices is None:
         return jax.devices()[0]
-    if isinstance(devices, jax.Device | int) and not isinstance(devices, bool):
-        devices = [devices]  # one device given bare: the same as [device]
+    from xlakit._units import is_int
+
+    if isinstance(devices, jax.Device) or is_int(devices):
+        devices = [devices]  # one device given bare: the same as [device] (a NumPy id too)
+    if isinstance(devices, (bool, str, bytes)) or not hasattr(getattr(devices, "flat", devices), "__iter__"):
+        raise TypeError(f"devices must be a jax.Device, a device id, or a list of one of them, got "
+                        f"{type(devices).__name__} {devices!r:.40}")
     devices = list(getattr(devices, "flat", devices))
     if len(devices) != 1:
         raise DevicePlacementError(f"a bundle's programs run on one device; devices= has {len(devices)} "
                                    f"({devices}); pass [device]")
     d = devices[0]
-    if isinstance(d, int) and not isinstance(d, bool):
+    if is_int(d):
+        d = int(d)
         known = {x.id: x for x in jax.devices()}
         if d not in known:
             raise DevicePlacementError(f"device id {d} does not exist (devices: {sorted(known)})")

@@ -264,7 +264,8 @@ class PruneResult:
     bytes): objects that carry xlakit's magic but whose header does not authenticate with this key, or authentic
     envelopes copied under another name or length: never counted as ours, never deleted; ``unreadable`` (count,
     bytes): objects whose header could not be read (an error other than a missed deadline, which stops the
-    whole prune before anything is deleted)."""
+    whole prune before anything is deleted); ``vanished``: objects listed but gone when read (another process
+    deleted them meanwhile: nothing to do)."""
 
     deleted: list[RemoteReport]
     other_key: int = 0
@@ -276,6 +277,7 @@ class PruneResult:
     unreadable_bytes: int = 0
     temps_removed: int = 0
     temps_left: int = 0
+    vanished: int = 0
 
 
 def _aged_by_header(o, head: bytes, secret: bytes):
@@ -312,6 +314,7 @@ def prune(remote, secret: bytes, *, older_than_s: float | None = None, max_bytes
     Raises:
       ValueError: neither bound given. PermissionError: ``ro`` mode (unless ``dry_run``). OSError: listing.
     """
+    from xlakit.store.base import ObjectRefused
     from xlakit.store.remote import is_upload_temp, plan_prune, temp_age
 
     if older_than_s is None and max_bytes is None:
@@ -323,10 +326,16 @@ def prune(remote, secret: bytes, *, older_than_s: float | None = None, max_bytes
     result = PruneResult([])
     ours = []
     for o in listing(remote, scan=scan):
-        head = _head(remote, o)  # a missed deadline raises (nothing is deleted: deletions come after the loop)
-        if head is None:
+        try:  # a missed deadline raises (nothing is deleted: deletions come after the loop)
+            head = _head(remote, o, quiet=False)
+        except TimeoutError:
+            raise
+        except (OSError, ObjectRefused):
             result.unreadable += 1  # not proven ours: never counted, never deleted, but said
             result.unreadable_bytes += o.size_bytes
+            continue
+        if head is None:  # listed, then deleted by another process before it was read: nothing to do
+            result.vanished += 1
             continue
         reason = authenticate(head, o.partition, o.key, o.size_bytes, secret)
         if reason is None:

@@ -257,6 +257,7 @@ def prune(args: argparse.Namespace) -> int:
                     "unproven": result.unproven, "unproven_bytes": result.unproven_bytes,
                     "unreadable": result.unreadable, "unreadable_bytes": result.unreadable_bytes,
                     "temps_removed": result.temps_removed, "temps_left": result.temps_left,
+                    "vanished": result.vanished,
                     "left_alone": _left_alone(scan)})
         return 0
     verb = "would delete" if args.dry_run else "deleted"
@@ -273,6 +274,8 @@ def prune(args: argparse.Namespace) -> int:
     if result.unproven:
         print(f"Left {result.unproven} objects ({human(result.unproven_bytes)}) whose header does not authenticate "
               "with this key or that copy an envelope under another name (not provably ours; never counted)")
+    if result.vanished:
+        print(f"{result.vanished} objects listed were gone when read (another process deleted them meanwhile)")
     if result.temps_removed or result.temps_left:
         print(f"Removed {result.temps_removed} unfinished uploads over an hour old; {result.temps_left} newer left")
     if result.unreadable:
