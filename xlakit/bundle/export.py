@@ -106,6 +106,7 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
     """
     import jax
 
+    from xlakit._jax import extents
     from xlakit._version import __version__
 
     _check_settings(path, name, overwrite, platforms)
@@ -144,6 +145,8 @@ def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path
         for b in sizes:
             avals = [jax.ShapeDtypeStruct((b, *a.shape[1:]), a.dtype) for a in input_avals]
             try:
+                # XLA would end the process lowering a value too large to describe: refused first
+                extents.trace(jitted, (weight_avals, *avals), {}, f"the bundle program {vname!r} at batch size {b}")
                 with _no_source_locations():
                     exp = jax.export.export(jitted, platforms=platforms)(weight_avals, *avals)
             except (TypeError, ValueError) as e:

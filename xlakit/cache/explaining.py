@@ -82,7 +82,9 @@ def lower_program(x: Any, /, *args: Any, **kwargs: Any):
         if not callable(x):
             raise TypeError(f"expected a jax.stages.Lowered, a jax.jit object or a function, got {type(x)}")
         x = jax.jit(x)
-    return jax_stage(x.lower(*args, **kwargs))
+    from xlakit._jax import extents
+
+    return jax_stage(extents.lower(x, args, kwargs))
 
 
 def _parameter_paths(lowered: Any, fn: Any) -> list[str] | None:

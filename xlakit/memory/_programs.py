@@ -102,10 +102,11 @@ def lower(fn: Any, args: tuple, kwargs: dict) -> Any:
     """``jax.jit(fn).lower(*args, **kwargs)`` (``fn`` itself when already jitted) as JAX's ``Lowered``."""
     import jax
 
+    from xlakit._jax import extents
     from xlakit._jax.stages import jax_stage
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    return jax_stage(jitted.lower(*args, **kwargs))
+    return jax_stage(extents.lower(jitted, args, kwargs))
 
 
 def _has_assignment(compiled: Any) -> bool:

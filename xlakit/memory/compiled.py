@@ -350,7 +350,9 @@ def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
     if callable(x):
         fn = x if hasattr(x, "lower") else jax.jit(x)
         try:
-            lowered = fn.lower(*args, **kwargs)
+            from xlakit._jax import extents
+
+            lowered = extents.lower(fn, args, kwargs)
         except TypeError as exc:
             if args or kwargs:
                 raise

@@ -167,7 +167,9 @@ def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, 
         return with_assignment(None, fn_or_compiled), fn_or_compiled, tuple(args), dict(kwargs)
     if callable(fn_or_compiled):
         fn = fn_or_compiled if hasattr(fn_or_compiled, "lower") else jax.jit(fn_or_compiled)
-        stage = fn.lower(*args, **kwargs)
+        from xlakit._jax import extents
+
+        stage = extents.lower(fn, args, kwargs)
         args, kwargs = _dynamic(fn, *program_arguments(stage, args, kwargs))  # nnx.jit: graph nodes as it takes them
         lowered = jax_stage(stage)
         return with_assignment(None, lowered), lowered, args, kwargs

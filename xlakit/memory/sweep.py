@@ -63,7 +63,10 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
     else:
         import jax
 
-        compiled = (fn if hasattr(fn, "lower") else jax.jit(fn)).lower(*args).compile()
+        from xlakit._jax import extents
+
+        jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+        compiled = extents.lower(jitted, args, {}, f"the program at batch size {batch}").compile()
     m = compiled_memory(compiled)
     terms = footprint_terms(m)
     if terms is None:

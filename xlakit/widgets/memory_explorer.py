@@ -327,12 +327,16 @@ class MemoryExplorer(View, widgets.VBox):
             compiled, decision = self.cache.compile(jitted, *args)
             kind = str(getattr(decision, "kind", decision))
         else:
-            compiled, kind = jitted.lower(*args).compile(), "compiled"
+            from xlakit._jax import extents
+
+            compiled, kind = extents.lower(jitted, args, {}, f"the program at batch size {batch}").compile(), "compiled"
         seconds = time.perf_counter() - t0
         try:
             peak = memory.peak(compiled)
         except ValueError:  # no buffer assignment in memory_analysis() (TPU): from the Lowered, with XLA's dump
-            peak = memory.peak(jitted.lower(*args))
+            from xlakit._jax import extents
+
+            peak = memory.peak(extents.lower(jitted, args, {}, f"the program at batch size {batch}"))
         return ExplorerResult(batch, remat, donate, peak=peak, compile_s=seconds, decision=kind)
 
     # -- drawing (kernel thread) ------------------------------------------------------------------------
