@@ -124,8 +124,12 @@ def check_path(path: Any, name: str = "path") -> str | os.PathLike | None:
 
     Raises:
       TypeError: anything else (e.g. an int); the message names the argument, what was given and what to pass.
+      ValueError: a path holding a NUL character (no file system takes one).
     """
     if path is None or isinstance(path, (str, os.PathLike)):
+        text = os.fspath(path) if path is not None else ""
+        if ("\0" if isinstance(text, str) else b"\0") in text:
+            raise ValueError(f"{name} {text!r} holds a NUL character, which no file system takes in a path")
         return path
     raise TypeError(f"{name} must be a folder path (a str or pathlib.Path) or None for the default folder, "
                     f"got {type(path).__name__} {path!r}")

@@ -203,10 +203,29 @@ def capture_enabled(platform: str | None) -> bool:
     rule = platforms.rules(platform)
     if rule.assignment_in_memory_analysis or "xla_dump_to" in os.environ.get("XLA_FLAGS", ""):
         return False
-    asked = os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", "").strip()
-    if asked in ("0", "1"):
-        return asked == "1"
-    return rule.capture_assignment_on_miss
+    asked = _capture_setting(os.environ.get("XLAKIT_CAPTURE_ASSIGNMENT", ""))
+    return rule.capture_assignment_on_miss if asked is None else asked
+
+
+_ON, _OFF = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
+_told: set[str] = set()  # values of XLAKIT_CAPTURE_ASSIGNMENT already warned about
+
+
+def _capture_setting(text: str) -> bool | None:
+    """``XLAKIT_CAPTURE_ASSIGNMENT`` read: True / False (``1``/``true``/``yes``/``on``, ``0``/``false``/``no``/``off``,
+    any case), None when unset; any other value is one warning naming the variable, then the platform's default."""
+    value = text.strip().lower()
+    if not value:
+        return None
+    if value in _ON or value in _OFF:
+        return value in _ON
+    if text not in _told:
+        _told.add(text)
+        import warnings
+
+        warnings.warn(f"XLAKIT_CAPTURE_ASSIGNMENT={text!r} is not understood (use 1 or 0: on or off); the platform's "
+                      "default is used", RuntimeWarning, stacklevel=3)
+    return None
 
 
 _open: set[str] = set()  # capture folders not read yet (a compile that failed has no write to read them)

@@ -77,6 +77,8 @@ class Platform:
         ``XLAKIT_CAPTURE_ASSIGNMENT=0`` / ``1`` turns it off / on whatever the table says.
       code_in_device_memory: the loaded program's generated code occupies device memory, so a budget of device
         memory must hold ``memory_analysis().generated_code_size_in_bytes``.
+      constants_in_code: ``generated_code_size_in_bytes`` includes the program's constants (literals compiled in,
+        a closed-over array), so a budget counts them once, in the code term.
       code_in_allocator: that code is allocated by the device allocator at the program's first run, so
         ``bytes_in_use`` rises by it (TPU: measured; GPU: its modules are loaded by the driver, outside the
         allocator).
@@ -97,6 +99,7 @@ class Platform:
     assignment_in_memory_analysis: bool
     capture_assignment_on_miss: bool
     code_in_device_memory: bool
+    constants_in_code: bool
     code_in_allocator: bool
     scratch_in_reserved_region: bool
     reservation_granule: int
@@ -121,6 +124,7 @@ CPU = Platform(
     name="cpu", custom_calls_compiled_in=False, host_code_targets=frozenset(),
     memory_spaces={0: MemorySpace(0, "default", "host memory (device)", "device"), HOST_COLOR: _HOST},
     assignment_in_memory_analysis=True, capture_assignment_on_miss=False, code_in_device_memory=False,
+    constants_in_code=False,
     code_in_allocator=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
     host_cpu_partitions=True,
     evidence=("XLA:CPU, jaxlib 0.10.2: LAPACK targets are null until a linalg lowering initialises them "
@@ -131,9 +135,12 @@ GPU = Platform(
     name="gpu", custom_calls_compiled_in=False, host_code_targets=frozenset(),
     memory_spaces={0: _DEVICE, 1: MemorySpace(1, "collective", "collective memory", "device"), HOST_COLOR: _HOST},
     assignment_in_memory_analysis=True, capture_assignment_on_miss=False, code_in_device_memory=True,
+    constants_in_code=True,
     code_in_allocator=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
     host_cpu_partitions=True,
-    evidence=("not measured here (no GPU lent): XLA:GPU looks custom-call targets up in the registry the CUDA "
+    evidence=("XLA:GPU's GpuExecutable::SizeOfGeneratedCodeInBytes adds the constant allocations to the binary's "
+              "size (XLA source; constants are counted in the code term); "
+              "not measured here (no GPU lent): XLA:GPU looks custom-call targets up in the registry the CUDA "
               "plugin fills at start; allocator keys from recorded memory_stats() dictionaries "
               "(shared/cases/gpu_memory_stats.json); several processes may share a GPU; the host CPU still "
               "partitions (nothing measured says GPU executables carry no host code); code is counted in a budget "
@@ -148,7 +155,7 @@ TPU = Platform(
                    HOST_COLOR: _HOST,
                    6: MemorySpace(6, "sflag", "sync flags (on-chip)", "on-chip")},
     assignment_in_memory_analysis=False, capture_assignment_on_miss=True, code_in_device_memory=True,
-    code_in_allocator=True,
+    constants_in_code=True, code_in_allocator=True,
     scratch_in_reserved_region=True, reservation_granule=64 << 10, exclusive_device=True, host_cpu_partitions=False,
     evidence=(f"{TPU_EVIDENCE}: executables calling AssumeGatherIndicesInBound, ConcatBitcast, "
               "GatherScatterIndicesBitpacked, tpu_custom_call (Pallas) and HostExecute loaded with "
@@ -163,13 +170,16 @@ TPU = Platform(
               "in fresh processes with and without the capture: 0 compiles, the same loss, no file written, first "
               "call 1.00x / 1.02x (24x1024 step) and 0.97x / 0.98x (150-layer step) of one compiled without it "
               "(benchmarks/capture_reload.py); the dump added -3.0 % (150-layer adam step, medians of 3 taking "
-              "turns, benchmarks/dump_cost.py) and +2.2 % (24x1024 step) to the compile's CPU"),
+              "turns, benchmarks/dump_cost.py) and +2.2 % (24x1024 step) to the compile's CPU; 2026-12-06: a "
+              "closed-over f32[4096,4096] (a bf16[4096,4096] constant, 33,554,432 B) gave "
+              "generated_code_size_in_bytes 33,665,024 B, and bytes_in_use rose by 33,795,584 B over the compile and "
+              "one run: the constant is inside the code term"),
 )
 
 UNKNOWN = Platform(
     name="unknown", custom_calls_compiled_in=False, host_code_targets=frozenset(),
     memory_spaces={0: _DEVICE, HOST_COLOR: _HOST}, assignment_in_memory_analysis=True,
-    capture_assignment_on_miss=False, code_in_device_memory=True,
+    capture_assignment_on_miss=False, code_in_device_memory=True, constants_in_code=False,
     code_in_allocator=False, scratch_in_reserved_region=False, reservation_granule=0, exclusive_device=False,
     host_cpu_partitions=True,
     evidence=("no measurement: the same checks XLA makes (this process's registry), the host CPU partitions, "

@@ -90,7 +90,20 @@ def _identity(fun: Any, fun_name: str | None) -> tuple:
     code = getattr(inner, "__code__", None)
     if code is None:
         return (fun_name, None, 0)
-    return (getattr(inner, "__qualname__", code.co_name), code.co_filename, code.co_firstlineno)
+    # with the code's own bytes: two lambdas on one line share name, file and line, not their code
+    return (getattr(inner, "__qualname__", code.co_name), code.co_filename, code.co_firstlineno, _code_digest(code))
+
+
+def _code_digest(code: Any) -> str:
+    """A digest of a code object's bytecode, names and constants (nested code objects by their own digest, not by
+    their address): the same source gives the same digest, in a re-run cell too."""
+    import hashlib
+
+    h = hashlib.sha1(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        h.update(_code_digest(const).encode() if hasattr(const, "co_code") else repr(const).encode("utf-8", "replace"))
+    return h.hexdigest()[:16]
 
 
 def _eager_primitive(fun: Any) -> bool:
@@ -108,6 +121,19 @@ def _trace_frame() -> Any:
             return frame
         frame = frame.f_back
     return None
+
+
+def _trace_failed(frame: Any) -> bool:
+    """Whether the trace timed in ``frame`` is ending with an exception (JAX's timer reports on the way out):
+    the exception being handled passes through that very frame."""
+    if frame is None:
+        return False
+    tb = getattr(sys.exc_info()[1], "__traceback__", None)
+    while tb is not None:
+        if tb.tb_frame is frame:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _aval(aval: Any) -> tuple[str, str, bool, str, str]:
@@ -239,6 +265,8 @@ class RetraceTracker:
             return  # jnp/lax applied outside jit: each new parameter set is another program, not a recompile
         if frame is not None and _xlakit_function(frame.f_locals.get("fun")):
             return  # xlakit's own shape evaluations (memory.sweep's abstract arguments) are not the user's retraces
+        if _trace_failed(frame):
+            return  # JAX times a trace that raised too: nothing compiled, so no signature to compare with later
         sig: _Signature | None = None
         ident: tuple = (fun_name, None, 0)
         if frame is not None:

@@ -40,10 +40,33 @@ def config() -> dict[str, str]:
         text = str(value.value if isinstance(value, enum.Enum) else value)
         if " at 0x" in text and hasattr(value, "val"):  # XlaMetadata prints its address; its value is .val
             text = f"{type(value).__name__}({value.val!r})"
-        if " at 0x" not in text:  # an AxisEnv or similar object prints its address
-            # JAX names every jax.make_user_context "user_context" (and keeps one of its own): one key each
-            out[name if seen[name] == 1 else f"{name} #{seen[name]}"] = text[:120]
+        if " at 0x" in text:  # an object printing its address: JAX's cache keys on its hash and ==, so do we
+            hashed = _by_hash(value)
+            if hashed is None:
+                continue
+            text = hashed
+        # JAX names every jax.make_user_context "user_context" (and keeps one of its own): one key each
+        out[name if seen[name] == 1 else f"{name} #{seen[name]}"] = _shortened(text)
     return out
+
+
+def _by_hash(value: Any) -> str | None:
+    """``Mode (hash 1f2e...)``: a value whose text is its address, compared the way JAX's tracing cache compares
+    it (equal values hash alike); None for an unhashable one (it cannot be in JAX's cache key either)."""
+    try:
+        return f"{type(value).__name__} object (hash {hash(value) & (2**64 - 1):x})"
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _shortened(text: str, keep: int = 100) -> str:
+    """``text`` cut for display, with a digest of the whole where cut: two long values that differ only at the
+    end still compare unequal."""
+    if len(text) <= keep + 20:
+        return text
+    import hashlib
+
+    return f"{text[:keep]}… (sha256 {hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:12]})"
 
 
 def mesh(ctx_mesh: Any, config: dict[str, str]) -> str:

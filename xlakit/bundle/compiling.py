@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from xlakit.bundle.errors import ModuleError
+from xlakit.bundle.errors import ManifestMismatch, ModuleError
 from xlakit.bundle.manifest import ModuleSpec, TensorSpec, dtype_name
 from xlakit.bundle.reports import ModuleReport
 
@@ -107,13 +107,18 @@ def _compile(ctx: Any, exported, batch: int | None = None):
     import jax
     from jax.sharding import SingleDeviceSharding
 
+    from xlakit._jax.export_compat import no_source_locations
     from xlakit._jax.fresh import compile_fresh
 
     sharding = SingleDeviceSharding(ctx.device)
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
              for a in _concrete(exported.in_avals, batch)]
     args, kwargs = exported.in_tree.unflatten(avals)
-    return compile_fresh(jax.jit(exported.call).lower(*args, **kwargs))
+    # The module was exported without source lines; lowered here with them, its ops would carry this call's
+    # stack, and memory attribution would charge the model's bytes to the line that called load_bundle.
+    with no_source_locations():
+        lowered = jax.jit(exported.call).lower(*args, **kwargs)
+    return compile_fresh(lowered)
 
 
 def _store(ctx: Any, spec: ModuleSpec, key: str, compiled, compile_s: float, data: bytes):
@@ -149,7 +154,7 @@ def _same(file: Path, field: str, aval: Any, spec: TensorSpec, batch_size: int |
     want = spec.concrete(batch_size) if batch_size is not None else tuple(spec.shape)
     if shape != want or dtype != spec.dtype:
         got = f"{dtype}[{','.join(map(str, shape))}]"
-        raise ModuleError(file, field, f"the module has {got}, manifest.json says "
+        raise ManifestMismatch(file, field, f"the module has {got}, manifest.json says "
                           f"{spec.describe(batch_size) if batch_size is not None else spec.describe()}")
 
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BundleError", "ManifestError", "ModuleError", "WeightsError"]
+__all__ = ["BundleError", "ManifestError", "ModuleError", "ManifestMismatch", "WeightsError"]
 
 
 class BundleError(ValueError):
@@ -35,6 +35,22 @@ class ManifestError(BundleError):
 class ModuleError(BundleError):
     """A module file (``*.jaxexp``) is missing, is not a ``jax.export`` artifact, was exported for another
     platform, or its signature disagrees with the manifest. Only that module fails; the others still load."""
+
+
+class ManifestMismatch(ModuleError):
+    """A module's weights, inputs or outputs disagree with ``manifest.json``: one of them was changed after the
+    export (with the module's SHA-256 in the manifest and matching, the manifest). The loaded bundle then uses no
+    program of that variant (its batching and padding come from the manifest)."""
+
+
+def refuse_edited(errors: dict, variant: str, files: list) -> None:
+    """Raise ``KeyError`` when a module of ``variant`` (its ``files``) failed with :class:`ManifestMismatch`
+    (``errors``: module file -> the error its load raised): its padding and batching would come from a manifest
+    that is not the exported one."""
+    edited = next((e for f, e in list(errors.items()) if isinstance(e, ManifestMismatch) and f in files), None)
+    if edited is not None:
+        raise KeyError(f"variant {variant!r} is not used: {edited}; the manifest and its module disagree, so one "
+                       "of them was changed after the export; re-export the bundle")
 
 
 class WeightsError(BundleError):

@@ -373,6 +373,10 @@ def _inputs(example_inputs) -> tuple[list[str], list[Any], bool]:
     """(names, avals, by_keyword) of the example inputs."""
     if isinstance(example_inputs, Mapping):
         names, values, by_keyword = [str(k) for k in example_inputs], list(example_inputs.values()), True
+        if "variant" in names:  # the loaded bundle's call takes variant= itself: this input could not be passed
+            raise ValueError("an example input is named 'variant', which the loaded bundle's call keeps for picking "
+                             "the variant (bundle(x, variant='greedy')); rename that input (its key in "
+                             "example_inputs and the keyword fn takes)")
     elif isinstance(example_inputs, (tuple, list)):
         values, by_keyword = list(example_inputs), False
         names = [f"x{i}" for i in range(len(values))]

@@ -30,7 +30,7 @@ from typing import Any
 
 from xlakit._text.untrusted import html_text
 from xlakit._units import wait_timeout
-from xlakit.bundle.errors import BundleError, ModuleError
+from xlakit.bundle.errors import BundleError, ModuleError, refuse_edited
 from xlakit.bundle.manifest import DEFAULT_VARIANT, Manifest, ModuleSpec, dtype_name
 from xlakit.bundle.reports import REPORT_COLUMNS, ModuleReport
 
@@ -196,7 +196,7 @@ class LoadedBundle:
         return float((self._finished or self._started) - self._started)
 
     # -- calling ----------------------------------------------------------------------------------------
-    def __call__(self, *inputs: Any, variant: str = DEFAULT_VARIANT, **named: Any) -> Any:
+    def __call__(self, /, *inputs: Any, variant: str = DEFAULT_VARIANT, **named: Any) -> Any:
         """Run ``variant`` on ``inputs`` (positional in manifest order, or by name).
 
         With a background load, waits only for the program this batch runs on.
@@ -205,13 +205,16 @@ class LoadedBundle:
           TypeError: wrong number or names of inputs, or an input's dtype differs from the manifest's.
           ValueError: an input's non-batch dimensions differ from the manifest's, inputs disagree on the
             batch size, or (rows not proven or declared independent) the batch is not an exported size and
-            the variant has no shape-polymorphic module to compile it exactly from.
+            the variant has no shape-polymorphic module to compile it exactly from, or has 0 rows (with rows
+            independent, 0 rows give each batched output with 0 rows, as ``jax.jit`` does).
           KeyError: unknown variant, or none of its modules loaded (the message lists the errors).
           xlakit.bundle.ModuleError: the exact program for this batch size could not be compiled.
         """
         arrays = self._arrange(inputs, named)
         n = int(arrays[0].shape[0])
         self._check_variant(variant)
+        if n == 0:
+            return self._rebuild(variant, self._no_rows(variant, arrays))
         try:
             if (variant, n) in self._files and self._get(variant, n) is not None:
                 return self._rebuild(variant, self._run(variant, n, arrays, n))
@@ -232,6 +235,25 @@ class LoadedBundle:
         if batch is not None:
             return self._run(variant, batch, arrays, n)
         return self._chunks(variant, self._largest(variant), arrays, n)
+
+    def _no_rows(self, variant: str, arrays: list) -> list:
+        """0 rows, as ``jax.jit`` answers them: where rows are independent, the smallest program on padding,
+        batched outputs cut to none; else refused (an output over the batch would see rows not the caller's)."""
+        from xlakit.bundle.rows import is_extended
+
+        if not self.manifest.independent(variant):
+            raise ValueError(f"empty batch (0 rows): the rows of variant {variant!r} are not proven or declared "
+                             "independent, so a program of another size cannot answer for 0 rows; call jax.jit(fn) "
+                             "for an empty batch")
+        if any(is_extended(getattr(x, "dtype", None)) for x in arrays):
+            raise ValueError("empty batch (0 rows) of an input of an extended dtype (PRNG keys): there is no row to "
+                             "pad with; pass at least one row")
+        batch = next((b for b in self._candidates(variant) if self._get(variant, b) is not None), None)
+        batch = self._largest(variant) if batch is None else batch  # none loaded: its KeyError names the errors
+        try:
+            return self._run(variant, batch, arrays, 0)
+        finally:
+            self._surface()
 
     def _candidates(self, variant: str) -> list[int]:
         return sorted(b for v, b in self._files if v == variant)
@@ -257,6 +279,9 @@ class LoadedBundle:
         batched leaves cut back to ``n``."""
         import jax
 
+        errors = self._context.errors if self._context is not None else {}
+        if errors:  # a module that disagrees with the manifest: none of the variant's programs is used
+            refuse_edited(errors, variant, [f for (v, _), f in self._files.items() if v == variant])
         compiled = self._programs[(variant, batch)]
         first = (variant, batch) not in self._called and self._first_call(variant, batch)
         args = []
@@ -386,8 +411,6 @@ class LoadedBundle:
             if batch is not None and shape[0] != batch:
                 raise ValueError(f"inputs disagree on the batch size: {batch} and {shape[0]} ({spec.name!r})")
             batch = shape[0]
-        if not batch:
-            raise ValueError("empty batch (batch size 0)")
         return list(inputs)
 
     # -- views ------------------------------------------------------------------------------------------

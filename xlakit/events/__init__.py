@@ -125,8 +125,11 @@ def recompiles(log: EventLog | None = None):
     ``recompiles`` (retraces after the first trace), ``compile_s`` (seconds XLA spent compiling those
     retraces), ``argument`` and ``what`` (the change seen most often: an argument path such as ``x`` or
     ``batch['image']`` and ``shape`` / ``dtype`` / ``weak_type`` / ``static`` / ``structure`` / ``sharding``
-    / ``config`` / ``function``), ``values_seen`` (that argument's successive values, e.g.
-    ``float32[8], float32[16]``) and ``last_change`` (the latest recompile's reason).
+    / ``config`` / ``function``; arguments that changed with it in each of those recompiles are named too,
+    ``x, y``), ``values_seen``
+    (that argument's successive values, e.g. ``float32[8], float32[16]``; with several arguments, each after
+    its name: ``x: float32[3], float32[5]; y: float32[4], float32[6]``) and ``last_change`` (the latest
+    recompile's reason).
 
     Built from the ``recompile`` events of ``log`` (default: the process-wide :func:`log`); those are
     recorded while the JAX listeners are installed (:func:`record`, :func:`install_listeners`). A

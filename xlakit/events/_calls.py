@@ -159,10 +159,15 @@ def recompiles(events: Iterable[Event]):
             continue
         if e.kind == "recompile":
             row = rows.setdefault(e.name, {"function": e.name, "origin": e.origin, "site": e.site, "recompiles": 0,
-                                           "compile_s": 0.0, "_paths": collections.Counter(), "_values": {}})
+                                           "compile_s": 0.0, "_paths": collections.Counter(), "_values": {},
+                                           "_with": {}})
             row["recompiles"] += 1
             row["site"] = e.site or row["site"]
             row["last_change"] = e.reason
+            keys = list(dict.fromkeys((c.get("path", "?"), c.get("what", "?")) for c in e.changes or ()))
+            for key in keys:  # what changed together with it, in every recompile it was part of
+                known = row["_with"].get(key)
+                row["_with"][key] = [k for k in (keys if known is None else known) if k in keys]
             for c in e.changes or ():
                 key = (c.get("path", "?"), c.get("what", "?"))
                 row["_paths"][key] += 1
@@ -177,10 +182,17 @@ def recompiles(events: Iterable[Event]):
             pending.discard(e.name)
     out = []
     for row in rows.values():
-        paths, values = row.pop("_paths"), row.pop("_values")
-        (path, what), _ = paths.most_common(1)[0] if paths else (("?", "unknown"), 0)
-        seen = values.get((path, what), [])
-        out.append({**row, "argument": path, "what": what, "values_seen": ", ".join(dict.fromkeys(seen))})
+        paths, values, together = row.pop("_paths"), row.pop("_values"), row.pop("_with")
+        first = paths.most_common(1)[0][0] if paths else ("?", "unknown")
+        tied = together.get(first) or [first]
+        if len(tied) == 1:
+            (path, what), = tied
+            shown = ", ".join(dict.fromkeys(values.get((path, what), [])))
+        else:  # arguments that changed together in each of those calls: all named, each with its values
+            path = ", ".join(dict.fromkeys(p for p, _ in tied))
+            what = ", ".join(dict.fromkeys(w for _, w in tied))
+            shown = "; ".join(f"{p}: {', '.join(dict.fromkeys(values.get((p, w), [])))}" for p, w in tied)
+        out.append({**row, "argument": path, "what": what, "values_seen": shown})
     frame = pd.DataFrame(out, columns=RECOMPILE_COLUMNS)
     frame["_library"] = frame["origin"].eq("library")  # your functions first, JAX's own helpers after
     frame = frame.sort_values(["_library", "recompiles", "compile_s"], ascending=[True, False, False],

@@ -131,7 +131,8 @@ class CompiledMemory:
     @property
     def footprint_bytes(self) -> int | None:
         """Device bytes one run occupies: argument + output - alias + temp + constant, + generated code where
-        code lives in device memory (TPU, GPU; not CPU) — None if argument, output, alias or temp is None.
+        code lives in device memory (TPU, GPU; not CPU; less the constants, which XLA counts in its code figure
+        there) — None if argument, output, alias or temp is None.
 
         XLA allocates all of these before the program starts (constants and code when it is loaded), so this
         bounds what one run holds on the device; it is what :func:`~xlakit.memory.max_batch` budgets with. A

@@ -41,6 +41,18 @@ def _row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: Any, probe
         return _measure_row(fn, make_args, batch, cache, probe)
 
 
+def lower_batch(fn: Any, args: tuple, batch: int) -> Any:
+    """``jax.jit(fn).lower(*args)`` (``fn`` itself when already jitted), the program of one batch size; refused
+    first with a ``ValueError`` naming the size where a value is too large for XLA to describe, which would end
+    the process (:mod:`xlakit._jax.extents`)."""
+    import jax
+
+    from xlakit._jax import extents
+
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    return extents.lower(jitted, tuple(args), {}, f"the program at batch size {batch}")
+
+
 def own_retraces() -> Any:
     """A context manager: traces on this thread inside it are xlakit's own loop over shapes, not the user's
     recompiles (no ``recompile`` event or warning; :func:`xlakit._jax.retrace.quiet_recompiles`)."""
@@ -61,12 +73,8 @@ def _measure_row(fn: Any, make_args: Callable[[int], Any], batch: int, cache: An
     if cache is not None:
         compiled, decision = cache.compile(fn, *args)
     else:
-        import jax
 
-        from xlakit._jax import extents
-
-        jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-        compiled = extents.lower(jitted, args, {}, f"the program at batch size {batch}").compile()
+        compiled = lower_batch(fn, args, batch).compile()
     m = compiled_memory(compiled)
     terms = footprint_terms(m)
     if terms is None:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from . import _fs
 from .base import ObjectRefused
 
-__all__ = ["FileBackend", "Scan", "Skipped", "TEMP_PREFIX", "temp_age", "is_upload_temp"]
+__all__ = ["FileBackend", "Scan", "Skipped", "TEMP_PREFIX", "file_root", "temp_age", "is_upload_temp"]
 
 TEMP_PREFIX = ".tmp-"
 _TEMP_TIME = re.compile(r"^\.tmp-(\d{9,11})-")
@@ -74,6 +74,27 @@ class Scan:
 def _refused_write(name: str, e: OSError) -> OSError:
     return OSError(errno.ELOOP, f"{name} below the remote prefix is a link or not a folder; refused for "
                                 f"writes ({e})")
+
+
+def file_root(url: str, setting: str = "remote", storage_options: dict | None = None) -> str:
+    """The absolute folder a ``file://`` URL names: ``file:///abs/folder`` or ``file://localhost/abs/folder``
+    (RFC 8089).
+
+    Raises:
+      ValueError: ``file://host/...`` (a host: a typo for three slashes would write at the file system's root),
+        or ``storage_options`` given (a folder takes none).
+    """
+    rest = url.partition("://")[2]
+    host, _, tail = rest.partition("/")
+    if host and host.lower() != "localhost":
+        raise ValueError(f"{setting}={url[:200]!r}: a file:// URL names a folder with three slashes, "
+                         f"file:///absolute/folder (file://{host[:80]}/... names a host {host[:80]!r}); for a "
+                         "folder relative to here, give its absolute path")
+    if storage_options:
+        raise ValueError(f"{setting} {url[:200]!r} is a folder: it takes no remote options (got "
+                         f"{sorted(storage_options)}); leave remote_options, --remote-options and "
+                         "XLAKIT_CACHE_REMOTE_OPTIONS out")
+    return os.path.abspath("/" + tail.lstrip("/"))
 
 
 class FileBackend:

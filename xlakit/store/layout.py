@@ -156,7 +156,20 @@ def fingerprint_memo_override() -> Path | None:
     """``$XLAKIT_FINGERPRINT_MEMO_DIR`` (``~`` expanded) when set and non-empty: the fingerprint memo's folder for
     every cache; None otherwise (the memo then lives beside the cache in use)."""
     own = os.environ.get(ENV_FINGERPRINT_MEMO_DIR)
-    return Path(os.path.expanduser(own)) if own else None
+    if not own:
+        return None
+    path = Path(os.path.expanduser(own))
+    if own not in _told_memo and os.path.exists(path) and not os.path.isdir(path):
+        _told_memo.add(own)  # the memo is never written there: every process hashes jaxlib again
+        import warnings
+
+        warnings.warn(f"{ENV_FINGERPRINT_MEMO_DIR}={own!r} is not a folder, so the fingerprint memo cannot be kept "
+                      "there and every process fingerprints jaxlib again; point it at a folder", RuntimeWarning,
+                      stacklevel=2)
+    return path
+
+
+_told_memo: set[str] = set()  # values of XLAKIT_FINGERPRINT_MEMO_DIR already warned about
 
 
 class CacheFolderError(OSError):

@@ -211,8 +211,11 @@ def move_to_quarantine(root: Path, partition: str, name: str, reason: str,
     except QuarantineError:
         raise
     except OSError as e:
+        why = e.strerror or str(e)
+        if e.errno in (errno.ENOTDIR, errno.ELOOP) and os.path.islink(root / QUARANTINE):
+            why = "it is a symbolic link, which xlakit never follows there; make it a real folder"
         raise QuarantineError(e.errno or errno.EIO, f"the quarantine {root / QUARANTINE} could not take it "
-                              f"({e.strerror or e}); left in place, and every read rejects it again until it is "
+                              f"({why}); left in place, and every read rejects it again until it is "
                               "removed (xlakit cache clear, or delete the file)") from None
     return Quarantined(root / QUARANTINE / part / (candidate + ENTRY_SUFFIX), note_problem)
 

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ._remote_file import FileBackend as _FileBackend
-from ._remote_file import Scan, is_upload_temp, temp_age
+from ._remote_file import Scan, file_root, is_upload_temp, temp_age
 from ._remote_fsspec import DeadlineExceeded
 from ._remote_fsspec import FsspecBackend as _FsspecBackend
 from .base import ObjectRefused, ObjectStat
@@ -105,6 +105,8 @@ def check_url(url: object, setting: str = "remote") -> str:
                          f"URLs; {_USE} (the schemes it supports: {', '.join(s + '://' for s in SCHEMES)})")
     if not rest.strip("/"):
         raise ValueError(f"{setting}={_shown(url, 200)} names no bucket or folder: {_USE}")
+    if scheme.lower() == "file":
+        file_root(url, setting)  # file://host/... refused
     if scheme.lower() in _BUCKET_SCHEMES and any(part in (".", "..") for part in rest.split("/")):
         # a bucket's object names are not paths: S3 answered "Bad Request" to every request, named as neither
         raise ValueError(f"{setting}={_shown(url, 200)}: a '.' or '..' segment cannot be part of a bucket or prefix "
@@ -159,7 +161,7 @@ class RemoteStore:
         self.timeout_s = remote_timeout_s(timeout_s)
         self._backend: _FileBackend | _FsspecBackend
         if self.protocol == "file" and fs is None:
-            self._root = os.path.abspath("/" + rest.lstrip("/"))
+            self._root = file_root(self.url, "remote", storage_options)
             self._backend = _FileBackend(self._root)
         else:
             if fs is None:

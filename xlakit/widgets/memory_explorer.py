@@ -327,16 +327,16 @@ class MemoryExplorer(View, widgets.VBox):
             compiled, decision = self.cache.compile(jitted, *args)
             kind = str(getattr(decision, "kind", decision))
         else:
-            from xlakit._jax import extents
+            from xlakit.memory.sweep import lower_batch
 
-            compiled, kind = extents.lower(jitted, args, {}, f"the program at batch size {batch}").compile(), "compiled"
+            compiled, kind = lower_batch(jitted, args, batch).compile(), "compiled"
         seconds = time.perf_counter() - t0
         try:
             peak = memory.peak(compiled)
         except ValueError:  # no buffer assignment in memory_analysis() (TPU): from the Lowered, with XLA's dump
-            from xlakit._jax import extents
+            from xlakit.memory.sweep import lower_batch
 
-            peak = memory.peak(extents.lower(jitted, args, {}, f"the program at batch size {batch}"))
+            peak = memory.peak(lower_batch(jitted, args, batch))
         return ExplorerResult(batch, remat, donate, peak=peak, compile_s=seconds, decision=kind)
 
     # -- drawing (kernel thread) ------------------------------------------------------------------------
