@@ -232,3 +232,70 @@ def test_constants_are_counted_once_where_xla_counts_them_in_the_code_figure():
     assert footprint_terms(memory("cpu"))["code_bytes"] == 0
     unknown = footprint_terms(memory("newchip"))  # not known: both counted, erring on the side of fitting
     assert unknown["code_bytes"] == 33_665_024 and unknown["constant_bytes"] == 33_554_432
+
+
+# -- the verifying helper's further instances (same session) ----------------------------------------------------
+
+
+def test_inputs_with_no_name_or_no_rows_are_refused_at_export_and_keys_answer_zero_rows(tmp_path):
+    params = {"w": np.ones((3, 4), np.float32)}
+    with pytest.raises(ValueError, match="named '' .*name every input"):  # was exported, then refused at load
+        xlakit.export_bundle(lambda p, **kw: kw[""] @ p["w"], params, {"": np.ones((2, 3), np.float32)},
+                             tmp_path / "e", batch_sizes=(2,))
+    with pytest.raises(ValueError, match="input 'x' has 0 rows: example inputs need at least one row"):
+        xlakit.export_bundle(lambda p, x: x @ p["w"], params, np.ones((0, 3), np.float32), tmp_path / "z",
+                             batch_sizes=(1, 2))  # was a ZeroDivisionError recorded as "size-dependent"
+
+    def keyed(p, k, x):
+        return jax.vmap(lambda kk: jax.random.normal(kk, (3,)))(k) + x
+
+    keys = jax.random.split(jax.random.key(0), 2)
+    xlakit.export_bundle(keyed, params, (keys, np.ones((2, 3), np.float32)), tmp_path / "k", batch_sizes=(1, 2))
+    loaded = xlakit.load_bundle(tmp_path / "k", progress=False, background=False)
+    out = loaded(keys[:0], np.zeros((0, 3), np.float32))  # was refused: no key row to pad with
+    assert out.shape == (0, 3) == jax.jit(keyed)(params, keys[:0], jnp.zeros((0, 3))).shape
+
+
+def test_a_user_context_that_prints_and_hashes_alike_but_is_not_equal_is_named():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Cfg:
+        name: str
+        lr: float = dataclasses.field(hash=False, repr=False)
+
+    ctx = jax.make_user_context(default_value=None)
+    f = jax.jit(lambda x: x + 1)
+
+    def calls():
+        with ctx(Cfg("a", 0.1)):
+            f(1.0)
+        with ctx(Cfg("a", 0.2)):
+            f(1.0)
+
+    (found,) = _recompiles(calls)  # was "no argument changed ... evicted entry"
+    assert found.changes[0]["what"] == "config" and "prints the same but is not ==" in found.reason
+
+
+def test_an_argument_whose_shape_and_dtype_changed_is_listed_once():
+    k = jax.jit(lambda x, y: x.sum() + y.sum())
+    with events.record() as log:
+        k(jnp.ones(3), jnp.ones(3))
+        k(jnp.ones(4), jnp.ones(4, jnp.int32))
+    row = log.recompiles().iloc[0]
+    assert row.values_seen == "x: float32[3], float32[4]; y: float32[3], int32[4]"  # y was listed twice
+
+
+def test_values_that_overflow_int64_together_are_refused_and_file_urls_never_name_the_root():
+    from xlakit._jax import extents
+    from xlakit.store.remote import check_url
+
+    def outputs(x):
+        return tuple(jnp.broadcast_to(x + i, (2**59,)) for i in range(5))  # each 2 EiB, 10 EiB together
+
+    traced = jax.jit(outputs).trace(jax.ShapeDtypeStruct((), jnp.float32))  # tracing never aborts
+    with pytest.raises(ValueError, match="holds values of .* bytes together .*overflow int64"):
+        extents.check_jaxpr(traced.jaxpr)  # peak read 6 EiB: the int64 sums wrapped
+    for url in ("file:///", "file://localhost", "file://localhost/"):
+        with pytest.raises(ValueError, match="names the file system.s root|names no bucket or folder"):
+            check_url(url)

@@ -5,7 +5,9 @@ static extent product", jax 0.10.2 on CPU: ``f32[2**61]``, ``f32[2**30, 2**31]``
 ``f32[2**31]`` vectors inside the program too), which kills a notebook's kernel. xlakit lowers user functions
 itself (``sweep``/``max_batch`` over batch sizes, ``peak(f, *args)``, ``probe``, ``cache.compile(f, ...)``,
 ``export_bundle``), so it traces first, checks every value of the program (arguments, intermediates, results,
-inside loops and branches) and refuses one of :data:`LIMIT_BYTES` or more with a ``ValueError`` naming its shape.
+inside loops and branches) and refuses one of :data:`LIMIT_BYTES` or more with a ``ValueError`` naming its shape,
+and values that hold that much together (byte counts past int64 overflow in XLA's memory figures and in xlakit's:
+six f32[2**59] outputs read as a 6 EiB peak).
 The limit (4 EiB) is far above any device and below the overflow (the largest seen to lower and compile:
 ``f32[2**58]``, 1 EiB).
 """
@@ -51,6 +53,7 @@ def check_jaxpr(jaxpr: Any, where: str = "this program") -> None:
     holds :data:`LIMIT_BYTES` or more."""
     todo = _inner_jaxprs(jaxpr)
     seen: set[int] = set()
+    total = 0  # every value of the program once: byte counts beyond int64 overflow in XLA and in xlakit
     while todo:
         j = todo.pop()
         if id(j) in seen:
@@ -64,12 +67,17 @@ def check_jaxpr(jaxpr: Any, where: str = "this program") -> None:
         for v in values:
             aval: Any = getattr(v, "aval", None)
             size = _value_bytes(aval)
+            total += size or 0
             if size is not None and size >= LIMIT_BYTES:
                 raise ValueError(
                     f"{where} holds a value of shape {tuple(aval.shape)} {aval.dtype} ({size:.3e} bytes, 2**"
                     f"{size.bit_length() - 1} or more): no device holds it, and XLA would end the process (abort, "
                     "not an error) while lowering it, so xlakit stops here. Use smaller example shapes (for "
                     "sweep / max_batch: smaller batch sizes or hi=).")
+    if total >= LIMIT_BYTES:
+        raise ValueError(f"{where} holds values of {total:.3e} bytes together (2**{total.bit_length() - 1} or more): "
+                         "no device holds them, and byte counts this large overflow int64 in XLA's memory figures "
+                         "and in xlakit's, so xlakit stops here. Use smaller example shapes.")
 
 
 def trace(jitted: Any, args: tuple, kwargs: dict, where: str = "this program") -> Any:

@@ -221,7 +221,8 @@ def _signature(frame: Any) -> _Signature:
             sharding = getattr(leaf, "sharding", None) if getattr(leaf, "_committed", False) else None
             leaves[path] = (shape, dtype, weak, str(sharding) if sharding is not None else "", key)
     structure = str(jax.tree_util.tree_structure(in_order)).removeprefix("PyTreeDef(")[:-1]
-    config = trace_context.config()
+    config_values: dict[str, tuple[str, Any]] = {}  # the trace context's values themselves: JAX compares them by ==
+    config = trace_context.config(config_values)
     mesh = trace_context.mesh(local.get("ctx_mesh"), config)
     inner = _unwrap(fun)
     # JAX keys its tracing cache on the object jax.jit wraps (a partial, jax.grad's or a decorator's wrapper: a new
@@ -231,7 +232,8 @@ def _signature(frame: Any) -> _Signature:
     except TypeError:  # an object without weak references: compare it by identity while it lives
         ref = (lambda obj: lambda: obj)(fun)
     return {"ref": ref, "qualname": getattr(inner, "__qualname__", None), "leaves": leaves, "static": static,
-            "static_types": typed, "passed": passed, "structure": structure, "config": config, "mesh": mesh,
+            "static_types": typed, "passed": passed, "structure": structure, "config": config,
+            "config_values": config_values, "mesh": mesh,
             "trees": {n: jax.tree_util.tree_structure(v) for n, v in named}, "options": trace_context.options(ji)}
 
 

@@ -292,9 +292,13 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
     for name in (n for n in ap if n in bp and bp[n] != ap[n]):  # keyword or positional: part of JAX's key
         add("passed", name, bp[name], ap[name])
     bc, ac = before["config"], after["config"]
+    bv, av = before.get("config_values") or {}, after.get("config_values") or {}
     for name in [*ac, *(n for n in bc if n not in ac)]:
         if bc.get(name) != ac.get(name):
             add("config", name, str(bc.get(name)), str(ac.get(name)))
+        elif name in bv and name in av and not _jax_equal(bv[name], av[name]):  # alike in print, not to JAX
+            add("config", name, str(bc.get(name)), str(ac.get(name)),
+                note="prints the same but is not == the earlier value")
     if before["mesh"] != after["mesh"]:
         add("sharding", "mesh", *_where_differs(before["mesh"], after["mesh"]))
     bo, ao = before.get("options") or {}, after.get("options") or {}

@@ -16,9 +16,10 @@ CONFIG_NAMES = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_ran
                 "jax_numpy_dtype_promotion", "jax_default_prng_impl", "jax_debug_nans", "jax_disable_jit")
 
 
-def config() -> dict[str, str]:
-    """The global settings in JAX's trace context (part of its tracing cache key) whose values read the same
-    each time (an object printed with its address would differ on every trace), plus :data:`CONFIG_NAMES`."""
+def config(kept: dict[str, tuple[str, Any]] | None = None) -> dict[str, str]:
+    """The global settings in JAX's trace context (part of its tracing cache key) as text (an object printed with
+    its address: by its hash), plus :data:`CONFIG_NAMES`. ``kept``, when given, gets each trace-context entry's
+    ``(type name, value)`` under the same key: JAX tells them apart by ``==``, and two may print alike."""
     import enum
 
     import jax
@@ -46,7 +47,10 @@ def config() -> dict[str, str]:
                 continue
             text = hashed
         # JAX names every jax.make_user_context "user_context" (and keeps one of its own): one key each
-        out[name if seen[name] == 1 else f"{name} #{seen[name]}"] = _shortened(text)
+        key = name if seen[name] == 1 else f"{name} #{seen[name]}"
+        out[key] = _shortened(text)
+        if kept is not None:
+            kept[key] = (type(value).__name__, value)
     return out
 
 

@@ -391,6 +391,11 @@ def _inputs(example_inputs) -> tuple[list[str], list[Any], bool]:
             raise ValueError(f"input {n!r}: expected an array or jax.ShapeDtypeStruct, got {type(v).__name__}")
         if len(shape) == 0:
             raise ValueError(f"input {n!r} is a scalar: every input needs a batch axis (axis 0)")
+        if not n:
+            raise ValueError("an example input is named '' (an empty key of example_inputs): name every input")
+        if shape[0] == 0:
+            raise ValueError(f"input {n!r} has 0 rows: example inputs need at least one row (the batch sizes to "
+                             "export are batch_sizes=; a loaded bundle answers 0 rows where rows are independent)")
         avals.append(_as_jit_sees(v))
     return names, avals, by_keyword
 

@@ -239,15 +239,10 @@ class LoadedBundle:
     def _no_rows(self, variant: str, arrays: list) -> list:
         """0 rows, as ``jax.jit`` answers them: where rows are independent, the smallest program on padding,
         batched outputs cut to none; else refused (an output over the batch would see rows not the caller's)."""
-        from xlakit.bundle.rows import is_extended
-
         if not self.manifest.independent(variant):
             raise ValueError(f"empty batch (0 rows): the rows of variant {variant!r} are not proven or declared "
-                             "independent, so a program of another size cannot answer for 0 rows; call jax.jit(fn) "
-                             "for an empty batch")
-        if any(is_extended(getattr(x, "dtype", None)) for x in arrays):
-            raise ValueError("empty batch (0 rows) of an input of an extended dtype (PRNG keys): there is no row to "
-                             "pad with; pass at least one row")
+                             "independent, so no exported program can answer for 0 rows (an output over the batch "
+                             "would see padding rows); skip the call for an empty batch")
         batch = next((b for b in self._candidates(variant) if self._get(variant, b) is not None), None)
         batch = self._largest(variant) if batch is None else batch  # none loaded: its KeyError names the errors
         try:

@@ -46,14 +46,19 @@ def is_extended(dtype: Any) -> bool:
 
 def pad_rows(x: Any, rows: int) -> Any:
     """``x`` with ``rows`` rows appended on axis 0: zeros (NumPy, on the host), or for an extended dtype a
-    copy of the last row (``jax.numpy``; keys have no zero)."""
+    copy of the last row (``jax.numpy``; keys have no zero), or with no row to copy, keys made of zero key data."""
     import numpy as np
 
     if rows <= 0:
         return x
     if is_extended(getattr(x, "dtype", None)):
+        import jax
         import jax.numpy as jnp
 
+        if x.shape[0] == 0:  # 0 rows: padding no returned row can see, made from zero key data of x's kind
+            data = jax.random.key_data(x)
+            return jax.random.wrap_key_data(jnp.zeros((rows, *data.shape[1:]), data.dtype),
+                                            impl=jax.random.key_impl(x))
         return jnp.concatenate([x, jnp.repeat(x[-1:], rows, axis=0)])
     host = np.asarray(x)
     return np.concatenate([host, np.zeros((rows, *host.shape[1:]), host.dtype)])

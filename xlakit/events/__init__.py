@@ -119,7 +119,8 @@ def last(fn: Any, since: float | None = None, log: EventLog | None = None) -> Ca
 
 
 def recompiles(log: EventLog | None = None):
-    """Which functions recompiled, and why: a ``pandas.DataFrame``, one row per function, most recompiles first.
+    """Which functions recompiled, and why: a ``pandas.DataFrame``, one row per function name (two functions of
+    one name, such as two lambdas, share a row; their events stay apart), most recompiles first.
 
     Columns: ``function`` (event name, ``jit_step``), ``origin`` / ``site`` (whose program, first user frame),
     ``recompiles`` (retraces after the first trace), ``compile_s`` (seconds XLA spent compiling those

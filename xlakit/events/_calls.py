@@ -191,7 +191,10 @@ def recompiles(events: Iterable[Event]):
         else:  # arguments that changed together in each of those calls: all named, each with its values
             path = ", ".join(dict.fromkeys(p for p, _ in tied))
             what = ", ".join(dict.fromkeys(w for _, w in tied))
-            shown = "; ".join(f"{p}: {', '.join(dict.fromkeys(values.get((p, w), [])))}" for p, w in tied)
+            by_path: dict[str, str] = {}  # a path once, with the values of its first change (shape and dtype alike)
+            for p, w in tied:
+                by_path.setdefault(p, w)
+            shown = "; ".join(f"{p}: {', '.join(dict.fromkeys(values.get((p, w), [])))}" for p, w in by_path.items())
         out.append({**row, "argument": path, "what": what, "values_seen": shown})
     frame = pd.DataFrame(out, columns=RECOMPILE_COLUMNS)
     frame["_library"] = frame["origin"].eq("library")  # your functions first, JAX's own helpers after

@@ -82,7 +82,7 @@ def file_root(url: str, setting: str = "remote", storage_options: dict | None = 
 
     Raises:
       ValueError: ``file://host/...`` (a host: a typo for three slashes would write at the file system's root),
-        or ``storage_options`` given (a folder takes none).
+        the root itself (``file:///``, ``file://localhost``), or ``storage_options`` given (a folder takes none).
     """
     rest = url.partition("://")[2]
     host, _, tail = rest.partition("/")
@@ -94,7 +94,11 @@ def file_root(url: str, setting: str = "remote", storage_options: dict | None = 
         raise ValueError(f"{setting} {url[:200]!r} is a folder: it takes no remote options (got "
                          f"{sorted(storage_options)}); leave remote_options, --remote-options and "
                          "XLAKIT_CACHE_REMOTE_OPTIONS out")
-    return os.path.abspath("/" + tail.lstrip("/"))
+    root = os.path.abspath("/" + tail.lstrip("/"))
+    if root == "/":
+        raise ValueError(f"{setting}={url[:200]!r} names the file system's root: give the shared folder, "
+                         "file:///shared/folder")
+    return root
 
 
 class FileBackend:
