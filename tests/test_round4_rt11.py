@@ -299,3 +299,16 @@ def test_values_that_overflow_int64_together_are_refused_and_file_urls_never_nam
     for url in ("file:///", "file://localhost", "file://localhost/"):
         with pytest.raises(ValueError, match="names the file system.s root|names no bucket or folder"):
             check_url(url)
+
+
+def test_exporting_and_loading_a_bundle_is_no_recompile_of_the_users_function(tmp_path):
+    """Each exported size, row probe and load-time compile traces again: xlakit's own traces. They were reported
+    as recompiles ('jit_call ... Exported.call: a new function object'), and a bundle of 6 sizes set off the
+    RecompileWarning of a user who never called anything twice."""
+    with events.record() as log:
+        xlakit.export_bundle(lambda p, x: jnp.tanh(x @ p["w"]), {"w": np.ones((3, 4), np.float32)},
+                             np.ones((2, 3), np.float32), tmp_path / "b", batch_sizes=(1, 2, 4))
+        loaded = xlakit.load_bundle(tmp_path / "b", progress=False, background=False, exact=True)
+        loaded(np.ones((3, 3), np.float32))  # an exact size compiled on the call
+    assert log.events("recompile") == []
+    assert list(loaded.report()["status"]) == ["miss"] * 4  # 3 sizes and the exact one: each traced and compiled

@@ -116,7 +116,9 @@ def _compile(ctx: Any, exported, batch: int | None = None):
     args, kwargs = exported.in_tree.unflatten(avals)
     # The module was exported without source lines; lowered here with them, its ops would carry this call's
     # stack, and memory attribution would charge the model's bytes to the line that called load_bundle.
-    with no_source_locations():
+    from xlakit._jax.retrace import quiet_recompiles
+
+    with no_source_locations(), quiet_recompiles():  # a trace per size is the load's own: no user recompile
         lowered = jax.jit(exported.call).lower(*args, **kwargs)
     return compile_fresh(lowered)
 

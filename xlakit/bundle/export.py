@@ -42,6 +42,22 @@ __all__ = ["export_bundle"]
 _VARIANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+def _own_traces(export: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``export`` with its traces at every exported size, row probe and output check marked xlakit's own: they
+    are no recompiles of the user's function (no ``recompile`` event, no RecompileWarning)."""
+    import functools
+
+    @functools.wraps(export)
+    def quietly(*args: Any, **kwargs: Any) -> Any:
+        from xlakit._jax.retrace import quiet_recompiles
+
+        with quiet_recompiles():
+            return export(*args, **kwargs)
+
+    return quietly
+
+
+@_own_traces
 def export_bundle(fn: Callable[..., Any], params: Any, example_inputs: Any, path: str | os.PathLike,
                   batch_sizes: Sequence[int] = (1,), variants: Mapping[str, Callable[..., Any]] | None = None, *,
                   name: str | None = None, overwrite: bool = False,
