@@ -312,3 +312,34 @@ def test_exporting_and_loading_a_bundle_is_no_recompile_of_the_users_function(tm
         loaded(np.ones((3, 3), np.float32))  # an exact size compiled on the call
     assert log.events("recompile") == []
     assert list(loaded.report()["status"]) == ["miss"] * 4  # 3 sizes and the exact one: each traced and compiled
+
+
+def test_context_values_equal_to_jax_are_no_change_and_a_memory_tools_trace_is_not_the_users():
+    """A third helper's instances: values JAX's key takes as one (1 and 1.0, np.int64(1) and 1, reordered
+    metadata, a repr that differs per instance) were named as a config change beside the real cause; and
+    ``peak(f, x)`` traced f as if the user had called it, so the user's first ``jax.jit(f)(x)`` read as a
+    recompile ("no argument changed")."""
+    from xlakit import memory
+
+    ctx = jax.make_user_context(default_value=None)
+    f = jax.jit(lambda x: x * 2)
+
+    def calls():
+        with ctx(1):
+            f(jnp.ones(3))
+        with ctx(1.0):
+            f(jnp.ones(4))
+        with ctx(np.int64(1)):
+            f(jnp.ones(5))
+
+    assert [e.reason for e in _recompiles(calls)] == ["x: shape float32[3] -> float32[4]",
+                                                      "x: shape float32[4] -> float32[5]"]
+
+    def g(x):
+        return jnp.sin(x).sum()
+
+    def look_then_run():
+        memory.peak(g, jnp.ones(3))
+        jax.jit(g)(jnp.ones(3))
+
+    assert _recompiles(look_then_run) == []

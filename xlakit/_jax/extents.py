@@ -93,13 +93,20 @@ def trace(jitted: Any, args: tuple, kwargs: dict, where: str = "this program") -
     return traced
 
 
-def lower(jitted: Any, args: tuple, kwargs: dict, where: str = "this program") -> Any:
+def lower(jitted: Any, args: tuple, kwargs: dict, where: str = "this program", own: bool = False) -> Any:
     """``jitted.lower(*args, **kwargs)``, refused first by :func:`check_jaxpr` where XLA would abort: one trace,
-    as ``lower`` itself does (JAX's ``lower`` is ``trace(...).lower()``).
+    as ``lower`` itself does (JAX's ``lower`` is ``trace(...).lower()``). ``own``: the trace is xlakit's own (a
+    memory tool looking at the program), not the user's: no recompile event, and the function's history stays the
+    user's (:func:`xlakit._jax.retrace.quiet_recompiles`).
 
     Raises:
       ValueError: a value of :data:`LIMIT_BYTES` or more. Whatever ``trace``/``lower`` raise passes through.
     """
+    if own:
+        from xlakit._jax.retrace import quiet_recompiles
+
+        with quiet_recompiles():
+            return lower(jitted, args, kwargs, where)
     traced = trace(jitted, args, kwargs, where)
     if traced is None or not hasattr(traced, "lower"):
         return jitted.lower(*args, **kwargs)

@@ -106,7 +106,7 @@ def lower(fn: Any, args: tuple, kwargs: dict) -> Any:
     from xlakit._jax.stages import jax_stage
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    return jax_stage(extents.lower(jitted, args, kwargs))
+    return jax_stage(extents.lower(jitted, args, kwargs, own=True))  # a look at the program, not a user's call
 
 
 def _has_assignment(compiled: Any) -> bool:

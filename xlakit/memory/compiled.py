@@ -353,7 +353,7 @@ def _compile(x: Any, args: tuple, kwargs: dict) -> Any:
         try:
             from xlakit._jax import extents
 
-            lowered = extents.lower(fn, args, kwargs)
+            lowered = extents.lower(fn, args, kwargs, own=True)
         except TypeError as exc:
             if args or kwargs:
                 raise

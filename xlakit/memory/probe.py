@@ -169,7 +169,7 @@ def _program(fn_or_compiled: Any, args: tuple, kwargs: dict) -> tuple[Any, Any, 
         fn = fn_or_compiled if hasattr(fn_or_compiled, "lower") else jax.jit(fn_or_compiled)
         from xlakit._jax import extents
 
-        stage = extents.lower(fn, args, kwargs)
+        stage = extents.lower(fn, args, kwargs, own=True)
         args, kwargs = _dynamic(fn, *program_arguments(stage, args, kwargs))  # nnx.jit: graph nodes as it takes them
         lowered = jax_stage(stage)
         return with_assignment(None, lowered), lowered, args, kwargs
