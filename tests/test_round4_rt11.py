@@ -343,3 +343,62 @@ def test_context_values_equal_to_jax_are_no_change_and_a_memory_tools_trace_is_n
         jax.jit(g)(jnp.ones(3))
 
     assert _recompiles(look_then_run) == []
+
+
+def test_cache_answered_traces_wrappers_and_callable_objects_are_no_recompiles():
+    """A fourth helper's instances (2026-12-06): jax.eval_shape / make_jaxpr of a jitted function (JAX times the
+    call around its jaxpr cache; the body does not run) read as recompiles and set off the RecompileWarning; two
+    unrelated callable objects were one "<unnamed function>"; an object holding a ``.func`` attribute was taken for
+    that function; ``jax.jit(jax.vmap(jf))`` for a recompile of f."""
+    runs = []
+
+    def f(x):
+        runs.append(x.shape)
+        return x * 2
+
+    jf = jax.jit(f)
+
+    class Alpha:
+        def __call__(self, x):
+            return x + 1
+
+    class Block:
+        def __init__(self, act):
+            self.func = act
+
+        def __call__(self, w, x):
+            return self.func(x @ w)
+
+    def calls():
+        jf(jnp.ones(3))
+        for _ in range(7):
+            jax.eval_shape(jf, jnp.ones(3))
+            jax.make_jaxpr(jf)(jnp.ones(3))
+        jax.jit(Alpha())(jnp.ones(2))
+        jax.jit(lambda y: y.sum())(jnp.ones((2, 2)))
+        jax.jit(Block(jnp.tanh))(jnp.ones((3, 3)), jnp.ones((2, 3)))
+        jax.jit(jax.vmap(jf))(jnp.ones((5, 3)))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RecompileWarning either
+        assert [e.reason for e in _recompiles(calls)] == []
+    assert runs[0] == (3,)
+
+
+def test_pytree_metadata_equal_to_jax_is_no_structure_change():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class P:
+        w: jax.Array
+        n: float
+
+    jax.tree_util.register_dataclass(P, data_fields=["w"], meta_fields=["n"])
+    f = jax.jit(lambda p: p.w * 2)
+
+    def calls():
+        f(P(jnp.ones(3), 1))
+        f(P(jnp.ones(3), 1.0))  # == to JAX: no trace
+        f(P(jnp.ones(4), 1.0))
+
+    assert [e.reason for e in _recompiles(calls)] == ["p.w: shape float32[3] -> float32[4]"]  # was also "structure"

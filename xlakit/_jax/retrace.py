@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import inspect
 import sys
 import threading
@@ -86,12 +87,26 @@ def _unwrap(fun: Any) -> Any:
 
 
 def _identity(fun: Any, fun_name: str | None) -> tuple:
-    inner = _unwrap(fun)
-    code = getattr(inner, "__code__", None)
-    if code is None:
-        return (fun_name, None, 0)
-    # with the code's own bytes: two lambdas on one line share name, file and line, not their code
-    return (getattr(inner, "__qualname__", code.co_name), code.co_filename, code.co_firstlineno, _code_digest(code))
+    """``(name shown, the chain of what is wrapped)``: each link by its code (name, file, line and a digest of the
+    bytes: two lambdas on one line share the first three) or, for a callable object, by its class and ``__call__``;
+    followed through ``__wrapped__`` and ``functools.partial`` only. So a decorator's wrapper made again is the same
+    function, while ``jax.jit(jax.vmap(f))``, ``jax.jit(jf)`` and two instances of unrelated classes are not."""
+    chain: list[tuple] = []
+    for _ in range(8):
+        code = getattr(fun, "__code__", None)
+        if code is not None:
+            chain.append((getattr(fun, "__qualname__", code.co_name), code.co_filename, code.co_firstlineno,
+                          _code_digest(code)))
+        else:
+            kind = type(fun)
+            call = getattr(getattr(kind, "__call__", None), "__code__", None)
+            chain.append((kind.__qualname__, kind.__module__, _code_digest(call) if call is not None else ""))
+        inner = fun.func if isinstance(fun, functools.partial) else getattr(fun, "__wrapped__", None)
+        if inner is None:
+            break
+        fun = inner
+    shown = next((link[0] for link in reversed(chain) if len(link) == 4), None) or fun_name
+    return (shown, tuple(chain))
 
 
 def _code_digest(code: Any) -> str:
@@ -121,6 +136,21 @@ def _trace_frame() -> Any:
             return frame
         frame = frame.f_back
     return None
+
+
+def _answered_from_cache(tracker: Any) -> bool:
+    """Whether no trace missed JAX's jaxpr cache (``pe.trace_to_jaxpr``) since the last timed trace: JAX times the
+    call around that cache, so an ``eval_shape`` or ``make_jaxpr`` of a jitted function whose jaxpr is cached is
+    timed like a trace though the function never ran. Any miss meanwhile (this trace's, or one JAX did not time)
+    counts as a trace, as before; False where the cache's counters cannot be read."""
+    try:
+        from jax._src.interpreters import partial_eval as pe
+
+        misses = pe.trace_to_jaxpr.cache_info().misses
+    except Exception:  # noqa: BLE001 - another JAX: every timed trace counts
+        return False
+    last, tracker._misses = getattr(tracker, "_misses", None), misses
+    return last is not None and misses == last
 
 
 def _trace_failed(frame: Any) -> bool:
@@ -260,6 +290,8 @@ class RetraceTracker:
     def on_trace(self, emit: Any, name: str | None, fun_name: str | None) -> None:
         """Called at JAX's trace-duration signal, on the tracing thread, with JAX's frames on the stack;
         a retrace is emitted as ``emit("recompile", source="jit", name=..., reason=..., changes=[...])``."""
+        if _answered_from_cache(self):
+            return  # JAX timed a trace its jaxpr cache answered (jax.eval_shape, make_jaxpr): the body did not run
         if _QUIET.depth:
             return  # xlakit's own loop over shapes (memory.sweep): not the user's recompile, and not their history
         frame = _trace_frame()

@@ -238,6 +238,16 @@ def _pairing(before: Signature, after: Signature) -> tuple[dict[str, str], int] 
     return {al[j]: bl[i] for i, j in out["pairs"]}, out["kinds"]
 
 
+def _trees_equal(before: Signature, after: Signature) -> bool:
+    """Whether the arguments' pytrees are == (JAX's test: metadata ``1`` and ``1.0`` are one tree) though they
+    print differently."""
+    bt, at = before.get("trees"), after.get("trees")
+    try:
+        return bool(bt) and bt.keys() == at.keys() and all(bool(bt[k] == at[k]) for k in bt)
+    except Exception:  # noqa: BLE001 - a node's aux data that refuses ==: compared by how they print
+        return False
+
+
 def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]], int, int]:
     """``(changes, distance, type-only static changes)``: one change per differing attribute, and their count (a
     structure change weighs the number of leaves added or removed plus the containers that changed kind, at least
@@ -253,7 +263,7 @@ def _compare(before: Signature, after: Signature) -> tuple[list[dict[str, str]],
 
     bl, al = before["leaves"], after["leaves"]
     bp, ap = before.get("passed", {}), after.get("passed", {})
-    reshaped = list(bl) != list(al) or before["structure"] != after["structure"]
+    reshaped = list(bl) != list(al) or (before["structure"] != after["structure"] and not _trees_equal(before, after))
     if not reshaped:  # the same text; JAX compares the trees with ==, their metadata (a node's aux data) included
         for name in _unequal_trees(before, after):
             tree_shown = _tree_text(after["trees"][name])[:80]
