@@ -99,7 +99,8 @@ def _identity(fun: Any, fun_name: str | None) -> tuple:
                           _code_digest(code)))
         else:
             kind = type(fun)
-            call = getattr(getattr(kind, "__call__", None), "__code__", None)
+            call = getattr(vars(kind).get("__call__") or next(
+                (vars(k)["__call__"] for k in kind.__mro__ if "__call__" in vars(k)), None), "__code__", None)
             chain.append((kind.__qualname__, kind.__module__, _code_digest(call) if call is not None else ""))
         inner = fun.func if isinstance(fun, functools.partial) else getattr(fun, "__wrapped__", None)
         if inner is None:
