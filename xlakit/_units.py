@@ -106,6 +106,8 @@ def parse_int(text: str, name: str) -> int:
     """A whole number written in ASCII digits (a command line's ``--workers 4``), at most 18 of them: ``int()`` also
     reads full-width ``"３"`` and Arabic-Indic ``"٣"`` as 3. Raises ValueError naming ``name``."""
     if not (isinstance(text, str) and text.isascii() and _INT_RE.match(text)):
+        if isinstance(text, str) and text.isascii() and re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
+            raise ValueError(f"{name}: {_shown(text)} is too large (at most 18 digits)")
         raise ValueError(f"{name}: {_shown(text)} is not a whole number in ASCII digits")
     return int(text)
 

@@ -90,8 +90,24 @@ def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: 
       title: the page title.
 
     Raises:
-      TypeError: ``cache`` is not a cache (see :func:`xlakit.view.folder.as_folder`).
+      TypeError: ``cache`` is not a cache (see :func:`xlakit.view.folder.as_folder`), ``log`` is not an
+        :class:`~xlakit.events.EventLog`, ``devices`` not a list of devices, ``allocator``/``live`` not True or
+        False, ``title`` not a str. ValueError: ``include_plotlyjs`` other than True, False or ``"cdn"``.
     """
+    from xlakit._units import check_flag
+
+    check_flag(allocator, "allocator")
+    check_flag(live, "live")
+    if not (include_plotlyjs is True or include_plotlyjs is False or include_plotlyjs == "cdn"):
+        raise ValueError(f"include_plotlyjs must be True (plotly.js in the page), 'cdn' (a link) or False, got "
+                         f"{include_plotlyjs!r}"[:200])
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str, got {type(title).__name__}")
+    if log is not None and not (hasattr(log, "stats") and hasattr(log, "events")):
+        raise TypeError(f"log must be an xlakit.events.EventLog (xlakit.events.load(path) reads a saved one), got "
+                        f"{type(log).__name__}")
+    if devices is not None and (isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__")):
+        raise TypeError(f"devices must be a list of JAX devices (jax.local_devices()), got {type(devices).__name__}")
     from xlakit.view import breakdown as bd
     from xlakit.view import cache as cv
     from xlakit.view import live as lv
@@ -171,7 +187,14 @@ def build(*, cache: Any = None, log: Any = None, programs: Any = None, devices: 
 
 
 def write(path: str | os.PathLike, **kwargs: Any) -> Path:
-    """Write :func:`build` (same keyword arguments) to ``path`` atomically; returns the path."""
-    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
+    """Write :func:`build` (same keyword arguments) to ``path`` atomically; returns the path.
+
+    Raises:
+      ValueError: an empty ``path``. IsADirectoryError: ``path`` is a folder. As :func:`build` otherwise."""
+    if not str(os.fspath(path)).strip():
+        raise ValueError("write(path): the path is empty; give a file such as 'report.html'")
+    path = Path(os.path.expanduser(path))
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; give a file in it, e.g. {path / 'report.html'}")  # "~/x" is the home folder, never a folder named "~"
     text = build(**kwargs)
     return write_atomic(path, text)

@@ -241,7 +241,7 @@ def _pairing(before: Signature, after: Signature) -> tuple[dict[str, str], int] 
 def _trees_equal(before: Signature, after: Signature) -> bool:
     """Whether the arguments' pytrees are == (JAX's test: metadata ``1`` and ``1.0`` are one tree) though they
     print differently."""
-    bt, at = before.get("trees"), after.get("trees")
+    bt, at = before.get("trees") or {}, after.get("trees") or {}
     try:
         return bool(bt) and bt.keys() == at.keys() and all(bool(bt[k] == at[k]) for k in bt)
     except Exception:  # noqa: BLE001 - a node's aux data that refuses ==: compared by how they print

@@ -124,25 +124,31 @@ class LoadedBundle:
 
     def ready(self, batch_size: int, variant: str = DEFAULT_VARIANT) -> bool:
         """Whether the exported program for ``batch_size`` rows of ``variant`` has finished loading (or
-        failed: then :attr:`errors` says why). Never waits."""
-        file = self._files.get((variant, batch_size))
-        return file is not None and self._loader.done(file)
+        failed: then :attr:`errors` says why). Never waits. Raises KeyError as :meth:`wait_for` (a poll of a size
+        never exported looped for ever)."""
+        return self._loader.done(self._exported(variant, batch_size))
 
     def wait_for(self, batch_size: int, variant: str = DEFAULT_VARIANT, timeout: float | None = None) -> bool:
         """Wait for one exported program (moved to the front of the queue); True if it loaded, False if it
         failed. Raises KeyError for a size or variant the manifest does not export, TimeoutError after
         ``timeout`` seconds, ValueError for a ``timeout`` :meth:`wait` refuses."""
         timeout = wait_timeout(timeout)
-        if (variant, batch_size) not in self._files:
-            sizes = sorted(b for v, b in self._files if v == variant)
-            raise KeyError(f"bundle {self.manifest.name!r} exports no program of variant {variant!r} at batch size "
-                           f"{batch_size}; its batch sizes are {sizes}" + ("" if sizes else
-                           f" (variants: {sorted(self.manifest.variants)})"))
+        self._exported(variant, batch_size)
         try:
             return self._get(variant, batch_size, timeout) is not None
         except concurrent.futures.TimeoutError:
             raise TimeoutError(f"program {variant!r} at batch size {batch_size} still loading after {timeout} s"
                                ) from None
+
+    def _exported(self, variant: str, batch_size: Any) -> str:
+        """The module file of an exported program; KeyError for a size (``True`` is none) or variant not exported."""
+        file = None if isinstance(batch_size, bool) else self._files.get((variant, batch_size))
+        if file is None:
+            sizes = sorted(b for v, b in self._files if v == variant)
+            raise KeyError(f"bundle {self.manifest.name!r} exports no program of variant {variant!r} at batch size "
+                           f"{batch_size!r}; its batch sizes are {sizes}" + ("" if sizes else
+                           f" (variants: {sorted(self.manifest.variants)})"))
+        return file
 
     def _get(self, variant: str, batch: int, timeout: float | None = None) -> Any:
         """The exported program for ``(variant, batch)``, waiting for it alone; None if it failed."""

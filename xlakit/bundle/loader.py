@@ -133,7 +133,7 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
       TypeError: ``max_workers`` is not an int (a bool, a float or a str included); ``progress``, ``background``,
         ``warmup`` or ``exact`` is not True or False; ``path`` not a str or path, ``log`` not an EventLog,
         ``secret`` not bytes.
-      ValueError: ``max_workers`` < 1; an empty ``path``; a ``secret`` shorter than 16 bytes.
+      ValueError: ``max_workers`` < 1 or > 4096; an empty ``path``; a ``secret`` shorter than 16 bytes.
     """
     from xlakit._jax.environment import current_environment
     from xlakit._units import check_flag, is_int
@@ -157,8 +157,8 @@ def load_bundle(path: str | os.PathLike, devices: Sequence[Any] | None = None, m
         # "3" raised "'<' not supported between str and int"; 2.5 and True were taken as thread counts
         raise TypeError(f"max_workers must be an int number of threads (>= 1) or None, got "
                         f"{type(max_workers).__name__} {max_workers!r:.40}")
-    if max_workers is not None and max_workers < 1:
-        raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+    if max_workers is not None and not 1 <= max_workers <= 4096:  # 10**400 threads was taken as asked
+        raise ValueError(f"max_workers must be from 1 to 4096 threads, got {str(max_workers)[:40]}")
     log = log or _events.log()
     manifest = Manifest.read(path)
     device = _resolve_device(devices)

@@ -234,10 +234,15 @@ def prune(args: argparse.Namespace) -> int:
     from xlakit._units import parse_age  # ASCII digits only (rm.parse_age's \d took "３s" for 3 s)
     from xlakit.cache import remote_maintenance as rm
 
+    text = args.older_than
     try:
-        older = parse_age(args.older_than) if args.older_than is not None else None
+        older = parse_age(text) if text is not None else None
     except ValueError as e:
         raise CliError(f"--older-than: {e}") from None
+    if text is not None and text.strip()[-1:] not in ("s", "m", "h", "d", "w"):
+        # a command that deletes: "--older-than 30" meant days, read as 30 seconds; "1M" was one minute
+        raise CliError(f"--older-than {text!r}: give the number with its unit in lower case: 30d, 12h, 90m, 2w or "
+                       "3600s (nothing was deleted)")
     limit = size_option(args.max_bytes) if args.max_bytes is not None else None
     remote, mode = _remote(args)
     scan = _scan(remote)

@@ -41,6 +41,8 @@ def report(args: argparse.Namespace) -> int:
     for option, out in (("--out", args.out), ("--trace", trace)):
         if out and args.events and _same_file(out, args.events):  # the log would be replaced by what it makes
             raise CliError(f"{option} {out} is the --events file; give another file to write (nothing was written)")
+    if args.out and trace and _same_file(args.out, trace):  # the HTML would replace the trace just written
+        raise CliError(f"--out and --trace name the same file {args.out}; give two files (nothing was written)")
     if trace:
         _trace(args.events, trace)
         if not args.out:

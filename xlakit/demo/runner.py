@@ -134,6 +134,14 @@ def check_keep_cache(folder: Path) -> None:
     folder = folder.expanduser()
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise ValueError(f"--keep-cache {folder}: not a folder; give a new or empty folder for the demo's cache")
+    if not folder.exists():  # it is made later, in a child process whose failure was a 30-line traceback
+        above = next((p for p in folder.absolute().parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise ValueError(f"--keep-cache {folder}: {above} is a file, so the folder cannot be made there; give a "
+                             "new or empty folder for the demo's cache")
+        if above is not None and not os.access(above, os.W_OK | os.X_OK):
+            raise ValueError(f"--keep-cache {folder}: {above} cannot be written, so the folder cannot be made there; "
+                             "give a folder you can write")
     if folder.is_dir() and any(folder.iterdir()) and not has_tag(folder):
         raise ValueError(f"--keep-cache {folder}: the folder holds files and is not an xlakit cache (no xlakit "
                          "CACHEDIR.TAG); the demo empties its cache folder first, so give a new or empty folder "

@@ -80,7 +80,13 @@ class EventLog:
 
     # -- writing ---------------------------------------------------------------------------------------
     def append(self, event: Event) -> Event:
-        """Add ``event``, update the running totals and notify every observer once; returns ``event``."""
+        """Add ``event``, update the running totals and notify every observer once; returns ``event``.
+
+        Raises:
+          TypeError: ``event`` is not an :class:`Event` (the log is left as it was)."""
+        if not isinstance(event, Event):  # kept, it broke summary(), to_frame() and save() for good
+            raise TypeError(f"append(event) takes an xlakit.events.Event (make one with log.emit(kind, ...)), got "
+                            f"{type(event).__name__}; nothing was added")
         with self._lock:
             if len(self._events) == self._events.maxlen:
                 oldest = self._events[0].kind
@@ -115,12 +121,25 @@ class EventLog:
         return self.append(Event(kind=kind, **fields))
 
     def extend(self, events: Iterable[Event]) -> None:
-        """Append each event in order (observers are notified for each)."""
+        """Append each event in order (observers are notified for each).
+
+        Raises:
+          TypeError: an item that is not an :class:`Event` (checked before any is added)."""
+        events = list(events)
+        wrong = [e for e in events if not isinstance(e, Event)]
+        if wrong:
+            raise TypeError(f"extend(events) takes xlakit.events.Event objects, got a {type(wrong[0]).__name__}; "
+                            "nothing was added")
         for e in events:
             self.append(e)
 
     def subscribe(self, observer: Observer) -> Callable[[], None]:
-        """Call ``observer(event)`` on every future append; returns a function that unsubscribes."""
+        """Call ``observer(event)`` on every future append; returns a function that unsubscribes.
+
+        Raises:
+          TypeError: ``observer`` is not callable."""
+        if not callable(observer):
+            raise TypeError(f"subscribe(observer) takes a function of one event, got {type(observer).__name__}")
         with self._lock:
             self._observers = [*self._observers, observer]
 
@@ -266,6 +285,17 @@ class EventLog:
         return pd.DataFrame(rows, columns=columns)
 
     # -- persistence -----------------------------------------------------------------------------------
+    @staticmethod
+    def _checked_target(path: str | os.PathLike, where: str, example: str) -> Path:
+        """``path`` as a Path, refused when empty or blank, or a folder (the failure named the temp,
+        /proc/self/fd/3/..., not the folder given)."""
+        if not str(os.fspath(path)).strip():
+            raise ValueError(f"{where}(path): the path is empty; give a file such as {example!r}")
+        target = Path(os.path.expanduser(os.fspath(path)))
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, f"{target} is a folder; give a file in it, e.g. {target / example}")
+        return target
+
     def save(self, path: str | os.PathLike, *, append: bool = False) -> int:
         """Write the kept events to ``path`` as JSON lines; returns how many were written.
 
@@ -278,12 +308,7 @@ class EventLog:
         from xlakit._units import check_flag
 
         check_flag(append, "append")  # "no" appended
-        if not str(os.fspath(path)).strip():
-            raise ValueError("save(path): the path is empty; give a file such as 'events.jsonl'")
-        target = Path(os.path.expanduser(os.fspath(path)))
-        if target.is_dir():  # the failure named the temp (/proc/self/fd/3/...), not the folder given
-            raise IsADirectoryError(errno.EISDIR, f"{target} is a folder; give a file in it, e.g. "
-                                                  f"{target / 'events.jsonl'}")
+        target = self._checked_target(path, "save", "events.jsonl")
         try:
             return _jsonl.write(path, self.events(), append=append)
         except OSError as e:
@@ -309,11 +334,22 @@ class EventLog:
           The path written (replaced atomically).
 
         Raises:
-          OSError: the folder is missing or not writable.
+          OSError: the folder is missing or not writable. IsADirectoryError: ``path`` is a folder. ValueError: an
+          empty ``path``, or a ``pid`` that is not an int from 0 to 2**31 - 1.
         """
+        from xlakit._units import is_int
         from xlakit.events._trace import write_trace
 
-        return write_trace(path, self.events(), pid=pid, process_name=process_name)
+        if pid is not None and (not is_int(pid) or not 0 <= int(pid) < 2**31):
+            raise ValueError(f"save_trace(pid=...) takes a process id, an int from 0 to 2**31 - 1 (or None for this "
+                             f"process's), got {pid!r}"[:300])
+        target = self._checked_target(path, "save_trace", "events.trace.json")
+        try:
+            return write_trace(path, self.events(), pid=None if pid is None else int(pid), process_name=process_name)
+        except OSError as e:
+            if str(target) in str(e):
+                raise
+            raise type(e)(e.errno, f"cannot write {target}: {e.strerror or e}") from e
 
     @classmethod
     def load(cls, path: str | os.PathLike, maxlen: int | None = None) -> EventLog:

@@ -108,6 +108,9 @@ class Event:
                                 f"or None, got {type(value).__name__}")
             if value != value or value in (float("inf"), float("-inf")):  # NaN ended the log's load total for good
                 object.__setattr__(self, field, None)  # not measured (a producer's NaN never fails its caller)
+            elif abs(value) >= 2**63 or (value < 0 and field != "saved_s"):  # saved_s is a difference: may be < 0
+                raise ValueError(f"event field {field!r} must be {'' if field == 'saved_s' else '0 or more and '}"
+                                 f"below 2**63 in size, got {value!r}"[:200])
 
     def to_dict(self) -> dict[str, Any]:
         """All fields as a plain dict (JSON-serialisable)."""

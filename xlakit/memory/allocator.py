@@ -193,8 +193,8 @@ def parse_memory_stats(stats: Mapping[str, Any] | None, *, device: str = "?", de
         raw = stats.get(key)
         if key not in stats:
             values[key], sources[key] = None, f"Device.memory_stats(): key {key!r} absent (not tracked)"
-        elif not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
-            values[key], sources[key] = None, f"Device.memory_stats()[{key!r}] = {raw!r} (unavailable)"
+        elif not isinstance(raw, int) or isinstance(raw, bool) or raw < 0 or raw >= 2**63:  # past int64: no count
+            values[key], sources[key] = None, f"Device.memory_stats()[{key!r}] = {str(raw)[:40]} (unavailable)"
         else:
             values[key], sources[key] = int(raw), f"Device.memory_stats()[{key!r}]"
     extra = {k: v for k, v in stats.items() if k not in STATS_KEYS}

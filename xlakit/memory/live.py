@@ -87,6 +87,25 @@ def _rows(arrays: Iterable[Any], with_origin: bool = True) -> list[dict[str, Any
     return rows
 
 
+def _backend(backend: Any) -> str | None:
+    """``backend`` checked: None or the name of a backend JAX has (``"cpu"``); raises TypeError / ValueError naming
+    ``backend`` (a float said "'float' object has no attribute 'live_arrays'", ``""`` was taken as the default)."""
+    if backend is None:
+        return None
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a backend name such as 'cpu' or 'gpu', or None, got "
+                        f"{type(backend).__name__}")
+    if not backend.strip():
+        raise ValueError("backend is empty: give a backend name such as 'cpu' or 'gpu', or None for the default")
+    import jax
+
+    try:
+        jax.devices(backend)
+    except RuntimeError as e:
+        raise ValueError(f"backend {backend!r}: JAX has no such backend here ({e})"[:300]) from None
+    return backend
+
+
 def live_arrays(group_by: str | Iterable[str] | None = None, *, backend: str | None = None):
     """Every live JAX array, one row per (array, device holding a shard), as a ``pandas.DataFrame``.
 
@@ -107,7 +126,7 @@ def live_arrays(group_by: str | Iterable[str] | None = None, *, backend: str | N
     import jax
     import pandas as pd
 
-    frame = pd.DataFrame(_rows(jax.live_arrays(backend)), columns=list(COLUMNS))
+    frame = pd.DataFrame(_rows(jax.live_arrays(_backend(backend))), columns=list(COLUMNS))
     if group_by is None:
         return frame
     try:
@@ -142,6 +161,7 @@ def live_bytes(device: Any = None, memory_kind: str | None = "default", *, backe
 
     from xlakit._units import is_int
 
+    backend = _backend(backend)
     devices = jax.devices(backend) if backend else jax.devices()
     if device is not None and not is_int(device) and not hasattr(device, "id"):
         raise TypeError(f"live_bytes(device=...): expected a jax.Device, a device id (int) or None, got "

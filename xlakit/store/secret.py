@@ -58,8 +58,16 @@ def _hint() -> str:
 
 
 def secret_path(config_dir: str | os.PathLike | None = None) -> Path:
-    """Path of the secret file (whether or not it exists or the env overrides it)."""
-    base = config_dir or os.environ.get(ENV_CONFIG_DIR) or platformdirs.user_config_dir("xlakit")
+    """Path of the secret file (whether or not it exists or the env overrides it).
+
+    Raises:
+      SecretUnavailable: ``XLAKIT_CONFIG_DIR`` is set but empty or blank (a blank name was a folder ' ' in each
+        working directory, so each had its own key; an empty one was silently the default)."""
+    configured = os.environ.get(ENV_CONFIG_DIR)
+    if config_dir is None and configured is not None and not configured.strip():
+        raise SecretUnavailable(f"{ENV_CONFIG_DIR} is set but empty ({configured!r}); set it to a folder or unset it "
+                                "for the default config folder")
+    base = config_dir or (os.path.expanduser(configured) if configured else platformdirs.user_config_dir("xlakit"))
     return Path(base) / "secret"
 
 
