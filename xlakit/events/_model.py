@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time as _time
-from typing import Any
+from typing import Any, cast
 
 from xlakit._text.untrusted import html_text, terminal_text
 
@@ -100,7 +100,7 @@ class Event:
             raise ValueError(f"unknown event source {self.source!r}; expected one of {', '.join(SOURCES)}")
         # Appended first, a string failed in the log's totals: refused; a NaN or infinity is "not measured" (None)
         for field in ("duration_s", "saved_s", "bytes"):
-            value = getattr(self, field)
+            value: Any = getattr(self, field)
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, _FIELD_TYPES[field]):
@@ -108,7 +108,7 @@ class Event:
                                 f"or None, got {type(value).__name__}")
             if value != value or value in (float("inf"), float("-inf")):  # NaN ended the log's load total for good
                 object.__setattr__(self, field, None)  # not measured (a producer's NaN never fails its caller)
-            elif abs(value) >= 2**63 or (value < 0 and field != "saved_s"):  # saved_s is a difference: may be < 0
+            elif abs(number := cast(Any, value)) >= 2**63 or (number < 0 and field != "saved_s"):  # saved_s: may be < 0
                 raise ValueError(f"event field {field!r} must be {'' if field == 'saved_s' else '0 or more and '}"
                                  f"below 2**63 in size, got {value!r}"[:200])
 
