@@ -347,7 +347,7 @@ def test_context_values_equal_to_jax_are_no_change_and_a_memory_tools_trace_is_n
 
 def test_cache_answered_traces_wrappers_and_callable_objects_are_no_recompiles():
     """A fourth helper's instances (2026-12-06): jax.eval_shape / make_jaxpr of a jitted function (JAX times the
-    call around its jaxpr cache; the body does not run) read as recompiles and set off the RecompileWarning; two
+    call; nothing is compiled from it) read as recompiles and set off the RecompileWarning; two
     unrelated callable objects were one "<unnamed function>"; an object holding a ``.func`` attribute was taken for
     that function; ``jax.jit(jax.vmap(jf))`` for a recompile of f."""
     runs = []

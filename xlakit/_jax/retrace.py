@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import inspect
 import sys
 import threading
@@ -43,6 +42,7 @@ from typing import Any
 from xlakit._jax import trace_context
 from xlakit._jax.retrace_changes import Signature as _Signature
 from xlakit._jax.retrace_changes import closest, describe, diff, static_value
+from xlakit._jax.trace_identity import abstract_only, identity, trace_failed
 
 __all__ = ["RecompileWarning", "RetraceTracker", "FIXES", "TRACKER", "watch", "quiet_recompiles"]
 
@@ -86,40 +86,8 @@ def _unwrap(fun: Any) -> Any:
     return fun
 
 
-def _identity(fun: Any, fun_name: str | None) -> tuple:
-    """``(name shown, the chain of what is wrapped)``: each link by its code (name, file, line and a digest of the
-    bytes: two lambdas on one line share the first three) or, for a callable object, by its class and ``__call__``;
-    followed through ``__wrapped__`` and ``functools.partial`` only. So a decorator's wrapper made again is the same
-    function, while ``jax.jit(jax.vmap(f))``, ``jax.jit(jf)`` and two instances of unrelated classes are not."""
-    chain: list[tuple] = []
-    for _ in range(8):
-        code = getattr(fun, "__code__", None)
-        if code is not None:
-            chain.append((getattr(fun, "__qualname__", code.co_name), code.co_filename, code.co_firstlineno,
-                          _code_digest(code)))
-        else:
-            kind = type(fun)
-            call = getattr(vars(kind).get("__call__") or next(
-                (vars(k)["__call__"] for k in kind.__mro__ if "__call__" in vars(k)), None), "__code__", None)
-            chain.append((kind.__qualname__, kind.__module__, _code_digest(call) if call is not None else ""))
-        inner = fun.func if isinstance(fun, functools.partial) else getattr(fun, "__wrapped__", None)
-        if inner is None:
-            break
-        fun = inner
-    shown = next((link[0] for link in reversed(chain) if len(link) == 4), None) or fun_name
-    return (shown, tuple(chain))
 
 
-def _code_digest(code: Any) -> str:
-    """A digest of a code object's bytecode, names and constants (nested code objects by their own digest, not by
-    their address): the same source gives the same digest, in a re-run cell too."""
-    import hashlib
-
-    h = hashlib.sha1(code.co_code)
-    h.update(repr(code.co_names).encode())
-    for const in code.co_consts:
-        h.update(_code_digest(const).encode() if hasattr(const, "co_code") else repr(const).encode("utf-8", "replace"))
-    return h.hexdigest()[:16]
 
 
 def _eager_primitive(fun: Any) -> bool:
@@ -139,32 +107,6 @@ def _trace_frame() -> Any:
     return None
 
 
-def _answered_from_cache(tracker: Any) -> bool:
-    """Whether no trace missed JAX's jaxpr cache (``pe.trace_to_jaxpr``) since the last timed trace: JAX times the
-    call around that cache, so an ``eval_shape`` or ``make_jaxpr`` of a jitted function whose jaxpr is cached is
-    timed like a trace though the function never ran. Any miss meanwhile (this trace's, or one JAX did not time)
-    counts as a trace, as before; False where the cache's counters cannot be read."""
-    try:
-        from jax._src.interpreters import partial_eval as pe
-
-        misses = pe.trace_to_jaxpr.cache_info().misses
-    except Exception:  # noqa: BLE001 - another JAX: every timed trace counts
-        return False
-    last, tracker._misses = getattr(tracker, "_misses", None), misses
-    return last is not None and misses == last
-
-
-def _trace_failed(frame: Any) -> bool:
-    """Whether the trace timed in ``frame`` is ending with an exception (JAX's timer reports on the way out):
-    the exception being handled passes through that very frame."""
-    if frame is None:
-        return False
-    tb = getattr(sys.exc_info()[1], "__traceback__", None)
-    while tb is not None:
-        if tb.tb_frame is frame:
-            return True
-        tb = tb.tb_next
-    return False
 
 
 def _aval(aval: Any) -> tuple[str, str, bool, str, str]:
@@ -291,8 +233,6 @@ class RetraceTracker:
     def on_trace(self, emit: Any, name: str | None, fun_name: str | None) -> None:
         """Called at JAX's trace-duration signal, on the tracing thread, with JAX's frames on the stack;
         a retrace is emitted as ``emit("recompile", source="jit", name=..., reason=..., changes=[...])``."""
-        if _answered_from_cache(self):
-            return  # JAX timed a trace its jaxpr cache answered (jax.eval_shape, make_jaxpr): the body did not run
         if _QUIET.depth:
             return  # xlakit's own loop over shapes (memory.sweep): not the user's recompile, and not their history
         frame = _trace_frame()
@@ -300,13 +240,13 @@ class RetraceTracker:
             return  # jnp/lax applied outside jit: each new parameter set is another program, not a recompile
         if frame is not None and _xlakit_function(frame.f_locals.get("fun")):
             return  # xlakit's own shape evaluations (memory.sweep's abstract arguments) are not the user's retraces
-        if _trace_failed(frame):
-            return  # JAX times a trace that raised too: nothing compiled, so no signature to compare with later
+        if trace_failed(frame) or abstract_only(frame):
+            return  # a trace that raised, or one of eval_shape / make_jaxpr: nothing compiled, no signature kept
         sig: _Signature | None = None
         ident: tuple = (fun_name, None, 0)
         if frame is not None:
             try:
-                ident = _identity(frame.f_locals.get("fun"), fun_name)
+                ident = identity(frame.f_locals.get("fun"), fun_name)
                 sig = _signature(frame)
             except Exception:  # noqa: BLE001 - another JAX's frame: report the retrace without the signature
                 sig = None
