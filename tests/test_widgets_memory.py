@@ -147,6 +147,7 @@ def test_memory_explorer_compiles_in_the_background_redraws_and_shows_errors(tmp
     again = MemoryExplorer(loss, make_args, batch_sizes=(8,), step=jax.grad, cache=cache)
     assert again.wait(60).decision == "hit"           # a revisit in a new widget loads from the cache
     again.close()
+    cache.close()  # its hooks stay installed until then: a later test in this worker found a cache enabled
 
 
 def test_memory_explorer_rejects_bad_choices():
