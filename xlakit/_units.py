@@ -137,6 +137,21 @@ def check_path(path: Any, name: str = "path") -> str | os.PathLike | None:
                     f"got {type(path).__name__} {path!r}")
 
 
+def check_out_file(path: Any, where: str, example: str) -> Any:
+    """A file to write, as a ``pathlib.Path`` (``~`` expanded): refused when empty or blank (ValueError) or a folder
+    (IsADirectoryError; an atomic write's failure named its temp, ``/proc/self/fd/3/...``, not the folder given).
+    ``where`` names the call (``save``), ``example`` a file name for the message."""
+    import errno
+    from pathlib import Path
+
+    if not str(os.fspath(path)).strip():
+        raise ValueError(f"{where}(path): the path is empty; give a file such as {example!r}")
+    target = Path(os.path.expanduser(os.fspath(path)))
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, f"{target} is a folder; give a file in it, e.g. {target / example}")
+    return target
+
+
 def _numpy_bool(value: Any) -> bool:
     """True for a ``numpy.bool_`` (whose type is named ``bool`` since NumPy 2, ``bool_`` before), without NumPy."""
     return type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")

@@ -191,10 +191,8 @@ def write(path: str | os.PathLike, **kwargs: Any) -> Path:
 
     Raises:
       ValueError: an empty ``path``. IsADirectoryError: ``path`` is a folder. As :func:`build` otherwise."""
-    if not str(os.fspath(path)).strip():
-        raise ValueError("write(path): the path is empty; give a file such as 'report.html'")
-    path = Path(os.path.expanduser(path))  # "~/x" is the home folder, never a folder named "~"
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder; give a file in it, e.g. {path / 'report.html'}")
+    from xlakit._units import check_out_file
+
+    path = check_out_file(path, "write", "report.html")  # "~/x" is the home folder, never a folder named "~"
     text = build(**kwargs)
     return write_atomic(path, text)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import errno
 import numbers
 import os
 import threading
@@ -285,17 +284,6 @@ class EventLog:
         return pd.DataFrame(rows, columns=columns)
 
     # -- persistence -----------------------------------------------------------------------------------
-    @staticmethod
-    def _checked_target(path: str | os.PathLike, where: str, example: str) -> Path:
-        """``path`` as a Path, refused when empty or blank, or a folder (the failure named the temp,
-        /proc/self/fd/3/..., not the folder given)."""
-        if not str(os.fspath(path)).strip():
-            raise ValueError(f"{where}(path): the path is empty; give a file such as {example!r}")
-        target = Path(os.path.expanduser(os.fspath(path)))
-        if target.is_dir():
-            raise IsADirectoryError(errno.EISDIR, f"{target} is a folder; give a file in it, e.g. {target / example}")
-        return target
-
     def save(self, path: str | os.PathLike, *, append: bool = False) -> int:
         """Write the kept events to ``path`` as JSON lines; returns how many were written.
 
@@ -305,10 +293,10 @@ class EventLog:
           OSError: the folder is missing or not writable (naming ``path``). IsADirectoryError: ``path`` is a
           folder. ValueError: an empty ``path``. TypeError: ``append`` not True or False.
         """
-        from xlakit._units import check_flag
+        from xlakit._units import check_flag, check_out_file
 
         check_flag(append, "append")  # "no" appended
-        target = self._checked_target(path, "save", "events.jsonl")
+        target = check_out_file(path, "save", "events.jsonl")
         try:
             return _jsonl.write(path, self.events(), append=append)
         except OSError as e:
@@ -337,13 +325,13 @@ class EventLog:
           OSError: the folder is missing or not writable. IsADirectoryError: ``path`` is a folder. ValueError: an
           empty ``path``, or a ``pid`` that is not an int from 0 to 2**31 - 1.
         """
-        from xlakit._units import is_int
+        from xlakit._units import check_out_file, is_int
         from xlakit.events._trace import write_trace
 
         if pid is not None and (not is_int(pid) or not 0 <= int(pid) < 2**31):
             raise ValueError(f"save_trace(pid=...) takes a process id, an int from 0 to 2**31 - 1 (or None for this "
                              f"process's), got {pid!r}"[:300])
-        target = self._checked_target(path, "save_trace", "events.trace.json")
+        target = check_out_file(path, "save_trace", "events.trace.json")
         try:
             return write_trace(path, self.events(), pid=None if pid is None else int(pid), process_name=process_name)
         except OSError as e:
