@@ -233,6 +233,97 @@ def test_packed_ids_valued_at_once_equal_the_packed_reader(monkeypatch):
         assert outcome(packed_ints, data) == outcome(packed, data)
 
 
+def test_packed_payloads_valued_together_equal_the_packed_reader(monkeypatch):
+    """All of a schedule's sequences are valued in one numpy pass (packed_many): each the same ints as the reader's,
+    also for negative, 64-bit and damaged payloads (the same error)."""
+    from xlakit.memory import _varint_records
+    from xlakit.memory._proto import ProtoDecodeError, packed
+    from xlakit.memory._varint_records import packed_many
+
+    monkeypatch.setattr(_varint_records, "_SHORT", 0)  # numpy for every schedule, not only long ones
+
+    def varint(v):
+        v &= (1 << 64) - 1
+        out = bytearray()
+        while v >= 0x80:
+            out.append(v & 0x7F | 0x80)
+            v >>= 7
+        return bytes(out + bytes([v]))
+
+    def outcome(read, *args):
+        try:
+            return read(*args)
+        except ProtoDecodeError:
+            return ProtoDecodeError
+
+    rng = random.Random(1)
+    for _ in range(300):
+        body, spans = bytearray(b"xx"), []
+        for _ in range(rng.randint(1, 5)):
+            start = len(body)
+            body += b"".join(varint(rng.choice([rng.randrange(128), rng.randrange(1 << 40), -rng.randrange(1 << 30),
+                                                rng.randrange(1 << 64)])) for _ in range(rng.randint(0, 8)))
+            spans.append((start, len(body)))
+            body += b"\x07"  # a byte between payloads, as a key or length would be
+        if rng.random() < 0.4:
+            body[rng.randrange(2, len(body))] = rng.choice([rng.randrange(256), 0x80, 0xFF, 0x02])
+        data = bytes(body)
+        assert outcome(packed_many, data, spans) == outcome(lambda d, s: [packed(d, *span) for span in s], data, spans)
+
+
+def test_records_found_inline_are_found_as_by_the_general_readers(programs):
+    """The buffer assignment's records (``_top_level``) and the schedule's entries (``_schedule``) read inline are
+    those the general reader finds, field for field, also when bytes are damaged (the same error either way)."""
+    import numpy as np
+
+    from xlakit.memory._assignment_decode import _TOP_FIELDS, _top_level
+    from xlakit.memory._module_tables import _schedule
+    from xlakit.memory._proto import ProtoDecodeError, last, scan
+    from xlakit.memory._varint_records import packed_ints
+
+    def top_by_scan(data):
+        found = scan(data, 0, len(data), _TOP_FIELDS)
+        return {f: [tuple(span) for span in found.get(f, ())] for f in _TOP_FIELDS}
+
+    def top_inline(data):
+        return {f: [tuple(span) for span in spans.tolist()] for f, spans in _top_level(data).items()}
+
+    def schedule_by_scan(data, span):
+        out = {}
+        for start, end in scan(data, span[0], span[1], (_F.SCHED_SEQUENCES,)).get(_F.SCHED_SEQUENCES, ()):
+            entry = scan(data, start, end, (_F.SCHED_KEY, _F.SCHED_VALUE))
+            ids = []
+            for seq in entry.get(_F.SCHED_VALUE, [])[-1:]:
+                for value in scan(data, seq[0], seq[1], (_F.SEQ_IDS,)).get(_F.SEQ_IDS, ()):
+                    ids += packed_ints(data, *value) if isinstance(value, tuple) else [value]
+            out[last(entry, _F.SCHED_KEY)] = tuple(ids)
+        return out
+
+    def outcome(read, *args):
+        try:
+            return read(*args)
+        except (ProtoDecodeError, TypeError, IndexError) as exc:  # scan gives a scalar field as an int
+            return ProtoDecodeError if isinstance(exc, ProtoDecodeError) else "not read"
+
+    rng = random.Random(2)
+    for compiled in programs:
+        ba = compiled.memory_analysis().serialized_buffer_assignment_proto
+        module = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+        span = scan(module, 0, len(module), (_F.MOD_SCHEDULE,))[_F.MOD_SCHEDULE][-1]
+        assert top_inline(ba) == top_by_scan(ba) and all(isinstance(v, np.ndarray) for v in _top_level(ba).values())
+        assert _schedule(module, span) == schedule_by_scan(module, span) and _schedule(module, span)
+        for _ in range(150):
+            damaged_ba, damaged_module = bytearray(ba), bytearray(module)
+            for _ in range(rng.randint(1, 3)):
+                damaged_ba[rng.randrange(len(ba))] = rng.choice([rng.randrange(256), 0x80, 0x08, 0x0A, 0x1A])
+                damaged_module[rng.randrange(*span)] = rng.choice([rng.randrange(256), 0x80, 0x08, 0x0A, 0x12])
+            expected = outcome(top_by_scan, bytes(damaged_ba))
+            assert outcome(top_inline, bytes(damaged_ba)) in (expected, ProtoDecodeError if expected == "not read"
+                                                              else expected)
+            assert outcome(_schedule, bytes(damaged_module), span) == outcome(schedule_by_scan, bytes(damaged_module),
+                                                                              span)
+
+
 def test_a_module_decoded_on_demand_equals_one_decoded_in_full(programs):
     for compiled in programs:
         data = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()

@@ -56,15 +56,27 @@ _KEY_FIELDS: dict[type, str] = {}  # a jax key type -> the attribute holding its
 _KEY_TEXTS: dict[tuple[Any, ...], str] = {}  # (key type, value type, value) -> jax.tree_util.keystr((key,))
 
 
+_BY_KEY: dict[Any, str] = {}  # a key whose == tells its text (an int index, a str name or dict key) -> its text
+_DICT_KEY: list[Any] = [None]  # jax.tree_util.DictKey, once _KEY_FIELDS is filled
+
+
 def _key_text(key: Any) -> str:
     """``jax.tree_util.keystr((key,))`` (``['w']``, ``[0]``, ``.mu``), remembered per key: a pytree of a few
     thousand leaves repeats a few dozen keys."""
+    try:
+        by_key = _BY_KEY[key]  # the common keys, by the key itself (a dict lookup: thousands per attribution)
+        # a str subclass equal to a remembered str (np.str_('w') == 'w') prints differently: not by the key
+        if type(key) is not _DICT_KEY[0] or type(key.key) is str:
+            return by_key
+    except (KeyError, TypeError):
+        pass
     import jax
 
     if not _KEY_FIELDS:
         tu = jax.tree_util
         _KEY_FIELDS.update({tu.DictKey: "key", tu.SequenceKey: "idx", tu.GetAttrKey: "name",
                             tu.FlattenedIndexKey: "key"})
+        _DICT_KEY[0] = tu.DictKey
     field = _KEY_FIELDS.get(type(key))
     if field is None:
         return jax.tree_util.keystr((key,))
@@ -77,7 +89,12 @@ def _key_text(key: Any) -> str:
     if found is None:
         if len(_KEY_TEXTS) > 65536:
             _KEY_TEXTS.clear()
+            _BY_KEY.clear()
         found = _KEY_TEXTS[memo] = jax.tree_util.keystr((key,))
+    if type(value) is str or (type(value) is int and field == "idx"):
+        # DictKey(1) == DictKey(1.0) == DictKey(True) print differently: only str values (and a sequence's int
+        # index) are remembered by the key itself; keys of two types are never == (checked: jax 0.10.2)
+        _BY_KEY[key] = found
     return found
 
 

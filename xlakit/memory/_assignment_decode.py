@@ -2,21 +2,23 @@
 ``HloModuleProto`` that name its buffers) with :mod:`xlakit.memory._proto`, by the field numbers of XLA's public
 ``hlo.proto`` / ``xla_data.proto`` (:class:`~xlakit.memory._xla_fields._F`).
 
-Records are read in place (:func:`~xlakit.memory._proto.scan` gives offsets, not copies) and only the fields
-the data model holds are decoded; a shape is read only for the leaf a logical buffer names.
+Records are read in place (offsets, not copies) and only the fields the data model holds are decoded; a shape is
+read only for the leaf a logical buffer names. The top level (tens of thousands of records) is walked by a loop of a
+few steps per record (:func:`_top_level`); the logical buffers and allocations, made of varints only as XLA writes
+them, are read as columns with numpy (:mod:`xlakit.memory._varint_records`: one pass over all records, no Python
+loop per field), the few others one by one (:mod:`xlakit.memory._assignment_records`), which then makes the objects.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from xlakit.memory._assignment_types import (
-    HeapEvent,
-    LogicalBuffer,
-)
+from xlakit.memory._assignment_types import HeapEvent
+from xlakit.memory._decoding import without_gc
 from xlakit.memory._hlo_module import decode_module
 from xlakit.memory._proto import (
     ProtoDecodeError,
+    _varint,
     last,
     scan,
     text,
@@ -39,12 +41,13 @@ from xlakit.memory._assignment_records import (  # noqa: F401 - the per-record r
     _LOC_SIZE,
     _PEAK_SIZE,
     _SHAPE_SIZE,
-    _allocation,
     _allocation_fields,
     _allocation_table,
+    _allocations,
     _assigned,
     _location,
     _logical_buffer,
+    _logical_buffers,
     _message_leaf,
     _peak_buffers,
     _Shapes,
@@ -67,65 +70,87 @@ def decode_parts(data: bytes, hlo_module: bytes | None = None) -> dict[str, Any]
     if not data:
         raise ValueError("empty buffer assignment: this backend does not report one (memory_analysis() "
                          "returned no serialized_buffer_assignment_proto)")
-    data = bytes(data)
-    module = decode_module(bytes(hlo_module)) if hlo_module else None
+    return without_gc(_decode_parts, bytes(data), bytes(hlo_module) if hlo_module else None)
+
+
+def _decode_parts(data: bytes, hlo_module: bytes | None) -> dict[str, Any]:
+    # With the collector paused (xlakit.memory._decoding): ~10^4 objects made, none in a cycle.
+    module = decode_module(hlo_module) if hlo_module else None
     try:
         return _decode(data, module)
     except IndexError:
         raise ProtoDecodeError("truncated buffer assignment") from None
 
 
+_TOP_FIELDS = (_F.BA_LOGICAL_BUFFERS, _F.BA_ALIASES, _F.BA_ALLOCATIONS, _F.BA_TRACES, _F.BA_PEAK_BUFFERS)
+
+
+def _top_level(data: bytes) -> dict[int, Any]:
+    """Field -> the ``(start, end)`` spans of the BufferAssignmentProto's records of that field (``_TOP_FIELDS``,
+    all messages), as an ``(n, 2)`` int64 array. As XLA writes them (one-byte keys; tens of thousands of records)
+    they are read by a loop of a few steps per record; anything else (another field, a scalar, a truncated record)
+    by :func:`~xlakit.memory._proto.scan`, which says what is wrong."""
+    import numpy as np
+
+    lists: list[list[int]] = [[] for _ in _TOP_FIELDS]
+    where: list[Any] = [None] * 256  # a record's key -> the list of its field's starts and ends
+    for field, found in zip(_TOP_FIELDS, lists, strict=True):
+        where[field << 3 | 2] = found
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            found = where[data[pos]]
+            size = data[pos + 1]
+            if size < 0x80:
+                pos += 2
+            else:
+                size, pos = _varint(data, pos + 1)
+            found.append(pos)  # None (a key read below) has no append
+            pos += size
+            found.append(pos)
+    except (AttributeError, IndexError, ProtoDecodeError):
+        pos = -1
+    if pos != end:  # not the common encoding, or malformed
+        flat = scan(data, 0, end, _TOP_FIELDS)
+        for field, found in flat.items():
+            if not all(isinstance(span, tuple) for span in found):
+                raise ProtoDecodeError(f"field {field} of the buffer assignment: expected a message, found a scalar")
+        lists = [[v for span in flat.get(field, ()) for v in span] for field in _TOP_FIELDS]
+    return {field: np.fromiter(found, dtype=np.int64, count=len(found)).reshape(-1, 2)
+            for field, found in zip(_TOP_FIELDS, lists, strict=True)}
+
+
 def _decode(data: bytes, module: Any) -> dict[str, Any]:
-    ba = scan(data, 0, len(data), (_F.BA_LOGICAL_BUFFERS, _F.BA_ALIASES, _F.BA_ALLOCATIONS, _F.BA_TRACES,
-                                   _F.BA_PEAK_BUFFERS))
-    allocation_spans = ba.get(_F.BA_ALLOCATIONS, [])
+    ba = _top_level(data)
+    allocation_spans = ba[_F.BA_ALLOCATIONS]
     # Only buffers the module cannot describe take their slice's dtype (with a module, rarely any): read them
     # when first needed.
     slice_dtypes: list[dict[int, str]] = []
 
     def slice_dtype(bid: int) -> str | None:
         if not slice_dtypes:
-            slice_dtypes.append(_slice_dtypes(data, allocation_spans))
+            slice_dtypes.append(_slice_dtypes(data, allocation_spans.tolist()))
         return slice_dtypes[0].get(bid)
 
-    leaf = _Shapes().leaf
-    instructions = module.instructions if module is not None else {}
-    known = getattr(instructions, "known", {})  # instructions already decoded (the entry's), by id
-    names: dict[int, str | None] = {}
-    buffers: dict[int, LogicalBuffer] = {}
-    new = object.__new__
-    for bid, size, color, iid, index, loc_name in _logical_buffers_at_once(data, ba.get(_F.BA_LOGICAL_BUFFERS, [])):
-        ins = known.get(iid) or (instructions.get(iid) if iid is not None else None)
-        if ins is not None:
-            shape, dtype = leaf(ins, index)
-            cid = ins.computation_id
-            computation = names[cid] if cid in names else names.setdefault(cid, _computation_name(module, cid))
-            name, opcode = ins.name, ins.opcode
-        else:
-            shape = dtype = computation = opcode = None
-            name = loc_name
-        # LogicalBuffer(...) without the frozen dataclass's object.__setattr__ per field (thousands of buffers)
-        buffer = buffers[bid] = new(LogicalBuffer)
-        buffer.__dict__.update(id=bid, size=size, instruction=name, opcode=opcode, computation=computation,
-                               shape_index=index, shape=shape, dtype=dtype or slice_dtype(bid), color=color,
-                               instruction_id=iid)
+    buffers = _logical_buffers(*_logical_buffer_columns(data, ba[_F.BA_LOGICAL_BUFFERS]), module,
+                               slice_dtype)
 
     aliases: dict[int, list[tuple[int | None, tuple[int, ...]]]] = {}
-    for span in ba.get(_F.BA_ALIASES, ()):
+    for span in ba[_F.BA_ALIASES].tolist():
         al = scan(data, span[0], span[1], (_F.ALIAS_SOURCE, _F.ALIAS_LOCATION))
         loc = al.get(_F.ALIAS_LOCATION)
         if loc:
             iid, index, _name = _location(data, loc[-1])
             aliases.setdefault(to_int64(last(al, _F.ALIAS_SOURCE)), []).append((iid, index))
 
-    peak_spans = ba.get(_F.BA_PEAK_BUFFERS, ())
+    peak_spans = ba[_F.BA_PEAK_BUFFERS]
     peak_ids: list[dict[int, tuple[int, ...]]] = []  # XLA's peak buffers per allocation, read when first asked
 
     def peaks(index: int) -> tuple[int, ...]:
         if not peak_ids:
             found: dict[int, tuple[int, ...]] = {}
             try:
-                for span in peak_spans:
+                for span in peak_spans.tolist():
                     allocation_index, ids = _peak_buffers(data, *span)
                     found[allocation_index] = ids
             except IndexError:
@@ -133,10 +158,10 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             peak_ids.append(found)
         return peak_ids[0].get(index, ())
 
-    allocations = [_allocation(al, peaks, buffers, slice_dtype) for al in _allocations_at_once(data, allocation_spans)]
+    allocations = _allocations(_allocation_columns(data, allocation_spans), peaks, buffers, slice_dtype)
 
     traces = []
-    for span in ba.get(_F.BA_TRACES, ()):
+    for span in ba[_F.BA_TRACES].tolist():
         tr = scan(data, span[0], span[1], (_F.TR_EVENTS, _F.TR_ALLOCATION))
         events = []
         for ev_span in tr.get(_F.TR_EVENTS, ()):
@@ -162,121 +187,146 @@ _AL_TOP_KEYS = tuple(f << 3 for f in (_F.AL_INDEX, _F.AL_SIZE, _F.AL_THREAD_LOCA
                                       _F.AL_PARAMETER_NUMBER, _F.AL_LIVE_OUT, _F.AL_COLOR, _F.AL_TUPLE,
                                       _F.AL_CONSTANT, _F.AL_ALIASED)) + (_F.AL_ASSIGNED << 3 | 2,)
 _AS_KEYS_AT_ONCE = tuple(f << 3 for f in (_F.AS_BUFFER, _F.AS_OFFSET, _F.AS_SIZE, _F.AS_ELEMENT_TYPE))
+_FLAGS = sorted(_AL_BOOL)  # an allocation's bool fields
 
 
-def _levels(found: Any, opener_key: int, top_keys: tuple[int, ...], inner_keys: tuple[int, ...],
-            repeated: bool = False) -> tuple[Any, Any]:
-    """``(inside, good)``: which opener (a pair whose key is ``opener_key``) each pair of ``found`` lies inside
-    (-1: the record's own level), and per pair whether its record is read here: a record is when every pair at its
-    own level has a key of ``top_keys``, every pair inside an opener one of ``inner_keys``, no key repeats where it
-    lies (but the opener's, when ``repeated``: a repeated message field), no value needs more than 63 bits, and
-    :func:`~xlakit.memory._varint_records.nested` finds its nested messages whole."""
+def _table(record: Any, key: Any, value: Any, mask: Any, n: int, size: int) -> Any:
+    """``out[f, r]``: the value of record ``r``'s field ``f`` (< ``size``) among the pairs in ``mask`` (at most one
+    per field and record), 0 where none: every field of every record in one scatter."""
     import numpy as np
 
-    from xlakit.memory._varint_records import nested
-
-    inside, bad = nested(found, found.key == opener_key)
-    bad |= found.bad
-    top = inside < 0
-    wrong = np.where(top, ~np.isin(found.key, top_keys), ~np.isin(found.key, inner_keys))
-    wrong |= found.value >= np.uint64(1 << 63)  # a negative int64: read by the per-field reader
-    bad[found.record[wrong]] = True
-    # where a pair lies: its record (at the record's own level) or its opener; keys must not repeat there
-    where = np.where(top, found.record, len(found.bad) + inside)
-    counted = found.key != opener_key if repeated else np.ones(len(found.key), dtype=bool)
-    seen = (where * 256 + found.key)[counted]
-    _, first, counts = np.unique(seen, return_index=True, return_counts=True)
-    bad[found.record[np.flatnonzero(counted)[first[counts > 1]]]] = True
-    return inside, ~bad[found.record]
-
-
-def _field(found: Any, mask: Any, n: int) -> Any:
-    """Per record, the value of the pairs in ``mask`` (at most one per record), 0 where none."""
-    import numpy as np
-
-    out = np.zeros(n, dtype=np.int64)
-    out[found.record[mask]] = found.value[mask].astype(np.int64)
+    out = np.zeros((size, n), dtype=np.int64)
+    out[key[mask] >> 3, record[mask]] = value[mask].astype(np.int64)
     return out
+
+
+def _logical_buffer_columns(data: bytes, spans: Any) -> tuple[list[int], list[int], list[int], list[int | None],
+                                                              list[tuple[int, ...]], list[str | None]]:
+    """``(ids, sizes, colors, instruction ids (None where absent), shape indexes, instruction names (None where
+    absent))`` of the LogicalBufferProtos at ``spans``: those made of varints only read with numpy
+    (:mod:`xlakit.memory._varint_records`), the others (a location with a shape index or an instruction name) one
+    by one."""
+    import numpy as np
+
+    from xlakit.memory._varint_records import levels, pairs
+
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    n = len(spans)
+    if not n:
+        return [], [], [], [], [], []
+    found = pairs(data, spans)
+    inside, good = levels(found, _F.LB_DEFINED_AT << 3 | 2, _LB_TOP_KEYS, (_F.LOC_INSTRUCTION_ID << 3,))
+    record, key, value = found.record[good], found.key[good], found.value[good]  # the pairs of records read here
+    top = inside[good] < 0
+    table = _table(record, key, value, top & (key != _F.LB_DEFINED_AT << 3 | 2), n, _LB_SIZE).tolist()
+    ids, sizes, colors = table[_F.LB_ID], table[_F.LB_SIZE], table[_F.LB_COLOR]
+    placed = ~top  # the instruction id, inside the location
+    iids: list[int | None] = _table(record, key, value, placed, n, _LOC_SIZE)[_F.LOC_INSTRUCTION_ID].tolist()
+    has_iid = np.zeros(n, dtype=bool)
+    has_iid[record[placed]] = True
+    read = np.zeros(n, dtype=bool)
+    read[record] = True
+    for k in np.flatnonzero(~has_iid).tolist():
+        iids[k] = None
+    indexes: list[tuple[int, ...]] = [()] * n
+    names: list[str | None] = [None] * n
+    for k in np.flatnonzero(~read).tolist():  # not varints only (or empty): the per-field reader
+        lb = _logical_buffer(data, *spans[k].tolist())
+        ids[k], sizes[k], colors[k] = lb[:3]
+        iids[k], indexes[k], names[k] = _location(data, lb[3])
+    return ids, sizes, colors, iids, indexes, names
 
 
 def _logical_buffers_at_once(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[Any, ...]]:
     """``(id, size, color, instruction id or None, shape index, instruction name or None)`` of every
-    LogicalBufferProto at ``spans``: those made of varints only read with numpy
-    (:mod:`xlakit.memory._varint_records`), the others (a location with a shape index or an instruction name) one by
-    one."""
+    LogicalBufferProto at ``spans``, as :func:`_logical_buffer_columns` reads them."""
+    return list(zip(*_logical_buffer_columns(data, spans), strict=True))
+
+
+class _AllocationColumns(NamedTuple):
+    """What :func:`_allocation_columns` reads: ``fields``, one list per field number 1-13 (slot ``f - 1``, as
+    :func:`_allocation_fields` gives them; the ``assigned`` and parameter-index slots left empty), ``indexes``
+    (the parameter shape index of each), and the slices of all allocations in order: ``buffers``, ``offsets``,
+    ``sizes`` (one entry per slice), allocation ``k``'s at ``[at[k]:at[k + 1]]``."""
+
+    fields: list[list[Any]]
+    indexes: list[tuple[int, ...]]
+    buffers: list[int]
+    offsets: list[int]
+    sizes: list[int]
+    at: list[int]
+
+
+def _allocation_columns(data: bytes, spans: Any) -> _AllocationColumns:
+    """The fields of every BufferAllocationProto at ``spans`` (:class:`_AllocationColumns`): those made of varints
+    only read with numpy (:mod:`xlakit.memory._varint_records`), the others (a parameter shape index) one by one."""
     import numpy as np
 
-    from xlakit.memory._varint_records import pairs
+    from xlakit.memory._varint_records import levels, pairs
 
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     n = len(spans)
     if not n:
-        return []
+        return _AllocationColumns([[] for _ in range(13)], [], [], [], [], [0])
     found = pairs(data, spans)
-    inside, good = _levels(found, _F.LB_DEFINED_AT << 3 | 2, _LB_TOP_KEYS, (_F.LOC_INSTRUCTION_ID << 3,))
-    top = (inside < 0) & good
-    ids, sizes, colors = (_field(found, top & (found.key == f << 3), n) for f in (_F.LB_ID, _F.LB_SIZE, _F.LB_COLOR))
-    placed = (inside >= 0) & good  # the instruction id, inside the location
-    has_iid = np.zeros(n, dtype=bool)
-    has_iid[found.record[placed]] = True
+    opener = _F.AL_ASSIGNED << 3 | 2
+    inside, good = levels(found, opener, _AL_TOP_KEYS, _AS_KEYS_AT_ONCE, repeated=True)
+    record, key, value, inside = found.record[good], found.key[good], found.value[good], inside[good]
+    top = inside < 0
+    table = _table(record, key, value, top & (key != opener), n, 14)
+    columns = table.tolist()
+    for f, row in zip(_FLAGS, table[_FLAGS].astype(bool).tolist(), strict=True):
+        columns[f] = row
+    del columns[0]  # field f in slot f - 1, as _allocation_fields gives them
+    # the slices: (buffer id, offset, size) of each assigned message, in byte order, so by allocation
+    at = np.flatnonzero((key == opener) & top)
+    inner = ~top
+    slot = np.searchsorted(at, np.flatnonzero(inner), side="right") - 1  # slice k's pairs follow its opener at[k]
+    triples = np.zeros((3, len(at)), dtype=np.int64)
+    for k, f in enumerate((_F.AS_BUFFER, _F.AS_OFFSET, _F.AS_SIZE)):
+        mask = key[inner] == f << 3
+        triples[k, slot[mask]] = value[inner][mask].astype(np.int64)
+    counts = np.bincount(record[at], minlength=n)
     read = np.zeros(n, dtype=bool)
-    read[found.record[good]] = True
-    iids = _field(found, placed, n)
-    out: list[tuple[Any, ...]] = []
-    for k, (bid, size, color, iid, has, ok) in enumerate(zip(ids.tolist(), sizes.tolist(), colors.tolist(),
-                                                             iids.tolist(), has_iid.tolist(), read.tolist(),
-                                                             strict=True)):
-        if ok:
-            out.append((bid, size, color, iid if has else None, (), None))
-        else:  # not varints only (or empty): the per-field reader
-            lb = _logical_buffer(data, *spans[k])
-            out.append((*lb[:3], *_location(data, lb[3])))
-    return out
+    read[record] = True
+    buffers: list[int]
+    offsets: list[int]
+    sizes: list[int]
+    buffers, offsets, sizes = triples.tolist()
+    indexes: list[tuple[int, ...]] = [()] * n
+    if not read.all():  # not varints only (or empty): the per-field reader, its slices put in their place
+        starts = np.concatenate(([0], np.cumsum(counts))).tolist()
+        pieces: list[list[list[int]]] = [[], [], []]
+        for k in range(n):
+            if read[k]:
+                for piece, column in zip(pieces, (buffers, offsets, sizes), strict=True):
+                    piece.append(column[starts[k]:starts[k + 1]])
+                continue
+            span = tuple(spans[k].tolist())
+            fields = _allocation_fields(data, *span) or _allocation_table(data, span)
+            for f, column in enumerate(columns):
+                column[k] = fields[f]
+            indexes[k] = fields[_F.AL_PARAMETER_INDEX - 1]
+            assigned = fields[_F.AL_ASSIGNED - 1]
+            counts[k] = len(assigned)
+            for piece, got in zip(pieces, zip(*assigned, strict=True) if assigned else ((), (), ()), strict=True):
+                piece.append(list(got))
+        buffers, offsets, sizes = ([v for part in piece for v in part] for piece in pieces)
+    for f in (_F.AL_ASSIGNED, _F.AL_PARAMETER_INDEX):
+        columns[f - 1] = []
+    return _AllocationColumns(columns, indexes, buffers, offsets, sizes,
+                              np.concatenate(([0], np.cumsum(counts))).tolist())
 
 
 def _allocations_at_once(data: bytes, spans: list[tuple[int, int]]) -> list[list[Any]]:
-    """:func:`_allocation_fields` of every BufferAllocationProto at ``spans``: those made of varints only read with
-    numpy (:mod:`xlakit.memory._varint_records`), the others (a parameter shape index) one by one."""
-    import numpy as np
-
-    from xlakit.memory._varint_records import pairs
-
-    n = len(spans)
-    if not n:
-        return []
-    found = pairs(data, spans)
-    opener = _F.AL_ASSIGNED << 3 | 2
-    inside, good = _levels(found, opener, _AL_TOP_KEYS, _AS_KEYS_AT_ONCE, repeated=True)
-    top = (inside < 0) & good
-    columns = []
-    for f in range(1, 14):  # the slots of _allocation_fields
-        out = _field(found, top & (found.key == f << 3), n)
-        columns.append(out.astype(bool).tolist() if f in _AL_BOOL else out.tolist())
-    # the slices: (buffer id, offset, size) of each assigned message, in order, by allocation
-    at = np.flatnonzero((found.key == opener) & top)
-    slot = np.searchsorted(at, inside)
-    triples = np.zeros((len(at), 3), dtype=np.int64)
-    for k, f in enumerate((_F.AS_BUFFER, _F.AS_OFFSET, _F.AS_SIZE)):
-        mask = (inside >= 0) & good & (found.key == f << 3)
-        triples[slot[mask], k] = found.value[mask].astype(np.int64)
-    slices: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
-    for record, triple in zip(found.record[at].tolist(), triples.tolist(), strict=True):
-        slices[record].append(tuple(triple))
-    read = np.zeros(n, dtype=bool)
-    read[found.record[good]] = True
-    rows: list[list[Any]] = []
-    for k, (row, ok) in enumerate(zip(zip(*columns, strict=True), read.tolist(), strict=True)):
-        if ok:
-            fields = list(row)
-            fields[_F.AL_ASSIGNED - 1] = slices[k]
-            fields[_F.AL_PARAMETER_INDEX - 1] = ()
-        else:  # not varints only (or empty): the per-field reader
-            fields = _allocation_fields(data, *spans[k]) or _allocation_table(data, spans[k])
-        rows.append(fields)
+    """:func:`_allocation_fields` of every BufferAllocationProto at ``spans``, as :func:`_allocation_columns`
+    reads them."""
+    got = _allocation_columns(data, spans)
+    rows = []
+    for k in range(len(spans)):
+        row = [column[k] if column else None for column in got.fields]
+        row[_F.AL_ASSIGNED - 1] = list(zip(got.buffers[got.at[k]:got.at[k + 1]], got.offsets[got.at[k]:got.at[k + 1]],
+                                           got.sizes[got.at[k]:got.at[k + 1]], strict=True))
+        row[_F.AL_PARAMETER_INDEX - 1] = got.indexes[k]
+        rows.append(row)
     return rows
-
-
-def _computation_name(module: Any, cid: int) -> str | None:
-    name_of = getattr(module.computations, "name_of", None)  # a lazy module names it without decoding it
-    if name_of is not None:
-        return name_of(cid)
-    return module.computations[cid][0] if cid in module.computations else None

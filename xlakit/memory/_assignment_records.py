@@ -1,10 +1,13 @@
 """The records of XLA's ``BufferAssignmentProto`` one by one: logical buffers, their locations, allocations, assigned
 slices and peak buffers, read in place by the field numbers of XLA's ``hlo.proto`` (:class:`~xlakit.memory.
 _xla_fields._F`). :mod:`xlakit.memory._assignment_decode` reads whole tables of them at once where they are made of
-varints only, and falls back to these readers for the rest."""
+varints only, and falls back to these readers for the rest; :func:`_logical_buffers` and :func:`_allocations` make
+the objects from those tables."""
 
 from __future__ import annotations
 
+import collections
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -12,9 +15,8 @@ from xlakit.memory._assignment_types import (
     DTYPES,
     Allocation,
     LogicalBuffer,
+    Slice,
     _Instr,
-    _new_allocation,
-    _new_slice,
 )
 from xlakit.memory._proto import (
     ProtoDecodeError,
@@ -67,9 +69,9 @@ class _Shapes:
 
     def leaf(self, ins: _Instr, index: tuple[int, ...]) -> tuple[tuple[int, ...] | None, str | None]:
         raw = ins._raw
-        if raw is None or raw[2] is None:  # an instruction made without its proto
+        if raw is None or raw[3] < 0:  # an instruction made without its proto, or without a shape
             return _message_leaf(ins.shape, index)
-        data, span = raw[0], raw[2]
+        data, span = raw[0], (raw[3], raw[4])
         for i in index:
             tuples = self._fields(data, span)[_F.SH_TUPLE] or ()
             if not 0 <= i < len(tuples):
@@ -181,11 +183,60 @@ def _location(data: bytes, span: tuple[int, int] | None) -> tuple[int | None, tu
             tuple(repeated_ints(data, loc[_F.LOC_SHAPE_INDEX])), text(data, name[-1]) or None if name else None)
 
 
-def _allocation(al: list[Any], peaks: Callable[[int], tuple[int, ...]], buffers: dict[int, LogicalBuffer],
-                slice_dtype: Callable[[int], str | None]) -> Allocation:
-    """The :class:`Allocation` of a BufferAllocationProto's fields (:func:`_allocation_fields`)."""
-    index, size, thread_local, _, parameter, parameter_number, live_out, color, assigned, parameter_index, \
-        is_tuple, constant, aliased = al
+def _logical_buffers(ids: list[int], sizes: list[int], colors: list[int], iids: list[int | None],
+                     indexes: list[tuple[int, ...]], loc_names: list[str | None], module: Any,
+                     slice_dtype: Callable[[int], str | None]) -> dict[int, LogicalBuffer]:
+    """Buffer id -> the :class:`LogicalBuffer` of each logical buffer read (columns as
+    :func:`~xlakit.memory._assignment_decode._logical_buffer_columns` gives them), named, shaped and typed by the
+    instruction that defines it where the module has it."""
+    shapes = _Shapes()
+    leaf, leaves, read_leaf = shapes.leaf, shapes._leaves, shapes._leaf
+    instructions = module.instructions if module is not None else {}
+    known = getattr(instructions, "known", {})  # instructions already decoded (the entry's), by id
+    names: dict[int, str | None] = {}
+    fields = []
+    for bid, size, color, iid, index, loc_name in zip(ids, sizes, colors, iids, indexes, loc_names, strict=True):
+        ins = known.get(iid) or (instructions.get(iid) if iid is not None else None)
+        if ins is not None:
+            raw = ins._raw
+            if index or raw is None or raw[3] < 0:
+                shape, dtype = leaf(ins, index)
+            else:  # a plain array's shape (most buffers'): _Shapes.leaf inline, each distinct shape read once
+                found = leaves.get(raw[0][raw[3]:raw[4]])
+                shape, dtype = found if found is not None else read_leaf(raw[0], (raw[3], raw[4]))
+            cid = ins.computation_id
+            computation = names[cid] if cid in names else names.setdefault(cid, _computation_name(module, cid))
+            name, opcode = ins.name, ins.opcode
+        else:
+            shape = dtype = computation = opcode = None
+            name = loc_name
+        fields.append({"id": bid, "size": size, "instruction": name, "opcode": opcode, "computation": computation,
+                       "shape_index": index, "shape": shape, "dtype": dtype or slice_dtype(bid), "color": color,
+                       "instruction_id": iid})
+    return dict(zip(ids, _made(LogicalBuffer, fields), strict=True))
+
+
+def _made(cls: Any, fields: list[dict[str, Any]]) -> list[Any]:
+    """One ``cls`` per dict of ``fields``, its ``__dict__`` that dict: the frozen dataclass made without its
+    ``object.__setattr__`` per field, by C-level ``map`` (a program has thousands of buffers, slices and
+    allocations)."""
+    made = list(map(object.__new__, itertools.repeat(cls, len(fields))))
+    collections.deque(map(object.__setattr__, made, itertools.repeat("__dict__"), fields), maxlen=0)
+    return made
+
+
+def _computation_name(module: Any, cid: int) -> str | None:
+    name_of = getattr(module.computations, "name_of", None)  # a lazy module names it without decoding it
+    if name_of is not None:
+        return name_of(cid)
+    return module.computations[cid][0] if cid in module.computations else None
+
+
+_KINDS: dict[tuple[bool, ...], tuple[str, list[str]]] = {}  # an allocation's flags -> its kind and kinds
+
+
+def _kinds(parameter: bool, constant: bool, thread_local: bool, live_out: bool, is_tuple: bool,
+           aliased: bool) -> tuple[str, list[str]]:
     kind = ("parameter" if parameter else "constant" if constant else "thread-local" if thread_local
             else "output" if live_out else "temporary")
     kinds = [kind]
@@ -195,13 +246,42 @@ def _allocation(al: list[Any], peaks: Callable[[int], tuple[int, ...]], buffers:
         kinds.append("tuple")
     if aliased:
         kinds.append("aliased-with-output")
-    slices = []
-    for bid, offset, slice_size in assigned:
-        buf = buffers.get(bid) or LogicalBuffer(bid, slice_size, None, None, None, (), None, slice_dtype(bid), 0)
-        slices.append(_new_slice(buf, offset, slice_size))
-    return _new_allocation(index, size, kind, tuple(kinds), parameter_number if parameter else None,
-                           parameter_index, aliased, live_out, thread_local, constant, is_tuple, color, tuple(slices),
-                           peaks)
+    return kind, kinds
+
+
+def _allocations(columns: Any, peaks: Callable[[int], tuple[int, ...]], buffers: dict[int, LogicalBuffer],
+                 slice_dtype: Callable[[int], str | None]) -> list[Allocation]:
+    """The :class:`Allocation` of each BufferAllocationProto read (columns as
+    :func:`~xlakit.memory._assignment_decode._allocation_columns` gives them), in order; a slice of a buffer
+    the logical buffers do not list gets a buffer of its own."""
+    held = list(map(buffers.get, columns.buffers))
+    if not buffers.keys() >= set(columns.buffers):  # a buffer the logical buffers do not list (`None in held`
+        # would call the dataclass's __eq__ per buffer)
+        for k, (buf, bid, size) in enumerate(zip(held, columns.buffers, columns.sizes, strict=True)):
+            if buf is None:
+                held[k] = LogicalBuffer(bid, size, None, None, None, (), None, slice_dtype(bid), 0)
+    slices = _made(Slice, [{"buffer": buf, "offset": offset, "size": size}
+                           for buf, offset, size in zip(held, columns.offsets, columns.sizes, strict=True)])
+    at = columns.at
+    groups = map(tuple(slices).__getitem__, map(slice, at[:-1], at[1:]))  # slices of a tuple are tuples
+    f = columns.fields
+    flags = list(zip(*(f[field - 1] for field in (_F.AL_PARAMETER, _F.AL_CONSTANT, _F.AL_THREAD_LOCAL, _F.AL_LIVE_OUT,
+                                                  _F.AL_TUPLE, _F.AL_ALIASED)), strict=True))
+    for new in set(flags).difference(_KINDS):  # a program has a few combinations of flags: each named once
+        _KINDS[new] = _kinds(*new)
+    fields = []
+    for index, size, thread_local, parameter, number, live_out, color, is_tuple, constant, aliased, \
+            parameter_index, group, (kind, kinds) in zip(*(f[field - 1] for field in (
+                _F.AL_INDEX, _F.AL_SIZE, _F.AL_THREAD_LOCAL, _F.AL_PARAMETER, _F.AL_PARAMETER_NUMBER, _F.AL_LIVE_OUT,
+                _F.AL_COLOR, _F.AL_TUPLE, _F.AL_CONSTANT, _F.AL_ALIASED)), columns.indexes, groups,
+                                                         map(_KINDS.__getitem__, flags), strict=True):
+        # kinds: a tuple of its own per allocation, as one by one (so a pickle of them is the same)
+        fields.append({"index": index, "size": size, "kind": kind, "kinds": tuple(kinds),
+                       "parameter_number": number if parameter else None, "parameter_shape_index": parameter_index,
+                       "aliased_with_output": aliased, "maybe_live_out": live_out, "is_thread_local": thread_local,
+                       "is_constant": constant, "is_tuple": is_tuple, "color": color, "slices": group,
+                       "_peak_lookup": peaks})
+    return _made(Allocation, fields)
 
 
 # A BufferAllocationProto's fields as _allocation_fields gives them: field number -> slot (fields 1-13, 4 unused)

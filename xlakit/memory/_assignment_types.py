@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes
@@ -122,28 +122,6 @@ class Allocation:
         return self.kind == "parameter"
 
 
-def _new_slice(buffer: LogicalBuffer, offset: int, size: int) -> Slice:
-    """``Slice(buffer, offset, size)``, made without the frozen dataclass's ``object.__setattr__`` per field (a
-    program has one slice per logical buffer: thousands)."""
-    made = object.__new__(Slice)
-    made.__dict__.update(buffer=buffer, offset=offset, size=size)
-    return made
-
-
-def _new_allocation(index: int, size: int, kind: str, kinds: tuple[str, ...], parameter_number: int | None,
-                    parameter_shape_index: tuple[int, ...], aliased_with_output: bool, maybe_live_out: bool,
-                    is_thread_local: bool, is_constant: bool, is_tuple: bool, color: int, slices: tuple[Slice, ...],
-                    peak_lookup: Callable[[int], tuple[int, ...]]) -> Allocation:
-    """``Allocation(...)`` with its fields in order, made as :func:`_new_slice` makes a slice; its
-    ``peak_buffer_ids`` are ``peak_lookup(index)``, asked when first read."""
-    made = object.__new__(Allocation)
-    made.__dict__.update(index=index, size=size, kind=kind, kinds=kinds, parameter_number=parameter_number,
-                         parameter_shape_index=parameter_shape_index, aliased_with_output=aliased_with_output,
-                         maybe_live_out=maybe_live_out, is_thread_local=is_thread_local, is_constant=is_constant,
-                         is_tuple=is_tuple, color=color, slices=slices, _peak_lookup=peak_lookup)
-    return made
-
-
 @dataclasses.dataclass(frozen=True)
 class HeapEvent:
     """One step of XLA's heap simulator trace: ``kind`` is alloc, free or share_with."""
@@ -161,7 +139,8 @@ class _Instr:
     ``OpMetadata``: ``op_name`` (JAX's name stack, ``"jit(f)/transpose(jvp())/dot_general"``) and ``frame_id``
     (``stack_frame_id`` into the module's stack frame index, 0 = none); ``shape``: its ShapeProto. Made by
     :mod:`xlakit.memory._hlo_module`, which leaves the metadata and the shape in the proto until they are first
-    read (``_raw``: the module's bytes and their spans)."""
+    read (``_raw``: the module's bytes, the start and end of the metadata and of the shape in them; -1 where
+    absent)."""
 
     __slots__ = ("name", "opcode", "computation_id", "operands", "called", "parameter_number", "tuple_index",
                  "_shape", "_op_name", "_frame_id", "_raw")
@@ -169,7 +148,7 @@ class _Instr:
     def __init__(self, name: str, opcode: str, computation_id: int, shape: Message | None,
                  operands: tuple[int, ...], called: tuple[int, ...], op_name: str | None = "", frame_id: int = 0,
                  parameter_number: int = -1,
-                 raw: tuple[bytes, tuple[int, int] | None, tuple[int, int] | None] | None = None,
+                 raw: tuple[bytes, int, int, int, int] | None = None,
                  tuple_index: int = -1) -> None:
         self.name, self.opcode, self.computation_id = name, opcode, computation_id
         self.operands, self.called, self.parameter_number = operands, called, parameter_number
@@ -182,11 +161,10 @@ class _Instr:
     def _read_metadata(self) -> None:
         """op_name and stack_frame_id from the OpMetadata record (one-byte keys and lengths inline)."""
         self._op_name, self._frame_id = "", 0
-        meta = self._raw[1] if self._raw is not None else None
-        if meta is None:
+        raw = self._raw
+        if raw is None or raw[1] < 0:
             return
-        data = self._raw[0]  # type: ignore[index]
-        pos, end = meta
+        data, pos, end = raw[0], raw[1], raw[2]
         # What XLA writes for JAX: op_name alone, or op_name then a stack_frame_id of one or two bytes.
         if end - pos >= 2 and data[pos] == _OP_NAME_KEY and data[pos + 1] < 0x80:
             stop = pos + 2 + data[pos + 1]
@@ -203,7 +181,7 @@ class _Instr:
             return
         except LookupError:  # not the common encoding (or truncated): the general reader
             pass
-        fields = scan(data, meta[0], meta[1], (_F.MD_OP_NAME, _F.MD_STACK_FRAME_ID))
+        fields = scan(data, pos, end, (_F.MD_OP_NAME, _F.MD_STACK_FRAME_ID))
         name = fields.get(_F.MD_OP_NAME)
         self._op_name = text(data, name[-1]) if name else ""
         self._frame_id = to_int64(last(fields, _F.MD_STACK_FRAME_ID))
@@ -243,9 +221,9 @@ class _Instr:
 
     @property
     def shape(self) -> Message | None:
-        if self._shape is None and self._raw is not None and self._raw[2] is not None:
-            start, end = self._raw[2]
-            self._shape = Message(self._raw[0][start:end], lazy=True)
+        raw = self._raw
+        if self._shape is None and raw is not None and raw[3] >= 0:
+            self._shape = Message(raw[0][raw[3]:raw[4]], lazy=True)
         return self._shape
 
     def __repr__(self) -> str:

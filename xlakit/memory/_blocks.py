@@ -136,15 +136,19 @@ def add_blocks(cols: dict[str, list[Any]], seen_as: list[tuple[list[int], bool]]
             return parse_op_name(mod.instructions[iid].op_name).phase
 
     named = name_blocks(mod, param_paths, phase_of)
-    layers, blocks = cols["layer"], cols["block"]
+    layers, blocks, parameters, shapes = cols["layer"], cols["block"], cols["parameter"], cols["shape"]
     for i, (positions, stacked) in enumerate(seen_as):
-        if layers[i] == "argument":
-            blocks[i] = block_of_path(cols["parameter"][i])
+        layer = layers[i]
+        if layer == "argument":
+            blocks[i] = block_of_path(parameters[i])
             continue
-        block = next((named[p] for p in positions if p in named), None)
-        shape = cols["shape"][i]
-        if block is None and stacked and shape:
-            block = f"all {shape[0]} iterations (stacked)"
+        block = None
+        for p in positions:
+            block = named.get(p)
+            if block is not None:
+                break
+        if block is None and stacked and shapes[i]:
+            block = f"all {shapes[i][0]} iterations (stacked)"
         blocks[i] = block
-        if block and layers[i] != "unknown":
-            layers[i] = f"{block} › {layers[i]}"
+        if block and layer != "unknown":
+            layers[i] = f"{block} › {layer}"

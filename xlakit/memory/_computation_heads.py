@@ -1,10 +1,14 @@
 """The heads of a serialized ``HloModuleProto``'s computations — name, id, root id — read without decoding their
 instructions (:mod:`xlakit.memory._hlo_module` decodes those on demand): forwards, stepping over the instruction
 records (:func:`_computation_head`), or from the computation's last fields read backwards (:func:`_quick_head`), for
-all computations at once with numpy (:func:`_quick_heads`: a large module has thousands, mostly fusion bodies).
+all computations at once with numpy (:func:`_quick_heads`: a large module has thousands, mostly fusion bodies);
+:func:`_heads` gives them by id. :func:`_head` reads a computation's root (its last record): id and opcode.
 """
 
 from __future__ import annotations
+
+import itertools
+from typing import Any
 
 from xlakit.memory._proto import ProtoDecodeError, _varint
 from xlakit.memory._xla_fields import _F
@@ -146,13 +150,79 @@ def _quick_heads(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[str, i
         pos = key_at
     root, cid = values
     ok &= (cid > 0) & (cid < (1 << 31)) & ((root >> np.uint64(32)) == cid)
-    out: list[tuple[str, int, int, None] | None] = []
-    for k, (start, good, c, r) in enumerate(zip(starts.tolist(), ok.tolist(), cid.tolist(), root.tolist(),
-                                                strict=True)):
-        if good:
-            name = data[start + 2:start + 2 + data[start + 1]].decode("utf-8", errors="replace")
-            out.append((name, c, r, None))
-        else:
-            out.append(_quick_head(data, *spans[k]))
+    names = _names(data, starts, raw[np.minimum(starts + 1, top)])
+    out: list[tuple[str, int, int, None] | None] = list(zip(names, cid.tolist(), root.tolist(), itertools.repeat(None)))
+    for k in np.flatnonzero(~ok).tolist():
+        out[k] = _quick_head(data, *spans[k])
     return out
 
+
+def _names(data: bytes, starts: Any, sizes: Any) -> list[str]:
+    """The names (field 1, first) of the computations at ``starts``, ``sizes`` bytes each, decoded by C-level
+    ``map``."""
+    import numpy as np
+
+    begin = (starts + 2).tolist()
+    raw = list(map(data.__getitem__, map(slice, begin, (starts + 2 + sizes.astype(np.int64)).tolist())))
+    try:
+        return list(map(bytes.decode, raw))
+    except UnicodeDecodeError:
+        return [name.decode("utf-8", errors="replace") for name in raw]
+
+
+def _heads(data: bytes, spans: list[tuple[int, int]]) -> dict[int, tuple[str, int, int, int, tuple[int, int] | None]]:
+    """Computation id -> ``(name, start, end, root id, span of its last instruction or None)`` of the computations
+    at ``spans`` (:func:`_quick_heads`, else :func:`_computation_head`), in order (a later one of an id wins)."""
+    heads = _quick_heads(data, spans)
+    if heads and None not in heads:  # all read at once (current XLA): made by C-level zip
+        names, ids, roots, _none = zip(*heads, strict=True)
+        starts, ends = zip(*spans, strict=True)
+        return dict(zip(ids, zip(names, starts, ends, roots, itertools.repeat(None), strict=False), strict=True))
+    ids, made = [], []
+    for (start, end), head in zip(spans, heads, strict=True):
+        name, cid, root, last_record = head or _computation_head(data, start, end)
+        ids.append(cid)
+        made.append((name, start, end, root, last_record))
+    return dict(zip(ids, made, strict=True))
+
+
+_INS_OPCODE_KEY = _F.INS_OPCODE << 3 | 2
+
+
+def _head(data: bytes, pos: int, end: int) -> tuple[int, str]:
+    """(id, opcode) of the HloInstructionProto at ``data[pos:end]`` (a computation's root: its last record), stepping
+    over everything else."""
+    opcode = ""
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        elif data[pos + 1] < 0x80:  # two bytes
+            key = (key & 0x7F) | data[pos + 1] << 7
+            pos += 2
+        else:
+            key, pos = _varint(data, pos)
+        wire = key & 7
+        if wire == 2:
+            size = data[pos]
+            if size < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:  # two bytes
+                size = (size & 0x7F) | data[pos + 1] << 7
+                pos += 2
+            else:
+                size, pos = _varint(data, pos)
+            if key == _INS_OPCODE_KEY:
+                opcode = data[pos:pos + size].decode("utf-8", errors="replace")
+            pos += size
+        elif wire == 0:
+            value, pos = _varint(data, pos)
+            if key >> 3 == _F.INS_ID:
+                return value, opcode
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
+    return 0, opcode

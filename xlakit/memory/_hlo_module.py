@@ -22,9 +22,19 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from xlakit.memory._assignment_types import _Instr, _Module
-from xlakit.memory._computation_heads import _INSTRUCTION_KEY, _computation_head, _quick_heads
-from xlakit.memory._proto import Message, ProtoDecodeError, _varint, last, packed, repeated_ints, scan, spans, text
-from xlakit.memory._varint_records import packed_ints
+from xlakit.memory._computation_heads import _INSTRUCTION_KEY, _computation_head, _head, _heads
+from xlakit.memory._decoding import without_gc
+from xlakit.memory._module_tables import _input_output_alias, _schedule
+from xlakit.memory._proto import (
+    Message,
+    ProtoDecodeError,
+    _varint,
+    last,
+    packed,
+    scan,
+    span_bounds,
+    text,
+)
 from xlakit.memory._xla_fields import _F
 
 __all__ = ["decode_module", "Instructions", "Computations"]
@@ -47,7 +57,7 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
     iid = pnum = tidx = 0  # proto3 leaves out fields equal to 0
     operands: list[int] = []
     called: list[int] = []
-    shape = meta = None
+    shape_start = shape_end = meta_start = meta_end = -1  # absent
     while pos < end:
         key = data[pos]
         if key < 0x80:
@@ -88,9 +98,9 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
                 raw = data[pos:stop]
                 opcode = _OPCODES.get(raw) or _OPCODES.setdefault(raw, raw.decode("utf-8", errors="replace"))
             elif key == _SHAPE_KEY:
-                shape = (pos, stop)
+                shape_start, shape_end = pos, stop
             elif key == _METADATA_KEY:
-                meta = (pos, stop)
+                meta_start, meta_end = pos, stop
             else:
                 field = key >> 3
                 if field == _OPERANDS:
@@ -114,7 +124,7 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
         raise ProtoDecodeError("an instruction's record runs past its end")
     ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called), "", 0, pnum if opcode == "parameter" else -1,
                  None, tidx if opcode == "get-tuple-element" else -1)
-    ins._raw = (data, meta, shape)
+    ins._raw = (data, meta_start, meta_end, shape_start, shape_end)
     ins._op_name = None
     return iid, ins
 
@@ -122,12 +132,14 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
 _AT_ONCE = 32  # records from which reading them together with numpy beats one by one
 
 
-def _instructions(data: bytes, records: list[tuple[int, int]], cid: int) -> list[tuple[int, _Instr]]:
-    """:func:`_instruction` of each record at ``records``, in order: where there are many, their fields read
-    together by :func:`~xlakit.memory._instruction_records.instruction_fields` and the instructions made by
-    C-level ``map`` (no Python loop per record); the records it leaves (and all of a few) one by one."""
+def _instructions(data: bytes, records: Any, cid: int) -> list[tuple[int, _Instr]]:
+    """:func:`_instruction` of each record at ``records`` (``(start, end)`` pairs, or an ``(n, 2)`` array), in
+    order: where there are many, their fields read together by
+    :func:`~xlakit.memory._instruction_records.instruction_fields` and the instructions made by C-level ``map`` (no
+    Python loop per record); the records it leaves (and all of a few) one by one."""
     if len(records) < _AT_ONCE:
-        return [_instruction(data, start, end, cid) for start, end in records]
+        return [_instruction(data, start, end, cid) for start, end in (
+            records.tolist() if hasattr(records, "tolist") else records)]
     import numpy as np
 
     from xlakit.memory._instruction_records import instruction_fields
@@ -143,14 +155,8 @@ def _instructions(data: bytes, records: list[tuple[int, int]], cid: int) -> list
         except UnicodeDecodeError:
             return [r.decode("utf-8", errors="replace") for r in raw]
 
-    def spans(start: Any, end: Any) -> list[tuple[int, int] | None]:
-        out: list[Any] = list(zip(start.tolist(), end.tolist(), strict=True))
-        for k in np.flatnonzero(start < 0).tolist():
-            out[k] = None
-        return out
-
-    def groups(values: Any, at: Any) -> list[tuple[int, ...]]:
-        return list(map(tuple, map(values.tolist().__getitem__, map(slice, at[:-1].tolist(), at[1:].tolist()))))
+    def groups(values: Any, at: Any) -> list[tuple[int, ...]]:  # slices of one tuple are tuples: no copy
+        return list(map(tuple(values.tolist()).__getitem__, map(slice, at[:-1].tolist(), at[1:].tolist())))
 
     raw_opcodes = list(map(cut, map(slice, f.opcode_start.tolist(), f.opcode_end.tolist())))
     for raw in set(raw_opcodes).difference(_OPCODES):
@@ -163,52 +169,15 @@ def _instructions(data: bytes, records: list[tuple[int, int]], cid: int) -> list
     made = list(map(_Instr, strings(f.name_start, f.name_end), opcodes, itertools.repeat(cid, n),
                     itertools.repeat(None, n), groups(f.operands, f.operands_at), groups(f.called, f.called_at),
                     op_names, f.frame_id.tolist(), np.where(parameter, f.parameter_number, -1).tolist(),
-                    zip(itertools.repeat(data, n), spans(f.metadata_start, f.metadata_end),
-                        spans(f.shape_start, f.shape_end), strict=True),
+                    zip(itertools.repeat(data, n), *(column.tolist() for column in (
+                        f.metadata_start, f.metadata_end, f.shape_start, f.shape_end)), strict=False),
                     np.where(np.fromiter(map(b"get-tuple-element".__eq__, raw_opcodes), dtype=bool, count=n),
                              np.maximum(f.tuple_index, 0), -1).tolist()))
     out = list(zip(f.id.tolist(), made, strict=True))
     for k in np.flatnonzero(f.bad).tolist():
-        out[k] = _instruction(data, *records[k], cid)
+        start, end = records[k]
+        out[k] = _instruction(data, int(start), int(end), cid)
     return out
-
-
-def _head(data: bytes, pos: int, end: int) -> tuple[int, str]:
-    """(id, opcode) of the HloInstructionProto at ``data[pos:end]``, stepping over everything else."""
-    opcode = ""
-    while pos < end:
-        key = data[pos]
-        if key < 0x80:
-            pos += 1
-        elif data[pos + 1] < 0x80:  # two bytes
-            key = (key & 0x7F) | data[pos + 1] << 7
-            pos += 2
-        else:
-            key, pos = _varint(data, pos)
-        wire = key & 7
-        if wire == 2:
-            size = data[pos]
-            if size < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:  # two bytes
-                size = (size & 0x7F) | data[pos + 1] << 7
-                pos += 2
-            else:
-                size, pos = _varint(data, pos)
-            if key == _OPCODE_KEY:
-                opcode = data[pos:pos + size].decode("utf-8", errors="replace")
-            pos += size
-        elif wire == 0:
-            value, pos = _varint(data, pos)
-            if key >> 3 == _ID:
-                return value, opcode
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
-    return 0, opcode
 
 
 class _Index:
@@ -219,7 +188,7 @@ class _Index:
         self.comps = comps  # computation id -> (name, start, end, root id, span of its last instruction)
         self.instructions: dict[int, _Instr] = {}
         self.members: dict[int, tuple[int, ...]] = {}  # fully decoded computation id -> its instruction ids
-        self._partial: dict[int, tuple[list[tuple[int, int]], list[int]]] = {}  # records, ids read from the end
+        self._partial: dict[int, tuple[list[int], list[int]]] = {}  # records (flat starts, ends), ids read from the end
         self.root_opcodes: dict[int, str] = {}  # computation id -> its root's opcode, read alone
         self.complete = False
 
@@ -228,17 +197,33 @@ class _Index:
         state = self._partial.get(cid)
         if state is None:
             _name, start, end, _root, _last = self.comps[cid]
-            state = self._partial[cid] = (spans(self.data, start, end, _INSTRUCTION_KEY), [])
-        records, ids = state
+            state = self._partial[cid] = (span_bounds(self.data, start, end, _INSTRUCTION_KEY), [])
+        bounds, ids = state
+        count = len(bounds) // 2
         data, found = self.data, self.instructions
         try:
             if wanted is None:  # the rest of the computation, in one pass
-                for iid, ins in reversed(_instructions(data, records[:len(records) - len(ids)], cid)):
-                    if iid not in found:
-                        found[iid] = ins
-                    ids.append(iid)
-            while len(ids) < len(records):
-                iid, ins = _instruction(data, *records[len(records) - 1 - len(ids)], cid)
+                rest = bounds[:2 * (count - len(ids))]
+                if len(rest) >= 2 * _AT_ONCE:
+                    import numpy as np
+
+                    records: Any = np.fromiter(rest, dtype=np.int64, count=len(rest)).reshape(-1, 2)
+                else:
+                    records = list(zip(rest[0::2], rest[1::2], strict=True))
+                read = _instructions(data, records, cid)
+                read.reverse()  # from the last record, as one by one: where an id repeats, the last record's wins
+                new_ids = [iid for iid, _ins in read]
+                if len(set(new_ids)) == len(read) and found.keys().isdisjoint(new_ids):
+                    found.update(read)
+                    ids += new_ids
+                else:
+                    for iid, ins in read:
+                        if iid not in found:
+                            found[iid] = ins
+                        ids.append(iid)
+            while len(ids) < count:
+                at = 2 * (count - 1 - len(ids))
+                iid, ins = _instruction(data, bounds[at], bounds[at + 1], cid)
                 found.setdefault(iid, ins)
                 ids.append(iid)
                 if iid == wanted:
@@ -393,22 +378,16 @@ def decode_module(data: bytes) -> _Module:
     Raises:
       ProtoDecodeError: malformed bytes.
     """
+    return without_gc(_decode_module, data)  # ~10^4 objects made, none in a cycle (xlakit.memory._decoding)
+
+
+def _decode_module(data: bytes) -> _Module:
     top = scan(data, 0, len(data), (_F.MOD_NAME, _F.MOD_COMPUTATIONS, _F.MOD_ENTRY_ID, _F.MOD_SCHEDULE,
                                     _F.MOD_STACK_FRAME_INDEX, _F.MOD_INPUT_OUTPUT_ALIAS))
-    comp_spans: dict[int, tuple[str, int, int, int, tuple[int, int] | None]] = {}
-    comp_list = top.get(_F.MOD_COMPUTATIONS, [])
-    for (start, end), quick in zip(comp_list, _quick_heads(data, comp_list), strict=True):
-        name, cid, root, last_record = quick or _computation_head(data, start, end)
-        comp_spans[cid] = (name, start, end, root, last_record)
+    comp_spans = _heads(data, top.get(_F.MOD_COMPUTATIONS, []))
     schedule: dict[int, tuple[int, ...]] = {}
     for span in top.get(_F.MOD_SCHEDULE, [])[-1:]:
-        for entry_start, entry_end in scan(data, span[0], span[1], (_F.SCHED_SEQUENCES,)).get(_F.SCHED_SEQUENCES, ()):
-            entry = scan(data, entry_start, entry_end, (_F.SCHED_KEY, _F.SCHED_VALUE))
-            ids: list[int] = []
-            for seq in entry.get(_F.SCHED_VALUE, [])[-1:]:
-                for value in scan(data, seq[0], seq[1], (_F.SEQ_IDS,)).get(_F.SEQ_IDS, ()):
-                    ids += packed_ints(data, *value) if isinstance(value, tuple) else [value]
-            schedule[last(entry, _F.SCHED_KEY)] = tuple(ids)
+        schedule = _schedule(data, span)
     entry_id = last(top, _F.MOD_ENTRY_ID)
     if entry_id not in comp_spans and comp_spans:
         entry_id = list(comp_spans)[-1]  # computations are in dependency order: the entry comes last
@@ -420,16 +399,3 @@ def decode_module(data: bytes) -> _Module:
     module_name = top.get(_F.MOD_NAME)
     return _Module(text(data, module_name[-1]) if module_name else "", Instructions(index), Computations(index),
                    schedule, entry_id, stack_frames, _input_output_alias(data, top.get(_F.MOD_INPUT_OUTPUT_ALIAS)))
-
-
-def _input_output_alias(data: bytes, found: list[Any] | None
-                        ) -> tuple[tuple[tuple[int, ...], int, tuple[int, ...]], ...]:
-    """``(output shape index, parameter number, parameter shape index)`` of each entry of the module's
-    ``HloInputOutputAliasProto``: the results XLA writes into an entry parameter's buffer."""
-    out = []
-    for span in (found or [])[-1:]:
-        for entry in scan(data, span[0], span[1], (_F.IOA_ENTRIES,)).get(_F.IOA_ENTRIES, ()):
-            f = scan(data, entry[0], entry[1], (_F.IOA_OUTPUT_INDEX, _F.IOA_PARAMETER, _F.IOA_PARAMETER_INDEX))
-            out.append((tuple(repeated_ints(data, f.get(_F.IOA_OUTPUT_INDEX))), last(f, _F.IOA_PARAMETER),
-                        tuple(repeated_ints(data, f.get(_F.IOA_PARAMETER_INDEX)))))
-    return tuple(out)

@@ -6,8 +6,9 @@ lockstep: one numpy step reads the next field (key, then value or length) of eve
 computation costs as many steps as its longest record has fields. What is kept per record is what that reader
 keeps — id, name, opcode, operand and called-computation ids, parameter number, the spans of the shape and the
 ``OpMetadata`` — and, where the metadata has the common encoding (an op name, then a stack frame id of one or two
-bytes), its op name's span and frame id. A record this does not read exactly as that reader would (a key twice, an
-unpacked repeated field, a varint of ten bytes, a group, a record that runs past its end) is marked ``bad``: the
+bytes), its op name's span and frame id. A record this does not read exactly as that reader would (a key not above
+the one before it — XLA writes fields in order, so a key twice, which the reader keeps the last of, is among them —,
+an unpacked repeated field, a varint of ten bytes, a group, a record that runs past its end) is marked ``bad``: the
 caller reads it with that reader, which also says what is wrong with a malformed one.
 """
 
@@ -25,6 +26,18 @@ _OPERANDS, _CALLED = _F.INS_OPERANDS << 3 | 2, _F.INS_CALLED << 3 | 2
 _UNPACKED = (_F.INS_OPERANDS << 3, _F.INS_CALLED << 3)  # a repeated field written unpacked: the per-record reader
 _OP_NAME_KEY, _FRAME_KEY = _F.MD_OP_NAME << 3 | 2, _F.MD_STACK_FRAME_ID << 3  # OpMetadata's keys
 _WIDE = 10  # bytes looked at for one varint
+
+
+def _slots() -> Any:
+    """Key -> the slot :func:`instruction_fields` keeps its field in (-1: not kept), for keys of up to two bytes."""
+    import numpy as np
+
+    out = np.full(1 << 14, -1, dtype=np.int64)
+    out[[_NAME, _OPCODE, _SHAPE, _METADATA, _ID, _PARAMETER_NUMBER, _TUPLE_INDEX]] = np.arange(7)
+    return out
+
+
+_SLOTS: Any = None  # made when first needed: importing this module imports no numpy
 
 
 def _varints(buf: Any, at: Any) -> tuple[Any, Any]:
@@ -86,6 +99,9 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     order, not overlapping; at least one), read together: :class:`InstructionColumns`."""
     import numpy as np
 
+    global _SLOTS
+    if _SLOTS is None:
+        _SLOTS = _slots()
     n = len(records)
     bounds = np.asarray(records, dtype=np.int64).reshape(-1, 2)
     lo, hi = int(bounds[0, 0]), int(bounds[-1, 1])
@@ -96,9 +112,14 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     bad = end < pos
     open_ = np.flatnonzero(pos < end)
     got: list[tuple[Any, Any, Any, Any]] = []  # per step: record, key, value (a length for wire 2), payload start
+    previous = np.full(n, -1, dtype=np.int64)  # each record's key of the step before
     while len(open_):
         at = pos[open_]
         key, key_len = _varints(buf, at)
+        # XLA writes fields in order: a key not above the one before (a key twice, which the reader keeps the last
+        # of or joins) leaves the record to the reader
+        bad[open_[key <= previous[open_]]] = True
+        previous[open_] = key
         after = np.minimum(at + key_len, limit)
         wire = key & 7
         value, value_len = _varints(buf, after)
@@ -112,16 +133,20 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
         open_ = open_[(pos[open_] < end[open_]) & ~wrong]
     bad |= pos > end
     record, key, value, start = (np.concatenate([g[k] for g in got]) for k in range(4))
-    # a key twice in one record (the reader keeps the last, or joins the pieces), or a repeated field unpacked
-    _, first, counts = np.unique(record * (1 << 32) + key, return_index=True, return_counts=True)
-    bad[record[first[counts > 1]]] = True
-    bad[record[np.isin(key, _UNPACKED)]] = True
+    bad[record[(key == _UNPACKED[0]) | (key == _UNPACKED[1])]] = True  # a repeated field unpacked
 
-    def column(k: int, what: Any, absent: int = -1) -> Any:
-        out = np.full(n, absent, dtype=np.int64)
-        mask = key == k
-        out[record[mask]] = what[mask]
-        return out
+    # The fields kept, each record's in one scatter: the start and end of name, opcode, shape, metadata (offsets
+    # into data; -1 where absent), then id, parameter number (0 where absent) and tuple index (-1 where absent).
+    slot = _SLOTS[np.minimum(key, len(_SLOTS) - 1)]
+    hit = np.flatnonzero(slot >= 0)
+    where, slot, at, size = record[hit], slot[hit], start[hit] + lo, value[hit]
+    spans = np.full((2, 4, n), -1, dtype=np.int64)
+    text = slot < 4
+    spans[0, slot[text], where[text]] = at[text]
+    spans[1, slot[text], where[text]] = at[text] + size[text]
+    scalars = np.zeros((3, n), dtype=np.int64)
+    scalars[2] = -1
+    scalars[slot[~text] - 4, where[~text]] = size[~text]
 
     def ids(k: int) -> tuple[Any, Any]:
         """The ids packed in field key ``k``: all records' in one array, record by record, and where each
@@ -145,14 +170,18 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
         length = last - first + 1
         owner = where[np.searchsorted(before + size, last, side="right")]
         bad[owner[length > 9]] = True  # may pass 63 bits: the reader's
-        within = np.arange(total, dtype=np.int64) - np.repeat(first, length)
-        values = np.bitwise_or.reduceat((raw.astype(np.int64) & 0x7F) << (7 * np.minimum(within, 8)), first)
+        # valued a byte at a time (ids take five or six), up to the ninth
+        values = (raw[first] & 0x7F).astype(np.int64)
+        more = np.flatnonzero(length > 1)
+        for k in range(1, 9):
+            if not len(more):
+                break
+            values[more] |= (raw[first[more] + k] & 0x7F).astype(np.int64) << (7 * k)
+            more = more[length[more] > k + 1]
         np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])
         return values, offsets
 
-    # start, end of name, opcode, shape, metadata (offsets into data; -1 where absent)
-    name, opcode, shape, meta = ((column(k, start + lo), column(k, start + value + lo))
-                                 for k in (_NAME, _OPCODE, _SHAPE, _METADATA))
+    name, opcode, shape, meta = zip(spans[0], spans[1], strict=True)
     operands, operands_at = ids(_OPERANDS)
     called, called_at = ids(_CALLED)
     # OpMetadata as XLA writes it for JAX: an op name (one-byte length), then no frame id or one of 1-2 bytes
@@ -169,6 +198,6 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     frame2 = (stop + 3 == meta_end) & (buf[stop_c] == _FRAME_KEY) & (f1 >= 0x80) & (f2 < 0x80)
     read = common & (plain | frame1 | frame2)
     frame = np.where(read & frame1, f1, np.where(read & frame2, (f1 & 0x7F) | (f2 << 7), 0))
-    return InstructionColumns(column(_ID, value, 0), *name, *opcode, *shape, *meta, column(_PARAMETER_NUMBER, value, 0),
-                              operands, operands_at, called, called_at, read, np.where(read, m0 + 2 + lo, 0),
-                              np.where(read, stop + lo, 0), frame, bad, column(_TUPLE_INDEX, value, -1))
+    return InstructionColumns(scalars[0], *name, *opcode, *shape, *meta, scalars[1], operands, operands_at, called,
+                              called_at, read, np.where(read, m0 + 2 + lo, 0), np.where(read, stop + lo, 0), frame, bad,
+                              scalars[2])

@@ -25,7 +25,7 @@ from collections.abc import Container, Iterator
 from typing import Any
 
 __all__ = ["ProtoDecodeError", "Message", "iter_fields", "parse", "to_int64", "unpack_varints", "scan", "spans",
-           "table", "one", "repeated_ints", "packed", "text", "last"]
+           "span_bounds", "table", "one", "repeated_ints", "packed", "text", "last"]
 
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
@@ -277,7 +277,13 @@ def spans(data: bytes, start: int, end: int, key: int) -> list[tuple[int, int]]:
     Raises:
       ProtoDecodeError: as :func:`scan`.
     """
-    out = []
+    flat = span_bounds(data, start, end, key)
+    return list(zip(flat[0::2], flat[1::2], strict=True))
+
+
+def span_bounds(data: bytes, start: int, end: int, key: int) -> list[int]:
+    """:func:`spans` as one flat list, ``[start, end, start, end, ...]`` (for numpy: no tuple per record)."""
+    out: list[int] = []
     pos = start
     try:
         while pos < end:
@@ -300,7 +306,8 @@ def spans(data: bytes, start: int, end: int, key: int) -> list[tuple[int, int]]:
                 else:
                     size, pos = _varint(data, pos)
                 if k == key:
-                    out.append((pos, pos + size))
+                    out.append(pos)
+                    out.append(pos + size)
                 pos += size
             elif wire == VARINT:
                 if data[pos] < 0x80:

@@ -64,15 +64,17 @@ def liveness_frame(order: Sequence[int], mod: Any, buffers: Any, roles: Sequence
     schedule, ``mod``: the module), with step, instruction, opcode, one column of live bytes per role (``roles``
     first, then any other the buffers hold; each byte charged once, as at the peak) and live_bytes (their sum: the
     bytes occupied). ``buffers``: as :func:`role_columns` takes them."""
+    import numpy as np
     import pandas as pd
 
-    instructions = [mod.instructions.get(iid) for iid in order]
-    columns: dict[str, Any] = {"step": range(len(order)),
+    get = mod.instructions.get
+    instructions = [get(iid) for iid in order]
+    columns: dict[str, Any] = {"step": np.arange(len(order), dtype=np.int64),
                                "instruction": [i.name if i is not None else None for i in instructions],
                                "opcode": [i.opcode if i is not None else None for i in instructions]}
     by_role = role_columns(buffers, len(order), roles)
     columns.update(by_role)
+    columns["live_bytes"] = np.sum(list(by_role.values()), axis=0, dtype=np.int64) if by_role else 0
     frame = pd.DataFrame(columns)
-    frame["live_bytes"] = frame[list(by_role)].sum(axis=1) if by_role else 0
     frame.attrs["stacked_by"] = "role"
     return frame

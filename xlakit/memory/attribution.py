@@ -334,26 +334,31 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     instructions = mod.instructions
     known = getattr(instructions, "known", {})  # decoded instructions by id: the common lookups, at dict speed
     may_stack = mod.may_hold("dynamic-update-slice")  # no scan stacks a value without one
+    unplaced, unranged = (None, None), (-1, -1)
     for b in ba.logical_buffers:
-        alloc, sl = placed.get(b.id, (None, None))
+        bid = b.id
+        alloc, sl = placed.get(bid, unplaced)
         iid = b.instruction_id
         ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
-        more = aliases.get(b.id)
-        positions = [i for i in (iid, *(i for i, _ in more)) if i is not None] if more else (
-            [iid] if iid is not None else [])
-        # The first position with metadata speaks for the buffer (a loop body's parameter has none; the
-        # loop's operand or result that holds the same buffer has).
-        if len(positions) == 1 and ins is not None and (ins.op_name or ins.frame_id):
-            sources = [ins]
-            meta = ins
+        more = aliases.get(bid)
+        if not more and ins is not None and (ins.op_name or ins.frame_id):
+            # most buffers: one position, whose own metadata speaks for it
+            positions = [iid]
+            meta = framed = ins
+            if not ins.frame_id and ins.opcode == "fusion":  # a fusion XLA built or merged: its fused
+                framed = fused_frame(mod, ins) or ins  # instructions speak
         else:
+            positions = [i for i in (iid, *(i for i, _ in more)) if i is not None] if more else (
+                [iid] if iid is not None else [])
+            # The first position with metadata speaks for the buffer (a loop body's parameter has none; the
+            # loop's operand or result that holds the same buffer has).
             sources = [metadata_source(mod, i) for i in positions]
             meta = next((m for m in sources if m is not None and (m.op_name or m.frame_id)), None)
-        framed = meta
-        if meta is None or not meta.frame_id:  # a fusion XLA built or merged: its fused instructions speak
-            fusion = meta if meta is not None else next((f for f in sources if f is not None), None)
-            if fusion is not None and fusion.opcode == "fusion":
-                framed = fused_frame(mod, fusion) or meta
+            framed = meta
+            if meta is None or not meta.frame_id:  # a fusion XLA built or merged: its fused instructions speak
+                fusion = meta if meta is not None else next((f for f in sources if f is not None), None)
+                if fusion is not None and fusion.opcode == "fusion":
+                    framed = fused_frame(mod, fusion) or meta
         frame_id = framed.frame_id if framed is not None else 0
         known_frame = by_frame.get(frame_id)
         if known_frame is None:
@@ -426,8 +431,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 role = "recomputed"
             if role not in ("output", "aliased"):  # another element of a result's tuple (a loop's counter)
                 output = None
-        start, end = ranges.get(b.id, (-1, -1))
-        rows.append((b.id, b.instruction, b.opcode, b.size, b.shape, b.dtype, role, scope, names.phase, layer,
+        start, end = ranges.get(bid, unranged)
+        rows.append((bid, b.instruction, b.opcode, b.size, b.shape, b.dtype, role, scope, names.phase, layer,
                      source, user.file if user else None, user.line if user else None, parameter, output, donated,
                      alloc.index if alloc else None, sl.offset if sl else None, start, end, text, None))
         seen_as.append((positions, stacked is not None))

@@ -377,7 +377,8 @@ def buffer_assignment(compiled: Any, /, *args: Any, **kwargs: Any) -> BufferAssi
         a function that could not be lowered without example arguments (pass them after it).
       ValueError: the backend reports no buffer assignment, or the bytes are malformed.
     """
-    from xlakit.memory.compiled import CompiledMemory, _compile, compiled_memory
+    from xlakit.memory._assignment_memory import memory_for_assignment, with_assignment_facts
+    from xlakit.memory.compiled import CompiledMemory, _compile
 
     if isinstance(compiled, CompiledMemory):
         if not compiled.serialized_buffer_assignment:
@@ -422,17 +423,12 @@ def buffer_assignment(compiled: Any, /, *args: Any, **kwargs: Any) -> BufferAssi
         known = None
     if known is not None:
         return known
-    memory = compiled_memory(program)
+    memory = memory_for_assignment(program)
     module_bytes = None
     data = memory.serialized_buffer_assignment
     dumped = None if data else compiler_dump.remembered(compiled=program)
     if dumped is not None:  # XLA's dump of this executable: assignment and optimized module in one HloProto
         data, module_bytes = compiler_dump.split_hlo_proto(dumped)
-    if module_bytes is None:
-        try:
-            module_bytes = program.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
-        except Exception:  # noqa: BLE001 - without the module only names/shapes are lost
-            pass
     if not data:
         raise ValueError(f"memory_analysis() of {memory.name or 'this program'} on {memory.platform} carries no "
                          "buffer assignment, and this process holds no compiler dump of it; pass the jitted function "
@@ -440,10 +436,19 @@ def buffer_assignment(compiled: Any, /, *args: Any, **kwargs: Any) -> BufferAssi
                          "compiles it once with XLA's dump (xla_dump_to), which carries the buffer assignment. (A "
                          "Compiled made by Lowered.compile() while an xlakit cache is enabled also works: xlakit "
                          "keeps its Lowered.)")
+    if module_bytes is None:
+        try:
+            module_bytes = program.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+        except Exception:  # noqa: BLE001 - without the module only names/shapes are lost
+            pass
     try:
         decoded = decode_buffer_assignment(data, module_bytes, reported=memory)
     except ProtoDecodeError as exc:
-        raise ValueError(f"could not decode the buffer assignment of {memory.name}: {exc}") from exc
+        raise ValueError(f"could not decode the buffer assignment of {memory.name or 'this program'}: {exc}") \
+            from exc
+    filled = with_assignment_facts(memory, data, decoded.name)
+    if filled is not memory:  # the name and constants the dump's assignment gives (TPU), set before it is shared
+        object.__setattr__(decoded, "reported", filled)
     try:
         _DECODED[program] = decoded
     except TypeError:

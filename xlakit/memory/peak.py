@@ -28,6 +28,9 @@ PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "block", "shape", "
                 "output", "buffer_id", "allocation", "start", "end", "buffer_bytes"]
 
 
+_CHARGE_COLUMNS = ["bytes", "allocation", "offset", "role"]  # what _charge reads
+
+
 def _charge(live: Any) -> list[int]:
     """Bytes of each live buffer by the charging rule of :mod:`xlakit.memory._charging` (each byte once, to the
     buffer that ranks first among those sharing it: an aliased result, then the larger), so the charges sum to
@@ -174,10 +177,10 @@ def peak_of(attribution: Any) -> Peak:
     first, last = b["start"].to_numpy(), b["end"].to_numpy()
     rows = np.flatnonzero((first >= 0) & (first <= step) & (last >= step))
     if len(rows):
-        charged = np.asarray(_charge(b.take(rows)), dtype=np.int64)
+        charged = np.asarray(_charge(b[_CHARGE_COLUMNS].take(rows)), dtype=np.int64)
         own = b["bytes"].to_numpy()[rows]
         order = np.lexsort((-own, -charged))  # largest charge first, then largest buffer; ties keep their order
-        at = b.take(rows[order])[PEAK_COLUMNS[1:-1]].reset_index(drop=True)
+        at = b[PEAK_COLUMNS[1:-1]].take(rows[order]).reset_index(drop=True)
         at.insert(0, "bytes", charged[order])
         at["buffer_bytes"] = own[order]
     else:
