@@ -17,8 +17,9 @@ more (the same ``Compiled``: its decoded buffer assignment is kept). Printed: si
 scheduled computations, logical buffers, program steps), both times, peak() as a percentage of the compile
 (target: first call <= 10 %), of which XLA's own calls on the way (``memory_analysis()`` for the buffer
 assignment, the optimized module serialized; asked again after the first call, so without its first-time page
-faults: a lower bound of what no decoding can save), and peak()'s CPU per 1,000 logical buffers: flat from 150 to
-1,000 layers means the cost is linear in the program.
+faults: a lower bound of what no decoding can save; where the buffer assignment comes from XLA's dump (TPU)
+``peak()`` serializes no module, so there the column is only an upper bound of XLA's part), and peak()'s CPU per
+1,000 logical buffers: flat from 150 to 1,000 layers means the cost is linear in the program.
 
 Then the per-step charging alone (``xlakit.memory._charging.step_totals``, no compile) on a synthetic schedule
 where half of N buffers of one allocation are live at every step — what made the old per-step recharge
