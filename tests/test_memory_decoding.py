@@ -11,6 +11,7 @@ import random
 import jax
 import jax.numpy as jnp
 import pytest
+from test_memory_proto import varint  # the tests' protobuf varint encoder
 
 from xlakit.memory import buffer_assignment
 from xlakit.memory._charging import charge, step_totals
@@ -208,14 +209,6 @@ def test_packed_ids_valued_at_once_equal_the_packed_reader(monkeypatch):
 
     monkeypatch.setattr(_varint_records, "_SHORT", 0)  # numpy for every payload, not only long ones
 
-    def varint(v):
-        v &= (1 << 64) - 1
-        out = bytearray()
-        while v >= 0x80:
-            out.append(v & 0x7F | 0x80)
-            v >>= 7
-        return bytes(out + bytes([v]))
-
     def outcome(read, data):
         try:
             return read(data, 2, len(data) - 2)
@@ -241,14 +234,6 @@ def test_packed_payloads_valued_together_equal_the_packed_reader(monkeypatch):
     from xlakit.memory._varint_records import packed_many
 
     monkeypatch.setattr(_varint_records, "_SHORT", 0)  # numpy for every schedule, not only long ones
-
-    def varint(v):
-        v &= (1 << 64) - 1
-        out = bytearray()
-        while v >= 0x80:
-            out.append(v & 0x7F | 0x80)
-            v >>= 7
-        return bytes(out + bytes([v]))
 
     def outcome(read, *args):
         try:
