@@ -46,10 +46,18 @@ class ArgumentLeaf:
     graph: bool = False
 
 
+_OPTIMIZER_CLASSES: dict[type, bool] = {}  # a node's type -> whether it is an optimizer node (asked per node)
+
+
 def _is_optimizer_node(node: Any) -> bool:
     cls = type(node)
-    module = (getattr(cls, "__module__", "") or "").split(".")[0]
-    return module in _OPTIMIZER_MODULES or (module == "flax" and cls.__name__ in _OPTIMIZER_TYPES)
+    found = _OPTIMIZER_CLASSES.get(cls)
+    if found is None:
+        module = (getattr(cls, "__module__", "") or "").split(".")[0]
+        found = module in _OPTIMIZER_MODULES or (module == "flax" and cls.__name__ in _OPTIMIZER_TYPES)
+        if len(_OPTIMIZER_CLASSES) < 4096:
+            _OPTIMIZER_CLASSES[cls] = found
+    return found
 
 
 _KEY_FIELDS: dict[type, str] = {}  # a jax key type -> the attribute holding its key (filled on first use)
@@ -213,9 +221,11 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     def walk(node: Any, prefix: str, under_optimizer: bool) -> None:
         flat, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node and _is_optimizer_node(x))
         for path, leaf in flat:
-            parts = [_key_text(k) for k in path]  # keystr(path) is their concatenation
+            parts = list(map(_key_text, path))  # keystr(path) is their concatenation
             text = prefix + "".join(parts)
-            inside = under_optimizer or any(part.strip("[]'.\"") in _OPTIMIZER_KEYS for part in parts)
+            # a key named opt_state is in the path's text: most paths need no look at their parts
+            inside = under_optimizer or (any(key in text for key in _OPTIMIZER_KEYS) and any(
+                part.strip("[]'.\"") in _OPTIMIZER_KEYS for part in parts))
             index = flat_index(leaf)
             if index is not None:
                 leaves.append(ArgumentLeaf(index, text, inside))
@@ -278,7 +288,7 @@ def output_paths(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | No
             return []
         if len(flat) != tree.num_leaves:
             return []
-    names = {leaf: "output" + "".join(_key_text(k) for k in path) for path, leaf in flat}
+    names = {leaf: "output" + "".join(map(_key_text, path)) for path, leaf in flat}
     if example is not None and skeleton is not None and hasattr(fn, "_get_pure_args_kwargs"):
         static = _static(fn, example)
         names.update(_nnx_output_names(skeleton, fn, _dynamic(example[0], static), static))

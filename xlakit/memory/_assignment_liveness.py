@@ -120,7 +120,13 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
 
     # The last step that reads each value of the scheduled computations (its users are in its own computation).
     last_read: dict[int, int] = {}
+    step_at = step_of.__getitem__
     for op, readers in mod.users.items():
+        try:  # every reader in the flat order (all but a reader in a computation that is not scheduled)
+            last_read[op] = max(map(step_at, readers))
+            continue
+        except (KeyError, ValueError):  # ValueError: no reader
+            pass
         found = -1
         for user in readers:
             p = step_of.get(user)

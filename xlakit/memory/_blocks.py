@@ -33,6 +33,7 @@ _PAIR = re.compile(r"\['([^'\]]+)'\]\[(\d+)\]|\.([A-Za-z_]\w*)\[(\d+)\]|^([A-Za-
 # except JAX's names for positional arguments and results, whose index is no layer.
 _NOT_LAYER_LISTS = frozenset({"args", "output"})
 _OPTIMIZER_CONTAINERS = frozenset({"opt_state"})  # optax's state tuple: not a layer list
+_SKIPPED = _OPTIMIZER_CONTAINERS | _NOT_LAYER_LISTS
 # Ops that pass a parameter on unchanged in meaning (a broadcast scale, a bitcast kernel): looked through.
 _CARRIERS = frozenset({"bitcast", "broadcast", "convert", "reshape", "copy", "transpose", "get-tuple-element",
                        "bitcast-convert"})
@@ -42,11 +43,11 @@ _CARRIERS = frozenset({"bitcast", "broadcast", "convert", "reshape", "copy", "tr
 def block_of_path(path: str | None) -> str | None:
     """``"model['blocks'][2]['up']['kernel']"`` -> ``"blocks[2]"``; every indexed container on the path, outer
     first (``"stages[1]/blocks[0]"``), optax's ``opt_state[0]`` skipped; None without one."""
-    if not path:
+    if not path or "[" not in path:  # every indexed container has a "["
         return None
-    pairs = [(m[0] or m[2] or m[4], m[1] or m[3] or m[5]) for m in _PAIR.findall(path)]
-    shown = [f"{name}[{index}]" for name, index in pairs
-             if name not in _OPTIMIZER_CONTAINERS and name not in _NOT_LAYER_LISTS]
+    # one pass over the (key, index) pairs: thousands of argument paths, each read once
+    shown = [f"{m[0] or m[2] or m[4]}[{m[1] or m[3] or m[5]}]" for m in _PAIR.findall(path)
+             if (m[0] or m[2] or m[4]) not in _SKIPPED]
     return "/".join(shown) or None
 
 
@@ -70,41 +71,38 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
     param_bits = {iid: bit.get(b, 0) for iid, b in blocks.items()}
     _name, order, _root = mod.computations[mod.entry_id]
     instructions = getattr(mod.instructions, "known", None) or mod.instructions
-    operands = [instructions[iid].operands for iid in order]
     phase = [phase_of(iid) for iid in order]
     at = {iid: k for k, iid in enumerate(order)}  # instruction id -> its position in the entry's order
     reads = [0] * len(order)  # the blocks whose parameters an instruction reads, looking through carriers
     passed = [0] * len(order)  # what a carrier passes on: its reads; 0 for any other instruction
+    # upstream: blocks read by the instruction or any instruction of its phase it depends on; downstream: read by
+    # it or any instruction of its phase that depends on it. The schedule is a topological order of the entry, so
+    # one pass in order gives reads and upstream (and each instruction's users, for downstream).
+    up = [0] * len(order)
+    users: list[list[int]] = [[] for _ in order]
     for k, iid in enumerate(order):
-        found = param_bits.get(iid)
-        if found is None:
-            found = 0
-            for op in operands[k]:
-                p = param_bits.get(op)
+        ins = instructions[iid]
+        mine = phase[k]
+        own = param_bits.get(iid)
+        found = own if own is not None else 0
+        above = 0
+        for op in ins.operands:
+            j = at.get(op)
+            p = param_bits.get(op)  # None: the operand is no parameter
+            if own is None:
                 if p is not None:
                     found |= p
-                else:
-                    j = at.get(op)
-                    if j is not None:
-                        found |= passed[j]
-        reads[k] = found
-        if instructions[iid].opcode in _CARRIERS:
-            passed[k] = found
-    # upstream: blocks read by the instruction or any instruction of its phase it depends on; downstream: read by
-    # it or any instruction of its phase that depends on it. The schedule is a topological order of the entry.
-    up = reads[:]
-    users: list[list[int]] = [[] for _ in order]
-    for k in range(len(order)):
-        mine = phase[k]
-        found = up[k]
-        for op in operands[k]:
-            j = at.get(op)
+                elif j is not None:
+                    found |= passed[j]
             if j is None:
                 continue
             users[j].append(k)
-            if j < k and phase[j] == mine and op not in param_bits:
-                found |= up[j]
-        up[k] = found
+            if j < k and p is None and phase[j] == mine:
+                above |= up[j]
+        reads[k] = found
+        up[k] = found | above
+        if ins.opcode in _CARRIERS:
+            passed[k] = found
     down = reads[:]
     for k in range(len(order) - 1, -1, -1):
         mine = phase[k]

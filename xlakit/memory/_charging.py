@@ -128,6 +128,16 @@ def step_totals(steps: int, ranges: Sequence[tuple[int, int] | None], sizes: Seq
     the move of one list's tail (C speed: ~1 µs per 10,000 blocks); only a block that gains or loses a member
     is charged anew.
     """
+    rows = [totals for totals, count in _step_runs(steps, ranges, sizes, allocs, offsets, labels, n_labels, priority)
+            for _ in range(count)]
+    return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(n_labels)]
+
+
+def _step_runs(steps: int, ranges: Sequence[tuple[int, int] | None], sizes: Sequence[int],
+               allocs: Sequence[int | None], offsets: Sequence[int | None], labels: Sequence[int], n_labels: int,
+               priority: Sequence[bool] | None = None) -> list[tuple[list[int], int]]:
+    """:func:`step_totals` as runs of steps with the same totals, from step 0: ``(totals per label, steps)``. The
+    totals change only where a buffer starts or ends, so only those steps are swept."""
     starts: dict[int, list[int]] = {}
     ends: dict[int, list[int]] = {}
     for i, r in enumerate(ranges):
@@ -137,7 +147,6 @@ def step_totals(steps: int, ranges: Sequence[tuple[int, int] | None], sizes: Seq
     rank = _ranks(sizes, priority)
     total = [0] * n_labels
     state: dict[int, _Allocation] = {}
-    rows: list[list[int]] = []
 
     def charge_blocks(a: _Allocation, blocks: list[tuple[int, int, list[int]]]) -> list[int]:
         """Charge ``blocks`` and hold them live in ``a``; their starts."""
@@ -157,7 +166,9 @@ def step_totals(steps: int, ranges: Sequence[tuple[int, int] | None], sizes: Seq
             total[lab] -= c
         return group
 
-    for step in range(steps):
+    events = sorted(step for step in {*starts, *ends} if step < steps)  # the steps where a buffer starts or ends
+    runs: list[tuple[list[int], int]] = [([0] * n_labels, events[0] if events else steps)]  # (totals, steps)
+    for step, upto in zip(events, [*events[1:], steps] if events else [], strict=True):
         for i in ends.get(step, ()):
             alloc, off = allocs[i], offsets[i]
             if alloc is None or off is None:
@@ -195,8 +206,8 @@ def step_totals(steps: int, ranges: Sequence[tuple[int, int] | None], sizes: Seq
                 continue
             group.append(i)
             los[first:last] = charge_blocks(a, _blocks(group, sizes, offsets))
-        rows.append(total[:])
-    return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(n_labels)]
+        runs.append((total[:], upto - step))  # the totals hold until the next step where a buffer starts or ends
+    return runs
 
 
 _SMALL = 8  # allocations of up to this many buffers are checked pair by pair; larger ones are swept
@@ -251,8 +262,9 @@ def step_array(steps: int, starts: Any, ends: Any, sizes: Any, allocs: Any, offs
     chosen = np.flatnonzero(shared)
     if len(chosen):
         first = priority[chosen].tolist() if priority is not None else None
-        swept = step_totals(steps, list(zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True)),
-                            sizes[chosen].tolist(), allocs[chosen].tolist(), offsets[chosen].tolist(),
-                            labels[chosen].tolist(), n_labels, first)
-        out = out + np.array(swept, dtype=np.int64).reshape(n_labels, steps)
+        runs = _step_runs(steps, list(zip(starts[chosen].tolist(), ends[chosen].tolist(), strict=True)),
+                          sizes[chosen].tolist(), allocs[chosen].tolist(), offsets[chosen].tolist(),
+                          labels[chosen].tolist(), n_labels, first)
+        totals = np.array([totals for totals, _count in runs], dtype=np.int64).reshape(len(runs), n_labels)
+        out = out + np.repeat(totals, [count for _totals, count in runs], axis=0).T
     return out

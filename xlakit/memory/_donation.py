@@ -24,7 +24,7 @@ try:
 except ImportError:  # pragma: no cover - pandas comes with xlakit's memory views
     _NA = None
 
-__all__ = ["output_index", "name_donations", "donations", "DONATION_COLUMNS", "donation_summary"]
+__all__ = ["output_index", "output_of", "name_donations", "donations", "DONATION_COLUMNS", "donation_summary"]
 
 DONATION_COLUMNS = ["argument", "output", "bytes", "allocation", "reason"]
 _PASS_ON = frozenset({"bitcast", "opt-barrier", "optimization-barrier"})  # share their operand's buffer
@@ -61,6 +61,17 @@ def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[Any, str]:
             else:
                 break
     return out
+
+
+def output_of(outputs: dict[Any, str], iid: Any, index: Any, more: Any, positions: list[int]) -> str | None:
+    """The result a buffer holds (:func:`output_index`'s names): by the element of a tuple it is (``(instruction,
+    shape index)``: a loop's result), else by an instruction that holds it whole."""
+    if not index and not more:  # most results: an instruction that holds it whole
+        return next((outputs[i] for i in positions if i in outputs), None)
+    for key in ((iid, tuple(index)) if index else None, *(((i, tuple(x)) if x else None) for i, x in more or ())):
+        if key is not None and key in outputs:
+            return outputs[key]
+    return next((outputs[i] for i in positions if i in outputs), None)
 
 
 def donations(rows: Any):

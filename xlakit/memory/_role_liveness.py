@@ -14,7 +14,7 @@ from typing import Any
 
 from xlakit.memory._charging import charge, step_array
 
-__all__ = ["charge", "role_columns", "liveness_frame", "TAKES_OVER", "nullable_ints"]
+__all__ = ["charge", "role_columns", "liveness_frame", "TAKES_OVER", "nullable_ints", "int_array"]
 
 #: Roles charged before the other buffers sharing their bytes: a result written into a donated argument.
 TAKES_OVER = frozenset({"aliased"})
@@ -39,13 +39,13 @@ def role_columns(buffers: Any, steps: int, roles: Sequence[str]) -> dict[str, An
     left out), by one sweep over the schedule (:func:`xlakit.memory._charging.step_array`)."""
     import numpy as np
 
-    role_of = [str(r) for r in buffers["role"]]
+    role_of = list(map(str, buffers["role"]))
     names = list(dict.fromkeys([*roles, *dict.fromkeys(role_of)]))
     label = {r: k for k, r in enumerate(names)}
     cols = step_array(steps, _ints(buffers["start"]), _ints(buffers["end"]), _ints(buffers["bytes"]),
                       _ints(buffers["allocation"]), _ints(buffers["offset"]),
-                      np.array([label[r] for r in role_of], dtype=np.int64), len(names),
-                      np.array([r in TAKES_OVER for r in role_of], dtype=bool))
+                      np.array(list(map(label.__getitem__, role_of)), dtype=np.int64), len(names),
+                      np.array(list(map(TAKES_OVER.__contains__, role_of)), dtype=bool))
     return dict(zip(names, cols, strict=True))
 
 
@@ -56,7 +56,20 @@ def _ints(column: Any) -> Any:
 
     if isinstance(column, pd.Series):
         return column.astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
-    return np.array([-1 if v is None else v for v in column], dtype=np.int64)
+    values, missing = int_array(column)
+    values[missing] = -1
+    return values
+
+
+def int_array(values: Sequence[int | None]) -> tuple[Any, Any]:
+    """A column of ints and None as numpy: (int64 values, 0 where None; bool mask of the None)."""
+    import numpy as np
+
+    try:  # most columns have no None: numpy reads the list at once
+        return np.array(values, dtype=np.int64), np.zeros(len(values), dtype=bool)
+    except TypeError:
+        return (np.array([0 if v is None else v for v in values], dtype=np.int64),
+                np.array([v is None for v in values], dtype=bool))
 
 
 def liveness_frame(order: Sequence[int], mod: Any, buffers: Any, roles: Sequence[str]) -> Any:
@@ -67,8 +80,8 @@ def liveness_frame(order: Sequence[int], mod: Any, buffers: Any, roles: Sequence
     import numpy as np
     import pandas as pd
 
-    get = mod.instructions.get
-    instructions = [get(iid) for iid in order]
+    get, known = mod.instructions.get, getattr(mod.instructions, "known", {})  # decoded ones: a plain dict
+    instructions = [known.get(iid) or get(iid) for iid in order]
     columns: dict[str, Any] = {"step": np.arange(len(order), dtype=np.int64),
                                "instruction": [i.name if i is not None else None for i in instructions],
                                "opcode": [i.opcode if i is not None else None for i in instructions]}

@@ -47,7 +47,7 @@ from typing import Any
 
 from xlakit._jax.call_options import DEFAULT
 from xlakit.memory._display import fmt_bytes, html_table
-from xlakit.memory._hlo_frames import FrameTable, layer_of, parse_op_name, source_of, stack_text, user_frame
+from xlakit.memory._hlo_frames import FrameTable, NameStack, layer_of, parse_op_name, source_of, stack_text, user_frame
 from xlakit.memory._speaking import CARRIERS, fused_frame, metadata_source, readers_line, stacked_value
 
 __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
@@ -133,8 +133,9 @@ def _entry_parameters(mod: Any) -> dict[int, Any]:
     """Entry parameter number -> instruction id."""
     _name, ids, _root = mod.computations[mod.entry_id]
     out = {}
+    get, known = mod.instructions.get, getattr(mod.instructions, "known", {})  # decoded ones: a plain dict
     for iid in ids:
-        ins = mod.instructions.get(iid)
+        ins = known.get(iid) or get(iid)
         if ins is not None and ins.opcode == "parameter":
             out[ins.parameter_number] = iid
     return out
@@ -196,6 +197,8 @@ def _read_by_backward(ids: list[int], mod: Any, phase: Callable[[int], str], use
     return False
 
 
+_ARGUMENT_NAMES = NameStack("", (), "", ())  # an argument's op name, its path without "/" or "(": no phase, unparsed
+
 _SHARING = frozenset({"bitcast", "tuple", "opt-barrier", "optimization-barrier"})
 
 
@@ -220,32 +223,19 @@ def _results(mod: Any, root_id: int) -> set[int]:
     return out
 
 
-def _output_of(outputs: dict[Any, str], iid: Any, index: Any, more: Any, positions: list[int]) -> str | None:
-    """The result a buffer holds (:func:`~xlakit.memory._donation.output_index`'s names): by the element of a
-    tuple it is (``(instruction, shape index)``: a loop's result), else by an instruction that holds it whole."""
-    for key in ((iid, tuple(index)) if index else None, *(((i, tuple(x)) if x else None) for i, x in more or ())):
-        if key is not None and key in outputs:
-            return outputs[key]
-    return next((outputs[i] for i in positions if i in outputs), None)
-
-
-def _optimizer_path(path: str) -> bool:
-    return "opt_state" in path
-
-
 def _frame(cols: dict[str, list[Any]]) -> Any:
     """The buffers frame from its column lists, each column built with its dtype (int64, nullable Int64, bool,
     object where a value may be None) rather than inferred from thousands of Python objects."""
     import numpy as np
     import pandas as pd
 
+    from xlakit.memory._role_liveness import int_array
+
     typed: dict[str, Any] = dict(cols)
     for name in ("buffer_id", "bytes", "start", "end"):
         typed[name] = np.array(cols[name], dtype=np.int64)
     for name in ("line", "allocation", "offset"):
-        values = cols[name]
-        typed[name] = pd.arrays.IntegerArray(np.array([0 if v is None else v for v in values], dtype=np.int64),
-                                             np.array([v is None for v in values], dtype=bool))
+        typed[name] = pd.arrays.IntegerArray(*int_array(cols[name]))
     typed["donated"] = np.array(cols["donated"], dtype=bool)
     typed["block"] = pd.Series(np.array(cols["block"], dtype=object), dtype=object)
     return pd.DataFrame(typed, columns=BUFFER_COLUMNS)
@@ -305,7 +295,7 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
 def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | None) -> Attribution:
     from xlakit._jax.arguments import argument_leaves, donated_leaves, output_paths
     from xlakit.memory._blocks import add_blocks
-    from xlakit.memory._donation import name_donations, output_index
+    from xlakit.memory._donation import name_donations, output_index, output_of
     from xlakit.memory._role_liveness import liveness_frame
 
     mod = ba._module
@@ -341,12 +331,14 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         iid = b.instruction_id
         ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
         more = aliases.get(bid)
-        if not more and ins is not None and (ins.op_name or ins.frame_id):
+        op_name, frame_id = (ins.op_name, ins.frame_id) if ins is not None else ("", 0)  # each read once
+        if not more and ins is not None and (op_name or frame_id):
             # most buffers: one position, whose own metadata speaks for it
             positions = [iid]
             meta = framed = ins
-            if not ins.frame_id and ins.opcode == "fusion":  # a fusion XLA built or merged: its fused
+            if not frame_id and ins.opcode == "fusion":  # a fusion XLA built or merged: its fused
                 framed = fused_frame(mod, ins) or ins  # instructions speak
+                frame_id = framed.frame_id
         else:
             positions = [i for i in (iid, *(i for i, _ in more)) if i is not None] if more else (
                 [iid] if iid is not None else [])
@@ -359,7 +351,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 fusion = meta if meta is not None else next((f for f in sources if f is not None), None)
                 if fusion is not None and fusion.opcode == "fusion":
                     framed = fused_frame(mod, fusion) or meta
-        frame_id = framed.frame_id if framed is not None else 0
+            frame_id, op_name = (framed.frame_id, framed.op_name) if framed is not None else (0, "")
+            op_name = meta.op_name if meta is not None and meta.op_name else op_name
         known_frame = by_frame.get(frame_id)
         if known_frame is None:
             chain = frames.chain(frame_id) if frame_id else ()
@@ -373,8 +366,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 if user_frame(inner) is not None:
                     stack, user = inner, user_frame(inner)
                 break
-        names = parse_op_name(meta.op_name if meta is not None and meta.op_name else
-                              framed.op_name if framed is not None else "")
+        plain = iid in param_ids and "/" not in op_name and "(" not in op_name
+        names = _ARGUMENT_NAMES if plain else parse_op_name(op_name)
         if meta is ins and ins is not None:  # its own op name: the phase name_blocks and residuals ask for
             phases[iid] = names.phase
         made_for = ""
@@ -389,7 +382,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         for i in positions:
             if i in results:
                 is_result = True
-                output = _output_of(outputs, iid, b.shape_index, more, positions)
+                output = output_of(outputs, iid, b.shape_index, more, positions)
                 break
         if iid in param_ids:
             num = param_ids[iid]
@@ -399,7 +392,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             parameter = recorded if named else (leaf.path if leaf else f"parameter {num}")
             if b.shape_index:
                 parameter += "".join(f"[{i}]" for i in b.shape_index)
-            role = "optimizer state" if (leaf.optimizer_state if leaf else _optimizer_path(parameter)) else "parameter"
+            role = "optimizer state" if (leaf.optimizer_state if leaf else "opt_state" in parameter) else "parameter"
             scope, source, layer = "argument", f"argument {parameter}", "argument"
             param_paths[params[num]] = parameter
             donated = bool(alloc is not None and alloc.aliased_with_output) or bool(
@@ -421,9 +414,9 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 role = "constant"
             elif alloc.is_thread_local:
                 role = "thread-local"
-            elif alloc.is_parameter and is_result:
+            elif is_result and alloc.is_parameter:
                 role = "aliased"
-            elif alloc.maybe_live_out and is_result:
+            elif is_result and alloc.maybe_live_out:
                 role = "output"
             elif names.phase == "forward" and _read_by_backward(positions, mod, phase, users):
                 role = "residual"

@@ -344,6 +344,10 @@ def _apart_on_chip(parts: dict[str, Any], platform: str | None) -> dict[str, Any
     from xlakit._jax.platforms import rules
 
     rule = rules(platform)
+    # a program has thousands of allocations and a few colours: each colour's space looked up once
+    colors = {a.color for a in parts["allocations"]}
+    if not any(rule.space(color).kind == "on-chip" for color in colors):
+        return parts
     chip = [a for a in parts["allocations"] if rule.space(a.color).kind == "on-chip"]
     if not chip:
         return parts

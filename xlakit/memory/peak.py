@@ -28,30 +28,40 @@ PEAK_COLUMNS = ["bytes", "role", "scope", "source", "layer", "block", "shape", "
                 "output", "buffer_id", "allocation", "start", "end", "buffer_bytes"]
 
 
-_CHARGE_COLUMNS = ["bytes", "allocation", "offset", "role"]  # what _charge reads
-
-
 def _charge(live: Any) -> list[int]:
     """Bytes of each live buffer by the charging rule of :mod:`xlakit.memory._charging` (each byte once, to the
     buffer that ranks first among those sharing it: an aliased result, then the larger), so the charges sum to
     the bytes occupied; the rule of the per-role liveness too."""
+    return _charge_rows(live, None).tolist()
+
+
+def _charge_rows(frame: Any, rows: Any) -> Any:
+    """:func:`_charge` of the rows ``rows`` (positions; None: all) of ``frame``, as an int64 array, read from its
+    columns: the rows are not taken out as a frame of their own first."""
     import numpy as np
 
-    from xlakit.memory._role_liveness import TAKES_OVER, charge, nullable_ints
+    from xlakit.memory._role_liveness import TAKES_OVER, charge
 
-    sizes = live["bytes"].to_numpy(dtype=np.int64)
-    allocs = live["allocation"].astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
-    placed = (allocs >= 0) & live["offset"].notna().to_numpy() & (sizes > 0)
+    sizes = frame["bytes"].to_numpy(dtype=np.int64)
+    allocs = frame["allocation"].astype("Int64").to_numpy(dtype=np.int64, na_value=-1)
+    offset = frame["offset"].astype("Int64")
+    offsets, has_offset = offset.to_numpy(dtype=np.int64, na_value=0), offset.notna().to_numpy()
+    if rows is not None:
+        sizes, allocs, offsets, has_offset = sizes[rows], allocs[rows], offsets[rows], has_offset[rows]
+    placed = (allocs >= 0) & has_offset & (sizes > 0)
     _, where, counts = np.unique(allocs[placed], return_inverse=True, return_counts=True)
-    shared = np.zeros(len(live), dtype=bool)
+    shared = np.zeros(len(sizes), dtype=bool)
     shared[np.flatnonzero(placed)] = counts[where] > 1
     out = sizes.copy()  # a buffer alone in its allocation is charged in full
-    if shared.any():  # the others share their allocation: the rule decides
-        rows = live[shared]
-        first = rows["role"].isin(list(TAKES_OVER)).tolist() if "role" in rows.columns else [False] * len(rows)
-        out[shared] = charge(rows["bytes"].astype("int64").tolist(), nullable_ints(rows["allocation"]),
-                             nullable_ints(rows["offset"]), first)
-    return out.tolist()
+    if shared.any():  # the others share their allocation (so are placed: no None among them): the rule decides
+        at = np.flatnonzero(shared)
+        if "role" in frame.columns:
+            roles = frame["role"].to_numpy()
+            first = [r in TAKES_OVER for r in (roles if rows is None else roles[rows])[at].tolist()]
+        else:
+            first = [False] * len(at)
+        out[shared] = charge(sizes[at].tolist(), allocs[at].tolist(), offsets[at].tolist(), first)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,10 +157,10 @@ def _where(attribution: Any, step: int) -> str:
     # The user's line and call of the instruction, from the buffers it defines: "backward of Block.__call__ ›
     # self.attn(x), model.py:13"; XLA's own name for the instruction stays out (Peak.instruction has it).
     b = attribution.buffers
-    rows = b.iloc[np.flatnonzero(b["instruction"].to_numpy() == name)]
-    rows = rows[rows["layer"] != "unknown"]
-    layer = str(rows["layer"].iat[0]) if len(rows) else ""
-    line = str(rows["source"].iat[0]).split(" (", 1)[0] if len(rows) else ""
+    rows = np.flatnonzero(b["instruction"].to_numpy() == name)  # positions: no frame of the rows is made
+    rows = rows[b["layer"].to_numpy()[rows] != "unknown"]
+    layer = str(b["layer"].iat[rows[0]]) if len(rows) else ""
+    line = str(b["source"].iat[rows[0]]).split(" (", 1)[0] if len(rows) else ""
     what = f"{layer}, {line}" if layer and line and layer != "argument" else layer
     if phase and what:
         return f"{phase} of {what}"
@@ -177,7 +187,7 @@ def peak_of(attribution: Any) -> Peak:
     first, last = b["start"].to_numpy(), b["end"].to_numpy()
     rows = np.flatnonzero((first >= 0) & (first <= step) & (last >= step))
     if len(rows):
-        charged = np.asarray(_charge(b[_CHARGE_COLUMNS].take(rows)), dtype=np.int64)
+        charged = _charge_rows(b, rows)
         own = b["bytes"].to_numpy()[rows]
         order = np.lexsort((-own, -charged))  # largest charge first, then largest buffer; ties keep their order
         at = b[PEAK_COLUMNS[1:-1]].take(rows[order]).reset_index(drop=True)
@@ -186,9 +196,9 @@ def peak_of(attribution: Any) -> Peak:
     else:
         at = b.iloc[:0].assign(buffer_bytes=b["bytes"].iloc[:0], bytes=[])
         at = pd.DataFrame(at[PEAK_COLUMNS]).reset_index(drop=True)
-    total = int(live.loc[live["step"] == step, "live_bytes"].iat[0])
-    return Peak(step=step, steps=attribution.steps, total_bytes=total,
-                instruction=live.loc[live["step"] == step, "instruction"].iat[0], where=_where(attribution, step),
+    row = np.flatnonzero(live["step"].to_numpy() == step)[0]  # the step's row (by position, not by a mask)
+    return Peak(step=step, steps=attribution.steps, total_bytes=int(live["live_bytes"].iat[row]),
+                instruction=live["instruction"].iat[row], where=_where(attribution, step),
                 buffers=at, attribution=attribution, method=method)
 
 
