@@ -169,3 +169,24 @@ def test_a_function_without_arguments_and_a_string_count_are_refused_clearly(com
     assert ba.totals()["argument_bytes"] == 16
     with pytest.raises(TypeError, match=r"n must be an int count of buffers.*got str '5'"):
         buffer_assignment(next(iter(compiled.values()))).largest("5")
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_the_columns_the_attribution_reads_are_what_the_objects_made_later_say(compiled, name):
+    """A decoded assignment keeps the decoder's columns and makes its buffers and allocations when first read:
+    what the attribution reads from the columns equals the objects, and a pickle carries the objects."""
+    import pickle
+
+    from xlakit.memory._assignment_table import Deferred, facts, rows_of
+    from xlakit.memory.buffer_assignment import decode_buffer_assignment
+
+    program = compiled[name]
+    ba = decode_buffer_assignment(program.memory_analysis().serialized_buffer_assignment_proto,
+                                  program.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto())
+    rows, found = ba._rows(), facts(ba._memo["table"])
+    assert isinstance(vars(ba)["logical_buffers"], Deferred) and isinstance(vars(ba)["allocations"], Deferred)
+    assert rows == rows_of(ba.logical_buffers, ba._placement())
+    assert found == [(a.index, a.size, a.parameter_number, a.parameter_shape_index, a.is_parameter,
+                      a.aliased_with_output) for a in ba.allocations]
+    again = pickle.loads(pickle.dumps(ba))
+    assert again == ba and isinstance(vars(again)["allocations"], tuple) and "table" not in again._memo

@@ -6,13 +6,15 @@ Records are read in place (offsets, not copies) and only the fields the data mod
 read only for the leaf a logical buffer names. The top level (tens of thousands of records) is walked by a loop of a
 few steps per record (:func:`_top_level`); the logical buffers and allocations, made of varints only as XLA writes
 them, are read as columns with numpy (:mod:`xlakit.memory._varint_records`: one pass over all records, no Python
-loop per field), the few others one by one (:mod:`xlakit.memory._assignment_records`), which then makes the objects.
+loop per field), the few others one by one (:mod:`xlakit.memory._assignment_records`). The objects are made from
+those columns when first read (:mod:`xlakit.memory._assignment_table`).
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from xlakit.memory._assignment_table import AssignmentTable, Deferred
 from xlakit.memory._assignment_types import HeapEvent
 from xlakit.memory._decoding import without_gc
 from xlakit.memory._hlo_module import decode_module
@@ -45,6 +47,7 @@ from xlakit.memory._assignment_records import (  # noqa: F401 - the per-record r
     _allocation_table,
     _allocations,
     _assigned,
+    _buffer_columns,
     _location,
     _logical_buffer,
     _logical_buffers,
@@ -132,8 +135,8 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             slice_dtypes.append(_slice_dtypes(data, allocation_spans.tolist()))
         return slice_dtypes[0].get(bid)
 
-    buffers = _logical_buffers(*_logical_buffer_columns(data, ba[_F.BA_LOGICAL_BUFFERS]), module,
-                               slice_dtype)
+    buffer_columns = _buffer_columns(*_logical_buffer_columns(data, ba[_F.BA_LOGICAL_BUFFERS]), module,
+                                     slice_dtype)
 
     aliases: dict[int, list[tuple[int | None, tuple[int, ...]]]] = {}
     for span in ba[_F.BA_ALIASES].tolist():
@@ -158,7 +161,17 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             peak_ids.append(found)
         return peak_ids[0].get(index, ())
 
-    allocations = _allocations(_allocation_columns(data, allocation_spans), peaks, buffers, slice_dtype)
+    allocation_columns = _allocation_columns(data, allocation_spans)
+    if not set(buffer_columns["id"]).issuperset(allocation_columns.buffers):
+        slice_dtype(-1)  # slices of buffers not listed take their dtype: read now, so bad bytes fail here
+
+    def objects() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        buffers = _logical_buffers(buffer_columns)
+        allocations = _allocations(allocation_columns, peaks, buffers, slice_dtype)
+        return tuple(sorted(allocations, key=lambda a: a.index)), tuple(buffers[k] for k in sorted(buffers))
+
+    # the objects are made when a caller first reads them; the attribution reads the columns
+    table = AssignmentTable(buffer_columns, allocation_columns, objects)
 
     traces = []
     for span in ba[_F.BA_TRACES].tolist():
@@ -175,10 +188,9 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
                                     to_int64(last(ev, _F.EV_SHARE_WITH)) if _F.EV_SHARE_WITH in ev else None))
         traces.append((to_int64(last(tr, _F.TR_ALLOCATION)), tuple(events)))
 
-    return {"allocations": tuple(sorted(allocations, key=lambda a: a.index)),
-            "logical_buffers": tuple(buffers[k] for k in sorted(buffers)), "heap_traces": tuple(traces),
+    return {"allocations": Deferred(table, 0), "logical_buffers": Deferred(table, 1), "heap_traces": tuple(traces),
             "name": module.name if module else None,
-            "_aliases": {k: tuple(v) for k, v in aliases.items()}, "_module": module}
+            "_aliases": {k: tuple(v) for k, v in aliases.items()}, "_module": module, "_memo": {"table": table}}
 
 
 # The keys (field << 3 | wire type) a record read at once may hold, at its own level and in its nested messages.

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from xlakit.memory._assignment_types import _SEQUENTIAL_CALLERS, Allocation, HeapEvent, LogicalBuffer, _Module
+from xlakit.memory._assignment_table import BufferRows
+from xlakit.memory._assignment_types import _SEQUENTIAL_CALLERS, HeapEvent, LogicalBuffer, _Module
 from xlakit.memory._charging import step_totals
 
 __all__ = ["trace_rows", "schedule_ranges", "schedule_liveness"]
@@ -84,17 +85,14 @@ def _nested_steps(mod: _Module, order: Sequence[int], step_of: Mapping[int, int]
     return comp_step
 
 
-def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allocations: Sequence[Allocation],
+def schedule_ranges(mod: _Module, buffers: BufferRows,
                     aliases: Mapping[int, tuple[tuple[int | None, tuple[int, ...]], ...]],
-                    placement: Mapping[int, tuple[Allocation, Any]] | None = None,
                     ) -> tuple[list[int], dict[int, tuple[int, int]]]:
     """(instruction ids in program order, buffer id -> (first step, last step)) from the entry schedule: a
     buffer is live from the step that defines it (or any of its aliases) to the last step that reads one of
     them; an entry parameter, a constant and a result live through the whole program (the caller holds
     arguments and outputs); a value XLA placed in a donated argument's bytes lives as any other value.
-    ``placement``: buffer id -> (allocation, slice), when the caller has it (else made from ``allocations``)."""
-    if placement is None:
-        placement = {s.buffer.id: (a, s) for a in allocations for s in a.slices}
+    ``buffers``: the logical buffers with their allocations (:class:`~xlakit.memory._assignment_table.BufferRows`)."""
     _entry_name, entry_ids, root_id = mod.computations[mod.entry_id]
     order = _flatten(mod, mod.entry_id, entry_ids, set())
     step_of = {iid: s for s, iid in enumerate(order)}
@@ -153,35 +151,34 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
         return ins is not None and ins.opcode == "parameter" and ins.computation_id == entry_id
 
     ranges: dict[int, tuple[int, int]] = {}
-    unplaced = (None, None)
-    for b in logical_buffers:
-        alloc = placement.get(b.id, unplaced)[0]
-        if alloc is None or alloc.is_thread_local:
+    for bid, iid, shape_index, index, kind, constant, thread_local in zip(
+            buffers.ids, buffers.instruction_ids, buffers.shape_indexes, buffers.allocations, buffers.kinds,
+            buffers.constant, buffers.thread_local, strict=True):
+        if index is None or thread_local:
             continue
-        if alloc.is_constant:
-            ranges[b.id] = (0, last)
+        if constant:
+            ranges[bid] = (0, last)
             continue
-        is_parameter = alloc.kind == "parameter"
-        iid = b.instruction_id
+        is_parameter = kind == "parameter"
         if is_parameter:
             ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
             if ins is None or (ins.opcode == "parameter" and ins.computation_id == entry_id):
-                ranges[b.id] = (0, last)  # the argument itself
+                ranges[bid] = (0, last)  # the argument itself
                 continue
-        more = aliases.get(b.id)
+        more = aliases.get(bid)
         if not more and not is_parameter:  # most buffers: one position, in the schedule
             first = step_of.get(iid) if iid is not None else None
             if first is not None and iid is not None:
                 end = last if iid == root_id else max(first, last_read.get(iid, -1))
-                ranges[b.id] = (first, end)
+                ranges[bid] = (first, end)
                 continue
-        locations = [(b.instruction_id, b.shape_index), *(more or ())]
-        if alloc.is_parameter:  # a result written into a donated argument: the argument's position holds the
+        locations = [(iid, shape_index), *(more or ())]
+        if is_parameter:  # a result written into a donated argument: the argument's position holds the
             locations = [loc for loc in locations if not _is_argument(loc[0])]  # argument, not this value
         steps = [p for p in (pos(i) for i, _ in locations) if p is not None]
         if not steps:
-            if alloc.is_parameter:
-                ranges[b.id] = (0, last)
+            if is_parameter:
+                ranges[bid] = (0, last)
             continue
         end = max(steps)
         for loc_iid, _ in locations:
@@ -189,26 +186,25 @@ def schedule_ranges(mod: _Module, logical_buffers: Sequence[LogicalBuffer], allo
                 end = max(end, read_until(loc_iid))
             if loc_iid == root_id:
                 end = last
-        ranges[b.id] = (min(steps), end)
+        ranges[bid] = (min(steps), end)
     return order, ranges
 
 
-def schedule_liveness(mod: _Module, logical_buffers: Sequence[LogicalBuffer],
-                      allocations: Sequence[Allocation],
+def schedule_liveness(mod: _Module, buffers: BufferRows,
                       aliases: Mapping[int, tuple[tuple[int | None, tuple[int, ...]], ...]],
                       ) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
     """(rows, buffer id -> (first step, last step)) from the entry schedule (:func:`schedule_ranges`); see
     :meth:`~xlakit.memory.BufferAssignment.live_bytes_by_step`. The bytes per step are swept once
     (:func:`xlakit.memory._charging.step_totals`): linear in the schedule and the buffers."""
-    placed = {s.buffer.id: (a, s) for a in allocations for s in a.slices}
-    order, ranges = schedule_ranges(mod, logical_buffers, allocations, aliases)
+    order, ranges = schedule_ranges(mod, buffers, aliases)
     # Sweep: at each step, the union of byte ranges of live slices, per allocation, summed by kind.
     kinds = ("parameter", "output", "temporary", "constant")
     label = {k: n for n, k in enumerate(kinds)}
-    ids = list(ranges)
-    cols = step_totals(len(order), [ranges[bid] for bid in ids], [placed[bid][1].size for bid in ids],
-                       [placed[bid][0].index for bid in ids], [placed[bid][1].offset for bid in ids],
-                       [label.get(placed[bid][0].kind, len(kinds)) for bid in ids], len(kinds) + 1)
+    placed = {bid: k for k, bid in enumerate(buffers.ids)}  # each buffer's row
+    at = [placed[bid] for bid in ranges]  # the placed buffers' (the others have no range)
+    cols = step_totals(len(order), list(ranges.values()), [buffers.slice_sizes[k] or 0 for k in at],
+                       [buffers.allocations[k] or 0 for k in at], [buffers.offsets[k] or 0 for k in at],
+                       [label.get(buffers.kinds[k] or "", len(kinds)) for k in at], len(kinds) + 1)
     rows = []
     instructions = mod.instructions
     for s, iid in enumerate(order):

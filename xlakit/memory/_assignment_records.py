@@ -1,8 +1,8 @@
 """The records of XLA's ``BufferAssignmentProto`` one by one: logical buffers, their locations, allocations, assigned
 slices and peak buffers, read in place by the field numbers of XLA's ``hlo.proto`` (:class:`~xlakit.memory.
 _xla_fields._F`). :mod:`xlakit.memory._assignment_decode` reads whole tables of them at once where they are made of
-varints only, and falls back to these readers for the rest; :func:`_logical_buffers` and :func:`_allocations` make
-the objects from those tables."""
+varints only, and falls back to these readers for the rest; :func:`_buffer_columns` names and shapes the
+logical buffers, and :func:`_logical_buffers` and :func:`_allocations` make the objects from those tables."""
 
 from __future__ import annotations
 
@@ -183,19 +183,23 @@ def _location(data: bytes, span: tuple[int, int] | None) -> tuple[int | None, tu
             tuple(repeated_ints(data, loc[_F.LOC_SHAPE_INDEX])), text(data, name[-1]) or None if name else None)
 
 
-def _logical_buffers(ids: list[int], sizes: list[int], colors: list[int], iids: list[int | None],
-                     indexes: list[tuple[int, ...]], loc_names: list[str | None], module: Any,
-                     slice_dtype: Callable[[int], str | None]) -> dict[int, LogicalBuffer]:
-    """Buffer id -> the :class:`LogicalBuffer` of each logical buffer read (columns as
-    :func:`~xlakit.memory._assignment_decode._logical_buffer_columns` gives them), named, shaped and typed by the
-    instruction that defines it where the module has it."""
+def _buffer_columns(ids: list[int], sizes: list[int], colors: list[int], iids: list[int | None],
+                    indexes: list[tuple[int, ...]], loc_names: list[str | None], module: Any,
+                    slice_dtype: Callable[[int], str | None]) -> dict[str, list[Any]]:
+    """The fields of each logical buffer read (columns as
+    :func:`~xlakit.memory._assignment_decode._logical_buffer_columns` gives them), in the order read: one list per
+    :class:`LogicalBuffer` field, keyed and ordered as its fields; named, shaped and typed by the instruction that
+    defines it where the module has it."""
     shapes = _Shapes()
     leaf, leaves, read_leaf = shapes.leaf, shapes._leaves, shapes._leaf
     instructions = module.instructions if module is not None else {}
     known = getattr(instructions, "known", {})  # instructions already decoded (the entry's), by id
+    read_homes = getattr(instructions, "read_homes", None)
+    if read_homes is not None:  # the instructions of computations besides the entry, read together
+        read_homes([iid for iid in iids if iid is not None and iid not in known])
     names: dict[int, str | None] = {}
-    fields = []
-    for bid, size, color, iid, index, loc_name in zip(ids, sizes, colors, iids, indexes, loc_names, strict=True):
+    made: list[tuple[Any, ...]] = []
+    for bid, iid, index, loc_name in zip(ids, iids, indexes, loc_names, strict=True):
         ins = known.get(iid) or (instructions.get(iid) if iid is not None else None)
         if ins is not None:
             raw = ins._raw
@@ -206,14 +210,19 @@ def _logical_buffers(ids: list[int], sizes: list[int], colors: list[int], iids: 
                 shape, dtype = found if found is not None else read_leaf(raw[0], (raw[3], raw[4]))
             cid = ins.computation_id
             computation = names[cid] if cid in names else names.setdefault(cid, _computation_name(module, cid))
-            name, opcode = ins.name, ins.opcode
+            made.append((ins.name, ins.opcode, computation, shape, dtype or slice_dtype(bid)))
         else:
-            shape = dtype = computation = opcode = None
-            name = loc_name
-        fields.append({"id": bid, "size": size, "instruction": name, "opcode": opcode, "computation": computation,
-                       "shape_index": index, "shape": shape, "dtype": dtype or slice_dtype(bid), "color": color,
-                       "instruction_id": iid})
-    return dict(zip(ids, _made(LogicalBuffer, fields), strict=True))
+            made.append((loc_name, None, None, None, slice_dtype(bid)))
+    read: list[list[Any]] = list(map(list, zip(*made, strict=True))) if made else [[], [], [], [], []]
+    return {"id": ids, "size": sizes, "instruction": read[0], "opcode": read[1], "computation": read[2],
+            "shape_index": indexes, "shape": read[3], "dtype": read[4], "color": colors, "instruction_id": iids}
+
+
+def _logical_buffers(columns: dict[str, list[Any]]) -> dict[int, LogicalBuffer]:
+    """Buffer id -> the :class:`LogicalBuffer` of each logical buffer of :func:`_buffer_columns`."""
+    keys = tuple(columns)
+    fields = [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    return dict(zip(columns["id"], _made(LogicalBuffer, fields), strict=True))
 
 
 def _made(cls: Any, fields: list[dict[str, Any]]) -> list[Any]:

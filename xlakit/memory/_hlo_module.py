@@ -132,14 +132,15 @@ def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr
 _AT_ONCE = 32  # records from which reading them together with numpy beats one by one
 
 
-def _instructions(data: bytes, records: Any, cid: int) -> list[tuple[int, _Instr]]:
+def _instructions(data: bytes, records: Any, cid: int | list[int]) -> list[tuple[int, _Instr]]:
     """:func:`_instruction` of each record at ``records`` (``(start, end)`` pairs, or an ``(n, 2)`` array), in
-    order: where there are many, their fields read together by
+    order, of computation ``cid`` (or of ``cid[k]`` each): where there are many, their fields read together by
     :func:`~xlakit.memory._instruction_records.instruction_fields` and the instructions made by C-level ``map`` (no
     Python loop per record); the records it leaves (and all of a few) one by one."""
+    cids = cid if isinstance(cid, list) else [cid] * len(records)
     if len(records) < _AT_ONCE:
-        return [_instruction(data, start, end, cid) for start, end in (
-            records.tolist() if hasattr(records, "tolist") else records)]
+        return [_instruction(data, start, end, home) for (start, end), home in zip(
+            records.tolist() if hasattr(records, "tolist") else records, cids, strict=True)]
     import numpy as np
 
     from xlakit.memory._instruction_records import instruction_fields
@@ -166,7 +167,7 @@ def _instructions(data: bytes, records: Any, cid: int) -> list[tuple[int, _Instr
     op_names: list[Any] = strings(f.op_name_start, f.op_name_end)
     for k in np.flatnonzero(~f.op_name_read).tolist():  # absent: "" (read); not the common encoding: when asked
         op_names[k] = "" if f.metadata_start[k] < 0 else None
-    made = list(map(_Instr, strings(f.name_start, f.name_end), opcodes, itertools.repeat(cid, n),
+    made = list(map(_Instr, strings(f.name_start, f.name_end), opcodes, cids,
                     itertools.repeat(None, n), groups(f.operands, f.operands_at), groups(f.called, f.called_at),
                     op_names, f.frame_id.tolist(), np.where(parameter, f.parameter_number, -1).tolist(),
                     zip(itertools.repeat(data, n), *(column.tolist() for column in (
@@ -176,7 +177,7 @@ def _instructions(data: bytes, records: Any, cid: int) -> list[tuple[int, _Instr
     out = list(zip(f.id.tolist(), made, strict=True))
     for k in np.flatnonzero(f.bad).tolist():
         start, end = records[k]
-        out[k] = _instruction(data, int(start), int(end), cid)
+        out[k] = _instruction(data, int(start), int(end), cids[k])
     return out
 
 
@@ -210,17 +211,7 @@ class _Index:
                     records: Any = np.fromiter(rest, dtype=np.int64, count=len(rest)).reshape(-1, 2)
                 else:
                     records = list(zip(rest[0::2], rest[1::2], strict=True))
-                read = _instructions(data, records, cid)
-                read.reverse()  # from the last record, as one by one: where an id repeats, the last record's wins
-                new_ids = [iid for iid, _ins in read]
-                if len(set(new_ids)) == len(read) and found.keys().isdisjoint(new_ids):
-                    found.update(read)
-                    ids += new_ids
-                else:
-                    for iid, ins in read:
-                        if iid not in found:
-                            found[iid] = ins
-                        ids.append(iid)
+                self._keep(_instructions(data, records, cid), ids)
             while len(ids) < count:
                 at = 2 * (count - 1 - len(ids))
                 iid, ins = _instruction(data, bounds[at], bounds[at + 1], cid)
@@ -230,10 +221,53 @@ class _Index:
                     return ins
         except IndexError:
             raise ProtoDecodeError(f"computation {cid}: a truncated instruction") from None
+        self._done(cid, ids)
+        return found.get(wanted) if wanted is not None else None
+
+    def _keep(self, read: list[tuple[int, _Instr]], ids: list[int]) -> None:
+        """Keep the instructions ``read`` of a computation's records (in order), after those of ``ids``."""
+        found = self.instructions
+        read.reverse()  # from the last record, as one by one: where an id repeats, the last record's wins
+        new_ids = [iid for iid, _ins in read]
+        if len(set(new_ids)) == len(read) and found.keys().isdisjoint(new_ids):
+            found.update(read)
+            ids += new_ids
+        else:
+            for iid, ins in read:
+                if iid not in found:
+                    found[iid] = ins
+                ids.append(iid)
+
+    def _done(self, cid: int, ids: list[int]) -> None:
         self.members[cid] = tuple(reversed(ids))
         del self._partial[cid]
         self.complete = len(self.members) == len(self.comps)
-        return found.get(wanted) if wanted is not None else None
+
+    def read_homes(self, iids: list[int]) -> None:
+        """Decode together the computations not read yet that hold ``iids`` by their ids (current XLA: the high
+        half names the computation, as :meth:`find` looks first), in the order of the ids: a program's small
+        computations (a reduction's region: two parameters and a root) read as one table, not one by one."""
+        homes = [cid for cid in dict.fromkeys(iid >> 32 for iid in iids)
+                 if cid in self.comps and cid not in self.members and cid not in self._partial]
+        import numpy as np
+
+        try:  # a malformed computation or record: each read when asked for, as before (or never)
+            bounds = [span_bounds(self.data, *self.comps[cid][1:3], _INSTRUCTION_KEY) for cid in homes]
+            if sum(map(len, bounds)) // 2 < 2 * _AT_ONCE:  # a few records: read when asked for, one by one
+                return
+            flat = [v for part in bounds for v in part]
+            records: Any = np.fromiter(flat, dtype=np.int64, count=len(flat)).reshape(-1, 2)
+            read = _instructions(self.data, records, [cid for cid, part in zip(homes, bounds, strict=True)
+                                                      for _ in range(len(part) // 2)])
+        except (IndexError, ValueError):
+            return
+        at = 0
+        for cid, part in zip(homes, bounds, strict=True):
+            self._partial[cid] = (part, [])
+            ids: list[int] = []
+            self._keep(read[at:at + len(part) // 2], ids)
+            at += len(part) // 2
+            self._done(cid, ids)
 
     def decode(self, cid: int) -> tuple[int, ...]:
         """The ids of ``cid``'s instructions in the module's order, all decoded."""
@@ -308,6 +342,10 @@ class Instructions(Mapping):
         if ins is None:
             raise KeyError(iid)
         return ins
+
+    def read_homes(self, iids: list[int]) -> None:
+        """Decode the computations that hold these instruction ids, together (:meth:`_Index.read_homes`)."""
+        self._index.read_homes(iids)
 
     def get(self, iid: Any, default: Any = None) -> Any:
         ins = self._index.instructions.get(iid)

@@ -307,7 +307,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         leaves = _beside_tokens(mod, params, leaves)
     donated_flags = donated_leaves(compiled) or []
     phase, users, phases = _phases(mod)
-    placed = ba._placement()
+    rows = ba._rows()  # the buffers and their allocations as columns (no object per buffer made)
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
     root_id = mod.computations[mod.entry_id][2]
@@ -318,17 +318,15 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     by_frame: dict[int, tuple[Any, Any]] = {}  # frame id -> (stack, first user frame)
     texts: dict[tuple[int, int], tuple[str, str, str]] = {}  # ids of (stack, user) -> (source, layer, stack)
     stack_texts: dict[int, str] = {}  # id of a stack -> its text
-    rows: list[tuple[Any, ...]] = []
+    table: list[tuple[Any, ...]] = []  # one row per buffer, BUFFER_COLUMNS
     seen_as: list[tuple[list[int], bool]] = []  # per row: its positions, and whether it is a scan's stack
     param_paths: dict[int, str] = {}
     instructions = mod.instructions
     known = getattr(instructions, "known", {})  # decoded instructions by id: the common lookups, at dict speed
     may_stack = mod.may_hold("dynamic-update-slice")  # no scan stacks a value without one
-    unplaced, unranged = (None, None), (-1, -1)
-    for b in ba.logical_buffers:
-        bid = b.id
-        alloc, sl = placed.get(bid, unplaced)
-        iid = b.instruction_id
+    unranged = (-1, -1)
+    for bid, iid, shape_index, instruction, opcode, size, shape, dtype, alloc, kind, constant, thread_local, \
+            live_out, aliased, offset in zip(*rows[:-1], strict=True):
         ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
         more = aliases.get(bid)
         op_name, frame_id = (ins.op_name, ins.frame_id) if ins is not None else ("", 0)  # each read once
@@ -382,7 +380,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         for i in positions:
             if i in results:
                 is_result = True
-                output = output_of(outputs, iid, b.shape_index, more, positions)
+                output = output_of(outputs, iid, shape_index, more, positions)
                 break
         if iid in param_ids:
             num = param_ids[iid]
@@ -390,12 +388,12 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             recorded = ins.op_name if ins is not None else ""
             named = recorded and "/" not in recorded and not (leaf and leaf.graph)
             parameter = recorded if named else (leaf.path if leaf else f"parameter {num}")
-            if b.shape_index:
-                parameter += "".join(f"[{i}]" for i in b.shape_index)
+            if shape_index:
+                parameter += "".join(f"[{i}]" for i in shape_index)
             role = "optimizer state" if (leaf.optimizer_state if leaf else "opt_state" in parameter) else "parameter"
             scope, source, layer = "argument", f"argument {parameter}", "argument"
             param_paths[params[num]] = parameter
-            donated = bool(alloc is not None and alloc.aliased_with_output) or bool(
+            donated = bool(alloc is not None and aliased) or bool(
                 leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index])
             text = stack_texts.get(id(stack))
             if text is None:
@@ -407,16 +405,16 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 shown = texts[key] = (source_of(user, shown_files), layer_of(user), stack_text(stack, shown_files))
             source, layer, text = shown
             scope = f"made by XLA for › {made_for}" if made_for else names.scope
-            donated = bool(alloc is not None and alloc.aliased_with_output)
+            donated = bool(alloc is not None and aliased)
             if alloc is None:
                 role = "temporary"
-            elif alloc.is_constant:
+            elif constant:
                 role = "constant"
-            elif alloc.is_thread_local:
+            elif thread_local:
                 role = "thread-local"
-            elif is_result and alloc.is_parameter:
+            elif is_result and kind == "parameter":
                 role = "aliased"
-            elif is_result and alloc.maybe_live_out:
+            elif is_result and live_out:
                 role = "output"
             elif names.phase == "forward" and _read_by_backward(positions, mod, phase, users):
                 role = "residual"
@@ -425,13 +423,13 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             if role not in ("output", "aliased"):  # another element of a result's tuple (a loop's counter)
                 output = None
         start, end = ranges.get(bid, unranged)
-        rows.append((bid, b.instruction, b.opcode, b.size, b.shape, b.dtype, role, scope, names.phase, layer,
-                     source, user.file if user else None, user.line if user else None, parameter, output, donated,
-                     alloc.index if alloc else None, sl.offset if sl else None, start, end, text, None))
+        table.append((bid, instruction, opcode, size, shape, dtype, role, scope, names.phase, layer, source,
+                      user.file if user else None, user.line if user else None, parameter, output, donated, alloc,
+                      offset, start, end, text, None))
         seen_as.append((positions, stacked is not None))
-    cols = {c: list(v) for c, v in zip(BUFFER_COLUMNS, zip(*rows, strict=True), strict=True)} if rows else \
+    cols = {c: list(v) for c, v in zip(BUFFER_COLUMNS, zip(*table, strict=True), strict=True)} if table else \
         {c: [] for c in BUFFER_COLUMNS}
-    donation_rows = name_donations(cols, mod, ba.allocations, out_paths, _dropped_donations(
+    donation_rows = name_donations(cols, mod, ba._allocation_facts(), out_paths, _dropped_donations(
         compiled, fn, example, leaves, donated_flags))
     add_blocks(cols, seen_as, mod, param_paths, phase)
     buffers = _frame(cols)

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xlakit.memory._assignment_decode import _F as _F  # XLA's field numbers (tests build protos with them)
 from xlakit.memory._assignment_decode import decode_parts
 from xlakit.memory._assignment_liveness import schedule_liveness, schedule_ranges, trace_rows
+from xlakit.memory._assignment_table import BufferRows, Built, apart_on_chip, facts, rows_of
 from xlakit.memory._assignment_types import (
     DTYPES,
     HOST_MEMORY_COLOR,
@@ -97,6 +98,25 @@ class BufferAssignment:
     def allocation_of(self) -> dict[int, tuple[Allocation, Slice]]:
         """Logical buffer id -> (allocation, slice)."""
         return dict(self._placement())
+
+    def __getstate__(self) -> dict[str, Any]:
+        memo = {k: v for k, v in self._memo.items() if k not in ("table", "rows")}  # the decoder's columns stay
+        return {**{k: getattr(self, k) for k in self.__dict__}, "_memo": memo}  # the objects made
+
+    def _rows(self) -> BufferRows:
+        """Each logical buffer's fields and its allocation's and slice's, as columns (read from the decoder's
+        columns without making the objects where this assignment has them)."""
+        if "rows" not in self._memo:
+            table = self._memo.get("table")
+            self._memo["rows"] = table.rows() if table is not None else rows_of(self.logical_buffers,
+                                                                                self._placement())
+        return self._memo["rows"]
+
+    def _allocation_facts(self) -> Sequence[Any]:
+        """The allocations by index as the attribution's donations read them (no object made where this
+        assignment has the decoder's columns)."""
+        table = self._memo.get("table")
+        return facts(table) if table is not None else self.allocations
 
     def _placement(self) -> dict[int, tuple[Allocation, Slice]]:
         """:meth:`allocation_of`, made once (not to be changed by the caller)."""
@@ -288,16 +308,14 @@ class BufferAssignment:
     def _schedule_liveness(self) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
         assert self._module is not None
         if "liveness" not in self._memo:
-            self._memo["liveness"] = schedule_liveness(self._module, self.logical_buffers, self.allocations,
-                                                       self._aliases)
+            self._memo["liveness"] = schedule_liveness(self._module, self._rows(), self._aliases)
         return self._memo["liveness"]
 
     def _schedule_ranges(self) -> tuple[list[int], dict[int, tuple[int, int]]]:
         """(instruction ids in program order, buffer id -> (first step, last step)), without the sweep."""
         assert self._module is not None
         if "ranges" not in self._memo:
-            self._memo["ranges"] = schedule_ranges(self._module, self.logical_buffers, self.allocations,
-                                                   self._aliases, self._placement())
+            self._memo["ranges"] = schedule_ranges(self._module, self._rows(), self._aliases)
         return self._memo["ranges"]
 
     # -- display ------------------------------------------------------------------------------------
@@ -313,6 +331,11 @@ class BufferAssignment:
         rows += [(f"allocation {a.index} ({a.kind})", f"{fmt_bytes(a.size)} in {len(a.slices)} buffer(s)")
                  for a in sorted(self.allocations, key=lambda a: -a.size)[:10]]
         return html_table(rows, title=f"Buffer assignment: {self.name or '?'}")
+
+
+# allocations and logical_buffers: made when first read (a decoded assignment holds the decoder's columns)
+BufferAssignment.allocations = Built("allocations")  # type: ignore[assignment,misc]
+BufferAssignment.logical_buffers = Built("logical_buffers")  # type: ignore[assignment,misc]
 
 
 def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, reported: Any = None,
@@ -334,30 +357,8 @@ def decode_buffer_assignment(data: bytes, hlo_module: bytes | None = None, *, re
     from xlakit.memory._decoding import without_gc
 
     platform = platform or getattr(reported, "platform", None)
-    return BufferAssignment(**_apart_on_chip(without_gc(decode_parts, data, hlo_module), platform),
+    return BufferAssignment(**apart_on_chip(without_gc(decode_parts, data, hlo_module), platform),
                             reported=reported, platform=platform)
-
-
-def _apart_on_chip(parts: dict[str, Any], platform: str | None) -> dict[str, Any]:
-    """Move the allocations of on-chip memory spaces (:mod:`xlakit._jax.platforms`) to ``on_chip``, with their
-    logical buffers and heap traces out of the device-memory views."""
-    from xlakit._jax.platforms import rules
-
-    rule = rules(platform)
-    # a program has thousands of allocations and a few colours: each colour's space looked up once
-    colors = {a.color for a in parts["allocations"]}
-    if not any(rule.space(color).kind == "on-chip" for color in colors):
-        return parts
-    chip = [a for a in parts["allocations"] if rule.space(a.color).kind == "on-chip"]
-    if not chip:
-        return parts
-    gone = {s.buffer.id for a in chip for s in a.slices}
-    indices = {a.index for a in chip}
-    return {**parts, "allocations": tuple(a for a in parts["allocations"] if a.index not in indices),
-            "logical_buffers": tuple(b for b in parts["logical_buffers"] if b.id not in gone),
-            "heap_traces": tuple((i, ev) for i, ev in parts["heap_traces"]
-                                 if i not in indices and not any(e.buffer_id in gone for e in ev[:1])),
-            "on_chip": tuple(chip)}
 
 
 def buffer_assignment(compiled: Any, /, *args: Any, **kwargs: Any) -> BufferAssignment:
