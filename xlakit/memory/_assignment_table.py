@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -63,11 +64,15 @@ class AssignmentTable:
                  make: Callable[[], tuple[tuple[Any, ...], tuple[Any, ...]]]) -> None:
         self.buffers, self.columns, self._make = buffers, allocations, make
         self._objects: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
+        self._lock = threading.Lock()
 
     def objects(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        """(allocations, logical buffers), made once."""
+        """(allocations, logical buffers), made once — also where two threads first read them at once, so every
+        slice's buffer is the very object ``logical_buffers`` holds."""
         if self._objects is None:
-            self._objects = self._make()
+            with self._lock:
+                if self._objects is None:
+                    self._objects = self._make()
         return self._objects
 
     def colors(self) -> set[int]:

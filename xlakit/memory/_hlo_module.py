@@ -18,6 +18,7 @@ instruction's shape, and its ``OpMetadata`` where not of the common encoding, st
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -192,9 +193,23 @@ class _Index:
         self._partial: dict[int, tuple[list[int], list[int]]] = {}  # records (flat starts, ends), ids read from the end
         self.root_opcodes: dict[int, str] = {}  # computation id -> its root's opcode, read alone
         self.complete = False
+        self._lock = threading.RLock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}  # a lock does not pickle
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.RLock())
 
     def _read(self, cid: int, wanted: int | None) -> _Instr | None:
-        """Decode ``cid``'s records from the last one read backwards until ``wanted`` (None: all of them)."""
+        """Decode ``cid``'s records from the last one read backwards until ``wanted`` (None: all of them); one
+        thread at a time (two threads attributing one program share this index)."""
+        with self._lock:
+            if cid in self.members:  # read meanwhile by another thread
+                return self.instructions.get(wanted) if wanted is not None else None
+            return self._read_records(cid, wanted)
+
+    def _read_records(self, cid: int, wanted: int | None) -> _Instr | None:
         state = self._partial.get(cid)
         if state is None:
             _name, start, end, _root, _last = self.comps[cid]
@@ -247,6 +262,10 @@ class _Index:
         """Decode together the computations not read yet that hold ``iids`` by their ids (current XLA: the high
         half names the computation, as :meth:`find` looks first), in the order of the ids: a program's small
         computations (a reduction's region: two parameters and a root) read as one table, not one by one."""
+        with self._lock:
+            self._read_homes(iids)
+
+    def _read_homes(self, iids: list[int]) -> None:
         homes = [cid for cid in dict.fromkeys(iid >> 32 for iid in iids)
                  if cid in self.comps and cid not in self.members and cid not in self._partial]
         import numpy as np

@@ -87,6 +87,14 @@ class BufferAssignment:
     _module: _Module | None = dataclasses.field(default=None, repr=False, compare=False)
     _memo: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)  # derived once
 
+    def __post_init__(self) -> None:
+        # Each assignment derives its own (dataclasses.replace passes the memo on): the decoder's columns are kept
+        # only with the fields still to be made from them, so a replaced assignment is read from what it holds.
+        table = self._memo.get("table")
+        own = table is not None and all(getattr(self.__dict__.get(name), "table", None) is table
+                                        for name in ("allocations", "logical_buffers"))
+        object.__setattr__(self, "_memo", {"table": table} if own else {})
+
     # -- lookups ------------------------------------------------------------------------------------
     def buffer(self, buffer_id: int) -> LogicalBuffer:
         """The logical buffer with this id. Raises KeyError."""
