@@ -213,6 +213,30 @@ def test_the_tpu_peak_is_xlas_figure_and_names_the_lines_that_fill_the_scratch_r
     assert "models.py:" in repr(peak) and "XLA's peak_memory_in_bytes" in peak.method
 
 
+def test_a_tpu_program_without_scratch_peaks_at_its_arguments_outputs_and_constants(monkeypatch):
+    """Where XLA reports no scratch (``temp_size_in_bytes`` 0) the chip holds the arguments, outputs and code and
+    nothing else during a run, while XLA's ``peak_memory_in_bytes`` is higher (measured on a TPU v5e, 2026-12-06:
+    ``docs/tpu/round9-peak-components-2026-12-06.log``). With the gather step's dump and fields recorded on that
+    chip (2026-12-05): the peak is its arguments + outputs + constants, not XLA's 61,933,568 B."""
+    import jax
+
+    from xlakit._jax import compiler_dump
+    from xlakit.memory.attribution import attribute_compiled
+    from xlakit.memory.peak import peak_of
+
+    gather = FACTS["programs"]["gather_step"]["memory_analysis"]
+    assert gather["temp_size_in_bytes"] == 0 and gather["peak_memory_in_bytes"] == 61_933_568
+    monkeypatch.setattr(jax.stages, "Compiled", types.SimpleNamespace)
+    monkeypatch.setitem(TRAIN, "memory_analysis", gather)  # the stand-in answers with the gather step's fields
+    compiler_dump.remember(_hlo_proto("gather_step.after_optimizations.hlo.pb"), b"recorded-gather-step-peak")
+    peak = peak_of(attribute_compiled(_recorded_compiled(b"recorded-gather-step-peak")))
+    roles = peak.by("role").raw.set_index("group")["bytes"]
+    assert dict(roles) == {"parameter": gather["argument_size_in_bytes"], "output": gather["output_size_in_bytes"],
+                           "constant": 1024}
+    assert peak.total_bytes == int(roles.sum()) == 18_909_184 < gather["peak_memory_in_bytes"]
+    assert peak.step == peak.steps - 1 and "no scratch region" in peak.method and "61,933,568" in peak.method
+
+
 def test_the_dump_route_on_cpu_gives_the_same_program_and_assignment(monkeypatch):
     import jax
     import jax.numpy as jnp

@@ -223,6 +223,8 @@ def _reserved_for_the_run(attribution: Any) -> Peak | None:
     xla_peak = getattr(attribution.memory, "peak_bytes", None)
     if not rules(attribution.platform).scratch_in_reserved_region or not isinstance(xla_peak, int) or xla_peak <= 0:
         return None
+    if getattr(attribution.memory, "temp_bytes", None) == 0:
+        return _without_scratch(attribution, xla_peak)
     live = attribution.liveness
     scratch_roles = [c for c in ("residual", "recomputed", "temporary") if c in live.columns]
     step = int(live.loc[live[scratch_roles].sum(axis=1).idxmax(), "step"]) if scratch_roles else 0
@@ -242,6 +244,30 @@ def _reserved_for_the_run(attribution: Any) -> Peak | None:
                 method=("XLA's peak_memory_in_bytes: arguments, outputs and the scratch region are reserved for the "
                         "whole run on this platform; the step is where the most temporaries are live in program "
                         f"order; {REGION_REST} is what the region holds beyond them there"))
+
+
+def _without_scratch(attribution: Any, xla_peak: int) -> Peak:
+    """The peak of a program for which XLA reserves no scratch region (``temp_size_in_bytes`` 0): the arguments,
+    outputs and constants, held for the whole run. Measured on a TPU v5e (2026-12-06,
+    ``docs/tpu/round9-peak-components-2026-12-06.log``): for three such programs a run added exactly outputs +
+    code to ``bytes_in_use``, reserved nothing, and left ``peak_bytes_in_use`` there, while XLA's
+    ``peak_memory_in_bytes`` was higher (260 MB against the 102 MB of arguments and outputs of a gather-and-scatter
+    step; such programs keep their temporaries in on-chip memory, and the device temporaries their assignment lists
+    were not allocated). The step shown is the last one (every output written)."""
+    b = attribution.buffers
+    whole_run = b["role"].isin(["parameter", "optimizer state", "aliased", "output", "constant"]) & (b["start"] >= 0)
+    at = b[whole_run].reset_index(drop=True)
+    at = at.assign(buffer_bytes=at["bytes"], bytes=_charge(at) if len(at) else [])
+    at = at[PEAK_COLUMNS].sort_values(["bytes", "buffer_bytes"], ascending=False, kind="stable")
+    live = attribution.liveness
+    step = int(live["step"].iat[-1])
+    return Peak(step=step, steps=attribution.steps, total_bytes=int(at["bytes"].sum()),
+                instruction=live["instruction"].iat[-1], where=_where(attribution, step),
+                buffers=at.reset_index(drop=True), attribution=attribution,
+                method=("arguments, outputs and constants, held for the whole run: XLA reserves no scratch region for "
+                        "this program (temp_size_in_bytes 0; its temporaries stay in on-chip memory), so the chip "
+                        f"holds no more than these (measured on a TPU v5e); XLA's peak_memory_in_bytes ({xla_peak:,} "
+                        "B) is higher for such programs and is not what the chip's allocator holds"))
 
 
 def peak(x: Any, /, *args: Any, cache: Any = DEFAULT, **kwargs: Any) -> Peak:
