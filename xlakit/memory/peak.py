@@ -229,7 +229,7 @@ def _reserved_for_the_run(attribution: Any) -> Peak | None:
     scratch_roles = [c for c in ("residual", "recomputed", "temporary") if c in live.columns]
     step = int(live.loc[live[scratch_roles].sum(axis=1).idxmax(), "step"]) if scratch_roles else 0
     b = attribution.buffers
-    whole_run = b["role"].isin(["parameter", "optimizer state", "aliased", "output", "constant"]) & (b["start"] >= 0)
+    whole_run = _held_for_the_run(b)
     at = b[whole_run | ((b["start"] >= 0) & (b["start"] <= step) & (b["end"] >= step))].reset_index(drop=True)
     at = at.assign(buffer_bytes=at["bytes"], bytes=_charge(at) if len(at) else [])
     rest = xla_peak - int(at["bytes"].sum())
@@ -246,6 +246,11 @@ def _reserved_for_the_run(attribution: Any) -> Peak | None:
                         f"order; {REGION_REST} is what the region holds beyond them there"))
 
 
+def _held_for_the_run(b: Any) -> Any:
+    """Mask of the buffers a TPU holds from a run's start to its end: arguments, outputs and constants."""
+    return b["role"].isin(["parameter", "optimizer state", "aliased", "output", "constant"]) & (b["start"] >= 0)
+
+
 def _without_scratch(attribution: Any, xla_peak: int) -> Peak:
     """The peak of a program for which XLA reserves no scratch region (``temp_size_in_bytes`` 0): the arguments,
     outputs and constants, held for the whole run. Measured on a TPU v5e (2026-12-06,
@@ -255,7 +260,7 @@ def _without_scratch(attribution: Any, xla_peak: int) -> Peak:
     step; such programs keep their temporaries in on-chip memory, and the device temporaries their assignment lists
     were not allocated). The step shown is the last one (every output written)."""
     b = attribution.buffers
-    whole_run = b["role"].isin(["parameter", "optimizer state", "aliased", "output", "constant"]) & (b["start"] >= 0)
+    whole_run = _held_for_the_run(b)
     at = b[whole_run].reset_index(drop=True)
     at = at.assign(buffer_bytes=at["bytes"], bytes=_charge(at) if len(at) else [])
     at = at[PEAK_COLUMNS].sort_values(["bytes", "buffer_bytes"], ascending=False, kind="stable")
