@@ -456,6 +456,62 @@ def test_the_probe_on_a_reserved_region_is_exact_only_where_the_allocator_shows_
     assert not verdict["exact"] and "cannot be seen in the allocator" in verdict["reason"]
 
 
+# Recorded on a TPU v5e (jax 0.10.2, libtpu cl/933746096) on 2026-12-06, one program per fresh process:
+# docs/tpu/round10-probe-2026-12-06.log. (memory_analysis, assignment temp, bytes_reserved after the first run,
+# first run's bytes_in_use rise, and the probe's baseline and peak_bytes of the second run: that peak is the baseline
+# + outputs + the region, so bytes_in_use peaked at it less the region.)
+ROUND10 = {
+    "gather": ({"output_size_in_bytes": 51200000, "temp_size_in_bytes": 0, "generated_code_size_in_bytes": 323584},
+               131584, 0, 51523584, (102880768, 154080768)),
+    "narrow150": ({"output_size_in_bytes": 7608320, "temp_size_in_bytes": 0, "generated_code_size_in_bytes": 4069376},
+                  22118912, 115712, 11677696, (19444736, 27168768)),
+    "transformer": ({"output_size_in_bytes": 11254272, "temp_size_in_bytes": 5386752,
+                     "generated_code_size_in_bytes": 3067392}, 2720256, 2736128, 14321664, (37327360, 51317760)),
+    "sort_outer": ({"output_size_in_bytes": 40960, "temp_size_in_bytes": 809025024,
+                    "generated_code_size_in_bytes": 2023424}, 808976896, 808992768, 2064384, (2200576, 811234304)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND10))
+def test_the_probe_on_a_tpu_follows_the_region_the_allocator_reserved(monkeypatch, name):
+    """XLA reserves no scratch region where temp_size_in_bytes is 0 (its assignment's device temporaries are not
+    allocated), and rounds the region up to 16 KiB: before, the probe counted the gather step's 128.5 KiB of
+    assignment temporaries as XLA's plan, and 64 KiB rounding made the transformer and sort steps inexact."""
+    import importlib
+
+    from xlakit.memory import _analysis, _probe_reserved
+
+    ba_module = importlib.import_module("xlakit.memory.buffer_assignment")
+
+    ma, assignment_temp, region, first_rise, (base, peak) = ROUND10[name]
+    stats = types.SimpleNamespace(alias_size_in_bytes=0, argument_size_in_bytes=1, **ma)
+    compiled = types.SimpleNamespace(memory_analysis=lambda: stats)
+    monkeypatch.setattr(_analysis, "_ANALYSES", {})
+    monkeypatch.setattr(ba_module, "buffer_assignment", lambda c: types.SimpleNamespace(
+        totals=lambda: {"temp_bytes": assignment_temp}))
+    first = _measured(first_rise, 0, 0, region)
+    second = _measured(peak - region, base, region, region)
+    verdict = _probe_reserved.judge_reserved(first, second, compiled, platforms.TPU, 2 << 20)
+    out = ma["output_size_in_bytes"]
+    assert peak - region - base == out and first_rise - out == ma["generated_code_size_in_bytes"] == verdict["code"]
+    assert verdict["scratch"] == out + region
+    if name == "narrow150":  # a region XLA does not plan: said, not hidden
+        assert not verdict["exact"] and verdict["xla_bytes"] == out and verdict["outside_xla_bytes"] == 115712
+        assert "grew to 113.0 KiB during the run, though XLA reserves none" in verdict["reason"]
+    else:
+        assert verdict["exact"], verdict["reason"]
+        assert verdict["xla_bytes"] == out + region and verdict["outside_xla_bytes"] == 0
+    if ma["temp_size_in_bytes"]:
+        assert region == -(-assignment_temp // (16 << 10)) * (16 << 10) != -(-assignment_temp // (64 << 10)) * (64 << 10)
+
+
+def test_two_byte_counts_that_read_the_same_are_told_apart():
+    from xlakit._text.format import fmt_bytes_apart
+
+    assert fmt_bytes_apart(2736128, 2752512) == ("2.6 MiB (2,736,128 B)", "2.6 MiB (2,752,512 B)")
+    assert fmt_bytes_apart(1024, 2048) == ("1.0 KiB", "2.0 KiB") and fmt_bytes_apart(5, 5) == ("5 B", "5 B")
+
+
 # -- the PJRT C API reset ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def fake_plugin(tmp_path_factory):

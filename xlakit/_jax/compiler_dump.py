@@ -8,7 +8,7 @@ module (field 1) *and* its buffer assignment (field 3): compiling with ``compile
 Measured on a TPU v5e (jax 0.10.2, libtpu cl/933746096, 2026-12-05): a 6-layer transformer train step compiled in
 13.5 s plainly and in 14.0 s with the dump; the executable's fingerprint was the same for both (the dump changes
 nothing in the program); the HloProto (1.7 MB) decoded with the same reader as XLA:CPU's proto, heap-simulator
-traces included, and its device-memory temporary allocation (1,077,330,432 B) rounded up to 64 KiB is exactly what
+traces included, and its device-memory temporary allocation (1,077,330,432 B) rounded up to 16 KiB is exactly what
 the allocator reserved when the program ran (``bytes_reserved`` 1,077,346,304). XLA:CPU writes the same file.
 
 Cost: one extra compile per program (a dump needs a compile that no cache answers: JAX leaves dump options out of

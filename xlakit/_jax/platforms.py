@@ -156,14 +156,16 @@ TPU = Platform(
                    6: MemorySpace(6, "sflag", "sync flags (on-chip)", "on-chip")},
     assignment_in_memory_analysis=False, capture_assignment_on_miss=True, code_in_device_memory=True,
     constants_in_code=True, code_in_allocator=True,
-    scratch_in_reserved_region=True, reservation_granule=64 << 10, exclusive_device=True, host_cpu_partitions=False,
+    scratch_in_reserved_region=True, reservation_granule=16 << 10, exclusive_device=True, host_cpu_partitions=False,
     evidence=(f"{TPU_EVIDENCE}: executables calling AssumeGatherIndicesInBound, ConcatBitcast, "
               "GatherScatterIndicesBitpacked, tpu_custom_call (Pallas) and HostExecute loaded with "
               "deserialize_and_load in a fresh process that lowered nothing and returned the reference answers; "
               "only HostExecute executables embed x86-64 code (an ELF with AVX); bytes_in_use rose by outputs + "
               "generated code at the first run (231,565,824 B = 167,799,808 + 63,766,528 for a transformer step); "
-              "bytes_reserved = the HBM temporary allocation rounded up to 64 KiB (1,077,346,304 for "
-              "1,077,330,432), kept until the executables are freed; a child process cannot open the chip "
+              "bytes_reserved = the HBM temporary allocation rounded up to 16 KiB (1,077,346,304 for "
+              "1,077,330,432; 2026-12-06: 2,736,128 for 2,720,256 and 808,992,768 for 808,976,896, which 64 KiB "
+              "would miss), kept until the executables are freed; none for a program whose temp_size_in_bytes is 0 "
+              "(4 of 5 such programs; a narrow 150-layer step reserved 115,712 B); a child process cannot open the chip "
               "(libtpu lockfile); memory colours 0 default, 1 vmem, 2 smem, 5 host, 6 sync flags "
               "(the compiler's memory-usage report); memory_analysis() carries no buffer assignment, the dump's "
               "after_optimizations HloProto does; 2026-12-06: an executable compiled with the dump, stored, loaded "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["fmt_bytes", "fmt_seconds", "fmt_count", "fmt_value", "byte_ticks", "NOT_REPORTED", "BINARY_UNITS"]
+__all__ = ["fmt_bytes", "fmt_bytes_apart", "fmt_seconds", "fmt_count", "fmt_value", "byte_ticks", "NOT_REPORTED", "BINARY_UNITS"]
 
 #: What a missing number reads as, everywhere.
 NOT_REPORTED = "not reported"
@@ -50,6 +50,16 @@ def fmt_bytes(n: int | float | None, missing: str = NOT_REPORTED) -> str:
                 return f"{sign}{int(round(a))} B"
             return f"{sign}{a / size:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def fmt_bytes_apart(a: int | None, b: int | None) -> tuple[str, str]:
+    """Two byte counts compared in one sentence: as :func:`fmt_bytes`, each with its exact bytes added where
+    both would read the same but differ (``"2.6 MiB (2,686,976 B)"`` against ``"2.6 MiB (2,703,360 B)"``), so a
+    reader never sees a difference stated between two equal-looking numbers."""
+    short = fmt_bytes(a), fmt_bytes(b)
+    if short[0] == short[1] and a != b and not _missing(a) and not _missing(b):
+        return f"{short[0]} ({int(a):,} B)", f"{short[1]} ({int(b):,} B)"  # type: ignore[arg-type]
+    return short
 
 
 def fmt_seconds(s: float | None, missing: str = NOT_REPORTED) -> str:

@@ -8,7 +8,11 @@ What a run takes there, measured on a TPU v5e (jax 0.10.2, libtpu cl/933746096, 
   167,799,808 + code 63,766,528; its second run by the outputs alone.
 * Its temporaries are not allocated per run: the allocator keeps one scratch region, reported as
   ``bytes_reserved``, sized to the largest device temporary allocation of the programs loaded, rounded up to
-  64 KiB (1,077,346,304 B for XLA's 1,077,330,432), and keeps it until those executables are freed. A run whose
+  16 KiB (1,077,346,304 B for XLA's 1,077,330,432; 2,736,128 for 2,720,256 and 808,992,768 for 808,976,896 on
+  2026-12-06, where 64 KiB would not fit), and keeps it until those executables are freed. A program whose
+  ``memory_analysis().temp_size_in_bytes`` is 0 reserves none (its temporaries stay in on-chip memory; the
+  device temporaries its assignment lists are not allocated): 4 of 5 such programs reserved nothing, a narrow
+  150-layer step 115,712 B (``docs/tpu/round10-probe-2026-12-06.log``). A run whose
   program needs more grows it; a run that fits changes nothing the allocator reports.
 
 So the probe reads both: the peak of ``bytes_in_use`` after a reset (the PJRT C API reset where the plugin has
@@ -24,15 +28,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from xlakit._text.format import fmt_bytes_apart
 from xlakit.memory._display import fmt_bytes
 
 __all__ = ["reserved_temp", "judge_reserved"]
 
 
 def reserved_temp(compiled: Any) -> tuple[int | None, str]:
-    """``(bytes, source)`` of the device temporaries the allocator reserves for ``compiled``: the buffer
-    assignment's device temporary allocation when this process holds it (from memory_analysis or XLA's dump),
-    else ``memory_analysis().temp_size_in_bytes`` (with the source saying so), else None."""
+    """``(bytes, source)`` of the device temporaries the allocator reserves for ``compiled``: 0 where
+    ``memory_analysis().temp_size_in_bytes`` is 0 (XLA reserves no scratch region: the program's temporaries stay
+    in on-chip memory, and the device temporaries its assignment lists are not allocated — measured on a TPU v5e,
+    the rule :func:`xlakit.memory.peak` follows too); else the buffer assignment's device temporary allocation
+    when this process holds it (from memory_analysis or XLA's dump), else ``temp_size_in_bytes`` (the source
+    saying so), else None."""
+    from xlakit.memory._analysis import memory_analysis
+
+    try:
+        temp = getattr(memory_analysis(compiled), "temp_size_in_bytes", None)
+    except Exception:  # noqa: BLE001 - no analysis: the assignment, if any, answers
+        temp = None
+    if temp == 0:
+        return 0, "XLA reserves no scratch region for this program: temp_size_in_bytes is 0"
     try:
         from xlakit.memory.buffer_assignment import buffer_assignment
 
@@ -40,14 +56,7 @@ def reserved_temp(compiled: Any) -> tuple[int | None, str]:
         return ba.totals()["temp_bytes"], "XLA's buffer assignment (device temporary allocation)"
     except (TypeError, ValueError):
         pass
-    from xlakit.memory._analysis import memory_analysis
-
-    try:
-        stats = memory_analysis(compiled)
-        temp = getattr(stats, "temp_size_in_bytes", None)
-    except Exception:  # noqa: BLE001
-        temp = None
-    if isinstance(temp, int) and temp >= 0:
+    if isinstance(temp, int) and temp > 0:
         return temp, "memory_analysis().temp_size_in_bytes (no buffer assignment in this process)"
     return None, "not reported"
 
@@ -100,17 +109,35 @@ def judge_reserved(first: dict[str, Any], second: dict[str, Any] | None, compile
         return {**base, "exact": False,
                 "reason": f"the run's outputs took {fmt_bytes(in_use)} of device memory, XLA says "
                           f"{fmt_bytes(out_xla)}: they differ by more than {fmt_bytes(tolerance)}"}
+    if not grew and not before:  # no region before the run nor after it
+        if region_xla == 0:
+            return {**base, "exact": True,
+                    "reason": f"agrees with XLA: the run's outputs took {fmt_bytes(in_use)}, and no scratch region "
+                              f"was reserved before or after it, as XLA plans ({temp_source})"}
+        return {**base, "exact": False,
+                "reason": f"outputs agree with XLA ({fmt_bytes(in_use)}); no scratch region was reserved for the run, "
+                          f"though XLA plans {fmt_bytes(region_xla)} ({temp_source})"}
     if not grew:
+        kept = (f"a scratch region of {fmt_bytes(before)}, kept for an earlier program, was in place and did not "
+                "grow")
+        if region_xla == 0:
+            return {**base, "exact": False,
+                    "reason": f"outputs agree with XLA ({fmt_bytes(in_use)}); XLA reserves no scratch region for "
+                              f"this program ({temp_source}), but {kept}, so whether the run used none cannot be "
+                              "seen in the allocator"}
         return {**base, "exact": False,
-                "reason": f"outputs agree with XLA ({fmt_bytes(in_use)}); the scratch region was already "
-                          f"{fmt_bytes(before)} (kept for an earlier program) and covered this run, so its own "
-                          f"scratch cannot be seen in the allocator: XLA's {fmt_bytes(region_xla)} is shown "
-                          f"({temp_source})"}
+                "reason": f"outputs agree with XLA ({fmt_bytes(in_use)}); {kept}, so this run's own scratch cannot "
+                          f"be seen in the allocator: XLA's {fmt_bytes(region_xla)} is shown ({temp_source})"}
+    if region_xla == 0:
+        return {**base, "exact": False,
+                "reason": f"outputs agree with XLA; the scratch region grew to {fmt_bytes(after)} during the run, "
+                          f"though XLA reserves none for this program ({temp_source})"}
     if region_xla is None or after != region_xla:
+        seen, planned = fmt_bytes_apart(after, region_xla)
         return {**base, "exact": False,
-                "reason": f"outputs agree with XLA; the scratch region grew to {fmt_bytes(after)}, XLA's temporaries "
+                "reason": f"outputs agree with XLA; the scratch region grew to {seen}, XLA's temporaries "
                           f"rounded to the allocator's {fmt_bytes(rule.reservation_granule)} granule are "
-                          f"{fmt_bytes(region_xla)} ({temp_source})"}
+                          f"{planned} ({temp_source})"}
     return {**base, "exact": True,
             "reason": f"agrees with XLA to the byte: {parts} ({temp_source}, rounded up to "
                       f"{fmt_bytes(rule.reservation_granule)}), measured as the peak of bytes_in_use after a reset "
