@@ -35,30 +35,25 @@ __all__ = ["reserved_temp", "judge_reserved"]
 
 
 def reserved_temp(compiled: Any) -> tuple[int | None, str]:
-    """``(bytes, source)`` of the device temporaries the allocator reserves for ``compiled``: 0 where
-    ``memory_analysis().temp_size_in_bytes`` is 0 (XLA reserves no scratch region: the program's temporaries stay
-    in on-chip memory, and the device temporaries its assignment lists are not allocated — measured on a TPU v5e,
-    the rule :func:`xlakit.memory.peak` follows too); else the buffer assignment's device temporary allocation
-    when this process holds it (from memory_analysis or XLA's dump), else ``temp_size_in_bytes`` (the source
-    saying so), else None."""
+    """``(bytes, source)`` of the device temporaries the allocator reserves for ``compiled``, before the granule
+    (:func:`xlakit.memory._scratch_region.region_temp`, the rule :func:`xlakit.memory.peak` follows too), from
+    ``memory_analysis()`` and the buffer assignment when this process holds it (memory_analysis or XLA's dump)."""
     from xlakit.memory._analysis import memory_analysis
+    from xlakit.memory._scratch_region import region_temp
 
     try:
         temp = getattr(memory_analysis(compiled), "temp_size_in_bytes", None)
     except Exception:  # noqa: BLE001 - no analysis: the assignment, if any, answers
         temp = None
-    if temp == 0:
-        return 0, "XLA reserves no scratch region for this program: temp_size_in_bytes is 0"
-    try:
-        from xlakit.memory.buffer_assignment import buffer_assignment
+    assigned = None
+    if temp != 0:
+        try:
+            from xlakit.memory.buffer_assignment import buffer_assignment
 
-        ba = buffer_assignment(compiled)
-        return ba.totals()["temp_bytes"], "XLA's buffer assignment (device temporary allocation)"
-    except (TypeError, ValueError):
-        pass
-    if isinstance(temp, int) and temp > 0:
-        return temp, "memory_analysis().temp_size_in_bytes (no buffer assignment in this process)"
-    return None, "not reported"
+            assigned = buffer_assignment(compiled).totals()["temp_bytes"]
+        except (TypeError, ValueError):
+            pass
+    return region_temp(temp if isinstance(temp, int) else None, assigned)
 
 
 def judge_reserved(first: dict[str, Any], second: dict[str, Any] | None, compiled: Any, rule: Any,

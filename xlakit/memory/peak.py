@@ -207,72 +207,69 @@ REGION_REST = "scratch region beyond the values live here"
 
 
 def _reserved_for_the_run(attribution: Any) -> Peak | None:
-    """The peak where XLA reserves every allocation for the whole run (TPU: ``scratch_in_reserved_region`` in
-    :mod:`xlakit._jax.platforms`), else None.
+    """The peak where the device holds a run's allocations for the whole run (TPU: ``scratch_in_reserved_region``
+    in :mod:`xlakit._jax.platforms`), else None.
 
-    There the device holds the arguments, every output buffer and the whole scratch region from the start of a run
-    to its end, and XLA's ``peak_memory_in_bytes`` counts exactly that (checked on a TPU v5e: arguments + outputs +
-    constants + the scratch region's packed peak, to the byte). So the total is XLA's figure; the step shown is the
-    one where the most temporaries are live in the program's order (the lines that make the scratch region big);
-    outputs made later count from the start; what the region holds beyond the temporaries live at that step
-    (asynchronous copies and prefetches that XLA keeps longer, packing) is one row, :data:`REGION_REST`."""
+    There the device holds the arguments, outputs and constants from the start of a run to its end, plus one
+    scratch region for all its temporaries (:mod:`xlakit.memory._scratch_region`: the assignment's device
+    temporary allocation rounded up to the allocator's granule, none where ``temp_size_in_bytes`` is 0) — what the
+    chip's allocator showed to the byte on a TPU v5e. The total is that sum; XLA's ``peak_memory_in_bytes`` is
+    named in ``method`` where it differs (it is not what the chip holds: 3.7x the region-based figure for a small
+    transformer step). The step shown is the one where the most temporaries are live in program order (the lines
+    that fill the region), the last step without a region; what the region holds beyond the temporaries live at
+    that step (values XLA keeps longer, packing) is one row, :data:`REGION_REST`."""
     import pandas as pd
 
     from xlakit._jax.platforms import rules
+    from xlakit.memory._scratch_region import region_temp
 
-    xla_peak = getattr(attribution.memory, "peak_bytes", None)
-    if not rules(attribution.platform).scratch_in_reserved_region or not isinstance(xla_peak, int) or xla_peak <= 0:
+    rule = rules(attribution.platform)
+    if not rule.scratch_in_reserved_region:
         return None
-    if getattr(attribution.memory, "temp_bytes", None) == 0:
-        return _without_scratch(attribution, xla_peak)
+    temp, source = region_temp(getattr(attribution.memory, "temp_bytes", None),
+                               attribution.assignment.totals().get("temp_bytes"))
+    if temp is None:
+        return None
+    region = rule.reserved_bytes(temp)
     live = attribution.liveness
     scratch_roles = [c for c in ("residual", "recomputed", "temporary") if c in live.columns]
-    step = int(live.loc[live[scratch_roles].sum(axis=1).idxmax(), "step"]) if scratch_roles else 0
+    if region and scratch_roles:
+        step = int(live.loc[live[scratch_roles].sum(axis=1).idxmax(), "step"])
+    else:
+        step = int(live["step"].iat[-1])
     b = attribution.buffers
-    whole_run = _held_for_the_run(b)
-    at = b[whole_run | ((b["start"] >= 0) & (b["start"] <= step) & (b["end"] >= step))].reset_index(drop=True)
+    in_temps = b["allocation"].isin([a.index for a in attribution.assignment.allocations
+                                     if a.kind == "temporary" and a.memory_space != "host"])
+    whole_run = _held_for_the_run(b) & ~in_temps
+    in_region = in_temps & (b["start"] >= 0) & (b["start"] <= step) & (b["end"] >= step) if region else False
+    kept = whole_run | in_region
+    at = b[kept].reset_index(drop=True)
     at = at.assign(buffer_bytes=at["bytes"], bytes=_charge(at) if len(at) else [])
-    rest = xla_peak - int(at["bytes"].sum())
+    rest = region - int(at["bytes"][in_temps[kept].to_numpy()].sum()) if len(at) else region
     if rest > 0:
         filler = {c: None for c in PEAK_COLUMNS} | {"bytes": rest, "buffer_bytes": rest, "role": "temporary",
                                                     "scope": REGION_REST, "source": REGION_REST, "layer": "unknown"}
         at = pd.concat([at, pd.DataFrame([filler])], ignore_index=True)
     at = pd.DataFrame(at[PEAK_COLUMNS].sort_values(["bytes", "buffer_bytes"], ascending=False, kind="stable"))
-    return Peak(step=step, steps=attribution.steps, total_bytes=xla_peak,
+    total = int(at["bytes"].sum())
+    xla_peak = getattr(attribution.memory, "peak_bytes", None)
+    differs = (f"; XLA's peak_memory_in_bytes ({xla_peak:,} B) differs and is not what the chip's allocator holds"
+               if isinstance(xla_peak, int) and xla_peak != total else "")
+    held_text = "arguments, outputs and constants, held for the whole run"
+    region_text = (f" + the scratch region reserved for the run, {region:,} B ({source}, rounded up to the "
+                   f"allocator's {fmt_bytes(rule.reservation_granule)}); the step is where the most temporaries are "
+                   f"live in program order, {REGION_REST} is what the region holds beyond them there"
+                   if region else f": XLA reserves no scratch region for this program ({source}; its temporaries "
+                                  "stay in on-chip memory)")
+    return Peak(step=step, steps=attribution.steps, total_bytes=total,
                 instruction=live.loc[live["step"] == step, "instruction"].iat[0], where=_where(attribution, step),
                 buffers=at.reset_index(drop=True), attribution=attribution,
-                method=("XLA's peak_memory_in_bytes: arguments, outputs and the scratch region are reserved for the "
-                        "whole run on this platform; the step is where the most temporaries are live in program "
-                        f"order; {REGION_REST} is what the region holds beyond them there"))
+                method=f"{held_text}{region_text}, as the chip's allocator showed on a TPU v5e{differs}")
 
 
 def _held_for_the_run(b: Any) -> Any:
     """Mask of the buffers a TPU holds from a run's start to its end: arguments, outputs and constants."""
     return b["role"].isin(["parameter", "optimizer state", "aliased", "output", "constant"]) & (b["start"] >= 0)
-
-
-def _without_scratch(attribution: Any, xla_peak: int) -> Peak:
-    """The peak of a program for which XLA reserves no scratch region (``temp_size_in_bytes`` 0): the arguments,
-    outputs and constants, held for the whole run. Measured on a TPU v5e (2026-12-06,
-    ``docs/tpu/round9-peak-components-2026-12-06.log``): for three such programs a run added exactly outputs +
-    code to ``bytes_in_use``, reserved nothing, and left ``peak_bytes_in_use`` there, while XLA's
-    ``peak_memory_in_bytes`` was higher (260 MB against the 102 MB of arguments and outputs of a gather-and-scatter
-    step; such programs keep their temporaries in on-chip memory, and the device temporaries their assignment lists
-    were not allocated). The step shown is the last one (every output written)."""
-    b = attribution.buffers
-    whole_run = _held_for_the_run(b)
-    at = b[whole_run].reset_index(drop=True)
-    at = at.assign(buffer_bytes=at["bytes"], bytes=_charge(at) if len(at) else [])
-    at = at[PEAK_COLUMNS].sort_values(["bytes", "buffer_bytes"], ascending=False, kind="stable")
-    live = attribution.liveness
-    step = int(live["step"].iat[-1])
-    return Peak(step=step, steps=attribution.steps, total_bytes=int(at["bytes"].sum()),
-                instruction=live["instruction"].iat[-1], where=_where(attribution, step),
-                buffers=at.reset_index(drop=True), attribution=attribution,
-                method=("arguments, outputs and constants, held for the whole run: XLA reserves no scratch region for "
-                        "this program (temp_size_in_bytes 0; its temporaries stay in on-chip memory), so the chip "
-                        f"holds no more than these (measured on a TPU v5e); XLA's peak_memory_in_bytes ({xla_peak:,} "
-                        "B) is higher for such programs and is not what the chip's allocator holds"))
 
 
 def peak(x: Any, /, *args: Any, cache: Any = DEFAULT, **kwargs: Any) -> Peak:
