@@ -101,9 +101,10 @@ def judge_reserved(first: dict[str, Any], second: dict[str, Any] | None, compile
         notes.append(f"this was the program's first run here: {fmt_bytes(code_xla)} of its code came with it")
     parts = f"outputs {fmt_bytes(out_xla)} + scratch region {fmt_bytes(region_xla)}"
     if out_xla is None or abs(in_use - out_xla) > tolerance:
+        took, says = fmt_bytes_apart(in_use, out_xla)
         return {**base, "exact": False,
-                "reason": f"the run's outputs took {fmt_bytes(in_use)} of device memory, XLA says "
-                          f"{fmt_bytes(out_xla)}: they differ by more than {fmt_bytes(tolerance)}"}
+                "reason": f"the run's outputs took {took} of device memory, XLA says {says}: they differ by more "
+                          f"than {fmt_bytes(tolerance)}"}
     if not grew and not before:  # no region before the run nor after it
         if region_xla == 0:
             return {**base, "exact": True,

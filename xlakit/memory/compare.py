@@ -141,9 +141,12 @@ class Comparison:
         fa, fb = self.footprint_a, self.footprint_b
         if fa is None or fb is None:
             return ""
+        from xlakit._text.format import fmt_bytes_apart
+
+        before, after = fmt_bytes_apart(fa, fb)
         if fb < fa:
-            return f"; one run occupies {fmt_bytes(fa)} → {fmt_bytes(fb)} (the footprint): {fmt_bytes(fa - fb)} saved"
-        return (f"; but one run occupies {fmt_bytes(fa)} → {fmt_bytes(fb)} (the footprint): XLA holds a copy among "
+            return f"; one run occupies {before} → {after} (the footprint): {fmt_bytes(fa - fb)} saved"
+        return (f"; but one run occupies {before} → {after} (the footprint): XLA holds a copy among "
                 "the temporaries where a result cannot be written in place, so nothing is saved")
 
     @staticmethod
