@@ -15,6 +15,7 @@ charged to it, not to the argument (see :mod:`xlakit.memory._charging`), so ever
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes
@@ -24,7 +25,8 @@ try:
 except ImportError:  # pragma: no cover - pandas comes with xlakit's memory views
     _NA = None
 
-__all__ = ["output_index", "output_of", "name_donations", "donations", "DONATION_COLUMNS", "donation_summary"]
+__all__ = ["output_index", "output_of", "name_donations", "dropped_donations", "donations", "DONATION_COLUMNS",
+           "donation_summary"]
 
 DONATION_COLUMNS = ["argument", "output", "bytes", "allocation", "reason"]
 _PASS_ON = frozenset({"bitcast", "opt-barrier", "optimization-barrier"})  # share their operand's buffer
@@ -63,7 +65,7 @@ def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[Any, str]:
     return out
 
 
-def output_of(outputs: dict[Any, str], iid: Any, index: Any, more: Any, positions: list[int]) -> str | None:
+def output_of(outputs: dict[Any, str], iid: Any, index: Any, more: Any, positions: Sequence[int]) -> str | None:
     """The result a buffer holds (:func:`output_index`'s names): by the element of a tuple it is (``(instruction,
     shape index)``: a loop's result), else by an instruction that holds it whole."""
     if not index and not more:  # most results: an instruction that holds it whole
@@ -270,3 +272,20 @@ def _nbytes(dims: tuple[int, ...], dtype: Any) -> float:
     except TypeError:
         return float(math.prod(dims))
     return float(math.prod(dims) * itemsize)
+
+
+def dropped_donations(compiled: Any, fn: Any, example: tuple[tuple, dict] | None, leaves: dict[int, Any],
+                      donated: list[bool]) -> list[str]:
+    """The paths of donated argument leaves the compiled program does not take (JAX leaves unused ones out):
+    donated, so listed, but nothing can be written into them."""
+    import types
+
+    from xlakit._jax.arguments import argument_leaves
+
+    kept = {leaf.index for leaf in leaves.values()}
+    if not leaves or not any(d for i, d in enumerate(donated) if i not in kept):
+        return []
+    # the whole argument tree, kept or not: argument_leaves reads the kept record from _executable
+    every = argument_leaves(types.SimpleNamespace(in_tree=getattr(compiled, "in_tree", None)), fn, example)
+    return [leaf.path for leaf in every.values() if leaf.index not in kept and leaf.index < len(donated)
+            and donated[leaf.index]]
