@@ -83,13 +83,12 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
     same: list[list[int]] = [[] for _ in order]  # readers later in the order, of the same phase
     named = [False] * n  # may be named: neither a parameter nor a carrier
     position, bits_of = at.get, param_bits.get
-    for iid, own in param_bits.items():
+    for iid, bits in param_bits.items():
         if iid in at:
-            reads[at[iid]] = carry[at[iid]] = own
+            reads[at[iid]] = carry[at[iid]] = bits
     for k, iid in enumerate(order):
         ins = instructions[iid]
         mine = phase[k]
-        own = bits_of(iid)
         found = above = 0
         for op in ins.operands:  # (none for a parameter)
             j = position(op)
@@ -100,7 +99,7 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
             if j < k and phase[j] == mine:
                 above |= up[j]
                 same[j].append(k)
-        if own is not None:
+        if iid in param_bits:
             continue
         reads[k] = found
         up[k] = found | above
