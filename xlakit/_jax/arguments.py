@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 from typing import Any
 
 __all__ = ["ArgumentLeaf", "argument_leaves", "donated_leaves", "output_paths"]
@@ -185,7 +186,7 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
             # a key named opt_state is in the path's text: most paths need no look at their parts
             inside = under_optimizer or (any(key in text for key in _OPTIMIZER_KEYS) and any(
                 str(part).strip("[]'.\"") in _OPTIMIZER_KEYS for part in path))
-            index = flat_index(leaf)
+            index = leaf if type(leaf) is int and counter is None else flat_index(leaf)  # (a placeholder: most)
             if index is not None:
                 leaves.append(ArgumentLeaf(index, text, inside))
             else:  # an optimizer node: its leaves are optimizer state
@@ -212,7 +213,7 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
             leaves.append(ArgumentLeaf(index, name, False))
         else:
             walk(arg, name, _is_optimizer_node(arg))
-    leaves.sort(key=lambda leaf: leaf.index)
+    leaves.sort(key=operator.attrgetter("index"))
     kept = getattr(getattr(compiled, "_executable", None), "_kept_var_idx", None)
     if kept is None:
         return dict(enumerate(leaves))  # the caller checks the count against the entry parameters
@@ -247,11 +248,13 @@ def output_paths(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | No
             return []
         if len(flat) != tree.num_leaves:
             return []
-    names = {leaf: "output" + "".join(map(str, path)) for path, leaf in flat}  # "output" + keystr(path)
+    texts = ["output" + "".join(map(str, path)) for path, _leaf in flat]  # "output" + keystr(path)
     if example is not None and skeleton is not None and hasattr(fn, "_get_pure_args_kwargs"):
         static = _static(fn, example)
+        names = dict(zip((leaf for _path, leaf in flat), texts, strict=True))
         names.update(_nnx_output_names(skeleton, fn, _dynamic(example[0], static), static))
-    return [names[leaf] for _path, leaf in flat]
+        return [names[leaf] for _path, leaf in flat]
+    return texts
 
 
 def _nnx_output_names(skeleton: Any, fn: Any, args: tuple, static: frozenset[int] = frozenset()) -> dict[int, str]:

@@ -71,7 +71,7 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
     param_bits = {iid: bit.get(b, 0) for iid, b in blocks.items()}
     _name, order, _root = mod.computations[mod.entry_id]
     instructions = getattr(mod.instructions, "known", None) or mod.instructions
-    phase = [phase_of(iid) for iid in order]
+    phase = list(map(phase_of, order))
     at = {iid: k for k, iid in enumerate(order)}  # instruction id -> its position in the entry's order
     n = len(order)
     # upstream: blocks read by the instruction or any instruction of its phase it depends on; downstream: read by
@@ -88,9 +88,11 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
             reads[at[iid]] = carry[at[iid]] = bits
     for k, iid in enumerate(order):
         ins = instructions[iid]
+        if not ins.operands and iid in param_bits:  # read and carried as filled above
+            continue
         mine = phase[k]
         found = above = 0
-        for op in ins.operands:  # (none for a parameter)
+        for op in ins.operands:
             j = position(op)
             if j is None:  # not in the entry's order
                 found |= bits_of(op) or 0

@@ -30,6 +30,7 @@ __all__ = ["output_index", "output_of", "name_donations", "dropped_donations", "
 
 DONATION_COLUMNS = ["argument", "output", "bytes", "allocation", "reason"]
 _PASS_ON = frozenset({"bitcast", "opt-barrier", "optimization-barrier"})  # share their operand's buffer
+_ARGUMENT_ROLES = frozenset({"parameter", "optimizer state"})
 
 
 def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[Any, str]:
@@ -161,11 +162,11 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
     output where the module records no entry (a module decoded without it) counts its bytes, its result
     named ``"a result"``."""
     roles, allocs = cols["role"], cols["allocation"]
+    arguments = [i for i, role in enumerate(roles) if role in _ARGUMENT_ROLES]  # thousands of rows, few arguments
     argument_of: dict[Any, int] = {}  # allocation index -> the row of the argument that owns it
-    for i, (role, alloc) in enumerate(zip(roles, allocs, strict=True)):
-        if role in ("parameter", "optimizer state") and alloc is not None:
-            argument_of.setdefault(alloc, i)
-    by_param = {(a.parameter_number, tuple(a.parameter_shape_index)): a for a in allocations if a.is_parameter}
+    for i in arguments:
+        if allocs[i] is not None:
+            argument_of.setdefault(allocs[i], i)
     aliases = getattr(mod, "input_output_alias", ())
     # the root's shapes only where a donation is to be named (902 results of a 150-layer adam step: 13 ms)
     results = _result_shapes(mod) if aliases or any(cols["donated"]) else {}
@@ -173,6 +174,8 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
     rows: list[tuple[Any, ...]] = []
     reused: set[int] = set()  # argument rows XLA writes a result into
     taken: set[tuple[int, ...]] = set()  # the results written into an argument's bytes
+    by_param = {(a.parameter_number, tuple(a.parameter_shape_index)): a for a in allocations
+                if a.is_parameter} if aliases else {}
     for out_index, number, param_index in aliases:
         alloc = by_param.get((number, tuple(param_index)))
         row = argument_of.get(alloc.index) if alloc is not None else None
@@ -186,14 +189,16 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
             reused.add(row)
         taken.add(tuple(out_index))
         rows.append((argument, output, int(size), alloc.index if alloc is not None else None, None))
-    for i, role in enumerate(roles):  # an aliased result names the argument whose bytes it was written into
-        arg = argument_of.get(allocs[i])
-        if role == "aliased" and arg is not None:
+    for i in [i for i, role in enumerate(roles) if role == "aliased"]:  # an aliased result names the argument
+        arg = argument_of.get(allocs[i])  # whose bytes it was written into
+        if arg is not None:
             cols["parameter"][i] = cols["parameter"][arg]
-    by_index = {a.index: a for a in allocations}
-    for i, (role, alloc) in enumerate(zip(roles, allocs, strict=True)):
-        if role not in ("parameter", "optimizer state") or not cols["donated"][i] or i in reused:
+    by_index: dict[Any, Any] = {}
+    for i in arguments:
+        if not cols["donated"][i] or i in reused:
             continue
+        alloc = allocs[i]
+        by_index = by_index or {a.index: a for a in allocations}
         shared = by_index.get(alloc)
         if shared is not None and shared.aliased_with_output:  # XLA's allocation says so, the module not which
             rows.append((cols["parameter"][i], "a result", int(shared.size), alloc, None))

@@ -42,6 +42,7 @@ thread-local      a small per-thread value (not device memory)
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -338,8 +339,9 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                     role = "residual"
                 else:
                     role = "recomputed" if recomputed else "temporary"
-                table.append((role, None, output_of(outputs, iid, shape_index, None, (iid,)) if role in (
-                    "output", "aliased") else None, bool(alloc is not None and aliased), info))
+                output = None if role != "output" and role != "aliased" else outputs.get(iid) if not shape_index \
+                    else output_of(outputs, iid, shape_index, None, (iid,))
+                table.append((role, None, output, bool(alloc is not None and aliased), info))
                 continue
         if ins is not None and not more and (ins.op_name or ins.frame_id):
             positions = [iid]
@@ -451,7 +453,7 @@ def _columns(rows: Any, ranges: dict[int, tuple[int, int]], table: list[tuple[An
     """The buffers' columns (:data:`BUFFER_COLUMNS`): those of the assignment as they are (read, not changed),
     the rest from ``table`` (:func:`_attribute`'s rows); the columns filled later (output, parameter, layer,
     block) as lists."""
-    spans = [ranges.get(bid, (-1, -1)) for bid in rows.ids]
+    spans = list(map(ranges.get, rows.ids, itertools.repeat((-1, -1), len(rows.ids))))
     starts, ends = (list(c) for c in zip(*spans, strict=True)) if spans else ([], [])
     role, parameter, output, donated, text = (list(c) for c in zip(*table, strict=True)) if table else (
         [] for _ in range(5))
