@@ -139,28 +139,21 @@ def add_blocks(cols: dict[str, list[Any]], where: Sequence[Any], apart: Mapping[
             return parse_op_name(mod.instructions[iid].op_name).phase
 
     named = name_blocks(mod, param_paths, phase_of)
-    layers, blocks, parameters, shapes = cols["layer"], cols["block"], cols["parameter"], cols["shape"]
-    if not named and not apart:  # no block named, no argument nor stacked value: nothing to fill
-        return
+    layers, parameters, shapes = cols["layer"], cols["parameter"], cols["shape"]
     get = named.get
-    for i, iid in enumerate(where):
-        layer = layers[i]
-        if layer == "argument":
-            blocks[i] = block_of_path(parameters[i])
+    # an argument's block is its path's, and its layer stays "argument"
+    blocks = cols["block"] = [block_of_path(parameter) if layer == "argument" else get(iid) for iid, layer, parameter
+                              in zip(where, layers, parameters, strict=True)]
+    for i, (positions, stacked) in apart.items():  # a buffer at several positions, or a scan's stacked value
+        if layers[i] == "argument":
             continue
-        seen = apart.get(i)
-        if seen is None:
-            block = get(iid)
-        else:
-            positions, stacked = seen
-            block = None
-            for p in positions:
-                block = get(p)
-                if block is not None:
-                    break
-            if block is None and stacked and shapes[i]:
-                block = f"all {shapes[i][0]} iterations (stacked)"
-        if block is not None:
-            blocks[i] = block
-            if block and layer != "unknown":
-                layers[i] = f"{block} › {layer}"
+        block = None
+        for p in positions:
+            block = get(p)
+            if block is not None:
+                break
+        if block is None and stacked and shapes[i]:
+            block = f"all {shapes[i][0]} iterations (stacked)"
+        blocks[i] = block
+    cols["layer"] = [layer if not block or layer == "unknown" or layer == "argument" else f"{block} › {layer}"
+                     for block, layer in zip(blocks, layers, strict=True)]

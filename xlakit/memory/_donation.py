@@ -160,7 +160,8 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
     reuse, with the reason when known (``dropped``: the paths of donated leaves the compiled program does not
     take, JAX having left them out as unused). A donated argument whose allocation XLA marks aliased with an
     output where the module records no entry (a module decoded without it) counts its bytes, its result
-    named ``"a result"``."""
+    named ``"a result"``. ``allocations``: the assignment's, or a callable that gives them (called only where a
+    donation is to be named)."""
     roles, allocs = cols["role"], cols["allocation"]
     arguments = [i for i, role in enumerate(roles) if role in _ARGUMENT_ROLES]  # thousands of rows, few arguments
     argument_of: dict[Any, int] = {}  # allocation index -> the row of the argument that owns it
@@ -174,6 +175,8 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
     rows: list[tuple[Any, ...]] = []
     reused: set[int] = set()  # argument rows XLA writes a result into
     taken: set[tuple[int, ...]] = set()  # the results written into an argument's bytes
+    if callable(allocations) and (aliases or any(cols["donated"])):  # read only where a donation is named
+        allocations = allocations()
     by_param = {(a.parameter_number, tuple(a.parameter_shape_index)): a for a in allocations
                 if a.is_parameter} if aliases else {}
     for out_index, number, param_index in aliases:

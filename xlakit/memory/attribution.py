@@ -432,7 +432,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                                                         None, user.line if user else None, text)))
         apart[row] = (positions, stacked is not None)
     cols = _columns(rows, ranges, table)
-    donation_rows = name_donations(cols, mod, ba._allocation_facts(), out_paths, dropped_donations(
+    donation_rows = name_donations(cols, mod, ba._allocation_facts, out_paths, dropped_donations(
         compiled, fn, example, leaves, donated_flags))
     add_blocks(cols, rows.instruction_ids, apart, mod, param_paths, phase)
     buffers = _frame(cols)
