@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import operator
+import re
 from typing import Any
 
 __all__ = ["ArgumentLeaf", "argument_leaves", "donated_leaves", "output_paths"]
@@ -32,6 +33,7 @@ __all__ = ["ArgumentLeaf", "argument_leaves", "donated_leaves", "output_paths"]
 _OPTIMIZER_MODULES = ("optax",)
 _OPTIMIZER_TYPES = ("Optimizer", "OptState", "OptArray", "OptVariable")
 _OPTIMIZER_KEYS = ("opt_state",)
+_OPTIMIZER_KEY_IN = re.compile("|".join(map(re.escape, _OPTIMIZER_KEYS))).search  # one of them in a text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +186,7 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
         for path, leaf in flat:
             text = prefix + "".join(map(str, path))  # keystr(path)
             # a key named opt_state is in the path's text: most paths need no look at their parts
-            inside = under_optimizer or (any(key in text for key in _OPTIMIZER_KEYS) and any(
+            inside = under_optimizer or (_OPTIMIZER_KEY_IN(text) is not None and any(
                 str(part).strip("[]'.\"") in _OPTIMIZER_KEYS for part in path))
             index = leaf if type(leaf) is int and counter is None else flat_index(leaf)  # (a placeholder: most)
             if index is not None:
@@ -217,7 +219,9 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     kept = getattr(getattr(compiled, "_executable", None), "_kept_var_idx", None)
     if kept is None:
         return dict(enumerate(leaves))  # the caller checks the count against the entry parameters
-    order = sorted(int(i) for i in kept)
+    order = sorted(map(int, kept))
+    if leaves and leaves[0].index == 0 and leaves[-1].index == len(leaves) - 1:  # distinct flat indices: 0..n-1
+        return {p: leaves[i] for p, i in enumerate(order) if 0 <= i < len(leaves)}
     by_index = {leaf.index: leaf for leaf in leaves}
     return {p: by_index[i] for p, i in enumerate(order) if i in by_index}
 

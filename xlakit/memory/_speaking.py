@@ -9,10 +9,10 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from xlakit.memory._hlo_frames import user_frame
+from xlakit.memory._hlo_frames import parse_op_name, user_frame
 
 __all__ = ["CARRIERS", "metadata_source", "fused_frame", "readers_line", "stacked_value", "read_by_backward",
-           "results_of"]
+           "results_of", "phases_of"]
 
 # Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
 CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
@@ -145,3 +145,27 @@ def results_of(mod: Any, root_id: int) -> set[int]:
                 out.add(op)
                 stack.append(op)
     return out
+
+
+def phases_of(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[int, str]]:
+    """(instruction id -> its phase, read when first asked; instruction id -> its users; the phases read so far,
+    which a caller that has read an instruction's op name may fill) over the computations that run in sequence
+    (a value's users are in its own computation)."""
+    memo: dict[int, str] = {}
+    instructions = mod.instructions
+
+    def phase(iid: int) -> str:
+        found = memo.get(iid)
+        if found is None:
+            ins = instructions.get(iid)
+            found = memo[iid] = parse_op_name(ins.op_name).phase if ins is not None else ""
+        return found
+
+    users = getattr(mod, "users", None)
+    if users is None:  # a module made without the decoder's _Module
+        users = {}
+        for cid in mod.sequential_computations():
+            for iid in mod.computations[cid][1]:
+                for op in instructions[iid].operands:
+                    users.setdefault(op, []).append(iid)
+    return phase, users, memo

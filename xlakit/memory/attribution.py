@@ -43,13 +43,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 from xlakit._jax.call_options import DEFAULT
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._hlo_frames import FrameTable, NameStack, layer_of, parse_op_name, source_of, stack_text, user_frame
-from xlakit.memory._speaking import fused_frame, metadata_source, read_by_backward, readers_line, results_of
+from xlakit.memory._speaking import fused_frame, metadata_source, phases_of, read_by_backward, readers_line, results_of
 
 __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
 
@@ -158,35 +157,12 @@ def _beside_tokens(mod: Any, params: dict[int, Any], leaves: dict[int, Any]) -> 
     return {num: leaves[k] for k, num in enumerate(arrays)}
 
 
-def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[int, str]]:
-    """(instruction id -> its phase, read when first asked; instruction id -> its users; the phases read so far,
-    which a caller that has read an instruction's op name may fill) over the computations that run in sequence
-    (a value's users are in its own computation)."""
-    memo: dict[int, str] = {}
-    instructions = mod.instructions
-
-    def phase(iid: int) -> str:
-        found = memo.get(iid)
-        if found is None:
-            ins = instructions.get(iid)
-            found = memo[iid] = parse_op_name(ins.op_name).phase if ins is not None else ""
-        return found
-
-    users = getattr(mod, "users", None)
-    if users is None:  # a module made without the decoder's _Module
-        users = {}
-        for cid in mod.sequential_computations():
-            for iid in mod.computations[cid][1]:
-                for op in instructions[iid].operands:
-                    users.setdefault(op, []).append(iid)
-    return phase, users, memo
-
-
 _ARGUMENT_NAMES = NameStack("", (), "", ())  # an argument's op name, its path without "/" or "(": no phase, unparsed
 
-def _frame(cols: dict[str, list[Any]]) -> Any:
+def _frame(cols: dict[str, list[Any]]) -> tuple[Any, dict[str, Any]]:
     """The buffers frame from its column lists, each column built with its dtype (int64, nullable Int64, bool,
-    object where a value may be None) rather than inferred from thousands of Python objects."""
+    object where a value may be None) rather than inferred from thousands of Python objects; and the columns the
+    liveness sweeps as numpy int64 (-1 where missing), made once for both."""
     import numpy as np
     import pandas as pd
 
@@ -195,11 +171,14 @@ def _frame(cols: dict[str, list[Any]]) -> Any:
     typed: dict[str, Any] = dict(cols)
     for name in ("buffer_id", "bytes", "start", "end"):
         typed[name] = np.array(cols[name], dtype=np.int64)
+    swept = {name: typed[name] for name in ("bytes", "start", "end")}
     for name in ("line", "allocation", "offset"):
-        typed[name] = pd.arrays.IntegerArray(*int_array(cols[name]))
+        values, missing = int_array(cols[name])
+        typed[name] = pd.arrays.IntegerArray(values, missing)
+        swept[name] = np.where(missing, -1, values)
     typed["donated"] = np.array(cols["donated"], dtype=bool)
     typed["block"] = pd.Series(np.array(cols["block"], dtype=object), dtype=object)
-    return pd.DataFrame(typed, columns=BUFFER_COLUMNS)
+    return pd.DataFrame(typed, columns=BUFFER_COLUMNS), swept
 
 
 def attribute(x: Any, /, *args: Any, cache: Any = DEFAULT, **kwargs: Any) -> Attribution:
@@ -268,7 +247,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     if len(leaves) != len(params):
         leaves = _beside_tokens(mod, params, leaves)
     donated_flags = donated_leaves(compiled) or []
-    phase, users, phases = _phases(mod)
+    phase, users, phases = phases_of(mod)
     rows = ba._rows()  # the buffers and their allocations as columns (no object per buffer made)
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
@@ -435,8 +414,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     donation_rows = name_donations(cols, mod, ba._allocation_facts, out_paths, dropped_donations(
         compiled, fn, example, leaves, donated_flags))
     add_blocks(cols, rows.instruction_ids, apart, mod, param_paths, phase)
-    buffers = _frame(cols)
-    liveness = liveness_frame(order, mod, cols, ROLES)
+    buffers, swept = _frame(cols)
+    liveness = liveness_frame(order, mod, {"role": cols["role"], **swept}, ROLES)
     method = "reconstructed from the HLO schedule and buffer aliases"
     if ba.heap_traces:
         method += " (XLA's heap simulator trace also shipped; Peak uses it for the step)"
