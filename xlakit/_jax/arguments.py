@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
+import re
 from typing import Any
 
 __all__ = ["ArgumentLeaf", "argument_leaves", "donated_leaves", "output_paths"]
@@ -31,6 +33,7 @@ __all__ = ["ArgumentLeaf", "argument_leaves", "donated_leaves", "output_paths"]
 _OPTIMIZER_MODULES = ("optax",)
 _OPTIMIZER_TYPES = ("Optimizer", "OptState", "OptArray", "OptVariable")
 _OPTIMIZER_KEYS = ("opt_state",)
+_OPTIMIZER_KEY_IN = re.compile("|".join(map(re.escape, _OPTIMIZER_KEYS))).search  # one of them in a text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,50 +63,10 @@ def _is_optimizer_node(node: Any) -> bool:
     return found
 
 
-_KEY_FIELDS: dict[type, str] = {}  # a jax key type -> the attribute holding its key (filled on first use)
-_KEY_TEXTS: dict[tuple[Any, ...], str] = {}  # (key type, value type, value) -> jax.tree_util.keystr((key,))
-
-
-_BY_KEY: dict[Any, str] = {}  # a key whose == tells its text (an int index, a str name or dict key) -> its text
-_DICT_KEY: list[Any] = [None]  # jax.tree_util.DictKey, once _KEY_FIELDS is filled
-
-
 def _key_text(key: Any) -> str:
-    """``jax.tree_util.keystr((key,))`` (``['w']``, ``[0]``, ``.mu``), remembered per key: a pytree of a few
-    thousand leaves repeats a few dozen keys."""
-    try:
-        by_key = _BY_KEY[key]  # the common keys, by the key itself (a dict lookup: thousands per attribution)
-        # a str subclass equal to a remembered str (np.str_('w') == 'w') prints differently: not by the key
-        if type(key) is not _DICT_KEY[0] or type(key.key) is str:
-            return by_key
-    except (KeyError, TypeError):
-        pass
-    import jax
-
-    if not _KEY_FIELDS:
-        tu = jax.tree_util
-        _KEY_FIELDS.update({tu.DictKey: "key", tu.SequenceKey: "idx", tu.GetAttrKey: "name",
-                            tu.FlattenedIndexKey: "key"})
-        _DICT_KEY[0] = tu.DictKey
-    field = _KEY_FIELDS.get(type(key))
-    if field is None:
-        return jax.tree_util.keystr((key,))
-    value = getattr(key, field)
-    memo = (type(key), type(value), value)
-    try:
-        found = _KEY_TEXTS.get(memo)
-    except TypeError:  # an unhashable key value
-        return jax.tree_util.keystr((key,))
-    if found is None:
-        if len(_KEY_TEXTS) > 65536:
-            _KEY_TEXTS.clear()
-            _BY_KEY.clear()
-        found = _KEY_TEXTS[memo] = jax.tree_util.keystr((key,))
-    if type(value) is str or (type(value) is int and field == "idx"):
-        # DictKey(1) == DictKey(1.0) == DictKey(True) print differently: only str values (and a sequence's int
-        # index) are remembered by the key itself; keys of two types are never == (checked: jax 0.10.2)
-        _BY_KEY[key] = found
-    return found
+    """``jax.tree_util.keystr((key,))`` (``['w']``, ``[0]``, ``.mu``): the key's own ``str``, which keystr joins
+    (jaxlib's keys print in C++: 0.1 µs, less than any memo of them costs)."""
+    return str(key)
 
 
 def _names(fn: Any, count: int, static: frozenset[int] = frozenset()) -> list[str] | None:
@@ -221,12 +184,11 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     def walk(node: Any, prefix: str, under_optimizer: bool) -> None:
         flat, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node and _is_optimizer_node(x))
         for path, leaf in flat:
-            parts = list(map(_key_text, path))  # keystr(path) is their concatenation
-            text = prefix + "".join(parts)
+            text = prefix + "".join(map(str, path))  # keystr(path)
             # a key named opt_state is in the path's text: most paths need no look at their parts
-            inside = under_optimizer or (any(key in text for key in _OPTIMIZER_KEYS) and any(
-                part.strip("[]'.\"") in _OPTIMIZER_KEYS for part in parts))
-            index = flat_index(leaf)
+            inside = under_optimizer or (_OPTIMIZER_KEY_IN(text) is not None and any(
+                str(part).strip("[]'.\"") in _OPTIMIZER_KEYS for part in path))
+            index = leaf if type(leaf) is int and counter is None else flat_index(leaf)  # (a placeholder: most)
             if index is not None:
                 leaves.append(ArgumentLeaf(index, text, inside))
             else:  # an optimizer node: its leaves are optimizer state
@@ -253,11 +215,13 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
             leaves.append(ArgumentLeaf(index, name, False))
         else:
             walk(arg, name, _is_optimizer_node(arg))
-    leaves.sort(key=lambda leaf: leaf.index)
+    leaves.sort(key=operator.attrgetter("index"))
     kept = getattr(getattr(compiled, "_executable", None), "_kept_var_idx", None)
     if kept is None:
         return dict(enumerate(leaves))  # the caller checks the count against the entry parameters
-    order = sorted(int(i) for i in kept)
+    order = sorted(map(int, kept))
+    if leaves and leaves[0].index == 0 and leaves[-1].index == len(leaves) - 1:  # distinct flat indices: 0..n-1
+        return {p: leaves[i] for p, i in enumerate(order) if 0 <= i < len(leaves)}
     by_index = {leaf.index: leaf for leaf in leaves}
     return {p: by_index[i] for p, i in enumerate(order) if i in by_index}
 
@@ -288,11 +252,13 @@ def output_paths(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | No
             return []
         if len(flat) != tree.num_leaves:
             return []
-    names = {leaf: "output" + "".join(map(_key_text, path)) for path, leaf in flat}
+    texts = ["output" + "".join(map(str, path)) for path, _leaf in flat]  # "output" + keystr(path)
     if example is not None and skeleton is not None and hasattr(fn, "_get_pure_args_kwargs"):
         static = _static(fn, example)
+        names = dict(zip((leaf for _path, leaf in flat), texts, strict=True))
         names.update(_nnx_output_names(skeleton, fn, _dynamic(example[0], static), static))
-    return [names[leaf] for _path, leaf in flat]
+        return [names[leaf] for _path, leaf in flat]
+    return texts
 
 
 def _nnx_output_names(skeleton: Any, fn: Any, args: tuple, static: frozenset[int] = frozenset()) -> dict[int, str]:
@@ -311,7 +277,7 @@ def _nnx_output_names(skeleton: Any, fn: Any, args: tuple, static: frozenset[int
             prefix = arg_names[i] if arg_names else f"args[{i}]"
             names.update({leaf: f"{prefix}{path} (new)" for leaf, path in zip(node.states[0], graph, strict=True)})
     flat, _ = jax.tree_util.tree_flatten_with_path(skeleton[2])
-    names.update({leaf: "output" + "".join(_key_text(k) for k in path) for path, leaf in flat})
+    names.update({leaf: "output" + "".join(map(str, path)) for path, leaf in flat})
     return names
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["block_of_path", "name_blocks", "add_blocks"]
@@ -71,62 +71,67 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
     param_bits = {iid: bit.get(b, 0) for iid, b in blocks.items()}
     _name, order, _root = mod.computations[mod.entry_id]
     instructions = getattr(mod.instructions, "known", None) or mod.instructions
-    phase = [phase_of(iid) for iid in order]
+    phase = list(map(phase_of, order))
     at = {iid: k for k, iid in enumerate(order)}  # instruction id -> its position in the entry's order
-    reads = [0] * len(order)  # the blocks whose parameters an instruction reads, looking through carriers
-    passed = [0] * len(order)  # what a carrier passes on: its reads; 0 for any other instruction
+    n = len(order)
     # upstream: blocks read by the instruction or any instruction of its phase it depends on; downstream: read by
     # it or any instruction of its phase that depends on it. The schedule is a topological order of the entry, so
-    # one pass in order gives reads and upstream (and each instruction's users, for downstream).
-    up = [0] * len(order)
-    users: list[list[int]] = [[] for _ in order]
+    # one pass in order gives reads and upstream (and each instruction's readers of its phase, for downstream).
+    reads = [0] * n  # the blocks whose parameters an instruction reads, looking through carriers
+    carry = [0] * n  # what an operand adds to its reader's reads: a parameter's block, a carrier's reads
+    up = [0] * n  # 0 for a parameter: its block goes up only as what its readers read, and it is never named
+    same: list[list[int]] = [[] for _ in order]  # readers later in the order, of the same phase
+    named = [False] * n  # may be named: neither a parameter nor a carrier
+    position, bits_of = at.get, param_bits.get
+    for iid, bits in param_bits.items():
+        if iid in at:
+            reads[at[iid]] = carry[at[iid]] = bits
     for k, iid in enumerate(order):
         ins = instructions[iid]
+        if not ins.operands and iid in param_bits:  # read and carried as filled above
+            continue
         mine = phase[k]
-        own = param_bits.get(iid)
-        found = own if own is not None else 0
-        above = 0
+        found = above = 0
         for op in ins.operands:
-            j = at.get(op)
-            p = param_bits.get(op)  # None: the operand is no parameter
-            if own is None:
-                if p is not None:
-                    found |= p
-                elif j is not None:
-                    found |= passed[j]
-            if j is None:
+            j = position(op)
+            if j is None:  # not in the entry's order
+                found |= bits_of(op) or 0
                 continue
-            users[j].append(k)
-            if j < k and p is None and phase[j] == mine:
+            found |= carry[j]
+            if j < k and phase[j] == mine:
                 above |= up[j]
+                same[j].append(k)
+        if iid in param_bits:
+            continue
         reads[k] = found
         up[k] = found | above
         if ins.opcode in _CARRIERS:
-            passed[k] = found
-    down = reads[:]
-    for k in range(len(order) - 1, -1, -1):
-        mine = phase[k]
+            carry[k] = found
+        else:
+            named[k] = True
+    down = reads  # filled in place, last first
+    for k in range(n - 1, -1, -1):
         found = down[k]
-        for u in users[k]:
-            if u > k and phase[u] == mine:
-                found |= down[u]
+        for u in same[k]:
+            found |= down[u]
         down[k] = found
     out = {}
     for k, iid in enumerate(order):
         both = up[k] & down[k]
-        if both and not both & (both - 1) and iid not in param_bits and instructions[iid].opcode not in _CARRIERS:
+        if both and not both & (both - 1) and named[k]:
             out[iid] = names[both.bit_length() - 1]
     return out
 
 
-def add_blocks(cols: dict[str, list[Any]], seen_as: list[tuple[list[int], bool]], mod: Any,
-                param_paths: dict[int, str], phase_of: Callable[[int], str] | None = None) -> None:
+def add_blocks(cols: dict[str, list[Any]], where: Sequence[Any], apart: Mapping[int, tuple[list[int], bool]],
+               mod: Any, param_paths: dict[int, str], phase_of: Callable[[int], str] | None = None) -> None:
     """Fill each row's ``block`` (:mod:`xlakit.memory._blocks`: ``blocks[2]`` from the parameters a value is
     made from, a parameter's from its path, a scan's stacked value ``all N iterations (stacked)``) and put it
     in front of the layer (``blocks[2] › Block.__call__ › self.attn(x)``), so four blocks called in a loop are
     four layers, not one. ``cols``: the buffer table as column lists
-    (:data:`xlakit.memory.attribution.BUFFER_COLUMNS`); ``phase_of``: instruction id -> its phase (default: read
-    from its op name)."""
+    (:data:`xlakit.memory.attribution.BUFFER_COLUMNS`); ``where``: each row's instruction id, its one position
+    unless ``apart`` has the row (its positions, and whether it is a scan's stacked value); ``phase_of``:
+    instruction id -> its phase (default: read from its op name)."""
     from xlakit.memory._hlo_frames import parse_op_name
 
     if phase_of is None:
@@ -134,19 +139,21 @@ def add_blocks(cols: dict[str, list[Any]], seen_as: list[tuple[list[int], bool]]
             return parse_op_name(mod.instructions[iid].op_name).phase
 
     named = name_blocks(mod, param_paths, phase_of)
-    layers, blocks, parameters, shapes = cols["layer"], cols["block"], cols["parameter"], cols["shape"]
-    for i, (positions, stacked) in enumerate(seen_as):
-        layer = layers[i]
-        if layer == "argument":
-            blocks[i] = block_of_path(parameters[i])
+    layers, parameters, shapes = cols["layer"], cols["parameter"], cols["shape"]
+    get = named.get
+    # an argument's block is its path's, and its layer stays "argument"
+    blocks = cols["block"] = [block_of_path(parameter) if layer == "argument" else get(iid) for iid, layer, parameter
+                              in zip(where, layers, parameters, strict=True)]
+    for i, (positions, stacked) in apart.items():  # a buffer at several positions, or a scan's stacked value
+        if layers[i] == "argument":
             continue
         block = None
         for p in positions:
-            block = named.get(p)
+            block = get(p)
             if block is not None:
                 break
         if block is None and stacked and shapes[i]:
             block = f"all {shapes[i][0]} iterations (stacked)"
         blocks[i] = block
-        if block and layer != "unknown":
-            layers[i] = f"{block} › {layer}"
+    cols["layer"] = [layer if not block or layer == "unknown" or layer == "argument" else f"{block} › {layer}"
+                     for block, layer in zip(blocks, layers, strict=True)]

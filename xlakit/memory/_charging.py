@@ -225,15 +225,19 @@ def _sharing(placed: Any, starts: Any, ends: Any, sizes: Any, allocs: Any, offse
     if not len(at):
         return shared
     order = at[np.lexsort((starts[at], allocs[at]))]  # by allocation, then by first step
-    a, s, e, lo = allocs[order], starts[order], ends[order], offsets[order]
-    hi = lo + sizes[order]
-    _, group, counts = np.unique(a, return_inverse=True, return_counts=True)
-    size = counts[group]
+    a = allocs[order]
+    edges = np.flatnonzero(np.diff(a)) + 1  # where the next allocation starts (a is sorted)
+    counts = np.diff(np.concatenate(([0], edges, [len(a)])))
+    size = np.repeat(counts, counts)  # the number of placed buffers in each one's allocation
     shared[order[size > _SMALL]] = True
+    small = (size > 1) & (size <= _SMALL)  # whole allocations: the pairs of one stay neighbours
+    order, a = order[small], a[small]
+    s, e, lo = starts[order], ends[order], offsets[order]
+    hi = lo + sizes[order]
     for d in range(1, min(_SMALL, len(order))):  # every pair (i, i + d) of one small allocation
         i = np.arange(len(order) - d)
         j = i + d
-        both = (a[i] == a[j]) & (size[i] <= _SMALL) & (s[j] <= e[i]) & (lo[i] < hi[j]) & (lo[j] < hi[i])
+        both = (a[i] == a[j]) & (s[j] <= e[i]) & (lo[i] < hi[j]) & (lo[j] < hi[i])
         shared[order[i[both]]] = True
         shared[order[j[both]]] = True
     return shared

@@ -15,6 +15,7 @@ charged to it, not to the argument (see :mod:`xlakit.memory._charging`), so ever
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from xlakit.memory._display import fmt_bytes
@@ -24,10 +25,12 @@ try:
 except ImportError:  # pragma: no cover - pandas comes with xlakit's memory views
     _NA = None
 
-__all__ = ["output_index", "output_of", "name_donations", "donations", "DONATION_COLUMNS", "donation_summary"]
+__all__ = ["output_index", "output_of", "name_donations", "dropped_donations", "donations", "DONATION_COLUMNS",
+           "donation_summary"]
 
 DONATION_COLUMNS = ["argument", "output", "bytes", "allocation", "reason"]
 _PASS_ON = frozenset({"bitcast", "opt-barrier", "optimization-barrier"})  # share their operand's buffer
+_ARGUMENT_ROLES = frozenset({"parameter", "optimizer state"})
 
 
 def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[Any, str]:
@@ -63,7 +66,7 @@ def output_index(mod: Any, root_id: int, paths: list[str]) -> dict[Any, str]:
     return out
 
 
-def output_of(outputs: dict[Any, str], iid: Any, index: Any, more: Any, positions: list[int]) -> str | None:
+def output_of(outputs: dict[Any, str], iid: Any, index: Any, more: Any, positions: Sequence[int]) -> str | None:
     """The result a buffer holds (:func:`output_index`'s names): by the element of a tuple it is (``(instruction,
     shape index)``: a loop's result), else by an instruction that holds it whole."""
     if not index and not more:  # most results: an instruction that holds it whole
@@ -157,13 +160,14 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
     reuse, with the reason when known (``dropped``: the paths of donated leaves the compiled program does not
     take, JAX having left them out as unused). A donated argument whose allocation XLA marks aliased with an
     output where the module records no entry (a module decoded without it) counts its bytes, its result
-    named ``"a result"``."""
+    named ``"a result"``. ``allocations``: the assignment's, or a callable that gives them (called only where a
+    donation is to be named)."""
     roles, allocs = cols["role"], cols["allocation"]
+    arguments = [i for i, role in enumerate(roles) if role in _ARGUMENT_ROLES]  # thousands of rows, few arguments
     argument_of: dict[Any, int] = {}  # allocation index -> the row of the argument that owns it
-    for i, (role, alloc) in enumerate(zip(roles, allocs, strict=True)):
-        if role in ("parameter", "optimizer state") and alloc is not None:
-            argument_of.setdefault(alloc, i)
-    by_param = {(a.parameter_number, tuple(a.parameter_shape_index)): a for a in allocations if a.is_parameter}
+    for i in arguments:
+        if allocs[i] is not None:
+            argument_of.setdefault(allocs[i], i)
     aliases = getattr(mod, "input_output_alias", ())
     # the root's shapes only where a donation is to be named (902 results of a 150-layer adam step: 13 ms)
     results = _result_shapes(mod) if aliases or any(cols["donated"]) else {}
@@ -171,6 +175,10 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
     rows: list[tuple[Any, ...]] = []
     reused: set[int] = set()  # argument rows XLA writes a result into
     taken: set[tuple[int, ...]] = set()  # the results written into an argument's bytes
+    if callable(allocations) and (aliases or any(cols["donated"])):  # read only where a donation is named
+        allocations = allocations()
+    by_param = {(a.parameter_number, tuple(a.parameter_shape_index)): a for a in allocations
+                if a.is_parameter} if aliases else {}
     for out_index, number, param_index in aliases:
         alloc = by_param.get((number, tuple(param_index)))
         row = argument_of.get(alloc.index) if alloc is not None else None
@@ -184,14 +192,16 @@ def name_donations(cols: dict[str, list[Any]], mod: Any = None, allocations: Any
             reused.add(row)
         taken.add(tuple(out_index))
         rows.append((argument, output, int(size), alloc.index if alloc is not None else None, None))
-    for i, role in enumerate(roles):  # an aliased result names the argument whose bytes it was written into
-        arg = argument_of.get(allocs[i])
-        if role == "aliased" and arg is not None:
+    for i in [i for i, role in enumerate(roles) if role == "aliased"]:  # an aliased result names the argument
+        arg = argument_of.get(allocs[i])  # whose bytes it was written into
+        if arg is not None:
             cols["parameter"][i] = cols["parameter"][arg]
-    by_index = {a.index: a for a in allocations}
-    for i, (role, alloc) in enumerate(zip(roles, allocs, strict=True)):
-        if role not in ("parameter", "optimizer state") or not cols["donated"][i] or i in reused:
+    by_index: dict[Any, Any] = {}
+    for i in arguments:
+        if not cols["donated"][i] or i in reused:
             continue
+        alloc = allocs[i]
+        by_index = by_index or {a.index: a for a in allocations}
         shared = by_index.get(alloc)
         if shared is not None and shared.aliased_with_output:  # XLA's allocation says so, the module not which
             rows.append((cols["parameter"][i], "a result", int(shared.size), alloc, None))
@@ -270,3 +280,20 @@ def _nbytes(dims: tuple[int, ...], dtype: Any) -> float:
     except TypeError:
         return float(math.prod(dims))
     return float(math.prod(dims) * itemsize)
+
+
+def dropped_donations(compiled: Any, fn: Any, example: tuple[tuple, dict] | None, leaves: dict[int, Any],
+                      donated: list[bool]) -> list[str]:
+    """The paths of donated argument leaves the compiled program does not take (JAX leaves unused ones out):
+    donated, so listed, but nothing can be written into them."""
+    import types
+
+    from xlakit._jax.arguments import argument_leaves
+
+    kept = {leaf.index for leaf in leaves.values()}
+    if not leaves or not any(d for i, d in enumerate(donated) if i not in kept):
+        return []
+    # the whole argument tree, kept or not: argument_leaves reads the kept record from _executable
+    every = argument_leaves(types.SimpleNamespace(in_tree=getattr(compiled, "in_tree", None)), fn, example)
+    return [leaf.path for leaf in every.values() if leaf.index not in kept and leaf.index < len(donated)
+            and donated[leaf.index]]

@@ -6,11 +6,13 @@ the instruction that names the user's line (used by :mod:`xlakit.memory.attribut
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from xlakit.memory._hlo_frames import user_frame
+from xlakit.memory._hlo_frames import parse_op_name, user_frame
 
-__all__ = ["CARRIERS", "metadata_source", "fused_frame", "readers_line", "stacked_value"]
+__all__ = ["CARRIERS", "metadata_source", "fused_frame", "readers_line", "stacked_value", "read_by_backward",
+           "results_of", "phases_of"]
 
 # Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
 CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
@@ -103,3 +105,67 @@ def stacked_value(mod: Any, iid: int) -> Any:
         update_id = ins.operands[k] if 0 <= k < len(ins.operands) else None
     meta = metadata_source(mod, update_id)
     return meta if meta is not None and meta.frame_id else None
+
+
+def read_by_backward(ids: Sequence[int], mod: Any, phase: Callable[[int], str], users: dict[int, list[int]]) -> bool:
+    """True when a user of any of ``ids`` (the positions of one buffer; looking through the carriers that
+    pass it on, e.g. the ``get-tuple-element`` of a scan's stacked results) is a backward-pass op."""
+    stack, seen = list(ids), set(ids)
+    while stack:
+        for user in users.get(stack.pop(), ()):
+            if user in seen:
+                continue
+            seen.add(user)
+            if phase(user) == "backward":
+                return True
+            if mod.instructions[user].opcode in CARRIERS:
+                stack.append(user)
+    return False
+
+
+_SHARING = frozenset({"bitcast", "tuple", "opt-barrier", "optimization-barrier"})
+
+
+def results_of(mod: Any, root_id: int) -> set[int]:
+    """The entry's root and what it passes on without a buffer of its own (a root ``tuple``'s elements, a
+    ``bitcast``'s operand, a ``get-tuple-element``'s tuple — a loop's result is an element of the ``while``'s —,
+    a ``call``'s computation's root, followed down): a buffer at one of these positions may be a result of the
+    program; which one is, the caller reads from its allocation (live out, or a donated argument's)."""
+    out, stack = {root_id}, [root_id]
+    while stack:
+        ins = mod.instructions.get(stack.pop())
+        if ins is not None and (ins.opcode in _SHARING or ins.opcode == "get-tuple-element"):
+            nxt = list(ins.operands)
+        elif ins is not None and ins.opcode == "call":  # XLA:CPU wraps a small loop in a call: its root's
+            nxt = [mod.computations[c][2] for c in ins.called if c in mod.computations]
+        else:
+            nxt = []
+        for op in nxt:
+            if op not in out:
+                out.add(op)
+                stack.append(op)
+    return out
+
+
+def phases_of(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[int, str]]:
+    """(instruction id -> its phase, read when first asked; instruction id -> its users; the phases read so far,
+    which a caller that has read an instruction's op name may fill) over the computations that run in sequence
+    (a value's users are in its own computation)."""
+    memo: dict[int, str] = {}
+    instructions = mod.instructions
+
+    def phase(iid: int) -> str:
+        found = memo.get(iid)
+        if found is None:
+            ins = instructions.get(iid)
+            found = memo[iid] = parse_op_name(ins.op_name).phase if ins is not None else ""
+        return found
+
+    users = getattr(mod, "users", None)
+    if users is None:  # a module made without the decoder's _Module
+        users = {}
+        for cid in mod.sequential_computations():
+            for iid in mod.computations[cid][1]:
+                for op in instructions[iid].operands:
+                    users.setdefault(op, []).append(iid)
+    return phase, users, memo

@@ -42,13 +42,13 @@ thread-local      a small per-thread value (not device memory)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import itertools
 from typing import Any
 
 from xlakit._jax.call_options import DEFAULT
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._hlo_frames import FrameTable, NameStack, layer_of, parse_op_name, source_of, stack_text, user_frame
-from xlakit.memory._speaking import CARRIERS, fused_frame, metadata_source, readers_line, stacked_value
+from xlakit.memory._speaking import fused_frame, metadata_source, phases_of, read_by_backward, readers_line, results_of
 
 __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
 
@@ -157,75 +157,12 @@ def _beside_tokens(mod: Any, params: dict[int, Any], leaves: dict[int, Any]) -> 
     return {num: leaves[k] for k, num in enumerate(arrays)}
 
 
-def _phases(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dict[int, str]]:
-    """(instruction id -> its phase, read when first asked; instruction id -> its users; the phases read so far,
-    which a caller that has read an instruction's op name may fill) over the computations that run in sequence
-    (a value's users are in its own computation)."""
-    memo: dict[int, str] = {}
-    instructions = mod.instructions
-
-    def phase(iid: int) -> str:
-        found = memo.get(iid)
-        if found is None:
-            ins = instructions.get(iid)
-            found = memo[iid] = parse_op_name(ins.op_name).phase if ins is not None else ""
-        return found
-
-    users = getattr(mod, "users", None)
-    if users is None:  # a module made without the decoder's _Module
-        users = {}
-        for cid in mod.sequential_computations():
-            for iid in mod.computations[cid][1]:
-                for op in instructions[iid].operands:
-                    users.setdefault(op, []).append(iid)
-    return phase, users, memo
-
-
-def _read_by_backward(ids: list[int], mod: Any, phase: Callable[[int], str], users: dict[int, list[int]]) -> bool:
-    """True when a user of any of ``ids`` (the positions of one buffer; looking through the carriers that
-    pass it on, e.g. the ``get-tuple-element`` of a scan's stacked results) is a backward-pass op."""
-    stack, seen = list(ids), set(ids)
-    while stack:
-        for user in users.get(stack.pop(), ()):
-            if user in seen:
-                continue
-            seen.add(user)
-            if phase(user) == "backward":
-                return True
-            if mod.instructions[user].opcode in CARRIERS:
-                stack.append(user)
-    return False
-
-
 _ARGUMENT_NAMES = NameStack("", (), "", ())  # an argument's op name, its path without "/" or "(": no phase, unparsed
 
-_SHARING = frozenset({"bitcast", "tuple", "opt-barrier", "optimization-barrier"})
-
-
-def _results(mod: Any, root_id: int) -> set[int]:
-    """The entry's root and what it passes on without a buffer of its own (a root ``tuple``'s elements, a
-    ``bitcast``'s operand, a ``get-tuple-element``'s tuple — a loop's result is an element of the ``while``'s —,
-    a ``call``'s computation's root, followed down): a buffer at one of these positions may be a result of the
-    program; which one is, the caller reads from its allocation (live out, or a donated argument's)."""
-    out, stack = {root_id}, [root_id]
-    while stack:
-        ins = mod.instructions.get(stack.pop())
-        if ins is not None and (ins.opcode in _SHARING or ins.opcode == "get-tuple-element"):
-            nxt = list(ins.operands)
-        elif ins is not None and ins.opcode == "call":  # XLA:CPU wraps a small loop in a call: its root's
-            nxt = [mod.computations[c][2] for c in ins.called if c in mod.computations]
-        else:
-            nxt = []
-        for op in nxt:
-            if op not in out:
-                out.add(op)
-                stack.append(op)
-    return out
-
-
-def _frame(cols: dict[str, list[Any]]) -> Any:
+def _frame(cols: dict[str, list[Any]]) -> tuple[Any, dict[str, Any]]:
     """The buffers frame from its column lists, each column built with its dtype (int64, nullable Int64, bool,
-    object where a value may be None) rather than inferred from thousands of Python objects."""
+    object where a value may be None) rather than inferred from thousands of Python objects; and the columns the
+    liveness sweeps as numpy int64 (-1 where missing), made once for both."""
     import numpy as np
     import pandas as pd
 
@@ -234,11 +171,14 @@ def _frame(cols: dict[str, list[Any]]) -> Any:
     typed: dict[str, Any] = dict(cols)
     for name in ("buffer_id", "bytes", "start", "end"):
         typed[name] = np.array(cols[name], dtype=np.int64)
+    swept = {name: typed[name] for name in ("bytes", "start", "end")}
     for name in ("line", "allocation", "offset"):
-        typed[name] = pd.arrays.IntegerArray(*int_array(cols[name]))
+        values, missing = int_array(cols[name])
+        typed[name] = pd.arrays.IntegerArray(values, missing)
+        swept[name] = np.where(missing, -1, values)
     typed["donated"] = np.array(cols["donated"], dtype=bool)
     typed["block"] = pd.Series(np.array(cols["block"], dtype=object), dtype=object)
-    return pd.DataFrame(typed, columns=BUFFER_COLUMNS)
+    return pd.DataFrame(typed, columns=BUFFER_COLUMNS), swept
 
 
 def attribute(x: Any, /, *args: Any, cache: Any = DEFAULT, **kwargs: Any) -> Attribution:
@@ -295,8 +235,9 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
 def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | None) -> Attribution:
     from xlakit._jax.arguments import argument_leaves, donated_leaves, output_paths
     from xlakit.memory._blocks import add_blocks
-    from xlakit.memory._donation import name_donations, output_index, output_of
+    from xlakit.memory._donation import dropped_donations, name_donations, output_index, output_of
     from xlakit.memory._role_liveness import liveness_frame
+    from xlakit.memory._speaking import stacked_value
 
     mod = ba._module
     order, ranges = ba._schedule_ranges()
@@ -306,34 +247,85 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     if len(leaves) != len(params):
         leaves = _beside_tokens(mod, params, leaves)
     donated_flags = donated_leaves(compiled) or []
-    phase, users, phases = _phases(mod)
+    phase, users, phases = phases_of(mod)
     rows = ba._rows()  # the buffers and their allocations as columns (no object per buffer made)
     aliases = ba._aliases
     param_ids = {iid: num for num, iid in params.items()}
     root_id = mod.computations[mod.entry_id][2]
-    results = _results(mod, root_id)
+    results = results_of(mod, root_id)
     out_paths = output_paths(compiled, fn, example)
     outputs = output_index(mod, root_id, out_paths)
     shown_files: dict[str, str] = {}
     by_frame: dict[int, tuple[Any, Any]] = {}  # frame id -> (stack, first user frame)
     texts: dict[tuple[int, int], tuple[str, str, str]] = {}  # ids of (stack, user) -> (source, layer, stack)
     stack_texts: dict[int, str] = {}  # id of a stack -> its text
-    table: list[tuple[Any, ...]] = []  # one row per buffer, BUFFER_COLUMNS
-    seen_as: list[tuple[list[int], bool]] = []  # per row: its positions, and whether it is a scan's stack
+    # (frame id, op name) -> (the text columns of a buffer its instruction speaks for, recomputed): the layers of
+    # a deep model repeat a few hundred of these over thousands of buffers
+    spoken: dict[tuple[int, str], tuple[tuple[Any, ...], bool]] = {}
+    table: list[tuple[Any, ...]] = []  # per row: role, parameter, output, donated, text columns (_TEXT_COLUMNS)
+    apart: dict[int, tuple[list[int], bool]] = {}  # rows not at their own instruction alone: (positions, stacked)
     param_paths: dict[int, str] = {}
     instructions = mod.instructions
     known = getattr(instructions, "known", {})  # decoded instructions by id: the common lookups, at dict speed
     may_stack = mod.may_hold("dynamic-update-slice")  # no scan stacks a value without one
-    unranged = (-1, -1)
-    for bid, iid, shape_index, instruction, opcode, size, shape, dtype, alloc, kind, constant, thread_local, \
-            live_out, aliased, offset in zip(*rows[:-1], strict=True):
+
+    def frame_of(frame_id: int) -> tuple[Any, Any]:
+        found = by_frame.get(frame_id)
+        if found is None:
+            chain = frames.chain(frame_id) if frame_id else ()
+            found = by_frame[frame_id] = (chain, user_frame(chain))
+        return found
+
+    def shown_of(stack: Any, user: Any) -> tuple[str, str, str]:
+        key = (id(stack), id(user))  # both come from the frame table's cache: one object per frame
+        shown = texts.get(key)
+        if shown is None:
+            shown = texts[key] = (source_of(user, shown_files), layer_of(user), stack_text(stack, shown_files))
+        return shown
+
+    for row, (bid, iid, shape_index, alloc, kind, constant, thread_local, live_out, aliased) in enumerate(zip(
+            rows.ids, rows.instruction_ids, rows.shape_indexes, rows.allocations, rows.kinds, rows.constant,
+            rows.thread_local, rows.live_out, rows.aliased, strict=True)):
         ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
         more = aliases.get(bid)
-        op_name, frame_id = (ins.op_name, ins.frame_id) if ins is not None else ("", 0)  # each read once
-        if not more and ins is not None and (op_name or frame_id):
-            # most buffers: one position, whose own metadata speaks for it
+        if ins is not None and not more and iid not in param_ids:
+            op_name, frame_id = ins.op_name, ins.frame_id  # each read once
+            # most buffers: one position, whose own metadata speaks for it (not a fusion without a frame, nor a
+            # scan's stacked result)
+            if (frame_id or (op_name and ins.opcode != "fusion")) and not (
+                    may_stack and stacked_value(mod, iid) is not None):
+                found = spoken.get((frame_id, op_name))
+                if found is None:
+                    stack, user = frame_of(frame_id)
+                    names = parse_op_name(op_name)
+                    source, layer, text = shown_of(stack, user)
+                    found = spoken[(frame_id, op_name)] = ((
+                        names.phase, names.scope, layer, source, user.file if user else None,
+                        user.line if user else None, text), names.recomputed)
+                info, recomputed = found
+                phases[iid] = info[0]  # its own op name: the phase name_blocks and residuals ask for
+                if alloc is None:
+                    role = "temporary"
+                elif constant:
+                    role = "constant"
+                elif thread_local:
+                    role = "thread-local"
+                elif iid in results and kind == "parameter":
+                    role = "aliased"
+                elif iid in results and live_out:
+                    role = "output"
+                elif info[0] == "forward" and read_by_backward((iid,), mod, phase, users):
+                    role = "residual"
+                else:
+                    role = "recomputed" if recomputed else "temporary"
+                output = None if role != "output" and role != "aliased" else outputs.get(iid) if not shape_index \
+                    else output_of(outputs, iid, shape_index, None, (iid,))
+                table.append((role, None, output, bool(alloc is not None and aliased), info))
+                continue
+        if ins is not None and not more and (ins.op_name or ins.frame_id):
             positions = [iid]
             meta = framed = ins
+            frame_id, op_name = ins.frame_id, ins.op_name
             if not frame_id and ins.opcode == "fusion":  # a fusion XLA built or merged: its fused
                 framed = fused_frame(mod, ins) or ins  # instructions speak
                 frame_id = framed.frame_id
@@ -351,11 +343,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                     framed = fused_frame(mod, fusion) or meta
             frame_id, op_name = (framed.frame_id, framed.op_name) if framed is not None else (0, "")
             op_name = meta.op_name if meta is not None and meta.op_name else op_name
-        known_frame = by_frame.get(frame_id)
-        if known_frame is None:
-            chain = frames.chain(frame_id) if frame_id else ()
-            known_frame = by_frame[frame_id] = (chain, user_frame(chain))
-        stack, user = known_frame
+        stack, user = frame_of(frame_id)
         stacked = None
         for i in positions if may_stack else ():
             stacked = stacked_value(mod, i)
@@ -395,15 +383,12 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             param_paths[params[num]] = parameter
             donated = bool(alloc is not None and aliased) or bool(
                 leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index])
-            text = stack_texts.get(id(stack))
-            if text is None:
-                text = stack_texts[id(stack)] = stack_text(stack, shown_files)
+            known_text = stack_texts.get(id(stack))
+            if known_text is None:
+                known_text = stack_texts[id(stack)] = stack_text(stack, shown_files)
+            text = known_text
         else:
-            key = (id(stack), id(user))  # both come from the frame table's cache: one object per frame
-            shown = texts.get(key)
-            if shown is None:
-                shown = texts[key] = (source_of(user, shown_files), layer_of(user), stack_text(stack, shown_files))
-            source, layer, text = shown
+            source, layer, text = shown_of(stack, user)
             scope = f"made by XLA for › {made_for}" if made_for else names.scope
             donated = bool(alloc is not None and aliased)
             if alloc is None:
@@ -416,24 +401,21 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 role = "aliased"
             elif is_result and live_out:
                 role = "output"
-            elif names.phase == "forward" and _read_by_backward(positions, mod, phase, users):
+            elif names.phase == "forward" and read_by_backward(positions, mod, phase, users):
                 role = "residual"
             elif names.recomputed:
                 role = "recomputed"
             if role not in ("output", "aliased"):  # another element of a result's tuple (a loop's counter)
                 output = None
-        start, end = ranges.get(bid, unranged)
-        table.append((bid, instruction, opcode, size, shape, dtype, role, scope, names.phase, layer, source,
-                      user.file if user else None, user.line if user else None, parameter, output, donated, alloc,
-                      offset, start, end, text, None))
-        seen_as.append((positions, stacked is not None))
-    cols = {c: list(v) for c, v in zip(BUFFER_COLUMNS, zip(*table, strict=True), strict=True)} if table else \
-        {c: [] for c in BUFFER_COLUMNS}
-    donation_rows = name_donations(cols, mod, ba._allocation_facts(), out_paths, _dropped_donations(
+        table.append((role, parameter, output, donated, (names.phase, scope, layer, source, user.file if user else
+                                                        None, user.line if user else None, text)))
+        apart[row] = (positions, stacked is not None)
+    cols = _columns(rows, ranges, table)
+    donation_rows = name_donations(cols, mod, ba._allocation_facts, out_paths, dropped_donations(
         compiled, fn, example, leaves, donated_flags))
-    add_blocks(cols, seen_as, mod, param_paths, phase)
-    buffers = _frame(cols)
-    liveness = liveness_frame(order, mod, cols, ROLES)
+    add_blocks(cols, rows.instruction_ids, apart, mod, param_paths, phase)
+    buffers, swept = _frame(cols)
+    liveness = liveness_frame(order, mod, {"role": cols["role"], **swept}, ROLES)
     method = "reconstructed from the HLO schedule and buffer aliases"
     if ba.heap_traces:
         method += " (XLA's heap simulator trace also shipped; Peak uses it for the step)"
@@ -443,18 +425,20 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                        _donation_rows=tuple(donation_rows))
 
 
-def _dropped_donations(compiled: Any, fn: Any, example: tuple[tuple, dict] | None, leaves: dict[int, Any],
-                       donated: list[bool]) -> list[str]:
-    """The paths of donated argument leaves the compiled program does not take (JAX leaves unused ones out):
-    donated, so listed, but nothing can be written into them."""
-    import types
+_TEXT_COLUMNS = ("phase", "scope", "layer", "source", "file", "line", "stack")
 
-    from xlakit._jax.arguments import argument_leaves
 
-    kept = {leaf.index for leaf in leaves.values()}
-    if not leaves or not any(d for i, d in enumerate(donated) if i not in kept):
-        return []
-    # the whole argument tree, kept or not: argument_leaves reads the kept record from _executable
-    every = argument_leaves(types.SimpleNamespace(in_tree=getattr(compiled, "in_tree", None)), fn, example)
-    return [leaf.path for leaf in every.values() if leaf.index not in kept and leaf.index < len(donated)
-            and donated[leaf.index]]
+def _columns(rows: Any, ranges: dict[int, tuple[int, int]], table: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The buffers' columns (:data:`BUFFER_COLUMNS`): those of the assignment as they are (read, not changed),
+    the rest from ``table`` (:func:`_attribute`'s rows); the columns filled later (output, parameter, layer,
+    block) as lists."""
+    spans = list(map(ranges.get, rows.ids, itertools.repeat((-1, -1), len(rows.ids))))
+    starts, ends = (list(c) for c in zip(*spans, strict=True)) if spans else ([], [])
+    role, parameter, output, donated, text = (list(c) for c in zip(*table, strict=True)) if table else (
+        [] for _ in range(5))
+    cols = dict(zip(_TEXT_COLUMNS, (list(c) for c in zip(*text, strict=True)), strict=True)) if text else {
+        c: [] for c in _TEXT_COLUMNS}
+    cols.update(buffer_id=rows.ids, instruction=rows.instructions, opcode=rows.opcodes, bytes=rows.sizes,
+                shape=rows.shapes, dtype=rows.dtypes, role=role, parameter=parameter, output=output, donated=donated,
+                allocation=rows.allocations, offset=rows.offsets, start=starts, end=ends, block=[None] * len(role))
+    return {c: cols[c] for c in BUFFER_COLUMNS}
