@@ -90,35 +90,45 @@ _TOP_FIELDS = (_F.BA_LOGICAL_BUFFERS, _F.BA_ALIASES, _F.BA_ALLOCATIONS, _F.BA_TR
 
 def _top_level(data: bytes) -> dict[int, Any]:
     """Field -> the ``(start, end)`` spans of the BufferAssignmentProto's records of that field (``_TOP_FIELDS``,
-    all messages), as an ``(n, 2)`` int64 array. As XLA writes them (one-byte keys; tens of thousands of records)
-    they are read by a loop of a few steps per record; anything else (another field, a scalar, a truncated record)
-    by :func:`~xlakit.memory._proto.scan`, which says what is wrong."""
+    all messages), as an ``(n, 2)`` int64 array. As XLA writes them (one-byte keys, records back to back; tens of
+    thousands) a loop of a few steps per record finds where each begins, and numpy reads their keys and lengths;
+    anything else (another field, a scalar, a truncated record) is read by :func:`~xlakit.memory._proto.scan`, which
+    says what is wrong."""
     import numpy as np
 
-    lists: list[list[int]] = [[] for _ in _TOP_FIELDS]
-    where: list[Any] = [None] * 256  # a record's key -> the list of its field's starts and ends
-    for field, found in zip(_TOP_FIELDS, lists, strict=True):
-        where[field << 3 | 2] = found
+    heads: list[int] = []  # where each record's key is
+    append = heads.append
     pos, end = 0, len(data)
     try:
         while pos < end:
-            found = where[data[pos]]
+            append(pos)
             size = data[pos + 1]
             if size < 0x80:
-                pos += 2
+                pos += 2 + size
             else:
                 size, pos = _varint(data, pos + 1)
-            found.append(pos)  # None (a key read below) has no append
-            pos += size
-            found.append(pos)
-    except (AttributeError, IndexError, ProtoDecodeError):
+                pos += size
+    except (IndexError, ProtoDecodeError):
         pos = -1
-    if pos != end:  # not the common encoding, or malformed
-        flat = scan(data, 0, end, _TOP_FIELDS)
-        for field, found in flat.items():
-            if not all(isinstance(span, tuple) for span in found):
-                raise ProtoDecodeError(f"field {field} of the buffer assignment: expected a message, found a scalar")
-        lists = [[v for span in flat.get(field, ()) for v in span] for field in _TOP_FIELDS]
+    if pos == end and heads:
+        raw = np.frombuffer(data, dtype=np.uint8)
+        at = np.fromiter(heads, dtype=np.int64, count=len(heads))
+        keys = raw[at]
+        # a length of one byte (most), or more: its bytes up to the first below 0x80
+        after = at + 2
+        more = np.flatnonzero(raw[at + 1] >= 0x80)
+        while len(more):
+            after[more] += 1
+            more = more[raw[after[more] - 1] >= 0x80]
+        spans = np.stack((after, np.append(at[1:], end)), axis=1)
+        found = {field: spans[keys == (field << 3 | 2)] for field in _TOP_FIELDS}
+        if sum(map(len, found.values())) == len(at):  # every record one of them, each a message
+            return found
+    flat = scan(data, 0, end, _TOP_FIELDS)
+    for field, spans_of in flat.items():
+        if not all(isinstance(span, tuple) for span in spans_of):
+            raise ProtoDecodeError(f"field {field} of the buffer assignment: expected a message, found a scalar")
+    lists = [[v for span in flat.get(field, ()) for v in span] for field in _TOP_FIELDS]
     return {field: np.fromiter(found, dtype=np.int64, count=len(found)).reshape(-1, 2)
             for field, found in zip(_TOP_FIELDS, lists, strict=True)}
 

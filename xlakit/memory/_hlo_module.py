@@ -25,6 +25,7 @@ from typing import Any
 from xlakit.memory._assignment_types import _Instr, _Module
 from xlakit.memory._computation_heads import _INSTRUCTION_KEY, _computation_head, _head, _heads
 from xlakit.memory._decoding import without_gc
+from xlakit.memory._instruction_records import _OPCODES, _opcodes
 from xlakit.memory._module_tables import _input_output_alias, _schedule
 from xlakit.memory._proto import (
     Message,
@@ -45,9 +46,6 @@ _NAME_KEY, _OPCODE_KEY, _SHAPE_KEY, _METADATA_KEY = (f << 3 | 2 for f in (_F.INS
                                                                          _F.INS_METADATA))
 _ID, _OPERANDS, _CALLED, _PARAMETER_NUMBER = _F.INS_ID, _F.INS_OPERANDS, _F.INS_CALLED, _F.INS_PARAMETER_NUMBER
 _TUPLE_INDEX = _F.INS_TUPLE_INDEX
-
-
-_OPCODES: dict[bytes, str] = {}  # an opcode's bytes -> its name: a program has a few dozen opcodes
 
 
 def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr]:
@@ -160,11 +158,7 @@ def _instructions(data: bytes, records: Any, cid: int | list[int]) -> list[tuple
     def groups(values: Any, at: Any) -> list[tuple[int, ...]]:  # slices of one tuple are tuples: no copy
         return list(map(tuple(values.tolist()).__getitem__, map(slice, at[:-1].tolist(), at[1:].tolist())))
 
-    raw_opcodes = list(map(cut, map(slice, f.opcode_start.tolist(), f.opcode_end.tolist())))
-    for raw in set(raw_opcodes).difference(_OPCODES):
-        _OPCODES[raw] = raw.decode("utf-8", errors="replace")
-    opcodes = list(map(_OPCODES.__getitem__, raw_opcodes))
-    parameter = np.fromiter(map(b"parameter".__eq__, raw_opcodes), dtype=bool, count=n)
+    opcodes, parameter, gte = _opcodes(data, f.opcode_start, f.opcode_end)
     op_names: list[Any] = strings(f.op_name_start, f.op_name_end)
     for k in np.flatnonzero(~f.op_name_read).tolist():  # absent: "" (read); not the common encoding: when asked
         op_names[k] = "" if f.metadata_start[k] < 0 else None
@@ -173,8 +167,7 @@ def _instructions(data: bytes, records: Any, cid: int | list[int]) -> list[tuple
                     op_names, f.frame_id.tolist(), np.where(parameter, f.parameter_number, -1).tolist(),
                     zip(itertools.repeat(data, n), *(column.tolist() for column in (
                         f.metadata_start, f.metadata_end, f.shape_start, f.shape_end)), strict=False),
-                    np.where(np.fromiter(map(b"get-tuple-element".__eq__, raw_opcodes), dtype=bool, count=n),
-                             np.maximum(f.tuple_index, 0), -1).tolist()))
+                    np.where(gte, np.maximum(f.tuple_index, 0), -1).tolist()))
     out = list(zip(f.id.tolist(), made, strict=True))
     for k in np.flatnonzero(f.bad).tolist():
         start, end = records[k]

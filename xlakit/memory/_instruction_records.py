@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from xlakit.memory._xla_fields import _F
 
-__all__ = ["instruction_fields", "InstructionColumns"]
+__all__ = ["instruction_fields", "InstructionColumns"]  # and _opcodes, for _hlo_module
 
 _NAME, _OPCODE, _SHAPE, _METADATA = (f << 3 | 2 for f in (_F.INS_NAME, _F.INS_OPCODE, _F.INS_SHAPE, _F.INS_METADATA))
 _ID, _PARAMETER_NUMBER, _TUPLE_INDEX = _F.INS_ID << 3, _F.INS_PARAMETER_NUMBER << 3, _F.INS_TUPLE_INDEX << 3
@@ -38,29 +38,27 @@ def _slots() -> Any:
 
 
 _SLOTS: Any = None  # made when first needed: importing this module imports no numpy
+_OPCODES: dict[bytes, str] = {}  # an opcode's bytes -> its name: a program has a few dozen opcodes
 
 
 def _varints(buf: Any, at: Any) -> tuple[Any, Any]:
-    """``(value, length)`` of the varint starting at each of ``at`` in ``buf`` (padded with ``_WIDE`` zero bytes);
-    length 0 where it has ten bytes or more (its value may pass 63 bits: not read here)."""
+    """``(value, length)`` of the varint starting at each of ``at`` in ``buf`` (padded with ``_WIDE`` zero bytes),
+    valued a byte at a time over those that go on (most take one byte, ids five or six); length 0 where it has ten
+    bytes or more (its value may pass 63 bits: not read here)."""
     import numpy as np
 
-    b0 = buf[at].astype(np.int64)
-    b1 = buf[at + 1].astype(np.int64)
-    one = b0 < 0x80
-    two = ~one & (b1 < 0x80)
-    value = np.where(one, b0, (b0 & 0x7F) | (b1 << 7))
-    length = np.where(one, 1, 2)
-    longer = np.flatnonzero(~one & ~two)
-    if len(longer):  # ids, mostly: five or six bytes
-        window = buf[at[longer, None] + np.arange(_WIDE)].astype(np.int64)
-        stop = window < 0x80
-        size = stop.argmax(axis=1) + 1
-        size[~stop.any(axis=1) | (size >= _WIDE)] = 0
-        bits = (window & 0x7F) << (7 * np.arange(_WIDE))
-        bits[np.arange(_WIDE) >= size[:, None]] = 0
-        value[longer] = np.bitwise_or.reduce(bits, axis=1)
-        length[longer] = size
+    first = buf[at]
+    value = (first & 0x7F).astype(np.int64)
+    length = np.ones(len(at), dtype=np.int64)
+    more = np.flatnonzero(first >= 0x80)
+    for k in range(1, _WIDE - 1):
+        if not len(more):
+            return value, length
+        b = buf[at[more] + k]
+        value[more] |= (b & 0x7F).astype(np.int64) << (7 * k)
+        length[more] += 1
+        more = more[b >= 0x80]
+    length[more] = 0
     return value, length
 
 
@@ -115,22 +113,26 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     previous = np.full(n, -1, dtype=np.int64)  # each record's key of the step before
     while len(open_):
         at = pos[open_]
-        key, key_len = _varints(buf, at)
+        # a key of one or two bytes (fields up to 2047); a longer one leaves the record to the reader
+        b0, b1 = buf[at].astype(np.int64), buf[at + 1]
+        two = b0 >= 0x80
+        key = np.where(two, (b0 & 0x7F) | (b1.astype(np.int64) << 7), b0)
         # XLA writes fields in order: a key not above the one before (a key twice, which the reader keeps the last
         # of or joins) leaves the record to the reader
         bad[open_[key <= previous[open_]]] = True
         previous[open_] = key
-        after = np.minimum(at + key_len, limit)
+        after = at + 1 + two
         wire = key & 7
         value, value_len = _varints(buf, after)
-        payload = after + value_len
-        step = np.where(wire == 2, payload + value, np.where(wire == 1, after + 8, np.where(wire == 5, after + 4,
-                                                                                           payload)))
-        wrong = (key_len == 0) | ((wire != 1) & (wire != 5) & (value_len == 0)) | ((wire > 2) & (wire != 5))
+        length = wire == 2  # a length-delimited field: its payload stepped over
+        step = after + value_len + np.where(length, value, 0)
+        # the reader's alone: a key of three bytes, a varint of ten, a fixed-width field, a group, a length past the
+        # records
+        wrong = (two & (b1 >= 0x80)) | (value_len == 0) | ((wire != 0) & ~length) | (length & (value > limit))
         bad[open_[wrong]] = True
-        got.append((open_, key, value, payload))
-        pos[open_] = np.minimum(step, limit)
-        open_ = open_[(pos[open_] < end[open_]) & ~wrong]
+        got.append((open_, key, value, after + value_len))
+        pos[open_] = step
+        open_ = open_[(step < end[open_]) & ~wrong]
     bad |= pos > end
     record, key, value, start = (np.concatenate([g[k] for g in got]) for k in range(4))
     bad[record[(key == _UNPACKED[0]) | (key == _UNPACKED[1])]] = True  # a repeated field unpacked
@@ -148,42 +150,44 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     scalars[2] = -1
     scalars[slot[~text] - 4, where[~text]] = size[~text]
 
-    def ids(k: int) -> tuple[Any, Any]:
-        """The ids packed in field key ``k``: all records' in one array, record by record, and where each
-        record's begin (``offsets[r]:offsets[r + 1]``)."""
-        mask = (key == k) & ~bad[record]  # a bad record's lengths may be anything
-        order = np.argsort(record[mask], kind="stable")
-        where, begin, size = record[mask][order], start[mask][order], value[mask][order]
-        offsets = np.zeros(n + 1, dtype=np.int64)
+    def ids() -> tuple[Any, Any, Any, Any]:
+        """The ids packed in the operand and the called-computation fields, valued together: all records' operands
+        in one array, record by record, and where each record's begin (``offsets[r]:offsets[r + 1]``); then the
+        same of the called computations."""
+        called = key == _CALLED
+        mask = ((key == _OPERANDS) | called) & ~bad[record]  # a bad record's lengths may be anything
+        group = record[mask] + n * called[mask]  # record r's operands: group r, its called computations: n + r
+        order = np.argsort(group, kind="stable")
+        where, begin, size = group[order], start[mask][order], value[mask][order]
+        offsets = np.zeros(2 * n + 1, dtype=np.int64)
+        values = np.zeros(0, dtype=np.int64)
         total = int(size.sum())
-        if not total:
-            return np.zeros(0, dtype=np.int64), offsets
         before = np.cumsum(size) - size  # where each payload begins in the joined bytes
         raw = buf[np.repeat(begin - before, size) + np.arange(total)]
-        last = np.flatnonzero(raw < 0x80)  # the byte that ends each varint
-        if raw[-1] >= 0x80 or (raw[(before + size - 1)[size > 0]] >= 0x80).any():
-            bad[where] = True  # a payload that ends inside a varint: all of them to the reader
-            return np.zeros(0, dtype=np.int64), offsets
-        first = np.empty_like(last)
-        first[0] = 0
-        first[1:] = last[:-1] + 1
-        length = last - first + 1
-        owner = where[np.searchsorted(before + size, last, side="right")]
-        bad[owner[length > 9]] = True  # may pass 63 bits: the reader's
-        # valued a byte at a time (ids take five or six), up to the ninth
-        values = (raw[first] & 0x7F).astype(np.int64)
-        more = np.flatnonzero(length > 1)
-        for k in range(1, 9):
-            if not len(more):
-                break
-            values[more] |= (raw[first[more] + k] & 0x7F).astype(np.int64) << (7 * k)
-            more = more[length[more] > k + 1]
-        np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])
-        return values, offsets
+        if total and (raw[-1] >= 0x80 or (raw[(before + size - 1)[size > 0]] >= 0x80).any()):
+            bad[where % n] = True  # a payload that ends inside a varint: all of them to the reader
+        elif total:
+            last = np.flatnonzero(raw < 0x80)  # the byte that ends each varint
+            first = np.empty_like(last)
+            first[0] = 0
+            first[1:] = last[:-1] + 1
+            length = last - first + 1
+            owner = where[np.searchsorted(before + size, last, side="right")]
+            bad[owner[length > 9] % n] = True  # may pass 63 bits: the reader's
+            # valued a byte at a time (ids take five or six), up to the ninth
+            values = (raw[first] & 0x7F).astype(np.int64)
+            more = np.flatnonzero(length > 1)
+            for k in range(1, 9):
+                if not len(more):
+                    break
+                values[more] |= (raw[first[more] + k] & 0x7F).astype(np.int64) << (7 * k)
+                more = more[length[more] > k + 1]
+            np.cumsum(np.bincount(owner, minlength=2 * n), out=offsets[1:])
+        split = int(offsets[n])
+        return values[:split], offsets[:n + 1], values[split:], offsets[n:] - split
 
     name, opcode, shape, meta = zip(spans[0], spans[1], strict=True)
-    operands, operands_at = ids(_OPERANDS)
-    called, called_at = ids(_CALLED)
+    operands, operands_at, called, called_at = ids()
     # OpMetadata as XLA writes it for JAX: an op name (one-byte length), then no frame id or one of 1-2 bytes
     meta_start, meta_end = meta[0] - lo, meta[1] - lo
     has_meta = meta[0] >= 0
@@ -201,3 +205,38 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     return InstructionColumns(scalars[0], *name, *opcode, *shape, *meta, scalars[1], operands, operands_at, called,
                               called_at, read, np.where(read, m0 + 2 + lo, 0), np.where(read, stop + lo, 0), frame, bad,
                               scalars[2])
+
+
+def _opcodes(data: bytes, start: Any, end: Any) -> tuple[list[str], Any, Any]:
+    """(opcode, is it ``parameter``, is it ``get-tuple-element``) of the records whose opcodes are at ``start`` to
+    ``end`` (-1 where absent: ""): a program has a few dozen distinct opcodes, so each record's (up to 24 bytes) is
+    hashed with numpy and each distinct one decoded once, instead of a bytes object per record; the rows a hash
+    groups are checked equal (else, or for a longer opcode, a bytes object per record)."""
+    import numpy as np
+
+    size = end - start
+    if len(size) and 0 <= size.min() and size.max() <= 24 and end.max() <= len(data):
+        raw = np.frombuffer(data, dtype=np.uint8)
+        wide = np.arange(24)
+        grid = raw[np.minimum(np.maximum(start, 0)[:, None] + wide, len(raw) - 1)]
+        grid[wide >= size[:, None]] = 0
+        words = grid.view(np.uint64)
+        hashed = (words[:, 0] * np.uint64(0x9E3779B97F4A7C15) + words[:, 1] * np.uint64(0xC2B2AE3D27D4EB4F)
+                  + words[:, 2] * np.uint64(0x165667B19E3779F9) + size.astype(np.uint64))
+        _, first, group = np.unique(hashed, return_index=True, return_inverse=True)
+        group = group.reshape(-1)
+        if (size[first][group] == size).all() and (grid[first][group] == grid).all():
+            names = []
+            for k in first.tolist():
+                name = data[int(start[k]):int(end[k])] if size[k] else b""
+                names.append(_OPCODES.get(name) or _OPCODES.setdefault(name, name.decode("utf-8", errors="replace")))
+            kinds = np.array(names, dtype=object)
+            return (kinds[group].tolist(), (kinds == "parameter")[group] & (size == 9),
+                    (kinds == "get-tuple-element")[group] & (size == 17))
+    raw_opcodes = list(map(data.__getitem__, map(slice, start.tolist(), end.tolist())))
+    for name in set(raw_opcodes).difference(_OPCODES):
+        _OPCODES[name] = name.decode("utf-8", errors="replace")
+    n = len(raw_opcodes)
+    return (list(map(_OPCODES.__getitem__, raw_opcodes)),
+            np.fromiter(map(b"parameter".__eq__, raw_opcodes), dtype=bool, count=n),
+            np.fromiter(map(b"get-tuple-element".__eq__, raw_opcodes), dtype=bool, count=n))
