@@ -507,7 +507,9 @@ def test_the_probe_on_a_tpu_follows_the_region_the_allocator_reserved(monkeypatc
         assert verdict["exact"], verdict["reason"]
         assert verdict["xla_bytes"] == out + region and verdict["outside_xla_bytes"] == 0
     if ma["temp_size_in_bytes"]:
-        assert region == -(-assignment_temp // (16 << 10)) * (16 << 10) != -(-assignment_temp // (64 << 10)) * (64 << 10)
+        def rounded(granule):
+            return -(-assignment_temp // granule) * granule
+        assert region == rounded(16 << 10) != rounded(64 << 10)
 
 
 def test_two_byte_counts_that_read_the_same_are_told_apart():

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["fmt_bytes", "fmt_bytes_apart", "fmt_seconds", "fmt_count", "fmt_value", "byte_ticks", "NOT_REPORTED", "BINARY_UNITS"]
+__all__ = ["fmt_bytes", "fmt_bytes_apart", "fmt_seconds", "fmt_count", "fmt_value", "byte_ticks", "NOT_REPORTED",
+           "BINARY_UNITS"]
 
 #: What a missing number reads as, everywhere.
 NOT_REPORTED = "not reported"
