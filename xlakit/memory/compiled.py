@@ -32,6 +32,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from xlakit._jax.platforms import rules
 from xlakit.memory._display import fmt_bytes, html_table
 
 __all__ = ["CompiledMemory", "compiled_memory", "program_stage", "XLA_FIELDS"]
@@ -218,8 +219,6 @@ def _from_values(values: Mapping[str, Any], *, name: str | None, platform: str |
                  proto: bytes | None = None) -> CompiledMemory:
     """Build from XLA-named values (missing key = not reported), applying the not-reported rules; the
     constant bytes as :func:`_constants` finds them."""
-    from xlakit._jax.platforms import rules
-
     fields: dict[str, int | None] = {}
     for ours, xla in XLA_FIELDS:
         v = values.get(xla)
@@ -242,8 +241,7 @@ def _from_values(values: Mapping[str, Any], *, name: str | None, platform: str |
     elif platform is None:
         notes.append("platform unknown: host zeros are shown as reported")
     elif fields["peak_bytes"] is not None and rules(platform).scratch_in_reserved_region:
-        notes.append("peak (XLA): not what the chip holds (arguments, outputs, one scratch region; on a TPU v5e XLA "
-                     "said 3.7x that for a small train step, 1.4 % under for a large one): memory.peak() gives it")
+        notes.append("peak (XLA): not what the chip holds (on a TPU v5e 3.7x it): memory.peak() gives that")
     missing = [xla for ours, xla in XLA_FIELDS if xla not in values]
     if missing:
         notes.append("absent from the source: " + ", ".join(missing))
