@@ -242,6 +242,34 @@ def test_a_tpu_program_without_scratch_peaks_at_its_arguments_outputs_and_consta
     assert peak.step == peak.steps - 1 and "no scratch region" in peak.method and "61,933,568" in peak.method
 
 
+def test_a_tpu_peak_leaves_host_memory_out(monkeypatch):
+    """An argument in host memory (pinned_host, XLA colour 5) is not on the chip: the TPU peak leaves it out. The
+    host-offload step's dump recorded on a TPU v5e (2026-12-05), its argument's allocation re-coloured as host, as
+    XLA colours a pinned_host argument (simulated: no such dump was recorded). Before, the peak counted its
+    4,194,304 B as chip memory beside the 4,210,688 B scratch region (found by a user trial, 2026-12-06)."""
+    import jax
+
+    from xlakit._jax import compiler_dump
+    from xlakit.memory import _assignment_types
+    from xlakit.memory.attribution import attribute_compiled
+    from xlakit.memory.peak import peak_of
+
+    ma = dict(FACTS["programs"]["host_offload"]["memory_analysis"])
+    ma["host_argument_size_in_bytes"], ma["argument_size_in_bytes"] = ma["argument_size_in_bytes"], 0
+    monkeypatch.setattr(jax.stages, "Compiled", types.SimpleNamespace)
+    monkeypatch.setitem(TRAIN, "memory_analysis", ma)
+    monkeypatch.setattr(_assignment_types.Allocation, "memory_space", property(
+        lambda a: "host" if a.color == 5 or a.kind == "parameter" else "device"))
+    compiler_dump.remember(_hlo_proto("host_offload.after_optimizations.hlo.pb"), b"recorded-host-argument")
+    attribution = attribute_compiled(_recorded_compiled(b"recorded-host-argument"))
+    assert attribution.assignment.totals()["host_argument_bytes"] == 4_194_304
+    peak = peak_of(attribution)
+    temp = attribution.assignment.totals()["temp_bytes"]  # the region: its temporary allocation, rounded up
+    assert peak.total_bytes == 4_210_688 == -(-temp // (16 << 10)) * (16 << 10)
+    assert dict(peak.by("role").raw.set_index("group")["bytes"]) == {"temporary": 4_210_688}
+    assert "in device memory" in peak.method
+
+
 def test_the_dump_route_on_cpu_gives_the_same_program_and_assignment(monkeypatch):
     import jax
     import jax.numpy as jnp

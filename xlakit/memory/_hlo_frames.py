@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import linecache
 
-from xlakit._sources import Frame, display_file, first_user_frame
+from xlakit._sources import Frame, display_file, first_user_frame, library_package
 from xlakit.memory._proto import Message
 
 __all__ = ["FrameTable", "NameStack", "parse_op_name", "layer_of", "source_of", "RECOMPUTED_SCOPE", "SCOPE_WORDS"]
@@ -230,9 +230,19 @@ def _expression(file: str, line: int, column: int, end_line: int, end_column: in
 
 
 def user_frame(chain: tuple[SourceFrame, ...]) -> SourceFrame | None:
-    """The first user frame of a stack (frames inside jax/flax/optax and Python skipped)."""
+    """The first user frame of a stack (frames inside jax/flax/optax and Python skipped), or None where the stack
+    passes through xlakit itself first: that frame is the line that called xlakit (``peak(f, x)``, which traced
+    ``f``), not a line of the program — an op JAX made while lowering (a closed-over constant broadcast) has
+    no line of the user's function, and is "unknown", never the caller's line."""
     frame = first_user_frame(chain)
-    return frame if isinstance(frame, SourceFrame) else None
+    if not isinstance(frame, SourceFrame):
+        return None
+    for inner in chain:
+        if inner is frame:
+            return frame
+        if library_package(inner.file) == "xlakit":
+            return None
+    return frame
 
 
 def layer_of(frame: SourceFrame | None) -> str:

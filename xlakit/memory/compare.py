@@ -170,13 +170,15 @@ class Comparison:
         the source whose change is largest within it; then what donation changed: ``"donation: p['w1'] →
         output['w1'] aliased, 2.0 MiB reused (one run occupies 6.0 MiB → 4.0 MiB)"``, the footprint being XLA's figure
         of what donation saved (see :func:`xlakit.memory._donation.donation_summary`)."""
+        from xlakit._text.format import fmt_bytes_apart
         from xlakit.memory._donation import donation_summary
 
         roles = self._roles_summary()
         donation = donation_summary(self.a.attribution.donations, self.b.attribution.donations)
         fa, fb = self.footprint_a, self.footprint_b
         if donation.startswith("donation:") and fa is not None and fb is not None:  # what the reuse saved: XLA's
-            donation += f" (one run occupies {fmt_bytes(fa)} → {fmt_bytes(fb)})"
+            before, after = fmt_bytes_apart(fa, fb)
+            donation += f" (one run occupies {before} → {after})"
         if donation:
             return f"{roles}; {donation}" if roles != "no change at the peak" else donation
         return roles

@@ -238,9 +238,10 @@ def _reserved_for_the_run(attribution: Any) -> Peak | None:
     else:
         step = int(live["step"].iat[-1])
     b = attribution.buffers
-    in_temps = b["allocation"].isin([a.index for a in attribution.assignment.allocations
-                                     if a.kind == "temporary" and a.memory_space != "host"])
-    whole_run = _held_for_the_run(b) & ~in_temps
+    allocations = attribution.assignment.allocations
+    on_host = b["allocation"].isin([a.index for a in allocations if a.memory_space == "host"])  # not the chip's
+    in_temps = b["allocation"].isin([a.index for a in allocations if a.kind == "temporary"]) & ~on_host
+    whole_run = _held_for_the_run(b) & ~in_temps & ~on_host
     in_region = in_temps & (b["start"] >= 0) & (b["start"] <= step) & (b["end"] >= step) if region else False
     kept = whole_run | in_region
     at = b[kept].reset_index(drop=True)
@@ -255,12 +256,16 @@ def _reserved_for_the_run(attribution: Any) -> Peak | None:
     xla_peak = getattr(attribution.memory, "peak_bytes", None)
     differs = (f"; XLA's peak_memory_in_bytes ({xla_peak:,} B) differs and is not what the chip's allocator holds"
                if isinstance(xla_peak, int) and xla_peak != total else "")
-    held_text = "arguments, outputs and constants, held for the whole run"
-    region_text = (f" + the scratch region reserved for the run, {region:,} B ({source}, rounded up to the "
-                   f"allocator's {fmt_bytes(rule.reservation_granule)}); the step is where the most temporaries are "
-                   f"live in program order, {REGION_REST} is what the region holds beyond them there"
-                   if region else f": XLA reserves no scratch region for this program ({source}; its temporaries "
-                                  "stay in on-chip memory)")
+    held_text = "arguments, outputs and constants in device memory, held for the whole run"
+    if region:
+        region_text = (f" + the scratch region reserved for the run, {region:,} B ({source}, rounded up to the "
+                       f"allocator's {fmt_bytes(rule.reservation_granule)}); the step is where the most temporaries "
+                       f"are live in program order, and the row \"{REGION_REST}\" is the rest of the region there")
+    elif getattr(attribution.memory, "temp_bytes", None) == 0:
+        region_text = ("; no scratch region, as XLA's temp_size_in_bytes is 0: its temporaries stay in on-chip "
+                       "memory (one such program of five measured reserved 115,712 B all the same)")
+    else:
+        region_text = "; no scratch region: the buffer assignment lists no device temporaries"
     return Peak(step=step, steps=attribution.steps, total_bytes=total,
                 instruction=live.loc[live["step"] == step, "instruction"].iat[0], where=_where(attribution, step),
                 buffers=at.reset_index(drop=True), attribution=attribution,
