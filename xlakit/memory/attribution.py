@@ -181,6 +181,25 @@ def _frame(cols: dict[str, list[Any]]) -> tuple[Any, dict[str, Any]]:
     return pd.DataFrame(typed, columns=BUFFER_COLUMNS), swept
 
 
+def _role(alloc: Any, constant: bool, thread_local: bool, is_result: bool, kind: str, live_out: bool, phase: str,
+          recomputed: bool, reads: tuple) -> str:
+    """The role of a buffer that is not an argument: by its allocation first, then whether it is a result, then
+    a forward value the backward pass reads (``reads``: :func:`read_by_backward`'s arguments, asked only here)."""
+    if alloc is None:
+        return "temporary"
+    if constant:
+        return "constant"
+    if thread_local:
+        return "thread-local"
+    if is_result and kind == "parameter":
+        return "aliased"
+    if is_result and live_out:
+        return "output"
+    if phase == "forward" and read_by_backward(*reads):
+        return "residual"
+    return "recomputed" if recomputed else "temporary"
+
+
 def attribute(x: Any, /, *args: Any, cache: Any = DEFAULT, **kwargs: Any) -> Attribution:
     """Attribute every logical buffer of a compiled program (see the module docstring for the sources).
 
@@ -304,20 +323,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                         user.line if user else None, text), names.recomputed)
                 info, recomputed = found
                 phases[iid] = info[0]  # its own op name: the phase name_blocks and residuals ask for
-                if alloc is None:
-                    role = "temporary"
-                elif constant:
-                    role = "constant"
-                elif thread_local:
-                    role = "thread-local"
-                elif iid in results and kind == "parameter":
-                    role = "aliased"
-                elif iid in results and live_out:
-                    role = "output"
-                elif info[0] == "forward" and read_by_backward((iid,), mod, phase, users):
-                    role = "residual"
-                else:
-                    role = "recomputed" if recomputed else "temporary"
+                role = _role(alloc, constant, thread_local, iid in results, kind, live_out, info[0], recomputed,
+                             ((iid,), mod, phase, users))
                 output = None if role != "output" and role != "aliased" else outputs.get(iid) if not shape_index \
                     else output_of(outputs, iid, shape_index, None, (iid,))
                 table.append((role, None, output, bool(alloc is not None and aliased), info))
@@ -391,20 +398,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             source, layer, text = shown_of(stack, user)
             scope = f"made by XLA for › {made_for}" if made_for else names.scope
             donated = bool(alloc is not None and aliased)
-            if alloc is None:
-                role = "temporary"
-            elif constant:
-                role = "constant"
-            elif thread_local:
-                role = "thread-local"
-            elif is_result and kind == "parameter":
-                role = "aliased"
-            elif is_result and live_out:
-                role = "output"
-            elif names.phase == "forward" and read_by_backward(positions, mod, phase, users):
-                role = "residual"
-            elif names.recomputed:
-                role = "recomputed"
+            role = _role(alloc, constant, thread_local, is_result, kind, live_out, names.phase, names.recomputed,
+                         (positions, mod, phase, users))
             if role not in ("output", "aliased"):  # another element of a result's tuple (a loop's counter)
                 output = None
         table.append((role, parameter, output, donated, (names.phase, scope, layer, source, user.file if user else
