@@ -17,6 +17,14 @@ _PLURAL = {"parameter": "parameters", "residual": "residuals", "temporary": "tem
            "constant": "constants", "aliased": "aliased outputs", "recomputed": "recomputed values"}
 
 
+def _change(a: int, b: int) -> str:
+    """``"8.6 MiB → 4.0 MiB (−4.6 MiB)"``; each side with its bytes where both would read the same."""
+    from xlakit._text.format import fmt_bytes_apart
+
+    before, after = fmt_bytes_apart(a, b)
+    return f"{before} → {after} ({_signed(b - a)})"
+
+
 def _signed(n: int) -> str:
     return ("+" if n > 0 else "−" if n < 0 else "±") + fmt_bytes(abs(n))
 
@@ -165,18 +173,19 @@ class Comparison:
         frames = [p.attribution.donations.assign(program=name) for name, p in (("a", self.a), ("b", self.b))]
         return pd.concat(frames, ignore_index=True)
 
-    def summary(self) -> str:
+    def summary(self, footprint: bool = True) -> str:
         """``"residuals −2.0 MiB (model.py:76 (loss)), temporaries +256.0 KiB"``: each role that changed, with
         the source whose change is largest within it; then what donation changed: ``"donation: p['w1'] →
         output['w1'] aliased, 2.0 MiB reused (one run occupies 6.0 MiB → 4.0 MiB)"``, the footprint being XLA's figure
-        of what donation saved (see :func:`xlakit.memory._donation.donation_summary`)."""
+        of what donation saved (see :func:`xlakit.memory._donation.donation_summary`); ``footprint=False`` leaves
+        it out (``repr`` does where its explanation already gives it)."""
         from xlakit._text.format import fmt_bytes_apart
         from xlakit.memory._donation import donation_summary
 
         roles = self._roles_summary()
         donation = donation_summary(self.a.attribution.donations, self.b.attribution.donations)
         fa, fb = self.footprint_a, self.footprint_b
-        if donation.startswith("donation:") and fa is not None and fb is not None:  # what the reuse saved: XLA's
+        if footprint and donation.startswith("donation:") and fa is not None and fb is not None:  # XLA's saving
             before, after = fmt_bytes_apart(fa, fb)
             donation += f" (one run occupies {before} → {after})"
         if donation:
@@ -202,16 +211,15 @@ class Comparison:
 
     def __repr__(self) -> str:
         why = f". {self.why}" if self.why else ""
-        return (f"peak {fmt_bytes(self.a.total_bytes)} → {fmt_bytes(self.b.total_bytes)} "
-                f"({_signed(self.peak_delta)}): {self.summary()}{why}")
+        # the footprint is said once: in the why where it explains donation, else in the summary
+        summary = self.summary(footprint="(the footprint)" not in why)
+        return f"peak {_change(self.a.total_bytes, self.b.total_bytes)}: {summary}{why}"
 
     def _repr_html_(self) -> str:
-        rows = [("peak", f"{fmt_bytes(self.a.total_bytes)} → {fmt_bytes(self.b.total_bytes)} "
-                         f"({_signed(self.peak_delta)})")]
+        rows = [("peak", _change(self.a.total_bytes, self.b.total_bytes))]
         fa, fb = self.footprint_a, self.footprint_b
         if fa is not None and fb is not None and fa != fb:
-            rows.append(("footprint (what one run occupies)", f"{fmt_bytes(fa)} → {fmt_bytes(fb)} "
-                                                              f"({_signed(fb - fa)})"))
+            rows.append(("footprint (what one run occupies)", _change(fa, fb)))
         if self.why:
             rows.append(("why", self.why))
         from xlakit.memory._donation import donation_summary
@@ -220,8 +228,7 @@ class Comparison:
         if donation:
             rows.append(("donation", donation.removeprefix("donation: ")))
         for _, r in self.by("role").iterrows():
-            rows.append((str(r["group"]), f"{fmt_bytes(int(r['bytes_a']))} → {fmt_bytes(int(r['bytes_b']))} "
-                                          f"({_signed(int(r['delta']))})"))
+            rows.append((str(r["group"]), _change(int(r["bytes_a"]), int(r["bytes_b"]))))
         return html_table(rows, title="Memory at the peak: a → b")
 
 

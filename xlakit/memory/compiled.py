@@ -201,8 +201,8 @@ class CompiledMemory:
         return rows
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{c}={fmt_bytes(getattr(self, f'{c}_bytes'))}"
-                          for c in ("argument", "output", "alias", "temp"))
+        shown = ", ".join(f"{c}={fmt_bytes(getattr(self, f'{c}_bytes'))}"  # the footprint's terms, constants included
+                          for c in ("argument", "output", "alias", "temp", "constant"))
         # XLA:CPU's peak leaves temporaries out: printed bare, "peak=4.8 MiB" read as the run's peak beside
         # temp=4.7 MiB (a chart of the same program stacks 9.6 MiB); it is named for what it is.
         no_temps = any(n.startswith("peak:") for n in self.notes)
