@@ -191,15 +191,6 @@ class CompiledMemory:
             out.append("host <NA>: XLA:CPU has one memory space (pinned_host is counted on the device)")
         return "; ".join(out)
 
-    def _rows(self) -> list[tuple[str, str]]:
-        rows = [(c, fmt_bytes(getattr(self, f"{c}_bytes"))) for c in _CATEGORIES]
-        rows += [(f"host {c}", fmt_bytes(getattr(self, f"host_{c}_bytes"))) for c in _CATEGORIES]
-        rows += [("constant", fmt_bytes(self.constant_bytes)), ("peak (XLA)", fmt_bytes(self.peak_bytes)),
-                 ("footprint", fmt_bytes(self.footprint_bytes)),
-                 ("source", self.source)]
-        rows += [("note", n) for n in self.notes]
-        return rows
-
     def __repr__(self) -> str:
         shown = ", ".join(f"{c}={fmt_bytes(getattr(self, f'{c}_bytes'))}"  # the footprint's terms, constants included
                           for c in ("argument", "output", "alias", "temp", "constant"))
@@ -212,7 +203,9 @@ class CompiledMemory:
                 f"from {self.source})")
 
     def _repr_html_(self) -> str:
-        return html_table(self._rows(), title=f"Compiled memory: {self.name or '?'} ({self.platform or '?'})")
+        from xlakit.memory._compiled_view import compiled_html
+
+        return compiled_html(self)
 
 
 def _from_values(values: Mapping[str, Any], *, name: str | None, platform: str | None, source: str,
