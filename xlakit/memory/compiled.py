@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from xlakit._jax.platforms import rules
-from xlakit.memory._display import fmt_bytes, html_table
+from xlakit.memory._display import fmt_bytes
 
 __all__ = ["CompiledMemory", "compiled_memory", "program_stage", "XLA_FIELDS"]
 
