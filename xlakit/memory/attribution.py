@@ -68,7 +68,7 @@ class Attribution:
         shape (tuple or None), dtype, role (:data:`ROLES`), scope (``"backward › MLP/Dense_0"``; ``"argument"``
         for entry arguments; ``"unknown"`` without an op name), phase (forward/backward/""), layer
         (``"MLP.__call__ › self.l1(x)"``), source (``"model.py:42 (...)"``, ``"argument params['l1']"``,
-        ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument; for an aliased
+        ``"XLA's copy of argument params['w']"`` for a copy XLA inserted, ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument; for an aliased
         result, the donated argument whose buffer it takes; else None), output (for a result, its pytree path
         in the function's return value, ``output['w1']``; for a donated argument, the result written into its
         bytes; else None), donated (bool: the caller donated the argument, or XLA reuses its bytes),
@@ -363,9 +363,10 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         names = _ARGUMENT_NAMES if plain else parse_op_name(op_name)
         if meta is ins and ins is not None:  # its own op name: the phase name_blocks and residuals ask for
             phases[iid] = names.phase
-        made_for = ""
-        if user is None and meta is None and iid not in param_ids:
-            readers = readers_line(mod, positions, users, frames)
+        made_for = copied = ""
+        if user is None and iid not in param_ids:  # (a copy's metadata is its argument's, read through it)
+            copied = _copied_argument(ins, param_ids, leaves, mod, donated_flags)
+            readers = () if copied or meta is not None else readers_line(mod, positions, users, frames)
             if readers:  # XLA made it, without metadata, for one line's ops: that line holds it
                 stack, user, reader_op = readers
                 made_for = parse_op_name(reader_op).scope
@@ -397,6 +398,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         else:
             source, layer, text = shown_of(stack, user)
             scope = f"made by XLA for › {made_for}" if made_for else names.scope
+            if copied:  # no line of the user's made it, but the argument it copies says why it exists
+                scope, source = "made by XLA › copy of an argument", copied
             donated = bool(alloc is not None and aliased)
             role = _role(alloc, constant, thread_local, is_result, kind, live_out, names.phase, names.recomputed,
                          (positions, mod, phase, users))
@@ -418,6 +421,22 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     return Attribution(buffers=buffers, liveness=liveness, steps=len(order), name=ba.name,
                        platform=getattr(memory, "platform", None), memory=memory, assignment=ba, method=method,
                        _donation_rows=tuple(donation_rows))
+
+
+def _copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any, donated_flags: list) -> str:
+    """For a ``copy`` XLA inserted of an entry argument (no metadata: copy insertion), the words saying so —
+    with, for a donated argument, why XLA copies it: a result is written into its buffer while the argument's
+    value is still read (the interference copy insertion resolves) — else ``""``."""
+    if ins is None or ins.opcode != "copy" or len(ins.operands) != 1 or ins.operands[0] not in param_ids:
+        return ""
+    num = param_ids[ins.operands[0]]
+    leaf = leaves.get(num)
+    recorded = getattr(mod.instructions.get(ins.operands[0]), "op_name", "")
+    path = recorded if recorded and "/" not in recorded and not (leaf and leaf.graph) else (
+        leaf.path if leaf else f"parameter {num}")
+    donated = leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index]
+    return f"XLA's copy of argument {path}" + (
+        " (donated: its buffer takes a result while this value is still read)" if donated else "")
 
 
 _TEXT_COLUMNS = ("phase", "scope", "layer", "source", "file", "line", "stack")
