@@ -37,7 +37,8 @@ def test_a_donated_arguments_copy_when_its_buffer_takes_another_result():
     b = xm.attribute(jax.jit(f, donate_argnums=(0, 3, 6, 9)), *xs).buffers
     copied = set(b.loc[b["scope"] == "made by XLA › copy of an argument", "source"])
     # XLA copies xs[6] (donated: its buffer takes another result while xs[6] + 1 still reads it)
-    assert copied == {"XLA's copy of argument xs[6] (donated: its buffer takes a result while this value is still read)"}
+    assert copied == {"XLA's copy of argument xs[6] (donated: its buffer takes a result while this value is "
+                      "still read)"}
 
 
 def test_a_kept_arguments_copy_claims_no_donation():

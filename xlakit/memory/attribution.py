@@ -68,9 +68,9 @@ class Attribution:
         shape (tuple or None), dtype, role (:data:`ROLES`), scope (``"backward › MLP/Dense_0"``; ``"argument"``
         for entry arguments; ``"unknown"`` without an op name), phase (forward/backward/""), layer
         (``"MLP.__call__ › self.l1(x)"``), source (``"model.py:42 (...)"``, ``"argument params['l1']"``,
-        ``"XLA's copy of argument params['w']"`` for a copy XLA inserted, ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument; for an aliased
-        result, the donated argument whose buffer it takes; else None), output (for a result, its pytree path
-        in the function's return value, ``output['w1']``; for a donated argument, the result written into its
+        ``"XLA's copy of argument params['w']"`` for a copy XLA inserted, ``"unknown"``), file/line of the
+        first user frame, parameter (pytree path of an argument; for an aliased result, the donated argument
+        whose buffer it takes; else None), output (for a result, its pytree path in the function's return value, ``output['w1']``; for a donated argument, the result written into its
         bytes; else None), donated (bool: the caller donated the argument, or XLA reuses its bytes),
         allocation/offset, start/end (program steps of its live range, ints; -1 when XLA
         gives the buffer no place in the schedule, e.g. thread-local values), stack (every frame, innermost
