@@ -21,9 +21,13 @@ def test_a_donated_arguments_copy_names_the_argument_and_why():
     attribution = xm.attribute(jax.jit(_step, donate_argnums=0), p, jnp.ones((64, 64)))
     b = attribution.buffers
     copies = b[b["instruction"].astype(str).str.startswith("copy")]
-    assert sorted(copies["source"]) == [
-        "XLA's copy of argument p['u'] (donated: its buffer takes a result while this value is still read)",
-        "XLA's copy of argument p['w'] (donated: its buffer takes a result while this value is still read)"]
+    line = _step.__code__.co_firstlineno + 2  # the line that reads the old p after the new one is made
+    sources = sorted(copies["source"])
+    for k, source in zip("uw", sources, strict=True):
+        head = f"XLA's copy of argument p['{k}'] (donated: its buffer takes a result while this value is still read"
+        assert source.startswith(head + ", last at ") and source.endswith(
+            f"test_attribution_argument_copies.py:{line} (_step.<locals>.<genexpr>))"), source
+    assert set(copies["line"]) == {line}  # the layer and line are that reader's: what holds the copy
     assert set(copies["scope"]) == {"made by XLA › copy of an argument"}
     assert set(copies["bytes"]) == {64 * 64 * 4}
     assert "unknown" not in set(b.loc[b["bytes"] == 64 * 64 * 4, "source"])
@@ -37,8 +41,9 @@ def test_a_donated_arguments_copy_when_its_buffer_takes_another_result():
     b = xm.attribute(jax.jit(f, donate_argnums=(0, 3, 6, 9)), *xs).buffers
     copied = set(b.loc[b["scope"] == "made by XLA › copy of an argument", "source"])
     # XLA copies xs[6] (donated: its buffer takes another result while xs[6] + 1 still reads it)
-    assert copied == {"XLA's copy of argument xs[6] (donated: its buffer takes a result while this value is "
-                      "still read)"}
+    (source,) = copied
+    assert source.startswith("XLA's copy of argument xs[6] (donated: its buffer takes a result while this value is "
+                             "still read, last at ") and "test_attribution_argument_copies.py:" in source
 
 
 def test_a_kept_arguments_copy_claims_no_donation():

@@ -11,8 +11,8 @@ from typing import Any
 
 from xlakit.memory._hlo_frames import parse_op_name, user_frame
 
-__all__ = ["CARRIERS", "metadata_source", "fused_frame", "readers_line", "stacked_value", "read_by_backward",
-           "results_of", "phases_of"]
+__all__ = ["CARRIERS", "copied_argument", "last_reader", "metadata_source", "fused_frame", "readers_line",
+           "stacked_value", "read_by_backward", "results_of", "phases_of"]
 
 # Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
 CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
@@ -169,3 +169,42 @@ def phases_of(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dic
                 for op in instructions[iid].operands:
                     users.setdefault(op, []).append(iid)
     return phase, users, memo
+
+
+def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any, donated_flags: list) -> str:
+    """For a ``copy`` XLA inserted of an entry argument (no metadata: copy insertion), the words saying so —
+    with, for a donated argument, why XLA copies it: a result is written into its buffer while the argument's
+    value is still read (the interference copy insertion resolves) — else ``""``."""
+    if ins is None or ins.opcode != "copy" or len(ins.operands) != 1 or ins.operands[0] not in param_ids:
+        return ""
+    num = param_ids[ins.operands[0]]
+    leaf = leaves.get(num)
+    recorded = getattr(mod.instructions.get(ins.operands[0]), "op_name", "")
+    path = recorded if recorded and "/" not in recorded and not (leaf and leaf.graph) else (
+        leaf.path if leaf else f"parameter {num}")
+    donated = leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index]
+    path = path.replace("{", "{{").replace("}", "}}")  # the text is a format string: "{}" takes the reader
+    return f"XLA's copy of argument {path}" + (
+        " (donated: its buffer takes a result while this value is still read{})" if donated else "{}")
+
+
+def last_reader(mod: Any, iid: int, users: dict[int, list[int]], order: list[int], span: Any) -> Any:
+    """The instruction with a stack frame (a fusion: its fused instruction's) that reads ``iid`` at the last step
+    of its live range ``span`` (first, last step of ``order``), directly or through carriers; None when that step's
+    instruction is not such a reader."""
+    if not span or not 0 <= span[1] < len(order):
+        return None
+    last = order[span[1]]
+    todo, seen = [iid], {iid}
+    while todo:
+        for uid in users.get(todo.pop(), ()):
+            if uid in seen:
+                continue
+            seen.add(uid)
+            ins = mod.instructions.get(uid)
+            if ins is not None and uid == last:
+                framed = ins if ins.frame_id else fused_frame(mod, ins) if ins.opcode == "fusion" else None
+                return framed if framed is not None and framed.frame_id else None
+            if ins is not None and ins.opcode in CARRIERS:
+                todo.append(uid)
+    return None

@@ -48,7 +48,16 @@ from typing import Any
 from xlakit._jax.call_options import DEFAULT
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._hlo_frames import FrameTable, NameStack, layer_of, parse_op_name, source_of, stack_text, user_frame
-from xlakit.memory._speaking import fused_frame, metadata_source, phases_of, read_by_backward, readers_line, results_of
+from xlakit.memory._speaking import (
+    copied_argument,
+    fused_frame,
+    last_reader,
+    metadata_source,
+    phases_of,
+    read_by_backward,
+    readers_line,
+    results_of,
+)
 
 __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
 
@@ -366,7 +375,10 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             phases[iid] = names.phase
         made_for = copied = ""
         if user is None and iid not in param_ids:  # (a copy's metadata is its argument's, read through it)
-            copied = _copied_argument(ins, param_ids, leaves, mod, donated_flags)
+            copied = copied_argument(ins, param_ids, leaves, mod, donated_flags)
+            reader = last_reader(mod, iid, users, order, ranges.get(bid)) if copied else None
+            if reader is not None:  # the line that still reads the copy last: what holds it, what to change
+                stack, user = frame_of(reader.frame_id)
             readers = () if copied or meta is not None else readers_line(mod, positions, users, frames)
             if readers:  # XLA made it, without metadata, for one line's ops: that line holds it
                 stack, user, reader_op = readers
@@ -400,7 +412,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             source, layer, text = shown_of(stack, user)
             scope = f"made by XLA for › {made_for}" if made_for else names.scope
             if copied:  # no line of the user's made it, but the argument it copies says why it exists
-                scope, source = "made by XLA › copy of an argument", copied
+                scope = "made by XLA › copy of an argument"
+                source = copied.format(f", last at {source}" if user is not None else "")
             donated = bool(alloc is not None and aliased)
             role = _role(alloc, constant, thread_local, is_result, kind, live_out, names.phase, names.recomputed,
                          (positions, mod, phase, users))
@@ -422,22 +435,6 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     return Attribution(buffers=buffers, liveness=liveness, steps=len(order), name=ba.name,
                        platform=getattr(memory, "platform", None), memory=memory, assignment=ba, method=method,
                        _donation_rows=tuple(donation_rows))
-
-
-def _copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any, donated_flags: list) -> str:
-    """For a ``copy`` XLA inserted of an entry argument (no metadata: copy insertion), the words saying so —
-    with, for a donated argument, why XLA copies it: a result is written into its buffer while the argument's
-    value is still read (the interference copy insertion resolves) — else ``""``."""
-    if ins is None or ins.opcode != "copy" or len(ins.operands) != 1 or ins.operands[0] not in param_ids:
-        return ""
-    num = param_ids[ins.operands[0]]
-    leaf = leaves.get(num)
-    recorded = getattr(mod.instructions.get(ins.operands[0]), "op_name", "")
-    path = recorded if recorded and "/" not in recorded and not (leaf and leaf.graph) else (
-        leaf.path if leaf else f"parameter {num}")
-    donated = leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index]
-    return f"XLA's copy of argument {path}" + (
-        " (donated: its buffer takes a result while this value is still read)" if donated else "")
 
 
 _TEXT_COLUMNS = ("phase", "scope", "layer", "source", "file", "line", "stack")
