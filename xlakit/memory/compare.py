@@ -138,8 +138,16 @@ class Comparison:
         temp_a, temp_b = self._role_delta("temporary")
         if temp_b > temp_a:  # the second schedule holds more scratch at its peak
             copies = self._copies(self.b) - self._copies(self.a)
-            reasons.append(f"it holds {fmt_bytes(temp_b - temp_a)} more of temporaries"
-                           + (f" (copies {_signed(copies)})" if copies else ""))
+            text = f"it holds {fmt_bytes(temp_b - temp_a)} more of temporaries"
+            if copies:  # the two parts, so that "copies +6 MiB" never reads against "temporaries +1.1 MiB"
+                other = temp_b - temp_a - copies
+                text += f": copies XLA makes of arguments {_signed(copies)}" + (
+                    f", other temporaries {_signed(other)}" if other else "")
+                lines = self._copy_readers(self.b)
+                if lines:
+                    text += (f" — a donated argument still read after its buffer takes a result is copied first; "
+                             f"the copies are read last at {', '.join(lines)}")
+            reasons.append(text)
         return f"{head} The peak {self._moved()}" + (f": {'; and '.join(reasons)}." if reasons else ".")
 
     def _net(self) -> str:
@@ -155,7 +163,8 @@ class Comparison:
         if fb < fa:
             return f"; one run occupies {before} → {after} (the footprint): {fmt_bytes(fa - fb)} saved"
         return (f"; but one run occupies {before} → {after} (the footprint): XLA holds a copy among "
-                "the temporaries where a result cannot be written in place, so nothing is saved")
+                "the temporaries where a result cannot be written in place or the argument is still read after, so "
+                "nothing is saved")
 
     @staticmethod
     def _copies(p: Any) -> int:
@@ -163,6 +172,15 @@ class Comparison:
         b, every = p.buffers, p.attribution.buffers
         copies = set(every.loc[every["opcode"] == "copy", "buffer_id"].tolist())
         return int(b.loc[(b["role"] == "temporary") & b["buffer_id"].isin(copies), "bytes"].sum())
+
+    @staticmethod
+    def _copy_readers(p: Any) -> list[str]:
+        """The lines that read the copies of donated arguments live at a peak last (from their ``source``:
+        :func:`xlakit.memory._speaking.copied_argument`), in order of first appearance, at most three."""
+        b = p.buffers
+        sources = b.loc[(b["role"] == "temporary") & (b["scope"] == "made by XLA › copy of an argument"), "source"]
+        found = dict.fromkeys(str(s).split(", last at ", 1)[1][:-1] for s in sources if ", last at " in str(s))
+        return list(found)[:3]
 
     @property
     def donations(self):
