@@ -188,15 +188,20 @@ def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,
         " (donated: its buffer takes a result while this value is still read{})" if donated else "{}")
 
 
+_VIEWS = frozenset({"bitcast", "reshape"})  # carriers that hold the same bytes as their operand
+
+
 def last_reader(mod: Any, iid: int, users: dict[int, list[int]], order: list[int], span: Any) -> Any:
     """The instruction with a stack frame (a fusion: its fused instruction's) that reads ``iid`` at the last step
-    of its live range ``span`` (first, last step of ``order``), directly or through carriers; None when that step's
+    of its live range ``span`` (first, last step of ``order``), directly or through bitcasts and reshapes; None when that step's
     instruction is not such a reader."""
     if not span or not 0 <= span[1] < len(order):
         return None
     last = order[span[1]]
+    # through views of the same bytes only, and a few of them: a walk through tuples and loops could reach the
+    # whole program from each of many argument copies
     todo, seen = [iid], {iid}
-    while todo:
+    while todo and len(seen) < 64:
         for uid in users.get(todo.pop(), ()):
             if uid in seen:
                 continue
@@ -205,6 +210,6 @@ def last_reader(mod: Any, iid: int, users: dict[int, list[int]], order: list[int
             if ins is not None and uid == last:
                 framed = ins if ins.frame_id else fused_frame(mod, ins) if ins.opcode == "fusion" else None
                 return framed if framed is not None and framed.frame_id else None
-            if ins is not None and ins.opcode in CARRIERS:
+            if ins is not None and ins.opcode in _VIEWS:
                 todo.append(uid)
     return None
