@@ -193,8 +193,8 @@ _VIEWS = frozenset({"bitcast", "reshape"})  # carriers that hold the same bytes 
 
 def last_reader(mod: Any, iid: int, users: dict[int, list[int]], order: list[int], span: Any) -> Any:
     """The instruction with a stack frame (a fusion: its fused instruction's) that reads ``iid`` at the last step
-    of its live range ``span`` (first, last step of ``order``), directly or through bitcasts and reshapes; None when that step's
-    instruction is not such a reader."""
+    of its live range ``span`` (first, last step of ``order``), directly or through bitcasts and reshapes; None
+    when that step's instruction is not such a reader."""
     if not span or not 0 <= span[1] < len(order):
         return None
     last = order[span[1]]
