@@ -158,9 +158,15 @@ def test_probe_result_repr_and_html_say_whether_and_why_it_is_exact():
     assert re.search(r">verdict</td><td[^>]*>XLA&#x27;s figure plus", html) and "YNNPACK" in html
     assert ">exact<" not in html
     ok = _result(exact=True, reason="agrees with XLA's buffer assignment within 2.0 MiB",
-                 verdict="matches XLA's figure")
-    assert "matches XLA's figure ±2.0 MiB" in repr(ok) and "NOT" not in repr(ok)
-    assert re.search(r">verdict</td><td[^>]*>matches XLA&#x27;s figure \(exact ±2.0 MiB\)<", ok._repr_html_())
+                 verdict="matches XLA's figure", scratch_bytes=40000 + 4096)
+    # the bytes apart and the agreement a match needs, in words (a trial read "exact ±2.0 MiB" beside a 2.0 MiB
+    # figure as a contradiction)
+    said = "4.0 KiB apart; a match is within 2.0 MiB, what this resolves"
+    assert f"(matches XLA's figure, {said})" in repr(ok) and "NOT" not in repr(ok) and "±" not in repr(ok)
+    html = f"matches XLA's figure ({said})".replace("'", "&#x27;")
+    assert f">verdict</td><td class='xlakit-text xlakit-wrap'>{html}<" in ok._repr_html_()
+    exact = _result(exact=True, verdict="matches XLA's figure", scratch_bytes=40000)
+    assert "(matches XLA's figure, to the byte)" in repr(exact)
 
 
 def test_allocator_results_that_are_not_exact_say_why_in_repr_and_html():

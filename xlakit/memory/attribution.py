@@ -125,18 +125,27 @@ class Attribution:
         each counted here; :class:`~xlakit.memory.Peak` counts shared bytes once."""
         from xlakit.memory._grouping import grouped
 
-        return grouped(self.buffers, column, "bytes")
+        out = grouped(self.buffers, column, "bytes")
+        out.notes = [*out.notes, _SUMMED]
+        return out
 
     def __repr__(self) -> str:
         roles = self.buffers.groupby("role")["bytes"].sum().sort_values(ascending=False)
         shown = ", ".join(f"{r} {fmt_bytes(int(b))}" for r, b in roles.items())
         return (f"Attribution({self.name or '?'}: {len(self.buffers)} logical buffers over {self.steps} steps; "
-                f"{shown})")
+                f"{shown}; {_SUMMED})")
 
     def _repr_html_(self) -> str:
         rows = [(r, fmt_bytes(int(b))) for r, b in
                 self.buffers.groupby("role")["bytes"].sum().sort_values(ascending=False).items()]
-        return html_table(rows, title=f"Attributed buffers: {self.name or '?'} ({self.steps} steps)")
+        return html_table([*rows, ("note", _SUMMED)],
+                          title=f"Attributed buffers: {self.name or '?'} ({self.steps} steps)")
+
+
+#: What an Attribution's totals are, said wherever they are shown (a trial read a 32.7 MiB "by layer" total
+#: against a 15.6 MiB footprint)
+_SUMMED = ("every buffer of the whole run summed, those live at different times each counted: not the memory "
+           "in use at one time (memory.peak() gives that)")
 
 
 def _entry_parameters(mod: Any) -> dict[int, Any]:

@@ -1,10 +1,8 @@
 """Probe: the memory one run of a program really takes, measured around a peak reset.
 
 Why: the allocator's peak is monotone and compile-time work (autotuning on GPU) pushes it far above any real
-run, so "peak after running" says little. The probe resets the peak, records the baseline, runs the program
-once, and reports ``scratch = peak - baseline`` — what a budget must leave free for this program.
-
-Methods:
+run. The probe resets the peak, records the baseline, runs the program once, and reports ``scratch = peak -
+baseline`` — what a budget must leave free for this program. Methods:
 
 * in-process (default): reset with the best method available (:func:`xlakit.memory.reset_peak`), then run.
   Arguments are placed on their devices *before* the reset, so their bytes are baseline, not scratch.
@@ -14,8 +12,7 @@ Methods:
 * By default the program runs once before the measured run (``warmup=True``): a first execution leaves
   runtime state resident that every later run reuses — thread-local buffers of the libraries XLA calls,
   caches. Measured for the demo transformer train step in a fresh process: first run 69.6 MiB, second 51.9 MiB
-  (XLA accounts for 50.6 MiB); ~17.5 MiB stays resident after the first run. The first run's scratch is kept
-  as ``first_run_scratch_bytes`` and a note says when it differs.
+  (XLA accounts for 50.6 MiB). The first run's scratch is kept as ``first_run_scratch_bytes``, with a note.
 * ``isolate=True``: a fresh Python process loads the program's serialized executable
   (``jax.experimental.serialize_executable``) — loading, not compiling, so no compile-time scratch — creates
   zero-filled arguments of the recorded shapes and dtypes itself (numpy, so nothing compiles there either),
@@ -126,8 +123,13 @@ class ProbeResult:
 
     def _exactness(self) -> str:
         if self.exact:
-            return f"{self.verdict or 'exact'} ±{fmt_bytes(self.tolerance_bytes)}"
+            return f"{self.verdict or 'exact'}, {self._within()}"
         return f"{self.verdict or 'not exact'}: {self.reason}"
+
+    def _within(self) -> str:  # how close "matches" is: the bytes apart, and the agreement a match needs
+        gap = None if self.scratch_bytes is None or self.xla_bytes is None else abs(self.scratch_bytes - self.xla_bytes)
+        return "to the byte" if gap == 0 else (f"{'' if gap is None else fmt_bytes(gap) + ' apart; '}a match is "
+                                               f"within {fmt_bytes(self.tolerance_bytes)}, what this resolves")
 
     def __repr__(self) -> str:
         return (f"ProbeResult({self.name or '?'}: scratch {fmt_bytes(self.scratch_bytes)} ({self._exactness()}); "
@@ -136,7 +138,7 @@ class ProbeResult:
 
     def _repr_html_(self) -> str:
         # no "exact: no" row under "matches XLA's figure; … may be unseen": the verdict says both
-        verdict = f"{self.verdict} (exact ±{fmt_bytes(self.tolerance_bytes)})" if self.exact else self.verdict
+        verdict = f"{self.verdict} ({self._within()})" if self.exact else self.verdict
         return html_table([("scratch", fmt_bytes(self.scratch_bytes)), ("verdict", verdict), ("why", self.reason),
                            ("XLA buffer assignment", fmt_bytes(self.xla_bytes)),
                            ("XLA temporaries", fmt_bytes(self.xla_temp_bytes)),
