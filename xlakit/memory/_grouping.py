@@ -156,10 +156,14 @@ def _grouped_class() -> type:
     return GroupedBytes
 
 
-def grouped(frame: Any, column: str, value: str = "bytes", *, total: int | None = None) -> Any:
+def grouped(frame: Any, column: str, value: str = "bytes", *, total: int | None = None,
+            zero_note: str | None = None) -> Any:
     """``frame`` grouped by ``column`` as every view shows it (see the module docstring): a DataFrame with
     columns group, bytes (int64), count, share (bytes / ``total``, default the sum), largest first, whose
     ``.raw`` is :func:`group_frame` of the same rows.
+
+    ``zero_note``: where given, groups of 0 bytes are left out of the rows (``.raw`` keeps them) and one note
+    says how many, followed by this text (why they hold nothing).
 
     Raises:
       ValueError: ``column`` is not a column of ``frame``.
@@ -172,10 +176,15 @@ def grouped(frame: Any, column: str, value: str = "bytes", *, total: int | None 
     sums.columns = ["group", "bytes", "count"]
     sums = sums.sort_values(["bytes", "group"], ascending=[False, True], kind="stable").reset_index(drop=True)
     sums = pd.DataFrame(sums).astype({"bytes": "int64", "count": "int64"})
+    zero = int((sums["bytes"] == 0).sum()) if zero_note is not None else 0
+    if zero:
+        sums = sums[sums["bytes"] != 0].reset_index(drop=True)
     whole = int(total if total is not None else sums["bytes"].sum())
     sums["share"] = sums["bytes"] / whole if whole else 0.0
     out = _grouped_class()(sums)
     out.raw, out.column, out.total = raw, column, whole
     folded = int(frame[column].astype(str).str.startswith(_ARGUMENT_SOURCE).sum()) if column == "source" else 0
     out.notes = [f"{folded} argument rows folded into '{ARGUMENTS_LABEL}'"] if folded > 1 else []
+    if zero:
+        out.notes.append(f"{zero} group{'s' if zero > 1 else ''} of 0 B left out: {zero_note}")
     return out

@@ -96,12 +96,13 @@ class Peak:
         under ``aliased`` once its result is written; the program's donations: ``attribution.donations``). Shown
         with readable bytes; the entry arguments of a ``source`` grouping are one "arguments" row and buffers
         without a value read what they are (``"(not an argument: values the program makes)"``); ``.raw`` has every
-        group unfolded.
+        group unfolded (groups of 0 B, whose buffers share bytes charged to another group, only there).
 
         Raises:
           ValueError: an unknown column.
         """
-        return grouped(self.buffers, column, "bytes", total=self.total_bytes)
+        return grouped(self.buffers, column, "bytes", total=self.total_bytes,
+                       zero_note="their buffers share bytes charged to another group")
 
     def __repr__(self) -> str:
         return (f"peak {fmt_bytes(self.total_bytes)} at step {self.step} of {self.steps} ({self.where}): "
