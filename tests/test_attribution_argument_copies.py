@@ -69,7 +69,8 @@ def test_groups_of_no_bytes_at_the_peak_are_left_out_of_its_tables_and_said_once
 
         value, grads = jax.value_and_grad(loss)(params)
         new = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
-        return new, value + sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(params)))
+        pairs = zip(jax.tree.leaves(new), jax.tree.leaves(params), strict=True)
+        return new, value + sum(jnp.sum((a - b) ** 2) for a, b in pairs)
 
     p = xm.peak(jax.jit(step, donate_argnums=0), params, batch)
     for column in ("source", "layer", "role"):
