@@ -28,3 +28,22 @@ def test_compiled_memory_text_names_the_constants_its_footprint_counts():
     w = np.random.RandomState(0).randn(512, 512).astype(np.float32)  # not foldable into a broadcast
     m = xm.compiled_memory(jax.jit(lambda x: jnp.tanh(x @ w)), jnp.ones((8, 512)))
     assert m.constant_bytes == w.nbytes and "constant=1.0 MiB" in repr(m)
+
+
+def test_a_comparison_names_its_two_programs_in_its_title():
+    """JupyterLab trial: "Memory at the peak: a → b" over two programs both called jit_step told neither apart."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit.memory import compare, peak
+
+    def step(p, x):
+        return p * 2.0, (p * x).sum()
+
+    args = (jnp.ones((32, 32)), jnp.ones((32, 32)))
+    plain, donated = peak(jax.jit(step), *args), peak(jax.jit(step, donate_argnums=0), *args)
+    assert "Memory at the peak: first (jit_step) → second (jit_step)<" in compare(plain, donated)._repr_html_()
+    labelled = compare(plain, donated, labels=("no donation", "donated"))
+    assert "Memory at the peak: no donation → donated<" in labelled._repr_html_()
+    other = peak(jax.jit(lambda p, x: (p @ x).sum()), *args)
+    assert "Memory at the peak: jit_step → jit__lambda<" in compare(plain, other)._repr_html_()

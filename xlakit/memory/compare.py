@@ -49,6 +49,7 @@ class Comparison:
     frame: Any
     a: Any = dataclasses.field(repr=False)
     b: Any = dataclasses.field(repr=False)
+    labels: tuple[str, str] = ("a", "b")  # what the title calls the two programs
 
     @property
     def peak_delta(self) -> int:
@@ -247,7 +248,7 @@ class Comparison:
             rows.append(("donation", donation.removeprefix("donation: ")))
         for _, r in self.by("role").iterrows():
             rows.append((str(r["group"]), _change(int(r["bytes_a"]), int(r["bytes_b"]))))
-        return html_table(rows, title="Memory at the peak: a → b")
+        return html_table(rows, title=f"Memory at the peak: {self.labels[0]} → {self.labels[1]}")
 
 
 def _peak(x: Any) -> Any:
@@ -263,12 +264,14 @@ def _peak(x: Any) -> Any:
     return peak(x)
 
 
-def compare(a: Any, b: Any) -> Comparison:
+def compare(a: Any, b: Any, *, labels: tuple[str, str] | None = None) -> Comparison:
     """Diff two programs' peaks by role, scope and source.
 
     Args:
       a, b: each a :class:`~xlakit.memory.Peak`, an :class:`~xlakit.memory.Attribution`, a
         ``jax.stages.Compiled``, or a tuple ``(fn, *example_args)``.
+      labels: what the display calls the two (``("no donation", "donated")``); default: the programs' names,
+        or where they are the same name ``"first (jit_step)"`` and ``"second (jit_step)"``.
 
     Returns:
       :class:`Comparison`; ``repr`` reads "peak 4.5 MiB → 2.5 MiB (−2.0 MiB): residuals −2.0 MiB (...)".
@@ -290,4 +293,7 @@ def compare(a: Any, b: Any) -> Comparison:
         order = both["delta"].abs().sort_values(ascending=False, kind="stable").index
         frames.append(both.loc[order])
     frame = pd.concat(frames, ignore_index=True)
-    return Comparison(frame=frame, a=pa, b=pb)
+    if labels is None:
+        na, nb = (getattr(p.attribution, "name", None) or "?" for p in (pa, pb))
+        labels = (na, nb) if na != nb else (f"first ({na})", f"second ({nb})")
+    return Comparison(frame=frame, a=pa, b=pb, labels=(str(labels[0]), str(labels[1])))
