@@ -53,3 +53,18 @@ def test_tpu_fields_recorded_on_the_chip_are_all_rows_and_the_footprint_counts_t
     assert "peak (XLA)" in by_what and "memory.peak()" in by_what["peak (XLA)"]["meaning"]
     assert "code " in by_what["footprint"]["meaning"]  # code lives in device memory there
     assert missing == ["constants"]  # no buffer assignment given: constants not known, said once
+
+
+def test_max_batch_html_shows_the_exact_bytes_and_every_size_tried():
+    """JupyterLab trial: "2411: 64.0 MiB of 64.0 MiB" was all the display said; the bytes that show it fits, the
+    sizes checked and the notes were in attributes only."""
+    f = jax.jit(lambda w, x: jnp.tanh(x @ w).sum())
+    spec = jax.ShapeDtypeStruct
+    m = xm.max_batch(f, lambda b: (spec((256, 256), jnp.float32), spec((b, 256), jnp.float32)), budget_bytes=2**20)
+    rows = {r[0]: r[1] for r in _cells(m._repr_html_())}
+    assert rows["largest batch that fits"] == str(m.batch) and rows["budget"] == "1.0 MiB (1,048,576 B)"
+    assert rows["its footprint"].endswith(f"({m.bytes:,} B)") and m.bytes <= 2**20
+    assert rows[f"batch {m.batch}"] == f"{m.bytes:,} B: fits"
+    assert rows[f"batch {m.batch + 1}"].endswith("over the budget")  # the answer + 1 was checked
+    notes = [r[1] for r in _cells(m._repr_html_()) if r[0] == "note"]
+    assert notes == list(m.notes) and notes

@@ -66,3 +66,18 @@ def test_display_forms():
     assert isinstance(b, Budget) and "available" in repr(b) and "Weight budget" in b._repr_html_()
     assert b.to_frame().loc[0, "pool_bytes"] == b.pool_bytes
     assert "OVERCOMMITTED" in repr(weight_budget(100, 100))
+
+
+def test_budget_html_says_what_each_number_is():
+    """JupyterLab trial: "wiggle 0.05" and "limited by fraction" were shown without a word of what they are."""
+    import re
+    from html import unescape
+
+    from xlakit.memory import weight_budget
+
+    b = weight_budget(16 * 2**30, 2 * 2**30, fraction=0.5, wiggle=0.05)
+    rows = dict(re.findall(r"<tr><td[^>]*>(.*?)</td><td[^>]*>(.*?)</td></tr>", unescape(b._repr_html_())))
+    assert rows["wiggle"] == "0.05: a share of the arena kept free for fragmentation"
+    assert rows["limited by"].startswith(b.limited_by + ": ")
+    assert rows["pool"].startswith("8.0 GiB = min(") and b.pool_bytes == 8 * 2**30  # 0.5 × 16 GiB < 0.95 × 16 − 2
+    assert rows["overcommitted"] == "no"

@@ -60,7 +60,8 @@ def compiled_rows(m: Any) -> tuple[list[dict[str, str]], list[str]]:
             shown.append(("code", terms["code_bytes"]))
         rows.append({"what": "footprint", "bytes": fmt_bytes(sum(terms.values())),
                      "meaning": "what one run occupies on the device, the larger number and what budgets use: "
-                                + " + ".join(f"{w} {fmt_bytes(b)}" for w, b in shown)})
+                                + " + ".join(f"{w} {fmt_bytes(b)}" for w, b in shown)
+                                + f" = {sum(terms.values()):,} B"})  # exact: rounded terms need not add up
     no_temps = any(n.startswith("peak:") for n in m.notes)
     add("peak (XLA)", m.peak_bytes, "XLA's peak_memory_in_bytes" + (
         ": on XLA:CPU without temporaries, so below the footprint" if no_temps else

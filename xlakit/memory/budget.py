@@ -90,10 +90,17 @@ class Budget:
                 f"{fmt_bytes(self.pinned_bytes)}; {state})")
 
     def _repr_html_(self) -> str:
-        rows = [("arena", fmt_bytes(self.arena_bytes)), ("scratch ceiling", fmt_bytes(self.scratch_bytes)),
-                ("fraction", self.fraction), ("wiggle", self.wiggle), ("pool", fmt_bytes(self.pool_bytes)),
-                ("limited by", self.limited_by), ("pinned", fmt_bytes(self.pinned_bytes)),
-                ("available", fmt_bytes(self.available_bytes)), ("overcommitted", self.overcommitted)]
+        # each number with what it is: "wiggle 0.05" and "limited by fraction" said nothing on their own
+        limit = ("fraction: the weights' share cap is the smaller term" if self.limited_by == "fraction" else
+                 "scratch: the arena less the margin and the largest scratch is the smaller term")
+        rows = [("arena", f"{fmt_bytes(self.arena_bytes)}: the device memory the rule divides"),
+                ("scratch ceiling", f"{fmt_bytes(self.scratch_bytes)}: the largest scratch a program probed needs"),
+                ("fraction", f"{self.fraction}: the weights' share of the arena at most"),
+                ("wiggle", f"{self.wiggle}: a share of the arena kept free for fragmentation"),
+                ("pool", f"{fmt_bytes(self.pool_bytes)} = min(fraction × arena, (1 − wiggle) × arena − scratch)"),
+                ("limited by", limit), ("pinned", f"{fmt_bytes(self.pinned_bytes)}: weights already loaded"),
+                ("available", f"{fmt_bytes(self.available_bytes)} = pool − pinned"),
+                ("overcommitted", "yes: more pinned than the pool holds" if self.overcommitted else "no")]
         return html_table(rows, title="Weight budget")
 
 

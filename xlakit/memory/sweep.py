@@ -167,6 +167,16 @@ class MaxBatch:
         limit = f"; what grows past the budget first: {term_words(self.limiting_term)}" if self.limiting_term else ""
         return f"MaxBatch({self.batch}: {fmt_bytes(self.bytes)} of {fmt_bytes(self.budget_bytes)}{limit})"
 
+    def _repr_html_(self) -> str:
+        # the exact bytes and every size tried: "64.0 MiB of 64.0 MiB" alone does not show that it fits
+        exact = f"{fmt_bytes(self.bytes)} ({self.bytes:,} B)" if self.bytes is not None else "none fits"
+        rows = [("largest batch that fits", self.batch if self.batch is not None else "none of the sizes tried"),
+                ("its footprint", exact), ("budget", f"{fmt_bytes(self.budget_bytes)} ({self.budget_bytes:,} B)"),
+                ("grows past the budget first", term_words(self.limiting_term) if self.limiting_term else "—")]
+        rows += [(f"batch {int(r.batch)}", f"{int(r.total_bytes):,} B: {'fits' if r.fits else 'over the budget'}")
+                 for r in self.frame.sort_values("batch").itertuples()]
+        return html_table([*rows, *(("note", n) for n in self.notes)], title="Largest batch within the budget")
+
 
 def sweep(fn: Any, make_args: Callable[[int], Any], batch_sizes: Iterable[int] = (1, 8, 32, 128),
           cache: Any = None, probe: bool = False) -> Sweep:
