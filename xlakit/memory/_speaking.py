@@ -171,21 +171,25 @@ def phases_of(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dic
     return phase, users, memo
 
 
-def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any, donated_flags: list) -> str:
-    """For a ``copy`` XLA inserted of an entry argument (no metadata: copy insertion), the words saying so —
-    with, for a donated argument, why XLA copies it: a result is written into its buffer while the argument's
-    value is still read (the interference copy insertion resolves) — else ``""``."""
+def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,
+                    donated_flags: list) -> tuple[str, str] | None:
+    """For a ``copy`` XLA inserted of an entry argument (no metadata: copy insertion): its ``(source, scope)``
+    words — the source short (chart labels and groupings show it), the scope saying, for a donated argument, why
+    XLA copies it: a result is written into its buffer while the argument's value is still read (the
+    interference copy insertion resolves); the source is a format string whose ``{}`` takes where it is read
+    last. Else None."""
     if ins is None or ins.opcode != "copy" or len(ins.operands) != 1 or ins.operands[0] not in param_ids:
-        return ""
+        return None
     num = param_ids[ins.operands[0]]
     leaf = leaves.get(num)
     recorded = getattr(mod.instructions.get(ins.operands[0]), "op_name", "")
     path = recorded if recorded and "/" not in recorded and not (leaf and leaf.graph) else (
         leaf.path if leaf else f"parameter {num}")
-    donated = leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index]
-    path = path.replace("{", "{{").replace("}", "}}")  # the text is a format string: "{}" takes the reader
-    return f"XLA's copy of argument {path}" + (
-        " (donated: its buffer takes a result while this value is still read{})" if donated else "{}")
+    path = path.replace("{", "{{").replace("}", "}}")
+    if leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index]:
+        return (f"XLA's copy of donated {path}{{}}", "made by XLA › copy of a donated argument: its buffer takes a "
+                "result while the value is still read")
+    return f"XLA's copy of argument {path}{{}}", "made by XLA › copy of an argument"
 
 
 _VIEWS = frozenset({"bitcast", "reshape"})  # carriers that hold the same bytes as their operand

@@ -77,8 +77,8 @@ class Attribution:
         shape (tuple or None), dtype, role (:data:`ROLES`), scope (``"backward › MLP/Dense_0"``; ``"argument"``
         for entry arguments; ``"unknown"`` without an op name), phase (forward/backward/""), layer
         (``"MLP.__call__ › self.l1(x)"``), source (``"model.py:42 (...)"``, ``"argument params['l1']"``,
-        ``"XLA's copy of argument params['w']"`` for a copy XLA inserted, ``"unknown"``), file/line of the
-        first user frame, parameter (pytree path of an argument; for an aliased result, the donated argument
+        ``"XLA's copy of donated params['w'], read last at model.py:12 (step)"`` for a copy XLA inserted,
+        ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument; for an aliased result, the donated argument
         whose buffer it takes; else None), output (for a result, its pytree path in the function's return value,
         ``output['w1']``; for a donated argument, the result written into its bytes; else None), donated (bool: the
         caller donated the argument, or XLA reuses its bytes),
@@ -382,7 +382,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         names = _ARGUMENT_NAMES if plain else parse_op_name(op_name)
         if meta is ins and ins is not None:  # its own op name: the phase name_blocks and residuals ask for
             phases[iid] = names.phase
-        made_for = copied = ""
+        made_for, copied = "", None
         if user is None and iid not in param_ids:  # (a copy's metadata is its argument's, read through it)
             copied = copied_argument(ins, param_ids, leaves, mod, donated_flags)
             reader = last_reader(mod, iid, users, order, ranges.get(bid)) if copied else None
@@ -421,8 +421,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             source, layer, text = shown_of(stack, user)
             scope = f"made by XLA for › {made_for}" if made_for else names.scope
             if copied:  # no line of the user's made it, but the argument it copies says why it exists
-                scope = "made by XLA › copy of an argument"
-                source = copied.format(f", last at {source}" if user is not None else "")
+                scope = copied[1]
+                source = copied[0].format(f", read last at {source}" if user is not None else "")
             donated = bool(alloc is not None and aliased)
             role = _role(alloc, constant, thread_local, is_result, kind, live_out, names.phase, names.recomputed,
                          (positions, mod, phase, users))

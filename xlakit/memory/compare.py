@@ -179,8 +179,9 @@ class Comparison:
         """The lines that read the copies of donated arguments live at a peak last (from their ``source``:
         :func:`xlakit.memory._speaking.copied_argument`), in order of first appearance, at most three."""
         b = p.buffers
-        sources = b.loc[(b["role"] == "temporary") & (b["scope"] == "made by XLA › copy of an argument"), "source"]
-        found = dict.fromkeys(str(s).split(", last at ", 1)[1][:-1] for s in sources if ", last at " in str(s))
+        scope = b["scope"].astype(str)
+        sources = b.loc[(b["role"] == "temporary") & scope.str.startswith("made by XLA › copy of a donated"), "source"]
+        found = dict.fromkeys(str(s).split(", read last at ", 1)[1] for s in sources if ", read last at " in str(s))
         return list(found)[:3]
 
     @property
