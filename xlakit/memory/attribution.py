@@ -78,11 +78,11 @@ class Attribution:
         for entry arguments; ``"unknown"`` without an op name), phase (forward/backward/""), layer
         (``"MLP.__call__ › self.l1(x)"``), source (``"model.py:42 (...)"``, ``"argument params['l1']"``,
         ``"XLA's copy of donated params['w'], read last at model.py:12 (step)"`` for a copy XLA inserted,
-        ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument; for an aliased result, the donated argument
-        whose buffer it takes; else None), output (for a result, its pytree path in the function's return value,
-        ``output['w1']``; for a donated argument, the result written into its bytes; else None), donated (bool: the
-        caller donated the argument, or XLA reuses its bytes),
-        allocation/offset, start/end (program steps of its live range, ints; -1 when XLA
+        ``"unknown"``), file/line of the first user frame, parameter (pytree path of an argument; for an aliased
+        result, the donated argument whose buffer it takes; else None), output (for a result, its pytree path in the
+        function's return value, ``output['w1']``; for a donated argument, the result written into its bytes; else
+        None), donated (bool: the caller donated the argument, or XLA reuses its bytes), allocation/offset, start/end
+        (program steps of its live range, ints; -1 when XLA
         gives the buffer no place in the schedule, e.g. thread-local values), stack (every frame, innermost
         first, one per line), block (``"blocks[2]"``: the indexed container of the parameters the value is made
         from, :mod:`xlakit.memory._blocks`; ``"all 8 iterations (stacked)"`` for a scan's stacked value; None
