@@ -27,8 +27,8 @@ def test_a_donated_arguments_copy_names_the_argument_and_why():
         assert source.startswith(f"XLA's copy of donated p['{k}'], read last at ") and source.endswith(
             f"test_attribution_argument_copies.py:{line} (_step.<locals>.<genexpr>)"), source
     assert set(copies["line"]) == {line}  # the layer and line are that reader's: what holds the copy
-    assert set(copies["scope"]) == {"made by XLA › copy of a donated argument: its buffer takes a result while "
-                                    "the value is still read"}
+    assert set(copies["scope"]) == {"made by XLA › copy of a donated argument, kept apart from the result "
+                                    "written into its buffer"}
     assert set(copies["bytes"]) == {64 * 64 * 4}
     assert "unknown" not in set(b.loc[b["bytes"] == 64 * 64 * 4, "source"])
 

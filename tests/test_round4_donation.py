@@ -136,13 +136,13 @@ def test_a_result_written_into_another_leaf_of_its_size_and_the_leaf_left_over()
     ta, tb = c._role_delta("temporary")
     assert tb > ta, "if XLA stops copying here, this test must change"
     assert f"Donation reuses {fmt_bytes(alias)}" in c.why and "comes before those results are made" not in c.why
-    assert f"The peak rose by {fmt_bytes(c.peak_delta)}: it holds {fmt_bytes(tb - ta)} more of temporaries: copies " \
-        "XLA makes of arguments +" in c.why, c.why
-    # the parts add up, and the line that keeps the copy is named (the new w is written into s['c'] while
+    assert f"The peak rose by {fmt_bytes(c.peak_delta)}: it holds {fmt_bytes(tb - ta)} ({tb - ta:,} B) more of " \
+        "temporaries: copies XLA makes of arguments +" in c.why, c.why
+    # the parts add up, exactly, and the line that keeps the copy is named (the new w is written into s['c'] while
     # s['c'].sum() still reads it)
-    copies = c._copies(c.b) - c._copies(c.a)
-    assert f"copies XLA makes of arguments +{fmt_bytes(copies)}, other temporaries +{fmt_bytes(tb - ta - copies)}" \
-        in c.why, c.why
+    copies, other = c._copies(c.b) - c._copies(c.a), tb - ta - (c._copies(c.b) - c._copies(c.a))
+    assert f"copies XLA makes of arguments +{fmt_bytes(copies)} ({copies:+,} B), other temporaries " \
+        f"+{fmt_bytes(other)} ({other:+,} B)" in c.why, c.why
     assert f"test_round4_donation.py:{_partial.__code__.co_firstlineno + 1} (_partial)" in c.why, c.why
     # every result XLA wrote into a donated argument already exists at the plain program's peak: no timing story
     assert c._role_delta("output")[0] >= alias and "comes before" not in c.why

@@ -187,8 +187,8 @@ def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,
         leaf.path if leaf else f"parameter {num}")
     path = path.replace("{", "{{").replace("}", "}}")
     if leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index]:
-        return (f"XLA's copy of donated {path}{{}}", "made by XLA › copy of a donated argument: its buffer takes a "
-                "result while the value is still read")
+        return (f"XLA's copy of donated {path}{{}}", "made by XLA › copy of a donated argument, kept apart from the "
+                "result written into its buffer")
     return f"XLA's copy of argument {path}{{}}", "made by XLA › copy of an argument"
 
 

@@ -137,18 +137,21 @@ class Comparison:
             reasons.append(f"it comes before those results are made ({made}), so what donation saves is not at "
                            "the peak")
         temp_a, temp_b = self._role_delta("temporary")
+        lines = self._copy_readers(self.b)
+        copied = ("XLA keeps a donated argument's value apart from the result written into its buffer; the copies "
+                  f"are read last at {', '.join(lines)}") if lines else ""
         if temp_b > temp_a:  # the second schedule holds more scratch at its peak
             copies = self._copies(self.b) - self._copies(self.a)
-            text = f"it holds {fmt_bytes(temp_b - temp_a)} more of temporaries"
-            if copies:  # the two parts, so that "copies +6 MiB" never reads against "temporaries +1.1 MiB"
+            text = f"it holds {_exact(temp_b - temp_a)} more of temporaries"
+            if copies:  # the two parts, exact: "copies +6 MiB" never reads against "temporaries +1.1 MiB"
                 other = temp_b - temp_a - copies
-                text += f": copies XLA makes of arguments {_signed(copies)}" + (
-                    f", other temporaries {_signed(other)}" if other else "")
-                lines = self._copy_readers(self.b)
-                if lines:
-                    text += (f" — a donated argument still read after its buffer takes a result is copied first; "
-                             f"the copies are read last at {', '.join(lines)}")
+                text += f": copies XLA makes of arguments {_exact(copies, signed=True)}" + (
+                    f", other temporaries {_exact(other, signed=True)}" if other else "")
+                text += f" — {copied}" if copied else ""
             reasons.append(text)
+        elif copied:  # the peak did not grow, but copies still hold bytes donation reuses: why it saves less
+            reasons.append(f"the donated program holds {fmt_bytes(self._copies(self.b))} of copies at its peak "
+                           f"({copied})")
         return f"{head} The peak {self._moved()}" + (f": {'; and '.join(reasons)}." if reasons else ".")
 
     def _net(self) -> str:
@@ -250,6 +253,11 @@ class Comparison:
         for _, r in self.by("role").iterrows():
             rows.append((str(r["group"]), _change(int(r["bytes_a"]), int(r["bytes_b"]))))
         return html_table(rows, title=f"Memory at the peak: {self.labels[0]} → {self.labels[1]}")
+
+
+def _exact(n: int, signed: bool = False) -> str:
+    """``fmt_bytes`` with the exact bytes: parts of one sentence rounded apart need not add up."""
+    return f"{_signed(n)} ({n:+,} B)" if signed else f"{fmt_bytes(n)} ({n:,} B)"
 
 
 def _peak(x: Any) -> Any:
