@@ -11,8 +11,8 @@ from typing import Any
 
 from xlakit.memory._hlo_frames import parse_op_name, user_frame
 
-__all__ = ["CARRIERS", "copied_argument", "last_reader", "metadata_source", "fused_frame", "readers_line",
-           "stacked_value", "read_by_backward", "results_of", "phases_of"]
+__all__ = ["CARRIERS", "copied_argument", "last_reader", "writes_into", "metadata_source", "fused_frame",
+           "readers_line", "stacked_value", "read_by_backward", "results_of", "phases_of"]
 
 # Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
 CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
@@ -172,12 +172,12 @@ def phases_of(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dic
 
 
 def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,
-                    donated_flags: list) -> tuple[str, str] | None:
+                    donated_flags: list) -> tuple[str, str, int] | None:
     """For a ``copy`` XLA inserted of an entry argument (no metadata: copy insertion): its ``(source, scope)``
     words — the source short (chart labels and groupings show it), the scope saying, for a donated argument, why
     XLA copies it: a result is written into its buffer while the argument's value is still read (the
     interference copy insertion resolves); the source is a format string whose ``{}`` takes where it is read
-    last. Else None."""
+    last; and the argument's parameter number. Else None."""
     if ins is None or ins.opcode != "copy" or len(ins.operands) != 1 or ins.operands[0] not in param_ids:
         return None
     num = param_ids[ins.operands[0]]
@@ -188,15 +188,15 @@ def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,
     path = path.replace("{", "{{").replace("}", "}}")
     if leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index]:
         return (f"XLA's copy of donated {path}{{}}", "made by XLA › copy of a donated argument, kept apart from the "
-                "result written into its buffer")
-    return f"XLA's copy of argument {path}{{}}", "made by XLA › copy of an argument"
+                "result written into its buffer", num)
+    return f"XLA's copy of argument {path}{{}}", "made by XLA › copy of an argument", num
 
 
 _VIEWS = frozenset({"bitcast", "reshape"})  # carriers that hold the same bytes as their operand
 
 
-def last_reader(mod: Any, iid: int, users: dict[int, list[int]], order: list[int], span: Any) -> Any:
-    """The instruction with a stack frame (a fusion: its fused instruction's) that reads ``iid`` at the last step
+def last_reader(mod: Any, iid: int, users: dict[int, list[int]], order: list[int], span: Any) -> tuple[int, Any] | None:
+    """``(id, instruction with a stack frame)`` (a fusion: its fused instruction) of what reads ``iid`` at the last step
     of its live range ``span`` (first, last step of ``order``), directly or through bitcasts and reshapes; None
     when that step's instruction is not such a reader."""
     if not span or not 0 <= span[1] < len(order):
@@ -213,7 +213,23 @@ def last_reader(mod: Any, iid: int, users: dict[int, list[int]], order: list[int
             ins = mod.instructions.get(uid)
             if ins is not None and uid == last:
                 framed = ins if ins.frame_id else fused_frame(mod, ins) if ins.opcode == "fusion" else None
-                return framed if framed is not None and framed.frame_id else None
+                return (uid, framed) if framed is not None and framed.frame_id else None
             if ins is not None and ins.opcode in _VIEWS:
                 todo.append(uid)
     return None
+
+
+def writes_into(mod: Any, uid: int, num: int) -> bool:
+    """Whether instruction ``uid`` makes the result XLA writes into entry parameter ``num``'s buffer
+    (``input_output_alias``): the argument's own update."""
+    root_id = mod.computations[mod.entry_id][2]
+    root = mod.instructions.get(root_id)
+    for out_index, parameter, _ in getattr(mod, "input_output_alias", ()):
+        if parameter != num:
+            continue
+        if not out_index and root_id == uid:
+            return True
+        if out_index and root is not None and root.opcode == "tuple" and out_index[0] < len(root.operands) \
+                and root.operands[out_index[0]] == uid:
+            return True
+    return False

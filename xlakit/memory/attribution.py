@@ -57,6 +57,7 @@ from xlakit.memory._speaking import (
     read_by_backward,
     readers_line,
     results_of,
+    writes_into,
 )
 
 __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
@@ -386,8 +387,10 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         if user is None and iid not in param_ids:  # (a copy's metadata is its argument's, read through it)
             copied = copied_argument(ins, param_ids, leaves, mod, donated_flags)
             reader = last_reader(mod, iid, users, order, ranges.get(bid)) if copied else None
-            if reader is not None:  # the line that still reads the copy last: what holds it, what to change
-                stack, user = frame_of(reader.frame_id)
+            if reader is not None and copied is not None:  # the line that reads the copy last: what holds it
+                stack, user = frame_of(reader[1].frame_id)
+                if writes_into(mod, reader[0], copied[2]):  # the update itself, not a later read of the user's
+                    copied = (copied[0].replace("{}", ", read last by its own update{}"), copied[1], copied[2])
             readers = () if copied or meta is not None else readers_line(mod, positions, users, frames)
             if readers:  # XLA made it, without metadata, for one line's ops: that line holds it
                 stack, user, reader_op = readers
@@ -422,7 +425,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             scope = f"made by XLA for › {made_for}" if made_for else names.scope
             if copied:  # no line of the user's made it, but the argument it copies says why it exists
                 scope = copied[1]
-                source = copied[0].format(f", read last at {source}" if user is not None else "")
+                source = copied[0].format((" at " if "by its own update" in copied[0] else ", read last at ")
+                                          + source if user is not None else "")
             donated = bool(alloc is not None and aliased)
             role = _role(alloc, constant, thread_local, is_result, kind, live_out, names.phase, names.recomputed,
                          (positions, mod, phase, users))

@@ -139,7 +139,7 @@ class Comparison:
         temp_a, temp_b = self._role_delta("temporary")
         lines = self._copy_readers(self.b)
         copied = ("XLA keeps a donated argument's value apart from the result written into its buffer; the copies "
-                  f"are read last at {', '.join(lines)}") if lines else ""
+                  f"are read last {', '.join(_at(line) for line in lines)}") if lines else ""
         if temp_b > temp_a:  # the second schedule holds more scratch at its peak
             copies = self._copies(self.b) - self._copies(self.a)
             text = f"it holds {_exact(temp_b - temp_a)} more of temporaries"
@@ -184,7 +184,8 @@ class Comparison:
         b = p.buffers
         scope = b["scope"].astype(str)
         sources = b.loc[(b["role"] == "temporary") & scope.str.startswith("made by XLA › copy of a donated"), "source"]
-        found = dict.fromkeys(str(s).split(", read last at ", 1)[1] for s in sources if ", read last at " in str(s))
+        found = dict.fromkeys(str(s).split(" read last ", 1)[1].removeprefix("at ") for s in sources
+                              if " read last " in str(s))  # "at LINE" or "by its own update at LINE"
         return list(found)[:3]
 
     @property
@@ -253,6 +254,14 @@ class Comparison:
         for _, r in self.by("role").iterrows():
             rows.append((str(r["group"]), _change(int(r["bytes_a"]), int(r["bytes_b"]))))
         return html_table(rows, title=f"Memory at the peak: {self.labels[0]} → {self.labels[1]}")
+
+
+def _at(line: str) -> str:
+    """Where a copy is read last, in words: its own update is XLA's order, not a later read in the user's code."""
+    if line.startswith("by its own update at "):
+        return (f"by their own updates at {line.removeprefix('by its own update at ')} (XLA copies before each "
+                "update writes into its buffer; no later read of yours)")
+    return f"at {line}"
 
 
 def _exact(n: int, signed: bool = False) -> str:
