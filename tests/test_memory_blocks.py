@@ -139,3 +139,33 @@ def test_compare_says_why_per_block_remat_and_donation_left_the_peak_where_it_wa
     html = donated._repr_html_()
     assert "footprint (what one run occupies)" in html and "donation</td>" in html
     assert "aliased, 16.0 KiB reused" in html
+
+
+def test_only_entries_of_a_layer_list_are_blocks():
+    """JupyterLab trial (round four): the input batch ``(x, y)`` led layers as blocks ``batch[0]`` / ``batch[1]``,
+    and so did optax's state tuple (``state[0]``) and one-element lists. A block is an entry of a container with at
+    least two entries of the same structure (paths below the index; an array entry's shape)."""
+    import jax
+    import jax.numpy as jnp
+
+    from xlakit.memory import attribute
+    from xlakit.memory._blocks import layer_blocks
+
+    assert layer_blocks([("batch[0]", (8, 16)), ("batch[1]", (8, 4)), ("one[0]['w']", (3,)),
+                         ("params[0]['w']", (16, 32)), ("params[0]['b']", (32,)), ("params[1]['w']", (32, 32)),
+                         ("params[1]['b']", (32,))]) == {"params[0]", "params[1]"}
+    assert layer_blocks([("ws[0]", (8, 8)), ("ws[1]", (8, 8)), ("ws[2]", (8, 4))]) == {"ws[0]", "ws[1]"}
+
+    params = [{"w": jnp.full((16, 16), 0.1), "b": jnp.zeros(16)} for _ in range(3)]
+    batch = (jnp.ones((8, 16)), jnp.ones((8, 1)))  # (a batch of equal shapes would read as a list: said in the doc)
+
+    def loss(params, batch):
+        x = batch[0]
+        for layer in params:
+            x = jnp.tanh(x @ layer["w"] + layer["b"])
+        return ((x - batch[1]) ** 2).sum()
+
+    b = attribute(jax.jit(jax.grad(loss)), params, batch).buffers
+    blocks = set(b["block"].dropna())
+    assert blocks and blocks <= {"params[0]", "params[1]", "params[2]"}, blocks  # batch[i] before
+    assert not b["layer"].astype(str).str.startswith("batch[").any()

@@ -15,6 +15,11 @@ train step with adam, 220 of its 475 non-argument buffers in the blocks named, 7
 (``benchmarks/memory_blocks.py``); a 4-block MLP gradient, 45 of 137 (78 % of the bytes), none wrong
 (``tests/test_memory_blocks.py``).
 
+Only entries of a layer list are blocks (:func:`layer_blocks`): a container with at least two entries of the same
+structure — the same paths below the index, or for arrays the same shape. An input batch ``(x, y)`` of two shapes,
+optax's state tuple and a one-element list name no block (a batch ``(x, y)`` of one shape still would: its two
+entries look alike).
+
 A ``lax.scan`` over stacked layers keeps one buffer for every iteration's value (``dynamic-update-slice`` into
 a stack): such a buffer is "all N iterations (stacked)", which the attribution marks from the stacked value.
 """
@@ -26,7 +31,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["block_of_path", "name_blocks", "add_blocks"]
+__all__ = ["block_of_path", "layer_blocks", "name_blocks", "add_blocks"]
 
 _PAIR = re.compile(r"\['([^'\]]+)'\]\[(\d+)\]|\.([A-Za-z_]\w*)\[(\d+)\]|^([A-Za-z_]\w*)\[(\d+)\]")
 # A leading ``name[i]`` is an argument that is itself the layer list (``blocks[0].w1`` of ``loss(blocks, x)``),
@@ -51,7 +56,42 @@ def block_of_path(path: str | None) -> str | None:
     return "/".join(shown) or None
 
 
-def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable[[int], str]) -> dict[int, str]:
+def layer_blocks(arguments: Sequence[tuple[str, Any]]) -> frozenset[str]:
+    """The block names (:func:`block_of_path`) of ``arguments`` (``(pytree path, shape)``) that are entries of a
+    layer list: at least two entries of one container hold the same structure — the same paths below the index
+    and, where an entry is itself an array, the same shape. The input batch ``(x, y)``, a one-element list or
+    entries that differ are no blocks: nothing there to tell apart (JupyterLab trial: ``batch[0]`` led layers)."""
+    signatures: dict[str, set[tuple[str, Any]]] = {}
+    for path, shape in arguments:
+        block = block_of_path(path)
+        if block:
+            rest = path[_last_pair_end(path):]
+            signatures.setdefault(block, set()).add((rest, None if rest else tuple(shape or ())))
+    siblings: dict[tuple[str, frozenset], int] = {}
+    for block, signature in signatures.items():
+        key = (_SIBLING.sub("[*]", block), frozenset(signature))
+        siblings[key] = siblings.get(key, 0) + 1
+    return frozenset(b for b, sig in signatures.items() if siblings[(_SIBLING.sub("[*]", b), frozenset(sig))] >= 2)
+
+
+_SIBLING = re.compile(r"\[\d+\]$")  # a block's own index, the last: its siblings differ only there
+
+
+def _last_pair_end(path: str) -> int:
+    """Where the last indexed container on ``path`` (not skipped: :data:`_SKIPPED`) ends."""
+    end = 0
+    for m in _PAIR.finditer(path):
+        if (m[1] or m[3] or m[5]) not in _SKIPPED:
+            end = m.end()
+    return end
+
+
+def _kept(block: str | None, kept: frozenset[str]) -> str | None:
+    return block if block in kept else None
+
+
+def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable[[int], str],
+                layers: frozenset[str] | None = None) -> dict[int, str]:
     """Instruction id -> its block (``"blocks[2]"``) for the entry computation's instructions that lie between
     two reads of one block's parameters (see the module docstring); ``{}`` when no parameter path has an index
     (nothing to tell apart, nothing searched).
@@ -60,8 +100,11 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
       mod: the decoded HLO module (``instructions``, ``computations``, ``entry_id``).
       parameter_paths: entry parameter instruction id -> its pytree path.
       phase_of: instruction id -> ``"forward"``, ``"backward"`` or ``""`` (the name stack's phase).
+      layers: where given, the only block names kept (:func:`layer_blocks`).
     """
     blocks = {iid: block_of_path(path) or "" for iid, path in parameter_paths.items()}
+    if layers is not None:  # only the blocks of a layer list (see layer_blocks)
+        blocks = {iid: b if b in layers else "" for iid, b in blocks.items()}
     if not any(blocks.values()):
         return {}
     # A set of blocks is an int with one bit per block (a parameter outside every block reads none): unions and
@@ -138,12 +181,14 @@ def add_blocks(cols: dict[str, list[Any]], where: Sequence[Any], apart: Mapping[
         def phase_of(iid: int) -> str:
             return parse_op_name(mod.instructions[iid].op_name).phase
 
-    named = name_blocks(mod, param_paths, phase_of)
     layers, parameters, shapes = cols["layer"], cols["parameter"], cols["shape"]
+    kept = layer_blocks([(p, shape) for p, shape, layer in zip(parameters, shapes, layers, strict=True)
+                         if layer == "argument" and p])
+    named = name_blocks(mod, param_paths, phase_of, kept)
     get = named.get
-    # an argument's block is its path's, and its layer stays "argument"
-    blocks = cols["block"] = [block_of_path(parameter) if layer == "argument" else get(iid) for iid, layer, parameter
-                              in zip(where, layers, parameters, strict=True)]
+    # an argument's block is its path's (where that is a layer list's), and its layer stays "argument"
+    blocks = cols["block"] = [_kept(block_of_path(parameter), kept) if layer == "argument" else get(iid)
+                              for iid, layer, parameter in zip(where, layers, parameters, strict=True)]
     for i, (positions, stacked) in apart.items():  # a buffer at several positions, or a scan's stacked value
         if layers[i] == "argument":
             continue
