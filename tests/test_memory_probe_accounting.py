@@ -161,12 +161,16 @@ def test_probe_result_repr_and_html_say_whether_and_why_it_is_exact():
                  verdict="matches XLA's figure", scratch_bytes=40000 + 4096)
     # the bytes apart and the agreement a match needs, in words (a trial read "exact ±2.0 MiB" beside a 2.0 MiB
     # figure as a contradiction)
-    said = "4.0 KiB apart; a match is within 2.0 MiB, what this resolves"
+    # XLA's 40,000 B are under the 2 MiB the measurement resolves: the agreement is a bound, and says so
+    said = "4.0 KiB apart; a match is within 2.0 MiB, what this resolves: more than XLA's figure itself, a bound only"
     assert f"(matches XLA's figure, {said})" in repr(ok) and "NOT" not in repr(ok) and "±" not in repr(ok)
     html = f"matches XLA's figure ({said})".replace("'", "&#x27;")
     assert f">verdict</td><td class='xlakit-text xlakit-wrap'>{html}<" in ok._repr_html_()
     exact = _result(exact=True, verdict="matches XLA's figure", scratch_bytes=40000)
     assert "(matches XLA's figure, to the byte)" in repr(exact)
+    big = _result(exact=True, verdict="matches XLA's figure", scratch_bytes=300 * MiB, xla_bytes=300 * MiB + 4096,
+                  tolerance_bytes=3 * MiB)
+    assert "(matches XLA's figure, 4.0 KiB apart; a match is within 3.0 MiB, what this resolves)" in repr(big)
 
 
 def test_allocator_results_that_are_not_exact_say_why_in_repr_and_html():

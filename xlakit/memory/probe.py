@@ -126,10 +126,10 @@ class ProbeResult:
             return f"{self.verdict or 'exact'}, {self._within()}"
         return f"{self.verdict or 'not exact'}: {self.reason}"
 
-    def _within(self) -> str:  # how close "matches" is: the bytes apart, and the agreement a match needs
-        gap = None if self.scratch_bytes is None or self.xla_bytes is None else abs(self.scratch_bytes - self.xla_bytes)
-        return "to the byte" if gap == 0 else (f"{'' if gap is None else fmt_bytes(gap) + ' apart; '}a match is "
-                                               f"within {fmt_bytes(self.tolerance_bytes)}, what this resolves")
+    def _within(self) -> str:
+        from xlakit.memory._probe_accounting import match_words
+
+        return match_words(self.scratch_bytes, self.xla_bytes, self.tolerance_bytes)
 
     def __repr__(self) -> str:
         return (f"ProbeResult({self.name or '?'}: scratch {fmt_bytes(self.scratch_bytes)} ({self._exactness()}); "
