@@ -176,7 +176,8 @@ def grouped(frame: Any, column: str, value: str = "bytes", *, total: int | None 
     sums.columns = ["group", "bytes", "count"]
     sums = sums.sort_values(["bytes", "group"], ascending=[False, True], kind="stable").reset_index(drop=True)
     sums = pd.DataFrame(sums).astype({"bytes": "int64", "count": "int64"})
-    zero = int((sums["bytes"] == 0).sum()) if zero_note is not None else 0
+    zero_names = [str(g) for g in sums.loc[sums["bytes"] == 0, "group"]] if zero_note is not None else []
+    zero = len(zero_names)
     if zero:
         sums = sums[sums["bytes"] != 0].reset_index(drop=True)
     whole = int(total if total is not None else sums["bytes"].sum())
@@ -186,5 +187,6 @@ def grouped(frame: Any, column: str, value: str = "bytes", *, total: int | None 
     folded = int(frame[column].astype(str).str.startswith(_ARGUMENT_SOURCE).sum()) if column == "source" else 0
     out.notes = [f"{folded} argument rows folded into '{ARGUMENTS_LABEL}'"] if folded > 1 else []
     if zero:
-        out.notes.append(f"{zero} group{'s' if zero > 1 else ''} of 0 B left out: {zero_note}")
+        shown = "; ".join(zero_names[:3]) + ("; …" if zero > 3 else "")
+        out.notes.append(f"{zero} group{'s' if zero > 1 else ''} of 0 B left out ({shown}): {zero_note}")
     return out
