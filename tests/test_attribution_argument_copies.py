@@ -112,3 +112,27 @@ def test_a_copy_read_last_by_its_own_update_says_so_rather_than_blame_the_update
     assert all(s.startswith("XLA's copy of donated params[") and f":{update_line} (" in s for s in own), list(own)
     why = xm.compare(xm.peak(jax.jit(step), params, batch), donated).why
     assert "by their own updates at" in why and "no later read of yours" in why, why
+
+
+def test_a_copy_into_another_layout_claims_no_donation_story():
+    """A ``copy`` of an argument whose ShapeProto differs from the argument's (same dims and type, so another
+    layout: how an accelerator compiler may lay a weight out for its matmul unit) is no interference copy: it is
+    named for the layout, whether or not the argument was donated. XLA:CPU made no such copy in the programs tried
+    (a transpose there is a bitcast of the argument's layout), so the instructions here are stand-ins holding
+    two ShapeProto encodings: f32[64,32] with layouts {1,0} and {0,1}."""
+    import types
+
+    from xlakit.memory._proto import Message
+    from xlakit.memory._speaking import copied_argument
+
+    row_major = bytes([0x10, 0x0B, 0x18, 0x40, 0x18, 0x20, 0x2A, 0x04, 0x0A, 0x02, 0x01, 0x00])
+    column_major = bytes([0x10, 0x0B, 0x18, 0x40, 0x18, 0x20, 0x2A, 0x04, 0x0A, 0x02, 0x00, 0x01])
+    param = types.SimpleNamespace(opcode="parameter", op_name="w", shape=Message(row_major, lazy=True))
+    mod = types.SimpleNamespace(instructions={1: param})
+    leaf = types.SimpleNamespace(graph=False, path="w", index=0)
+    for shape, expected in ((row_major, "XLA's copy of donated w{}"),
+                            (column_major, "XLA's copy of argument w in another layout{}")):
+        copy = types.SimpleNamespace(opcode="copy", operands=(1,), shape=Message(shape, lazy=True))
+        source, scope, num = copied_argument(copy, {1: 0}, {0: leaf}, mod, [True])
+        assert (source, num) == (expected, 0), source
+        assert ("layout" in scope) == (shape is column_major)

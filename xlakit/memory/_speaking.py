@@ -186,6 +186,11 @@ def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,
     path = recorded if recorded and "/" not in recorded and not (leaf and leaf.graph) else (
         leaf.path if leaf else f"parameter {num}")
     path = path.replace("{", "{{").replace("}", "}}")
+    argument = mod.instructions.get(ins.operands[0])
+    mine, its = (getattr(getattr(i, "shape", None), "_buf", None) for i in (ins, argument))
+    if mine is not None and its is not None and bytes(mine) != bytes(its):  # same dims and type: another layout
+        return f"XLA's copy of argument {path} in another layout{{}}", "made by XLA › copy of an argument in " \
+            "another layout", num
     if leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index]:
         return (f"XLA's copy of donated {path}{{}}", "made by XLA › copy of a donated argument, kept apart from the "
                 "result written into its buffer", num)
