@@ -47,3 +47,23 @@ def test_a_comparison_names_its_two_programs_in_its_title():
     assert "Memory at the peak: no donation → donated<" in labelled._repr_html_()
     other = peak(jax.jit(lambda p, x: (p @ x).sum()), *args)
     assert "Memory at the peak: jit_step → jit__lambda<" in compare(plain, other)._repr_html_()
+
+
+def test_a_roles_change_is_credited_to_a_source_that_moved_the_same_way():
+    """JupyterLab trial: "temporaries +1.1 MiB (cell [1], line 10 (mlp))" named the line whose temporaries *fell*
+    by 5 MiB (the largest change of either sign), while two copies of 4 and 2 MiB made the rise. Two peaks' buffers
+    of that shape (the trial's bytes), through the comparison's own summary."""
+    import types
+
+    import pandas as pd
+
+    from xlakit.memory.compare import Comparison
+
+    a = pd.DataFrame({"role": ["temporary"], "source": ["cell [1], line 10 (mlp)"], "bytes": [5_226_528]})
+    b = pd.DataFrame({"role": ["temporary"] * 2, "source": ["XLA's copy of donated p['w1']",
+                                                             "XLA's copy of donated p['w0']"],
+                      "bytes": [4_224_328, 2_112_224]})
+    frame = pd.DataFrame({"by": ["role"], "group": ["temporary"], "bytes_a": [5_226_528],
+                          "bytes_b": [6_336_552], "delta": [1_110_024]})
+    c = Comparison(frame=frame, a=types.SimpleNamespace(buffers=a), b=types.SimpleNamespace(buffers=b))
+    assert c._roles_summary() == "temporaries +1.1 MiB (XLA's copy of donated p['w1'])"

@@ -227,7 +227,9 @@ class Comparison:
             pb = buffers_b[buffers_b["role"] == role].groupby("source")["bytes"].sum()
             change = pb.sub(pa, fill_value=0)
             text = f"{_PLURAL.get(role, role)} {_signed(int(row['delta']))}"
-            if len(change) and change.abs().max() > 0 and role not in ("parameter", "optimizer state"):
+            # the source that moved most the way the role moved: one whose bytes fell is no cause of a rise
+            change = change[change > 0] if row["delta"] > 0 else change[change < 0]
+            if len(change) and role not in ("parameter", "optimizer state"):
                 top = change.abs().idxmax()
                 text += f" ({top})" if top != "unknown" else ""
             parts.append(text)
