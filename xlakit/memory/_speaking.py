@@ -11,8 +11,8 @@ from typing import Any
 
 from xlakit.memory._hlo_frames import parse_op_name, user_frame
 
-__all__ = ["CARRIERS", "copied_argument", "last_reader", "writes_into", "metadata_source", "fused_frame",
-           "readers_line", "stacked_value", "read_by_backward", "results_of", "phases_of"]
+__all__ = ["CARRIERS", "argument_path", "copied_argument", "last_reader", "writes_into", "metadata_source",
+           "fused_frame", "readers_line", "stacked_value", "read_by_backward", "results_of", "phases_of"]
 
 # Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
 CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
@@ -171,6 +171,14 @@ def phases_of(mod: Any) -> tuple[Callable[[int], str], dict[int, list[int]], dic
     return phase, users, memo
 
 
+def argument_path(num: int, recorded: str, leaf: Any) -> str:
+    """An entry argument's name: the op name JAX recorded on its parameter where that is a path (no ``/``, not a
+    graph node's), else the argument tree's path for it (``leaf``), else ``"parameter N"``."""
+    if recorded and "/" not in recorded and not (leaf and leaf.graph):
+        return recorded
+    return leaf.path if leaf else f"parameter {num}"
+
+
 def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,
                     donated_flags: list) -> tuple[str, str, int] | None:
     """For a ``copy`` XLA inserted of an entry argument (no metadata: copy insertion): its ``(source, scope)``
@@ -182,11 +190,8 @@ def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,
         return None
     num = param_ids[ins.operands[0]]
     leaf = leaves.get(num)
-    recorded = getattr(mod.instructions.get(ins.operands[0]), "op_name", "")
-    path = recorded if recorded and "/" not in recorded and not (leaf and leaf.graph) else (
-        leaf.path if leaf else f"parameter {num}")
-    path = path.replace("{", "{{").replace("}", "}}")
     argument = mod.instructions.get(ins.operands[0])
+    path = argument_path(num, getattr(argument, "op_name", ""), leaf).replace("{", "{{").replace("}", "}}")
     mine, its = (getattr(getattr(i, "shape", None), "_buf", None) for i in (ins, argument))
     if mine is not None and its is not None and bytes(mine) != bytes(its):  # same dims and type: another layout
         return f"XLA's copy of argument {path} in another layout{{}}", "made by XLA › copy of an argument in " \

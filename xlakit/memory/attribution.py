@@ -49,6 +49,7 @@ from xlakit._jax.call_options import DEFAULT
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._hlo_frames import FrameTable, NameStack, layer_of, parse_op_name, source_of, stack_text, user_frame
 from xlakit.memory._speaking import (
+    argument_path,
     copied_argument,
     fused_frame,
     last_reader,
@@ -406,9 +407,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         if iid in param_ids:
             num = param_ids[iid]
             leaf = leaves.get(num)
-            recorded = ins.op_name if ins is not None else ""
-            named = recorded and "/" not in recorded and not (leaf and leaf.graph)
-            parameter = recorded if named else (leaf.path if leaf else f"parameter {num}")
+            parameter = argument_path(num, ins.op_name if ins is not None else "", leaf)
             if shape_index:
                 parameter += "".join(f"[{i}]" for i in shape_index)
             role = "optimizer state" if (leaf.optimizer_state if leaf else "opt_state" in parameter) else "parameter"
