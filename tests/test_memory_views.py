@@ -479,3 +479,19 @@ def test_a_one_point_chart_shows_a_labelled_y_range_from_zero():
     zeros = go.Figure()
     apply_byte_axis(zeros, [0, 0])
     assert tuple(zeros.layout.yaxis.range) == (0, 1) and tuple(zeros.layout.yaxis.ticktext) == ("0 B",)
+
+
+def test_lifetime_chart_wraps_a_long_label_onto_lines_and_keeps_every_word():
+    # A JupyterLab trial (2026-12-06): a copy's story as one 100-character tick label took the plot's width.
+    story = "XLA's copy of donated params[1]['w'], read last by its own update at cell [2], line 4"
+    buffers = _residual_slots()
+    long = buffers.assign(source=[story] * len(buffers), parameter=None)
+    fig = lifetime_chart(long)
+    label = fig.layout.meta["xlakit_lifetime"]["labels"][0]
+    tick = fig.layout.yaxis.ticktext[0]
+    lines = tick.split("<br>")
+    assert len(lines) >= 2 and all(len(line) <= 56 for line in lines)
+    assert " ".join(lines).replace("&lt;", "<") == label  # nothing cut: the lines are the label's words
+    short = lifetime_chart(buffers)
+    assert fig.layout.margin.l - short.layout.margin.l < 7 * (len(label) - 56)  # the margin grew by a line, not all
+    assert fig.layout.height > short.layout.height  # and the rows by their extra lines

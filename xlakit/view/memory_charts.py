@@ -287,6 +287,19 @@ def buffer_label(row: Any, *, size: bool = True) -> str:
     return " · ".join(parts)
 
 
+#: Characters per line of a bar's label on the lifetime chart's axis: a longer label (a copy's story, a deep
+#: parameter path) wraps onto more lines rather than taking the plot's width or being cut.
+LABEL_LINE = 56
+
+
+def wrapped_label(label: str, width: int = LABEL_LINE) -> list[str]:
+    """``label`` (:func:`buffer_label`) as lines of at most ``width`` characters where it has spaces to break at
+    (a word longer than that keeps its own line whole): every character stays, none is cut."""
+    import textwrap
+
+    return textwrap.wrap(label, width, break_long_words=False, break_on_hyphens=False) or [label]
+
+
 def _slice_groups(frame) -> list[list[int]]:
     """Positions in ``frame`` grouped by allocation slice: rows of the same ``allocation`` and ``offset`` whose
     live ranges (``start``..``end``, inclusive) overlap, chained, are one group (in-place updates, bitcasts and
@@ -436,8 +449,9 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     labels = [buffer_label(r) for r in records]
     meta.update(shown=n, bytes=[int(b) for b in shown["bytes"]], labels=labels)
     show_ticks = n <= 40
+    ticks = [wrapped_label(t) for t in labels]
     fig.update_layout(barmode="overlay", bargap=0.15,
-                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=[plotly_text(t) for t in labels],
+                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=["<br>".join(map(plotly_text, t)) for t in ticks],
                                  showticklabels=show_ticks, automargin=True,
                                  title=None if show_ticks else f"{n} largest buffers (hover for each)"),
                       xaxis_title="step (instruction in schedule order)")
@@ -448,7 +462,8 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     heading = title or "Buffer lifetimes (largest buffers, coloured by role)"
     if meta["more"]:  # a line of its own: a narrow chart wraps the title at its spaces
         heading += f"<br>+{meta['more']:,} more buffers ({fmt_bytes(meta['more_bytes'])}) not drawn"
-    widest = max(map(len, labels), default=0) if show_ticks else 0
-    chart_layout(fig, heading, int(min(900, 160 + 14 * n)), plot_left=int(24 + 7 * widest))
+    widest = max((len(line) for t in ticks for line in t), default=0) if show_ticks else 0
+    rows = sum(map(len, ticks)) if show_ticks else n  # a wrapped label takes a line per part
+    chart_layout(fig, heading, int(min(900, 160 + 14 * max(n, rows))), plot_left=int(24 + 6.5 * widest))
     fig.update_layout(meta={"xlakit_lifetime": meta})
     return fig
