@@ -450,8 +450,9 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     meta.update(shown=n, bytes=[int(b) for b in shown["bytes"]], labels=labels)
     show_ticks = n <= 40
     ticks = [wrapped_label(t) for t in labels]
+    tick_text = ["<br>".join(map(plotly_text, t)) for t in ticks]
     fig.update_layout(barmode="overlay", bargap=0.15,
-                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=["<br>".join(map(plotly_text, t)) for t in ticks],
+                      yaxis=dict(tickmode="array", tickvals=list(position), ticktext=tick_text,
                                  showticklabels=show_ticks, automargin=True,
                                  title=None if show_ticks else f"{n} largest buffers (hover for each)"),
                       xaxis_title="step (instruction in schedule order)")
