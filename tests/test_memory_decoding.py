@@ -182,7 +182,7 @@ def test_instructions_read_at_once_are_read_as_one_by_one_even_when_damaged(prog
         return [_hlo_module._instruction(data, *r, 7) for r in records]
 
     def at_once(data, records):
-        return _hlo_module._instructions(data, records, 7)
+        return list(zip(*_hlo_module._instructions(data, records, 7), strict=True))
 
     monkeypatch.setattr(_hlo_module, "_AT_ONCE", 1)  # numpy for every computation, not only large ones
     rng = random.Random(0)

@@ -78,13 +78,22 @@ def decode_parts(data: bytes, hlo_module: bytes | None = None) -> dict[str, Any]
 
 def _decode_parts(data: bytes, hlo_module: bytes | None) -> dict[str, Any]:
     # With the collector paused (xlakit.memory._decoding): ~10^4 objects made, none in a cycle.
-    module = decode_module(hlo_module) if hlo_module else None
+    # The logical buffers first, so that the module reads the computations defining them with its entry, in one
+    # pass; an error met here is met again by _decode, after the module's own (the order of the errors kept).
     try:
-        return _decode(data, module)
+        top = _top_level(data)
+        buffers = _logical_buffer_columns(data, top[_F.BA_LOGICAL_BUFFERS])
+    except (IndexError, ValueError):
+        top, buffers = None, None
+    module = decode_module(hlo_module, buffers[3] if buffers is not None else None) if hlo_module else None
+    try:
+        return _decode(data, module, top, buffers)
     except IndexError:
         raise ProtoDecodeError("truncated buffer assignment") from None
 
 
+# What _logical_buffer_columns reads: ids, sizes, colours, instruction ids, shape indexes, instruction names.
+_Buffers = tuple[list[int], list[int], list[int], list[int | None], list[tuple[int, ...]], list[str | None]]
 _TOP_FIELDS = (_F.BA_LOGICAL_BUFFERS, _F.BA_ALIASES, _F.BA_ALLOCATIONS, _F.BA_TRACES, _F.BA_PEAK_BUFFERS)
 
 
@@ -133,8 +142,10 @@ def _top_level(data: bytes) -> dict[int, Any]:
             for field, found in zip(_TOP_FIELDS, lists, strict=True)}
 
 
-def _decode(data: bytes, module: Any) -> dict[str, Any]:
-    ba = _top_level(data)
+def _decode(data: bytes, module: Any, top: dict[int, Any] | None = None, buffers: _Buffers | None = None,
+            ) -> dict[str, Any]:
+    """The parts of the assignment (``top``, ``buffers``: its records and logical buffers, where already read)."""
+    ba = top if top is not None else _top_level(data)
     allocation_spans = ba[_F.BA_ALLOCATIONS]
     # Only buffers the module cannot describe take their slice's dtype (with a module, rarely any): read them
     # when first needed.
@@ -145,8 +156,9 @@ def _decode(data: bytes, module: Any) -> dict[str, Any]:
             slice_dtypes.append(_slice_dtypes(data, allocation_spans.tolist()))
         return slice_dtypes[0].get(bid)
 
-    buffer_columns = _buffer_columns(*_logical_buffer_columns(data, ba[_F.BA_LOGICAL_BUFFERS]), module,
-                                     slice_dtype)
+    if buffers is None:
+        buffers = _logical_buffer_columns(data, ba[_F.BA_LOGICAL_BUFFERS])
+    buffer_columns = _buffer_columns(*buffers, module, slice_dtype)
 
     aliases: dict[int, list[tuple[int | None, tuple[int, ...]]]] = {}
     for span in ba[_F.BA_ALIASES].tolist():
@@ -222,8 +234,7 @@ def _table(record: Any, key: Any, value: Any, mask: Any, n: int, size: int) -> A
     return out
 
 
-def _logical_buffer_columns(data: bytes, spans: Any) -> tuple[list[int], list[int], list[int], list[int | None],
-                                                              list[tuple[int, ...]], list[str | None]]:
+def _logical_buffer_columns(data: bytes, spans: Any) -> _Buffers:
     """``(ids, sizes, colors, instruction ids (None where absent), shape indexes, instruction names (None where
     absent))`` of the LogicalBufferProtos at ``spans``: those made of varints only read with numpy
     (:mod:`xlakit.memory._varint_records`), the others (a location with a shape index or an instruction name) one

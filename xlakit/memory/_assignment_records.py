@@ -202,12 +202,14 @@ def _buffer_columns(ids: list[int], sizes: list[int], colors: list[int], iids: l
     for bid, iid, index, loc_name in zip(ids, iids, indexes, loc_names, strict=True):
         ins = known.get(iid) or (instructions.get(iid) if iid is not None else None)
         if ins is not None:
-            raw = ins._raw
-            if index or raw is None or raw[3] < 0:
+            src, row = ins._src, ins._row
+            start = src.shape_start[row] if row >= 0 and not index else -1
+            if start < 0:
                 shape, dtype = leaf(ins, index)
             else:  # a plain array's shape (most buffers'): _Shapes.leaf inline, each distinct shape read once
-                found = leaves.get(raw[0][raw[3]:raw[4]])
-                shape, dtype = found if found is not None else read_leaf(raw[0], (raw[3], raw[4]))
+                end = src.shape_end[row]
+                found = leaves.get(src.data[start:end])
+                shape, dtype = found if found is not None else read_leaf(src.data, (start, end))
             cid = ins.computation_id
             computation = names[cid] if cid in names else names.setdefault(cid, _computation_name(module, cid))
             made.append((ins.name, ins.opcode, computation, shape, dtype or slice_dtype(bid)))

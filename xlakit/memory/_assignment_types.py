@@ -138,25 +138,36 @@ class _Instr:
     number (for a ``parameter``; else -1), tuple index (for a ``get-tuple-element``; else -1), and from its
     ``OpMetadata``: ``op_name`` (JAX's name stack, ``"jit(f)/transpose(jvp())/dot_general"``) and ``frame_id``
     (``stack_frame_id`` into the module's stack frame index, 0 = none); ``shape``: its ShapeProto. Made by
-    :mod:`xlakit.memory._hlo_module`, which leaves the metadata and the shape in the proto until they are first
-    read (``_raw``: the module's bytes, the start and end of the metadata and of the shape in them; -1 where
-    absent)."""
+    :mod:`xlakit.memory._hlo_module`, which leaves the metadata, the shape and the called computations in the
+    proto until they are first read (``_raw``: the module's bytes, the start and end of the metadata and of the
+    shape in them, -1 where absent; kept as ``_src`` alone, or as row ``_row`` of the columns of the records read
+    with it, :class:`~xlakit.memory._instruction_records.InstructionRows`: no tuple per instruction)."""
 
-    __slots__ = ("name", "opcode", "computation_id", "operands", "called", "parameter_number", "tuple_index",
-                 "_shape", "_op_name", "_frame_id", "_raw")
+    __slots__ = ("name", "opcode", "computation_id", "operands", "_called", "parameter_number", "tuple_index",
+                 "_shape", "_op_name", "_frame_id", "_src", "_row")
 
     def __init__(self, name: str, opcode: str, computation_id: int, shape: Message | None,
-                 operands: tuple[int, ...], called: tuple[int, ...], op_name: str | None = "", frame_id: int = 0,
-                 parameter_number: int = -1,
-                 raw: tuple[bytes, int, int, int, int] | None = None,
-                 tuple_index: int = -1) -> None:
+                 operands: tuple[int, ...], called: tuple[int, ...] | None, op_name: str | None = "",
+                 frame_id: int = 0, parameter_number: int = -1, raw: Any = None, tuple_index: int = -1,
+                 row: int = -1) -> None:
         self.name, self.opcode, self.computation_id = name, opcode, computation_id
-        self.operands, self.called, self.parameter_number = operands, called, parameter_number
+        self.operands, self._called, self.parameter_number = operands, called, parameter_number
         self.tuple_index = tuple_index
         self._shape: Message | None = shape
         self._op_name: str | None = op_name
         self._frame_id = frame_id
-        self._raw = raw
+        self._src, self._row = raw, row  # called None: row ``row`` of the columns ``raw`` has them
+
+    @property
+    def called(self) -> tuple[int, ...]:
+        called = self._called
+        if called is None:
+            called = self._called = self._src.called(self._row)
+        return called
+
+    @property
+    def _raw(self) -> tuple[bytes, int, int, int, int] | None:
+        return self._src if self._row < 0 else self._src.raw(self._row)
 
     def _read_metadata(self) -> None:
         """op_name and stack_frame_id from the OpMetadata record (one-byte keys and lengths inline)."""

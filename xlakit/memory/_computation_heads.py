@@ -136,6 +136,8 @@ def _quick_heads(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[str, i
         first = last.copy()
         for _ in range(9):  # a varint's bytes before its last are >= 0x80
             more = ok & (raw[np.maximum(first - 1, 0)] >= 0x80)
+            if not more.any():
+                break
             first[more] -= 1
         ok &= raw[np.maximum(first - 1, 0)] < 0x80  # no longer than 10 bytes, and a key before it
         ok &= last - first < 9  # 10 bytes may pass 64 bits: left to the scalar reader
@@ -145,6 +147,8 @@ def _quick_heads(data: bytes, spans: list[tuple[int, int]]) -> list[tuple[str, i
         for shift in range(9):
             at = first + shift
             inside = ok & (at <= last)
+            if not inside.any():
+                break
             value[inside] |= (raw[at[inside]] & 0x7F).astype(np.uint64) << np.uint64(7 * shift)
         values.append(value)
         pos = key_at

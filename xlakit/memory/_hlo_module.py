@@ -10,8 +10,10 @@ last, its operands just before), and a computation's root opcode is read from th
 (:meth:`Instructions.root_opcode`). Current XLA puts a computation's id in the high 32 bits of its
 instructions' ids, which finds the computation to read; without that, every computation is decoded once. A
 computation decoded whole has its records read together with numpy (:mod:`xlakit.memory._instruction_records`;
-the entry of a 150-layer MLP train step: 2,707 records, in about half the time of a Python loop per field). Each
-instruction's shape, and its ``OpMetadata`` where not of the common encoding, stay in the bytes until first used
+the entry of a 150-layer MLP train step: 2,707 records, in about half the time of a Python loop per field), and
+the small computations that define a buffer assignment's other buffers (its reductions' regions: 151 of three
+records) in the same pass as the entry, where the assignment is decoded with the module. Each instruction's shape,
+its called computations, and its ``OpMetadata`` where not of the common encoding, stay in the bytes until first used
 (:class:`~xlakit.memory._assignment_types._Instr`).
 """
 
@@ -25,14 +27,12 @@ from typing import Any
 from xlakit.memory._assignment_types import _Instr, _Module
 from xlakit.memory._computation_heads import _INSTRUCTION_KEY, _computation_head, _head, _heads
 from xlakit.memory._decoding import without_gc
-from xlakit.memory._instruction_records import _OPCODES, _opcodes
+from xlakit.memory._instruction_records import _OPCODE_KEY, _instruction, _opcodes
 from xlakit.memory._module_tables import _input_output_alias, _schedule
 from xlakit.memory._proto import (
     Message,
     ProtoDecodeError,
-    _varint,
     last,
-    packed,
     scan,
     span_bounds,
     text,
@@ -41,119 +41,42 @@ from xlakit.memory._xla_fields import _F
 
 __all__ = ["decode_module", "Instructions", "Computations"]
 
-# Keys (field << 3 | wire type 2) of the length-delimited fields read from every instruction.
-_NAME_KEY, _OPCODE_KEY, _SHAPE_KEY, _METADATA_KEY = (f << 3 | 2 for f in (_F.INS_NAME, _F.INS_OPCODE, _F.INS_SHAPE,
-                                                                         _F.INS_METADATA))
-_ID, _OPERANDS, _CALLED, _PARAMETER_NUMBER = _F.INS_ID, _F.INS_OPERANDS, _F.INS_CALLED, _F.INS_PARAMETER_NUMBER
-_TUPLE_INDEX = _F.INS_TUPLE_INDEX
-
-
-def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr]:
-    """``(id, instruction)`` from the HloInstructionProto at ``data[pos:end]``: name, opcode, operands, called
-    computations, parameter number; the spans of its shape and metadata, read later. Keys of one or two bytes and
-    varints of any length are read inline (a large module has ~10^5 instruction records)."""
-    name = opcode = ""
-    iid = pnum = tidx = 0  # proto3 leaves out fields equal to 0
-    operands: list[int] = []
-    called: list[int] = []
-    shape_start = shape_end = meta_start = meta_end = -1  # absent
-    while pos < end:
-        key = data[pos]
-        if key < 0x80:
-            pos += 1
-        elif data[pos + 1] < 0x80:  # fields 16-2047 (id, operand_ids, called_computation_ids...)
-            key = (key & 0x7F) | data[pos + 1] << 7
-            pos += 2
-        else:
-            key, pos = _varint(data, pos)
-        wire = key & 7
-        if wire != 0 and wire != 2:
-            if wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            else:
-                raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
-            continue
-        value = data[pos]  # a varint's value, or a length
-        pos += 1
-        if value >= 0x80:
-            value &= 0x7F
-            shift = 7
-            while True:
-                b = data[pos]
-                pos += 1
-                value |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
-                if shift > 63:
-                    raise ProtoDecodeError("varint longer than 10 bytes")
-        if wire == 2:
-            stop = pos + value
-            if key == _NAME_KEY:
-                name = data[pos:stop].decode("utf-8", errors="replace")
-            elif key == _OPCODE_KEY:
-                raw = data[pos:stop]
-                opcode = _OPCODES.get(raw) or _OPCODES.setdefault(raw, raw.decode("utf-8", errors="replace"))
-            elif key == _SHAPE_KEY:
-                shape_start, shape_end = pos, stop
-            elif key == _METADATA_KEY:
-                meta_start, meta_end = pos, stop
-            else:
-                field = key >> 3
-                if field == _OPERANDS:
-                    operands += packed(data, pos, stop)
-                elif field == _CALLED:
-                    called += packed(data, pos, stop)
-            pos = stop
-        else:
-            field = key >> 3
-            if field == _ID:
-                iid = value
-            elif field == _PARAMETER_NUMBER:
-                pnum = value
-            elif field == _TUPLE_INDEX:
-                tidx = value
-            elif field == _OPERANDS:  # an unpacked repeated field
-                operands.append(value)
-            elif field == _CALLED:
-                called.append(value)
-    if pos > end:
-        raise ProtoDecodeError("an instruction's record runs past its end")
-    ins = _Instr(name, opcode, cid, None, tuple(operands), tuple(called), "", 0, pnum if opcode == "parameter" else -1,
-                 None, tidx if opcode == "get-tuple-element" else -1)
-    ins._raw = (data, meta_start, meta_end, shape_start, shape_end)
-    ins._op_name = None
-    return iid, ins
-
-
 _AT_ONCE = 32  # records from which reading them together with numpy beats one by one
 
 
-def _instructions(data: bytes, records: Any, cid: int | list[int]) -> list[tuple[int, _Instr]]:
+def _instructions(data: bytes, records: Any, cid: int | list[int]) -> tuple[list[int], list[_Instr]]:
     """:func:`_instruction` of each record at ``records`` (``(start, end)`` pairs, or an ``(n, 2)`` array), in
-    order, of computation ``cid`` (or of ``cid[k]`` each): where there are many, their fields read together by
-    :func:`~xlakit.memory._instruction_records.instruction_fields` and the instructions made by C-level ``map`` (no
-    Python loop per record); the records it leaves (and all of a few) one by one."""
+    order, of computation ``cid`` (or of ``cid[k]`` each), as ``(ids, instructions)``: where there are many, their
+    fields read together by :func:`~xlakit.memory._instruction_records.instruction_fields` and the instructions made
+    by C-level ``map`` (no Python loop per record); the records it leaves (and all of a few) one by one."""
     cids = cid if isinstance(cid, list) else [cid] * len(records)
     if len(records) < _AT_ONCE:
-        return [_instruction(data, start, end, home) for (start, end), home in zip(
+        pairs = [_instruction(data, start, end, home) for (start, end), home in zip(
             records.tolist() if hasattr(records, "tolist") else records, cids, strict=True)]
+        return [iid for iid, _ins in pairs], [ins for _iid, ins in pairs]
     import numpy as np
 
-    from xlakit.memory._instruction_records import instruction_fields
+    from xlakit.memory._instruction_records import InstructionRows, instruction_fields
 
     f = instruction_fields(data, records)
     n = len(records)
-    cut = data.__getitem__
+    every = np.frombuffer(data, dtype=np.uint8)
 
-    def strings(start: Any, end: Any) -> list[str]:  # an absent field reads data[-1:-1]: ""
-        raw = list(map(cut, map(slice, start.tolist(), end.tolist())))
-        try:
-            return list(map(bytes.decode, raw))
-        except UnicodeDecodeError:
-            return [r.decode("utf-8", errors="replace") for r in raw]
+    def strings(start: Any, end: Any) -> list[str]:  # an absent field spans data[-1:-1]: ""
+        # gathered with numpy, a NUL after each, then decoded and split at once: no bytes object each
+        size = end - start
+        total = int(size.sum())
+        if 0 <= size.min() and total <= len(data) and end.max() <= len(data):  # (a bad record's: anything)
+            raw = every[np.repeat(start - np.cumsum(size) + size, size) + np.arange(total)]
+            if raw.all():  # no NUL inside one, so the split gives each back; joined, each is valid UTF-8 or not
+                joined = np.zeros(total + n, dtype=np.uint8)
+                joined[np.repeat(np.arange(n), size) + np.arange(total)] = raw
+                try:
+                    return joined[:-1].tobytes().decode().split("\0")
+                except UnicodeDecodeError:
+                    pass
+        return [r.decode("utf-8", errors="replace") for r in map(data.__getitem__, map(slice, start.tolist(),
+                                                                                          end.tolist()))]
 
     def groups(values: Any, at: Any) -> list[tuple[int, ...]]:  # slices of one tuple are tuples: no copy
         return list(map(tuple(values.tolist()).__getitem__, map(slice, at[:-1].tolist(), at[1:].tolist())))
@@ -163,16 +86,15 @@ def _instructions(data: bytes, records: Any, cid: int | list[int]) -> list[tuple
     for k in np.flatnonzero(~f.op_name_read).tolist():  # absent: "" (read); not the common encoding: when asked
         op_names[k] = "" if f.metadata_start[k] < 0 else None
     made = list(map(_Instr, strings(f.name_start, f.name_end), opcodes, cids,
-                    itertools.repeat(None, n), groups(f.operands, f.operands_at), groups(f.called, f.called_at),
+                    itertools.repeat(None, n), groups(f.operands, f.operands_at), itertools.repeat(None, n),
                     op_names, f.frame_id.tolist(), np.where(parameter, f.parameter_number, -1).tolist(),
-                    zip(itertools.repeat(data, n), *(column.tolist() for column in (
-                        f.metadata_start, f.metadata_end, f.shape_start, f.shape_end)), strict=False),
-                    np.where(gte, np.maximum(f.tuple_index, 0), -1).tolist()))
-    out = list(zip(f.id.tolist(), made, strict=True))
+                    itertools.repeat(InstructionRows(data, f), n),
+                    np.where(gte, np.maximum(f.tuple_index, 0), -1).tolist(), range(n)))
+    ids = f.id.tolist()
     for k in np.flatnonzero(f.bad).tolist():
         start, end = records[k]
-        out[k] = _instruction(data, int(start), int(end), cids[k])
-    return out
+        ids[k], made[k] = _instruction(data, int(start), int(end), cids[k])
+    return ids, made
 
 
 class _Index:
@@ -219,7 +141,7 @@ class _Index:
                     records: Any = np.fromiter(rest, dtype=np.int64, count=len(rest)).reshape(-1, 2)
                 else:
                     records = list(zip(rest[0::2], rest[1::2], strict=True))
-                self._keep(_instructions(data, records, cid), ids)
+                self._keep(*_instructions(data, records, cid), ids)
             while len(ids) < count:
                 at = 2 * (count - 1 - len(ids))
                 iid, ins = _instruction(data, bounds[at], bounds[at + 1], cid)
@@ -232,19 +154,21 @@ class _Index:
         self._done(cid, ids)
         return found.get(wanted) if wanted is not None else None
 
-    def _keep(self, read: list[tuple[int, _Instr]], ids: list[int]) -> None:
-        """Keep the instructions ``read`` of a computation's records (in order), after those of ``ids``."""
+    def _keep(self, read_ids: list[int], read: list[_Instr], ids: list[int]) -> list[int]:
+        """Keep the instructions ``read`` (ids ``read_ids``) of a computation's records (in order), after those of
+        ``ids`` (returned)."""
         found = self.instructions
-        read.reverse()  # from the last record, as one by one: where an id repeats, the last record's wins
-        new_ids = [iid for iid, _ins in read]
-        if len(set(new_ids)) == len(read) and found.keys().isdisjoint(new_ids):
-            found.update(read)
+        # from the last record, as one by one: where an id repeats, the last record's wins
+        new_ids, new = read_ids[::-1], read[::-1]
+        if len(set(new_ids)) == len(new_ids) and found.keys().isdisjoint(new_ids):
+            found.update(zip(new_ids, new, strict=True))
             ids += new_ids
         else:
-            for iid, ins in read:
+            for iid, ins in zip(new_ids, new, strict=True):
                 if iid not in found:
                     found[iid] = ins
                 ids.append(iid)
+        return ids
 
     def _done(self, cid: int, ids: list[int]) -> None:
         self.members[cid] = tuple(reversed(ids))
@@ -269,17 +193,64 @@ class _Index:
                 return
             flat = [v for part in bounds for v in part]
             records: Any = np.fromiter(flat, dtype=np.int64, count=len(flat)).reshape(-1, 2)
-            read = _instructions(self.data, records, [cid for cid, part in zip(homes, bounds, strict=True)
-                                                      for _ in range(len(part) // 2)])
+            read_ids, read = _instructions(self.data, records, [cid for cid, part in zip(homes, bounds, strict=True)
+                                                                for _ in range(len(part) // 2)])
         except (IndexError, ValueError):
             return
         at = 0
         for cid, part in zip(homes, bounds, strict=True):
             self._partial[cid] = (part, [])
             ids: list[int] = []
-            self._keep(read[at:at + len(part) // 2], ids)
+            self._keep(read_ids[at:at + len(part) // 2], read[at:at + len(part) // 2], ids)
             at += len(part) // 2
             self._done(cid, ids)
+
+    def decode_with_homes(self, entry: int, iids: list[int | None]) -> None:
+        """Decode the entry and the computations :meth:`read_homes` would then read for the buffers defined at
+        ``iids`` in one pass (one numpy read of all their records, not two); where that pass fails, the entry
+        alone, as :meth:`decode` (which says what is wrong), and the others as before."""
+        with self._lock:
+            if not self._decode_with_homes(entry, iids):
+                self.decode(entry)
+
+    def _decode_with_homes(self, entry: int, iids: list[int | None]) -> bool:
+        import numpy as np
+
+        data, comps = self.data, self.comps
+        try:
+            parts = {entry: span_bounds(data, *comps[entry][1:3], _INSTRUCTION_KEY)}
+        except (IndexError, ValueError):
+            return False
+        if len(parts[entry]) < 2 * _AT_ONCE:
+            return False
+        placed = [iid for iid in iids if iid is not None]
+        home = (32).__rrshift__  # iid >> 32, by C-level map
+        for cid in dict.fromkeys(map(home, placed)):
+            if cid in comps and cid != entry:
+                try:
+                    parts[cid] = span_bounds(data, *comps[cid][1:3], _INSTRUCTION_KEY)
+                except (IndexError, ValueError):
+                    pass  # read_homes finds it so, and reads none
+        counts = [len(part) // 2 for part in parts.values()]
+        try:
+            read_ids, read = _instructions(
+                data, np.fromiter(itertools.chain.from_iterable(parts.values()), dtype=np.int64,
+                                  count=2 * sum(counts)).reshape(-1, 2),
+                list(itertools.chain.from_iterable(map(itertools.repeat, parts, counts))))
+        except (IndexError, ValueError):
+            return False
+        at = dict(zip(parts, itertools.accumulate(counts, initial=0), strict=False))  # where each one's begin
+        self._partial[entry] = (parts[entry], [])
+        self._done(entry, self._keep(read_ids[:counts[0]], read[:counts[0]], []))
+        # what read_homes would read now, in its order: all of it read above, or none (left to it)
+        homes = [cid for cid in dict.fromkeys(map(home, itertools.filterfalse(self.instructions.__contains__, placed)))
+                 if cid in comps and cid not in self.members and cid not in self._partial]
+        if all(cid in parts for cid in homes) and sum(len(parts[cid]) for cid in homes) // 2 >= 2 * _AT_ONCE:
+            for cid in homes:
+                self._partial[cid] = (parts[cid], [])
+                part = slice(at[cid], at[cid] + len(parts[cid]) // 2)
+                self._done(cid, self._keep(read_ids[part], read[part], []))
+        return True
 
     def decode(self, cid: int) -> tuple[int, ...]:
         """The ids of ``cid``'s instructions in the module's order, all decoded."""
@@ -421,17 +392,18 @@ class Computations(Mapping):
         return span[0] if span is not None else None
 
 
-def decode_module(data: bytes) -> _Module:
+def decode_module(data: bytes, homes: list[int | None] | None = None) -> _Module:
     """The :class:`~xlakit.memory._assignment_types._Module` of a serialized ``HloModuleProto``: the entry
-    computation decoded, the others on demand.
+    computation decoded (with the computations that hold the instructions ``homes``, a buffer assignment's,
+    as :meth:`Instructions.read_homes` would read them), the others on demand.
 
     Raises:
       ProtoDecodeError: malformed bytes.
     """
-    return without_gc(_decode_module, data)  # ~10^4 objects made, none in a cycle (xlakit.memory._decoding)
+    return without_gc(_decode_module, data, homes)  # ~10^4 objects made, none in a cycle (xlakit.memory._decoding)
 
 
-def _decode_module(data: bytes) -> _Module:
+def _decode_module(data: bytes, homes: list[int | None] | None) -> _Module:
     top = scan(data, 0, len(data), (_F.MOD_NAME, _F.MOD_COMPUTATIONS, _F.MOD_ENTRY_ID, _F.MOD_SCHEDULE,
                                     _F.MOD_STACK_FRAME_INDEX, _F.MOD_INPUT_OUTPUT_ALIAS))
     comp_spans = _heads(data, top.get(_F.MOD_COMPUTATIONS, []))
@@ -443,7 +415,7 @@ def _decode_module(data: bytes) -> _Module:
         entry_id = list(comp_spans)[-1]  # computations are in dependency order: the entry comes last
     index = _Index(data, comp_spans)
     if entry_id in comp_spans:
-        index.decode(entry_id)
+        index.decode_with_homes(entry_id, homes) if homes else index.decode(entry_id)
     frames = top.get(_F.MOD_STACK_FRAME_INDEX)
     stack_frames = Message(data[frames[-1][0]:frames[-1][1]], lazy=True) if frames else None
     module_name = top.get(_F.MOD_NAME)

@@ -1,7 +1,7 @@
 """Reading a computation's ``HloInstructionProto`` records all at once with numpy, instead of a Python loop per field.
 
 An entry computation holds thousands of instruction records of about ten fields each; a Python loop over their
-bytes (:func:`xlakit.memory._hlo_module._instruction`) was half of decoding a module. Here every record is walked in
+bytes (:func:`_instruction`, the reader per record) was half of decoding a module. Here every record is walked in
 lockstep: one numpy step reads the next field (key, then value or length) of every record still open, so a
 computation costs as many steps as its longest record has fields. What is kept per record is what that reader
 keeps — id, name, opcode, operand and called-computation ids, parameter number, the spans of the shape and the
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from xlakit.memory._assignment_types import _Instr
+from xlakit.memory._proto import ProtoDecodeError, _varint, packed
 from xlakit.memory._xla_fields import _F
 
-__all__ = ["instruction_fields", "InstructionColumns"]  # and _opcodes, for _hlo_module
+__all__ = ["instruction_fields", "InstructionColumns", "InstructionRows"]  # and _instruction, _opcodes: _hlo_module's
 
 _NAME, _OPCODE, _SHAPE, _METADATA = (f << 3 | 2 for f in (_F.INS_NAME, _F.INS_OPCODE, _F.INS_SHAPE, _F.INS_METADATA))
 _ID, _PARAMETER_NUMBER, _TUPLE_INDEX = _F.INS_ID << 3, _F.INS_PARAMETER_NUMBER << 3, _F.INS_TUPLE_INDEX << 3
@@ -26,6 +28,7 @@ _OPERANDS, _CALLED = _F.INS_OPERANDS << 3 | 2, _F.INS_CALLED << 3 | 2
 _UNPACKED = (_F.INS_OPERANDS << 3, _F.INS_CALLED << 3)  # a repeated field written unpacked: the per-record reader
 _OP_NAME_KEY, _FRAME_KEY = _F.MD_OP_NAME << 3 | 2, _F.MD_STACK_FRAME_ID << 3  # OpMetadata's keys
 _WIDE = 10  # bytes looked at for one varint
+_GAP = 1 << 12  # bytes between two records from which they are copied apart
 
 
 def _slots() -> Any:
@@ -39,6 +42,82 @@ def _slots() -> Any:
 
 _SLOTS: Any = None  # made when first needed: importing this module imports no numpy
 _OPCODES: dict[bytes, str] = {}  # an opcode's bytes -> its name: a program has a few dozen opcodes
+_OPCODE_KEY = _OPCODE  # for _hlo_module
+
+
+def _instruction(data: bytes, pos: int, end: int, cid: int) -> tuple[int, _Instr]:
+    """``(id, instruction)`` from the HloInstructionProto at ``data[pos:end]``: name, opcode, operands, called
+    computations, parameter number; the spans of its shape and metadata, read later. Keys of one or two bytes and
+    varints of any length are read inline (a large module has ~10^5 instruction records)."""
+    name = opcode = ""
+    iid = pnum = tidx = 0  # proto3 leaves out fields equal to 0
+    operands: list[int] = []
+    called: list[int] = []
+    shape_start = shape_end = meta_start = meta_end = -1  # absent
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        elif data[pos + 1] < 0x80:  # fields 16-2047 (id, operand_ids, called_computation_ids...)
+            key = (key & 0x7F) | data[pos + 1] << 7
+            pos += 2
+        else:
+            key, pos = _varint(data, pos)
+        wire = key & 7
+        if wire != 0 and wire != 2:
+            if wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            else:
+                raise ProtoDecodeError(f"field {key >> 3}: unsupported wire type {wire}")
+            continue
+        value = data[pos]  # a varint's value, or a length
+        pos += 1
+        if value >= 0x80:
+            value &= 0x7F
+            shift = 7
+            while True:
+                b = data[pos]
+                pos += 1
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ProtoDecodeError("varint longer than 10 bytes")
+        if wire == 2:
+            stop = pos + value
+            if key == _NAME:
+                name = data[pos:stop].decode("utf-8", errors="replace")
+            elif key == _OPCODE:
+                raw = data[pos:stop]
+                opcode = _OPCODES.get(raw) or _OPCODES.setdefault(raw, raw.decode("utf-8", errors="replace"))
+            elif key == _SHAPE:
+                shape_start, shape_end = pos, stop
+            elif key == _METADATA:
+                meta_start, meta_end = pos, stop
+            elif key == _OPERANDS:
+                operands += packed(data, pos, stop)
+            elif key == _CALLED:
+                called += packed(data, pos, stop)
+            pos = stop
+        else:
+            if key == _ID:
+                iid = value
+            elif key == _PARAMETER_NUMBER:
+                pnum = value
+            elif key == _TUPLE_INDEX:
+                tidx = value
+            elif key == _UNPACKED[0]:  # a repeated field written unpacked
+                operands.append(value)
+            elif key == _UNPACKED[1]:
+                called.append(value)
+    if pos > end:
+        raise ProtoDecodeError("an instruction's record runs past its end")
+    return iid, _Instr(name, opcode, cid, None, tuple(operands), tuple(called), None, 0,
+                       pnum if opcode == "parameter" else -1, (data, meta_start, meta_end, shape_start, shape_end),
+                       tidx if opcode == "get-tuple-element" else -1)
 
 
 def _varints(buf: Any, at: Any) -> tuple[Any, Any]:
@@ -92,6 +171,25 @@ class InstructionColumns(NamedTuple):
     tuple_index: Any = None  # a get-tuple-element's element (-1 where absent)
 
 
+class InstructionRows:
+    """What the instructions made from one :class:`InstructionColumns` read when first asked, by row: the spans of
+    each one's metadata and shape in ``data`` (``raw``) and its called computations (a slice of one tuple)."""
+
+    __slots__ = ("data", "meta_start", "meta_end", "shape_start", "shape_end", "_called", "_called_at")
+
+    def __init__(self, data: bytes, f: InstructionColumns) -> None:
+        self.data = data
+        self.meta_start, self.meta_end = f.metadata_start.tolist(), f.metadata_end.tolist()
+        self.shape_start, self.shape_end = f.shape_start.tolist(), f.shape_end.tolist()
+        self._called, self._called_at = tuple(f.called.tolist()), f.called_at.tolist()
+
+    def raw(self, row: int) -> tuple[bytes, int, int, int, int]:
+        return self.data, self.meta_start[row], self.meta_end[row], self.shape_start[row], self.shape_end[row]
+
+    def called(self, row: int) -> tuple[int, ...]:
+        return self._called[self._called_at[row]:self._called_at[row + 1]]
+
+
 def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> InstructionColumns:
     """The fields of the HloInstructionProto records at ``records`` (``(start, end)`` offsets into ``data``, in
     order, not overlapping; at least one), read together: :class:`InstructionColumns`."""
@@ -102,11 +200,20 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
         _SLOTS = _slots()
     n = len(records)
     bounds = np.asarray(records, dtype=np.int64).reshape(-1, 2)
-    lo, hi = int(bounds[0, 0]), int(bounds[-1, 1])
-    buf = np.zeros(hi - lo + 2 * _WIDE, dtype=np.uint8)  # zeros past the end: a read there ends a varint
-    buf[:hi - lo] = np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo)
-    limit = hi - lo + _WIDE  # a position past every record, still inside buf
-    pos, end = bounds[:, 0] - lo, bounds[:, 1] - lo
+    # The records' bytes copied run by run: records far apart (the entry and the small computations read with it)
+    # copied without the bytes between them. A read past a record's end, which differs, makes the record bad.
+    starts, ends = bounds[:, 0], bounds[:, 1]
+    cut = np.flatnonzero((starts[1:] < ends[:-1]) | (starts[1:] - ends[:-1] > _GAP)) + 1
+    first, last = np.concatenate(([0], cut)), np.concatenate((cut, [n])) - 1
+    run_lo, run_hi = starts[first], np.maximum(ends[last], starts[first])
+    placed = np.cumsum(run_hi - run_lo) - (run_hi - run_lo)  # where each run begins in buf
+    total = int((run_hi - run_lo).sum())
+    buf = np.zeros(total + 2 * _WIDE, dtype=np.uint8)  # zeros past the end: a read there ends a varint
+    for lo, hi, at in zip(run_lo.tolist(), run_hi.tolist(), placed.tolist(), strict=True):
+        buf[at:at + hi - lo] = np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo)
+    shift = np.repeat(run_lo - placed, last - first + 1)  # a record's offset in data less its offset in buf
+    limit = total + _WIDE  # a position past every record, still inside buf
+    pos, end = starts - shift, ends - shift
     bad = end < pos
     open_ = np.flatnonzero(pos < end)
     got: list[tuple[Any, Any, Any, Any]] = []  # per step: record, key, value (a length for wire 2), payload start
@@ -141,7 +248,8 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     # into data; -1 where absent), then id, parameter number (0 where absent) and tuple index (-1 where absent).
     slot = _SLOTS[np.minimum(key, len(_SLOTS) - 1)]
     hit = np.flatnonzero(slot >= 0)
-    where, slot, at, size = record[hit], slot[hit], start[hit] + lo, value[hit]
+    where, slot, size = record[hit], slot[hit], value[hit]
+    at = start[hit] + shift[where]
     spans = np.full((2, 4, n), -1, dtype=np.int64)
     text = slot < 4
     spans[0, slot[text], where[text]] = at[text]
@@ -189,7 +297,7 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     name, opcode, shape, meta = zip(spans[0], spans[1], strict=True)
     operands, operands_at, called, called_at = ids()
     # OpMetadata as XLA writes it for JAX: an op name (one-byte length), then no frame id or one of 1-2 bytes
-    meta_start, meta_end = meta[0] - lo, meta[1] - lo
+    meta_start, meta_end = meta[0] - shift, meta[1] - shift
     has_meta = meta[0] >= 0
     m0 = np.where(has_meta, np.minimum(meta_start, limit), 0)
     name_len = buf[m0 + 1].astype(np.int64)
@@ -203,8 +311,8 @@ def instruction_fields(data: bytes, records: list[tuple[int, int]]) -> Instructi
     read = common & (plain | frame1 | frame2)
     frame = np.where(read & frame1, f1, np.where(read & frame2, (f1 & 0x7F) | (f2 << 7), 0))
     return InstructionColumns(scalars[0], *name, *opcode, *shape, *meta, scalars[1], operands, operands_at, called,
-                              called_at, read, np.where(read, m0 + 2 + lo, 0), np.where(read, stop + lo, 0), frame, bad,
-                              scalars[2])
+                              called_at, read, np.where(read, m0 + 2 + shift, 0), np.where(read, stop + shift, 0),
+                              frame, bad, scalars[2])
 
 
 def _opcodes(data: bytes, start: Any, end: Any) -> tuple[list[str], Any, Any]:
