@@ -50,10 +50,16 @@ def block_of_path(path: str | None) -> str | None:
     first (``"stages[1]/blocks[0]"``), optax's ``opt_state[0]`` skipped; None without one."""
     if not path or "[" not in path:  # every indexed container has a "["
         return None
-    # one pass over the (key, index) pairs: thousands of argument paths, each read once
-    shown = [f"{m[0] or m[2] or m[4]}[{m[1] or m[3] or m[5]}]" for m in _PAIR.findall(path)
-             if (m[0] or m[2] or m[4]) not in _SKIPPED]
-    return "/".join(shown) or None
+    return _path_pairs(path)[0]
+
+
+@functools.lru_cache(maxsize=65536)
+def _path_pairs(path: str) -> tuple[str | None, int]:
+    """(:func:`block_of_path`, where the last pair it names ends on ``path``: 0 without one), from one
+    pass over its pairs: thousands of argument paths, each read once."""
+    pairs = [m for m in _PAIR.finditer(path) if (m[1] or m[3] or m[5]) not in _SKIPPED]
+    return "/".join(f"{m[1] or m[3] or m[5]}[{m[2] or m[4] or m[6]}]" for m in pairs) or None, \
+        pairs[-1].end() if pairs else 0
 
 
 def layer_blocks(arguments: Sequence[tuple[str, Any]]) -> frozenset[str]:
@@ -63,27 +69,18 @@ def layer_blocks(arguments: Sequence[tuple[str, Any]]) -> frozenset[str]:
     entries that differ are no blocks: nothing there to tell apart (JupyterLab trial: ``batch[0]`` led layers)."""
     signatures: dict[str, set[tuple[str, Any]]] = {}
     for path, shape in arguments:
-        block = block_of_path(path)
+        block, end = _path_pairs(path) if "[" in path else (None, 0)
         if block:
-            rest = path[_last_pair_end(path):]
+            rest = path[end:]
             signatures.setdefault(block, set()).add((rest, None if rest else tuple(shape or ())))
+    keys = {block: (_SIBLING.sub("[*]", block), frozenset(signature)) for block, signature in signatures.items()}
     siblings: dict[tuple[str, frozenset], int] = {}
-    for block, signature in signatures.items():
-        key = (_SIBLING.sub("[*]", block), frozenset(signature))
+    for key in keys.values():
         siblings[key] = siblings.get(key, 0) + 1
-    return frozenset(b for b, sig in signatures.items() if siblings[(_SIBLING.sub("[*]", b), frozenset(sig))] >= 2)
+    return frozenset(b for b, key in keys.items() if siblings[key] >= 2)
 
 
 _SIBLING = re.compile(r"\[\d+\]$")  # a block's own index, the last: its siblings differ only there
-
-
-def _last_pair_end(path: str) -> int:
-    """Where the last indexed container on ``path`` (not skipped: :data:`_SKIPPED`) ends."""
-    end = 0
-    for m in _PAIR.finditer(path):
-        if (m[1] or m[3] or m[5]) not in _SKIPPED:
-            end = m.end()
-    return end
 
 
 def _kept(block: str | None, kept: frozenset[str]) -> str | None:

@@ -11,8 +11,9 @@ from typing import Any
 
 from xlakit.memory._hlo_frames import parse_op_name, user_frame
 
-__all__ = ["CARRIERS", "argument_path", "copied_argument", "last_reader", "writes_into", "metadata_source",
-           "fused_frame", "readers_line", "stacked_value", "read_by_backward", "results_of", "phases_of"]
+__all__ = ["CARRIERS", "argument_path", "argument_columns", "copied_argument", "last_reader", "writes_into",
+           "metadata_source", "fused_frame", "readers_line", "stacked_value", "read_by_backward", "results_of",
+           "phases_of"]
 
 # Ops XLA inserts that move or re-view a value; they inherit the metadata of the value they carry.
 CARRIERS = frozenset({"copy", "bitcast", "get-tuple-element", "tuple", "copy-start", "copy-done", "reshape",
@@ -177,6 +178,19 @@ def argument_path(num: int, recorded: str, leaf: Any) -> str:
     if recorded and "/" not in recorded and not (leaf and leaf.graph):
         return recorded
     return leaf.path if leaf else f"parameter {num}"
+
+
+def argument_columns(num: int, recorded: str, leaf: Any, shape_index: Any, donated_flags: list,
+                     aliased: bool) -> tuple[str, str, bool]:
+    """``(parameter, role, donated)`` of entry argument ``num``'s buffer at ``shape_index`` of it: its name
+    (:func:`argument_path`), optimizer state or parameter, and whether the caller donated it (``aliased``: XLA
+    reuses its bytes)."""
+    parameter = argument_path(num, recorded, leaf)
+    if shape_index:
+        parameter += "".join(f"[{i}]" for i in shape_index)
+    role = "optimizer state" if (leaf.optimizer_state if leaf else "opt_state" in parameter) else "parameter"
+    return parameter, role, aliased or bool(leaf is not None and leaf.index < len(donated_flags)
+                                            and donated_flags[leaf.index])
 
 
 def copied_argument(ins: Any, param_ids: dict[int, int], leaves: dict, mod: Any,

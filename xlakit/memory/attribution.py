@@ -42,14 +42,13 @@ thread-local      a small per-thread value (not device memory)
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from typing import Any
 
 from xlakit._jax.call_options import DEFAULT
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._hlo_frames import FrameTable, NameStack, layer_of, parse_op_name, source_of, stack_text, user_frame
 from xlakit.memory._speaking import (
-    argument_path,
+    argument_columns,
     copied_argument,
     fused_frame,
     last_reader,
@@ -180,28 +179,6 @@ def _beside_tokens(mod: Any, params: dict[int, Any], leaves: dict[int, Any]) -> 
 
 _ARGUMENT_NAMES = NameStack("", (), "", ())  # an argument's op name, its path without "/" or "(": no phase, unparsed
 
-def _frame(cols: dict[str, list[Any]]) -> tuple[Any, dict[str, Any]]:
-    """The buffers frame from its column lists, each column built with its dtype (int64, nullable Int64, bool,
-    object where a value may be None) rather than inferred from thousands of Python objects; and the columns the
-    liveness sweeps as numpy int64 (-1 where missing), made once for both."""
-    import numpy as np
-    import pandas as pd
-
-    from xlakit.memory._role_liveness import int_array
-
-    typed: dict[str, Any] = dict(cols)
-    for name in ("buffer_id", "bytes", "start", "end"):
-        typed[name] = np.array(cols[name], dtype=np.int64)
-    swept = {name: typed[name] for name in ("bytes", "start", "end")}
-    for name in ("line", "allocation", "offset"):
-        values, missing = int_array(cols[name])
-        typed[name] = pd.arrays.IntegerArray(values, missing)
-        swept[name] = np.where(missing, -1, values)
-    typed["donated"] = np.array(cols["donated"], dtype=bool)
-    typed["block"] = pd.Series(np.array(cols["block"], dtype=object), dtype=object)
-    return pd.DataFrame(typed, columns=BUFFER_COLUMNS), swept
-
-
 def _role(alloc: Any, constant: bool, thread_local: bool, is_result: bool, kind: str, live_out: bool, phase: str,
           recomputed: bool, reads: tuple) -> str:
     """The role of a buffer that is not an argument: by its allocation first, then whether it is a result, then
@@ -275,6 +252,7 @@ def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict
 def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | None) -> Attribution:
     from xlakit._jax.arguments import argument_leaves, donated_leaves, output_paths
     from xlakit.memory._blocks import add_blocks
+    from xlakit.memory._buffer_columns import buffer_columns, buffer_frame
     from xlakit.memory._donation import dropped_donations, name_donations, output_index, output_of
     from xlakit.memory._role_liveness import liveness_frame
     from xlakit.memory._speaking import stacked_value
@@ -302,7 +280,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     # (frame id, op name) -> (the text columns of a buffer its instruction speaks for, recomputed): the layers of
     # a deep model repeat a few hundred of these over thousands of buffers
     spoken: dict[tuple[int, str], tuple[tuple[Any, ...], bool]] = {}
-    table: list[tuple[Any, ...]] = []  # per row: role, parameter, output, donated, text columns (_TEXT_COLUMNS)
+    table: list[tuple[Any, ...]] = []  # per row: role, parameter, output, donated, text columns (TEXT_COLUMNS)
     apart: dict[int, tuple[list[int], bool]] = {}  # rows not at their own instruction alone: (positions, stacked)
     param_paths: dict[int, str] = {}
     instructions = mod.instructions
@@ -328,7 +306,25 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             rows.thread_local, rows.live_out, rows.aliased, strict=True)):
         ins = (known.get(iid) or instructions.get(iid)) if iid is not None else None
         more = aliases.get(bid)
-        if ins is not None and not more and iid not in param_ids:
+        if ins is not None and not more and iid in param_ids:  # an argument: named by its path, not by a line
+            num = param_ids[iid]
+            op_name, frame_id = ins.op_name, ins.frame_id
+            path, role, donated = argument_columns(num, op_name, leaves.get(num), shape_index, donated_flags,
+                                                   bool(alloc is not None and aliased))
+            param_paths[iid] = path
+            names = _ARGUMENT_NAMES if "/" not in op_name and "(" not in op_name else parse_op_name(op_name)
+            if op_name or frame_id:  # its own op name: the phase name_blocks asks for
+                phases[iid] = names.phase
+            stack, user = frame_of(frame_id)
+            text = stack_texts.get(id(stack))
+            if text is None:
+                text = stack_texts[id(stack)] = stack_text(stack, shown_files)
+            output = output_of(outputs, iid, shape_index, None, (iid,)) if iid in results else None
+            table.append((role, path, output, donated, (names.phase, "argument", "argument", f"argument {path}",
+                                                        user.file if user else None, user.line if user else None,
+                                                        text)))
+            continue  # (no entry in apart: an argument's block is read from its path)
+        if ins is not None and not more:
             op_name, frame_id = ins.op_name, ins.frame_id  # each read once
             # most buffers: one position, whose own metadata speaks for it (not a fusion without a frame, nor a
             # scan's stacked result)
@@ -406,15 +402,10 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                 break
         if iid in param_ids:
             num = param_ids[iid]
-            leaf = leaves.get(num)
-            parameter = argument_path(num, ins.op_name if ins is not None else "", leaf)
-            if shape_index:
-                parameter += "".join(f"[{i}]" for i in shape_index)
-            role = "optimizer state" if (leaf.optimizer_state if leaf else "opt_state" in parameter) else "parameter"
+            parameter, role, donated = argument_columns(num, ins.op_name if ins is not None else "", leaves.get(num),
+                                                        shape_index, donated_flags, bool(alloc is not None and aliased))
             scope, source, layer = "argument", f"argument {parameter}", "argument"
             param_paths[params[num]] = parameter
-            donated = bool(alloc is not None and aliased) or bool(
-                leaf is not None and leaf.index < len(donated_flags) and donated_flags[leaf.index])
             known_text = stack_texts.get(id(stack))
             if known_text is None:
                 known_text = stack_texts[id(stack)] = stack_text(stack, shown_files)
@@ -434,11 +425,11 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         table.append((role, parameter, output, donated, (names.phase, scope, layer, source, user.file if user else
                                                         None, user.line if user else None, text)))
         apart[row] = (positions, stacked is not None)
-    cols = _columns(rows, ranges, table)
+    cols = buffer_columns(rows, ranges, table)
     donation_rows = name_donations(cols, mod, ba._allocation_facts, out_paths, dropped_donations(
         compiled, fn, example, leaves, donated_flags))
     add_blocks(cols, rows.instruction_ids, apart, mod, param_paths, phase)
-    buffers, swept = _frame(cols)
+    buffers, swept = buffer_frame(cols)
     liveness = liveness_frame(order, mod, {"role": cols["role"], **swept}, ROLES)
     method = "reconstructed from the HLO schedule and buffer aliases"
     if ba.heap_traces:
@@ -447,22 +438,3 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     return Attribution(buffers=buffers, liveness=liveness, steps=len(order), name=ba.name,
                        platform=getattr(memory, "platform", None), memory=memory, assignment=ba, method=method,
                        _donation_rows=tuple(donation_rows))
-
-
-_TEXT_COLUMNS = ("phase", "scope", "layer", "source", "file", "line", "stack")
-
-
-def _columns(rows: Any, ranges: dict[int, tuple[int, int]], table: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """The buffers' columns (:data:`BUFFER_COLUMNS`): those of the assignment as they are (read, not changed),
-    the rest from ``table`` (:func:`_attribute`'s rows); the columns filled later (output, parameter, layer,
-    block) as lists."""
-    spans = list(map(ranges.get, rows.ids, itertools.repeat((-1, -1), len(rows.ids))))
-    starts, ends = (list(c) for c in zip(*spans, strict=True)) if spans else ([], [])
-    role, parameter, output, donated, text = (list(c) for c in zip(*table, strict=True)) if table else (
-        [] for _ in range(5))
-    cols = dict(zip(_TEXT_COLUMNS, (list(c) for c in zip(*text, strict=True)), strict=True)) if text else {
-        c: [] for c in _TEXT_COLUMNS}
-    cols.update(buffer_id=rows.ids, instruction=rows.instructions, opcode=rows.opcodes, bytes=rows.sizes,
-                shape=rows.shapes, dtype=rows.dtypes, role=role, parameter=parameter, output=output, donated=donated,
-                allocation=rows.allocations, offset=rows.offsets, start=starts, end=ends, block=[None] * len(role))
-    return {c: cols[c] for c in BUFFER_COLUMNS}
