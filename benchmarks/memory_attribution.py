@@ -30,8 +30,8 @@ Run: ``PYTHONPATH=. python benchmarks/memory_attribution.py [--layers 150,500,10
 every program in N fresh processes, taking turns, and prints each program's median and its range: on a machine
 whose compile varies by a third from one process to the next (2 cores, 1.5-2.4 s CPU for the 150-layer step), the
 target is judged on the median, and the worst single process is printed beside it. ``--baseline DIR`` measures
-another checkout (``git worktree add /tmp/base main``) in the same run, each program in a fresh process per checkout, taking turns, and
-prints both side by side.
+another checkout (``git worktree add /tmp/base main``) in the same run, each program in a fresh process per
+checkout, taking turns, and prints both side by side.
 """
 
 from __future__ import annotations
