@@ -1,4 +1,4 @@
-"""The columns of an attribution's buffers frame (:data:`xlakit.memory.attribution.BUFFER_COLUMNS`) and the frame
+"""The columns of an attribution's buffers frame (:data:`BUFFER_COLUMNS`) and the frame
 made from them, each column built with its dtype rather than inferred from thousands of Python objects."""
 
 from __future__ import annotations
@@ -6,17 +6,20 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-__all__ = ["TEXT_COLUMNS", "buffer_columns", "buffer_frame"]
+__all__ = ["BUFFER_COLUMNS", "TEXT_COLUMNS", "buffer_columns", "buffer_frame"]
+
+#: The buffers frame's columns, in order (:class:`xlakit.memory.Attribution` says what each holds).
+BUFFER_COLUMNS = ["buffer_id", "instruction", "opcode", "bytes", "shape", "dtype", "role", "scope", "phase",
+                  "layer", "source", "file", "line", "parameter", "output", "donated", "allocation", "offset",
+                  "start", "end", "stack", "block"]
 
 TEXT_COLUMNS = ("phase", "scope", "layer", "source", "file", "line", "stack")
 
 
 def buffer_columns(rows: Any, ranges: dict[int, tuple[int, int]], table: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """The buffers' columns (:data:`~xlakit.memory.attribution.BUFFER_COLUMNS`): those of the assignment as they
+    """The buffers' columns (:data:`BUFFER_COLUMNS`): those of the assignment as they
     are (read, not changed), the rest from ``table`` (the attribution's rows: role, parameter, output, donated,
     and the :data:`TEXT_COLUMNS`); the columns filled later (output, parameter, layer, block) as lists."""
-    from xlakit.memory.attribution import BUFFER_COLUMNS
-
     spans = list(map(ranges.get, rows.ids, itertools.repeat((-1, -1), len(rows.ids))))
     starts, ends = (list(c) for c in zip(*spans, strict=True)) if spans else ([], [])
     role, parameter, output, donated, text = (list(c) for c in zip(*table, strict=True)) if table else (
@@ -37,8 +40,6 @@ def buffer_frame(cols: dict[str, list[Any]]) -> tuple[Any, dict[str, Any]]:
     import pandas as pd
 
     from xlakit.memory._role_liveness import int_array
-    from xlakit.memory.attribution import BUFFER_COLUMNS
-
     typed: dict[str, Any] = dict(cols)
     for name in ("buffer_id", "bytes", "start", "end"):
         typed[name] = np.array(cols[name], dtype=np.int64)

@@ -45,6 +45,7 @@ import dataclasses
 from typing import Any
 
 from xlakit._jax.call_options import DEFAULT
+from xlakit.memory._buffer_columns import BUFFER_COLUMNS
 from xlakit.memory._display import fmt_bytes, html_table
 from xlakit.memory._hlo_frames import FrameTable, NameStack, layer_of, parse_op_name, source_of, stack_text, user_frame
 from xlakit.memory._speaking import (
@@ -64,9 +65,6 @@ __all__ = ["Attribution", "attribute", "ROLES", "BUFFER_COLUMNS"]
 
 ROLES = ("parameter", "optimizer state", "aliased", "output", "residual", "recomputed", "temporary", "constant",
          "thread-local")
-BUFFER_COLUMNS = ["buffer_id", "instruction", "opcode", "bytes", "shape", "dtype", "role", "scope", "phase",
-                  "layer", "source", "file", "line", "parameter", "output", "donated", "allocation", "offset",
-                  "start", "end", "stack", "block"]
 
 
 @dataclasses.dataclass(frozen=True)
