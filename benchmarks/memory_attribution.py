@@ -249,10 +249,15 @@ def _child(checkout: str, program: str) -> dict | None:
     layers = program.split()[1] if program.startswith("narrow") else ""
     command = [sys.executable, __file__, "--json", "--layers", layers]
     command += ["--no-transformer"] if layers else []
-    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": checkout}, capture_output=True, text=True,
+    # the checkout first, then whatever the environment already needs on the path (a TPU VM's kit)
+    path = os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True,
                           check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    if done.returncode or not lines:
+        print(f"{program}: the process failed (exit {done.returncode}): {done.stderr.strip()[-400:]}", flush=True)
+        return None
+    return json.loads(lines[-1])
 
 
 def sweep_cost(n: int) -> float:
