@@ -66,7 +66,7 @@ def test_memory_breakdown_draws_the_peak_lifetimes_and_treemap_of_a_real_program
                    if pos == life["shown"] - 1 - i and base <= pk.step < base + length)
     assert crossing <= pk.total_bytes
     # Bars named in the user's terms: the source line of the residual, the parameter path of a parameter.
-    ticks = list(w.lifetime_figure.layout.yaxis.ticktext)
+    ticks = [t.replace("<br>", " ") for t in w.lifetime_figure.layout.yaxis.ticktext]  # a long label wraps
     assert any(t.startswith("w['a'] · parameter") for t in ticks)
     assert any("(loss) · residual · " in t for t in ticks)
     # The largest buffers at the peak: xlakit.memory.peak's, in the user's terms, not XLA's instruction list.

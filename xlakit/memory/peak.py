@@ -118,14 +118,16 @@ class Peak:
         return shown + (" …" if len(tops) > 3 else "")
 
     def _repr_html_(self) -> str:
-        rows = [("peak", f"{fmt_bytes(self.total_bytes)} at step {self.step} of {self.steps}"),
+        rows = [("peak", f"{fmt_bytes(self.total_bytes)} at step {self.step} of {self.steps} (the program's "
+                         "instructions in the order XLA runs them)"),
                 ("where", self.where)]
         for g in top_groups(self.buffers, "source", 8):  # with the role holding each line's bytes, as the repr
             held = role_note(g)
             shown = f"{fmt_bytes(g['bytes'])} in {g['count']} buffer(s)"
             rows.append((g["group"], f"{shown}: {held}" if held else shown))
-        rows.append(("XLA instruction at the peak", self.instruction or "?"))
-        rows.append(("method", self.method))
+        rows.append(("XLA instruction at the peak", f"{self.instruction or '?'} (XLA's name for the operation "
+                     "running at that step; \"where\" above is its line)"))
+        rows.append(("how the step was found", self.method))
         return html_table(rows, title=f"Peak of {self.attribution.name or '?'}")
 
 
@@ -181,7 +183,8 @@ def peak_of(attribution: Any) -> Peak:
         return reserved
     step = _trace_step(attribution)
     method = "step of XLA's heap simulator trace peak" if step is not None else (
-        "maximum of the liveness reconstructed from the HLO schedule")
+        "the step where the most bytes are live, replaying the program's instructions in the order XLA runs them "
+        "(its HLO schedule) with each buffer's first and last use")
     if step is None:
         step = int(live.loc[live["live_bytes"].idxmax(), "step"])
     b = attribution.buffers

@@ -170,7 +170,7 @@ def _bytes_text(values: Sequence[Any]) -> list[str]:
 def breakdown_figure(frame, unit: str = "bytes"):
     """Stacked bars per program (``barmode="relative"``: aliases below zero) and a peak marker per program.
 
-    On CPU, XLA's peak leaves out temporaries, so the dash is labelled "peak (XLA:CPU, no temporaries)" and
+    On CPU, XLA's peak leaves out temporaries, so the dash says so (and that it is not ``memory.peak``'s) and
     a second dash marks the footprint (what one run reserves). Axes and tooltips in binary units."""
     import plotly.graph_objects as go
 
@@ -188,7 +188,8 @@ def breakdown_figure(frame, unit: str = "bytes"):
                     hovertemplate=f"%{{x}}<br>{label}: %{{customdata}}{extra}<extra></extra>")
     platforms = frame.attrs.get("platforms", {})
     on_cpu = any(platforms.get(p) == "cpu" for p in programs)
-    peak_name = "peak (XLA:CPU, no temporaries)" if on_cpu else "peak (XLA)"
+    # XLA:CPU's peak_memory_in_bytes leaves temporaries out: not what memory.peak() finds, and named so
+    peak_name = "XLA:CPU's peak_memory_in_bytes (no temporaries: not memory.peak)" if on_cpu else "peak (XLA)"
     if any(v is not None for v in values["peak"]):
         fig.add_scatter(x=programs, y=values["peak"], mode="markers", name=peak_name,
                         marker=dict(symbol="line-ew-open", size=28, color="#444", line=dict(width=3)),
@@ -249,11 +250,15 @@ def _peak_buffers_table(peak_buffers, top: int) -> str:
             if r.get(key) in ("unknown", "", "argument"):  # "argument": a parameter's layer, said by its source
                 r[key] = None
     cols = [c for c in _PEAK_BUFFER_COLUMNS if c.key in largest.columns]
-    if "buffer_bytes" in largest.columns and (largest["buffer_bytes"] == largest["bytes"]).all():
+    shared = "buffer_bytes" in largest.columns and not (largest["buffer_bytes"] == largest["bytes"]).all()
+    if not shared:
         cols = [c for c in cols if c.key != "buffer_bytes"]  # nothing shared: the same number twice
     return (Table(cols, rows, css_class="xlakit-largest xlakit-peak-buffers", drop_empty=True).to_html()
-            + note("bytes at the peak: what each buffer adds to the peak, bytes shared with a larger buffer "
-                   "counted once (xlakit.memory.peak); hover a role for XLA's instruction"))
+            + note("bytes at the peak: what each buffer adds to the peak (xlakit.memory.peak)"
+                   + (". Buffers that share one piece of memory (the same allocation and offset: an update in place, "
+                      "a value XLA put in a dead one's bytes) count it once, charged to one of them; the others read "
+                      "0 B or less here, their own size beside it" if shared else "")
+                   + ". Hover a role for XLA's instruction"))
 
 
 def details_html(selected: str | None, largest, note_text: str | None = None, *, peak_buffers=None,

@@ -287,14 +287,12 @@ def buffer_label(row: Any, *, size: bool = True) -> str:
     return " · ".join(parts)
 
 
-#: Characters per line of a bar's label on the lifetime chart's axis: a longer label (a copy's story, a deep
-#: parameter path) wraps onto more lines rather than taking the plot's width or being cut.
-LABEL_LINE = 56
+#: Characters per line of a lifetime chart's bar label: a longer one (a copy's story) wraps, never cut.
+LABEL_LINE = 48
 
 
 def wrapped_label(label: str, width: int = LABEL_LINE) -> list[str]:
-    """``label`` (:func:`buffer_label`) as lines of at most ``width`` characters where it has spaces to break at
-    (a word longer than that keeps its own line whole): every character stays, none is cut."""
+    """``label`` as lines of at most ``width`` characters, broken at spaces (a longer word keeps its line)."""
     import textwrap
 
     return textwrap.wrap(label, width, break_long_words=False, break_on_hyphens=False) or [label]
@@ -464,7 +462,9 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     if meta["more"]:  # a line of its own: a narrow chart wraps the title at its spaces
         heading += f"<br>+{meta['more']:,} more buffers ({fmt_bytes(meta['more_bytes'])}) not drawn"
     widest = max((len(line) for t in ticks for line in t), default=0) if show_ticks else 0
-    rows = sum(map(len, ticks)) if show_ticks else n  # a wrapped label takes a line per part
-    chart_layout(fig, heading, int(min(900, 160 + 14 * max(n, rows))), plot_left=int(24 + 6.5 * widest))
+    # rows are evenly spaced, so each is as tall as the most-wrapped label (else neighbours' labels overlap)
+    lines = max(map(len, ticks), default=1) if show_ticks else 1
+    height = 160 + n * (4 + 13 * lines) if show_ticks else min(900, 160 + 14 * n)  # at most 40 labelled rows
+    chart_layout(fig, heading, int(height), plot_left=int(24 + 6.5 * widest))
     fig.update_layout(meta={"xlakit_lifetime": meta})
     return fig
