@@ -167,7 +167,7 @@ def test_remat_turns_the_attention_residuals_into_recomputed_values_and_compare_
     assert c.by("role").set_index("group").loc["recomputed", "bytes_b"] >= 2 * SCORES
     text = repr(c)
     assert f"residuals −{(r_before - r_after) / MIB:.1f} MiB (" in text, text
-    assert f"test_memory_transformer.py:{SOFTMAX_LINE} (Attention.__call__))" in text, text
+    assert f"test_memory_transformer.py:{SOFTMAX_LINE} (Attention.__call__)" in text, text
 
 
 def test_what_nnx_jit_lowers_and_compiles_is_attributed_as_jax_s_own_program(cache):

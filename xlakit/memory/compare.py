@@ -231,7 +231,8 @@ class Comparison:
             change = change[change > 0] if row["delta"] > 0 else change[change < 0]
             if len(change) and role not in ("parameter", "optimizer state"):
                 top = change.abs().idxmax()
-                text += f" ({top})" if top != "unknown" else ""
+                more = len(change) - 1  # the others that moved the same way: the top one is not all of it
+                text += (f" ({top}{f', and {more} more' if more else ''})" if top != "unknown" else "")
             parts.append(text)
         return ", ".join(parts) or "no change at the peak"
 
@@ -290,8 +291,9 @@ def compare(a: Any, b: Any, *, labels: tuple[str, str] | None = None) -> Compari
     Args:
       a, b: each a :class:`~xlakit.memory.Peak`, an :class:`~xlakit.memory.Attribution`, a
         ``jax.stages.Compiled``, or a tuple ``(fn, *example_args)``.
-      labels: what the display calls the two (``("no donation", "donated")``); default: the programs' names,
-        or where they are the same name ``"first (jit_step)"`` and ``"second (jit_step)"``.
+      labels: what the display calls the two (``("no donation", "donated")``); default: the programs' names;
+        where they are the same name and only one donates arguments, ``"jit_step"`` and ``"jit_step, donated"``;
+        else ``"first (jit_step)"`` and ``"second (jit_step)"``.
 
     Returns:
       :class:`Comparison`; ``repr`` reads "peak 4.5 MiB → 2.5 MiB (−2.0 MiB): residuals −2.0 MiB (...)".
@@ -314,6 +316,17 @@ def compare(a: Any, b: Any, *, labels: tuple[str, str] | None = None) -> Compari
         frames.append(both.loc[order])
     frame = pd.concat(frames, ignore_index=True)
     if labels is None:
-        na, nb = (getattr(p.attribution, "name", None) or "?" for p in (pa, pb))
-        labels = (na, nb) if na != nb else (f"first ({na})", f"second ({nb})")
+        labels = _default_labels(pa, pb)
     return Comparison(frame=frame, a=pa, b=pb, labels=(str(labels[0]), str(labels[1])))
+
+
+def _default_labels(pa: Any, pb: Any) -> tuple[str, str]:
+    """The two programs' names; for one name twice, what tells them apart where that is known (donation: read from
+    each program's ``input_output_alias``), else their order."""
+    na, nb = (getattr(p.attribution, "name", None) or "?" for p in (pa, pb))
+    if na != nb:
+        return na, nb
+    donating = [bool(getattr(p.attribution, "_donation_rows", ())) for p in (pa, pb)]
+    if donating[0] != donating[1]:
+        return tuple(f"{na}, donated" if d else na for d in donating)  # type: ignore[return-value]
+    return f"first ({na})", f"second ({nb})"
