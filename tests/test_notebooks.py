@@ -81,8 +81,8 @@ def _check_01(text: str) -> None:
                   r"and load ([\d.]+) s \+ run and the rest (-?[\d.]+) s", text)
     assert m, "the notebook breaks down the warm first call's seconds"
     total, *parts = (float(v) for v in m.groups())
-    # four parts, each printed to 0.01 s: their sum and the printed total may be up to 4 x 0.005 s apart
-    assert abs(sum(parts) - total) <= 0.02 + 1e-9 and float(m.group(4)) > 0
+    # four parts and the total, each printed to 0.01 s: the sum of the parts may be 5 x 0.005 s from the total
+    assert abs(sum(parts) - total) <= 0.025 + 1e-9 and float(m.group(4)) > 0
     # Only the timed call's events: not the traces build() did before the timer started (a negative rest).
     assert parts[-1] >= 0, m.group(0)
     # The warm run's lanes are the timed call's program only: no all-zero rows of setup programs it traced.
