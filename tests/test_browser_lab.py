@@ -157,6 +157,11 @@ _LAYOUT_JS = """() => {
                       return o && e.getBoundingClientRect().right > o.getBoundingClientRect().right + 1; };
   out.past_cell = visible('.xlakit-table-wrap, .xlakit-allocator-row > *').filter(past)
     .map(e => e.className.slice(0, 40));
+  // No view's box scrolls sideways: a full-width child (a chart, a nested box) with ipywidgets' 2 px margins made
+  // MemoryBreakdown's boxes 4 px wider than themselves (JupyterLab trial, 2026-12-06: 852 px in 848).
+  out.boxes_scrolling = visible('.widget-box[class*="xlakit-"], [class*="xlakit-"] .widget-box')
+    .filter(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX !== 'visible')
+    .map(e => [e.className.slice(-40), e.scrollWidth, e.clientWidth]);
   out.notes_outside = visible('.js-plotly-plot').flatMap(gd => {
     const s = gd.querySelector('.main-svg').getBoundingClientRect();
     return Array.from(gd.querySelectorAll('.annotation'))
@@ -238,6 +243,7 @@ def test_dark_theme_and_an_800px_window(lab):
     assert c["partition_name_lines"] and max(c["partition_name_lines"]) <= 1, c
     assert c["clipped_legends"] == 0, c
     assert c["past_cell"] == [] and c["notes_outside"] == [], c
+    assert c["boxes_scrolling"] == [], c["boxes_scrolling"]
     checked, overlapping, _width = c["legend_over_title"]
     assert checked >= 2 and overlapping == 0, c  # a legend above the plot grew over the title when it wrapped
     # the timeline's filter controls ran past the dashboard's right edge in a narrow window; they wrap now

@@ -492,6 +492,7 @@ def test_lifetime_chart_wraps_a_long_label_onto_lines_and_keeps_every_word():
     lines = tick.split("<br>")
     assert len(lines) >= 2 and all(len(line) <= 48 for line in lines)
     assert " ".join(lines).replace("&lt;", "<") == label  # nothing cut: the lines are the label's words
+    assert not any(re.match(r"[KMG]?i?B\b", line) for line in lines)  # a size is never split ("4.0" / "MiB")
     assert fig.layout.margin.l < 24 + 7 * 48  # the margin is a line's width, not the label's
     rows = len(fig.layout.yaxis.tickvals)  # evenly spaced rows, each as tall as the most-wrapped label
     assert fig.layout.height - fig.layout.margin.t - fig.layout.margin.b >= rows * 13 * len(lines)

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 
 __all__ = ["fmt_bytes", "fmt_bytes_apart", "fmt_seconds", "fmt_count", "fmt_value", "byte_ticks", "NOT_REPORTED",
-           "BINARY_UNITS"]
+           "BINARY_UNITS", "wrapped_label"]
 
 #: What a missing number reads as, everywhere.
 NOT_REPORTED = "not reported"
@@ -150,3 +150,14 @@ def byte_ticks(values: Sequence[float | None], target: int = 5) -> tuple[list[fl
         v = round(v + step, 12)
     labels = [f"{'-' if t < 0 else ''}{abs(t):g} {unit}" if t else "0 B" for t in ticks]
     return [t * size for t in ticks], labels
+
+
+def wrapped_label(label: str, width: int) -> list[str]:
+    """``label`` as lines of at most ``width`` characters, broken at spaces (a longer word keeps its line whole; a
+    size such as ``4.0 MiB`` stays on one line): a chart's axis label wraps, and no character of it is cut."""
+    import re
+    import textwrap
+
+    kept = re.sub(r"(\d) ([KMGTP]?i?B)\b", "\\1\u00a0\\2", label)  # textwrap does not break at a no-break space
+    lines = textwrap.wrap(kept, width, break_long_words=False, break_on_hyphens=False) or [kept]
+    return [line.replace("\u00a0", " ") for line in lines]

@@ -62,6 +62,10 @@ _RULES = (
     ('.xlakit-error {border: 1px solid var(--jp-error-color1, #d62728); background: var(--jp-error-color3, '
      '#fff5f5); color: var(--jp-ui-font-color1, #1a1a1a); padding: 4px 8px; font-size: 12px;}'),
     '.xlakit-chart {width: 100%; min-width: 0;}',
+    # A full-width child of a view's box (a chart, a nested box) keeps ipywidgets' margin on each side: at 100 %
+    # it was 4 px wider than the box, which then scrolled sideways (JupyterLab trial, 848 px cell: 852 px).
+    ('.widget-box[class*="xlakit-"] > .jupyter-widgets, [class*="xlakit-"] .widget-box > .jupyter-widgets '
+     '{max-width: calc(100% - 2 * var(--jp-widgets-margin, 2px));}'),
     '.xlakit-chart .main-svg {background: transparent !important;}',
     '.xlakit-chart .main-svg text {fill: var(--jp-ui-font-color1, #1a1a1a) !important;}',
     ('.xlakit-chart .main-svg .gridlayer path, .xlakit-chart .main-svg .zerolinelayer path '

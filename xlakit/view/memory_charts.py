@@ -25,7 +25,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from xlakit._text.format import fmt_bytes
+from xlakit._text.format import fmt_bytes, wrapped_label
 from xlakit._text.theme import ROLE_COLORS
 from xlakit._text.untrusted import plotly_text
 from xlakit.view.chart_marks import PEAK_COLOR, caption_room, mark_peak
@@ -291,13 +291,6 @@ def buffer_label(row: Any, *, size: bool = True) -> str:
 LABEL_LINE = 48
 
 
-def wrapped_label(label: str, width: int = LABEL_LINE) -> list[str]:
-    """``label`` as lines of at most ``width`` characters, broken at spaces (a longer word keeps its line)."""
-    import textwrap
-
-    return textwrap.wrap(label, width, break_long_words=False, break_on_hyphens=False) or [label]
-
-
 def _slice_groups(frame) -> list[list[int]]:
     """Positions in ``frame`` grouped by allocation slice: rows of the same ``allocation`` and ``offset`` whose
     live ranges (``start``..``end``, inclusive) overlap, chained, are one group (in-place updates, bitcasts and
@@ -447,7 +440,7 @@ def lifetime_chart(buffers, *, top: int = 150, peak_step: int | None = None, tit
     labels = [buffer_label(r) for r in records]
     meta.update(shown=n, bytes=[int(b) for b in shown["bytes"]], labels=labels)
     show_ticks = n <= 40
-    ticks = [wrapped_label(t) for t in labels]
+    ticks = [wrapped_label(t, LABEL_LINE) for t in labels]
     tick_text = ["<br>".join(map(plotly_text, t)) for t in ticks]
     fig.update_layout(barmode="overlay", bargap=0.15,
                       yaxis=dict(tickmode="array", tickvals=list(position), ticktext=tick_text,
