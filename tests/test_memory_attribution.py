@@ -117,6 +117,8 @@ def test_a_notebook_cell_reads_as_cell_and_line(tmp_path, monkeypatch):
     ("jit(loss)/jvp()/jit(relu)/max", "forward", "forward › relu", "max"),
     ("jit(f)/outer/inner/add", "", "outer/inner", "add"),
     ("", "", "unknown", ""),
+    # an op outside every named scope, module and transform: said in words (a trial read "(top level)" as jargon)
+    ("jit(step)/mul", "", "(no named scope)", "mul"),
     # what jax.checkpoint recomputes for the backward pass
     ("jit(step)/transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general", "backward",
      "recomputed in the backward pass (remat) › checkpoint", "dot_general"),

@@ -127,14 +127,16 @@ class NameStack:
     def scope(self) -> str:
         """``"backward › MLP/Dense_0"``, ``"forward"``, ``"MLP/l1"``, ``"recomputed in the backward pass (remat)
         › MLP/checkpoint"``, ``"forward › loop body › stacked per iteration"`` (a ``lax.scan``) (JAX's own
-        parts in words, :data:`SCOPE_WORDS`); ``"unknown"`` without an op name."""
+        parts in words, :data:`SCOPE_WORDS`); ``"(no named scope)"`` for an op traced outside every
+        ``jax.named_scope``, module and transform (a trial read "(top level)" as jargon); ``"unknown"`` without an
+        op name."""
         if not (self.phase or self.names or self.primitive or self.recomputed):
             return "unknown"
         path = _scope_path(self.names)
         phase = RECOMPUTED_SCOPE if self.recomputed else self.phase
         if phase and path:
             return f"{phase} › {path}"
-        return phase or path or "(top level)"
+        return phase or path or "(no named scope)"
 
 
 def _scope_path(names: tuple[str, ...]) -> str:
