@@ -188,8 +188,7 @@ def compare(ns: argparse.Namespace) -> None:
     checkout, taking turns (so both see the same load), printed side by side: peak()'s first call in CPU seconds and
     as a percentage of that process's compile."""
     here = str(Path(__file__).resolve().parent.parent)
-    programs = [f"narrow {n.strip()}" for n in ns.layers.split(",") if n.strip()]
-    programs += [] if ns.no_transformer else ["transformer"]
+    programs = _program_names(ns)
     print(f"before: {ns.baseline}   after: {here}   (peak() first call, CPU; % of the same process's compile)")
     print(f"{'program':<14}{'buffers':>9}{'compile s':>16}{'peak() s':>16}{'% of compile':>16}{'of which XLA':>14}")
     print(f"{'':<23}{'before / after':>16}{'before / after':>16}{'before / after':>16}{'% (after)':>14}")
@@ -212,8 +211,7 @@ def rounds(ns: argparse.Namespace) -> None:
     import statistics
 
     here = str(Path(__file__).resolve().parent.parent)
-    programs = [f"narrow {n.strip()}" for n in ns.layers.split(",") if n.strip()]
-    programs += [] if ns.no_transformer else ["transformer"]
+    programs = _program_names(ns)
     runs: dict[str, list[dict]] = {name: [] for name in programs}
     for _ in range(ns.rounds):
         for name in programs:
@@ -242,6 +240,12 @@ def rounds(ns: argparse.Namespace) -> None:
         worst = max(medians.values())
         print(f"target first peak() <= 10 % of compile (CPU), median of {ns.rounds}: "
               f"{'meets' if worst <= 10 else 'MISSES'} (worst median {worst:.1f} %)")
+
+
+def _program_names(ns: argparse.Namespace) -> list[str]:
+    """``["narrow 150", ..., "transformer"]``: the programs ``--layers`` and ``--no-transformer`` ask for."""
+    names = [f"narrow {n.strip()}" for n in ns.layers.split(",") if n.strip()]
+    return names + ([] if ns.no_transformer else ["transformer"])
 
 
 def _child(checkout: str, program: str) -> dict | None:

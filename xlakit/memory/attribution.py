@@ -292,6 +292,12 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             found = by_frame[frame_id] = (chain, user_frame(chain))
         return found
 
+    def stack_text_of(stack: Any) -> str:  # an argument's stack text, once per stack
+        text = stack_texts.get(id(stack))
+        if text is None:
+            text = stack_texts[id(stack)] = stack_text(stack, shown_files)
+        return text
+
     def shown_of(stack: Any, user: Any) -> tuple[str, str, str]:
         key = (id(stack), id(user))  # both come from the frame table's cache: one object per frame
         shown = texts.get(key)
@@ -314,9 +320,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
             if op_name or frame_id:  # its own op name: the phase name_blocks asks for
                 phases[iid] = names.phase
             stack, user = frame_of(frame_id)
-            text = stack_texts.get(id(stack))
-            if text is None:
-                text = stack_texts[id(stack)] = stack_text(stack, shown_files)
+            text = stack_text_of(stack)
             output = output_of(outputs, iid, shape_index, None, (iid,)) if iid in results else None
             table.append((role, path, output, donated, (names.phase, "argument", "argument", f"argument {path}",
                                                         user.file if user else None, user.line if user else None,
@@ -404,10 +408,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
                                                         shape_index, donated_flags, bool(alloc is not None and aliased))
             scope, source, layer = "argument", f"argument {parameter}", "argument"
             param_paths[params[num]] = parameter
-            known_text = stack_texts.get(id(stack))
-            if known_text is None:
-                known_text = stack_texts[id(stack)] = stack_text(stack, shown_files)
-            text = known_text
+            text = stack_text_of(stack)
         else:
             source, layer, text = shown_of(stack, user)
             scope = f"made by XLA for › {made_for}" if made_for else names.scope
