@@ -41,6 +41,17 @@ def test_byte_axis_ticks_are_binary_units_covering_the_data(values):
     if hi > lo and len(vals) > 1:
         step = vals[1] - vals[0]
         assert vals[0] <= lo and vals[-1] >= hi - step  # the ticks span the data, to within one step
+        # at least 4 drawn inside the data, unless whole bytes allow no finer step (a 2 B span)
+        inside = sum(lo <= v <= hi for v in vals)
+        assert inside >= 4 or (text[1].endswith(" B") and step == 1 and hi - lo < 3), (values, text)
+
+
+def test_byte_axis_draws_more_than_two_ticks_over_negative_aliases():
+    """A JupyterLab trial (2026-12-06): bars from -28 MiB (aliases) to 75 MiB had ticks in steps of 50 MiB, so
+    only "0 B" and "50 MiB" were drawn."""
+    vals, text = byte_ticks([-28 * 2**20, 75 * 2**20])
+    assert [t for v, t in zip(vals, text, strict=True) if -28 * 2**20 <= v <= 75 * 2**20] == \
+        ["-20 MiB", "0 B", "20 MiB", "40 MiB", "60 MiB"]
 
 
 def test_table_renders_the_same_cells_as_text_and_html():

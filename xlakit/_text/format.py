@@ -140,7 +140,13 @@ def byte_ticks(values: Sequence[float | None], target: int = 5) -> tuple[list[fl
     unit, size = next((u, s) for u, s in BINARY_UNITS if top >= s or u == "B")
     raw = span / size / max(target, 1)
     mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    steps = [m * mag for m in (0.5, 1, 2, 5, 10)]  # nice steps, finest first
+    chosen = next(i for i, s in enumerate(steps) if s >= raw)
+    # a step rounded up past the data leaves too few ticks inside it (-30 to 75 MiB in steps of 50: only 0 and
+    # 50 MiB drawn): the next finer step while fewer than 4 (of target) fall within the data
+    while chosen > 0 and _ticks_within(lo / size, hi / size, steps[chosen]) < min(4, target):
+        chosen -= 1
+    step = steps[chosen]
     if unit == "B":
         step = max(1, round(step))
     first = math.floor(lo / size / step) * step
@@ -150,6 +156,11 @@ def byte_ticks(values: Sequence[float | None], target: int = 5) -> tuple[list[fl
         v = round(v + step, 12)
     labels = [f"{'-' if t < 0 else ''}{abs(t):g} {unit}" if t else "0 B" for t in ticks]
     return [t * size for t in ticks], labels
+
+
+def _ticks_within(lo: float, hi: float, step: float) -> int:
+    """How many multiples of ``step`` lie in ``[lo, hi]``."""
+    return math.floor(hi / step + 1e-9) - math.ceil(lo / step - 1e-9) + 1
 
 
 def wrapped_label(label: str, width: int) -> list[str]:

@@ -86,7 +86,11 @@ class MemoryBreakdown(View, widgets.VBox):
         self.frame = _data.breakdown_frame(self._programs.memories, sort)
 
         self._unit_toggle = widgets.ToggleButtons(options=[("bytes", "bytes"), ("%", "percent")], value=unit,
-                                                  description="unit", style={"button_width": "60px"})
+                                                  style={"button_width": "60px"})
+        # the toggle's own description sat above its buttons in JupyterLab (a JupyterLab trial, 2026-12-06): a
+        # label beside them, on their line, as "sort" and "program" are beside their menus
+        unit_label = widgets.Label("unit", layout=widgets.Layout(width="auto", margin="0 4px 0 8px"))
+        unit_control = widgets.HBox([unit_label, self._unit_toggle], layout=widgets.Layout(align_items="center"))
         self._sort_menu = widgets.Dropdown(options=list(_data.SORT_KEYS), value=sort, description="sort",
                                            layout=widgets.Layout(width="180px"))
         self._program_menu = widgets.Dropdown(options=self._menu_options(), value=_NONE, description="program",
@@ -106,11 +110,11 @@ class MemoryBreakdown(View, widgets.VBox):
                                         layout=widgets.Layout(display="none", width="100%"))
         self.details = widgets.HTML()
         self.status = widgets.HTML()
-        controls = widgets.HBox([self._unit_toggle, self._sort_menu, self._program_menu],
+        controls = widgets.HBox([unit_control, self._sort_menu, self._program_menu],
                                 layout=widgets.Layout(flex_flow="row wrap"))
-        self._owned = [self._unit_toggle, self._sort_menu, self._program_menu, self.chart, self.detail_chart,
-                       self.lifetime_chart, self.treemap_chart, self._peak_box, self._detail_box, self.details,
-                       self.status, self.error_area, self._style, controls]
+        self._owned = [self._unit_toggle, unit_label, unit_control, self._sort_menu, self._program_menu, self.chart,
+                       self.detail_chart, self.lifetime_chart, self.treemap_chart, self._peak_box, self._detail_box,
+                       self.details, self.status, self.error_area, self._style, controls]
         super().__init__(children=[self._style, controls, self.error_area, self.chart, self.status, self.details,
                                    self._detail_box],
                          unit=unit, sort=sort, top=top, layout=layout or widgets.Layout(width="100%"))
