@@ -157,6 +157,24 @@ def test_lifetime_chart_draws_the_largest_buffers_by_role_with_their_ranges():
         lifetime_chart(buffers.drop(columns="start"))
 
 
+def test_peak_treemap_labels_wrap_so_plotly_need_not_shrink_them():
+    """A JupyterLab trial (2026-12-06, 848 px): a copy's 130-character source and scope on one line were drawn at
+    about 6 px in a third of the chart. Tile labels wrap at spaces into lines of at most TILE_LINE characters,
+    every word kept."""
+    from xlakit.view.peak import TILE_LINE
+
+    at_peak = _buffers().iloc[[0, 2]].copy()
+    long = ("XLA's copy of donated p['u'], read last at cell [2], line 3 (step.<locals>.<genexpr>) "
+            "step.<locals>.<genexpr> › (p[k] * new[k]).sum()")
+    at_peak["source"] = [long, "model.py:42"]
+    labels = peak_treemap_nodes(at_peak)["labels"]
+    tile = next(lab for lab in labels if lab.startswith("XLA&#x27;s copy") or lab.startswith("XLA's copy"))
+    lines = tile.split("<br>")
+    assert len(lines) >= 3 and all(len(line) <= TILE_LINE + 12 for line in lines)  # (+ escapes such as &#x27;)
+    assert " ".join(lines).replace("&#x27;", "'").replace("&lt;", "<").replace("&gt;", ">") == long
+    assert "model.py:42" in labels  # a short label is left as it was
+
+
 def test_peak_treemap_sums_equal_the_peak_total():
     at_peak = _buffers().iloc[[0, 1, 2, 4, 5]]          # the buffers live at the peak step
     total = int(at_peak["bytes"].sum())
