@@ -129,7 +129,8 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
         role_series = pd.Series(roles, index=frame.index)
         layers = _labels(frame, "layer") if "layer" in frame.columns else None
         node = pd.Series(_ROOT, index=frame.index)
-        for col in path:  # one level of groups at a time: ids are the path so far
+        for depth, col in enumerate(path):  # one level of groups at a time: ids are the path so far
+            width = HEADER_LINE if depth == 0 else TILE_LINE  # the first level's tiles are headers of the rest
             level = _fold_small_groups(pd.Series(_labels(frame, col), index=frame.index), node, nbytes, max_groups,
                                        col)
             parent, node = node, node + "/" + level
@@ -146,9 +147,10 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
             for nid, lab, par in zip(node[first].tolist(), level[first].tolist(), parent[first].tolist(), strict=True):
                 role = main_role.get(nid, "unknown")
                 layer = main_layer.get(nid, "")
-                shown = _tile_text(lab)
+                shown = _tile_text(lab, width)
                 if layer and layer not in ("unknown", "argument", MISSING_LABEL["source"]) and layer not in lab:
-                    shown = _tile_text(layer) if lab == MISSING_LABEL["source"] else f"{shown}<br>{_tile_text(layer)}"
+                    shown = _tile_text(layer, width) if lab == MISSING_LABEL["source"] else \
+                        f"{shown}<br>{_tile_text(layer, width)}"
                 ids.append(nid)
                 labels.append(shown)
                 parents.append(par)
@@ -197,13 +199,16 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
 #: Characters per line of a tile's label: plotly shrinks a label to its tile's width, and a 130-character source
 #: and scope on one line was drawn at about 6 px in a third of an 848 px chart (a JupyterLab trial, 2026-12-06).
 TILE_LINE = 36
+#: The same for a header (a first-level tile, drawn above its children in a band as tall as its lines need,
+#: :func:`peak_treemap_figure`): fewer, longer lines keep that band short.
+HEADER_LINE = 56
 
 
-def _tile_text(label: str) -> str:
-    """``label`` wrapped at spaces into lines of at most :data:`TILE_LINE` characters, escaped for plotly."""
+def _tile_text(label: str, width: int = TILE_LINE) -> str:
+    """``label`` wrapped at spaces into lines of at most ``width`` characters, escaped for plotly."""
     from xlakit._text.format import wrapped_label
 
-    return "<br>".join(plotly_text(line) for line in wrapped_label(label, TILE_LINE))
+    return "<br>".join(plotly_text(line) for line in wrapped_label(label, width))
 
 
 def _key_lines(roles: Sequence[str], width: int) -> list[str]:
@@ -231,9 +236,14 @@ def peak_treemap_figure(nodes: Mapping[str, list[Any]], title: str = "What holds
     from xlakit.view.memory_charts import chart_layout
 
     text = nodes.get("text") or [fmt_bytes(v) for v in nodes["values"]]
+    # a header is fitted into the band above its children: as tall as its most-wrapped label (and its bytes) needs,
+    # else plotly shrinks a three-line label to a few pixels
+    header_lines = max((lab.count("<br>") + 2 for lab, par in zip(nodes["labels"], nodes["parents"], strict=True)
+                        if par == _ROOT), default=1)
     fig = go.Figure(go.Treemap(ids=nodes["ids"], labels=nodes["labels"], parents=nodes["parents"],
                                values=nodes["values"], branchvalues="total",
-                               marker=dict(colors=nodes["colors"], line=dict(width=1, color="#ffffff")),
+                               marker=dict(colors=nodes["colors"], line=dict(width=1, color="#ffffff"),
+                                           pad=dict(t=min(90, 8 + 15 * header_lines))),
                                text=text, customdata=nodes["hover"], textinfo="label+text", maxdepth=3,
                                textfont=dict(size=14), insidetextfont=dict(size=14),
                                hovertemplate="%{customdata}<extra></extra>", name="peak"))
