@@ -173,6 +173,14 @@ def test_peak_treemap_labels_wrap_so_plotly_need_not_shrink_them():
     assert len(lines) >= 3 and all(len(line) <= TILE_LINE + 12 for line in lines)  # (+ escapes such as &#x27;)
     assert " ".join(lines).replace("&#x27;", "'").replace("&lt;", "<").replace("&gt;", ">") == long
     assert "model.py:42" in labels  # a short label is left as it was
+    # A first-level tile is a header over its children, fitted into the band above them: the band is as tall as
+    # the most-wrapped header needs (a three-line header in a 20 px band was drawn at a few pixels).
+    from xlakit.view.peak import peak_treemap_figure
+
+    nodes = peak_treemap_nodes(at_peak, path=("source", "scope"))
+    header = max(lab.count("<br>") + 1 for lab, par in zip(nodes["labels"], nodes["parents"], strict=True)
+                 if par == "peak")
+    assert header >= 2 and peak_treemap_figure(nodes).data[0].marker.pad.t >= 15 * header
 
 
 def test_peak_treemap_sums_equal_the_peak_total():
