@@ -145,6 +145,24 @@ def test_graph_parameters_and_adam_moments_carry_their_paths_under_nnx_jit(plain
     assert plain.by("output").iloc[0]["group"] == "(not a result of the program)"
 
 
+def test_an_nnx_jit_step_given_lowered_or_compiled_is_named_as_when_given_with_its_arguments(plain):
+    """A researcher's trial (2026-12-07): the same nnx.jit step passed as ``train_step.lower(...)`` or its
+    ``.compile()`` (what MemoryBreakdown takes) called adam's moments "parameter", named them
+    ``optimizer.states[0][2]`` and told no block apart. flax's stages keep the graph definition and the nnx.jit
+    function: the names, roles and results read as with the arguments given."""
+    model = nnx.eval_shape(lambda: Transformer(nnx.Rngs(0), False))
+    optimizer = nnx.eval_shape(lambda: nnx.Optimizer(Transformer(nnx.Rngs(0), False), optax.adam(1e-3),
+                                                     wrt=nnx.Param))
+    tokens = jax.ShapeDtypeStruct((B, T), jnp.int32)
+    lowered = train_step.lower(model, optimizer, tokens, tokens)
+    want = plain.buffers[["parameter", "role", "output", "bytes"]].fillna("-").value_counts().sort_index()
+    for program in (lowered, lowered.compile()):
+        got = attribute(program).buffers
+        assert got[["parameter", "role", "output", "bytes"]].fillna("-").value_counts().sort_index().equals(want)
+        assert (got["role"] == "optimizer state").sum() == 32 and not got["parameter"].dropna().str.contains(
+            "states[", regex=False).any()
+
+
 def test_remat_turns_the_attention_residuals_into_recomputed_values_and_compare_says_so(plain, remat):
     before, after = peak(plain), peak(remat)
     r_before = before.by("role").set_index("group").loc["residual", "bytes"]

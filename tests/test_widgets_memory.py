@@ -231,3 +231,14 @@ def test_memory_explorer_checkpoints_each_block_and_says_what_remat_changed():
     e.wait(60)
     assert "against remat none" in e.summary.value and "all together" in e.summary.value, e.summary.value
     e.close()
+
+
+def test_memory_breakdown_of_one_program_shows_it_without_a_click(grad_program):
+    """A teacher's trial (2026-12-07): notebook 01's breakdown of its one program opened with no program chosen,
+    so its peak, lifetimes and treemap stayed hidden until the menu was used."""
+    w = MemoryBreakdown({"grad": grad_program})
+    assert w.selected == "grad" and w.peak is not None and not w.errors
+    w.close()
+    two = MemoryBreakdown({"a": grad_program, "b": grad_program})
+    assert two.selected is None  # which of several to open is the user's choice
+    two.close()

@@ -11,7 +11,9 @@ decided by where the file really is (symlinks resolved), never by what a folder 
 code):
 - inside this interpreter's install locations: ``sysconfig`` purelib / platlib / stdlib / platstdlib (also of
   ``sys.base_prefix``), ``site.getsitepackages()`` and the user site; ``<frozen …>`` modules;
-- xlakit's own package folder (this module's, also in a source checkout);
+- xlakit's own package folder (this module's, also in a source checkout), except the demo's example models
+  (``xlakit/demo/workloads.py``): they stand for the user's model in the demo and the notebooks, so their lines
+  are the ones memory is charged to (charged to "no line of your code" they explained nothing);
 - listed in the ``RECORD`` (``installed-files.txt`` for a legacy egg) of a distribution installed beside it
   (``pip install --target DIR``, another environment on this machine), or, for the scripts and data an installer
   writes outside site-packages (``../../../bin/tool``), of one installed in this interpreter;
@@ -39,6 +41,7 @@ __all__ = ["Frame", "is_library_file", "library_package", "first_user_frame", "d
            "user_stacklevel"]
 
 _XLAKIT_DIR = os.path.normcase(os.path.dirname(os.path.realpath(__file__))) + os.sep
+_EXAMPLE_MODELS = os.path.join(_XLAKIT_DIR, "demo", "workloads.py")  # user code by role (module docstring)
 # Only to read a path recorded elsewhere: where its installer folder ends (the verdict needs the file here).
 _INSTALLER_DIR_RE = re.compile(r"[\\/](?:site|dist)-packages[\\/]")
 _CELL_RE = re.compile(r"ipykernel_\d+[\\/]\d+\.py$")
@@ -192,7 +195,7 @@ def _locate(path: str) -> tuple[str, str | None] | None:
     resolved = os.path.realpath(path)
     real = os.path.normcase(resolved)  # same length: only case and separators change
     if real.startswith(_XLAKIT_DIR):
-        return "xlakit", None
+        return None if real == _EXAMPLE_MODELS else ("xlakit", None)
     site = next((d for d in _site_dirs() if real.startswith(d)), None)
     if site is not None and _present(real):  # code exec'd under a made-up name there is the user's
         return _top_name(resolved[len(site):]), resolved[len(site):]

@@ -126,6 +126,28 @@ def _dynamic(args: tuple, static: frozenset[int]) -> tuple:
     return tuple(a for i, a in enumerate(args) if i not in static) if static else args
 
 
+def _graph_value(node: Any, given: Any) -> Any:
+    """The graph node (an nnx module, optimizer) whose ``NodeStates`` nnx.jit made ``node``: ``given`` (the example
+    call's argument) when known, else rebuilt from ``node``'s own ``GraphDef`` with its placeholder leaves — a
+    Lowered or Compiled of an ``nnx.jit`` step keeps the graph definition but not the call's objects, and without
+    it the optimizer's moments read as parameters named ``optimizer.states[0][2]`` (a researcher's trial,
+    2026-12-07). None when ``node`` is not a NodeStates or flax cannot rebuild it."""
+    if given is not None:
+        return given
+    cls = type(node)
+    if cls.__name__ != "NodeStates" or not (getattr(cls, "__module__", "") or "").startswith("flax."):
+        return None
+    states = getattr(node, "states", None)
+    if not (isinstance(states, tuple) and len(states) == 1 and isinstance(states[0], list)):
+        return None
+    try:
+        from flax import nnx
+
+        return nnx.graph.unflatten(node.graphdef, list(states[0]))
+    except Exception:  # noqa: BLE001 - another flax layout: the positional names stay
+        return None
+
+
 def _graph_paths(node: Any, value: Any) -> list[str] | None:
     """For the ``NodeStates`` nnx.jit made of the graph node ``value``: the text of each flat leaf's graph path
     (``['block']['attn']['qkv']['kernel']``), in the order of ``node.states[0]``; None when ``node`` is not
@@ -198,12 +220,13 @@ def argument_leaves(compiled: Any, fn: Any = None, example: tuple[tuple, dict] |
     dynamic = _dynamic(example[0], static) if example is not None else None
     given = dynamic if dynamic is not None and len(dynamic) == len(top) else None
     for i, (prefix, arg) in enumerate(top):
-        graph = _graph_paths(arg, given[i]) if given is not None and counter is None else None
+        value = _graph_value(arg, given[i] if given is not None else None) if counter is None else None
+        graph = _graph_paths(arg, value) if value is not None else None
         index = flat_index(arg)
         if index is not None:
             leaves.append(ArgumentLeaf(index, prefix, False))
         elif graph is not None:
-            optimizer = _is_optimizer_node(given[i]) if given is not None else False
+            optimizer = _is_optimizer_node(value)
             leaves += [ArgumentLeaf(index, prefix + path, optimizer or "['opt_state']" in path, graph=True)
                        for index, path in zip(arg.states[0], graph, strict=True)]
         else:
@@ -253,26 +276,30 @@ def output_paths(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | No
         if len(flat) != tree.num_leaves:
             return []
     texts = ["output" + "".join(map(str, path)) for path, _leaf in flat]  # "output" + keystr(path)
-    if example is not None and skeleton is not None and hasattr(fn, "_get_pure_args_kwargs"):
+    if skeleton is not None and hasattr(fn, "_get_pure_args_kwargs"):
         static = _static(fn, example)
+        given = _dynamic(example[0], static) if example is not None else None
         names = dict(zip((leaf for _path, leaf in flat), texts, strict=True))
-        names.update(_nnx_output_names(skeleton, fn, _dynamic(example[0], static), static))
+        names.update(_nnx_output_names(skeleton, fn, given, static))
         return [names[leaf] for _path, leaf in flat]
     return texts
 
 
-def _nnx_output_names(skeleton: Any, fn: Any, args: tuple, static: frozenset[int] = frozenset()) -> dict[int, str]:
+def _nnx_output_names(skeleton: Any, fn: Any, args: tuple | None, static: frozenset[int] = frozenset()
+                      ) -> dict[int, str]:
     """Flat result index -> name, for the ``(args_out, kwargs_out, out)`` an ``nnx.jit`` program returns;
-    ``{}`` when the results do not have that shape."""
+    ``{}`` when the results do not have that shape. ``args``: the call's dynamic arguments, or None (a Lowered or
+    Compiled: each graph node is rebuilt from its own ``GraphDef``, :func:`_graph_value`)."""
     import jax
 
     if not (isinstance(skeleton, tuple) and len(skeleton) == 3 and isinstance(skeleton[0], tuple)
-            and len(skeleton[0]) == len(args)):
+            and (args is None or len(skeleton[0]) == len(args))):
         return {}
     names: dict[int, str] = {}
-    arg_names = _names(fn, len(args), static)
+    arg_names = _names(fn, len(skeleton[0]), static)
     for i, node in enumerate(skeleton[0]):
-        graph = _graph_paths(node, args[i])
+        value = _graph_value(node, args[i] if args is not None else None)
+        graph = _graph_paths(node, value) if value is not None else None
         if graph is not None:
             prefix = arg_names[i] if arg_names else f"args[{i}]"
             names.update({leaf: f"{prefix}{path} (new)" for leaf, path in zip(node.states[0], graph, strict=True)})

@@ -45,7 +45,8 @@ def _needs_arguments(fn: Any) -> bool:
 
 
 def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tuple[Any, Any]:
-    """``(jax.stages.Compiled, function or None)``.
+    """``(jax.stages.Compiled, function or None)``: the function is the one given, or the ``nnx.jit`` function a
+    flax.nnx Compiled / Lowered was made by.
 
     ``x`` is a ``jax.stages.Compiled`` (no arguments), a ``Lowered``, a jitted or plain function followed by
     example arguments (arrays or ``jax.ShapeDtypeStruct``; compiled through ``cache.compile`` when ``cache``
@@ -61,7 +62,10 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
 
     from xlakit._jax.stages import jax_stage
 
-    x = jax_stage(x)  # flax.nnx's Compiled / Lowered hold JAX's
+    # flax.nnx's Compiled / Lowered hold JAX's, and the nnx.jit function that made them: its signature names the
+    # arguments (``model['blocks'][0]...``, not ``args[0]...``)
+    made_by = getattr(x, "jit_wrapped", None) if (type(x).__module__ or "").startswith("flax.") else None
+    x = jax_stage(x)
     if hasattr(x, "programs") and hasattr(x, "batch_sizes") and not callable(getattr(x, "lower", None)):
         if args:
             raise TypeError("a bundle takes no example arguments; pick its program with batch=<size>")
@@ -80,11 +84,11 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
             raise TypeError("pass example arguments only with a function; a compiled program already has them")
         from xlakit._jax import lowerings
 
-        return with_assignment(x, lambda: lowerings.lowering_of(x)), None
+        return with_assignment(x, lambda: lowerings.lowering_of(x)), made_by
     if isinstance(x, jax.stages.Lowered):
         if args or kwargs:
             raise TypeError("pass example arguments only with a function; a lowered program already has them")
-        return with_assignment(None, x), None
+        return with_assignment(None, x), made_by
     if not callable(x):
         raise TypeError(f"expected a jax.stages.Compiled, a function with example arguments, a cache entry or a "
                         f"loaded bundle; got {type(x).__name__}")

@@ -231,7 +231,8 @@ def attribute_program(where: str, x: Any, args: tuple, kwargs: dict, cache: Any)
 
     kwargs = dict(kwargs)  # a bundle's batch=/variant= are taken out of it: the caller's dict stays whole
     compiled, fn = resolve_program(x, args, kwargs, program_cache(where, x, args, cache))
-    return attribute_compiled(compiled, fn, (args, kwargs) if fn is not None else None)
+    # no example call for a program given compiled or lowered (a flax.nnx one still names its function)
+    return attribute_compiled(compiled, fn, (args, kwargs) if fn is not None and (args or kwargs) else None)
 
 
 def attribute_compiled(compiled: Any, fn: Any = None, example: tuple[tuple, dict] | None = None) -> Attribution:

@@ -40,7 +40,8 @@ class MemoryBreakdown(View, widgets.VBox):
         ``LocalStore`` (memory recorded in each entry at compile time; no buffer assignment); a
         :class:`~xlakit.bundle.LoadedBundle` (one bar per loaded module); or any object with
         ``__xlakit_programs__()`` returning such a dict. None: no programs. Default None.
-      unit: initial :attr:`unit`. sort: initial :attr:`sort`. selected: initial :attr:`selected`.
+      unit: initial :attr:`unit`. sort: initial :attr:`sort`. selected: initial :attr:`selected` (default: the
+        program, when there is exactly one).
       top: initial :attr:`top`. layout: an ``ipywidgets.Layout`` for the box (default: full width).
 
     Raises:
@@ -127,6 +128,8 @@ class MemoryBreakdown(View, widgets.VBox):
         self.observe(self._guard(lambda _change: self._show_selected(), "select"), names=["selected", "top"])
         self._redraw()
         self._show_selected()
+        if selected is None and len(self._programs.memories) == 1:  # the only program: shown without a click
+            selected = next(iter(self._programs.memories))
         if selected is not None:
             self.selected = selected
 
