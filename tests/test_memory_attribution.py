@@ -366,6 +366,63 @@ def test_remat_of_the_whole_function_moves_no_peak_and_compare_says_why():
         checkpoint_each(_four_blocks, lambda x: x)
 
 
+def _tanh_layer(h, w):
+    return jnp.tanh(h @ w)
+
+
+def _one_layer_loss(params, x):
+    return jnp.mean((_tanh_layer(x, params["w1"]) @ params["w2"]) ** 2)
+
+
+def test_remat_that_raises_the_peak_says_that_nothing_was_recomputed():
+    """A teacher's trial (2026-12-07): notebook 02's "each layer: checkpoint (save nothing)" raised a one-layer
+    step's peak 3.4 → 4.4 MiB ("residuals +1.0 MiB") with no word of why, while the whole-function comparison told
+    users to checkpoint each block instead. On XLA:CPU the checkpointed ``tanh(h @ w)`` is not recomputed: the
+    backward pass reads ``h @ w`` kept from the forward pass, beside ``tanh``'s result (measured here)."""
+    args = ({"w1": jax.ShapeDtypeStruct((256, 1024), jnp.float32),
+             "w2": jax.ShapeDtypeStruct((1024, 16), jnp.float32)}, jax.ShapeDtypeStruct((256, 256), jnp.float32))
+    plain = peak(jax.jit(jax.grad(_one_layer_loss)), *args)
+    each = compare(plain, peak(jax.jit(jax.grad(checkpoint_each(_one_layer_loss, _tanh_layer))), *args))
+    roles = each.by("role").set_index("group")
+    more = roles.loc["residual", "delta"]
+    assert each.peak_delta > 0 and more > 0 and "recomputed" not in roles.index, each
+    assert each.why.startswith(f"The peak rose by {each.peak_delta / MIB:.1f} MiB: no value is recomputed"), each.why
+    assert f"{more / MIB:.1f} MiB more residuals than without the checkpoint" in each.why
+    # the whole-function advice no longer tells users to checkpoint each block as if it always paid
+    whole = compare(plain, peak(jax.jit(jax.grad(jax.checkpoint(_one_layer_loss))), *args))
+    assert "instead" not in whole.why and "does not always pay" in whole.why, whole.why
+    # one name twice, one of them checkpointed: told apart by that, not "first (…)" / "second (…)"
+    assert whole.labels[1] == whole.labels[0] + ", remat" and each.labels[1] == each.labels[0] + ", remat"
+
+
+def test_remat_of_a_step_whose_peak_is_its_results_says_remat_cannot_reach_it():
+    """A researcher's trial (2026-12-07): compare(plain, remat) of an adam train step whose peak is its last step
+    said only "no change at the peak". No residual is live at either peak: the arguments and the new parameters
+    and moments fill it, which remat does not change."""
+    import optax
+
+    opt = optax.adam(1e-3)
+
+    def loss(ws, x):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return jnp.mean(x ** 2)
+
+    def step(ws, s, x, remat=False):
+        g = jax.grad(jax.checkpoint(loss) if remat else loss)(ws, x)
+        u, s = opt.update(g, s, ws)
+        return optax.apply_updates(ws, u), s
+
+    ws = [jax.ShapeDtypeStruct((256, 256), jnp.float32)] * 3
+    s = jax.eval_shape(opt.init, ws)
+    x = jax.ShapeDtypeStruct((8, 256), jnp.float32)
+    c = compare(peak(jax.jit(step), ws, s, x), peak(jax.jit(lambda *a: step(*a, remat=True)), ws, s, x))
+    held = c.by("role").set_index("group")["bytes_b"]
+    assert c.peak_delta == 0 and "residual" not in held[held > 0].index, c
+    assert c.why.startswith("The peak did not move: no residual is live at either peak (it holds "), c.why
+    assert f"output {held['output'] / MIB:.1f} MiB" in c.why
+
+
 def test_grouped_bytes_are_shown_as_the_views_show_them_and_the_raw_rows_stay(mlp):
     """Issue 35: ``p.by(...)`` was raw pandas (integer bytes, names cut at 50 characters, every argument a row of
     its own, an unlabelled "—" row); the summary said 41.0 MiB where the chart caption said 43.0 MiB."""

@@ -189,6 +189,7 @@ def test_peak_treemap_sums_equal_the_peak_total():
     nodes = peak_treemap_nodes(at_peak, max_leaves=3)
     value = dict(zip(nodes["ids"], nodes["values"], strict=True))
     assert value["peak"] == total == 21 * MiB
+    assert nodes["labels"][0] == "peak: 21.0 MiB live"  # the root's band (it drew an empty 75 px band, 2026-12-07)
     for node_id in nodes["ids"]:                         # every parent is exactly the sum of its children
         children = [v for i, p, v in zip(nodes["ids"], nodes["parents"], nodes["values"], strict=True)
                     if p == node_id]
@@ -242,6 +243,10 @@ def test_peak_caption_and_grouping_name_the_largest_group():
     assert caption.startswith("top source model.py:42 (8.0 MiB, mostly residual)")
     assert "top scope jvp(MLP) (13.0 MiB" in caption
     assert peak_caption(at_peak.assign(source=None), groups=("source",)) == "source unknown"
+    # one group on top of both (a researcher's trial, 2026-12-07: "top source arguments (67.4 MiB, mostly
+    # optimizer state); top scope arguments (67.4 MiB, mostly optimizer state)"): said once
+    args_only = at_peak.iloc[[0, 1]].assign(source=["argument a", "argument b"], scope="argument")
+    assert peak_caption(args_only) == "top source and scope arguments (5.0 MiB, mostly parameter)"
     html = peak_html("Peak", summary=caption, figures=[lifetime_chart(_buffers())], buffers=at_peak,
                      include_plotlyjs=False)
     assert f"data-bytes='{8 * MiB}'" in html and "Peak by source" in html and "xlakit-chart" in html

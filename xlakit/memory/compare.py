@@ -85,6 +85,12 @@ class Comparison:
           them all before the backward pass used the first, and a loop (``lax.scan``) would not (measured on
           a 4-block flax.nnx transformer on CPU: per-block ``nnx.remat`` in a Python loop 90.1 MiB, as without
           remat; ``nnx.scan`` over the blocks with ``nnx.remat`` inside 36.2 MiB).
+        * remat that recomputes nothing: the checkpointed program has no recomputed values and more residuals,
+          and its peak rose — its policy saved them, or XLA merged the recomputation with the forward pass's own
+          instructions (measured on CPU: ``tanh(h @ w)`` checkpointed kept ``h @ w`` for the backward pass beside
+          ``tanh``'s result).
+        * remat where no residual is live at either peak (a train step whose peak is its last step: arguments and
+          new parameters): what fills the peak is nothing remat changes.
         * donation: results written into donated arguments reuse their bytes, but the peak fell by less: what one
           run occupies (the footprint, XLA's figure) says what that saved — nothing where XLA copies the argument
           first (a transpose, a roll) —, and those results may be made after the peak, and/or the peak
@@ -100,6 +106,18 @@ class Comparison:
         res_a, res_b = self._role_delta("residual")
         rec_a, rec_b = self._role_delta("recomputed")
         saved, recomputed = res_a - res_b, rec_b - rec_a
+        if saved < 0 and not rec_b and self.peak_delta > 0 and self._checkpointed(self.b):
+            return (f"The peak {self._moved()}: no value is recomputed at its peak. The checkpointed backward pass "
+                    f"reads values kept from the forward pass, {fmt_bytes(-saved)} more residuals than without the "
+                    "checkpoint: its policy saves them, or XLA merged the recomputation with the forward pass's own "
+                    "instructions. A checkpoint pays off around a block whose inner values outweigh its inputs and "
+                    "outputs.")
+        if not (res_a or res_b or rec_b) and self.peak_delta >= 0 and self._checkpointed(self.b):
+            rows = self.by("role")
+            held = ", ".join(f"{r} {fmt_bytes(int(b))}" for r, b in zip(rows["group"], rows["bytes_b"], strict=True)
+                             if int(b) > 0)
+            return (f"The peak {self._moved()}: no residual is live at either peak (it holds {held}), and remat "
+                    "only changes what the forward pass keeps for the backward pass, live before this peak.")
         if saved <= 0 or recomputed <= 0 or -self.peak_delta >= saved:
             return ""
         together = (f"{fmt_bytes(recomputed)} of recomputed values are live at once where {fmt_bytes(saved)} of "
@@ -113,7 +131,14 @@ class Comparison:
                     "jax.lax.scan (nnx.scan) over stacked parameters, the checkpoint inside the loop body.")
         return (f"The peak {self._moved()}: the backward pass recomputes the checkpointed values before it uses "
                 f"them, all together, so {together} (a checkpoint around the whole function recomputes everything "
-                "first: checkpoint each block instead, xlakit.memory.checkpoint_each).")
+                "first; one around each block, xlakit.memory.checkpoint_each, recomputes a block at a time: compare "
+                "it too, it does not always pay).")
+
+    @staticmethod
+    def _checkpointed(p: Any) -> bool:
+        """Whether a buffer of ``p``'s program was made under ``jax.checkpoint`` (its op name's scope)."""
+        scopes = p.attribution.buffers["scope"].dropna().astype(str)
+        return bool(scopes.str.contains("checkpoint", regex=False).any())
 
     def _recomputed_blocks(self) -> list[str]:
         """The blocks (``blocks[2]``) whose recomputed values are live at b's peak, in order."""
@@ -292,8 +317,9 @@ def compare(a: Any, b: Any, *, labels: tuple[str, str] | None = None) -> Compari
       a, b: each a :class:`~xlakit.memory.Peak`, an :class:`~xlakit.memory.Attribution`, a
         ``jax.stages.Compiled``, or a tuple ``(fn, *example_args)``.
       labels: what the display calls the two (``("no donation", "donated")``); default: the programs' names;
-        where they are the same name and only one donates arguments, ``"jit_step"`` and ``"jit_step, donated"``;
-        else ``"first (jit_step)"`` and ``"second (jit_step)"``.
+        where they are the same name and only one donates arguments (or only one is checkpointed), ``"jit_step"``
+        and ``"jit_step, donated"`` (``"jit_step, remat"``); else ``"first (jit_step)"`` and
+        ``"second (jit_step)"``.
 
     Returns:
       :class:`Comparison`; ``repr`` reads "peak 4.5 MiB → 2.5 MiB (−2.0 MiB): residuals −2.0 MiB (...)".
@@ -329,4 +355,7 @@ def _default_labels(pa: Any, pb: Any) -> tuple[str, str]:
     donating = [bool(getattr(p.attribution, "_donation_rows", ())) for p in (pa, pb)]
     if donating[0] != donating[1]:
         return tuple(f"{na}, donated" if d else na for d in donating)  # type: ignore[return-value]
+    remat = [Comparison._checkpointed(p) for p in (pa, pb)]
+    if remat[0] != remat[1]:  # one of them checkpointed (jax.checkpoint / nnx.remat / checkpoint_each)
+        return tuple(f"{na}, remat" if r else na for r in remat)  # type: ignore[return-value]
     return f"first ({na})", f"second ({nb})"

@@ -21,7 +21,8 @@ MEASUREMENT_COLORS = {"naive": "#d62728", "probe": "#2ca02c", "compiler": "#1f77
 _WEIGHT_COLORS = ("#1f77b4", "#aec7e8", "#9467bd", "#c5b0d5", "#17becf", "#9edae5", "#8c564b", "#c49c94")
 
 
-def measurements_figure(rows: Sequence[Mapping[str, Any]], title: str = "One run's memory, measured three ways"):
+def measurements_figure(rows: Sequence[Mapping[str, Any]],
+                        title: str = "One run's memory: each measurement beside the compiler's figure"):
     """Horizontal bars, one per measurement, each labelled with its bytes.
 
     Args:

@@ -68,7 +68,12 @@ def peak_caption(buffers, *, groups: Sequence[str] = ("source", "scope")) -> str
         top = tops[0]
         role = next(iter(top["roles"]), None)
         main = f", mostly {role}" if role and by != "role" else ""
-        parts.append(f"top {by} {top['group']} ({fmt_bytes(top['bytes'])}{main})")
+        said = f"{top['group']} ({fmt_bytes(top['bytes'])}{main})"
+        if parts and parts[-1].endswith(f" {said}") and parts[-1].startswith("top "):
+            # the same group tops both (the folded "arguments"): said once, "top source and scope arguments"
+            parts[-1] = parts[-1][:-len(said) - 1] + f" and {by} {said}"
+            continue
+        parts.append(f"top {by} {said}")
     return "; ".join(parts)
 
 
@@ -192,6 +197,7 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
                 hover.append(f"{count} buffers below the {max_leaves} largest<br>{fmt_bytes(int(total))}, "
                              f"mostly {plotly_text(role)}")
     text = [fmt_bytes(v) for v in values]
+    labels[0] = f"{_ROOT}: {text[0]} live"  # the root's band above the tiles says what they add up to
     return {"ids": ids, "labels": labels, "parents": parents, "values": values, "colors": colors, "roles": roles_of,
             "text": text, "hover": hover}
 
