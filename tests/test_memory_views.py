@@ -157,6 +157,20 @@ def test_lifetime_chart_draws_the_largest_buffers_by_role_with_their_ranges():
         lifetime_chart(buffers.drop(columns="start"))
 
 
+def test_lifetime_chart_draws_at_most_40_bars_by_default_each_labelled():
+    """A teacher's trial (2026-12-07): notebook 01's chart drew 43 bars and, above 40, no labels at all ("43
+    largest buffers (hover for each)"). By default the 40 largest are drawn, each named; the rest are counted."""
+    n = 60
+    frame = pd.DataFrame({"buffer_id": range(n), "bytes": [(i + 1) * 1024 for i in range(n)],
+                          "role": ["temporary"] * n, "start": list(range(n)), "end": [i + 2 for i in range(n)],
+                          "source": [f"model.py:{i}" for i in range(n)]})
+    fig = lifetime_chart(frame)
+    life = fig.layout.meta["xlakit_lifetime"]
+    assert life["shown"] == 40 and life["more"] == 20 and fig.layout.yaxis.showticklabels
+    assert min(life["bytes"]) == 21 * 1024  # the 40 largest
+    assert not lifetime_chart(frame, top=50).layout.yaxis.showticklabels  # asked for more: tooltips only
+
+
 def test_peak_treemap_labels_wrap_so_plotly_need_not_shrink_them():
     """A JupyterLab trial (2026-12-06, 848 px): a copy's 130-character source and scope on one line were drawn at
     about 6 px in a third of the chart. Tile labels wrap at spaces into lines of at most TILE_LINE characters,
