@@ -283,3 +283,14 @@ def test_long_program_names_get_room_under_the_bars():
     long = breakdown_figure(_data.breakdown_frame(
         {f"jit_train_step(…, i32[{i},128], i32[{i},128])": _mem("s", 100, 10) for i in range(12)}))
     assert long.layout.height - short.layout.height >= 150, (short.layout.height, long.layout.height)
+
+
+def test_a_part_that_is_0_bytes_in_every_program_has_no_legend_entry():
+    """A teacher's trial (2026-12-07): notebook 01's legend listed "aliases (reused)" for a program with 0 B of
+    aliases. A part none of the programs has is left out of the chart and its legend; one that any has stays."""
+    from xlakit.view.breakdown import breakdown_figure
+
+    none = breakdown_figure(_data.breakdown_frame({"a": _mem("a", 100, 10, temp=5)}))
+    assert {t.name for t in none.data if t.type == "bar"} == {"arguments", "outputs", "temporaries"}
+    some = breakdown_figure(_data.breakdown_frame({"a": _mem("a", 100, 10, temp=5), "b": _mem("b", 100, 10, alias=8)}))
+    assert "aliases (reused)" in {t.name for t in some.data}

@@ -180,7 +180,7 @@ def breakdown_figure(frame, unit: str = "bytes"):
     pct = unit == "percent"
     for field, label, _sign in BREAKDOWN_PARTS:
         ys = values[label]
-        if all(v is None for v in ys):
+        if not any(ys):  # none reported, or 0 B in every program: no bar, and no legend entry for it
             continue
         text = _bytes_text(frame[field].tolist())
         extra = " (%{y:.1f}% of the total)" if pct else ""
