@@ -388,7 +388,7 @@ def test_lifetime_chart_labels_bars_in_the_users_terms():
     assert meta["labels"] == ["params['Ws'] · parameter · 2.0 MiB",            # the parameter path
                               "cell [4], line 3 (block) · residual · 8.0 MiB",  # the source line
                               "cell [4], line 3 (block) · residual · 8.0 MiB",
-                              "made by XLA · temporary · 8.0 MiB"]              # nothing else known
+                              "no line of your code · temporary · 8.0 MiB"]     # nothing else known: as by()
     assert ticks[1] == "cell [4], line 3 (block) · residual · 8.0 MiB"
     assert ticks[0] == "params['Ws'] · parameter · 2.0 MiB"          # plotly text: quotes as they are
     assert not any(t.startswith(("arg_tuple", "while", "Ws.1", "bitcast")) for t in ticks)
@@ -430,7 +430,8 @@ def test_peak_treemap_colours_tiles_by_role_and_names_sources_in_user_terms():
     fig = peak_treemap_figure(nodes)
     tree = fig.data[0]
     assert list(tree.marker.colors) == nodes["colors"] and "#dddddd" not in tree.marker.colors
-    assert tree.text[0] == fmt_bytes(21 * MiB) and tree.textinfo == "label+text"
+    assert tree.text[0] == "" and tree.text[1] == fmt_bytes(tree.values[1]) and tree.textinfo == "label+text"
+    assert tree.labels[0] == f"peak: {fmt_bytes(21 * MiB)} live"  # the root's bytes once, in its label
     assert "residual" in fig.layout.annotations[0].text                 # the colour key
     # An alias charged nothing at the peak (its bytes counted with a larger buffer) gets no tile of its own.
     alias = at_peak.iloc[[2]].assign(bytes=0, instruction="copy.7")

@@ -164,14 +164,17 @@ def name_blocks(mod: Any, parameter_paths: Mapping[int, str], phase_of: Callable
 
 
 def add_blocks(cols: dict[str, list[Any]], where: Sequence[Any], apart: Mapping[int, tuple[list[int], bool]],
-               mod: Any, param_paths: dict[int, str], phase_of: Callable[[int], str] | None = None) -> None:
+               mod: Any, param_paths: dict[int, str], phase_of: Callable[[int], str] | None = None,
+               copies: Mapping[int, int] | None = None) -> None:
     """Fill each row's ``block`` (:mod:`xlakit.memory._blocks`: ``blocks[2]`` from the parameters a value is
     made from, a parameter's from its path, a scan's stacked value ``all N iterations (stacked)``) and put it
     in front of the layer (``blocks[2] › Block.__call__ › self.attn(x)``), so four blocks called in a loop are
     four layers, not one. ``cols``: the buffer table as column lists
     (:data:`xlakit.memory.attribution.BUFFER_COLUMNS`); ``where``: each row's instruction id, its one position
     unless ``apart`` has the row (its positions, and whether it is a scan's stacked value); ``phase_of``:
-    instruction id -> its phase (default: read from its op name)."""
+    instruction id -> its phase (default: read from its op name); ``copies``: row -> the argument instruction
+    a row is XLA's copy of (its block is that argument's: in a trial, 2026-12-07, such copies of blocks'
+    kernels fell in "(no block told apart)")."""
     from xlakit.memory._hlo_frames import parse_op_name
 
     if phase_of is None:
@@ -196,6 +199,8 @@ def add_blocks(cols: dict[str, list[Any]], where: Sequence[Any], apart: Mapping[
                 break
         if block is None and stacked and shapes[i]:
             block = f"all {shapes[i][0]} iterations (stacked)"
+        if block is None and copies and i in copies:
+            block = _kept(block_of_path(param_paths.get(copies[i], "")), kept)
         blocks[i] = block
     cols["layer"] = [layer if not block or layer == "unknown" or layer == "argument" else f"{block} › {layer}"
                      for block, layer in zip(blocks, layers, strict=True)]

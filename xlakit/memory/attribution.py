@@ -282,6 +282,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     table: list[tuple[Any, ...]] = []  # per row: role, parameter, output, donated, text columns (TEXT_COLUMNS)
     apart: dict[int, tuple[list[int], bool]] = {}  # rows not at their own instruction alone: (positions, stacked)
     param_paths: dict[int, str] = {}
+    copies: dict[int, int] = {}  # row of XLA's copy of an argument -> the argument's instruction id
     instructions = mod.instructions
     known = getattr(instructions, "known", {})  # decoded instructions by id: the common lookups, at dict speed
     may_stack = mod.may_hold("dynamic-update-slice")  # no scan stacks a value without one
@@ -386,6 +387,8 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
         made_for, copied = "", None
         if user is None and iid not in param_ids:  # (a copy's metadata is its argument's, read through it)
             copied = copied_argument(ins, param_ids, leaves, mod, donated_flags)
+            if copied:  # its block is its argument's
+                copies[row] = params[copied[2]]
             reader = last_reader(mod, iid, users, order, ranges.get(bid)) if copied else None
             if reader is not None and copied is not None:  # the line that reads the copy last: what holds it
                 stack, user = frame_of(reader[1].frame_id)
@@ -428,7 +431,7 @@ def _attribute(ba: Any, compiled: Any, fn: Any, example: tuple[tuple, dict] | No
     cols = buffer_columns(rows, ranges, table)
     donation_rows = name_donations(cols, mod, ba._allocation_facts, out_paths, dropped_donations(
         compiled, fn, example, leaves, donated_flags))
-    add_blocks(cols, rows.instruction_ids, apart, mod, param_paths, phase)
+    add_blocks(cols, rows.instruction_ids, apart, mod, param_paths, phase, copies)
     buffers, swept = buffer_frame(cols)
     liveness = liveness_frame(order, mod, {"role": cols["role"], **swept}, ROLES)
     method = "reconstructed from the HLO schedule and buffer aliases"

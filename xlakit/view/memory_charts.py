@@ -274,13 +274,14 @@ def _known(v: Any) -> str | None:
 
 def buffer_label(row: Any, *, size: bool = True) -> str:
     """A buffer named in the user's terms: its parameter path (parameters, optimizer state, donated results),
-    else its source line, layer or parameter, else "made by XLA" (XLA's ``copy.34`` is in the tooltip only); then
-    the role and (``size``) the bytes, e.g. ``"cell [4], line 3 (block) · residual · 8.0 MiB"``."""
+    else its source line, layer or parameter, else "no line of your code" (as ``Peak.by("source")`` says it: made by
+    XLA or inside a library; XLA's ``copy.34`` is in the tooltip only); then the role and (``size``) the bytes,
+    e.g. ``"cell [4], line 3 (block) · residual · 8.0 MiB"``."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
     role = _text(get("role"))
     parameter = _known(get("parameter"))
     where = (parameter if role in _PARAMETER_ROLES and parameter else None) or _known(get("source")) \
-        or _known(get("layer")) or parameter or "made by XLA"
+        or _known(get("layer")) or parameter or "no line of your code"
     parts = [where, role]
     if size:
         parts.append(fmt_bytes(get("bytes")))

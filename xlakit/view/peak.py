@@ -198,6 +198,7 @@ def peak_treemap_nodes(buffers, path: Sequence[str] = ("scope", "source"), *, ma
                              f"mostly {plotly_text(role)}")
     text = [fmt_bytes(v) for v in values]
     labels[0] = f"{_ROOT}: {text[0]} live"  # the root's band above the tiles says what they add up to
+    text[0] = ""  # (said once, in its label)
     return {"ids": ids, "labels": labels, "parents": parents, "values": values, "colors": colors, "roles": roles_of,
             "text": text, "hover": hover}
 

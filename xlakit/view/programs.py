@@ -70,6 +70,16 @@ def _is_program(value: Any) -> bool:
     return _stage(value) is not None
 
 
+def _kept(value: Any) -> Any:
+    """What to attribute later: JAX's stage of ``value``, but a flax.nnx stage as given — it also holds the nnx.jit
+    function and graph definition that name its arguments (``model['blocks'][0]...``, not ``args[0]...``)."""
+    stage = _stage(value)
+    if stage is not None and stage is not value and (type(value).__module__ or "").startswith("flax.") \
+            and hasattr(value, "jit_wrapped"):
+        return value
+    return stage
+
+
 def collect_programs(source: Any, *, fold_library: bool = False, events: Any = None) -> Programs:
     """Programs from ``source``:
 
@@ -141,7 +151,7 @@ def collect_programs(source: Any, *, fold_library: bool = False, events: Any = N
     if isinstance(source, CompiledMemory) or _is_program(source):
         memory = compiled_memory(source)
         out.origin = "one program"
-        out.add(memory.name or "program", memory, _stage(source) or memory)
+        out.add(memory.name or "program", memory, _kept(source) or memory)
         return out
     raise TypeError("MemoryBreakdown takes a jax.stages.Compiled, a dict of name -> Compiled (or CompiledMemory), "
                     "an ExecutableCache / enable_cache() cache / CacheFolder / LocalStore, a LoadedBundle, or an "
@@ -153,7 +163,7 @@ def _from_mapping(out: Programs, mapping: Mapping[str, Any]) -> Programs:
 
     for name, value in mapping.items():
         memory = compiled_memory(value)
-        program = _stage(value) or (value if isinstance(value, CompiledMemory) else None)
+        program = _kept(value) or (value if isinstance(value, CompiledMemory) else None)
         note = None if program is not None else ("no compiled program to decode a buffer assignment from; pass "
                                                  "the jax.stages.Compiled")
         out.add(_label(name), memory, program, note)
