@@ -542,3 +542,15 @@ def test_lifetime_chart_wraps_a_long_label_onto_lines_and_keeps_every_word():
     assert fig.layout.margin.l < 24 + 7 * 48  # the margin is a line's width, not the label's
     rows = len(fig.layout.yaxis.tickvals)  # evenly spaced rows, each as tall as the most-wrapped label
     assert fig.layout.height - fig.layout.margin.t - fig.layout.margin.b >= rows * 13 * len(lines)
+
+
+def test_the_arguments_split_says_the_parameter_role_holds_the_inputs_too():
+    """A trial (2026-12-07): "23.0 MiB arguments (… 8.3 MiB parameters)" beside 6.8 MiB of weights — XLA's entry
+    parameters that are not optimizer state include the input batch. The split says so."""
+    from xlakit.memory._grouping import ARGUMENTS_LABEL, group_text
+
+    text = group_text({"group": ARGUMENTS_LABEL, "bytes": 3 * MiB, "count": 3,
+                       "roles": {"parameter": 2 * MiB, "optimizer state": 1 * MiB}})
+    assert text == "3.0 MiB arguments (2.0 MiB parameters and inputs, 1.0 MiB optimizer state)"
+    other = group_text({"group": "model.py:3 (f)", "bytes": MiB, "count": 1, "roles": {"parameter": MiB}})
+    assert other == "1.0 MiB from model.py:3 (f) (parameters)"  # elsewhere the role keeps its own word
