@@ -126,6 +126,18 @@ def _dynamic(args: tuple, static: frozenset[int]) -> tuple:
     return tuple(a for i, a in enumerate(args) if i not in static) if static else args
 
 
+def _node_leaves(node: Any) -> list | None:
+    """The flat leaves of the ``NodeStates`` nnx.jit made of one graph node (its one state's list), or None when
+    ``node`` is not one or has another layout (several state filters)."""
+    cls = type(node)
+    if cls.__name__ != "NodeStates" or not (getattr(cls, "__module__", "") or "").startswith("flax."):
+        return None
+    states = getattr(node, "states", None)
+    if not (isinstance(states, tuple) and len(states) == 1 and isinstance(states[0], list)):
+        return None
+    return states[0]
+
+
 def _graph_value(node: Any, given: Any) -> Any:
     """The graph node (an nnx module, optimizer) whose ``NodeStates`` nnx.jit made ``node``: ``given`` (the example
     call's argument) when known, else rebuilt from ``node``'s own ``GraphDef`` with its placeholder leaves — a
@@ -134,16 +146,13 @@ def _graph_value(node: Any, given: Any) -> Any:
     2026-12-07). None when ``node`` is not a NodeStates or flax cannot rebuild it."""
     if given is not None:
         return given
-    cls = type(node)
-    if cls.__name__ != "NodeStates" or not (getattr(cls, "__module__", "") or "").startswith("flax."):
-        return None
-    states = getattr(node, "states", None)
-    if not (isinstance(states, tuple) and len(states) == 1 and isinstance(states[0], list)):
+    leaves = _node_leaves(node)
+    if leaves is None:
         return None
     try:
         from flax import nnx
 
-        return nnx.graph.unflatten(node.graphdef, list(states[0]))
+        return nnx.graph.unflatten(node.graphdef, list(leaves))
     except Exception:  # noqa: BLE001 - another flax layout: the positional names stay
         return None
 
@@ -153,11 +162,8 @@ def _graph_paths(node: Any, value: Any) -> list[str] | None:
     (``['block']['attn']['qkv']['kernel']``), in the order of ``node.states[0]``; None when ``node`` is not
     one, or the paths cannot be matched leaf for leaf (several state filters, a node shared between
     arguments, another flax layout)."""
-    cls = type(node)
-    if cls.__name__ != "NodeStates" or not (getattr(cls, "__module__", "") or "").startswith("flax."):
-        return None
-    states = getattr(node, "states", None)
-    if not (isinstance(states, tuple) and len(states) == 1 and isinstance(states[0], list)):
+    leaves = _node_leaves(node)
+    if leaves is None:
         return None
     try:
         from flax import nnx
@@ -166,7 +172,7 @@ def _graph_paths(node: Any, value: Any) -> list[str] | None:
         paths = [path for path, _leaf in flat]
     except Exception:  # noqa: BLE001 - not a graph node flax can flatten: keep the positional names
         return None
-    if len(paths) != len(states[0]) or not all(isinstance(i, int) for i in states[0]):
+    if len(paths) != len(leaves) or not all(isinstance(i, int) for i in leaves):
         return None
     return ["".join(f"[{k!r}]" if isinstance(k, str) else f"[{k}]" for k in path) for path in paths]
 

@@ -25,6 +25,14 @@ def jax_stage(x: Any) -> Any:
     return x
 
 
+def nnx_jit_function(x: Any) -> Any:
+    """The ``nnx.jit`` function a flax.nnx ``Lowered`` / ``Compiled`` was made by (its ``jit_wrapped``), else None:
+    its signature names the arguments, and the stage's graph definition their paths."""
+    if not (type(x).__module__ or "").startswith("flax."):
+        return None
+    return getattr(x, "jit_wrapped", None)
+
+
 def program_arguments(stage: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """``(args, kwargs)`` as the JAX program of ``stage`` takes them: under ``nnx.jit`` the flax.nnx graph nodes
     a user passes (a Module, an ``nnx.Optimizer``) become the ``NodeStates`` pytrees the jitted function was

@@ -60,11 +60,11 @@ def resolve_program(x: Any, args: tuple, kwargs: dict, cache: Any = None) -> tup
     """
     import jax
 
-    from xlakit._jax.stages import jax_stage
+    from xlakit._jax.stages import jax_stage, nnx_jit_function
 
     # flax.nnx's Compiled / Lowered hold JAX's, and the nnx.jit function that made them: its signature names the
     # arguments (``model['blocks'][0]...``, not ``args[0]...``)
-    made_by = getattr(x, "jit_wrapped", None) if (type(x).__module__ or "").startswith("flax.") else None
+    made_by = nnx_jit_function(x)
     x = jax_stage(x)
     if hasattr(x, "programs") and hasattr(x, "batch_sizes") and not callable(getattr(x, "lower", None)):
         if args:

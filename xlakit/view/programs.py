@@ -74,10 +74,8 @@ def _kept(value: Any) -> Any:
     """What to attribute later: JAX's stage of ``value``, but a flax.nnx stage as given — it also holds the nnx.jit
     function and graph definition that name its arguments (``model['blocks'][0]...``, not ``args[0]...``)."""
     stage = _stage(value)
-    if stage is not None and stage is not value and (type(value).__module__ or "").startswith("flax.") \
-            and hasattr(value, "jit_wrapped"):
-        return value
-    return stage
+    made_by = getattr(value, "jit_wrapped", None) if (type(value).__module__ or "").startswith("flax.") else None
+    return value if stage is not None and made_by is not None else stage  # (views import no xlakit._jax)
 
 
 def collect_programs(source: Any, *, fold_library: bool = False, events: Any = None) -> Programs:
